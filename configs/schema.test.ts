@@ -1,0 +1,33 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { validateConfig, threadsPerWorker, ConfigError } from './schema.ts';
+
+test('defaults fill every knob and paths resolve against the config file', () => {
+  const config = validateConfig({ models: [{ path: 'm' }] }, '/etc/conduit/a.yaml');
+  assert.equal(config.server.http_port, 8000);
+  assert.equal(config.models[0].path, '/etc/conduit/m');
+  assert.equal(config.models[0].block_size, 16);
+  assert.equal(config.models[0].dtype, 'auto');
+});
+
+test('errors name the file and the field', () => {
+  assert.throws(
+    () => validateConfig({ models: [{ path: 'm', dtype: 'int3' }] }, 'configs/x.yaml'),
+    (err: unknown) => err instanceof ConfigError && /configs\/x\.yaml: models\.0\.dtype/.test(err.message),
+  );
+  assert.throws(
+    () => validateConfig({ models: [{ path: 'm', max_num_seqs: 'many' }] }, 'y.yaml'),
+    /y\.yaml: models\.0\.max_num_seqs/,
+  );
+  assert.throws(() => validateConfig({ models: [{ path: 'm', bogus: 1 }] }, 'z.yaml'), /z\.yaml: models\.0/);
+  assert.throws(
+    () => validateConfig({ models: [{ path: 'm', kv_cache_blocks: 4, kv_cache_bytes: 4096 }] }, 'w.yaml'),
+    /w\.yaml: models\.0\.kv_cache_blocks: set kv_cache_blocks or kv_cache_bytes/,
+  );
+});
+
+test('threads are the cores divided among local workers, never oversubscribed', () => {
+  const config = validateConfig({ models: [{ path: 'a', num_workers: 2 }, { path: 'b', num_workers: 1 }] }, 'c.yaml');
+  assert.equal(threadsPerWorker(config.models[0], config, 16), 5);
+  assert.equal(threadsPerWorker(config.models[0], config, 2), 1);
+});

@@ -1,0 +1,117 @@
+// The one schema for configs/*.yaml. Keys are snake_case in YAML; every default is here.
+import os from 'node:os';
+import path from 'node:path';
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+const dtype = z.enum(['auto', 'fp32', 'bf16', 'fp16']);
+const hostPort = z.string().regex(/^(unix:.+|[^:\s]+:\d+)$/, 'expected HOST:PORT or unix:PATH');
+
+export const modelSchema = z
+  .object({
+    /** A Hugging Face checkpoint directory; relative paths resolve against the config file. */
+    path: z.string().min(1),
+    /** The name clients put in `model`; defaults to the folder name. */
+    served_name: z.string().min(1).optional(),
+    /** Weight and compute dtype; `auto` keeps the checkpoint's. */
+    dtype: dtype.default('auto'),
+    /** KV-cache element type; `auto` follows the weight dtype. */
+    kv_cache_dtype: dtype.default('auto'),
+    /** Longest prompt + output in tokens; defaults to the checkpoint's max_position_embeddings. */
+    max_model_len: z.number().int().positive().optional(),
+    /** KV-cache size per worker: blocks, or bytes (one of the two; default 256 MiB of bytes). */
+    kv_cache_blocks: z.number().int().positive().optional(),
+    kv_cache_bytes: z.number().int().positive().optional(),
+    block_size: z.number().int().positive().max(256).default(16),
+    /** Most sequences in one batch. */
+    max_num_seqs: z.number().int().positive().default(64),
+    /** Token budget of one engine step (prompt chunks plus decode tokens). */
+    max_num_batched_tokens: z.number().int().positive().default(512),
+    /** Local worker processes to spawn. */
+    num_workers: z.number().int().nonnegative().default(1),
+    /** Compute threads per local worker; defaults to the cores divided among the workers. */
+    threads_per_worker: z.number().int().positive().optional(),
+    /** Workers already running elsewhere (`conduit worker --listen`), by address. */
+    remote_workers: z.array(hostPort).default([]),
+    /** Force a kernel path (tests, benchmarks). */
+    kernel: z.enum(['auto', 'avx512', 'avx2', 'scalar']).default('auto'),
+  })
+  .strict()
+  .refine((m) => !(m.kv_cache_blocks !== undefined && m.kv_cache_bytes !== undefined), {
+    message: 'set kv_cache_blocks or kv_cache_bytes, not both',
+    path: ['kv_cache_blocks'],
+  })
+  .refine((m) => m.num_workers > 0 || m.remote_workers.length > 0, {
+    message: 'a model needs num_workers > 0 or at least one remote_workers address',
+    path: ['num_workers'],
+  });
+
+export const serverSchema = z
+  .object({
+    host: z.string().default('0.0.0.0'),
+    http_port: z.number().int().min(0).max(65535).default(8000),
+    grpc_port: z.number().int().min(0).max(65535).default(8001),
+    metrics_port: z.number().int().min(0).max(65535).default(8002),
+    /** Largest request body in bytes. */
+    body_limit_bytes: z.number().int().positive().default(8 * 1024 * 1024),
+  })
+  .strict();
+
+export const configSchema = z
+  .object({
+    server: serverSchema.default(serverSchema.parse({})),
+    models: z.array(modelSchema).min(1),
+  })
+  .strict();
+
+export type ModelConfig = z.infer<typeof modelSchema>;
+export type ServerConfig = z.infer<typeof serverSchema>;
+export type Config = z.infer<typeof configSchema>;
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Validates parsed YAML/JSON; errors name the file and each offending field. */
+export function validateConfig(raw: unknown, source: string): Config {
+  const result = configSchema.safeParse(raw);
+  if (!result.success) {
+    const lines = result.error.issues.map((issue) => {
+      const field = issue.path.length > 0 ? issue.path.join('.') : '(root)';
+      return `${source}: ${field}: ${issue.message}`;
+    });
+    throw new ConfigError(lines.join('\n'));
+  }
+  const config = result.data;
+  const baseDir = path.dirname(path.resolve(source));
+  for (const model of config.models) model.path = path.resolve(baseDir, model.path);
+  return config;
+}
+
+export function loadConfigFile(file: string): Config {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${file}: cannot read: ${(err as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`${file}: invalid YAML: ${(err as Error).message}`);
+  }
+  return validateConfig(raw, file);
+}
+
+export function servedName(model: ModelConfig): string {
+  return model.served_name ?? path.basename(model.path);
+}
+
+/** Cores divided among the local workers of every model, never oversubscribed, at least 1. */
+export function threadsPerWorker(model: ModelConfig, config: Config, numCores = os.availableParallelism()): number {
+  if (model.threads_per_worker !== undefined) return model.threads_per_worker;
+  const numLocalWorkers = config.models.reduce((sum, m) => sum + m.num_workers, 0);
+  return Math.max(1, Math.floor(numCores / Math.max(1, numLocalWorkers)));
+}
