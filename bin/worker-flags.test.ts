@@ -1,0 +1,37 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { validateConfig } from '../configs/schema.ts';
+import { parseWorkerArgs, workerArgs, defaultKvCacheBytes } from './worker-flags.ts';
+
+test('a spawned worker gets exactly the settings its model configuration names', () => {
+  const config = validateConfig(
+    { models: [{ path: '/m/llama', served_name: 'chat', dtype: 'bf16', max_model_len: 4096, kv_cache_blocks: 100, max_num_seqs: 8, kernel: 'avx2' }] },
+    'c.yaml',
+  );
+  const args = workerArgs(config.models[0], 3, 'unix:/tmp/w.sock');
+  assert.equal(args[0], 'worker');
+  const settings = parseWorkerArgs(args.slice(1));
+  assert.deepEqual(settings, {
+    modelDir: '/m/llama',
+    servedName: 'chat',
+    dtype: 'bf16',
+    kvCacheDtype: 'auto',
+    maxModelLen: 4096,
+    kvCacheBlocks: 100,
+    kvCacheBytes: undefined,
+    blockSizeTokens: 16,
+    maxNumSeqs: 8,
+    maxNumBatchedTokens: 512,
+    numThreads: 3,
+    kernel: 'avx2',
+    listen: 'unix:/tmp/w.sock',
+  });
+});
+
+test('a worker without a KV size gets the default bytes; bad flags name the flag', () => {
+  const settings = parseWorkerArgs(['--model', '/m/x', '--listen', '127.0.0.1:0']);
+  assert.equal(settings.kvCacheBytes, defaultKvCacheBytes);
+  assert.equal(settings.servedName, 'x');
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--max-num-seqs', 'many']), /--max-num-seqs/);
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x']), /--listen/);
+});

@@ -1,0 +1,95 @@
+// The one mapping between a model's configuration and the `conduit worker` command line, so
+// that spawned local workers and workers started by hand on other machines are configured
+// by the same flags.
+import { parseArgs } from 'node:util';
+import os from 'node:os';
+import type { ModelConfig } from '../configs/schema.ts';
+import { modelSchema, servedName } from '../configs/schema.ts';
+import type { WorkerSettings } from '../engine/worker.ts';
+
+/** The KV-cache size of a worker whose configuration names none. */
+export const defaultKvCacheBytes = 256 * 1024 * 1024;
+
+export const workerFlagOptions = {
+  model: { type: 'string' },
+  listen: { type: 'string' },
+  'served-name': { type: 'string' },
+  dtype: { type: 'string' },
+  'kv-cache-dtype': { type: 'string' },
+  'max-model-len': { type: 'string' },
+  'kv-cache-blocks': { type: 'string' },
+  'kv-cache-bytes': { type: 'string' },
+  'block-size': { type: 'string' },
+  'max-num-seqs': { type: 'string' },
+  'max-num-batched-tokens': { type: 'string' },
+  threads: { type: 'string' },
+  kernel: { type: 'string' },
+} as const;
+
+const flagToField: Record<string, keyof ModelConfig> = {
+  'served-name': 'served_name',
+  dtype: 'dtype',
+  'kv-cache-dtype': 'kv_cache_dtype',
+  'max-model-len': 'max_model_len',
+  'kv-cache-blocks': 'kv_cache_blocks',
+  'kv-cache-bytes': 'kv_cache_bytes',
+  'block-size': 'block_size',
+  'max-num-seqs': 'max_num_seqs',
+  'max-num-batched-tokens': 'max_num_batched_tokens',
+  threads: 'threads_per_worker',
+  kernel: 'kernel',
+};
+const numericFields = new Set<keyof ModelConfig>([
+  'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
+  'max_num_batched_tokens', 'threads_per_worker',
+]);
+
+/** Flags that make `conduit worker` run `model` with `numThreads` threads on `listen`. */
+export function workerArgs(model: ModelConfig, numThreads: number, listen: string): string[] {
+  const args = ['worker', '--model', model.path, '--listen', listen];
+  for (const [flag, field] of Object.entries(flagToField)) {
+    const value = field === 'threads_per_worker' ? numThreads : model[field];
+    if (value !== undefined) args.push(`--${flag}`, String(value));
+  }
+  return args;
+}
+
+export function workerSettings(model: ModelConfig, listen: string): WorkerSettings {
+  const sizedByBlocks = model.kv_cache_blocks !== undefined;
+  return {
+    modelDir: model.path,
+    servedName: servedName(model),
+    dtype: model.dtype,
+    kvCacheDtype: model.kv_cache_dtype,
+    maxModelLen: model.max_model_len,
+    kvCacheBlocks: model.kv_cache_blocks,
+    kvCacheBytes: sizedByBlocks ? undefined : (model.kv_cache_bytes ?? defaultKvCacheBytes),
+    blockSizeTokens: model.block_size,
+    maxNumSeqs: model.max_num_seqs,
+    maxNumBatchedTokens: model.max_num_batched_tokens,
+    numThreads: model.threads_per_worker ?? os.availableParallelism(),
+    kernel: model.kernel,
+    listen,
+  };
+}
+
+/** Parses `conduit worker` flags into the worker's settings. */
+export function parseWorkerArgs(argv: string[]): WorkerSettings {
+  const { values } = parseArgs({ args: argv, options: workerFlagOptions, strict: true });
+  if (values.model === undefined) throw new Error('conduit worker: --model DIR is required');
+  if (values.listen === undefined) throw new Error('conduit worker: --listen HOST:PORT is required');
+  const raw: Record<string, unknown> = { path: values.model };
+  for (const [flag, field] of Object.entries(flagToField)) {
+    const value = values[flag as keyof typeof values];
+    if (value === undefined) continue;
+    raw[field] = numericFields.has(field) ? Number(value) : value;
+  }
+  const parsed = modelSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const field = String(issue.path[0] ?? '');
+    const flag = Object.entries(flagToField).find(([, f]) => f === field)?.[0] ?? field;
+    throw new Error(`conduit worker: --${flag}: ${issue.message}`);
+  }
+  return workerSettings(parsed.data, values.listen);
+}
