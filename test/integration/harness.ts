@@ -1,0 +1,17 @@
+// Starts the real server (gateway in this process, engine workers as child processes) on
+// free loopback ports, for integration tests.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { validateConfig } from '../../configs/schema.ts';
+import { serve, type RunningServer } from '../../bin/serve.ts';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const defaultModelDir = path.join(repoRoot, 'models', 'conduit-tiny');
+
+export async function startServer(models: Record<string, unknown>[]): Promise<RunningServer> {
+  const config = validateConfig(
+    { server: { host: '127.0.0.1', http_port: 0, metrics_port: 0 }, models },
+    path.join(repoRoot, 'test', 'integration', 'inline.yaml'),
+  );
+  return serve(config);
+}

@@ -1,0 +1,156 @@
+// The real server, streamed from with the official `openai` client.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import type { RunningServer } from '../../bin/serve.ts';
+import { startServer, defaultModelDir } from './harness.ts';
+
+const modelName = 'conduit-tiny';
+let server: RunningServer;
+let client: OpenAI;
+
+before(async () => {
+  server = await startServer([{ path: defaultModelDir, num_workers: 1, threads_per_worker: 1, kv_cache_blocks: 256, max_num_seqs: 16 }]);
+  client = new OpenAI({ baseURL: `${server.httpAddress}/v1`, apiKey: 'unused', maxRetries: 0 });
+});
+
+after(async () => {
+  await server?.close();
+});
+
+async function scrapeGauge(name: string): Promise<number> {
+  const text = await (await fetch(`${server.metricsAddress}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(name) && !l.startsWith('#'));
+  assert.ok(line, `metric ${name} missing`);
+  return Number(line.split(' ').at(-1));
+}
+
+test('lists the served model', async () => {
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), [modelName]);
+});
+
+test('chat completion streams chunks, then usage, with exact counts', async () => {
+  const stream = await client.chat.completions.create({
+    model: modelName,
+    messages: [{ role: 'user', content: 'Hello there' }],
+    max_tokens: 12,
+    temperature: 0,
+    ignore_eos: true,
+    stream: true,
+    stream_options: { include_usage: true },
+  } as OpenAI.Chat.ChatCompletionCreateParamsStreaming);
+  let text = '';
+  let finishReason: string | null = null;
+  let usage: OpenAI.CompletionUsage | null | undefined = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      text += choice.delta.content ?? '';
+      finishReason = choice.finish_reason ?? finishReason;
+    }
+  }
+  assert.equal(finishReason, 'length');
+  assert.ok(usage);
+  assert.equal(usage.completion_tokens, 12);
+  const rendered = await fetch(`${server.httpAddress}/tokenize`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: modelName, messages: [{ role: 'user', content: 'Hello there' }] }),
+  }).then((r) => r.json() as Promise<{ count: number }>);
+  assert.equal(usage.prompt_tokens, rendered.count);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + 12);
+  assert.ok(text.length > 0);
+});
+
+test('greedy output is the same streamed or not, alone or among many', async () => {
+  const request = { model: modelName, prompt: 'The quick brown fox', max_tokens: 16, temperature: 0, ignore_eos: true };
+  const alone = await client.completions.create(request as OpenAI.CompletionCreateParamsNonStreaming);
+  assert.equal(alone.choices[0].finish_reason, 'length');
+  assert.equal(alone.usage?.completion_tokens, 16);
+
+  const others = Array.from({ length: 7 }, (_, i) =>
+    client.completions.create({ ...request, prompt: `Unrelated prompt number ${i} ${'x '.repeat(i * 5)}`, temperature: 0.9, seed: i } as OpenAI.CompletionCreateParamsNonStreaming));
+  const streamed = (async () => {
+    const stream = await client.completions.create({ ...request, stream: true } as OpenAI.CompletionCreateParamsStreaming);
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    return text;
+  })();
+  const [streamedText] = await Promise.all([streamed, ...others]);
+  assert.equal(streamedText, alone.choices[0].text);
+});
+
+test('a seeded sampled request repeats itself', async () => {
+  const request = { model: modelName, messages: [{ role: 'user' as const, content: 'Tell me a story' }], max_tokens: 10, temperature: 1, seed: 1234 };
+  const first = await client.chat.completions.create(request);
+  const second = await client.chat.completions.create(request);
+  assert.equal(first.choices[0].message.content, second.choices[0].message.content);
+  assert.equal(first.choices[0].message.role, 'assistant');
+});
+
+test('several streams at once all finish', async () => {
+  const results = await Promise.all(
+    Array.from({ length: 6 }, async (_, i) => {
+      const stream = await client.chat.completions.create({
+        model: modelName,
+        messages: [{ role: 'user', content: `Question ${i}` }],
+        max_tokens: 8 + i,
+        ignore_eos: true,
+        stream: true,
+      } as OpenAI.Chat.ChatCompletionCreateParamsStreaming);
+      let numChunksWithText = 0;
+      let finishReason: string | null = null;
+      for await (const chunk of stream) {
+        if (chunk.choices[0]?.delta.content) numChunksWithText++;
+        finishReason = chunk.choices[0]?.finish_reason ?? finishReason;
+      }
+      return { numChunksWithText, finishReason };
+    }),
+  );
+  for (const result of results) {
+    assert.equal(result.finishReason, 'length');
+    assert.ok(result.numChunksWithText > 0);
+  }
+});
+
+test('unknown model is a 404 in the OpenAI envelope; the server keeps serving', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'hi' }] }),
+    (err: unknown) => err instanceof OpenAI.NotFoundError && err.status === 404,
+  );
+  const ok = await client.completions.create({ model: modelName, prompt: 'hi', max_tokens: 2 });
+  assert.equal(ok.object, 'text_completion');
+});
+
+test('a stream the client abandons frees its KV blocks in the worker', async () => {
+  const controller = new AbortController();
+  const stream = await client.chat.completions.create(
+    {
+      model: modelName,
+      messages: [{ role: 'user', content: 'Go on forever' }],
+      max_tokens: 1500,
+      ignore_eos: true,
+      stream: true,
+    } as OpenAI.Chat.ChatCompletionCreateParamsStreaming,
+    { signal: controller.signal },
+  );
+  let numChunks = 0;
+  await assert.rejects(async () => {
+    for await (const _chunk of stream) {
+      if (++numChunks === 3) {
+        assert.ok((await scrapeGauge('conduit_kv_blocks_in_use')) > 0);
+        controller.abort();
+      }
+    }
+  });
+  const deadlineMs = Date.now() + 10_000;
+  let blocksInUse = -1;
+  while (Date.now() < deadlineMs) {
+    blocksInUse = await scrapeGauge('conduit_kv_blocks_in_use');
+    if (blocksInUse === 0) break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.equal(blocksInUse, 0);
+  assert.equal(await scrapeGauge('conduit_running_sequences'), 0);
+});
