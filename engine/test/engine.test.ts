@@ -1,0 +1,87 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createEngine, type Engine } from '../engine.ts';
+import type { GenerateRequest, RequestOutput } from '../types.ts';
+import { FakeRunner } from './fake-runner.ts';
+
+function setup(numKvBlocks = 32) {
+  const runner = new FakeRunner({ numKvBlocks, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 64 });
+  const engine = createEngine(runner, {
+    servedName: 'fake',
+    maxNumSeqs: 4,
+    maxNumBatchedTokens: 16,
+    generationDefaults: { eosTokenIds: [2] },
+  });
+  return { runner, engine };
+}
+
+function request(requestId: string, maxTokens: number): GenerateRequest {
+  return { requestId, promptTokenIds: [5, 6, 7, 8, 9], sampling: { maxTokens, seed: 1n } };
+}
+
+/** Resolves with every output of one request once its last one arrives. */
+function collect(engine: Engine, req: GenerateRequest, onEach?: (output: RequestOutput) => void): Promise<RequestOutput[]> {
+  return new Promise((resolve) => {
+    const outputs: RequestOutput[] = [];
+    engine.generate(req, (output) => {
+      outputs.push(output);
+      onEach?.(output);
+      if (output.finishReason !== null) resolve(outputs);
+    });
+  });
+}
+
+test('the loop streams one output per request per step and idles when done', async (t) => {
+  const { engine, runner } = setup();
+  t.after(() => engine.close());
+  const [a, b] = await Promise.all([collect(engine, request('a', 3)), collect(engine, request('b', 5))]);
+  assert.deepEqual(a.map((output) => output.newTokenIds[0]), [100, 101, 102]);
+  assert.deepEqual(b.map((output) => output.newTokenIds[0]), [100, 101, 102, 103, 104]);
+  assert.equal(b.at(-1)?.finishReason, 'length');
+  const numSteps = runner.steps.length;
+  // An idle engine wakes for the next request.
+  const c = await collect(engine, request('c', 1));
+  assert.equal(c.length, 1);
+  assert.equal(runner.steps.length, numSteps + 1);
+  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32 });
+});
+
+test('a refused request gets one error output', async (t) => {
+  const { engine } = setup();
+  t.after(() => engine.close());
+  const [output] = await collect(engine, { requestId: 'x', promptTokenIds: [1, 2], sampling: { maxTokens: 100 } });
+  assert.equal(output.finishReason, 'error');
+  assert.equal(output.error?.code, 'context_length_exceeded');
+});
+
+test('abort ends a request mid-stream and frees its blocks', async (t) => {
+  const { engine } = setup();
+  t.after(() => engine.close());
+  const outputs = await collect(engine, request('a', 40), (output) => {
+    if (output.numOutputTokens === 2) engine.abort('a');
+  });
+  assert.equal(outputs.at(-1)?.finishReason, 'abort');
+  assert.equal(engine.health().load.numFreeBlocks, 32);
+});
+
+test('a failed step ends its requests with an error and the engine serves on', async (t) => {
+  const { engine, runner } = setup();
+  t.after(() => engine.close());
+  runner.failNextWith = 'forward failed';
+  const [failed] = await collect(engine, request('a', 3));
+  assert.deepEqual(failed.error, { code: 'engine_error', message: 'forward failed' });
+  assert.equal(engine.health().load.numFreeBlocks, 32);
+  assert.equal((await collect(engine, request('b', 2))).at(-1)?.finishReason, 'length');
+  assert.equal(engine.health().serving, true);
+});
+
+test('close ends requests in flight with an error, refuses new ones and closes the runner', async () => {
+  const { engine, runner } = setup();
+  const pending = collect(engine, request('a', 50));
+  await engine.close();
+  assert.equal((await pending).at(-1)?.error?.code, 'engine_closed');
+  assert.equal(runner.closed, true);
+  assert.equal(engine.health().serving, false);
+  const [late] = await collect(engine, request('b', 1));
+  assert.equal(late.error?.code, 'engine_closed');
+});
