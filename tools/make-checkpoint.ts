@@ -1,0 +1,430 @@
+// Writes a Hugging Face checkpoint with random weights for tests and benchmarks: config.json
+// as transformers writes it for Llama, Mistral and Qwen2, tensors under their HF names and
+// shapes, optionally sharded with model.safetensors.index.json, and generation_config.json.
+//
+//   node --import tsx tools/make-checkpoint.ts --out DIR --hidden 768 --layers 12 --heads 12 \
+//     --kv-heads 4 --ffn 2048 --vocab 32000 --dtype bf16 [--arch llama|mistral|qwen2] [--tie]
+//     [--head-dim N] [--sliding-window N] [--rope-theta X] [--rope-scaling-llama3] [--shards N]
+//     [--seed N] [--max-pos N]
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import type { WeightDtype } from '../native/api.ts';
+import { numElements, tensorBytes, writeSafetensors, type TensorSpec, type WriteDtype } from './safetensors-writer.ts';
+
+export type ArchName = 'llama' | 'mistral' | 'qwen2';
+
+export interface CheckpointOptions {
+  outDir: string;
+  arch: ArchName;
+  hiddenSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  intermediateSize: number;
+  vocabSize: number;
+  dtype: WeightDtype;
+  tieWordEmbeddings: boolean;
+  /** Written to config.json only when set; otherwise hiddenSize / numHeads. */
+  headDim?: number;
+  /** Mistral only: each query sees this many most recent tokens, itself included. */
+  slidingWindow?: number;
+  ropeTheta: number;
+  ropeScalingLlama3: boolean;
+  numShards: number;
+  seed: number;
+  maxPositionEmbeddings: number;
+  rmsNormEps: number;
+  bosTokenId: number;
+  eosTokenId: number;
+  /** Sampling defaults for generation_config.json; without them it is the plain one derived from config.json. */
+  generationDefaults?: Record<string, number | PyFloat>;
+}
+
+export const DEFAULT_OPTIONS = {
+  arch: 'llama',
+  dtype: 'bf16',
+  tieWordEmbeddings: false,
+  ropeTheta: 10000,
+  ropeScalingLlama3: false,
+  numShards: 1,
+  seed: 0,
+  maxPositionEmbeddings: 2048,
+  rmsNormEps: 1e-6,
+  bosTokenId: 1,
+  eosTokenId: 2,
+} as const satisfies Partial<CheckpointOptions>;
+
+const ARCHITECTURE: Readonly<Record<ArchName, string>> = {
+  llama: 'LlamaForCausalLM',
+  mistral: 'MistralForCausalLM',
+  qwen2: 'Qwen2ForCausalLM',
+};
+
+const SAFETENSORS_DTYPE: Readonly<Record<WeightDtype, WriteDtype>> = { fp32: 'F32', bf16: 'BF16', fp16: 'F16' };
+const TORCH_DTYPE: Readonly<Record<WeightDtype, string>> = { fp32: 'float32', bf16: 'bfloat16', fp16: 'float16' };
+
+/** Llama 3.1's published rope_scaling. */
+export const LLAMA3_ROPE_SCALING = {
+  factor: 8,
+  low_freq_factor: 1,
+  high_freq_factor: 4,
+  original_max_position_embeddings: 8192,
+} as const;
+
+/** A number that Python's json module would write as a float (1e-05, 10000.0). */
+export class PyFloat {
+  constructor(readonly value: number) {}
+}
+
+/**
+ * JSON laid out as Python's `json.dumps(value, indent=2, sort_keys=True)`, which is how
+ * transformers writes config.json and friends. Plain numbers are ints; wrap floats in PyFloat.
+ */
+export function toPythonJson(value: unknown, indent = ''): string {
+  if (value instanceof PyFloat) return pythonFloatRepr(value.value);
+  if (value === null || typeof value === 'boolean' || typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value)) throw new Error(`${value} is not an integer; wrap floats in PyFloat`);
+    return String(value);
+  }
+  const inner = `${indent}  `;
+  if (Array.isArray(value)) {
+    if (value.length === 0) return '[]';
+    return `[\n${value.map((item) => inner + toPythonJson(item, inner)).join(',\n')}\n${indent}]`;
+  }
+  if (typeof value === 'object') {
+    const keys = Object.keys(value).sort();
+    if (keys.length === 0) return '{}';
+    const record = value as Record<string, unknown>;
+    return `{\n${keys.map((key) => `${inner}${JSON.stringify(key)}: ${toPythonJson(record[key], inner)}`).join(',\n')}\n${indent}}`;
+  }
+  throw new Error(`cannot write ${typeof value} as JSON`);
+}
+
+/** Python's repr(float): shortest round-trip digits, exponent form when the point is far away. */
+function pythonFloatRepr(x: number): string {
+  if (!Number.isFinite(x)) throw new Error(`${x} has no JSON form`);
+  const [mantissa, exponentText] = Math.abs(x).toExponential().split('e');
+  const digits = mantissa.replace('.', '');
+  const exponent = Number(exponentText);
+  const sign = x < 0 || Object.is(x, -0) ? '-' : '';
+  const pointPosition = exponent + 1; // digits are 0.DIGITS × 10^pointPosition
+  if (pointPosition <= -4 || pointPosition > 16) {
+    const fraction = digits.length > 1 ? `.${digits.slice(1)}` : '';
+    const exponentSign = exponent < 0 ? '-' : '+';
+    return `${sign}${digits[0]}${fraction}e${exponentSign}${String(Math.abs(exponent)).padStart(2, '0')}`;
+  }
+  if (pointPosition <= 0) return `${sign}0.${'0'.repeat(-pointPosition)}${digits}`;
+  if (pointPosition >= digits.length) return `${sign}${digits}${'0'.repeat(pointPosition - digits.length)}.0`;
+  return `${sign}${digits.slice(0, pointPosition)}.${digits.slice(pointPosition)}`;
+}
+
+export function headDimOf(options: CheckpointOptions): number {
+  return options.headDim ?? options.hiddenSize / options.numHeads;
+}
+
+export function validateOptions(options: CheckpointOptions): void {
+  const positive: Array<keyof CheckpointOptions> = [
+    'hiddenSize',
+    'numLayers',
+    'numHeads',
+    'numKvHeads',
+    'intermediateSize',
+    'vocabSize',
+    'numShards',
+    'maxPositionEmbeddings',
+  ];
+  for (const key of positive) {
+    const value = options[key];
+    if (!Number.isSafeInteger(value) || (value as number) < 1) throw new Error(`${key} must be a positive integer, got ${value}`);
+  }
+  if (options.numHeads % options.numKvHeads !== 0) {
+    throw new Error(`numHeads (${options.numHeads}) must be a multiple of numKvHeads (${options.numKvHeads})`);
+  }
+  const headDim = headDimOf(options);
+  if (!Number.isSafeInteger(headDim) || headDim % 2 !== 0) {
+    throw new Error(`head dim ${headDim} must be an even integer (set headDim or make hiddenSize divisible by numHeads)`);
+  }
+  if (options.slidingWindow !== undefined && options.arch !== 'mistral') {
+    throw new Error(`slidingWindow is a Mistral setting; ${options.arch} checkpoints do not take it`);
+  }
+  if (options.slidingWindow !== undefined && !(Number.isSafeInteger(options.slidingWindow) && options.slidingWindow >= 1)) {
+    throw new Error(`slidingWindow must be a positive integer, got ${options.slidingWindow}`);
+  }
+  for (const key of ['bosTokenId', 'eosTokenId'] as const) {
+    if (!(Number.isSafeInteger(options[key]) && options[key] >= 0 && options[key] < options.vocabSize)) {
+      throw new Error(`${key} ${options[key]} must be a token id below vocabSize ${options.vocabSize}`);
+    }
+  }
+}
+
+/** config.json as transformers writes it for the architecture (without transformers_version: it did not write this one). */
+export function buildConfig(options: CheckpointOptions): Record<string, unknown> {
+  const config: Record<string, unknown> = {
+    architectures: [ARCHITECTURE[options.arch]],
+    attention_dropout: new PyFloat(0),
+    bos_token_id: options.bosTokenId,
+    eos_token_id: options.eosTokenId,
+    hidden_act: 'silu',
+    hidden_size: options.hiddenSize,
+    initializer_range: new PyFloat(0.02),
+    intermediate_size: options.intermediateSize,
+    max_position_embeddings: options.maxPositionEmbeddings,
+    model_type: options.arch,
+    num_attention_heads: options.numHeads,
+    num_hidden_layers: options.numLayers,
+    num_key_value_heads: options.numKvHeads,
+    rms_norm_eps: new PyFloat(options.rmsNormEps),
+    rope_theta: new PyFloat(options.ropeTheta),
+    tie_word_embeddings: options.tieWordEmbeddings,
+    torch_dtype: TORCH_DTYPE[options.dtype],
+    use_cache: true,
+    vocab_size: options.vocabSize,
+  };
+  if (options.headDim !== undefined) config.head_dim = options.headDim;
+  const ropeScaling = options.ropeScalingLlama3
+    ? {
+        rope_type: 'llama3',
+        factor: new PyFloat(LLAMA3_ROPE_SCALING.factor),
+        low_freq_factor: new PyFloat(LLAMA3_ROPE_SCALING.low_freq_factor),
+        high_freq_factor: new PyFloat(LLAMA3_ROPE_SCALING.high_freq_factor),
+        original_max_position_embeddings: LLAMA3_ROPE_SCALING.original_max_position_embeddings,
+      }
+    : null;
+  switch (options.arch) {
+    case 'llama':
+      Object.assign(config, { attention_bias: false, mlp_bias: false, pretraining_tp: 1, rope_scaling: ropeScaling });
+      break;
+    case 'mistral':
+      config.sliding_window = options.slidingWindow ?? null;
+      if (ropeScaling !== null) config.rope_scaling = ropeScaling;
+      break;
+    case 'qwen2':
+      // Qwen2 always has q/k/v biases; there is no config key for them.
+      Object.assign(config, {
+        max_window_layers: options.numLayers,
+        rope_scaling: ropeScaling,
+        sliding_window: null,
+        use_sliding_window: false,
+      });
+      break;
+  }
+  return config;
+}
+
+/** Every tensor of the checkpoint in Hugging Face order, with [out_features, in_features] shapes. */
+export function checkpointTensorSpecs(options: CheckpointOptions): TensorSpec[] {
+  const dtype = SAFETENSORS_DTYPE[options.dtype];
+  const { hiddenSize, intermediateSize, numHeads, numKvHeads, vocabSize } = options;
+  const qDim = numHeads * headDimOf(options);
+  const kvDim = numKvHeads * headDimOf(options);
+  const specs: TensorSpec[] = [{ name: 'model.embed_tokens.weight', dtype, shape: [vocabSize, hiddenSize] }];
+  for (let layer = 0; layer < options.numLayers; layer++) {
+    const prefix = `model.layers.${layer}`;
+    const attention: Array<[string, number[]]> = [
+      ['q_proj.weight', [qDim, hiddenSize]],
+      ['k_proj.weight', [kvDim, hiddenSize]],
+      ['v_proj.weight', [kvDim, hiddenSize]],
+      ['o_proj.weight', [hiddenSize, qDim]],
+    ];
+    if (options.arch === 'qwen2') attention.push(['q_proj.bias', [qDim]], ['k_proj.bias', [kvDim]], ['v_proj.bias', [kvDim]]);
+    for (const [name, shape] of attention) specs.push({ name: `${prefix}.self_attn.${name}`, dtype, shape });
+    specs.push(
+      { name: `${prefix}.mlp.gate_proj.weight`, dtype, shape: [intermediateSize, hiddenSize] },
+      { name: `${prefix}.mlp.up_proj.weight`, dtype, shape: [intermediateSize, hiddenSize] },
+      { name: `${prefix}.mlp.down_proj.weight`, dtype, shape: [hiddenSize, intermediateSize] },
+      { name: `${prefix}.input_layernorm.weight`, dtype, shape: [hiddenSize] },
+      { name: `${prefix}.post_attention_layernorm.weight`, dtype, shape: [hiddenSize] },
+    );
+  }
+  specs.push({ name: 'model.norm.weight', dtype, shape: [hiddenSize] });
+  if (!options.tieWordEmbeddings) specs.push({ name: 'lm_head.weight', dtype, shape: [vocabSize, hiddenSize] });
+  return specs;
+}
+
+/**
+ * Mulberry32 seeded from (seed, tensor name): each tensor's values depend only on those two,
+ * so sharding or reordering does not change the weights.
+ */
+function tensorRandom(seed: number, name: string): () => number {
+  let state = Math.imul(seed >>> 0, 0x9e3779b1) ^ 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) state = Math.imul(state ^ name.charCodeAt(i), 0x01000193);
+  return () => {
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Fills `out` with mean + std · N(0, 1) draws (Box–Muller, both outputs used). */
+function fillNormal(out: Float32Array, random: () => number, mean: number, std: number): void {
+  for (let i = 0; i < out.length; i += 2) {
+    const radius = Math.sqrt(-2 * Math.log(1 - random())) * std;
+    const angle = 2 * Math.PI * random();
+    out[i] = mean + radius * Math.cos(angle);
+    if (i + 1 < out.length) out[i + 1] = mean + radius * Math.sin(angle);
+  }
+}
+
+/**
+ * Scales that keep activations O(1) through the stack: matrices get std 1/sqrt(fan_in); the two
+ * projections that add into the residual stream also shrink by 1/sqrt(2 · layers) so it does not
+ * grow with depth; embeddings get 1/sqrt(hidden) so (tied) logits come out with std near 1;
+ * norm weights sit near 1 and biases near 0, with enough noise that a mix-up shows in the logits.
+ */
+function initFor(spec: TensorSpec, options: CheckpointOptions): { mean: number; std: number } {
+  const name = spec.name;
+  if (name.endsWith('norm.weight')) return { mean: 1, std: 0.1 };
+  if (name.endsWith('.bias')) return { mean: 0, std: 0.2 };
+  if (name === 'model.embed_tokens.weight' || name === 'lm_head.weight') return { mean: 0, std: 1 / Math.sqrt(options.hiddenSize) };
+  const fanIn = spec.shape[1];
+  const residualScale = name.endsWith('o_proj.weight') || name.endsWith('down_proj.weight') ? 1 / Math.sqrt(2 * options.numLayers) : 1;
+  return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
+}
+
+/** Splits specs into contiguous runs of roughly equal bytes, as many as asked (never an empty shard). */
+function splitIntoShards(specs: TensorSpec[], numShards: number): TensorSpec[][] {
+  const count = Math.min(numShards, specs.length);
+  const totalBytes = specs.reduce((sum, spec) => sum + tensorBytes(spec), 0);
+  const shards: TensorSpec[][] = [];
+  let current: TensorSpec[] = [];
+  let bytesSoFar = 0;
+  specs.forEach((spec, index) => {
+    const remainingSpecs = specs.length - index;
+    const remainingShards = count - shards.length;
+    const boundaryBytes = (totalBytes * (shards.length + 1)) / count;
+    if (current.length > 0 && (bytesSoFar >= boundaryBytes || remainingSpecs < remainingShards)) {
+      shards.push(current);
+      current = [];
+    }
+    current.push(spec);
+    bytesSoFar += tensorBytes(spec);
+  });
+  shards.push(current);
+  return shards;
+}
+
+function shardFileName(index: number, numShards: number): string {
+  const pad = (n: number) => String(n).padStart(5, '0');
+  return `model-${pad(index + 1)}-of-${pad(numShards)}.safetensors`;
+}
+
+export function buildGenerationConfig(options: CheckpointOptions): Record<string, unknown> {
+  const config: Record<string, unknown> = { bos_token_id: options.bosTokenId, eos_token_id: options.eosTokenId };
+  if (options.generationDefaults === undefined) config._from_model_config = true;
+  return { ...config, ...options.generationDefaults };
+}
+
+export function writeRandomCheckpoint(options: CheckpointOptions): void {
+  validateOptions(options);
+  mkdirSync(options.outDir, { recursive: true });
+  writeFileSync(path.join(options.outDir, 'config.json'), `${toPythonJson(buildConfig(options))}\n`);
+  writeFileSync(path.join(options.outDir, 'generation_config.json'), `${toPythonJson(buildGenerationConfig(options))}\n`);
+
+  const dataFor = (spec: TensorSpec): Float32Array => {
+    const data = new Float32Array(numElements(spec.shape));
+    const { mean, std } = initFor(spec, options);
+    fillNormal(data, tensorRandom(options.seed, spec.name), mean, std);
+    return data;
+  };
+  const specs = checkpointTensorSpecs(options);
+  const metadata = { format: 'pt' };
+  if (options.numShards === 1) {
+    writeSafetensors(path.join(options.outDir, 'model.safetensors'), specs, dataFor, metadata);
+    return;
+  }
+  const shards = splitIntoShards(specs, options.numShards);
+  const weightMap: Record<string, string> = {};
+  let totalBytes = 0;
+  shards.forEach((shardSpecs, index) => {
+    const fileName = shardFileName(index, shards.length);
+    totalBytes += writeSafetensors(path.join(options.outDir, fileName), shardSpecs, dataFor, metadata);
+    for (const spec of shardSpecs) weightMap[spec.name] = fileName;
+  });
+  const index = { metadata: { total_size: totalBytes }, weight_map: weightMap };
+  writeFileSync(path.join(options.outDir, 'model.safetensors.index.json'), `${toPythonJson(index)}\n`);
+}
+
+const USAGE =
+  'usage: make-checkpoint --out DIR --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N ' +
+  '[--dtype fp32|bf16|fp16] [--arch llama|mistral|qwen2] [--tie] [--head-dim N] [--sliding-window N] ' +
+  '[--rope-theta X] [--rope-scaling-llama3] [--shards N] [--seed N] [--max-pos N]';
+
+export function parseCliOptions(argv: string[]): CheckpointOptions {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      out: { type: 'string' },
+      hidden: { type: 'string' },
+      layers: { type: 'string' },
+      heads: { type: 'string' },
+      'kv-heads': { type: 'string' },
+      ffn: { type: 'string' },
+      vocab: { type: 'string' },
+      dtype: { type: 'string', default: DEFAULT_OPTIONS.dtype },
+      arch: { type: 'string', default: DEFAULT_OPTIONS.arch },
+      tie: { type: 'boolean', default: false },
+      'head-dim': { type: 'string' },
+      'sliding-window': { type: 'string' },
+      'rope-theta': { type: 'string' },
+      'rope-scaling-llama3': { type: 'boolean', default: false },
+      shards: { type: 'string' },
+      seed: { type: 'string' },
+      'max-pos': { type: 'string' },
+    },
+  });
+  const required = (flag: string): string => {
+    const value = values[flag as keyof typeof values];
+    if (typeof value !== 'string') throw new Error(`--${flag} is required\n${USAGE}`);
+    return value;
+  };
+  const integer = (flag: string, text: string): number => {
+    if (!/^\d+$/.test(text)) throw new Error(`--${flag} must be a non-negative integer, got ${JSON.stringify(text)}`);
+    return Number(text);
+  };
+  const optionalInteger = (flag: string): number | undefined => {
+    const value = values[flag as keyof typeof values];
+    return typeof value === 'string' ? integer(flag, value) : undefined;
+  };
+  const dtype = values.dtype;
+  if (dtype !== 'fp32' && dtype !== 'bf16' && dtype !== 'fp16') throw new Error(`--dtype must be fp32, bf16 or fp16, got ${values.dtype}`);
+  const arch = values.arch;
+  if (arch !== 'llama' && arch !== 'mistral' && arch !== 'qwen2') throw new Error(`--arch must be llama, mistral or qwen2, got ${arch}`);
+  const ropeTheta = values['rope-theta'] === undefined ? DEFAULT_OPTIONS.ropeTheta : Number(values['rope-theta']);
+  if (!(ropeTheta > 0)) throw new Error(`--rope-theta must be a positive number, got ${values['rope-theta']}`);
+  return {
+    ...DEFAULT_OPTIONS,
+    outDir: required('out'),
+    arch,
+    dtype,
+    hiddenSize: integer('hidden', required('hidden')),
+    numLayers: integer('layers', required('layers')),
+    numHeads: integer('heads', required('heads')),
+    numKvHeads: integer('kv-heads', required('kv-heads')),
+    intermediateSize: integer('ffn', required('ffn')),
+    vocabSize: integer('vocab', required('vocab')),
+    tieWordEmbeddings: values.tie,
+    headDim: optionalInteger('head-dim'),
+    slidingWindow: optionalInteger('sliding-window'),
+    ropeTheta,
+    ropeScalingLlama3: values['rope-scaling-llama3'],
+    numShards: optionalInteger('shards') ?? DEFAULT_OPTIONS.numShards,
+    seed: optionalInteger('seed') ?? DEFAULT_OPTIONS.seed,
+    maxPositionEmbeddings: optionalInteger('max-pos') ?? DEFAULT_OPTIONS.maxPositionEmbeddings,
+  };
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(path.resolve(process.argv[1])).href) {
+  try {
+    const options = parseCliOptions(process.argv.slice(2));
+    writeRandomCheckpoint(options);
+    console.log(`wrote ${options.outDir}`);
+  } catch (err) {
+    console.error((err as Error).message);
+    process.exitCode = 1;
+  }
+}
