@@ -1,0 +1,153 @@
+/*
+ * Conduit native runtime: the C API.
+ *
+ * Opaque handles, plain structs, status codes. No function throws or aborts; every failure is a
+ * cd_status plus a message written into the caller's buffer. Inputs are trusted: the TypeScript
+ * layer (native/checkpoint.ts, native/index.ts) has already checked every shape, offset and index.
+ */
+#ifndef CONDUIT_H
+#define CONDUIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cd_status {
+  CD_OK = 0,
+  CD_ERR_INVALID_ARGUMENT = 1,
+  /* The kernel path asked for is not supported by this CPU. */
+  CD_ERR_UNSUPPORTED_KERNEL = 2,
+  /* A checkpoint file could not be opened or mapped. */
+  CD_ERR_IO = 3,
+  CD_ERR_OUT_OF_MEMORY = 4,
+  CD_ERR_INTERNAL = 5
+} cd_status;
+
+typedef enum cd_dtype { CD_DTYPE_F32 = 0, CD_DTYPE_BF16 = 1, CD_DTYPE_F16 = 2 } cd_dtype;
+
+typedef enum cd_kernel {
+  CD_KERNEL_AUTO = 0,
+  CD_KERNEL_AVX512 = 1,
+  CD_KERNEL_AVX2 = 2,
+  CD_KERNEL_SCALAR = 3
+} cd_kernel;
+
+/* Where one tensor's bytes lie. size_bytes == 0 marks an absent optional tensor (a bias). */
+typedef struct cd_tensor_ref {
+  int32_t file_index;  /* into cd_model_spec.file_paths */
+  uint64_t offset_bytes; /* absolute offset within the file */
+  uint64_t size_bytes;
+  cd_dtype dtype;      /* stored dtype */
+} cd_tensor_ref;
+
+/* One decoder layer. Matrices are [out_features, in_features] row-major, as Hugging Face stores. */
+typedef struct cd_layer_spec {
+  cd_tensor_ref input_norm;     /* [hidden] */
+  cd_tensor_ref q_proj;         /* [num_heads * head_dim, hidden] */
+  cd_tensor_ref k_proj;         /* [num_kv_heads * head_dim, hidden] */
+  cd_tensor_ref v_proj;         /* [num_kv_heads * head_dim, hidden] */
+  cd_tensor_ref q_bias;         /* optional [num_heads * head_dim] */
+  cd_tensor_ref k_bias;         /* optional [num_kv_heads * head_dim] */
+  cd_tensor_ref v_bias;         /* optional [num_kv_heads * head_dim] */
+  cd_tensor_ref o_proj;         /* [hidden, num_heads * head_dim] */
+  cd_tensor_ref post_attn_norm; /* [hidden] */
+  cd_tensor_ref gate_proj;      /* [intermediate, hidden] */
+  cd_tensor_ref up_proj;        /* [intermediate, hidden] */
+  cd_tensor_ref down_proj;      /* [hidden, intermediate] */
+} cd_layer_spec;
+
+/* A checked checkpoint with every hyperparameter resolved. */
+typedef struct cd_model_spec {
+  const char* const* file_paths;
+  int32_t num_files;
+  int32_t num_layers;
+  int32_t hidden_size;
+  int32_t intermediate_size;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t vocab_size;
+  double rms_norm_eps;
+  /* Tokens each query may look back, inclusive of itself; 0 when unlimited. */
+  int32_t sliding_window_tokens;
+  /* [head_dim / 2] rotary inverse frequencies, any rope scaling already applied. */
+  const double* rope_inv_freq;
+  cd_tensor_ref embed_tokens; /* [vocab, hidden] */
+  cd_tensor_ref final_norm;   /* [hidden] */
+  cd_tensor_ref lm_head;      /* [vocab, hidden]; equal to embed_tokens when tied */
+  const cd_layer_spec* layers; /* [num_layers] */
+} cd_model_spec;
+
+typedef struct cd_load_options {
+  cd_dtype weight_dtype;   /* matrices stored otherwise are converted at load */
+  cd_dtype kv_cache_dtype;
+  int32_t num_kv_blocks;
+  int32_t block_size_tokens;
+  int32_t num_threads;
+  cd_kernel kernel;        /* CD_KERNEL_AUTO picks the best the CPU supports */
+} cd_load_options;
+
+typedef struct cd_model cd_model;
+
+/* What a loaded model resolved: the kernel that runs and the KV cache's footprint. */
+typedef struct cd_model_info {
+  cd_kernel kernel;
+  /* K and V of one block over all layers. */
+  uint64_t kv_bytes_per_block;
+} cd_model_info;
+
+/* Bits of cd_batch.seq_flags. */
+#define CD_SEQ_SAMPLE 1
+#define CD_SEQ_RETURN_LOGITS 2
+
+/*
+ * One forward pass over a flattened batch; see native/api.ts (ForwardBatch) for the contract.
+ * Sequence i owns tokens [query_starts[i], query_starts[i + 1]); its last token is sampled and/or
+ * returns logits according to seq_flags[i].
+ */
+typedef struct cd_batch {
+  int32_t num_seqs;
+  int32_t num_tokens;
+  const int32_t* token_ids;      /* [num_tokens] */
+  const int32_t* positions;      /* [num_tokens] */
+  const int32_t* query_starts;   /* [num_seqs + 1] */
+  int32_t max_blocks_per_seq;
+  const int32_t* block_tables;   /* [num_seqs * max_blocks_per_seq] */
+  const uint8_t* seq_flags;      /* [num_seqs] */
+  const float* temperatures;     /* [num_seqs] 0 = greedy */
+  const float* top_ps;           /* [num_seqs] 1 disables */
+  const int32_t* top_ks;         /* [num_seqs] 0 disables */
+  const uint64_t* seeds;         /* [num_seqs] */
+  const int32_t* output_indices; /* [num_seqs] */
+} cd_batch;
+
+/* Caller-owned outputs. */
+typedef struct cd_forward_output {
+  int32_t* sampled_token_ids; /* [num_seqs]; -1 where not sampled */
+  float* sampled_logprobs;    /* [num_seqs]; 0 where not sampled */
+  float* logits;              /* [num_logit_seqs * vocab_size], flagged sequences in batch order */
+} cd_forward_output;
+
+/* Returns nonzero when this build and CPU can run the kernel path. */
+int cd_kernel_supported(cd_kernel kernel);
+
+/* Maps and converts the weights, allocates the KV cache and starts the thread pool. */
+cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* options,
+                        cd_model** out_model, char* error, size_t error_capacity);
+
+void cd_model_get_info(const cd_model* model, cd_model_info* out_info);
+
+/* Blocks the calling thread while the model's own threads compute. One call at a time. */
+cd_status cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output,
+                           char* error, size_t error_capacity);
+
+void cd_model_free(cd_model* model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CONDUIT_H */

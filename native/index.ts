@@ -1,0 +1,178 @@
+// The native runtime's TypeScript face: the only module that loads the .node addon. It checks
+// options and batches, hands C++ plain data, and turns native failures into Errors that carry
+// the caller's stack and a stable `code`.
+import { createRequire } from 'node:module';
+import type {
+  DtypeSetting,
+  ForwardBatch,
+  ForwardResult,
+  KernelPath,
+  LoadOptions,
+  ModelInfo,
+  NativeModel,
+  WeightDtype,
+} from './api.ts';
+import { SEQ_RETURN_LOGITS } from './api.ts';
+import { readCheckpoint, type ModelSpec } from './checkpoint.ts';
+import { validateForwardBatch } from './forward-batch.ts';
+
+type ConcreteKernel = Exclude<KernelPath, 'auto'>;
+
+interface ModelHandle {
+  readonly __brand: 'ModelHandle';
+}
+
+interface NativeForwardOutputs {
+  sampledTokenIds: Int32Array;
+  sampledLogprobs: Float32Array;
+  logits: Float32Array;
+}
+
+/** The surface of native/src/binding.cc. */
+interface Binding {
+  loadModel(
+    spec: ModelSpec,
+    options: {
+      weightDtype: WeightDtype;
+      kvCacheDtype: WeightDtype;
+      numKvBlocks: number;
+      blockSizeTokens: number;
+      numThreads: number;
+      kernel: KernelPath;
+    },
+  ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number }>;
+  forward(handle: ModelHandle, batch: ForwardBatch, outputs: NativeForwardOutputs): Promise<void>;
+  freeModel(handle: ModelHandle): void;
+  kernelSupported(kernel: KernelPath): boolean;
+}
+
+const binding = createRequire(import.meta.url)('./build/Release/conduit_native.node') as Binding;
+
+const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
+const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];
+const MAX_THREADS = 1024;
+
+/** Whether this CPU (and build) can run a kernel path; `auto` always can. */
+export function kernelSupported(kernel: KernelPath): boolean {
+  return binding.kernelSupported(kernel);
+}
+
+/** Re-throws a native rejection with the message and code on an Error whose stack is the caller's. */
+function rethrowWithStack(err: unknown, callSite: Error): never {
+  const native = err as Error & { code?: string };
+  callSite.message = native.message;
+  Object.assign(callSite, { code: native.code });
+  throw callSite;
+}
+
+function checkOption(field: string, ok: boolean, expected: string, value: unknown): void {
+  if (!ok) throw new RangeError(`LoadOptions.${field}: expected ${expected}, got ${JSON.stringify(value)}`);
+}
+
+function validateLoadOptions(options: LoadOptions): void {
+  checkOption('modelDir', typeof options.modelDir === 'string' && options.modelDir !== '', 'a directory path', options.modelDir);
+  checkOption('dtype', DTYPE_SETTINGS.includes(options.dtype), DTYPE_SETTINGS.join(' | '), options.dtype);
+  checkOption('kvCacheDtype', DTYPE_SETTINGS.includes(options.kvCacheDtype), DTYPE_SETTINGS.join(' | '), options.kvCacheDtype);
+  checkOption('kernel', KERNEL_PATHS.includes(options.kernel), KERNEL_PATHS.join(' | '), options.kernel);
+  for (const field of ['numKvBlocks', 'blockSizeTokens', 'numThreads'] as const) {
+    const value = options[field];
+    checkOption(field, Number.isSafeInteger(value) && value >= 1 && value <= 2 ** 31 - 1, 'a positive integer', value);
+  }
+  checkOption('numThreads', options.numThreads <= MAX_THREADS, `at most ${MAX_THREADS} threads`, options.numThreads);
+  if (!binding.kernelSupported(options.kernel)) {
+    const error = new Error(`LoadOptions.kernel: '${options.kernel}' is not supported by this CPU`);
+    throw Object.assign(error, { code: 'CD_ERR_UNSUPPORTED_KERNEL' });
+  }
+}
+
+/**
+ * Loads a Hugging Face checkpoint directory. Rejects, naming the file and field, on an
+ * unsupported architecture, a missing or misshapen tensor, a truncated file or a bad index.
+ */
+export async function loadModel(options: LoadOptions): Promise<NativeModel> {
+  const callSite = new Error();
+  validateLoadOptions(options);
+  const checkpoint = readCheckpoint(options.modelDir);
+  const dtype = options.dtype === 'auto' ? checkpoint.storedDtype : options.dtype;
+  const kvCacheDtype = options.kvCacheDtype === 'auto' ? dtype : options.kvCacheDtype;
+  const loaded = await binding
+    .loadModel(checkpoint.spec, {
+      weightDtype: dtype,
+      kvCacheDtype,
+      numKvBlocks: options.numKvBlocks,
+      blockSizeTokens: options.blockSizeTokens,
+      numThreads: options.numThreads,
+      kernel: options.kernel,
+    })
+    .catch((err: unknown) => rethrowWithStack(err, callSite));
+  const { spec } = checkpoint;
+  const info: ModelInfo = {
+    architecture: checkpoint.architecture,
+    numLayers: spec.numLayers,
+    hiddenSize: spec.hiddenSize,
+    intermediateSize: spec.intermediateSize,
+    numHeads: spec.numHeads,
+    numKvHeads: spec.numKvHeads,
+    headDim: spec.headDim,
+    vocabSize: spec.vocabSize,
+    maxPositionEmbeddings: checkpoint.maxPositionEmbeddings,
+    slidingWindowTokens: spec.slidingWindowTokens === 0 ? null : spec.slidingWindowTokens,
+    tieWordEmbeddings: checkpoint.tieWordEmbeddings,
+    dtype,
+    kvCacheDtype,
+    kernel: loaded.kernel,
+    numKvBlocks: options.numKvBlocks,
+    blockSizeTokens: options.blockSizeTokens,
+    kvBytesPerBlock: loaded.kvBytesPerBlock,
+    numThreads: options.numThreads,
+  };
+  return new LoadedModel(loaded.handle, Object.freeze(info));
+}
+
+/**
+ * One forward at a time: a second call while one is in flight is rejected rather than queued,
+ * since the engine loop never overlaps steps and an overlap means a bug upstream.
+ */
+class LoadedModel implements NativeModel {
+  private inFlight: Promise<unknown> | null = null;
+  private closed = false;
+
+  constructor(
+    private readonly handle: ModelHandle,
+    readonly info: ModelInfo,
+  ) {}
+
+  async forward(batch: ForwardBatch): Promise<ForwardResult> {
+    const callSite = new Error();
+    if (this.closed) throw new Error('forward() after close()');
+    if (this.inFlight !== null) throw new Error('forward() while another forward() is in flight; one call at a time per model');
+    validateForwardBatch(batch, this.info);
+    let numLogitSeqs = 0;
+    for (let seq = 0; seq < batch.numSeqs; seq++) {
+      if (batch.seqFlags[seq] & SEQ_RETURN_LOGITS) numLogitSeqs++;
+    }
+    const outputs: NativeForwardOutputs = {
+      sampledTokenIds: new Int32Array(batch.numSeqs),
+      sampledLogprobs: new Float32Array(batch.numSeqs),
+      logits: new Float32Array(numLogitSeqs * this.info.vocabSize),
+    };
+    const call = binding.forward(this.handle, batch, outputs);
+    this.inFlight = call;
+    try {
+      await call;
+    } catch (err) {
+      rethrowWithStack(err, callSite);
+    } finally {
+      this.inFlight = null;
+      if (this.closed) binding.freeModel(this.handle);
+    }
+    return outputs;
+  }
+
+  /** Frees at once, or as soon as the forward in flight settles. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.inFlight === null) binding.freeModel(this.handle);
+  }
+}

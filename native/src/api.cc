@@ -1,0 +1,98 @@
+// The C API: every entry point catches, so no exception ever crosses the boundary.
+#include <cstdio>
+#include <new>
+
+#include "conduit.h"
+#include "error.h"
+#include "kernels.h"
+#include "model.h"
+
+namespace {
+
+void write_error(char* error, size_t error_capacity, const char* message) {
+  if (error != nullptr && error_capacity > 0) std::snprintf(error, error_capacity, "%s", message);
+}
+
+const char* kernel_name(cd_kernel kernel) {
+  switch (kernel) {
+    case CD_KERNEL_AVX512: return "avx512";
+    case CD_KERNEL_AVX2: return "avx2";
+    case CD_KERNEL_SCALAR: return "scalar";
+    default: return "auto";
+  }
+}
+
+const conduit::KernelTable& select_kernels(cd_kernel requested) {
+  cd_kernel kernel = requested;
+  if (kernel == CD_KERNEL_AUTO) {
+    kernel = cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
+             : cd_kernel_supported(CD_KERNEL_AVX2) ? CD_KERNEL_AVX2
+                                                   : CD_KERNEL_SCALAR;
+  } else if (!cd_kernel_supported(kernel)) {
+    throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL,
+                         std::string("kernel '") + kernel_name(kernel) + "' is not supported by this CPU");
+  }
+  switch (kernel) {
+    case CD_KERNEL_AVX512: return conduit::kernels_avx512();
+    case CD_KERNEL_AVX2: return conduit::kernels_avx2();
+    default: return conduit::kernels_scalar();
+  }
+}
+
+template <typename Body>
+cd_status guarded(char* error, size_t error_capacity, Body body) {
+  try {
+    body();
+    return CD_OK;
+  } catch (const conduit::Error& e) {
+    write_error(error, error_capacity, e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    write_error(error, error_capacity, "out of memory");
+    return CD_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    write_error(error, error_capacity, e.what());
+    return CD_ERR_INTERNAL;
+  } catch (...) {
+    write_error(error, error_capacity, "unknown native error");
+    return CD_ERR_INTERNAL;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int cd_kernel_supported(cd_kernel kernel) {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  switch (kernel) {
+    case CD_KERNEL_AVX512: return avx2 && __builtin_cpu_supports("avx512f");
+    case CD_KERNEL_AVX2: return avx2;
+    default: return 1;
+  }
+}
+
+cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* options,
+                        cd_model** out_model, char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    const conduit::KernelTable& kernels = select_kernels(options->kernel);
+    auto model = std::make_unique<conduit::Model>(*spec, *options, kernels);
+    *out_model = new cd_model{std::move(model)};
+  });
+}
+
+void cd_model_get_info(const cd_model* model, cd_model_info* out_info) {
+  out_info->kernel = model->model->kernels.kernel;
+  out_info->kv_bytes_per_block = model->model->kv_cache.bytes_per_block();
+}
+
+cd_status cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output,
+                           char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] { model->model->forward(*batch, *output); });
+}
+
+void cd_model_free(cd_model* model) { delete model; }
+
+}  // extern "C"

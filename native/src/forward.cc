@@ -1,0 +1,316 @@
+// The forward pass. Every parallel split is over rows, output columns or (token, head) pairs,
+// never over a reduction, so a token's values do not depend on the batch around it.
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+#include "dtype.h"
+#include "model.h"
+#include "sampler.h"
+
+namespace conduit {
+
+namespace {
+
+// Output columns are handed to threads in tiles of this many, to keep cache lines unshared.
+constexpr int32_t kColumnTile = 16;
+
+struct MatmulJob {
+  Matrix weight;
+  int32_t num_columns;
+  float* y;  // [rows, num_columns]
+};
+
+void grow(std::vector<float>& buffer, size_t size) {
+  if (buffer.size() < size) buffer.resize(size);
+}
+
+void rms_norm(const KernelTable& kernels, const float* x, const float* weight, int32_t n, double eps,
+              float* y) {
+  const float sum_squares = kernels.dot(x, x, CD_DTYPE_F32, n);
+  const float inv_rms = float(1.0 / std::sqrt(double(sum_squares) / n + eps));
+  for (int32_t i = 0; i < n; ++i) y[i] = weight[i] * (x[i] * inv_rms);
+}
+
+// Rotates the two halves of each head (the Hugging Face rotate_half convention).
+void apply_rope(float* heads, int32_t num_heads, int32_t head_dim, const float* cos_row,
+                const float* sin_row) {
+  const int32_t half = head_dim / 2;
+  for (int32_t h = 0; h < num_heads; ++h) {
+    float* head = heads + size_t(h) * head_dim;
+    for (int32_t i = 0; i < half; ++i) {
+      const float a = head[i];
+      const float b = head[i + half];
+      head[i] = a * cos_row[i] - b * sin_row[i];
+      head[i + half] = b * cos_row[i] + a * sin_row[i];
+    }
+  }
+}
+
+void add_bias(float* row, const float* bias, int32_t n) {
+  if (bias == nullptr) return;
+  for (int32_t i = 0; i < n; ++i) row[i] += bias[i];
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+}  // namespace
+
+class ForwardPass {
+ public:
+  ForwardPass(Model& model, const cd_batch& batch)
+      : model_(model), dims_(model.dims), batch_(batch), ws_(model.workspace) {}
+
+  void run(cd_forward_output& output) {
+    prepare();
+    embed_and_rope_tables();
+    for (int32_t layer = 0; layer < dims_.num_layers; ++layer) run_layer(layer);
+    produce_outputs(output);
+  }
+
+ private:
+  int32_t slot_of(int32_t seq, int32_t position) const {
+    const int32_t block_size = model_.kv_cache.block_size_tokens();
+    const int32_t block = batch_.block_tables[size_t(seq) * batch_.max_blocks_per_seq + position / block_size];
+    return block * block_size + position % block_size;
+  }
+
+  int32_t first_visible_position(int32_t position) const {
+    if (dims_.sliding_window_tokens == 0) return 0;
+    return std::max(0, position - dims_.sliding_window_tokens + 1);
+  }
+
+  void prepare() {
+    const size_t num_tokens = size_t(batch_.num_tokens);
+    grow(ws_.hidden, num_tokens * dims_.hidden_size);
+    grow(ws_.normed, num_tokens * dims_.hidden_size);
+    grow(ws_.q, num_tokens * dims_.q_size());
+    grow(ws_.k, num_tokens * dims_.kv_size());
+    grow(ws_.v, num_tokens * dims_.kv_size());
+    grow(ws_.attention, num_tokens * dims_.q_size());
+    grow(ws_.projected, num_tokens * dims_.hidden_size);
+    grow(ws_.gate, num_tokens * dims_.intermediate_size);
+    grow(ws_.up, num_tokens * dims_.intermediate_size);
+    grow(ws_.rope_cos, num_tokens * (dims_.head_dim / 2));
+    grow(ws_.rope_sin, num_tokens * (dims_.head_dim / 2));
+    ws_.token_seqs.resize(num_tokens);
+    ws_.output_seqs.clear();
+    int32_t max_context = 1;
+    for (int32_t seq = 0; seq < batch_.num_seqs; ++seq) {
+      for (int32_t t = batch_.query_starts[seq]; t < batch_.query_starts[seq + 1]; ++t) {
+        ws_.token_seqs[size_t(t)] = seq;
+        const int32_t position = batch_.positions[t];
+        max_context = std::max(max_context, position - first_visible_position(position) + 1);
+      }
+      if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) ws_.output_seqs.push_back(seq);
+    }
+    for (std::vector<float>& scores : ws_.scores) grow(scores, size_t(max_context));
+  }
+
+  void embed_and_rope_tables() {
+    const int32_t half = dims_.head_dim / 2;
+    model_.pool.parallel_for(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t t = begin; t < end; ++t) {
+        const size_t row = size_t(batch_.token_ids[t]) * dims_.hidden_size;
+        const Matrix& embed = model_.embed_tokens;
+        float* hidden = &ws_.hidden[size_t(t) * dims_.hidden_size];
+        for (int32_t i = 0; i < dims_.hidden_size; ++i) hidden[i] = load_as_f32(embed.data, embed.dtype, row + i);
+        for (int32_t i = 0; i < half; ++i) {
+          const double angle = double(batch_.positions[t]) * model_.rope_inv_freq[size_t(i)];
+          ws_.rope_cos[size_t(t) * half + i] = float(std::cos(angle));
+          ws_.rope_sin[size_t(t) * half + i] = float(std::sin(angle));
+        }
+      }
+    });
+  }
+
+  void norm_rows(const float* x, const float* weight, int32_t num_rows, float* y) {
+    model_.pool.parallel_for(num_rows, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t t = begin; t < end; ++t) {
+        const size_t offset = size_t(t) * dims_.hidden_size;
+        rms_norm(model_.kernels, x + offset, weight, dims_.hidden_size, dims_.rms_norm_eps, y + offset);
+      }
+    });
+  }
+
+  // y_j = x · W_j^T for each job, all sharing x; threads split the jobs' output columns.
+  void matmuls(const float* x, int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs) {
+    int32_t num_tiles = 0;
+    for (const MatmulJob& job : jobs) num_tiles += (job.num_columns + kColumnTile - 1) / kColumnTile;
+    model_.pool.parallel_for(num_tiles, [&](int32_t, int32_t tile_begin, int32_t tile_end) {
+      int32_t first_tile_of_job = 0;
+      for (const MatmulJob& job : jobs) {
+        const int32_t job_tiles = (job.num_columns + kColumnTile - 1) / kColumnTile;
+        const int32_t begin = std::max(tile_begin, first_tile_of_job) - first_tile_of_job;
+        const int32_t end = std::min(tile_end, first_tile_of_job + job_tiles) - first_tile_of_job;
+        if (begin < end) {
+          model_.kernels.matmul(x, size_t(k), num_rows, k, job.weight.data, job.weight.dtype,
+                                begin * kColumnTile, std::min(end * kColumnTile, job.num_columns),
+                                job.y, size_t(job.num_columns));
+        }
+        first_tile_of_job += job_tiles;
+      }
+    });
+  }
+
+  void add_projected_to_hidden() {
+    model_.pool.parallel_for(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+      const size_t first = size_t(begin) * dims_.hidden_size;
+      const size_t last = size_t(end) * dims_.hidden_size;
+      for (size_t i = first; i < last; ++i) ws_.hidden[i] += ws_.projected[i];
+    });
+  }
+
+  // Biases, rotary embedding, then K and V into the paged cache at each token's slot.
+  void position_and_cache(int32_t layer_index) {
+    const Layer& layer = model_.layers[size_t(layer_index)];
+    const int32_t half = dims_.head_dim / 2;
+    KvCache& cache = model_.kv_cache;
+    model_.pool.parallel_for(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t t = begin; t < end; ++t) {
+        float* q = &ws_.q[size_t(t) * dims_.q_size()];
+        float* k = &ws_.k[size_t(t) * dims_.kv_size()];
+        float* v = &ws_.v[size_t(t) * dims_.kv_size()];
+        add_bias(q, layer.q_bias, dims_.q_size());
+        add_bias(k, layer.k_bias, dims_.kv_size());
+        add_bias(v, layer.v_bias, dims_.kv_size());
+        const float* cos_row = &ws_.rope_cos[size_t(t) * half];
+        const float* sin_row = &ws_.rope_sin[size_t(t) * half];
+        apply_rope(q, dims_.num_heads, dims_.head_dim, cos_row, sin_row);
+        apply_rope(k, dims_.num_kv_heads, dims_.head_dim, cos_row, sin_row);
+        const int32_t slot = slot_of(ws_.token_seqs[size_t(t)], batch_.positions[t]);
+        for (int32_t h = 0; h < dims_.num_kv_heads; ++h) {
+          const size_t offset = size_t(h) * dims_.head_dim;
+          convert_elements(k + offset, CD_DTYPE_F32, cache.at(layer_index, 0, slot, h), cache.dtype(), size_t(dims_.head_dim));
+          convert_elements(v + offset, CD_DTYPE_F32, cache.at(layer_index, 1, slot, h), cache.dtype(), size_t(dims_.head_dim));
+        }
+      }
+    });
+  }
+
+  // Every query reads its keys and values back from the cache in position order, so prefill,
+  // chunked prefill and decode all compute the same sums.
+  void attend(int32_t layer_index) {
+    const KvCache& cache = model_.kv_cache;
+    const KernelTable& kernels = model_.kernels;
+    const int32_t heads_per_kv_head = dims_.num_heads / dims_.num_kv_heads;
+    const float scale = float(1.0 / std::sqrt(double(dims_.head_dim)));
+    const int32_t num_pairs = batch_.num_tokens * dims_.num_heads;
+    model_.pool.parallel_for(num_pairs, [&](int32_t thread_index, int32_t begin, int32_t end) {
+      float* scores = ws_.scores[size_t(thread_index)].data();
+      for (int32_t pair = begin; pair < end; ++pair) {
+        const int32_t t = pair / dims_.num_heads;
+        const int32_t head = pair % dims_.num_heads;
+        const int32_t kv_head = head / heads_per_kv_head;
+        const int32_t seq = ws_.token_seqs[size_t(t)];
+        const int32_t position = batch_.positions[t];
+        const int32_t first = first_visible_position(position);
+        const int32_t num_visible = position - first + 1;
+        const float* q = &ws_.q[size_t(t) * dims_.q_size() + size_t(head) * dims_.head_dim];
+        float max_score = -INFINITY;
+        for (int32_t j = 0; j < num_visible; ++j) {
+          const void* key = cache.at(layer_index, 0, slot_of(seq, first + j), kv_head);
+          scores[j] = kernels.dot(q, key, cache.dtype(), dims_.head_dim) * scale;
+          max_score = std::max(max_score, scores[j]);
+        }
+        float sum = 0;
+        for (int32_t j = 0; j < num_visible; ++j) {
+          scores[j] = std::exp(scores[j] - max_score);
+          sum += scores[j];
+        }
+        float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * dims_.head_dim];
+        std::fill(out, out + dims_.head_dim, 0.0f);
+        for (int32_t j = 0; j < num_visible; ++j) {
+          const void* value = cache.at(layer_index, 1, slot_of(seq, first + j), kv_head);
+          kernels.axpy(scores[j], value, cache.dtype(), out, dims_.head_dim);
+        }
+        const float inv_sum = 1.0f / sum;
+        for (int32_t i = 0; i < dims_.head_dim; ++i) out[i] *= inv_sum;
+      }
+    });
+  }
+
+  void run_layer(int32_t layer_index) {
+    const Layer& layer = model_.layers[size_t(layer_index)];
+    const int32_t num_tokens = batch_.num_tokens;
+    norm_rows(ws_.hidden.data(), layer.input_norm, num_tokens, ws_.normed.data());
+    matmuls(ws_.normed.data(), num_tokens, dims_.hidden_size,
+            {{layer.q_proj, dims_.q_size(), ws_.q.data()},
+             {layer.k_proj, dims_.kv_size(), ws_.k.data()},
+             {layer.v_proj, dims_.kv_size(), ws_.v.data()}});
+    position_and_cache(layer_index);
+    attend(layer_index);
+    matmuls(ws_.attention.data(), num_tokens, dims_.q_size(),
+            {{layer.o_proj, dims_.hidden_size, ws_.projected.data()}});
+    add_projected_to_hidden();
+
+    norm_rows(ws_.hidden.data(), layer.post_attn_norm, num_tokens, ws_.normed.data());
+    matmuls(ws_.normed.data(), num_tokens, dims_.hidden_size,
+            {{layer.gate_proj, dims_.intermediate_size, ws_.gate.data()},
+             {layer.up_proj, dims_.intermediate_size, ws_.up.data()}});
+    model_.pool.parallel_for(num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+      const size_t first = size_t(begin) * dims_.intermediate_size;
+      const size_t last = size_t(end) * dims_.intermediate_size;
+      for (size_t i = first; i < last; ++i) ws_.gate[i] = silu(ws_.gate[i]) * ws_.up[i];
+    });
+    matmuls(ws_.gate.data(), num_tokens, dims_.intermediate_size,
+            {{layer.down_proj, dims_.hidden_size, ws_.projected.data()}});
+    add_projected_to_hidden();
+  }
+
+  // Final norm and LM head for the last token of each sequence that samples or returns logits.
+  void produce_outputs(cd_forward_output& output) {
+    const int32_t num_outputs = int32_t(ws_.output_seqs.size());
+    for (int32_t seq = 0; seq < batch_.num_seqs; ++seq) {
+      output.sampled_token_ids[seq] = -1;
+      output.sampled_logprobs[seq] = 0.0f;
+    }
+    if (num_outputs == 0) return;
+    const size_t hidden_size = size_t(dims_.hidden_size);
+    const size_t vocab_size = size_t(dims_.vocab_size);
+    grow(ws_.output_hidden, size_t(num_outputs) * hidden_size);
+    grow(ws_.output_logits, size_t(num_outputs) * vocab_size);
+    model_.pool.parallel_for(num_outputs, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t i = begin; i < end; ++i) {
+        const int32_t last_token = batch_.query_starts[ws_.output_seqs[size_t(i)] + 1] - 1;
+        rms_norm(model_.kernels, &ws_.hidden[size_t(last_token) * hidden_size], model_.final_norm,
+                 dims_.hidden_size, dims_.rms_norm_eps, &ws_.output_hidden[size_t(i) * hidden_size]);
+      }
+    });
+    matmuls(ws_.output_hidden.data(), num_outputs, dims_.hidden_size,
+            {{model_.lm_head, dims_.vocab_size, ws_.output_logits.data()}});
+
+    int32_t num_logit_rows = 0;
+    for (int32_t i = 0; i < num_outputs; ++i) {
+      const int32_t seq = ws_.output_seqs[size_t(i)];
+      if (!(batch_.seq_flags[seq] & CD_SEQ_RETURN_LOGITS)) continue;
+      std::copy_n(&ws_.output_logits[size_t(i) * vocab_size], vocab_size,
+                  output.logits + size_t(num_logit_rows) * vocab_size);
+      ++num_logit_rows;
+    }
+    model_.pool.parallel_for(num_outputs, [&](int32_t thread_index, int32_t begin, int32_t end) {
+      for (int32_t i = begin; i < end; ++i) {
+        const int32_t seq = ws_.output_seqs[size_t(i)];
+        if (!(batch_.seq_flags[seq] & CD_SEQ_SAMPLE)) continue;
+        const SamplingParams params{batch_.temperatures[seq], batch_.top_ps[seq], batch_.top_ks[seq],
+                                    batch_.seeds[seq], batch_.output_indices[seq]};
+        const SampledToken sampled =
+            sample_token(&ws_.output_logits[size_t(i) * vocab_size], dims_.vocab_size, params,
+                         ws_.sample_ids[size_t(thread_index)], ws_.sample_probs[size_t(thread_index)]);
+        output.sampled_token_ids[seq] = sampled.token_id;
+        output.sampled_logprobs[seq] = sampled.logprob;
+      }
+    });
+  }
+
+  Model& model_;
+  const Dimensions& dims_;
+  const cd_batch& batch_;
+  Workspace& ws_;
+};
+
+void Model::forward(const cd_batch& batch, cd_forward_output& output) {
+  ForwardPass(*this, batch).run(output);
+}
+
+}  // namespace conduit

@@ -1,0 +1,63 @@
+#include "model.h"
+
+#include "dtype.h"
+
+namespace conduit {
+
+namespace {
+
+Dimensions dimensions_of(const cd_model_spec& spec) {
+  return Dimensions{spec.num_layers,   spec.hidden_size, spec.intermediate_size,
+                    spec.num_heads,    spec.num_kv_heads, spec.head_dim,
+                    spec.vocab_size,   spec.rms_norm_eps, spec.sliding_window_tokens};
+}
+
+}  // namespace
+
+KvCache::KvCache(const Dimensions& dims, cd_dtype dtype, int32_t num_blocks,
+                 int32_t block_size_tokens)
+    : dtype_(dtype),
+      num_blocks_(size_t(num_blocks)),
+      num_kv_heads_(size_t(dims.num_kv_heads)),
+      block_size_tokens_(block_size_tokens),
+      row_bytes_(size_t(dims.head_dim) * dtype_bytes(dtype)),
+      bytes_per_block_(uint64_t(dims.num_layers) * 2 * num_kv_heads_ * size_t(block_size_tokens) *
+                       row_bytes_),
+      // Uninitialized on purpose: attention reads only slots written before it, and untouched
+      // pages cost no memory until a block is first used.
+      data_(allocate_aligned(size_t(bytes_per_block_) * num_blocks_)) {}
+
+Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels)
+    : dims(dimensions_of(spec)),
+      rope_inv_freq(spec.rope_inv_freq, spec.rope_inv_freq + spec.head_dim / 2),
+      kernels(kernels),
+      pool(options.num_threads),
+      weights(spec.file_paths, spec.num_files),
+      kv_cache(dims, options.kv_cache_dtype, options.num_kv_blocks, options.block_size_tokens) {
+  const auto matrix = [&](const cd_tensor_ref& ref) {
+    return Matrix{weights.resolve(ref, options.weight_dtype, pool), options.weight_dtype};
+  };
+  // Norm weights and biases are tiny and always fp32, whatever the matrices are.
+  const auto vector = [&](const cd_tensor_ref& ref) -> const float* {
+    if (ref.size_bytes == 0) return nullptr;
+    return static_cast<const float*>(weights.resolve(ref, CD_DTYPE_F32, pool));
+  };
+  embed_tokens = matrix(spec.embed_tokens);
+  lm_head = matrix(spec.lm_head);
+  final_norm = vector(spec.final_norm);
+  layers.reserve(size_t(dims.num_layers));
+  for (int32_t i = 0; i < dims.num_layers; ++i) {
+    const cd_layer_spec& layer = spec.layers[i];
+    layers.push_back(Layer{vector(layer.input_norm), matrix(layer.q_proj), matrix(layer.k_proj),
+                           matrix(layer.v_proj), vector(layer.q_bias), vector(layer.k_bias),
+                           vector(layer.v_bias), matrix(layer.o_proj),
+                           vector(layer.post_attn_norm), matrix(layer.gate_proj),
+                           matrix(layer.up_proj), matrix(layer.down_proj)});
+  }
+  weights.release_unborrowed_files();
+  workspace.scores.resize(size_t(options.num_threads));
+  workspace.sample_ids.resize(size_t(options.num_threads));
+  workspace.sample_probs.resize(size_t(options.num_threads));
+}
+
+}  // namespace conduit

@@ -1,0 +1,118 @@
+// A loaded model: resolved weights, the paged KV cache, the kernel table, the thread pool and
+// the scratch buffers a forward pass reuses.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "conduit.h"
+#include "kernels.h"
+#include "thread_pool.h"
+#include "weights.h"
+
+namespace conduit {
+
+struct Dimensions {
+  int32_t num_layers;
+  int32_t hidden_size;
+  int32_t intermediate_size;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t vocab_size;
+  double rms_norm_eps;
+  int32_t sliding_window_tokens;  // 0 = unlimited
+
+  int32_t q_size() const { return num_heads * head_dim; }
+  int32_t kv_size() const { return num_kv_heads * head_dim; }
+};
+
+// A [rows, cols] row-major matrix in weight dtype; dimensions come from Dimensions.
+struct Matrix {
+  const void* data;
+  cd_dtype dtype;
+};
+
+struct Layer {
+  const float* input_norm;
+  Matrix q_proj, k_proj, v_proj;
+  const float* q_bias;  // nullptr when the architecture has none
+  const float* k_bias;
+  const float* v_bias;
+  Matrix o_proj;
+  const float* post_attn_norm;
+  Matrix gate_proj, up_proj, down_proj;
+};
+
+// K and V of every layer in one allocation, laid out
+// [layer][K, V][block][kv_head][slot in block][head_dim], so one head's keys of a block are
+// contiguous for attention.
+class KvCache {
+ public:
+  KvCache(const Dimensions& dims, cd_dtype dtype, int32_t num_blocks, int32_t block_size_tokens);
+
+  cd_dtype dtype() const { return dtype_; }
+  int32_t block_size_tokens() const { return block_size_tokens_; }
+  uint64_t bytes_per_block() const { return bytes_per_block_; }
+
+  // The head_dim elements of one head at one slot (block * block_size + offset).
+  void* at(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head) const {
+    const size_t block = size_t(slot / block_size_tokens_);
+    const size_t offset = size_t(slot % block_size_tokens_);
+    const size_t row = (((size_t(layer) * 2 + size_t(kv)) * num_blocks_ + block) * num_kv_heads_ +
+                        size_t(kv_head)) * block_size_tokens_ + offset;
+    return static_cast<uint8_t*>(data_.get()) + row * row_bytes_;
+  }
+
+ private:
+  cd_dtype dtype_;
+  size_t num_blocks_;
+  size_t num_kv_heads_;
+  int32_t block_size_tokens_;
+  size_t row_bytes_;
+  uint64_t bytes_per_block_;
+  AlignedBuffer data_;
+};
+
+// Per-forward scratch, grown to the largest batch seen and then reused.
+struct Workspace {
+  std::vector<float> hidden;        // [tokens, hidden] the residual stream
+  std::vector<float> normed;        // [tokens, hidden]
+  std::vector<float> q, k, v;       // [tokens, q_size | kv_size]
+  std::vector<float> attention;     // [tokens, q_size]
+  std::vector<float> projected;     // [tokens, hidden]
+  std::vector<float> gate, up;      // [tokens, intermediate]
+  std::vector<float> rope_cos, rope_sin;  // [tokens, head_dim / 2]
+  std::vector<int32_t> token_seqs;  // [tokens] the sequence owning each token
+  std::vector<int32_t> output_seqs; // sequences needing logits, batch order
+  std::vector<float> output_hidden; // [outputs, hidden]
+  std::vector<float> output_logits; // [outputs, vocab]
+  std::vector<std::vector<float>> scores;  // [threads][context] attention scores
+  std::vector<std::vector<int32_t>> sample_ids;  // [threads][vocab]
+  std::vector<std::vector<double>> sample_probs; // [threads][vocab]
+};
+
+struct Model {
+  Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels);
+
+  void forward(const cd_batch& batch, cd_forward_output& output);
+
+  Dimensions dims;
+  std::vector<double> rope_inv_freq;
+  const KernelTable& kernels;
+  ThreadPool pool;
+  WeightStore weights;
+  Matrix embed_tokens;
+  Matrix lm_head;
+  const float* final_norm;
+  std::vector<Layer> layers;
+  KvCache kv_cache;
+  Workspace workspace;
+};
+
+}  // namespace conduit
+
+struct cd_model {
+  std::unique_ptr<conduit::Model> model;
+};

@@ -1,0 +1,114 @@
+#include "weights.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "dtype.h"
+#include "error.h"
+
+namespace conduit {
+
+namespace {
+
+constexpr size_t kConversionChunkElements = size_t(1) << 16;
+
+size_t page_size() { return size_t(sysconf(_SC_PAGESIZE)); }
+
+// Drops the pages lying wholly inside [begin, begin + size_bytes) of a read-only file mapping;
+// they would be read back from the file only if touched again, and they never are.
+void release_pages(const uint8_t* begin, size_t size_bytes) {
+  const uintptr_t page = page_size();
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size_bytes) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+}  // namespace
+
+void FreeDeleter::operator()(void* pointer) const { std::free(pointer); }
+
+AlignedBuffer allocate_aligned(size_t size_bytes) {
+  const size_t rounded = (size_bytes + 63) / 64 * 64;
+  void* pointer = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (pointer == nullptr) {
+    throw Error(CD_ERR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(size_bytes) + " bytes");
+  }
+  return AlignedBuffer(pointer);
+}
+
+WeightStore::WeightStore(const char* const* file_paths, int32_t num_files) {
+  files_.resize(size_t(num_files));
+  for (int32_t i = 0; i < num_files; ++i) {
+    MappedFile& file = files_[size_t(i)];
+    file.path = file_paths[i];
+    const int fd = open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(CD_ERR_IO, file.path + ": cannot open: " + std::strerror(errno));
+    struct stat status;
+    if (fstat(fd, &status) != 0) {
+      const int saved = errno;
+      close(fd);
+      throw Error(CD_ERR_IO, file.path + ": cannot stat: " + std::strerror(saved));
+    }
+    file.size_bytes = size_t(status.st_size);
+    void* base = mmap(nullptr, file.size_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int saved = errno;
+    close(fd);
+    if (base == MAP_FAILED) throw Error(CD_ERR_IO, file.path + ": cannot map: " + std::strerror(saved));
+    file.base = base;
+  }
+}
+
+WeightStore::~WeightStore() {
+  for (MappedFile& file : files_) unmap(file);
+}
+
+void WeightStore::unmap(MappedFile& file) {
+  if (file.base != nullptr) munmap(file.base, file.size_bytes);
+  file.base = nullptr;
+}
+
+const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, ThreadPool& pool) {
+  const auto key = std::make_tuple(ref.file_index, ref.offset_bytes, dtype);
+  const auto found = resolved_.find(key);
+  if (found != resolved_.end()) return found->second;
+
+  MappedFile& file = files_[size_t(ref.file_index)];
+  const uint8_t* source = static_cast<const uint8_t*>(file.base) + ref.offset_bytes;
+  const void* result;
+  if (ref.dtype == dtype) {
+    ++file.num_borrowed_tensors;
+    result = source;
+  } else {
+    const size_t num_elements = ref.size_bytes / dtype_bytes(ref.dtype);
+    AlignedBuffer buffer = allocate_aligned(num_elements * dtype_bytes(dtype));
+    uint8_t* target = static_cast<uint8_t*>(buffer.get());
+    const int32_t num_chunks =
+        int32_t((num_elements + kConversionChunkElements - 1) / kConversionChunkElements);
+    pool.parallel_for(num_chunks, [&](int32_t, int32_t chunk_begin, int32_t chunk_end) {
+      const size_t first = size_t(chunk_begin) * kConversionChunkElements;
+      const size_t last = std::min(num_elements, size_t(chunk_end) * kConversionChunkElements);
+      convert_elements(source + first * dtype_bytes(ref.dtype), ref.dtype,
+                       target + first * dtype_bytes(dtype), dtype, last - first);
+    });
+    release_pages(source, ref.size_bytes);
+    result = target;
+    converted_.push_back(std::move(buffer));
+  }
+  resolved_.emplace(key, result);
+  return result;
+}
+
+void WeightStore::release_unborrowed_files() {
+  for (MappedFile& file : files_) {
+    if (file.num_borrowed_tensors == 0) unmap(file);
+  }
+}
+
+}  // namespace conduit

@@ -1,0 +1,55 @@
+// Checkpoint files mapped into memory, and the converted copies that replace them. A tensor used
+// in its stored dtype is read straight from the mapping; one that needs another dtype is
+// converted into an owned buffer and its source pages are released, so never both stay resident.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "conduit.h"
+#include "thread_pool.h"
+
+namespace conduit {
+
+struct FreeDeleter {
+  void operator()(void* pointer) const;
+};
+using AlignedBuffer = std::unique_ptr<void, FreeDeleter>;
+
+// 64-byte aligned, uninitialized; throws Error(CD_ERR_OUT_OF_MEMORY) on failure.
+AlignedBuffer allocate_aligned(size_t size_bytes);
+
+class WeightStore {
+ public:
+  WeightStore(const char* const* file_paths, int32_t num_files);
+  ~WeightStore();
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
+
+  // The tensor's elements as dtype. Resolving the same bytes twice (tied embeddings) returns the
+  // same pointer.
+  const void* resolve(const cd_tensor_ref& ref, cd_dtype dtype, ThreadPool& pool);
+
+  // Unmaps the files no resolved tensor reads from any more.
+  void release_unborrowed_files();
+
+ private:
+  struct MappedFile {
+    std::string path;
+    void* base = nullptr;
+    size_t size_bytes = 0;
+    int32_t num_borrowed_tensors = 0;
+  };
+
+  void unmap(MappedFile& file);
+
+  std::vector<MappedFile> files_;
+  std::vector<AlignedBuffer> converted_;
+  std::map<std::tuple<int32_t, uint64_t, cd_dtype>, const void*> resolved_;
+};
+
+}  // namespace conduit
