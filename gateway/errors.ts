@@ -1,0 +1,96 @@
+// The one error catalogue: every error the gateway reports, or relays from an engine worker,
+// has a stable code here with its HTTP status, OpenAI error type and gRPC status. Each wire
+// form (OpenAI JSON envelope, SSE error event, KServe body, gRPC status) is rendered from it.
+
+/** gRPC status codes (grpc/status.h), so this module needs no grpc import. */
+const GRPC = {
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  NOT_FOUND: 5,
+  RESOURCE_EXHAUSTED: 8,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+} as const;
+
+interface CatalogueEntry {
+  httpStatus: number;
+  /** OpenAI's `error.type`. */
+  type: 'invalid_request_error' | 'not_found_error' | 'server_error' | 'service_unavailable_error';
+  grpcStatus: number;
+}
+
+const catalogue = {
+  /** A parameter has the wrong type or value; `param` names it. */
+  invalid_request: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
+  invalid_json: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
+  invalid_utf8: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
+  unsupported_media_type: { httpStatus: 415, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
+  body_too_large: { httpStatus: 413, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** A parameter OpenAI defines that Conduit does not implement yet. */
+  unsupported_parameter: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
+  context_length_exceeded: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
+  /** The prompt can never fit in the worker's KV cache, however idle it is. */
+  kv_cache_too_small: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  chat_template_missing: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
+  chat_template_error: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
+  model_not_found: { httpStatus: 404, type: 'invalid_request_error', grpcStatus: GRPC.NOT_FOUND },
+  route_not_found: { httpStatus: 404, type: 'not_found_error', grpcStatus: GRPC.NOT_FOUND },
+  /** The worker ended the request on its own (shutdown, preempted for good). */
+  request_aborted: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.CANCELLED },
+  engine_unavailable: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
+  internal_error: { httpStatus: 500, type: 'server_error', grpcStatus: GRPC.INTERNAL },
+} satisfies Record<string, CatalogueEntry>;
+
+export type ErrorCode = keyof typeof catalogue;
+
+export function isErrorCode(code: string): code is ErrorCode {
+  return Object.hasOwn(catalogue, code);
+}
+
+export class ApiError extends Error {
+  override name = 'ApiError';
+  readonly code: ErrorCode;
+  /** The request field at fault, in OpenAI's dotted form (`messages[0].role`), or null. */
+  readonly param: string | null;
+
+  constructor(code: ErrorCode, message: string, param: string | null = null) {
+    super(message);
+    this.code = code;
+    this.param = param;
+  }
+
+  get httpStatus(): number {
+    return catalogue[this.code].httpStatus;
+  }
+
+  get grpcStatus(): number {
+    return catalogue[this.code].grpcStatus;
+  }
+}
+
+/** An error a worker put in RequestOutput.error; codes outside the catalogue become internal errors. */
+export function fromEngineError(error: { code: string; message: string }): ApiError {
+  return new ApiError(isErrorCode(error.code) ? error.code : 'internal_error', error.message);
+}
+
+export interface OpenAIErrorBody {
+  error: { message: string; type: string; param: string | null; code: string };
+}
+
+export function toOpenAIBody(error: ApiError): OpenAIErrorBody {
+  return {
+    error: { message: error.message, type: catalogue[error.code].type, param: error.param, code: error.code },
+  };
+}
+
+/** OpenAI-style servers end a failed stream with one error event, then the usual [DONE]. */
+export function toSseEvent(error: ApiError): string {
+  return `data: ${JSON.stringify(toOpenAIBody(error))}\n\n`;
+}
+
+/** KServe v2 REST error body. */
+export function toKServeBody(error: ApiError): { error: string } {
+  return { error: error.message };
+}

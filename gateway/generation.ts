@@ -1,0 +1,114 @@
+// One generation request against one worker, format-neutral: token ids go out, safe text
+// deltas and one finish (or one error) come back. The OpenAI renderers (and later WebSocket
+// and KServe) only format what this reports.
+import { randomUUID } from 'node:crypto';
+import type { RequestOutput, SamplingParams } from '../engine/types.ts';
+import { pickLeastLoaded } from '../router/least-loaded.ts';
+import { ApiError, fromEngineError } from './errors.ts';
+import type { GatewayMetrics } from './metrics.ts';
+import type { LoadedModel } from './served-model.ts';
+import { IncrementalDetokenizer } from './tokenizer/incremental-detokenizer.ts';
+import { StopMatcher } from './tokenizer/stop-matcher.ts';
+
+export interface GenerationRequest {
+  model: LoadedModel;
+  promptTokenIds: number[];
+  sampling: SamplingParams;
+  stopStrings: readonly string[];
+  /** performance.now() when the request arrived, for latency metrics. */
+  arrivalMs: number;
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+export interface GenerationFinish {
+  finishReason: 'stop' | 'length';
+  usage: Usage;
+}
+
+export interface GenerationHandlers {
+  /** Text that is final: complete characters, no part of a stop string. Never empty. */
+  onText(text: string): void;
+  onFinish(finish: GenerationFinish): void;
+  onError(error: ApiError): void;
+}
+
+export interface Generation {
+  /** The client is gone: the worker drops the request and frees its blocks now. */
+  abort(): void;
+}
+
+export function startGeneration(request: GenerationRequest, handlers: GenerationHandlers, metrics: GatewayMetrics): Generation {
+  const { model, promptTokenIds } = request;
+  const worker = pickLeastLoaded(model.workers);
+  const requestId = randomUUID();
+  const detokenizer = new IncrementalDetokenizer((tokenIds) => model.tokenizer.decode(tokenIds, { skipSpecialTokens: true }));
+  const stopMatcher = new StopMatcher(request.stopStrings);
+  let numOutputTokens = 0;
+  let isFinished = false;
+
+  const emit = (text: string) => {
+    if (text !== '') handlers.onText(text);
+  };
+  const finish = (finishReason: 'stop' | 'length') => {
+    isFinished = true;
+    metrics.observeFinished(model.name, (performance.now() - request.arrivalMs) / 1000, promptTokenIds.length, numOutputTokens);
+    handlers.onFinish({
+      finishReason,
+      usage: {
+        prompt_tokens: promptTokenIds.length,
+        completion_tokens: numOutputTokens,
+        total_tokens: promptTokenIds.length + numOutputTokens,
+      },
+    });
+  };
+  const fail = (error: ApiError) => {
+    isFinished = true;
+    handlers.onError(error);
+  };
+
+  const onOutput = (output: RequestOutput) => {
+    if (isFinished) return;
+    if (output.error !== undefined || output.finishReason === 'error') {
+      fail(fromEngineError(output.error ?? { code: 'internal_error', message: 'The worker failed the request.' }));
+      return;
+    }
+    if (output.finishReason === 'abort') {
+      fail(new ApiError('request_aborted', 'The worker ended the request before it finished.'));
+      return;
+    }
+    if (numOutputTokens === 0 && output.newTokenIds.length > 0) {
+      metrics.observeFirstToken(model.name, (performance.now() - request.arrivalMs) / 1000);
+    }
+    numOutputTokens += output.newTokenIds.length;
+    let match = stopMatcher.push(detokenizer.push(output.newTokenIds));
+    if (match.stop === null && output.finishReason !== null) match = stopMatcher.push(detokenizer.flush());
+    emit(match.text);
+    if (match.stop !== null) {
+      // The worker would go on to max_tokens; the stop string ended the request here.
+      if (output.finishReason === null) worker.abort(requestId);
+      finish('stop');
+    } else if (output.finishReason !== null) {
+      emit(stopMatcher.flush());
+      finish(output.finishReason);
+    }
+  };
+
+  try {
+    worker.generate({ requestId, promptTokenIds, sampling: request.sampling }, onOutput);
+  } catch (err) {
+    fail(new ApiError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
+  }
+
+  return {
+    abort() {
+      if (isFinished) return;
+      isFinished = true;
+      worker.abort(requestId);
+    },
+  };
+}

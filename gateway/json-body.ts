@@ -1,0 +1,24 @@
+// The JSON body parser: bytes must be valid UTF-8 (fastify's default would silently turn bad
+// bytes into U+FFFD) and valid JSON; each failure is a catalogue error.
+import type { FastifyInstance } from 'fastify';
+import { ApiError } from './errors.ts';
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+export function installJsonBodyParser(app: FastifyInstance) {
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+    let text: string;
+    try {
+      text = strictUtf8.decode(body as Buffer);
+    } catch {
+      done(new ApiError('invalid_utf8', 'The request body is not valid UTF-8.'), undefined);
+      return;
+    }
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      done(new ApiError('invalid_json', `The request body is not valid JSON: ${(err as Error).message}`), undefined);
+    }
+  });
+}

@@ -1,0 +1,94 @@
+// POST /v1/chat/completions.
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { ApiError } from '../errors.ts';
+import type { GatewayMetrics } from '../metrics.ts';
+import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import type { ChatMessage } from '../tokenizer/chat-template.ts';
+import { checkTokenIds, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
+import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
+import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
+
+function textOf(content: ChatMessageInput['content']): string {
+  if (content === null || content === undefined) return '';
+  if (typeof content === 'string') return content;
+  return content.map((part) => part.text).join('');
+}
+
+/** The prompt's token ids: the chat template rendered, then encoded with its special tokens as written. */
+export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMessageInput[], addGenerationPrompt: boolean): number[] {
+  if (model.chatTemplate === null) {
+    throw new ApiError(
+      'chat_template_missing',
+      `The model \`${model.name}\` has no chat template; use /v1/completions with a plain prompt.`,
+      'messages',
+    );
+  }
+  const chatMessages: ChatMessage[] = messages.map((message) => ({ role: message.role, content: textOf(message.content) }));
+  let prompt: string;
+  try {
+    prompt = model.chatTemplate.render(chatMessages, { addGenerationPrompt });
+  } catch (err) {
+    throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, 'messages');
+  }
+  const tokenIds = model.tokenizer.encode(prompt, { addSpecialTokens: false });
+  checkTokenIds(model, tokenIds, 'messages');
+  return tokenIds;
+}
+
+function rejectUnsupportedChat(request: ChatRequest) {
+  rejectUnsupported(request);
+  if (request.logprobs === true) {
+    throw new ApiError('unsupported_parameter', 'logprobs is not supported yet.', 'logprobs');
+  }
+  if (request.tools && request.tools.length > 0) {
+    throw new ApiError('unsupported_parameter', 'tools are not supported yet.', 'tools');
+  }
+  if (request.response_format && request.response_format.type !== 'text') {
+    throw new ApiError('unsupported_parameter', 'Only response_format {"type": "text"} is supported.', 'response_format');
+  }
+}
+
+function chatRenderer(modelName: string): ResponseRenderer {
+  const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
+  const created = unixSeconds();
+  const chunk = (choices: object[]) => ({ id, object: 'chat.completion.chunk', created, model: modelName, choices });
+  return {
+    openingChunks: () => [chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }])],
+    textChunk: (text) => chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]),
+    finishChunk: (finishReason) => chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: finishReason }]),
+    usageChunk: (usage) => ({ ...chunk([]), usage }),
+    response: (text, finish) => ({
+      id,
+      object: 'chat.completion',
+      created,
+      model: modelName,
+      choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finish.finishReason }],
+      usage: finish.usage,
+    }),
+  };
+}
+
+export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics) {
+  app.post('/v1/chat/completions', async (httpRequest, reply) => {
+    const arrivalMs = performance.now();
+    const request = parseRequest(chatRequestSchema, httpRequest.body);
+    const model = registry.get(request.model);
+    rejectUnsupportedChat(request);
+    const promptTokenIds = chatPromptTokenIds(model, request.messages, true);
+    const maxTokens = resolveMaxTokens(
+      model,
+      promptTokenIds.length,
+      request.max_completion_tokens ?? request.max_tokens,
+      'messages',
+      null,
+    );
+    return respond(
+      reply,
+      { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs },
+      chatRenderer(model.name),
+      { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
+      metrics,
+    );
+  });
+}

@@ -1,0 +1,20 @@
+// The OpenAI-compatible surface as one fastify plugin.
+import type { FastifyPluginAsync } from 'fastify';
+import type { GatewayMetrics } from '../metrics.ts';
+import type { ModelRegistry } from '../served-model.ts';
+import { registerChatRoute } from './chat.ts';
+import { registerCompletionsRoute } from './completions.ts';
+import { registerModelsRoute } from './models.ts';
+import { registerTokenizeRoutes } from './tokenize.ts';
+
+export interface OpenAIPluginOptions {
+  registry: ModelRegistry;
+  metrics: GatewayMetrics;
+}
+
+export const openaiPlugin: FastifyPluginAsync<OpenAIPluginOptions> = async (app, { registry, metrics }) => {
+  registerChatRoute(app, registry, metrics);
+  registerCompletionsRoute(app, registry, metrics);
+  registerModelsRoute(app, registry);
+  registerTokenizeRoutes(app, registry);
+};

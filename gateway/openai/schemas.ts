@@ -1,0 +1,112 @@
+// Wire types of the OpenAI surface, validated with zod. Unknown fields are dropped, as OpenAI
+// does; known fields with the wrong type or range name themselves in a 400.
+import { z } from 'zod';
+import { ApiError } from '../errors.ts';
+
+const MAX_STOP_STRINGS = 4;
+
+const stop = z.union([z.string(), z.array(z.string()).max(MAX_STOP_STRINGS)], {
+  error: `expected a string or an array of at most ${MAX_STOP_STRINGS} strings`,
+});
+
+/** Fields shared by chat and text completions; nullish because clients send explicit nulls. */
+const generationFields = {
+  model: z.string(),
+  max_tokens: z.number().int().min(1).nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  /** Extension: -1 or 0 disables. */
+  top_k: z.number().int().min(-1).nullish(),
+  seed: z.number().int().nullish(),
+  stop: stop.nullish(),
+  /** Extension. */
+  stop_token_ids: z.array(z.number().int().min(0)).nullish(),
+  /** Extension. */
+  ignore_eos: z.boolean().nullish(),
+  n: z.number().int().min(1).nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  user: z.string().nullish(),
+  presence_penalty: z.number().nullish(),
+  frequency_penalty: z.number().nullish(),
+  logit_bias: z.record(z.string(), z.number()).nullish(),
+};
+
+const contentPart = z.object({
+  type: z.literal('text', { error: 'only text content parts are supported' }),
+  text: z.string(),
+});
+
+const message = z.object({
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
+  content: z.union([z.string(), z.array(contentPart)], { error: 'expected a string or an array of text parts' }).nullish(),
+  name: z.string().nullish(),
+});
+
+export const chatRequestSchema = z.object({
+  ...generationFields,
+  messages: z.array(message).min(1),
+  max_completion_tokens: z.number().int().min(1).nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().min(0).nullish(),
+  tools: z.array(z.unknown()).nullish(),
+  response_format: z.object({ type: z.string() }).nullish(),
+});
+
+export const completionRequestSchema = z.object({
+  ...generationFields,
+  prompt: z.union([z.string(), z.array(z.number().int().min(0)), z.array(z.string())], {
+    error: 'expected a string, an array of token ids, or an array with one string',
+  }),
+  echo: z.boolean().nullish(),
+  logprobs: z.number().int().nullish(),
+  suffix: z.string().nullish(),
+  best_of: z.number().int().nullish(),
+});
+
+export const tokenizeRequestSchema = z.union(
+  [
+    z.object({
+      model: z.string(),
+      prompt: z.string(),
+      add_special_tokens: z.boolean().default(true),
+    }),
+    z.object({
+      model: z.string(),
+      messages: z.array(message).min(1),
+      add_generation_prompt: z.boolean().default(true),
+    }),
+  ],
+  { error: 'expected {model, prompt} or {model, messages}' },
+);
+
+export const detokenizeRequestSchema = z.object({
+  model: z.string(),
+  tokens: z.array(z.number().int().min(0)),
+});
+
+export type ChatRequest = z.infer<typeof chatRequestSchema>;
+export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+export type ChatMessageInput = z.infer<typeof message>;
+
+/** OpenAI writes paths as `messages[0].content`. */
+function formatParam(path: readonly PropertyKey[]): string {
+  let param = '';
+  for (const key of path) param += typeof key === 'number' ? `[${key}]` : param === '' ? String(key) : `.${String(key)}`;
+  return param;
+}
+
+export function parseRequest<T>(schema: z.ZodType<T>, body: unknown): T {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new ApiError('invalid_request', 'The request body must be a JSON object.');
+  }
+  const result = schema.safeParse(body, { reportInput: true });
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  const param = formatParam(issue.path);
+  if (issue.code === 'invalid_type' && issue.input === undefined) {
+    throw new ApiError('invalid_request', `Missing required parameter: '${param}'.`, param);
+  }
+  const where = param === '' ? 'the request' : `'${param}'`;
+  throw new ApiError('invalid_request', `Invalid value for ${where}: ${issue.message}.`, param === '' ? null : param);
+}

@@ -1,0 +1,51 @@
+// The models this gateway serves: what the caller hands in, plus the tokenizer and chat
+// template loaded from each checkpoint directory.
+import type { EngineClient } from '../engine/types.ts';
+import type { RoutedWorker } from '../router/least-loaded.ts';
+import { ApiError } from './errors.ts';
+import { loadChatTemplate, type ChatTemplate } from './tokenizer/chat-template.ts';
+import { loadTokenizer } from './tokenizer/load.ts';
+import type { Tokenizer } from './tokenizer/tokenizer.ts';
+
+/** A worker counts its own requests in flight (from generate until its last output or abort). */
+export type ServedWorker = EngineClient & RoutedWorker;
+
+export interface ServedModel {
+  /** What clients put in `model`. */
+  name: string;
+  /** The checkpoint directory; its tokenizer files are read from here. */
+  modelDir: string;
+  /** Longest prompt + output in tokens. */
+  maxModelLen: number;
+  workers: ServedWorker[];
+}
+
+export interface LoadedModel extends ServedModel {
+  tokenizer: Tokenizer;
+  /** Null when the checkpoint has none; chat requests are then refused. */
+  chatTemplate: ChatTemplate | null;
+  /** Unix seconds, for /v1/models. */
+  createdAtSec: number;
+}
+
+export class ModelRegistry {
+  readonly models: readonly LoadedModel[];
+  private readonly modelsByName: Map<string, LoadedModel>;
+
+  constructor(models: readonly ServedModel[]) {
+    const createdAtSec = Math.floor(Date.now() / 1000);
+    this.models = models.map((model) => {
+      const { tokenizer, config } = loadTokenizer(model.modelDir);
+      return { ...model, tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec };
+    });
+    this.modelsByName = new Map(this.models.map((model) => [model.name, model]));
+  }
+
+  get(name: string): LoadedModel {
+    const model = this.modelsByName.get(name);
+    if (model === undefined) {
+      throw new ApiError('model_not_found', `The model \`${name}\` does not exist.`, 'model');
+    }
+    return model;
+  }
+}

@@ -1,0 +1,59 @@
+// The HTTP gateway: one fastify instance with one plugin per API surface, every error rendered
+// from the catalogue. Metrics are served by a separate instance (createMetricsServer).
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import { ApiError, toOpenAIBody } from './errors.ts';
+import { healthPlugin } from './health.ts';
+import { installJsonBodyParser } from './json-body.ts';
+import { GatewayMetrics } from './metrics.ts';
+import { openaiPlugin } from './openai/index.ts';
+import { ModelRegistry, type ServedModel } from './served-model.ts';
+
+export { createMetricsServer, GatewayMetrics } from './metrics.ts';
+export type { ServedModel, ServedWorker } from './served-model.ts';
+
+export interface GatewayOptions {
+  models: ServedModel[];
+  bodyLimitBytes: number;
+  logger?: boolean;
+  /** Shared with createMetricsServer; a private set when omitted. */
+  metrics?: GatewayMetrics;
+}
+
+/** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
+function toApiError(error: FastifyError, bodyLimitBytes: number): ApiError {
+  if (error instanceof ApiError) return error;
+  switch (error.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new ApiError('body_too_large', `The request body is larger than the ${bodyLimitBytes}-byte limit.`);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new ApiError('unsupported_media_type', 'The request body must be application/json.');
+  }
+  const statusCode = error.statusCode ?? 500;
+  if (statusCode >= 400 && statusCode < 500) return new ApiError('invalid_request', error.message);
+  return new ApiError('internal_error', 'The server failed to handle the request.');
+}
+
+export async function createGateway(options: GatewayOptions): Promise<FastifyInstance> {
+  const registry = new ModelRegistry(options.models);
+  const metrics = options.metrics ?? new GatewayMetrics(options.models);
+  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimitBytes });
+  installJsonBodyParser(app);
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const apiError = toApiError(error, options.bodyLimitBytes);
+    if (apiError.httpStatus >= 500) request.log.error({ err: error }, 'request failed');
+    return reply.code(apiError.httpStatus).send(toOpenAIBody(apiError));
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const error = new ApiError('route_not_found', `No route for ${request.method} ${request.url}.`);
+    return reply.code(error.httpStatus).send(toOpenAIBody(error));
+  });
+  // On the raw response, so streamed (hijacked) replies and dropped clients count too.
+  app.addHook('onRequest', async (request, reply) => {
+    reply.raw.once('close', () => metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.raw.statusCode));
+  });
+
+  await app.register(openaiPlugin, { registry, metrics });
+  await app.register(healthPlugin, { models: options.models });
+  return app;
+}

@@ -1,0 +1,57 @@
+// Turns a growing list of token ids into text deltas without ever splitting a character. With a
+// byte-level vocabulary one character may span tokens, and a decode that ends mid-character
+// ends in U+FFFD; those trailing replacement characters are held back until the bytes that
+// complete them arrive (or the request ends). Decoding a short window of recent tokens, not the
+// whole output, keeps each step cheap; the window starts a few tokens back so tokenizers whose
+// decoding depends on the previous token (SentencePiece's leading space) stay exact.
+
+const REPLACEMENT_CHAR = '\uFFFD';
+/** Tokens of already-emitted context kept at the window's start. */
+const NUM_CONTEXT_TOKENS = 4;
+
+export type DecodeFn = (tokenIds: readonly number[]) => string;
+
+export class IncrementalDetokenizer {
+  private readonly decode: DecodeFn;
+  private readonly tokenIds: number[] = [];
+  /** Where the decode window starts in tokenIds. */
+  private windowStart = 0;
+  /** How much of the window's decoded text has been emitted. */
+  private numEmittedChars = 0;
+
+  constructor(decode: DecodeFn) {
+    this.decode = decode;
+  }
+
+  /** Appends tokens; returns the newly complete text (possibly ''). */
+  push(newTokenIds: readonly number[]): string {
+    for (const id of newTokenIds) this.tokenIds.push(id);
+    const text = this.decode(this.windowTokenIds());
+    let stableLength = text.length;
+    while (stableLength > this.numEmittedChars && text[stableLength - 1] === REPLACEMENT_CHAR) stableLength--;
+    const delta = stableLength > this.numEmittedChars ? text.slice(this.numEmittedChars, stableLength) : '';
+    this.numEmittedChars = Math.max(this.numEmittedChars, stableLength);
+    if (stableLength === text.length) this.slideWindow();
+    return delta;
+  }
+
+  /** The request is over: whatever is held back is final, replacement characters included. */
+  flush(): string {
+    const text = this.decode(this.windowTokenIds());
+    const delta = text.slice(this.numEmittedChars);
+    this.numEmittedChars = text.length;
+    return delta;
+  }
+
+  private windowTokenIds(): number[] {
+    return this.tokenIds.slice(this.windowStart);
+  }
+
+  /** Everything in the window is emitted and complete: restart it near the end. */
+  private slideWindow() {
+    const newStart = this.tokenIds.length - NUM_CONTEXT_TOKENS;
+    if (newStart <= this.windowStart) return;
+    this.windowStart = newStart;
+    this.numEmittedChars = this.decode(this.windowTokenIds()).length;
+  }
+}

@@ -1,0 +1,19 @@
+// What the gateway needs from any tokenizer, whichever library backs it.
+
+export interface Tokenizer {
+  /** Ids run from 0 to vocabSize - 1, special tokens included. */
+  readonly vocabSize: number;
+  readonly bosTokenId: number | null;
+  readonly eosTokenIds: readonly number[];
+  readonly specialTokenIds: ReadonlySet<number>;
+  /**
+   * Special tokens written in the text (e.g. a rendered chat template's `<|im_start|>`) encode
+   * as themselves. addSpecialTokens adds what the checkpoint adds around a bare prompt (BOS).
+   */
+  encode(text: string, options: { addSpecialTokens: boolean }): number[];
+  /**
+   * An incomplete UTF-8 character at the end decodes to U+FFFD; the incremental detokenizer
+   * relies on that to hold such bytes back. Ids outside the vocabulary decode to nothing.
+   */
+  decode(tokenIds: readonly number[], options: { skipSpecialTokens: boolean }): string;
+}
