@@ -1,0 +1,120 @@
+// Shared by the native runtime's tests: random checkpoints in temporary directories, and
+// ForwardBatch building from per-sequence pieces.
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { DEFAULT_OPTIONS, writeRandomCheckpoint, type CheckpointOptions } from '../../tools/make-checkpoint.ts';
+import type { ForwardBatch, KernelPath, LoadOptions, NativeModel } from '../api.ts';
+import { SEQ_RETURN_LOGITS, SEQ_SAMPLE } from '../api.ts';
+import { loadModel } from '../index.ts';
+
+export type ShapeOptions = Omit<CheckpointOptions, 'outDir' | keyof typeof DEFAULT_OPTIONS> & Partial<CheckpointOptions>;
+
+export const KERNELS: readonly Exclude<KernelPath, 'auto'>[] = ['avx512', 'avx2', 'scalar'];
+
+/** A fresh seed per run; tests print it when they fail. */
+export function freshSeed(): number {
+  return Math.floor(Math.random() * 2 ** 31);
+}
+
+export function makeTempDir(prefix: string): { dir: string; [Symbol.dispose](): void } {
+  const dir = mkdtempSync(path.join(os.tmpdir(), `conduit-native-${prefix}-`));
+  return { dir, [Symbol.dispose]: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Writes a random checkpoint under parentDir/name and returns its directory. */
+export function writeCheckpoint(parentDir: string, name: string, shape: ShapeOptions): string {
+  const outDir = path.join(parentDir, name);
+  writeRandomCheckpoint({ ...DEFAULT_OPTIONS, ...shape, outDir });
+  return outDir;
+}
+
+export function loadOptions(modelDir: string, overrides: Partial<LoadOptions> = {}): LoadOptions {
+  return {
+    modelDir,
+    dtype: 'auto',
+    kvCacheDtype: 'auto',
+    numKvBlocks: 64,
+    blockSizeTokens: 16,
+    numThreads: 2,
+    kernel: 'auto',
+    ...overrides,
+  };
+}
+
+export async function withModel<T>(options: LoadOptions, fn: (model: NativeModel) => Promise<T>): Promise<T> {
+  const model = await loadModel(options);
+  try {
+    return await fn(model);
+  } finally {
+    model.close();
+  }
+}
+
+/** One sequence's share of a step: its next tokens from startPosition on, and its block table. */
+export interface SeqChunk {
+  tokenIds: readonly number[];
+  startPosition: number;
+  blockIds: readonly number[];
+  flags?: number;
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  seed?: bigint;
+  outputIndex?: number;
+}
+
+export function buildBatch(chunks: readonly SeqChunk[]): ForwardBatch {
+  const numSeqs = chunks.length;
+  const numTokens = chunks.reduce((sum, c) => sum + c.tokenIds.length, 0);
+  const maxBlocksPerSeq = Math.max(1, ...chunks.map((c) => c.blockIds.length));
+  const batch: ForwardBatch = {
+    numSeqs,
+    numTokens,
+    tokenIds: new Int32Array(numTokens),
+    positions: new Int32Array(numTokens),
+    queryStarts: new Int32Array(numSeqs + 1),
+    maxBlocksPerSeq,
+    blockTables: new Int32Array(numSeqs * maxBlocksPerSeq).fill(-1),
+    seqFlags: new Uint8Array(numSeqs),
+    temperatures: new Float32Array(numSeqs),
+    topPs: new Float32Array(numSeqs),
+    topKs: new Int32Array(numSeqs),
+    seeds: new BigUint64Array(numSeqs),
+    outputIndices: new Int32Array(numSeqs),
+  };
+  let t = 0;
+  chunks.forEach((chunk, seq) => {
+    batch.queryStarts[seq] = t;
+    chunk.tokenIds.forEach((tokenId, i) => {
+      batch.tokenIds[t] = tokenId;
+      batch.positions[t] = chunk.startPosition + i;
+      t++;
+    });
+    batch.blockTables.set(chunk.blockIds, seq * maxBlocksPerSeq);
+    batch.seqFlags[seq] = chunk.flags ?? SEQ_SAMPLE | SEQ_RETURN_LOGITS;
+    batch.temperatures[seq] = chunk.temperature ?? 0;
+    batch.topPs[seq] = chunk.topP ?? 1;
+    batch.topKs[seq] = chunk.topK ?? 0;
+    batch.seeds[seq] = chunk.seed ?? 0n;
+    batch.outputIndices[seq] = chunk.outputIndex ?? 0;
+  });
+  batch.queryStarts[numSeqs] = t;
+  return batch;
+}
+
+/** Deterministic pseudo-random token ids in [0, vocabSize). */
+export function randomTokens(count: number, vocabSize: number, seed: number): number[] {
+  let state = seed >>> 0 || 1;
+  return Array.from({ length: count }, () => {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return (state >>> 0) % vocabSize;
+  });
+}
+
+/** Block ids firstBlock, firstBlock + 1, ... enough to hold numPositions. */
+export function consecutiveBlocks(firstBlock: number, numPositions: number, blockSizeTokens: number): number[] {
+  return Array.from({ length: Math.ceil(numPositions / blockSizeTokens) }, (_, i) => firstBlock + i);
+}

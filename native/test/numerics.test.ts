@@ -1,0 +1,118 @@
+// Logits against the fp64 reference (test/reference/llama-reference.ts) on random tiny models
+// drawn fresh each run, for every kernel path and weight dtype. Error per position is
+// max|logit − ref| / max|ref|: at most 1e-5 for fp32 weights, 2e-2 for bf16 and fp16.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { loadReferenceModel, referenceLogits, relativeError } from '../../test/reference/llama-reference.ts';
+import type { DtypeSetting, NativeModel, WeightDtype } from '../api.ts';
+import { SEQ_RETURN_LOGITS } from '../api.ts';
+import {
+  KERNELS,
+  buildBatch,
+  consecutiveBlocks,
+  freshSeed,
+  loadOptions,
+  makeTempDir,
+  randomTokens,
+  withModel,
+  writeCheckpoint,
+  type ShapeOptions,
+} from './helpers.ts';
+
+const TOLERANCE: Readonly<Record<WeightDtype, number>> = { fp32: 1e-5, bf16: 2e-2, fp16: 2e-2 };
+const PROMPT_TOKENS = 13;
+/** The first chunk is prefilled at once; the rest is decoded token by token. */
+const FIRST_CHUNK_TOKENS = 7;
+
+// Feature widths are chosen so that K is not a multiple of 16 somewhere, exercising the tails.
+const SHAPES: Readonly<Record<string, ShapeOptions>> = {
+  'llama, grouped-query attention': {
+    arch: 'llama', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 88, vocabSize: 96,
+  },
+  'llama, tied embeddings, 5 heads, explicit head_dim, llama3 rope scaling': {
+    arch: 'llama', hiddenSize: 40, numLayers: 2, numHeads: 5, numKvHeads: 1, headDim: 12, intermediateSize: 72,
+    vocabSize: 80, tieWordEmbeddings: true, ropeTheta: 500000, ropeScalingLlama3: true,
+  },
+  'qwen2, q/k/v bias': {
+    arch: 'qwen2', hiddenSize: 48, numLayers: 2, numHeads: 6, numKvHeads: 2, intermediateSize: 100, vocabSize: 90,
+  },
+  'mistral, sliding window shorter than the prompt': {
+    arch: 'mistral', hiddenSize: 32, numLayers: 2, numHeads: 4, numKvHeads: 4, intermediateSize: 64, vocabSize: 70,
+    slidingWindow: 5,
+  },
+};
+
+/** Logits at positions FIRST_CHUNK_TOKENS - 1 .. PROMPT_TOKENS - 1: one prefill chunk, then decode steps. */
+async function runtimeLogits(model: NativeModel, tokenIds: readonly number[]): Promise<Float32Array[]> {
+  const blockIds = consecutiveBlocks(3, tokenIds.length, model.info.blockSizeTokens);
+  const rows: Float32Array[] = [];
+  let position = 0;
+  while (position < tokenIds.length) {
+    const numTokens = position === 0 ? FIRST_CHUNK_TOKENS : 1;
+    const batch = buildBatch([
+      { tokenIds: tokenIds.slice(position, position + numTokens), startPosition: position, blockIds, flags: SEQ_RETURN_LOGITS },
+    ]);
+    rows.push((await model.forward(batch)).logits);
+    position += numTokens;
+  }
+  return rows;
+}
+
+async function checkAgainstReference(
+  modelDir: string,
+  expected: Float64Array[],
+  tokenIds: readonly number[],
+  settings: { kernel: (typeof KERNELS)[number]; dtype: DtypeSetting; kvCacheDtype: DtypeSetting; tolerance: number; seed: number },
+): Promise<void> {
+  const options = loadOptions(modelDir, { kernel: settings.kernel, dtype: settings.dtype, kvCacheDtype: settings.kvCacheDtype });
+  await withModel(options, async (model) => {
+    const rows = await runtimeLogits(model, tokenIds);
+    rows.forEach((row, i) => {
+      const position = FIRST_CHUNK_TOKENS - 1 + i;
+      const error = relativeError(row, expected[position]);
+      assert.ok(
+        error <= settings.tolerance,
+        `seed ${settings.seed}, ${settings.kernel}, weights ${model.info.dtype}, kv ${model.info.kvCacheDtype}: ` +
+          `position ${position} error ${error.toExponential(3)} > ${settings.tolerance}`,
+      );
+    });
+  });
+}
+
+for (const [shapeName, shape] of Object.entries(SHAPES)) {
+  test(`logits match the fp64 reference: ${shapeName}`, async (t) => {
+    using temp = makeTempDir('numerics');
+    for (const dtype of ['fp32', 'bf16', 'fp16'] as const) {
+      const seed = freshSeed();
+      const modelDir = writeCheckpoint(temp.dir, dtype, { ...shape, dtype, seed });
+      const tokenIds = randomTokens(PROMPT_TOKENS, shape.vocabSize, seed);
+      const expected = referenceLogits(loadReferenceModel(modelDir), tokenIds);
+      for (const kernel of KERNELS) {
+        await t.test(`${dtype} weights, ${kernel}`, () =>
+          checkAgainstReference(modelDir, expected, tokenIds, { kernel, dtype: 'auto', kvCacheDtype: 'auto', tolerance: TOLERANCE[dtype], seed }),
+        );
+      }
+    }
+  });
+}
+
+test('dtype overrides convert at load: widening is exact, narrowing stays within bf16/fp16 tolerance', async (t) => {
+  using temp = makeTempDir('overrides');
+  const shape = SHAPES['llama, grouped-query attention'];
+  const seed = freshSeed();
+  const tokenIds = randomTokens(PROMPT_TOKENS, shape.vocabSize, seed);
+  const storedBf16 = writeCheckpoint(temp.dir, 'bf16', { ...shape, dtype: 'bf16', seed });
+  const storedFp32 = writeCheckpoint(temp.dir, 'fp32', { ...shape, dtype: 'fp32', seed });
+  const bf16Expected = referenceLogits(loadReferenceModel(storedBf16), tokenIds);
+  const fp32Expected = referenceLogits(loadReferenceModel(storedFp32), tokenIds);
+  for (const kernel of KERNELS) {
+    await t.test(`bf16 checkpoint as fp32 with an fp32 cache, ${kernel}`, () =>
+      checkAgainstReference(storedBf16, bf16Expected, tokenIds, { kernel, dtype: 'fp32', kvCacheDtype: 'fp32', tolerance: 1e-5, seed }),
+    );
+    for (const dtype of ['bf16', 'fp16'] as const) {
+      await t.test(`fp32 checkpoint as ${dtype}, ${kernel}`, () =>
+        checkAgainstReference(storedFp32, fp32Expected, tokenIds, { kernel, dtype, kvCacheDtype: 'auto', tolerance: 2e-2, seed }),
+      );
+    }
+  }
+});
