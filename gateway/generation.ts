@@ -71,8 +71,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     handlers.onError(error);
   };
 
-  const onOutput = (output: RequestOutput) => {
-    if (isFinished) return;
+  const handleOutput = (output: RequestOutput) => {
     if (output.error !== undefined || output.finishReason === 'error') {
       fail(fromEngineError(output.error ?? { code: 'internal_error', message: 'The worker failed the request.' }));
       return;
@@ -85,8 +84,9 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       metrics.observeFirstToken(model.name, (performance.now() - request.arrivalMs) / 1000);
     }
     numOutputTokens += output.newTokenIds.length;
-    let match = stopMatcher.push(detokenizer.push(output.newTokenIds));
-    if (match.stop === null && output.finishReason !== null) match = stopMatcher.push(detokenizer.flush());
+    let text = detokenizer.push(output.newTokenIds);
+    if (output.finishReason !== null) text += detokenizer.flush();
+    const match = stopMatcher.push(text);
     emit(match.text);
     if (match.stop !== null) {
       // The worker would go on to max_tokens; the stop string ended the request here.
@@ -95,6 +95,17 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     } else if (output.finishReason !== null) {
       emit(stopMatcher.flush());
       finish(output.finishReason);
+    }
+  };
+
+  const onOutput = (output: RequestOutput) => {
+    if (isFinished) return;
+    try {
+      handleOutput(output);
+    } catch (err) {
+      // A bug here must cost one request, not the worker's blocks or the process.
+      if (output.finishReason === null) worker.abort(requestId);
+      if (!isFinished) fail(new ApiError('internal_error', `The gateway failed to process the output: ${(err as Error).message}`));
     }
   };
 

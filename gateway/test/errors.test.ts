@@ -1,0 +1,153 @@
+// Every bad request gets the catalogue's status and OpenAI's error envelope, and the server
+// keeps serving everyone else.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { BODY_LIMIT_BYTES, MAX_MODEL_LEN, MODEL_NAME, oneTokenPerStep, sseEvents, startTestGateway, type TestGateway } from './harness.ts';
+import type { Script } from './scripted-engine.ts';
+
+let gateway: TestGateway;
+let script: Script = { steps: [] };
+before(async () => {
+  gateway = await startTestGateway(() => script);
+});
+after(() => gateway.close());
+
+const messages = [{ role: 'user', content: 'hi' }];
+
+async function expectError(response: Response, status: number, code: string, param: string | null) {
+  assert.equal(response.status, status);
+  const body = await response.json();
+  assert.deepEqual(Object.keys(body), ['error']);
+  assert.deepEqual(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
+  assert.equal(body.error.code, code);
+  assert.equal(body.error.param, param);
+  assert.equal(typeof body.error.message, 'string');
+  return body.error as { message: string; type: string };
+}
+
+test('malformed JSON is a 400', async () => {
+  const error = await expectError(await gateway.post('/v1/chat/completions', '{"model": "tiny", '), 400, 'invalid_json', null);
+  assert.match(error.message, /not valid JSON/);
+  assert.equal(error.type, 'invalid_request_error');
+});
+
+test('invalid UTF-8 in the body is a 400', async () => {
+  const body = Buffer.concat([Buffer.from('{"model": "tiny", "prompt": "'), Buffer.from([0xc3, 0x28]), Buffer.from('"}')]);
+  await expectError(await gateway.post('/v1/completions', body), 400, 'invalid_utf8', null);
+});
+
+test('a body over the limit is a 413', async () => {
+  const prompt = 'x'.repeat(BODY_LIMIT_BYTES);
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt }), 413, 'body_too_large', null);
+});
+
+test('a wrong type names the parameter', async () => {
+  const error = await expectError(
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, temperature: 'hot' }),
+    400,
+    'invalid_request',
+    'temperature',
+  );
+  assert.match(error.message, /temperature.*expected number, received string/);
+  await expectError(
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 5 }] }),
+    400,
+    'invalid_request',
+    'messages[0].content',
+  );
+  await expectError(
+    await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', stop: ['a', 'b', 'c', 'd', 'e'] }),
+    400,
+    'invalid_request',
+    'stop',
+  );
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', max_tokens: 0 }), 400, 'invalid_request', 'max_tokens');
+});
+
+test('a missing required parameter says so', async () => {
+  const error = await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME }), 400, 'invalid_request', 'messages');
+  assert.equal(error.message, "Missing required parameter: 'messages'.");
+});
+
+test('a body that is not a JSON object is a 400', async () => {
+  await expectError(await gateway.post('/v1/completions', '[1, 2]'), 400, 'invalid_request', null);
+});
+
+test('prompt plus max_tokens over max_model_len is context_length_exceeded', async () => {
+  const error = await expectError(
+    await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'one two three', max_tokens: MAX_MODEL_LEN }),
+    400,
+    'context_length_exceeded',
+    'max_tokens',
+  );
+  assert.match(error.message, new RegExp(`maximum context length is ${MAX_MODEL_LEN} tokens`));
+  await expectError(
+    await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'word '.repeat(MAX_MODEL_LEN) }),
+    400,
+    'context_length_exceeded',
+    'prompt',
+  );
+});
+
+test('token ids outside the vocabulary and empty prompts are refused', async () => {
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: [1, 60000] }), 400, 'invalid_request', 'prompt');
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: '' }), 400, 'invalid_request', 'prompt');
+});
+
+test('an unknown model is a 404 model_not_found', async () => {
+  const error = await expectError(
+    await gateway.post('/v1/chat/completions', { model: 'nope', messages }),
+    404,
+    'model_not_found',
+    'model',
+  );
+  assert.match(error.message, /`nope` does not exist/);
+});
+
+test('parameters Conduit cannot honour yet are refused clearly, unknown ones are ignored', async () => {
+  await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, n: 2 }), 400, 'unsupported_parameter', 'n');
+  await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, logprobs: true }), 400, 'unsupported_parameter', 'logprobs');
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', echo: true }), 400, 'unsupported_parameter', 'echo');
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: ['a', 'b'] }), 400, 'unsupported_parameter', 'prompt');
+  script = { steps: [gateway.tokens('ok')] };
+  const response = await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, n: 1, some_future_param: { x: 1 } });
+  assert.equal(response.status, 200);
+});
+
+test('a chat request to a model without a chat template is a 400', async () => {
+  await expectError(await gateway.post('/v1/chat/completions', { model: 'plain', messages }), 400, 'chat_template_missing', 'messages');
+});
+
+test('an unknown route is a 404 in the same envelope', async () => {
+  await expectError(await fetch(`${gateway.baseUrl}/v1/nothing`), 404, 'route_not_found', null);
+});
+
+test('a worker error before any output keeps its HTTP status, even for a stream', async () => {
+  script = { steps: [], error: { code: 'kv_cache_too_small', message: 'The prompt needs 9 blocks; the cache has 8.' } };
+  const error = await expectError(
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, stream: true }),
+    400,
+    'kv_cache_too_small',
+    null,
+  );
+  assert.match(error.message, /9 blocks/);
+  script = { steps: [], error: { code: 'something_new', message: 'boom' } };
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x' }), 500, 'internal_error', null);
+});
+
+test('a worker error mid-stream is an SSE error event, then [DONE]', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens('Hello world')), error: { code: 'internal_error', message: 'the runner failed' } };
+  const response = await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', stream: true });
+  assert.equal(response.status, 200);
+  const events = sseEvents(await response.text());
+  assert.equal(events.pop(), '[DONE]');
+  assert.deepEqual(events.pop(), {
+    error: { message: 'the runner failed', type: 'server_error', param: null, code: 'internal_error' },
+  });
+});
+
+test('after all of the above the server still serves', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens('still here')), finishReason: 'stop' };
+  const body = await (await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages })).json();
+  assert.equal(body.choices[0].message.content, 'still here');
+});

@@ -1,0 +1,97 @@
+// Starts a real gateway on 127.0.0.1:0 over a scripted engine and a gpt2-tokenized model dir.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import type { GenerateRequest } from '../../engine/types.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../server.ts';
+import { loadTokenizer } from '../tokenizer/load.ts';
+import type { Tokenizer } from '../tokenizer/tokenizer.ts';
+import { ScriptedEngine, type Script } from './scripted-engine.ts';
+
+export const MODEL_NAME = 'tiny';
+export const MAX_MODEL_LEN = 64;
+export const BODY_LIMIT_BYTES = 4096;
+const CHAT_TEMPLATE =
+  "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}";
+
+export interface TestGateway {
+  baseUrl: string;
+  metricsUrl: string;
+  engine: ScriptedEngine;
+  tokenizer: Tokenizer;
+  /** Token ids of text, as the model would generate them. */
+  tokens(text: string): number[];
+  post(route: string, body: unknown): Promise<Response>;
+  close(): Promise<void>;
+}
+
+function writeModelDir(dir: string, withChatTemplate: boolean) {
+  mkdirSync(dir);
+  writeFileSync(
+    path.join(dir, 'tokenizer_config.json'),
+    JSON.stringify({
+      tiktoken_encoding: 'gpt2',
+      bos_token: '<|endoftext|>',
+      eos_token: '<|endoftext|>',
+      added_tokens_decoder: { '50256': { content: '<|endoftext|>', special: true } },
+      ...(withChatTemplate ? { chat_template: CHAT_TEMPLATE } : {}),
+    }),
+  );
+}
+
+export async function startTestGateway(scriptFor: (request: GenerateRequest) => Script): Promise<TestGateway> {
+  const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
+  const modelDir = path.join(tmpDir, MODEL_NAME);
+  const plainModelDir = path.join(tmpDir, 'plain');
+  writeModelDir(modelDir, true);
+  writeModelDir(plainModelDir, false);
+  const { tokenizer } = loadTokenizer(modelDir);
+  const modelInfo = { modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256] };
+  const engine = new ScriptedEngine(modelInfo, scriptFor);
+  const models: ServedModel[] = [
+    { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
+    { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
+  ];
+  const metrics = new GatewayMetrics(models);
+  const gateway: FastifyInstance = await createGateway({ models, bodyLimitBytes: BODY_LIMIT_BYTES, metrics });
+  const metricsServer = await createMetricsServer({ metrics });
+  const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
+  const metricsUrl = await metricsServer.listen({ host: '127.0.0.1', port: 0 });
+  return {
+    baseUrl,
+    metricsUrl,
+    engine,
+    tokenizer,
+    tokens: (text) => tokenizer.encode(text, { addSpecialTokens: false }),
+    post: (route, body) =>
+      fetch(`${baseUrl}${route}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: typeof body === 'string' || body instanceof Buffer ? body : JSON.stringify(body),
+      }),
+    async close() {
+      await gateway.close();
+      await metricsServer.close();
+      rmSync(tmpDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** One token per step, so every token boundary is a chunk boundary. */
+export function oneTokenPerStep(tokenIds: readonly number[]): number[][] {
+  return tokenIds.map((id) => [id]);
+}
+
+/** The JSON payloads of an SSE body, with [DONE] as the string. */
+export function sseEvents(body: string): unknown[] {
+  if (!body.endsWith('\n\n')) throw new Error(`SSE body does not end with a blank line: ${JSON.stringify(body.slice(-40))}`);
+  return body
+    .slice(0, -2)
+    .split('\n\n')
+    .map((event) => {
+      if (!event.startsWith('data: ')) throw new Error(`not an SSE data event: ${JSON.stringify(event)}`);
+      const data = event.slice('data: '.length);
+      return data === '[DONE]' ? data : JSON.parse(data);
+    });
+}

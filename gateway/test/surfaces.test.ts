@@ -1,0 +1,91 @@
+// /v1/models, /tokenize, /detokenize, /health and the metrics server.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { MAX_MODEL_LEN, MODEL_NAME, oneTokenPerStep, startTestGateway, type TestGateway } from './harness.ts';
+import type { Script } from './scripted-engine.ts';
+
+let gateway: TestGateway;
+let script: Script = { steps: [] };
+before(async () => {
+  gateway = await startTestGateway(() => script);
+});
+after(() => gateway.close());
+
+test('/v1/models lists every served model in OpenAI list format', async () => {
+  const body = await (await fetch(`${gateway.baseUrl}/v1/models`)).json();
+  assert.equal(body.object, 'list');
+  assert.deepEqual(
+    body.data.map((model: { id: string; object: string; owned_by: string; max_model_len: number }) => [
+      model.id,
+      model.object,
+      model.owned_by,
+      model.max_model_len,
+    ]),
+    [
+      [MODEL_NAME, 'model', 'conduit', MAX_MODEL_LEN],
+      ['plain', 'model', 'conduit', MAX_MODEL_LEN],
+    ],
+  );
+  assert.equal(typeof body.data[0].created, 'number');
+});
+
+test('/tokenize a prompt or chat messages, /detokenize back', async () => {
+  const prompt = await (await gateway.post('/tokenize', { model: MODEL_NAME, prompt: 'Hello 👋 world' })).json();
+  assert.deepEqual(prompt, { tokens: [15496, 50169, 233, 995], count: 4, max_model_len: MAX_MODEL_LEN });
+
+  const chat = await (await gateway.post('/tokenize', { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }] })).json();
+  assert.deepEqual(chat.tokens, gateway.tokens('<|user|>hi<|endoftext|><|assistant|>'));
+  assert.equal(chat.count, chat.tokens.length);
+
+  const text = await (await gateway.post('/detokenize', { model: MODEL_NAME, tokens: [15496, 50169, 233, 995, 50256] })).json();
+  assert.deepEqual(text, { prompt: 'Hello 👋 world<|endoftext|>' });
+
+  assert.equal((await gateway.post('/detokenize', { model: MODEL_NAME, tokens: [50257] })).status, 400);
+  assert.equal((await gateway.post('/tokenize', { model: 'nope', prompt: 'x' })).status, 404);
+  assert.equal((await gateway.post('/tokenize', { model: MODEL_NAME })).status, 400);
+});
+
+test('/health is 200 while every model has a serving worker, 503 otherwise', async () => {
+  const healthy = await fetch(`${gateway.baseUrl}/health`);
+  assert.equal(healthy.status, 200);
+  assert.deepEqual(await healthy.json(), {
+    status: 'ok',
+    models: [
+      { name: MODEL_NAME, numServingWorkers: 1, numWorkers: 1 },
+      { name: 'plain', numServingWorkers: 1, numWorkers: 1 },
+    ],
+  });
+  gateway.engine.serving = false;
+  try {
+    const unhealthy = await fetch(`${gateway.baseUrl}/health`);
+    assert.equal(unhealthy.status, 503);
+    assert.equal((await unhealthy.json()).status, 'unavailable');
+  } finally {
+    gateway.engine.serving = true;
+  }
+});
+
+test('the metrics server exposes request, latency, token and worker families', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens('a b c')), finishReason: 'stop' };
+  await (await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }], stream: true })).text();
+  await (await gateway.post('/v1/chat/completions', { model: 'missing', messages: [] })).text();
+  const response = await fetch(`${gateway.metricsUrl}/metrics`);
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get('content-type') ?? '', /^text\/plain/);
+  const text = await response.text();
+  for (const family of [
+    'process_cpu_seconds_total',
+    'conduit_http_requests_total{endpoint="/v1/chat/completions",status_code="200"} 1',
+    'conduit_http_requests_total{endpoint="/v1/chat/completions",status_code="400"} 1',
+    `conduit_time_to_first_token_seconds_count{model_name="${MODEL_NAME}"} 1`,
+    `conduit_e2e_request_latency_seconds_count{model_name="${MODEL_NAME}"} 1`,
+    `conduit_prompt_tokens_total{model_name="${MODEL_NAME}"} ${gateway.engine.requests.at(-1)!.promptTokenIds.length}`,
+    `conduit_generation_tokens_total{model_name="${MODEL_NAME}"} 3`,
+    `conduit_num_requests_running{model_name="${MODEL_NAME}",worker="scripted:0"} 0`,
+    `conduit_num_requests_waiting{model_name="${MODEL_NAME}",worker="scripted:0"} 0`,
+    `conduit_kv_blocks_used{model_name="${MODEL_NAME}",worker="scripted:0"} 10`,
+    `conduit_kv_blocks_total{model_name="${MODEL_NAME}",worker="scripted:0"} 100`,
+  ]) {
+    assert.ok(text.includes(family), `metrics lack ${family}`);
+  }
+});
