@@ -4,7 +4,8 @@
 // do it sleeps until the next command arrives.
 import type { GenerationDefaults } from './generation-config.ts';
 import type { ModelRunner } from './runner.ts';
-import { errorOutput, Scheduler } from './scheduler.ts';
+import { errorOutput } from './request-output.ts';
+import { Scheduler } from './scheduler.ts';
 import type { EngineError, GenerateRequest, RequestOutput, WorkerLoad, WorkerModelInfo } from './types.ts';
 
 export interface EngineSettings {
@@ -73,7 +74,10 @@ export class Engine {
   }
 
   health(): EngineHealth {
-    return { serving: this.stopError === null, model: this.model, load: this.scheduler.load() };
+    const load = this.scheduler.load();
+    // Requests posted during a step are waiting too, just not in the scheduler's queue yet.
+    for (const command of this.inbox) if (command.kind === 'generate') load.numWaiting++;
+    return { serving: this.stopError === null, model: this.model, load };
   }
 
   /** Ends every request in flight with an error, stops the loop, and closes the runner. */

@@ -23,18 +23,6 @@ export interface SchedulerConfig {
   generationDefaults: GenerationDefaults;
 }
 
-export function errorOutput(requestId: string, numPromptTokens: number, error: EngineError): RequestOutput {
-  return {
-    requestId,
-    newTokenIds: [],
-    newLogprobs: [],
-    finishReason: 'error',
-    numPromptTokens,
-    numOutputTokens: 0,
-    error,
-  };
-}
-
 export class Scheduler {
   private readonly config: SchedulerConfig;
   private readonly pool: BlockPool;

@@ -13,6 +13,8 @@ export class FakeRunner implements ModelRunner {
   readonly steps: SchedulerOutput[] = [];
   /** Makes the next execute() reject with this message. */
   failNextWith: string | null = null;
+  /** Awaited at the start of every step, so a test can hold the engine between steps. */
+  beforeStep: (() => Promise<void>) | null = null;
   closed = false;
   private readonly slots: Int32Array;
   private readonly script: TokenScript;
@@ -24,6 +26,7 @@ export class FakeRunner implements ModelRunner {
   }
 
   async execute(output: SchedulerOutput): Promise<RunnerResult> {
+    await this.beforeStep?.();
     // Snapshot what the runner saw: the entries borrow the scheduler's arrays.
     this.steps.push(structuredClone(output));
     if (this.failNextWith !== null) {

@@ -1,0 +1,98 @@
+// The worker's gRPC face: a thin adapter from proto/engine.proto to the Engine. Each Stream
+// call gets its own request-id namespace, and when the call goes away every request it
+// started is aborted, so a vanished gateway never leaves blocks behind.
+import * as grpc from '@grpc/grpc-js';
+import type { Engine } from '../engine.ts';
+import { errorOutput } from '../request-output.ts';
+import {
+  generateFromWire,
+  loadEngineService,
+  outputToWire,
+  type WireClientMessage,
+  type WireHealthResponse,
+  type WireServerMessage,
+} from './wire.ts';
+
+export interface EngineServer {
+  /** 'HOST:PORT' with the bound port, or 'unix:PATH'. */
+  readonly address: string;
+  /** Ends every open stream (aborting its requests) and stops listening. */
+  close(): Promise<void>;
+}
+
+type StreamCall = grpc.ServerDuplexStream<WireClientMessage, WireServerMessage>;
+
+function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClosed: () => void): () => void {
+  /** Wire request ids still in flight on this stream. */
+  const inFlight = new Set<string>();
+  let open = true;
+
+  const close = () => {
+    if (!open) return;
+    open = false;
+    for (const requestId of inFlight) engine.abort(streamKey + requestId);
+    inFlight.clear();
+    onClosed();
+  };
+
+  call.on('data', (message: WireClientMessage) => {
+    if (message.abort) {
+      if (inFlight.has(message.abort.requestId)) engine.abort(streamKey + message.abort.requestId);
+      return;
+    }
+    if (!message.generate) return;
+    const request = generateFromWire(message.generate);
+    const { requestId } = request;
+    if (inFlight.has(requestId)) {
+      const refusal = { code: 'duplicate_request_id', message: `Request ${requestId} is already in flight on this stream` };
+      call.write({ output: outputToWire(errorOutput(requestId, request.promptTokenIds.length, refusal), requestId) });
+      return;
+    }
+    inFlight.add(requestId);
+    engine.generate({ ...request, requestId: streamKey + requestId }, (output) => {
+      if (!open) return;
+      if (output.finishReason !== null) inFlight.delete(requestId);
+      call.write({ output: outputToWire(output, requestId) });
+    });
+  });
+  call.on('end', () => {
+    close();
+    call.end();
+  });
+  call.on('cancelled', close);
+  call.on('error', close);
+  return () => {
+    close();
+    call.end();
+  };
+}
+
+/** Serves the engine on listen ('HOST:PORT', port 0 for any free port, or 'unix:PATH'). */
+export async function serveEngine(engine: Engine, listen: string): Promise<EngineServer> {
+  const server = new grpc.Server();
+  const openStreams = new Set<() => void>();
+  let numStreams = 0;
+  server.addService(loadEngineService().service, {
+    Stream(call: StreamCall) {
+      const endStream = serveStream(engine, call, `${numStreams++}/`, () => openStreams.delete(endStream));
+      openStreams.add(endStream);
+    },
+    Health(_call: grpc.ServerUnaryCall<unknown, WireHealthResponse>, callback: grpc.sendUnaryData<WireHealthResponse>) {
+      callback(null, engine.health());
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(listen, grpc.ServerCredentials.createInsecure(), (err, boundPort) =>
+      err ? reject(new Error(`cannot listen on ${listen}: ${err.message}`)) : resolve(boundPort),
+    );
+  });
+  const address = listen.startsWith('unix:') ? listen : `${listen.slice(0, listen.lastIndexOf(':'))}:${port}`;
+  return {
+    address,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const endStream of openStreams) endStream();
+        server.tryShutdown(() => resolve());
+      }),
+  };
+}
