@@ -95,8 +95,8 @@ class ConfigReader {
     return value as number;
   }
 
-  positiveNumber(field: string, fallback: number): number {
-    if (!this.has(field)) return fallback;
+  positiveNumber(field: string, fallback?: number): number {
+    if (!this.has(field) && fallback !== undefined) return fallback;
     const value = this.json[field];
     if (typeof value !== 'number' || !(value > 0) || !Number.isFinite(value)) this.fail(field, 'a positive number');
     return value;
@@ -158,13 +158,10 @@ function ropeInvFreq(config: ConfigReader, headDim: number): Float64Array {
   if (ropeType === 'default') return invFreq;
   if (ropeType !== 'llama3') config.fail('rope_scaling', 'null or of rope_type "default" or "llama3"');
   const scalingReader = new ConfigReader(`${config.file} rope_scaling`, scaling);
-  const factor = scalingReader.positiveNumber('factor', NaN);
-  const lowFreqFactor = scalingReader.positiveNumber('low_freq_factor', NaN);
-  const highFreqFactor = scalingReader.positiveNumber('high_freq_factor', NaN);
+  const factor = scalingReader.positiveNumber('factor');
+  const lowFreqFactor = scalingReader.positiveNumber('low_freq_factor');
+  const highFreqFactor = scalingReader.positiveNumber('high_freq_factor');
   const originalMaxPositions = scalingReader.positiveInt('original_max_position_embeddings');
-  for (const [field, value] of [['factor', factor], ['low_freq_factor', lowFreqFactor], ['high_freq_factor', highFreqFactor]] as const) {
-    if (Number.isNaN(value)) scalingReader.fail(field, 'a positive number');
-  }
   if (!(highFreqFactor > lowFreqFactor)) scalingReader.fail('high_freq_factor', 'greater than low_freq_factor');
   const lowFreqWavelen = originalMaxPositions / lowFreqFactor;
   const highFreqWavelen = originalMaxPositions / highFreqFactor;
