@@ -42,8 +42,12 @@ export interface Generation {
   abort(): void;
 }
 
+/** Throws an ApiError when no worker can take the request. */
 export function startGeneration(request: GenerationRequest, handlers: GenerationHandlers, metrics: GatewayMetrics): Generation {
   const { model, promptTokenIds } = request;
+  if (model.workers.length === 0) {
+    throw new ApiError('engine_unavailable', `The model \`${model.name}\` has no workers to serve it.`);
+  }
   const worker = pickLeastLoaded(model.workers);
   const requestId = randomUUID();
   const detokenizer = new IncrementalDetokenizer((tokenIds) => model.tokenizer.decode(tokenIds, { skipSpecialTokens: true }));
