@@ -84,15 +84,37 @@ static inline void store_from_f32(void* data, cd_dtype dtype, size_t index, floa
   }
 }
 
+// value rounded to the nearest value of dtype, kept as fp32.
+static inline float round_to(cd_dtype dtype, float value) {
+  switch (dtype) {
+    case CD_DTYPE_BF16: return bf16_to_f32(f32_to_bf16(value));
+    case CD_DTYPE_F16: return f16_to_f32(f32_to_f16(value));
+    default: return value;
+  }
+}
+
 // Converts count elements; the buffers may not overlap.
 static inline void convert_elements(const void* source, cd_dtype source_dtype, void* target,
-                             cd_dtype target_dtype, size_t count) {
+                                    cd_dtype target_dtype, size_t count) {
   if (source_dtype == target_dtype) {
     std::memcpy(target, source, count * dtype_bytes(source_dtype));
     return;
   }
   for (size_t i = 0; i < count; ++i) {
     store_from_f32(target, target_dtype, i, load_as_f32(source, source_dtype, i));
+  }
+}
+
+// As above, rounding each value to precision on the way unless the source is already that dtype
+// (widening: rounding to fp32 or to the stored dtype changes nothing).
+static inline void convert_elements(const void* source, cd_dtype source_dtype, void* target,
+                                    cd_dtype target_dtype, cd_dtype precision, size_t count) {
+  if (precision == CD_DTYPE_F32 || precision == source_dtype) {
+    convert_elements(source, source_dtype, target, target_dtype, count);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    store_from_f32(target, target_dtype, i, round_to(precision, load_as_f32(source, source_dtype, i)));
   }
 }
 

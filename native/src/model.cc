@@ -35,12 +35,14 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       weights(spec.file_paths, spec.num_files),
       kv_cache(dims, options.kv_cache_dtype, options.num_kv_blocks, options.block_size_tokens) {
   const auto matrix = [&](const cd_tensor_ref& ref) {
-    return Matrix{weights.resolve(ref, options.weight_dtype, pool), options.weight_dtype};
+    return Matrix{weights.resolve(ref, options.weight_dtype, options.weight_dtype, pool),
+                  options.weight_dtype};
   };
-  // Norm weights and biases are tiny and always fp32, whatever the matrices are.
+  // Norm weights and biases are tiny and held in fp32, with the values of the weight dtype.
   const auto vector = [&](const cd_tensor_ref& ref) -> const float* {
     if (ref.size_bytes == 0) return nullptr;
-    return static_cast<const float*>(weights.resolve(ref, CD_DTYPE_F32, pool));
+    return static_cast<const float*>(
+        weights.resolve(ref, CD_DTYPE_F32, options.weight_dtype, pool));
   };
   embed_tokens = matrix(spec.embed_tokens);
   lm_head = matrix(spec.lm_head);

@@ -74,15 +74,17 @@ void WeightStore::unmap(MappedFile& file) {
   file.base = nullptr;
 }
 
-const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, ThreadPool& pool) {
-  const auto key = std::make_tuple(ref.file_index, ref.offset_bytes, dtype);
+const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dtype precision,
+                                 ThreadPool& pool) {
+  const auto key = std::make_tuple(ref.file_index, ref.offset_bytes, dtype, precision);
   const auto found = resolved_.find(key);
   if (found != resolved_.end()) return found->second;
 
   MappedFile& file = files_[size_t(ref.file_index)];
   const uint8_t* source = static_cast<const uint8_t*>(file.base) + ref.offset_bytes;
+  const bool keeps_values = precision == CD_DTYPE_F32 || precision == ref.dtype;
   const void* result;
-  if (ref.dtype == dtype) {
+  if (ref.dtype == dtype && keeps_values) {
     ++file.num_borrowed_tensors;
     result = source;
   } else {
@@ -95,7 +97,7 @@ const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, Threa
       const size_t first = size_t(chunk_begin) * kConversionChunkElements;
       const size_t last = std::min(num_elements, size_t(chunk_end) * kConversionChunkElements);
       convert_elements(source + first * dtype_bytes(ref.dtype), ref.dtype,
-                       target + first * dtype_bytes(dtype), dtype, last - first);
+                       target + first * dtype_bytes(dtype), dtype, precision, last - first);
     });
     release_pages(source, ref.size_bytes);
     result = target;

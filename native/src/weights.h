@@ -30,9 +30,10 @@ class WeightStore {
   WeightStore(const WeightStore&) = delete;
   WeightStore& operator=(const WeightStore&) = delete;
 
-  // The tensor's elements as dtype. Resolving the same bytes twice (tied embeddings) returns the
-  // same pointer.
-  const void* resolve(const cd_tensor_ref& ref, cd_dtype dtype, ThreadPool& pool);
+  // The tensor's elements as dtype, each first rounded to precision when that is narrower than
+  // the stored dtype (a bf16 model keeps its norm weights in fp32, but with bf16 values).
+  // Resolving the same bytes twice (tied embeddings) returns the same pointer.
+  const void* resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dtype precision, ThreadPool& pool);
 
   // Unmaps the files no resolved tensor reads from any more.
   void release_unborrowed_files();
@@ -49,7 +50,7 @@ class WeightStore {
 
   std::vector<MappedFile> files_;
   std::vector<AlignedBuffer> converted_;
-  std::map<std::tuple<int32_t, uint64_t, cd_dtype>, const void*> resolved_;
+  std::map<std::tuple<int32_t, uint64_t, cd_dtype, cd_dtype>, const void*> resolved_;
 };
 
 }  // namespace conduit
