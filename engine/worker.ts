@@ -1,0 +1,99 @@
+// One engine worker process: loads the model into the native runtime, runs the engine loop
+// over it, and serves proto/engine.proto on one address.
+import type { DtypeSetting, KernelPath } from '../native/api.ts';
+import { loadModel } from '../native/index.ts';
+import { createEngine } from './engine.ts';
+import { readGenerationDefaults } from './generation-config.ts';
+import { serveEngine } from './grpc/service.ts';
+import { kvBytesPerBlock } from './kv/cache-size.ts';
+import { NativeRunner } from './native-runner.ts';
+
+export interface WorkerSettings {
+  /** A Hugging Face checkpoint directory. */
+  modelDir: string;
+  servedName: string;
+  dtype: DtypeSetting;
+  kvCacheDtype: DtypeSetting;
+  /** Defaults to the checkpoint's max_position_embeddings, capped by what the KV cache holds. */
+  maxModelLen?: number;
+  /** KV-cache size: blocks, or bytes (blocks win when both are set). */
+  kvCacheBlocks?: number;
+  kvCacheBytes?: number;
+  blockSizeTokens: number;
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
+  numThreads: number;
+  kernel: KernelPath;
+  /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
+  listen: string;
+}
+
+export interface RunningWorker {
+  /** Where it listens: 'HOST:PORT' with the bound port, or 'unix:PATH'. */
+  readonly address: string;
+  /** Ends the requests in flight with an error, stops serving and frees the model. */
+  close(): Promise<void>;
+}
+
+function numKvBlocksOf(settings: WorkerSettings): number {
+  if (settings.kvCacheBlocks !== undefined) return settings.kvCacheBlocks;
+  if (settings.kvCacheBytes === undefined) throw new Error('worker: set kvCacheBlocks or kvCacheBytes');
+  const bytesPerBlock = kvBytesPerBlock(settings.modelDir, settings.dtype, settings.kvCacheDtype, settings.blockSizeTokens);
+  const numBlocks = Math.floor(settings.kvCacheBytes / bytesPerBlock);
+  if (numBlocks < 1) {
+    throw new Error(`worker: a KV cache of ${settings.kvCacheBytes} bytes holds no block of ${bytesPerBlock} bytes`);
+  }
+  return numBlocks;
+}
+
+export async function startWorker(settings: WorkerSettings): Promise<RunningWorker> {
+  const numKvBlocks = numKvBlocksOf(settings);
+  const generationDefaults = readGenerationDefaults(settings.modelDir);
+  const model = await loadModel({
+    modelDir: settings.modelDir,
+    dtype: settings.dtype,
+    kvCacheDtype: settings.kvCacheDtype,
+    numKvBlocks,
+    blockSizeTokens: settings.blockSizeTokens,
+    numThreads: settings.numThreads,
+    kernel: settings.kernel,
+  });
+  const { maxPositionEmbeddings } = model.info;
+  const maxModelLen = settings.maxModelLen ?? Math.min(maxPositionEmbeddings, numKvBlocks * settings.blockSizeTokens);
+  if (maxModelLen > maxPositionEmbeddings) {
+    model.close();
+    throw new Error(`worker: maxModelLen ${maxModelLen} exceeds the checkpoint's max_position_embeddings (${maxPositionEmbeddings})`);
+  }
+  const runner = new NativeRunner(model, {
+    maxModelLen,
+    maxNumSeqs: settings.maxNumSeqs,
+    maxNumBatchedTokens: settings.maxNumBatchedTokens,
+  });
+  let engine;
+  try {
+    engine = createEngine(runner, {
+      servedName: settings.servedName,
+      maxNumSeqs: settings.maxNumSeqs,
+      maxNumBatchedTokens: settings.maxNumBatchedTokens,
+      generationDefaults,
+    });
+  } catch (err) {
+    runner.close();
+    throw err;
+  }
+  let server;
+  try {
+    server = await serveEngine(engine, settings.listen);
+  } catch (err) {
+    await engine.close();
+    throw err;
+  }
+  return {
+    address: server.address,
+    async close() {
+      // The engine first, so that clients read why their requests ended before the stream closes.
+      await engine.close();
+      await server.close();
+    },
+  };
+}
