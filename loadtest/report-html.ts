@@ -12,7 +12,7 @@ const STYLE = `
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1180px; color: #1b1f24; padding: 0 16px; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #d0d7de; }
 table { border-collapse: collapse; margin: 8px 0; } th, td { padding: 3px 10px; border-bottom: 1px solid #eaeef2; text-align: right; }
-th:first-child, td:first-child { text-align: left; } .muted { color: #57606a; }
+th:first-child, td:first-child, .details td { text-align: left; } .muted { color: #57606a; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 svg { background: #fff; border: 1px solid #eaeef2; }
 svg .grid { stroke: #eaeef2; } svg .frame { fill: none; stroke: #8c959f; }
@@ -78,7 +78,7 @@ function runDetails(runs: readonly Results[]): string {
     ['started', (run) => run.started_at],
   ];
   const rows = fields.map(([name, value]) => `<tr><td>${name}</td>${runs.map((run) => `<td>${escapeXml(value(run))}</td>`).join('')}</tr>`);
-  return `<table class="muted">${rows.join('')}</table>`;
+  return `<table class="muted details">${rows.join('')}</table>`;
 }
 
 function describeOfferedLoad(point: LoadPointMetrics): string {
@@ -139,11 +139,13 @@ function offeredLoadValue(point: LoadPointMetrics): number {
 }
 
 function offeredLoadCharts(runs: readonly Results[]): string {
-  const swept = runs.filter((run) => run.load_points.some((point) => Number.isFinite(offeredLoadValue(point))));
-  if (swept.length === 0) return '<p class="muted">A trace replay has no offered-load axis.</p>';
-  const xLabel = swept[0].load_points[0].offered_load.kind === 'rate' ? 'offered load (req/s)' : 'concurrent clients';
+  const axisKind = runs.map((run) => run.load_points[0].offered_load.kind).find((kind) => kind === 'rate' || kind === 'concurrency');
+  if (!axisKind) return '<p class="muted">A trace replay has no offered-load axis.</p>';
+  // Rates and client counts do not share an axis: runs of the other kind are left out here.
+  const swept = runs.filter((run) => run.load_points[0].offered_load.kind === axisKind);
+  const xLabel = axisKind === 'rate' ? 'offered load (req/s)' : 'concurrent clients';
   const series = (pick: (point: LoadPointMetrics) => number, suffix: string, dashed: boolean) =>
-    swept.map((run, i): Series => ({
+    swept.map((run): Series => ({
       name: `${run.label} ${suffix}`.trim(),
       color: COLORS[runs.indexOf(run) % COLORS.length],
       dashed,

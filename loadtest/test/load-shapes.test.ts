@@ -1,0 +1,94 @@
+// Scenarios and load shapes as the server sees them: histories, shared prefixes, arrival times.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { runLoadtest } from '../run.ts';
+import { startScriptedServer } from '../scripted-sse-server.ts';
+
+const REPLY = { chunks: [{ delayMs: 0, text: 'reply' }, { delayMs: 2, text: ' text' }], usage: { promptTokens: 5, completionTokens: 2 } };
+
+test('multi-turn conversations resend the whole history, replies included', async () => {
+  const server = await startScriptedServer({ tokenizer: true, script: () => REPLY });
+  try {
+    const results = await runLoadtest({
+      url: `${server.baseUrl}/v1`,
+      model: 'scripted',
+      endpoint: 'chat',
+      workload: { kind: 'scenario', scenario: { name: 'multi-turn', numTurns: 3, inputTokens: 6, outputTokens: 2 }, numRequests: 6 },
+      load: { kind: 'concurrency', numClientsList: [2] },
+    });
+    assert.equal(results.num_succeeded, 6);
+    const lengths = server.received.map(({ body }) => (body.messages as unknown[]).length).sort();
+    assert.deepEqual(lengths, [1, 1, 3, 3, 5, 5]);
+    const third = server.received.find(({ body }) => (body.messages as unknown[]).length === 5)!;
+    const messages = third.body.messages as { role: string; content: string }[];
+    assert.deepEqual(messages.map((message) => message.role), ['user', 'assistant', 'user', 'assistant', 'user']);
+    assert.equal(messages[1].content, 'reply text');
+    assert.ok(messages.filter((message) => message.role === 'user').every((message) => message.content.split(' ').length === 6));
+  } finally {
+    await server.close();
+  }
+});
+
+test('shared-prefix requests carry one exact-length system prompt per group', async () => {
+  const server = await startScriptedServer({ tokenizer: true, script: () => REPLY });
+  try {
+    await runLoadtest({
+      url: server.baseUrl,
+      model: 'scripted',
+      endpoint: 'chat',
+      workload: {
+        kind: 'scenario',
+        scenario: { name: 'shared-prefix', numGroups: 3, systemPromptTokens: 40, inputTokens: 5, outputTokens: 2 },
+        numRequests: 12,
+      },
+      load: { kind: 'concurrency', numClientsList: [4] },
+    });
+    const systemPrompts = server.received.map(({ body }) => (body.messages as { content: string }[])[0].content);
+    assert.equal(new Set(systemPrompts).size, 3);
+    assert.ok(systemPrompts.every((text) => text.split(' ').length === 40));
+    const questions = server.received.map(({ body }) => (body.messages as { content: string }[])[1].content);
+    assert.equal(new Set(questions).size, 12, 'each question is unique');
+  } finally {
+    await server.close();
+  }
+});
+
+test('a trace replays at its timestamps; a Poisson schedule sends on time', async () => {
+  const server = await startScriptedServer({ script: () => REPLY });
+  try {
+    const trace = await runLoadtest({
+      url: server.baseUrl,
+      model: 'scripted',
+      endpoint: 'completions',
+      workload: {
+        kind: 'entries',
+        name: 'trace.jsonl',
+        entries: [200, 0, 100].map((timestamp_ms) => ({ timestamp_ms, text: `at ${timestamp_ms}`, output_tokens: 2 })),
+      },
+      load: { kind: 'trace' },
+    });
+    const starts = trace.requests.map((request) => request.start_ms).sort((a, b) => a - b);
+    const offsetMs = starts[0];
+    [0, 100, 200].forEach((expected, i) => assert.ok(Math.abs(starts[i] - offsetMs - expected) < 15, `start ${starts[i] - offsetMs}`));
+    assert.deepEqual(server.received.map(({ body }) => body.prompt), ['at 0', 'at 100', 'at 200']);
+
+    const poisson = await runLoadtest({
+      url: server.baseUrl,
+      model: 'scripted',
+      endpoint: 'completions',
+      workload: { kind: 'scenario', scenario: { name: 'fixed', inputTokens: 3, outputTokens: 2 }, numRequests: 20 },
+      load: { kind: 'rate', ratesPerS: [200, 400] },
+      seed: 5,
+    });
+    assert.equal(poisson.load_points.length, 2);
+    assert.deepEqual(poisson.load_points.map((point) => point.offered_load), [
+      { kind: 'rate', requests_per_s: 200 },
+      { kind: 'rate', requests_per_s: 400 },
+    ]);
+    assert.equal(poisson.num_requests, 40);
+    assert.equal(poisson.offered_load.kind, 'sweep');
+    for (const point of poisson.load_points) assert.equal(point.send_lag_ms.count, 20);
+  } finally {
+    await server.close();
+  }
+});

@@ -1,0 +1,60 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRng } from '../random.ts';
+import { parseLengthDistribution, drawLength } from '../length-distribution.ts';
+import { generateWorkload } from '../scenarios.ts';
+import { WorkloadError, formatWorkload, groupSessions, hasTimestamps, parseWorkload } from '../workload.ts';
+
+test('every scenario round-trips through its JSONL file', () => {
+  const scenarios = [
+    { name: 'fixed', inputTokens: 32, outputTokens: 16 },
+    { name: 'shared-prefix', numGroups: 3, systemPromptTokens: 256, inputTokens: 32, outputTokens: 16 },
+    { name: 'multi-turn', numTurns: 3, inputTokens: 32, outputTokens: 16 },
+    { name: 'distribution', input: parseLengthDistribution('uniform:10:50'), output: parseLengthDistribution('normal:20:5') },
+  ] as const;
+  for (const scenario of scenarios) {
+    const entries = generateWorkload(scenario, 12, createRng(7));
+    assert.equal(entries.length, 12);
+    assert.deepEqual(parseWorkload(formatWorkload(entries), 'x.jsonl'), entries, scenario.name);
+  }
+});
+
+test('scenario shapes: shared prefixes per group, conversations of N turns', () => {
+  const shared = generateWorkload({ name: 'shared-prefix', numGroups: 4, systemPromptTokens: 64, inputTokens: 8, outputTokens: 4 }, 16, createRng(1));
+  assert.deepEqual(new Set(shared.map((entry) => entry.prefix!.id)).size, 4);
+  const conversations = groupSessions(generateWorkload({ name: 'multi-turn', numTurns: 3, inputTokens: 8, outputTokens: 4 }, 7, createRng(1)));
+  assert.deepEqual(conversations.map((session) => session.turns.length), [3, 3, 1]);
+});
+
+test('length distributions stay positive and near their parameters', () => {
+  const rng = createRng(3);
+  const uniform = parseLengthDistribution('uniform:5:9');
+  const normal = parseLengthDistribution('lognormal:100:30');
+  let sum = 0;
+  for (let i = 0; i < 2000; i++) {
+    const draw = drawLength(rng, uniform);
+    assert.ok(draw >= 5 && draw <= 9);
+    sum += drawLength(rng, normal);
+  }
+  assert.ok(Math.abs(sum / 2000 - 100) < 5, `lognormal mean ${sum / 2000}`);
+  assert.throws(() => parseLengthDistribution('normal:abc'), /expected fixed:N/);
+});
+
+test('malformed workload lines are rejected with file, line and field', () => {
+  const bad: [string, RegExp][] = [
+    ['{"output_tokens": 4, "input_tokens": 8}\n{oops', /w\.jsonl:2: not valid JSON/],
+    ['{"input_tokens": 8}', /w\.jsonl:1: expected a positive integer for output_tokens but received undefined/],
+    ['{"output_tokens": 4}', /w\.jsonl:1: expected exactly one of input_tokens and text/],
+    ['{"output_tokens": 4, "text": "hi", "colour": 1}', /w\.jsonl:1: unknown field "colour"/],
+    ['{"output_tokens": 4, "input_tokens": -2}', /w\.jsonl:1: expected a positive integer for input_tokens but received -2 of type number/],
+    ['[1, 2]', /w\.jsonl:1: expected a JSON object/],
+    ['{"output_tokens": 4, "text": "a", "prefix": {"id": "p", "tokens": 8}}\n{"output_tokens": 4, "text": "b", "prefix": {"id": "p", "tokens": 9}}', /w\.jsonl:2: prefix "p" has 9 tokens here but 8 earlier/],
+    ['\n\n', /w\.jsonl: no requests/],
+  ];
+  for (const [text, message] of bad) assert.throws(() => parseWorkload(text, 'w.jsonl'), (err: unknown) => err instanceof WorkloadError && message.test((err as Error).message));
+});
+
+test('timestamps mark a trace only when every line has one', () => {
+  assert.equal(hasTimestamps(parseWorkload('{"output_tokens":1,"text":"a","timestamp_ms":0}\n{"output_tokens":1,"text":"b","timestamp_ms":5}', 't')), true);
+  assert.equal(hasTimestamps(parseWorkload('{"output_tokens":1,"text":"a","timestamp_ms":0}\n{"output_tokens":1,"text":"b"}', 't')), false);
+});
