@@ -83,7 +83,7 @@ export class Engine {
   /** Ends every request in flight with an error, stops the loop, and closes the runner. */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      this.stopError ??= { code: 'engine_closed', message: 'The engine worker is shutting down' };
+      this.stopError ??= { code: 'engine_unavailable', message: 'The engine worker is shutting down' };
       this.notify();
       await this.loopDone;
       this.runner.close();
@@ -115,7 +115,7 @@ export class Engine {
         await new Promise((resolve) => setImmediate(resolve));
       }
     } catch (err) {
-      this.stopError = { code: 'engine_error', message: `The engine loop stopped: ${(err as Error).message}` };
+      this.stopError = { code: 'internal_error', message: `The engine loop stopped: ${(err as Error).message}` };
     }
     this.applyInbox();
     for (const [requestId, onOutput] of this.listeners) onOutput(errorOutput(requestId, 0, this.stopError!));
@@ -145,7 +145,7 @@ export class Engine {
       const result = await this.runner.execute(output);
       outputs = this.scheduler.update(output, result);
     } catch (err) {
-      outputs = this.scheduler.failStep(output, { code: 'engine_error', message: (err as Error).message });
+      outputs = this.scheduler.failStep(output, { code: 'internal_error', message: (err as Error).message });
     }
     for (const news of outputs) this.emit(news);
   }

@@ -61,7 +61,7 @@ export class Scheduler {
     const { requestId, promptTokenIds } = request;
     const { maxModelLen, vocabSize, numKvBlocks, blockSizeTokens } = this.config;
     if (this.sequences.has(requestId)) {
-      return { code: 'duplicate_request_id', message: `Request ${requestId} is already in flight` };
+      return { code: 'invalid_request', message: `Request ${requestId} is already in flight` };
     }
     if (promptTokenIds.length === 0) return { code: 'invalid_request', message: 'The prompt has no tokens' };
     for (const tokenId of promptTokenIds) {

@@ -32,7 +32,11 @@ export interface RequestOutput {
   /** Log-probabilities of newTokenIds, same length. */
   newLogprobs: number[];
   finishReason: FinishReason | null;
-  /** The stop token that ended the request, when finishReason is 'stop'. */
+  /**
+   * The stop token that ended the request, when finishReason is 'stop'. It is also the last of
+   * newTokenIds and counts in numOutputTokens (as OpenAI usage counts EOS); renderers leave its
+   * text out.
+   */
   stopTokenId?: number;
   numPromptTokens: number;
   numOutputTokens: number;

@@ -1,6 +1,6 @@
 // EngineClient over gRPC: one shared bidirectional stream per worker carries every request,
 // and outputs are routed back by request id. If the stream dies, every pending request ends
-// at once with a 'worker_unavailable' error (never a hang); the next request opens a new
+// at once with a 'engine_unavailable' error (never a hang); the next request opens a new
 // stream, and grpc-js reconnects the channel underneath.
 import * as grpc from '@grpc/grpc-js';
 import type { RoutedWorker } from '../../router/least-loaded.ts';
@@ -60,8 +60,8 @@ export class GrpcEngineClient implements EngineClient, RoutedWorker {
     const numPromptTokens = request.promptTokenIds.length;
     if (this.closed || this.pending.has(requestId)) {
       const error = this.closed
-        ? { code: 'worker_unavailable', message: `The client of engine worker ${this.address} is closed` }
-        : { code: 'duplicate_request_id', message: `Request ${requestId} is already in flight` };
+        ? { code: 'engine_unavailable', message: `The client of engine worker ${this.address} is closed` }
+        : { code: 'invalid_request', message: `Request ${requestId} is already in flight` };
       queueMicrotask(() => onOutput(errorOutput(requestId, numPromptTokens, error)));
       return;
     }
@@ -121,7 +121,7 @@ export class GrpcEngineClient implements EngineClient, RoutedWorker {
     const failed = [...this.pending];
     this.pending.clear();
     for (const [requestId, request] of failed) {
-      request.onOutput(errorOutput(requestId, request.numPromptTokens, { code: 'worker_unavailable', message }));
+      request.onOutput(errorOutput(requestId, request.numPromptTokens, { code: 'engine_unavailable', message }));
     }
   }
 }

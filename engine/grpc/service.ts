@@ -44,7 +44,7 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
     const request = generateFromWire(message.generate);
     const { requestId } = request;
     if (inFlight.has(requestId)) {
-      const refusal = { code: 'duplicate_request_id', message: `Request ${requestId} is already in flight on this stream` };
+      const refusal = { code: 'invalid_request', message: `Request ${requestId} is already in flight on this stream` };
       call.write({ output: outputToWire(errorOutput(requestId, request.promptTokenIds.length, refusal), requestId) });
       return;
     }

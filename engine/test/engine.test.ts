@@ -69,7 +69,7 @@ test('a failed step ends its requests with an error and the engine serves on', a
   t.after(() => engine.close());
   runner.failNextWith = 'forward failed';
   const [failed] = await collect(engine, request('a', 3));
-  assert.deepEqual(failed.error, { code: 'engine_error', message: 'forward failed' });
+  assert.deepEqual(failed.error, { code: 'internal_error', message: 'forward failed' });
   assert.equal(engine.health().load.numFreeBlocks, 32);
   assert.equal((await collect(engine, request('b', 2))).at(-1)?.finishReason, 'length');
   assert.equal(engine.health().serving, true);
@@ -79,9 +79,9 @@ test('close ends requests in flight with an error, refuses new ones and closes t
   const { engine, runner } = setup();
   const pending = collect(engine, request('a', 50));
   await engine.close();
-  assert.equal((await pending).at(-1)?.error?.code, 'engine_closed');
+  assert.equal((await pending).at(-1)?.error?.code, 'engine_unavailable');
   assert.equal(runner.closed, true);
   assert.equal(engine.health().serving, false);
   const [late] = await collect(engine, request('b', 1));
-  assert.equal(late.error?.code, 'engine_closed');
+  assert.equal(late.error?.code, 'engine_unavailable');
 });

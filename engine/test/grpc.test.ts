@@ -139,12 +139,12 @@ test('pending requests fail cleanly when the worker goes away, and later ones fa
   const failed = await pending;
   for (const outputs of failed) {
     assert.equal(outputs.at(-1)!.finishReason, 'error');
-    assert.equal(outputs.at(-1)!.error?.code, 'worker_unavailable');
+    assert.equal(outputs.at(-1)!.error?.code, 'engine_unavailable');
   }
   assert.equal(client.numInFlight, 0);
 
   const [late] = await collect(client, request('c', 1));
-  assert.equal(late.error?.code, 'worker_unavailable');
+  assert.equal(late.error?.code, 'engine_unavailable');
   await assert.rejects(client.health(), /engine worker 127\.0\.0\.1:\d+/);
 
   client.close();

@@ -106,10 +106,10 @@ test('blocks return to the pool on finish, abort and runner error', async () => 
   const output = scheduler.schedule();
   runner.failNextWith = 'device lost';
   await assert.rejects(runner.execute(output), /device lost/);
-  const failed = scheduler.failStep(output, { code: 'engine_error', message: 'device lost' });
+  const failed = scheduler.failStep(output, { code: 'internal_error', message: 'device lost' });
   assert.deepEqual(
     failed.map((news) => [news.requestId, news.finishReason, news.error?.code]),
-    [['fails', 'error', 'engine_error']],
+    [['fails', 'error', 'internal_error']],
   );
   assert.equal(scheduler.load().numFreeBlocks, 16);
   assert.equal(scheduler.hasUnfinished, false);
@@ -181,7 +181,7 @@ test('requests that could never run are refused at add time', () => {
   assert.equal(tooBig?.code, 'kv_cache_too_small');
   assert.match(tooBig!.message, /holds 32 tokens/);
   assert.equal(scheduler.add(request('fits', 30, { maxTokens: 2 })), null);
-  assert.equal(scheduler.add(request('fits', 3))?.code, 'duplicate_request_id');
+  assert.equal(scheduler.add(request('fits', 3))?.code, 'invalid_request');
   assert.equal(scheduler.add(request('empty', 0))?.code, 'invalid_request');
   assert.equal(scheduler.add({ requestId: 'oov', promptTokenIds: [5, 1000], sampling: {} })?.code, 'invalid_request');
   assert.equal(scheduler.add(request('hot', 3, { temperature: -1 }))?.code, 'invalid_request');
