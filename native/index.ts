@@ -60,9 +60,10 @@ export function kernelSupported(kernel: KernelPath): boolean {
 /** Re-throws a native rejection with the message and code on an Error whose stack is the caller's. */
 function rethrowWithStack(err: unknown, callSite: Error): never {
   const native = err as Error & { code?: string };
+  const frames = callSite.stack?.slice(callSite.stack.indexOf('\n')) ?? '';
   callSite.message = native.message;
-  Object.assign(callSite, { code: native.code });
-  throw callSite;
+  callSite.stack = `Error: ${native.message}${frames}`;
+  throw Object.assign(callSite, { code: native.code });
 }
 
 function checkOption(field: string, ok: boolean, expected: string, value: unknown): void {

@@ -134,6 +134,9 @@ typedef struct cd_forward_output {
 /* Returns nonzero when this build and CPU can run the kernel path. */
 int cd_kernel_supported(cd_kernel kernel);
 
+/* "auto", "avx512", "avx2" or "scalar": the names LoadOptions.kernel uses. */
+const char* cd_kernel_name(cd_kernel kernel);
+
 /* Maps and converts the weights, allocates the KV cache and starts the thread pool. */
 cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* options,
                         cd_model** out_model, char* error, size_t error_capacity);

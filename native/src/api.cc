@@ -13,15 +13,6 @@ void write_error(char* error, size_t error_capacity, const char* message) {
   if (error != nullptr && error_capacity > 0) std::snprintf(error, error_capacity, "%s", message);
 }
 
-const char* kernel_name(cd_kernel kernel) {
-  switch (kernel) {
-    case CD_KERNEL_AVX512: return "avx512";
-    case CD_KERNEL_AVX2: return "avx2";
-    case CD_KERNEL_SCALAR: return "scalar";
-    default: return "auto";
-  }
-}
-
 const conduit::KernelTable& select_kernels(cd_kernel requested) {
   cd_kernel kernel = requested;
   if (kernel == CD_KERNEL_AUTO) {
@@ -30,7 +21,7 @@ const conduit::KernelTable& select_kernels(cd_kernel requested) {
                                                    : CD_KERNEL_SCALAR;
   } else if (!cd_kernel_supported(kernel)) {
     throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL,
-                         std::string("kernel '") + kernel_name(kernel) + "' is not supported by this CPU");
+                         std::string("kernel '") + cd_kernel_name(kernel) + "' is not supported by this CPU");
   }
   switch (kernel) {
     case CD_KERNEL_AVX512: return conduit::kernels_avx512();
@@ -71,6 +62,15 @@ int cd_kernel_supported(cd_kernel kernel) {
     case CD_KERNEL_AVX512: return avx2 && __builtin_cpu_supports("avx512f");
     case CD_KERNEL_AVX2: return avx2;
     default: return 1;
+  }
+}
+
+const char* cd_kernel_name(cd_kernel kernel) {
+  switch (kernel) {
+    case CD_KERNEL_AVX512: return "avx512";
+    case CD_KERNEL_AVX2: return "avx2";
+    case CD_KERNEL_SCALAR: return "scalar";
+    default: return "auto";
   }
 }
 

@@ -37,18 +37,10 @@ cd_dtype dtype_from(const Napi::Value& value) {
 
 cd_kernel kernel_from(const Napi::Value& value) {
   const std::string name = value.As<Napi::String>().Utf8Value();
-  if (name == "avx512") return CD_KERNEL_AVX512;
-  if (name == "avx2") return CD_KERNEL_AVX2;
-  if (name == "scalar") return CD_KERNEL_SCALAR;
-  return CD_KERNEL_AUTO;
-}
-
-const char* kernel_name(cd_kernel kernel) {
-  switch (kernel) {
-    case CD_KERNEL_AVX512: return "avx512";
-    case CD_KERNEL_AVX2: return "avx2";
-    default: return "scalar";
+  for (cd_kernel kernel : {CD_KERNEL_AVX512, CD_KERNEL_AVX2, CD_KERNEL_SCALAR}) {
+    if (name == cd_kernel_name(kernel)) return kernel;
   }
+  return CD_KERNEL_AUTO;
 }
 
 int32_t int_of(const Napi::Object& object, const char* key) {
@@ -145,7 +137,7 @@ class LoadWorker : public Napi::AsyncWorker {
                  cd_model_free(h->model);
                  delete h;
                }));
-    result.Set("kernel", Napi::String::New(env, kernel_name(info.kernel)));
+    result.Set("kernel", Napi::String::New(env, cd_kernel_name(info.kernel)));
     result.Set("kvBytesPerBlock", Napi::Number::New(env, double(info.kv_bytes_per_block)));
     deferred_.Resolve(result);
   }

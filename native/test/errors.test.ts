@@ -91,6 +91,20 @@ test('bad load options are rejected before anything loads', async () => {
   }
 });
 
+test('a native failure rejects with its code and the caller\'s stack', async () => {
+  using temp = makeTempDir('errors');
+  const modelDir = writeCheckpoint(temp.dir, 'oom', SHAPE);
+  // 2^27 bytes per block × 2^21 blocks = 256 TiB, more than a process can address even with
+  // overcommit: the allocation fails inside C++ and comes back as a status.
+  const options = loadOptions(modelDir, { blockSizeTokens: 2 ** 20, numKvBlocks: 2 ** 21 });
+  await assert.rejects(loadModel(options), (err: Error & { code?: string }) => {
+    assert.equal(err.code, 'CD_ERR_OUT_OF_MEMORY');
+    assert.match(err.message, /cannot allocate \d+ bytes/);
+    assert.match(err.stack ?? '', /errors\.test\.ts/);
+    return true;
+  });
+});
+
 test('forward() rejects bad batches in TypeScript and stays usable; one call at a time', async () => {
   using temp = makeTempDir('errors');
   const modelDir = writeCheckpoint(temp.dir, 'batch', SHAPE);
