@@ -5,7 +5,7 @@ import { ApiError } from '../errors.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
-import { checkTokenIds, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
+import { checkTokenIds, choiceRequestsOf, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
 import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
 
@@ -53,18 +53,25 @@ function chatRenderer(modelName: string): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const chunk = (choices: object[]) => ({ id, object: 'chat.completion.chunk', created, model: modelName, choices });
+  const choiceChunk = (index: number, delta: object, finishReason: string | null) =>
+    chunk([{ index, delta, logprobs: null, finish_reason: finishReason }]);
   return {
-    openingChunks: () => [chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }])],
-    textChunk: (text) => chunk([{ index: 0, delta: { content: text }, logprobs: null, finish_reason: null }]),
-    finishChunk: (finishReason) => chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: finishReason }]),
+    openingChunk: (index) => choiceChunk(index, { role: 'assistant', content: '' }, null),
+    textChunk: (index, text) => choiceChunk(index, { content: text }, null),
+    finishChunk: (index, finishReason) => choiceChunk(index, {}, finishReason),
     usageChunk: (usage) => ({ ...chunk([]), usage }),
-    response: (text, finish) => ({
+    response: (choices, usage) => ({
       id,
       object: 'chat.completion',
       created,
       model: modelName,
-      choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finish.finishReason }],
-      usage: finish.usage,
+      choices: choices.map((choice, index) => ({
+        index,
+        message: { role: 'assistant', content: choice.text },
+        logprobs: null,
+        finish_reason: choice.finishReason,
+      })),
+      usage,
     }),
   };
 }
@@ -83,9 +90,10 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       'messages',
       null,
     );
+    const generationRequest = { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs };
     return respond(
       reply,
-      { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs },
+      choiceRequestsOf(generationRequest, request.n ?? 1),
       chatRenderer(model.name),
       { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
       metrics,

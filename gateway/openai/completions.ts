@@ -7,6 +7,7 @@ import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import {
   DEFAULT_COMPLETION_MAX_TOKENS,
   checkTokenIds,
+  choiceRequestsOf,
   rejectUnsupported,
   resolveMaxTokens,
   samplingOf,
@@ -41,14 +42,20 @@ function completionRenderer(modelName: string): ResponseRenderer {
   const id = `cmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const chunk = (choices: object[]) => ({ id, object: 'text_completion', created, model: modelName, choices });
+  const choice = (index: number, text: string, finishReason: string | null) => ({
+    index,
+    text,
+    logprobs: null,
+    finish_reason: finishReason,
+  });
   return {
-    openingChunks: () => [],
-    textChunk: (text) => chunk([{ index: 0, text, logprobs: null, finish_reason: null }]),
-    finishChunk: (finishReason) => chunk([{ index: 0, text: '', logprobs: null, finish_reason: finishReason }]),
+    openingChunk: () => null,
+    textChunk: (index, text) => chunk([choice(index, text, null)]),
+    finishChunk: (index, finishReason) => chunk([choice(index, '', finishReason)]),
     usageChunk: (usage) => ({ ...chunk([]), usage }),
-    response: (text, finish) => ({
-      ...chunk([{ index: 0, text, logprobs: null, finish_reason: finish.finishReason }]),
-      usage: finish.usage,
+    response: (choices, usage) => ({
+      ...chunk(choices.map((result, index) => choice(index, result.text, result.finishReason))),
+      usage,
     }),
   };
 }
@@ -61,9 +68,10 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
     rejectUnsupportedCompletion(request);
     const promptTokenIds = promptTokenIdsOf(model, request.prompt);
     const maxTokens = resolveMaxTokens(model, promptTokenIds.length, request.max_tokens, 'prompt', DEFAULT_COMPLETION_MAX_TOKENS);
+    const generationRequest = { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs };
     return respond(
       reply,
-      { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs },
+      choiceRequestsOf(generationRequest, request.n ?? 1),
       completionRenderer(model.name),
       { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
       metrics,

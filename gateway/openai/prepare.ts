@@ -2,6 +2,7 @@
 // strings, and a prompt checked against the model's context length.
 import type { SamplingParams } from '../../engine/types.ts';
 import { ApiError } from '../errors.ts';
+import type { GenerationRequest } from '../generation.ts';
 import type { LoadedModel } from '../served-model.ts';
 import type { ChatRequest, CompletionRequest } from './schemas.ts';
 
@@ -10,7 +11,7 @@ export const DEFAULT_COMPLETION_MAX_TOKENS = 16;
 
 type GenerationFields = Pick<
   ChatRequest & CompletionRequest,
-  | 'n' | 'temperature' | 'top_p' | 'top_k' | 'seed' | 'stop' | 'stop_token_ids' | 'ignore_eos'
+  | 'temperature' | 'top_p' | 'top_k' | 'seed' | 'stop' | 'stop_token_ids' | 'ignore_eos'
   | 'presence_penalty' | 'frequency_penalty' | 'logit_bias'
 >;
 
@@ -20,7 +21,6 @@ function unsupported(param: string, message: string): never {
 
 /** Parameters OpenAI defines whose non-default values Conduit cannot honour yet. */
 export function rejectUnsupported(request: GenerationFields) {
-  if ((request.n ?? 1) !== 1) unsupported('n', 'Only n=1 is supported; send one request per completion.');
   if ((request.presence_penalty ?? 0) !== 0) unsupported('presence_penalty', 'presence_penalty is not supported.');
   if ((request.frequency_penalty ?? 0) !== 0) unsupported('frequency_penalty', 'frequency_penalty is not supported.');
   if (request.logit_bias && Object.keys(request.logit_bias).length > 0) {
@@ -91,4 +91,17 @@ export function checkTokenIds(model: LoadedModel, tokenIds: readonly number[], p
       param,
     );
   }
+}
+
+/**
+ * One generation request per choice. The engine's sampling is a pure function of (seed, output
+ * index), so choices that shared a seed would be identical: choice i draws with seed + i.
+ */
+export function choiceRequestsOf(request: GenerationRequest, numChoices: number): GenerationRequest[] {
+  const { seed } = request.sampling;
+  return Array.from({ length: numChoices }, (_, index) =>
+    seed === undefined || index === 0
+      ? request
+      : { ...request, sampling: { ...request.sampling, seed: BigInt.asUintN(64, seed + BigInt(index)) } },
+  );
 }

@@ -1,21 +1,28 @@
-// Runs a generation and answers in OpenAI's shape: one JSON body, or Server-Sent Events
-// (`data: {json}\n\n` ... `data: [DONE]\n\n`). Headers wait for the first text, so an error
-// the worker reports before any output still gets a plain HTTP status. The client going away
-// at any point aborts the request in the worker at once.
+// Runs a request's generations (one per choice) and answers in OpenAI's shape: one JSON body,
+// or Server-Sent Events (`data: {json}\n\n` ... `data: [DONE]\n\n`). Headers wait for the
+// first text, so an error the worker reports before any output still gets a plain HTTP status.
+// The client going away at any point aborts every generation in its worker at once.
 import type { FastifyReply } from 'fastify';
 import { type ApiError, toSseEvent } from '../errors.ts';
-import { startGeneration, type GenerationFinish, type GenerationRequest, type Usage } from '../generation.ts';
+import { startGeneration, type Generation, type GenerationFinish, type GenerationRequest, type Usage } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
+
+export type FinishReason = GenerationFinish['finishReason'];
+
+export interface ChoiceResult {
+  text: string;
+  finishReason: FinishReason;
+}
 
 /** Renders one response format (chat or text completions) from neutral generation events. */
 export interface ResponseRenderer {
-  /** Stream chunks that precede the first text (chat's role announcement). */
-  openingChunks(): object[];
-  textChunk(text: string): object;
-  finishChunk(finishReason: GenerationFinish['finishReason']): object;
+  /** The stream chunk that announces a choice before its first text (chat's role), or null. */
+  openingChunk(choiceIndex: number): object | null;
+  textChunk(choiceIndex: number, text: string): object;
+  finishChunk(choiceIndex: number, finishReason: FinishReason): object;
   /** The include_usage chunk: empty choices, just usage. */
   usageChunk(usage: Usage): object;
-  response(text: string, finish: GenerationFinish): object;
+  response(choices: readonly ChoiceResult[], usage: Usage): object;
 }
 
 export interface RespondOptions {
@@ -29,17 +36,34 @@ function sseEvent(data: object): string {
   return `data: ${JSON.stringify(data)}\n\n`;
 }
 
-/** Resolves to the JSON body, or to undefined once a stream ended or the client left. */
+/** The prompt is one, however many choices share it. */
+function totalUsage(numPromptTokens: number, finishes: readonly GenerationFinish[]): Usage {
+  const numCompletionTokens = finishes.reduce((sum, finish) => sum + finish.usage.completion_tokens, 0);
+  return { prompt_tokens: numPromptTokens, completion_tokens: numCompletionTokens, total_tokens: numPromptTokens + numCompletionTokens };
+}
+
+/**
+ * choiceRequests holds one generation request per choice, all on the same prompt. Resolves to
+ * the JSON body, or to undefined once a stream ended or the client left.
+ */
 export function respond(
   reply: FastifyReply,
-  request: GenerationRequest,
+  choiceRequests: readonly GenerationRequest[],
   renderer: ResponseRenderer,
   options: RespondOptions,
   metrics: GatewayMetrics,
 ): Promise<object | undefined> {
   const raw = reply.raw;
+  const numChoices = choiceRequests.length;
+  const numPromptTokens = choiceRequests[0].promptTokenIds.length;
   return new Promise((resolve, reject) => {
+    const generations: Generation[] = [];
+    const texts = choiceRequests.map(() => '');
+    const finishes: GenerationFinish[] = new Array(numChoices);
+    let numFinished = 0;
+    let isDone = false;
     let isStreaming = false;
+
     const startStream = () => {
       if (isStreaming) return;
       isStreaming = true;
@@ -51,45 +75,64 @@ export function respond(
         // Proxies such as nginx would otherwise buffer the stream.
         'x-accel-buffering': 'no',
       });
-      for (const chunk of renderer.openingChunks()) raw.write(sseEvent(chunk));
+      for (let index = 0; index < numChoices; index++) {
+        const chunk = renderer.openingChunk(index);
+        if (chunk !== null) raw.write(sseEvent(chunk));
+      }
     };
-    let text = '';
-    const handlers = options.stream
-      ? {
-          onText(delta: string) {
-            startStream();
-            raw.write(sseEvent(renderer.textChunk(delta)));
-          },
-          onFinish(finish: GenerationFinish) {
-            startStream();
-            raw.write(sseEvent(renderer.finishChunk(finish.finishReason)));
-            if (options.includeUsage) raw.write(sseEvent(renderer.usageChunk(finish.usage)));
-            raw.end(SSE_DONE);
-            resolve(undefined);
-          },
-          onError(error: ApiError) {
-            if (!isStreaming) {
-              reject(error);
-              return;
-            }
-            raw.write(toSseEvent(error));
-            raw.end(SSE_DONE);
-            resolve(undefined);
-          },
-        }
-      : {
-          onText(delta: string) {
-            text += delta;
-          },
-          onFinish(finish: GenerationFinish) {
-            resolve(renderer.response(text, finish));
-          },
-          onError: reject,
-        };
-    const generation = startGeneration(request, handlers, metrics);
+    const onText = (index: number, delta: string) => {
+      if (!options.stream) {
+        texts[index] += delta;
+        return;
+      }
+      startStream();
+      raw.write(sseEvent(renderer.textChunk(index, delta)));
+    };
+    const onFinish = (index: number, finish: GenerationFinish) => {
+      finishes[index] = finish;
+      if (options.stream) {
+        startStream();
+        raw.write(sseEvent(renderer.finishChunk(index, finish.finishReason)));
+      }
+      if (++numFinished < numChoices) return;
+      isDone = true;
+      const usage = totalUsage(numPromptTokens, finishes);
+      if (!options.stream) {
+        resolve(renderer.response(texts.map((text, i) => ({ text, finishReason: finishes[i].finishReason })), usage));
+        return;
+      }
+      if (options.includeUsage) raw.write(sseEvent(renderer.usageChunk(usage)));
+      raw.end(SSE_DONE);
+      resolve(undefined);
+    };
+    const onError = (error: ApiError) => {
+      if (isDone) return;
+      isDone = true;
+      for (const generation of generations) generation.abort();
+      if (!isStreaming) {
+        reject(error);
+        return;
+      }
+      raw.write(toSseEvent(error));
+      raw.end(SSE_DONE);
+      resolve(undefined);
+    };
+
+    for (const [index, request] of choiceRequests.entries()) {
+      if (isDone) break;
+      generations.push(
+        startGeneration(
+          request,
+          { onText: (delta) => onText(index, delta), onFinish: (finish) => onFinish(index, finish), onError },
+          metrics,
+        ),
+      );
+    }
+
     const onClientGone = () => {
       if (raw.writableFinished) return;
-      generation.abort();
+      isDone = true;
+      for (const generation of generations) generation.abort();
       resolve(undefined);
     };
     raw.once('close', onClientGone);

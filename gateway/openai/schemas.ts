@@ -4,6 +4,8 @@ import { z } from 'zod';
 import { ApiError } from '../errors.ts';
 
 const MAX_STOP_STRINGS = 4;
+/** OpenAI's own limit on n. */
+const MAX_CHOICES = 128;
 
 const stop = z.union([z.string(), z.array(z.string()).max(MAX_STOP_STRINGS)], {
   error: `expected a string or an array of at most ${MAX_STOP_STRINGS} strings`,
@@ -23,7 +25,7 @@ const generationFields = {
   stop_token_ids: z.array(z.number().int().min(0)).nullish(),
   /** Extension. */
   ignore_eos: z.boolean().nullish(),
-  n: z.number().int().min(1).nullish(),
+  n: z.number().int().min(1).max(MAX_CHOICES).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   user: z.string().nullish(),

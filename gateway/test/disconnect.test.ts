@@ -61,3 +61,23 @@ test('a finished request is not aborted when its connection closes', async () =>
   await response.json();
   assert.equal(gateway.engine.abortedRequestIds.length, numAbortedBefore);
 });
+
+test('disconnecting aborts every choice of an n > 1 request', { timeout: 10_000 }, async () => {
+  script = { steps: [gateway.tokens('Hi')], hang: true };
+  const controller = new AbortController();
+  const numRequestsBefore = gateway.engine.requests.length;
+  const response = await postWithSignal('/v1/completions', { model: MODEL_NAME, prompt: 'x', n: 2, stream: true }, controller.signal);
+  await response.body!.getReader().read();
+  const abortedBoth = new Promise<void>((resolve) => {
+    const onAbort = () => {
+      if (gateway.engine.numInFlight > 0) return;
+      gateway.engine.off('abort', onAbort);
+      resolve();
+    };
+    gateway.engine.on('abort', onAbort);
+  });
+  controller.abort();
+  await abortedBoth;
+  const choiceRequestIds = gateway.engine.requests.slice(numRequestsBefore).map((request) => request.requestId);
+  assert.deepEqual(gateway.engine.abortedRequestIds.slice(-2).sort(), choiceRequestIds.sort());
+});

@@ -179,3 +179,33 @@ test('the eos token is not part of the text', async () => {
   assert.equal(whole.choices[0].message.content, 'Done');
   assert.equal(whole.usage.completion_tokens, 2);
 });
+
+test('n choices: one generation each with distinct seeds, the prompt counted once in usage', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens('Same words')), finishReason: 'stop' };
+  const numRequestsBefore = gateway.engine.requests.length;
+  const whole = await (await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, n: 2, seed: 7 })).json();
+  const engineRequests = gateway.engine.requests.slice(numRequestsBefore);
+  assert.deepEqual(engineRequests.map((request) => request.sampling.seed), [7n, 8n]);
+  assert.deepEqual(
+    whole.choices.map((choice: { index: number; message: { content: string } }) => [choice.index, choice.message.content]),
+    [[0, 'Same words'], [1, 'Same words']],
+  );
+  const numPromptTokens = engineRequests[0].promptTokenIds.length;
+  assert.deepEqual(whole.usage, { prompt_tokens: numPromptTokens, completion_tokens: 4, total_tokens: numPromptTokens + 4 });
+
+  const response = await gateway.post('/v1/completions', {
+    model: MODEL_NAME,
+    prompt: 'x',
+    n: 2,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  const events = sseEvents(await response.text()) as { choices: { index: number; text: string; finish_reason: string | null }[]; usage?: { completion_tokens: number } }[];
+  assert.equal(events.pop(), '[DONE]');
+  assert.equal(events.pop()!.usage?.completion_tokens, 4);
+  for (const index of [0, 1]) {
+    const choices = events.flatMap((event) => event.choices).filter((choice) => choice.index === index);
+    assert.equal(choices.map((choice) => choice.text).join(''), 'Same words');
+    assert.deepEqual(choices.map((choice) => choice.finish_reason), [null, null, 'stop']);
+  }
+});
