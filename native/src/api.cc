@@ -23,11 +23,11 @@ const conduit::KernelTable& select_kernels(cd_kernel requested) {
     throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL,
                          std::string("kernel '") + cd_kernel_name(kernel) + "' is not supported by this CPU");
   }
-  switch (kernel) {
-    case CD_KERNEL_AVX512: return conduit::kernels_avx512();
-    case CD_KERNEL_AVX2: return conduit::kernels_avx2();
-    default: return conduit::kernels_scalar();
-  }
+#ifdef CONDUIT_X86_KERNELS
+  if (kernel == CD_KERNEL_AVX512) return conduit::kernels_avx512();
+  if (kernel == CD_KERNEL_AVX2) return conduit::kernels_avx2();
+#endif
+  return conduit::kernels_scalar();
 }
 
 template <typename Body>
@@ -55,6 +55,7 @@ cd_status guarded(char* error, size_t error_capacity, Body body) {
 extern "C" {
 
 int cd_kernel_supported(cd_kernel kernel) {
+#ifdef CONDUIT_X86_KERNELS
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("f16c");
@@ -63,6 +64,9 @@ int cd_kernel_supported(cd_kernel kernel) {
     case CD_KERNEL_AVX2: return avx2;
     default: return 1;
   }
+#else
+  return kernel == CD_KERNEL_AUTO || kernel == CD_KERNEL_SCALAR;
+#endif
 }
 
 const char* cd_kernel_name(cd_kernel kernel) {
