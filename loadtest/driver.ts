@@ -39,9 +39,11 @@ export interface DriveOptions {
 
 export async function drive(options: DriveOptions): Promise<RequestRecord[]> {
   const { originMs } = options;
+  // Schedules (Poisson arrivals, trace timestamps) count from the start of this load point.
+  const pointStartMs = performance.now() - originMs;
   const records: RequestRecord[] = [];
   const runSession = (session: PreparedSession, scheduledMs: number | null) =>
-    runSessionTurns(session, scheduledMs, originMs, options, records);
+    runSessionTurns(session, scheduledMs, pointStartMs, options, records);
   const { load, sessions } = options;
   if (load.kind === 'concurrency') {
     let nextSession = 0;
@@ -55,7 +57,7 @@ export async function drive(options: DriveOptions): Promise<RequestRecord[]> {
   let poissonArrivalMs = 0;
   for (const session of sessions) {
     // A trace's sessions come sorted by their first timestamp.
-    const arrivalMs = load.kind === 'trace' ? (session.turns[0].timestampMs ?? 0) : poissonArrivalMs;
+    const arrivalMs = pointStartMs + (load.kind === 'trace' ? (session.turns[0].timestampMs ?? 0) : poissonArrivalMs);
     const waitMs = arrivalMs - (performance.now() - originMs);
     if (waitMs >= 1) await sleep(waitMs);
     running.push(runSession(session, arrivalMs));
@@ -68,15 +70,16 @@ export async function drive(options: DriveOptions): Promise<RequestRecord[]> {
 async function runSessionTurns(
   session: PreparedSession,
   scheduledMs: number | null,
-  originMs: number,
+  pointStartMs: number,
   options: DriveOptions,
   records: RequestRecord[],
 ): Promise<void> {
+  const { originMs } = options;
   const history: ChatMessage[] = [];
   for (let turnIndex = 0; turnIndex < session.turns.length; turnIndex++) {
     const turn = session.turns[turnIndex];
     if (turnIndex > 0 && turn.timestampMs !== null) {
-      const waitMs = turn.timestampMs - (performance.now() - originMs);
+      const waitMs = pointStartMs + turn.timestampMs - (performance.now() - originMs);
       if (waitMs >= 1) await sleep(waitMs);
     }
     history.push({ role: 'user', content: turn.userText });

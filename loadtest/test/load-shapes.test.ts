@@ -1,6 +1,7 @@
 // Scenarios and load shapes as the server sees them: histories, shared prefixes, arrival times.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createRng, exponentialGapMs } from '../random.ts';
 import { runLoadtest } from '../run.ts';
 import { startScriptedServer } from '../scripted-sse-server.ts';
 
@@ -77,13 +78,24 @@ test('a trace replays at its timestamps; a Poisson schedule sends on time', asyn
       model: 'scripted',
       endpoint: 'completions',
       workload: { kind: 'scenario', scenario: { name: 'fixed', inputTokens: 3, outputTokens: 2 }, numRequests: 20 },
-      load: { kind: 'rate', ratesPerS: [200, 400] },
+      load: { kind: 'rate', ratesPerS: [100, 200] },
       seed: 5,
+    });
+    // Each point's schedule starts with the point, so its requests spread over about the sum of
+    // the 19 Poisson gaps drawn from the point's seeded generator (seed + 1000 + index); a
+    // schedule that counted from the run's start would fire a later point's requests at once.
+    poisson.load_points.forEach((point, index) => {
+      const rng = createRng(5 + 1000 + index);
+      let lastArrivalMs = 0;
+      for (let i = 0; i < 19; i++) lastArrivalMs += exponentialGapMs(rng, [100, 200][index]);
+      const pointRequests = poisson.requests.filter((request) => request.load_point === index);
+      const spanMs = Math.max(...pointRequests.map((r) => r.start_ms)) - Math.min(...pointRequests.map((r) => r.start_ms));
+      assert.ok(spanMs >= lastArrivalMs / 2, `point ${index}: requests span ${spanMs} ms, schedule ${lastArrivalMs} ms`);
     });
     assert.equal(poisson.load_points.length, 2);
     assert.deepEqual(poisson.load_points.map((point) => point.offered_load), [
+      { kind: 'rate', requests_per_s: 100 },
       { kind: 'rate', requests_per_s: 200 },
-      { kind: 'rate', requests_per_s: 400 },
     ]);
     assert.equal(poisson.num_requests, 40);
     assert.equal(poisson.offered_load.kind, 'sweep');
