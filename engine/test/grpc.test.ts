@@ -1,5 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { createEngine } from '../engine.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
@@ -33,7 +36,7 @@ class StepGate {
   }
 }
 
-async function startWorker() {
+async function startWorker(listen = '127.0.0.1:0') {
   const runner = new FakeRunner({ numKvBlocks, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 128 });
   const engine = createEngine(runner, {
     servedName: 'fake',
@@ -41,7 +44,7 @@ async function startWorker() {
     maxNumBatchedTokens: 64,
     generationDefaults: { eosTokenIds: [2], temperature: 0.5 },
   });
-  const server = await serveEngine(engine, '127.0.0.1:0');
+  const server = await serveEngine(engine, listen);
   const client = new GrpcEngineClient(server.address);
   const stop = async () => {
     client.close();
@@ -150,4 +153,41 @@ test('pending requests fail cleanly when the worker goes away, and later ones fa
   client.close();
   gate.open(1_000);
   await engine.close();
+});
+
+test('a client that goes away has its requests aborted on the worker', { timeout: 30_000 }, async (t) => {
+  const { client, runner, server, stop } = await startWorker();
+  const gate = new StepGate();
+  runner.beforeStep = gate.wait;
+  const observer = new GrpcEngineClient(server.address);
+  t.after(() => {
+    observer.close();
+    gate.open(1_000);
+    return stop();
+  });
+  const pending = collect(client, request('orphan', 100));
+  for (let load = (await observer.health()).load; load.numRunning + load.numWaiting < 1; ) {
+    load = (await observer.health()).load;
+  }
+  client.close();
+  assert.equal((await pending).at(-1)!.error?.code, 'engine_unavailable');
+  // One step per health round trip: the cancel overtakes the 100 steps the request would need.
+  for (let load = (await observer.health()).load; load.numFreeBlocks < numKvBlocks || load.numRunning > 0; ) {
+    gate.open();
+    load = (await observer.health()).load;
+  }
+  const numOutputTokens = runner.steps.flatMap((step) => step.scheduled).map((entry) => entry.numOutputTokens);
+  assert.ok(Math.max(...numOutputTokens) < 99);
+});
+
+test('a worker listens on a unix socket', async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-engine-sock-'));
+  const { client, server, stop } = await startWorker(`unix:${path.join(dir, 'worker.sock')}`);
+  t.after(async () => {
+    await stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  assert.equal(server.address, `unix:${path.join(dir, 'worker.sock')}`);
+  const outputs = await collect(client, request('u', 2));
+  assert.deepEqual(outputs.flatMap((output) => output.newTokenIds), [100, 101]);
 });
