@@ -151,9 +151,18 @@ export class Engine {
   }
 
   private emit(output: RequestOutput): void {
-    const onOutput = this.listeners.get(output.requestId)!;
-    if (output.finishReason !== null) this.listeners.delete(output.requestId);
-    onOutput(output);
+    const { requestId } = output;
+    const onOutput = this.listeners.get(requestId)!;
+    if (output.finishReason !== null) this.listeners.delete(requestId);
+    try {
+      onOutput(output);
+    } catch (err) {
+      // A listener's bug costs its own request, not the loop that every other request needs.
+      process.emitWarning(`output listener of request ${requestId} threw: ${(err as Error).message}`);
+      if (output.finishReason !== null) return;
+      this.listeners.delete(requestId);
+      this.scheduler.abort(requestId);
+    }
   }
 }
 

@@ -85,3 +85,23 @@ test('close ends requests in flight with an error, refuses new ones and closes t
   const [late] = await collect(engine, request('b', 1));
   assert.equal(late.error?.code, 'engine_unavailable');
 });
+
+test('a listener that throws loses its own request and the engine serves on', async (t) => {
+  const { engine } = setup();
+  t.after(() => engine.close());
+  const warnings: string[] = [];
+  const onWarning = (warning: Error) => warnings.push(warning.message);
+  process.on('warning', onWarning);
+  t.after(() => process.off('warning', onWarning));
+  let numCalls = 0;
+  engine.generate(request('thrower', 10), () => {
+    numCalls++;
+    throw new Error('listener bug');
+  });
+  const other = await collect(engine, request('other', 3));
+  assert.equal(other.at(-1)?.finishReason, 'length');
+  assert.equal(numCalls, 1);
+  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32 });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.match(warnings.join('\n'), /request thrower threw: listener bug/);
+});
