@@ -26,7 +26,6 @@ const catalogue = {
   invalid_request: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   invalid_json: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   invalid_utf8: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
-  unsupported_media_type: { httpStatus: 415, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   body_too_large: { httpStatus: 413, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
   /** A parameter OpenAI defines that Conduit does not implement yet. */
   unsupported_parameter: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },

@@ -1,13 +1,15 @@
-// The JSON body parser: bytes must be valid UTF-8 (fastify's default would silently turn bad
-// bytes into U+FFFD) and valid JSON; each failure is a catalogue error.
+// The one body parser: every body is JSON, whatever its content-type says (curl -d sends
+// application/x-www-form-urlencoded, and OpenAI parses it anyway). The bytes must be valid UTF-8
+// (fastify's default parser would silently turn bad bytes into U+FFFD) and valid JSON; each
+// failure is a catalogue error.
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from './errors.ts';
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 export function installJsonBodyParser(app: FastifyInstance) {
-  app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => {
     let text: string;
     try {
       text = strictUtf8.decode(body as Buffer);

@@ -22,11 +22,8 @@ export interface GatewayOptions {
 /** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
 function toApiError(error: FastifyError, bodyLimitBytes: number): ApiError {
   if (error instanceof ApiError) return error;
-  switch (error.code) {
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new ApiError('body_too_large', `The request body is larger than the ${bodyLimitBytes}-byte limit.`);
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new ApiError('unsupported_media_type', 'The request body must be application/json.');
+  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return new ApiError('body_too_large', `The request body is larger than the ${bodyLimitBytes}-byte limit.`);
   }
   const statusCode = error.statusCode ?? 500;
   if (statusCode >= 400 && statusCode < 500) return new ApiError('invalid_request', error.message);

@@ -7,6 +7,7 @@ import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
 import { checkTokenIds, choiceRequestsOf, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
 import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
+import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
 
 function textOf(content: ChatMessageInput['content']): string {
@@ -52,14 +53,16 @@ function rejectUnsupportedChat(request: ChatRequest) {
 function chatRenderer(modelName: string): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
-  const chunk = (choices: object[]) => ({ id, object: 'chat.completion.chunk', created, model: modelName, choices });
-  const choiceChunk = (index: number, delta: object, finishReason: string | null) =>
-    chunk([{ index, delta, logprobs: null, finish_reason: finishReason }]);
+  const envelope = { id, object: 'chat.completion.chunk', created, model: modelName };
+  const frame = sseChoiceFramer(envelope);
   return {
-    openingChunk: (index) => choiceChunk(index, { role: 'assistant', content: '' }, null),
-    textChunk: (index, text) => choiceChunk(index, { content: text }, null),
-    finishChunk: (index, finishReason) => choiceChunk(index, {}, finishReason),
-    usageChunk: (usage) => ({ ...chunk([]), usage }),
+    openingEvent: (index) =>
+      frame(`{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`),
+    textEvent: (index, text) =>
+      frame(`{"index":${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null}`),
+    finishEvent: (index, finishReason) =>
+      frame(`{"index":${index},"delta":{},"logprobs":null,"finish_reason":"${finishReason}"}`),
+    usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
     response: (choices, usage) => ({
       id,
       object: 'chat.completion',
@@ -87,6 +90,7 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       model,
       promptTokenIds.length,
       request.max_completion_tokens ?? request.max_tokens,
+      request.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
       'messages',
       null,
     );

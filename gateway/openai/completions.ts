@@ -14,6 +14,7 @@ import {
   stopStringsOf,
 } from './prepare.ts';
 import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
+import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { completionRequestSchema, parseRequest, type CompletionRequest } from './schemas.ts';
 
 /** A string, a list of token ids, or (as clients often send) a list holding one string. */
@@ -41,20 +42,16 @@ function rejectUnsupportedCompletion(request: CompletionRequest) {
 function completionRenderer(modelName: string): ResponseRenderer {
   const id = `cmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
-  const chunk = (choices: object[]) => ({ id, object: 'text_completion', created, model: modelName, choices });
-  const choice = (index: number, text: string, finishReason: string | null) => ({
-    index,
-    text,
-    logprobs: null,
-    finish_reason: finishReason,
-  });
+  const envelope = { id, object: 'text_completion', created, model: modelName };
+  const frame = sseChoiceFramer(envelope);
   return {
-    openingChunk: () => null,
-    textChunk: (index, text) => chunk([choice(index, text, null)]),
-    finishChunk: (index, finishReason) => chunk([choice(index, '', finishReason)]),
-    usageChunk: (usage) => ({ ...chunk([]), usage }),
+    openingEvent: () => null,
+    textEvent: (index, text) => frame(`{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":null}`),
+    finishEvent: (index, finishReason) => frame(`{"index":${index},"text":"","logprobs":null,"finish_reason":"${finishReason}"}`),
+    usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
     response: (choices, usage) => ({
-      ...chunk(choices.map((result, index) => choice(index, result.text, result.finishReason))),
+      ...envelope,
+      choices: choices.map((choice, index) => ({ index, text: choice.text, logprobs: null, finish_reason: choice.finishReason })),
       usage,
     }),
   };
@@ -67,7 +64,14 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
     const model = registry.get(request.model);
     rejectUnsupportedCompletion(request);
     const promptTokenIds = promptTokenIdsOf(model, request.prompt);
-    const maxTokens = resolveMaxTokens(model, promptTokenIds.length, request.max_tokens, 'prompt', DEFAULT_COMPLETION_MAX_TOKENS);
+    const maxTokens = resolveMaxTokens(
+      model,
+      promptTokenIds.length,
+      request.max_tokens,
+      'max_tokens',
+      'prompt',
+      DEFAULT_COMPLETION_MAX_TOKENS,
+    );
     const generationRequest = { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs };
     return respond(
       reply,

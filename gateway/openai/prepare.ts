@@ -41,6 +41,7 @@ export function resolveMaxTokens(
   model: LoadedModel,
   numPromptTokens: number,
   requestedMaxTokens: number | null | undefined,
+  maxTokensParam: string,
   promptParam: string,
   defaultMaxTokens: number | null,
 ): number {
@@ -63,7 +64,7 @@ export function resolveMaxTokens(
       `This model's maximum context length is ${model.maxModelLen} tokens. However, you requested ` +
         `${numPromptTokens + requestedMaxTokens} tokens (${numPromptTokens} in the prompt, ${requestedMaxTokens} for the ` +
         'completion). Please reduce the prompt or the completion length.',
-      'max_tokens',
+      maxTokensParam,
     );
   }
   return requestedMaxTokens;

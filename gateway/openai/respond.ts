@@ -6,6 +6,7 @@ import type { FastifyReply } from 'fastify';
 import { type ApiError, toSseEvent } from '../errors.ts';
 import { startGeneration, type Generation, type GenerationFinish, type GenerationRequest, type Usage } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
+import { SSE_DONE } from './sse.ts';
 
 export type FinishReason = GenerationFinish['finishReason'];
 
@@ -16,24 +17,19 @@ export interface ChoiceResult {
 
 /** Renders one response format (chat or text completions) from neutral generation events. */
 export interface ResponseRenderer {
-  /** The stream chunk that announces a choice before its first text (chat's role), or null. */
-  openingChunk(choiceIndex: number): object | null;
-  textChunk(choiceIndex: number, text: string): object;
-  finishChunk(choiceIndex: number, finishReason: FinishReason): object;
-  /** The include_usage chunk: empty choices, just usage. */
-  usageChunk(usage: Usage): object;
+  /** The SSE event that announces a choice before its first text (chat's role), or null. */
+  openingEvent(choiceIndex: number): string | null;
+  textEvent(choiceIndex: number, text: string): string;
+  finishEvent(choiceIndex: number, finishReason: FinishReason): string;
+  /** The include_usage event: empty choices, just usage. */
+  usageEvent(usage: Usage): string;
+  /** The whole non-streamed body. */
   response(choices: readonly ChoiceResult[], usage: Usage): object;
 }
 
 export interface RespondOptions {
   stream: boolean;
   includeUsage: boolean;
-}
-
-const SSE_DONE = 'data: [DONE]\n\n';
-
-function sseEvent(data: object): string {
-  return `data: ${JSON.stringify(data)}\n\n`;
 }
 
 /** The prompt is one, however many choices share it. */
@@ -76,8 +72,8 @@ export function respond(
         'x-accel-buffering': 'no',
       });
       for (let index = 0; index < numChoices; index++) {
-        const chunk = renderer.openingChunk(index);
-        if (chunk !== null) raw.write(sseEvent(chunk));
+        const event = renderer.openingEvent(index);
+        if (event !== null) raw.write(event);
       }
     };
     const onText = (index: number, delta: string) => {
@@ -86,13 +82,13 @@ export function respond(
         return;
       }
       startStream();
-      raw.write(sseEvent(renderer.textChunk(index, delta)));
+      raw.write(renderer.textEvent(index, delta));
     };
     const onFinish = (index: number, finish: GenerationFinish) => {
       finishes[index] = finish;
       if (options.stream) {
         startStream();
-        raw.write(sseEvent(renderer.finishChunk(index, finish.finishReason)));
+        raw.write(renderer.finishEvent(index, finish.finishReason));
       }
       if (++numFinished < numChoices) return;
       isDone = true;
@@ -101,7 +97,7 @@ export function respond(
         resolve(renderer.response(texts.map((text, i) => ({ text, finishReason: finishes[i].finishReason })), usage));
         return;
       }
-      if (options.includeUsage) raw.write(sseEvent(renderer.usageChunk(usage)));
+      if (options.includeUsage) raw.write(renderer.usageEvent(usage));
       raw.end(SSE_DONE);
       resolve(undefined);
     };

@@ -82,6 +82,12 @@ test('prompt plus max_tokens over max_model_len is context_length_exceeded', asy
   );
   assert.match(error.message, new RegExp(`maximum context length is ${MAX_MODEL_LEN} tokens`));
   await expectError(
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, max_completion_tokens: MAX_MODEL_LEN }),
+    400,
+    'context_length_exceeded',
+    'max_completion_tokens',
+  );
+  await expectError(
     await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'word '.repeat(MAX_MODEL_LEN) }),
     400,
     'context_length_exceeded',
@@ -95,6 +101,7 @@ test('token ids outside the vocabulary and empty prompts are refused', async () 
 });
 
 test('an unknown model is a 404 model_not_found', async () => {
+  await expectError(await fetch(`${gateway.baseUrl}/v1/models/nope`), 404, 'model_not_found', 'model');
   const error = await expectError(
     await gateway.post('/v1/chat/completions', { model: 'nope', messages }),
     404,
@@ -150,4 +157,17 @@ test('after all of the above the server still serves', async () => {
   script = { steps: oneTokenPerStep(gateway.tokens('still here')), finishReason: 'stop' };
   const body = await (await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages })).json();
   assert.equal(body.choices[0].message.content, 'still here');
+});
+
+test('a JSON body is read whatever its content-type says, as curl -d sends it', async () => {
+  script = { steps: [gateway.tokens('ok')], finishReason: 'stop' };
+  for (const contentType of ['application/x-www-form-urlencoded', 'text/plain', null]) {
+    const response = await fetch(`${gateway.baseUrl}/v1/completions`, {
+      method: 'POST',
+      headers: contentType === null ? {} : { 'content-type': contentType },
+      body: JSON.stringify({ model: MODEL_NAME, prompt: 'x' }),
+    });
+    assert.equal(response.status, 200, `content-type ${contentType}`);
+    assert.equal((await response.json()).choices[0].text, 'ok');
+  }
 });

@@ -92,6 +92,9 @@ export function sseEvents(body: string): unknown[] {
     .map((event) => {
       if (!event.startsWith('data: ')) throw new Error(`not an SSE data event: ${JSON.stringify(event)}`);
       const data = event.slice('data: '.length);
-      return data === '[DONE]' ? data : JSON.parse(data);
+      if (data === '[DONE]') return data;
+      const parsed = JSON.parse(data);
+      if (JSON.stringify(parsed) !== data) throw new Error(`not compact JSON: ${data}`);
+      return parsed;
     });
 }

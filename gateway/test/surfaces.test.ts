@@ -27,6 +27,8 @@ test('/v1/models lists every served model in OpenAI list format', async () => {
     ],
   );
   assert.equal(typeof body.data[0].created, 'number');
+  const card = await (await fetch(`${gateway.baseUrl}/v1/models/${MODEL_NAME}`)).json();
+  assert.deepEqual(card, body.data[0]);
 });
 
 test('/tokenize a prompt or chat messages, /detokenize back', async () => {

@@ -1,0 +1,18 @@
+// Server-Sent Events in OpenAI's framing. A response's chunks differ only in their one choice,
+// so the envelope (id, object, created, model) is serialized once and each chunk serializes
+// just its choice: the per-token path stringifies a short text, not a whole object tree.
+
+export const SSE_DONE = 'data: [DONE]\n\n';
+
+export function sseEvent(data: object): string {
+  return `data: ${JSON.stringify(data)}\n\n`;
+}
+
+/** Returns a function that wraps one choice's JSON into `data: {...envelope, "choices":[choice]}\n\n`. */
+export function sseChoiceFramer(envelope: object): (choiceJson: string) => string {
+  const placeholder = '\u0000choice';
+  const [head, tail] = JSON.stringify({ ...envelope, choices: [placeholder] }).split(JSON.stringify(placeholder));
+  const prefix = `data: ${head}`;
+  const suffix = `${tail}\n\n`;
+  return (choiceJson) => prefix + choiceJson + suffix;
+}
