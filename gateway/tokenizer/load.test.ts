@@ -147,3 +147,12 @@ test('a byte-level BPE tokenizer.json through @huggingface/tokenizers', () => {
   assert.deepEqual(streamOneByOne(tokenizer, waveIds), ['', '', '', '👋', '!', '']);
   assert.equal(loadChatTemplate(config)?.render([{ role: 'user', content: 'x' }], { addGenerationPrompt: false }), 'x<|eot|>');
 });
+
+test("a bundled encoding's own special tokens are special even when tokenizer_config.json lists none", () => {
+  const dir = modelDir('gpt2-bare', { 'tokenizer_config.json': JSON.stringify({ tiktoken_encoding: 'gpt2' }) });
+  const { tokenizer, config } = loadTokenizer(dir);
+  assert.ok(tokenizer.specialTokenIds.has(50256));
+  assert.deepEqual(tokenizer.encode('a<|endoftext|>', { addSpecialTokens: true }), [64, 50256]);
+  assert.equal(tokenizer.decode([64, 50256], { skipSpecialTokens: true }), 'a');
+  assert.equal(loadChatTemplate(config), null);
+});

@@ -27,7 +27,13 @@ class TiktokenTokenizer implements Tokenizer {
   /** Reused across decode calls; grows to the longest decode seen. */
   private scratch = new Uint8Array(1024);
 
-  constructor(encoding: Tiktoken, bytesById: (Uint8Array | undefined)[], specialIdsByContent: Map<string, number>, config: TokenizerConfig) {
+  constructor(
+    encoding: Tiktoken,
+    bytesById: (Uint8Array | undefined)[],
+    specialIdsByContent: Map<string, number>,
+    bundledSpecials: Record<string, number>,
+    config: TokenizerConfig,
+  ) {
     this.encoding = encoding;
     this.bytesById = bytesById;
     this.vocabSize = bytesById.length;
@@ -35,9 +41,12 @@ class TiktokenTokenizer implements Tokenizer {
     this.bosTokenId = idOf(config.bosToken) ?? null;
     const eosTokenId = idOf(config.eosToken);
     this.eosTokenIds = eosTokenId === undefined ? [] : [eosTokenId];
-    this.specialTokenIds = new Set(
-      config.addedTokens.filter((token) => token.special).map((token) => token.id).concat(this.eosTokenIds),
-    );
+    // Output text skips the encoding's own specials and the checkpoint's added tokens marked special.
+    this.specialTokenIds = new Set([
+      ...Object.values(bundledSpecials),
+      ...config.addedTokens.filter((token) => token.special).map((token) => token.id),
+      ...this.eosTokenIds,
+    ]);
     this.addBosToken = config.addBosToken && this.bosTokenId !== null;
   }
 
@@ -98,7 +107,7 @@ export function loadBundledTiktoken(encodingName: TiktokenEncoding, config: Toke
     }
   }
   addSpecialBytes(bytesById, specialIdsByContent);
-  return new TiktokenTokenizer(encoding, bytesById, specialIdsByContent, config);
+  return new TiktokenTokenizer(encoding, bytesById, specialIdsByContent, bundledSpecials, config);
 }
 
 function bundledRegistry(): Record<string, unknown> {
@@ -140,5 +149,5 @@ export function loadTiktokenRanksFile(file: string, config: TokenizerConfig): To
     LLAMA3_SPLIT_PATTERN,
   );
   addSpecialBytes(bytesById, specialIdsByContent);
-  return new TiktokenTokenizer(encoding, bytesById, specialIdsByContent, config);
+  return new TiktokenTokenizer(encoding, bytesById, specialIdsByContent, {}, config);
 }
