@@ -1,0 +1,32 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ApiError, fromEngineError, isErrorCode, toKServeBody, toOpenAIBody, toSseEvent } from './errors.ts';
+
+test('one error renders to every wire form from the catalogue', () => {
+  const error = new ApiError('context_length_exceeded', 'too long', 'messages');
+  assert.equal(error.httpStatus, 400);
+  assert.equal(error.grpcStatus, 3);
+  const body = { error: { message: 'too long', type: 'invalid_request_error', param: 'messages', code: 'context_length_exceeded' } };
+  assert.deepEqual(toOpenAIBody(error), body);
+  assert.equal(toSseEvent(error), `data: ${JSON.stringify(body)}\n\n`);
+  assert.deepEqual(toKServeBody(error), { error: 'too long' });
+});
+
+test('engine codes map through the catalogue; unknown codes become internal errors', () => {
+  const tooSmall = fromEngineError({ code: 'kv_cache_too_small', message: 'needs 9 blocks' });
+  assert.equal(tooSmall.code, 'kv_cache_too_small');
+  assert.equal(tooSmall.httpStatus, 400);
+  const unknown = fromEngineError({ code: 'gpu_on_fire', message: 'hot' });
+  assert.equal(unknown.code, 'internal_error');
+  assert.equal(unknown.httpStatus, 500);
+  assert.equal(unknown.message, 'hot');
+  assert.equal(isErrorCode('toString'), false);
+});
+
+test('statuses of the codes clients see most', () => {
+  const statusOf = (code: ConstructorParameters<typeof ApiError>[0]) => new ApiError(code, '').httpStatus;
+  assert.equal(statusOf('model_not_found'), 404);
+  assert.equal(statusOf('body_too_large'), 413);
+  assert.equal(statusOf('engine_unavailable'), 503);
+  assert.equal(statusOf('internal_error'), 500);
+});
