@@ -5,6 +5,7 @@
 
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
 
 export interface ScriptedChunk {
   /** Wait before sending this chunk, measured from the previous one (or from the request). */
@@ -25,6 +26,10 @@ export interface ScriptedResponse {
 export interface ReceivedRequest {
   path: string;
   body: Record<string, unknown>;
+  /** performance.now() when the request arrived, when each text chunk and the end were written. */
+  receivedMs: number;
+  textWritesMs: number[];
+  endMs: number;
 }
 
 export interface ScriptedServer {
@@ -58,11 +63,18 @@ export async function startScriptedServer(options: ScriptedServerOptions): Promi
   };
   let numGenerations = 0;
   const server = http.createServer((req, res) => {
+    const receivedMs = performance.now();
     let rawBody = '';
     req.setEncoding('utf8');
     req.on('data', (text: string) => (rawBody += text));
     req.on('end', () => {
-      const request: ReceivedRequest = { path: req.url ?? '', body: rawBody ? JSON.parse(rawBody) : {} };
+      const request: ReceivedRequest = {
+        path: req.url ?? '',
+        body: rawBody ? JSON.parse(rawBody) : {},
+        receivedMs,
+        textWritesMs: [],
+        endMs: NaN,
+      };
       if (request.path === '/tokenize' || request.path === '/detokenize') {
         if (!options.tokenizer) return sendJson(res, 404, { error: { message: 'Not Found' } });
         if (request.path === '/tokenize') {
@@ -78,7 +90,7 @@ export async function startScriptedServer(options: ScriptedServerOptions): Promi
       if (response.status !== undefined) {
         return sendJson(res, response.status, { error: { message: `scripted failure ${response.status}`, type: 'server_error' } });
       }
-      streamResponse(res, request.path === '/v1/chat/completions', response);
+      streamResponse(res, request, response);
     });
   });
   server.keepAliveTimeout = 60_000;
@@ -106,7 +118,8 @@ function chunkEvent(isChat: boolean, text: string): string {
   return `data: ${JSON.stringify({ id: 'x', object: isChat ? 'chat.completion.chunk' : 'text_completion', choices: [choice] })}\n\n`;
 }
 
-function streamResponse(res: http.ServerResponse, isChat: boolean, response: ScriptedResponse): void {
+function streamResponse(res: http.ServerResponse, request: ReceivedRequest, response: ScriptedResponse): void {
+  const isChat = request.path === '/v1/chat/completions';
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   // A role-only first chunk, as vLLM sends: it carries no text and must not count as the first token.
   if (isChat) res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] })}\n\n`);
@@ -114,12 +127,14 @@ function streamResponse(res: http.ServerResponse, isChat: boolean, response: Scr
   const sendDueChunks = (): void => {
     do {
       res.write(chunkEvent(isChat, response.chunks[next].text));
+      request.textWritesMs.push(performance.now());
       next++;
     } while (next < response.chunks.length && response.chunks[next].delayMs <= 0);
     if (next < response.chunks.length) setTimeout(sendDueChunks, response.chunks[next].delayMs);
     else finish();
   };
   const finish = (): void => {
+    request.endMs = performance.now();
     const ending = response.ending ?? 'done';
     if (ending === 'hangup') return void res.socket?.destroy();
     if (ending === 'error') {
