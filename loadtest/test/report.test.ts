@@ -42,7 +42,7 @@ test('a run writes results.json and a self-contained report; a workload file rep
     assert.equal(
       await main([
         '--url', server.baseUrl, '--model', 'm', '--scenario', 'distribution', '--input-dist', 'uniform:4:12', '--output-dist', 'fixed:3',
-        '--requests', '10', '--rate', '200,400', '--goodput', 'ttft:1000,e2e:1000', '--label', 'A <run>', '--quiet', '--out', runA,
+        '--requests', '10', '--rate', '200,400', '--goodput', 'ttft:10000,e2e:10000', '--label', 'A <run>', '--quiet', '--out', runA,
         '--write-workload', workloadFile,
       ]),
       0,
