@@ -15,6 +15,7 @@ import { GrpcEngineClient } from '../grpc/client.ts';
 import { NativeRunner } from '../native-runner.ts';
 import type { ModelRunner } from '../runner.ts';
 import type { SchedulerOutput } from '../scheduler-output.ts';
+import { kvBytesPerBlock } from '../kv/cache-size.ts';
 import type { RequestOutput } from '../types.ts';
 import { startWorker } from '../worker.ts';
 
@@ -115,6 +116,8 @@ test('greedy outputs through the engine equal a step-by-step decode, alone and b
   const modelDir = tinyCheckpoint(dir);
 
   const referenceModel = await load(modelDir, 16);
+  // The worker sizes its cache before loading; its arithmetic must match the runtime's layout.
+  assert.equal(kvBytesPerBlock(modelDir, 'auto', 'auto', blockSizeTokens), referenceModel.info.kvBytesPerBlock);
   const expected: number[][] = [];
   try {
     for (const prompt of prompts) expected.push(await referenceDecode(referenceModel, prompt));
