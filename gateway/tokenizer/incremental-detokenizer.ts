@@ -13,9 +13,8 @@ export type DecodeFn = (tokenIds: readonly number[]) => string;
 
 export class IncrementalDetokenizer {
   private readonly decode: DecodeFn;
-  private readonly tokenIds: number[] = [];
-  /** Where the decode window starts in tokenIds. */
-  private windowStart = 0;
+  /** The recent tokens that are decoded together; older ones are dropped in place. */
+  private readonly windowTokenIds: number[] = [];
   /** How much of the window's decoded text has been emitted. */
   private numEmittedChars = 0;
 
@@ -25,8 +24,8 @@ export class IncrementalDetokenizer {
 
   /** Appends tokens; returns the newly complete text (possibly ''). */
   push(newTokenIds: readonly number[]): string {
-    for (const id of newTokenIds) this.tokenIds.push(id);
-    const text = this.decode(this.windowTokenIds());
+    for (const id of newTokenIds) this.windowTokenIds.push(id);
+    const text = this.decode(this.windowTokenIds);
     let stableLength = text.length;
     while (stableLength > this.numEmittedChars && text[stableLength - 1] === REPLACEMENT_CHAR) stableLength--;
     const delta = stableLength > this.numEmittedChars ? text.slice(this.numEmittedChars, stableLength) : '';
@@ -37,21 +36,17 @@ export class IncrementalDetokenizer {
 
   /** The request is over: whatever is held back is final, replacement characters included. */
   flush(): string {
-    const text = this.decode(this.windowTokenIds());
+    const text = this.decode(this.windowTokenIds);
     const delta = text.slice(this.numEmittedChars);
     this.numEmittedChars = text.length;
     return delta;
   }
 
-  private windowTokenIds(): number[] {
-    return this.tokenIds.slice(this.windowStart);
-  }
-
-  /** Everything in the window is emitted and complete: restart it near the end. */
+  /** Everything in the window is emitted and complete: keep only its last few tokens as context. */
   private slideWindow() {
-    const newStart = this.tokenIds.length - NUM_CONTEXT_TOKENS;
-    if (newStart <= this.windowStart) return;
-    this.windowStart = newStart;
-    this.numEmittedChars = this.decode(this.windowTokenIds()).length;
+    const numDroppedTokens = this.windowTokenIds.length - NUM_CONTEXT_TOKENS;
+    if (numDroppedTokens <= 0) return;
+    this.windowTokenIds.splice(0, numDroppedTokens);
+    this.numEmittedChars = this.decode(this.windowTokenIds).length;
   }
 }
