@@ -1,6 +1,7 @@
 // The engine on a real (tiny, random) checkpoint: greedy outputs through the scheduler, with
 // chunked prefill, preemption and batching, must equal a plain step-by-step decode of each
-// prompt alone. The runtime's kernels are batch-invariant, so equality is exact.
+// prompt alone, and seeded samples must not depend on the batch. The runtime's kernels are
+// batch-invariant, so equality is exact.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -16,7 +17,7 @@ import { NativeRunner } from '../native-runner.ts';
 import type { ModelRunner } from '../runner.ts';
 import type { SchedulerOutput } from '../scheduler-output.ts';
 import { kvBytesPerBlock } from '../kv/cache-size.ts';
-import type { RequestOutput } from '../types.ts';
+import type { RequestOutput, SamplingParams } from '../types.ts';
 import { startWorker } from '../worker.ts';
 
 const blockSizeTokens = 4;
@@ -96,11 +97,13 @@ class RecordingRunner implements ModelRunner {
   }
 }
 
-function generate(engine: Engine, requestId: string, prompt: number[]): Promise<number[]> {
+const greedy: SamplingParams = { temperature: 0 };
+
+function generate(engine: Engine, requestId: string, prompt: number[], sampling = greedy): Promise<number[]> {
   return new Promise((resolve, reject) => {
     const tokens: number[] = [];
     engine.generate(
-      { requestId, promptTokenIds: prompt, sampling: { temperature: 0, maxTokens: numOutputTokens, ignoreEos: true } },
+      { requestId, promptTokenIds: prompt, sampling: { ...sampling, maxTokens: numOutputTokens, ignoreEos: true } },
       (output: RequestOutput) => {
         tokens.push(...output.newTokenIds);
         if (output.finishReason === 'length') resolve(tokens);
@@ -110,7 +113,7 @@ function generate(engine: Engine, requestId: string, prompt: number[]): Promise<
   });
 }
 
-test('greedy outputs through the engine equal a step-by-step decode, alone and batched', async (t) => {
+test('outputs through the engine equal a step-by-step decode, alone and batched', async (t) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-engine-native-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const modelDir = tinyCheckpoint(dir);
@@ -142,6 +145,14 @@ test('greedy outputs through the engine equal a step-by-step decode, alone and b
 
   const batched = await Promise.all(prompts.map((prompt, index) => generate(engine, `batched-${index}`, prompt)));
   assert.deepEqual(batched, expected);
+
+  // Seeded sampling draws from (seed, output index): batching and preemption change nothing.
+  const seeded = (index: number): SamplingParams => ({ temperature: 1.5, topK: 40, seed: BigInt(index) * 7919n });
+  const sampledAlone: number[][] = [];
+  for (const [index, prompt] of prompts.entries()) sampledAlone.push(await generate(engine, `s-alone-${index}`, prompt, seeded(index)));
+  const sampledBatched = await Promise.all(prompts.map((prompt, index) => generate(engine, `s-batched-${index}`, prompt, seeded(index))));
+  assert.deepEqual(sampledBatched, sampledAlone);
+  assert.notDeepEqual(sampledAlone, expected);
 
   const entries = runner.steps.flatMap((step) => step.scheduled);
   assert.ok(runner.steps.some((step) => step.scheduled.length > 1), 'requests shared a step');
