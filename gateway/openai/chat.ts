@@ -5,7 +5,7 @@ import { ApiError } from '../errors.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
-import { checkTokenIds, choiceRequestsOf, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
+import { choiceRequestsOf, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
 import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
@@ -25,16 +25,18 @@ export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMe
       'messages',
     );
   }
-  const chatMessages: ChatMessage[] = messages.map((message) => ({ role: message.role, content: textOf(message.content) }));
+  // "developer" is OpenAI's newer name for "system", which is what chat templates know.
+  const chatMessages: ChatMessage[] = messages.map((message) => ({
+    role: message.role === 'developer' ? 'system' : message.role,
+    content: textOf(message.content),
+  }));
   let prompt: string;
   try {
     prompt = model.chatTemplate.render(chatMessages, { addGenerationPrompt });
   } catch (err) {
     throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, 'messages');
   }
-  const tokenIds = model.tokenizer.encode(prompt, { addSpecialTokens: false });
-  checkTokenIds(model, tokenIds, 'messages');
-  return tokenIds;
+  return model.tokenizer.encode(prompt, { addSpecialTokens: false });
 }
 
 function rejectUnsupportedChat(request: ChatRequest) {
@@ -94,7 +96,13 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       'messages',
       null,
     );
-    const generationRequest = { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs };
+    const generationRequest = {
+      model,
+      promptTokenIds,
+      sampling: samplingOf(request, maxTokens),
+      stopStrings: stopStringsOf(request.stop),
+      arrivalMs,
+    };
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),

@@ -72,7 +72,13 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
       'prompt',
       DEFAULT_COMPLETION_MAX_TOKENS,
     );
-    const generationRequest = { model, promptTokenIds, sampling: samplingOf(request, maxTokens), stopStrings: stopStringsOf(request.stop), arrivalMs };
+    const generationRequest = {
+      model,
+      promptTokenIds,
+      sampling: samplingOf(request, maxTokens),
+      stopStrings: stopStringsOf(request.stop),
+      arrivalMs,
+    };
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),

@@ -35,8 +35,16 @@ test('/tokenize a prompt or chat messages, /detokenize back', async () => {
   const prompt = await (await gateway.post('/tokenize', { model: MODEL_NAME, prompt: 'Hello 👋 world' })).json();
   assert.deepEqual(prompt, { tokens: [15496, 50169, 233, 995], count: 4, max_model_len: MAX_MODEL_LEN });
 
-  const chat = await (await gateway.post('/tokenize', { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }] })).json();
-  assert.deepEqual(chat.tokens, gateway.tokens('<|user|>hi<|endoftext|><|assistant|>'));
+  const chat = await (
+    await gateway.post('/tokenize', {
+      model: MODEL_NAME,
+      messages: [
+        { role: 'developer', content: 'Be brief.' },
+        { role: 'user', content: [{ type: 'text', text: 'h' }, { type: 'text', text: 'i' }] },
+      ],
+    })
+  ).json();
+  assert.deepEqual(chat.tokens, gateway.tokens('<|system|>Be brief.<|endoftext|><|user|>hi<|endoftext|><|assistant|>'));
   assert.equal(chat.count, chat.tokens.length);
 
   const text = await (await gateway.post('/detokenize', { model: MODEL_NAME, tokens: [15496, 50169, 233, 995, 50256] })).json();
