@@ -20,12 +20,18 @@ export class StopMatcher {
   push(delta: string): StopMatch {
     if (this.stops.length === 0) return { text: delta, stop: null };
     const buffer = this.held + delta;
+    // The stop that completes first in the text wins (ties: the longer one), so the outcome
+    // does not depend on how the text was split into deltas.
     let matchIndex = -1;
+    let matchEnd = Infinity;
     let matchedStop: string | null = null;
     for (const stop of this.stops) {
       const index = buffer.indexOf(stop);
-      if (index !== -1 && (matchIndex === -1 || index < matchIndex)) {
+      if (index === -1) continue;
+      const end = index + stop.length;
+      if (end < matchEnd || (end === matchEnd && index < matchIndex)) {
         matchIndex = index;
+        matchEnd = end;
         matchedStop = stop;
       }
     }
