@@ -3,7 +3,7 @@
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
-import { createGateway, createMetricsServer, type ServedModel } from '../gateway/server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
 import { workerArgs } from './worker-flags.ts';
 
@@ -60,8 +60,9 @@ export async function serve(config: Config): Promise<RunningServer> {
         workers,
       });
     }
-    const gateway = await createGateway({ models, bodyLimitBytes: config.server.body_limit_bytes });
-    const metrics = await createMetricsServer({ models });
+    const gatewayMetrics = new GatewayMetrics(models);
+    const gateway = await createGateway({ models, bodyLimitBytes: config.server.body_limit_bytes, metrics: gatewayMetrics });
+    const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });
     return {
