@@ -1,0 +1,85 @@
+// `conduit serve --model DIR` as a user runs it: a real process serving a checkpoint of
+// another family, streamed from over HTTP, stopped with SIGTERM.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
+import { defaultModelDir, repoRoot } from './harness.ts';
+
+test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
+  const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
+  t.after(() => rmSync(workDir, { recursive: true, force: true }));
+  const modelDir = path.join(workDir, 'qwen-mini');
+  writeRandomCheckpoint({
+    ...DEFAULT_OPTIONS,
+    outDir: modelDir,
+    arch: 'qwen2',
+    hiddenSize: 64,
+    numLayers: 2,
+    numHeads: 4,
+    numKvHeads: 2,
+    intermediateSize: 96,
+    vocabSize: 50257,
+    dtype: 'fp16',
+    tieWordEmbeddings: false,
+    numShards: 2,
+    maxPositionEmbeddings: 512,
+    bosTokenId: 50256,
+    eosTokenId: 50256,
+    seed: 7,
+  });
+  copyFileSync(path.join(defaultModelDir, 'tokenizer_config.json'), path.join(modelDir, 'tokenizer_config.json'));
+
+  const server = spawn(process.execPath, [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
+  t.after(() => server.kill('SIGKILL'));
+  let stderr = '';
+  const httpAddress = await new Promise<string>((resolve, reject) => {
+    server.stderr.on('data', (data: Buffer) => {
+      stderr += data.toString();
+      const match = /serving on (http:\/\/\S+)/.exec(stderr);
+      if (match) resolve(match[1]);
+    });
+    server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
+  });
+
+  const client = new OpenAI({ baseURL: `${httpAddress.replace('0.0.0.0', '127.0.0.1')}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const models = await client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ['qwen-mini']);
+  const stream = await client.chat.completions.create({
+    model: 'qwen-mini',
+    messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 5,
+    ignore_eos: true,
+    stream: true,
+    stream_options: { include_usage: true },
+  } as OpenAI.Chat.ChatCompletionCreateParamsStreaming);
+  let numCompletionTokens = 0;
+  for await (const chunk of stream) numCompletionTokens = chunk.usage?.completion_tokens ?? numCompletionTokens;
+  assert.equal(numCompletionTokens, 5);
+
+  server.kill('SIGTERM');
+  assert.equal(await exited, 0);
+});
+
+test('conduit serve with a bad configuration names the file and the field', async () => {
+  const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
+  try {
+    const configFile = path.join(workDir, 'bad.yaml');
+    writeFileSync(configFile, 'models:\n  - path: x\n    max_num_seqs: lots\n');
+    const child = spawn(process.execPath, [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--config', configFile], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    assert.equal(code, 2);
+    assert.match(stderr, /bad\.yaml: models\.0\.max_num_seqs/);
+  } finally {
+    rmSync(workDir, { recursive: true, force: true });
+  }
+});
