@@ -15,6 +15,8 @@ export interface GenerationRequest {
   promptTokenIds: number[];
   sampling: SamplingParams;
   stopStrings: readonly string[];
+  /** Report each output token's log-probability along with the text. */
+  wantsLogprobs: boolean;
   /** performance.now() when the request arrived, for latency metrics. */
   arrivalMs: number;
 }
@@ -25,14 +27,24 @@ export interface Usage {
   total_tokens: number;
 }
 
+export interface TokenLogprob {
+  tokenId: number;
+  logprob: number;
+}
+
 export interface GenerationFinish {
   finishReason: 'stop' | 'length';
   usage: Usage;
+  /** Tokens not yet reported with text (held back, special, or cut by a stop); null without logprobs. */
+  tokenLogprobs: TokenLogprob[] | null;
 }
 
 export interface GenerationHandlers {
-  /** Text that is final: complete characters, no part of a stop string. Never empty. */
-  onText(text: string): void;
+  /**
+   * Text that is final: complete characters, no part of a stop string. Never empty. With
+   * logprobs, the tokens that arrived since the last call; their text may still be held back.
+   */
+  onText(text: string, tokenLogprobs: TokenLogprob[] | null): void;
   onFinish(finish: GenerationFinish): void;
   onError(error: ApiError): void;
 }
@@ -54,9 +66,16 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   const stopMatcher = new StopMatcher(request.stopStrings);
   let numOutputTokens = 0;
   let isFinished = false;
+  let pendingLogprobs: TokenLogprob[] | null = request.wantsLogprobs ? [] : null;
 
+  const takeLogprobs = () => {
+    if (pendingLogprobs === null) return null;
+    const taken = pendingLogprobs;
+    pendingLogprobs = [];
+    return taken;
+  };
   const emit = (text: string) => {
-    if (text !== '') handlers.onText(text);
+    if (text !== '') handlers.onText(text, takeLogprobs());
   };
   const finish = (finishReason: 'stop' | 'length') => {
     isFinished = true;
@@ -68,6 +87,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
         completion_tokens: numOutputTokens,
         total_tokens: promptTokenIds.length + numOutputTokens,
       },
+      tokenLogprobs: takeLogprobs(),
     });
   };
   const fail = (error: ApiError) => {
@@ -88,6 +108,9 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       metrics.observeFirstToken(model.name, (performance.now() - request.arrivalMs) / 1000);
     }
     numOutputTokens += output.newTokenIds.length;
+    if (pendingLogprobs !== null) {
+      for (const [i, tokenId] of output.newTokenIds.entries()) pendingLogprobs.push({ tokenId, logprob: output.newLogprobs[i] });
+    }
     let text = detokenizer.push(output.newTokenIds);
     if (output.finishReason !== null) text += detokenizer.flush();
     const match = stopMatcher.push(text);

@@ -2,9 +2,11 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors.ts';
+import type { TokenLogprob } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
+import { chatLogprobsOf } from './logprobs.ts';
 import { choiceRequestsOf, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
 import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
@@ -41,8 +43,12 @@ export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMe
 
 function rejectUnsupportedChat(request: ChatRequest) {
   rejectUnsupported(request);
-  if (request.logprobs === true) {
-    throw new ApiError('unsupported_parameter', 'logprobs is not supported yet.', 'logprobs');
+  if (request.logprobs === true && (request.top_logprobs ?? 0) > 0) {
+    throw new ApiError(
+      'unsupported_parameter',
+      "top_logprobs is not supported; the engine reports only the sampled token's log-probability.",
+      'top_logprobs',
+    );
   }
   if (request.tools && request.tools.length > 0) {
     throw new ApiError('unsupported_parameter', 'tools are not supported yet.', 'tools');
@@ -52,28 +58,30 @@ function rejectUnsupportedChat(request: ChatRequest) {
   }
 }
 
-function chatRenderer(modelName: string): ResponseRenderer {
+function chatRenderer(model: LoadedModel): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
-  const envelope = { id, object: 'chat.completion.chunk', created, model: modelName };
+  const envelope = { id, object: 'chat.completion.chunk', created, model: model.name };
   const frame = sseChoiceFramer(envelope);
+  const logprobsOf = (entries: TokenLogprob[] | null) => (entries === null ? null : chatLogprobsOf(model.tokenizer, entries));
+  const logprobsJson = (entries: TokenLogprob[] | null) => (entries === null ? 'null' : JSON.stringify(logprobsOf(entries)));
   return {
     openingEvent: (index) =>
       frame(`{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`),
-    textEvent: (index, text) =>
-      frame(`{"index":${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":null,"finish_reason":null}`),
-    finishEvent: (index, finishReason) =>
-      frame(`{"index":${index},"delta":{},"logprobs":null,"finish_reason":"${finishReason}"}`),
+    textEvent: (index, text, entries) =>
+      frame(`{"index":${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":${logprobsJson(entries)},"finish_reason":null}`),
+    finishEvent: (index, finishReason, entries) =>
+      frame(`{"index":${index},"delta":{},"logprobs":${logprobsJson(entries)},"finish_reason":"${finishReason}"}`),
     usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
     response: (choices, usage) => ({
       id,
       object: 'chat.completion',
       created,
-      model: modelName,
+      model: model.name,
       choices: choices.map((choice, index) => ({
         index,
         message: { role: 'assistant', content: choice.text },
-        logprobs: null,
+        logprobs: logprobsOf(choice.tokenLogprobs),
         finish_reason: choice.finishReason,
       })),
       usage,
@@ -101,12 +109,13 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       promptTokenIds,
       sampling: samplingOf(request, maxTokens),
       stopStrings: stopStringsOf(request.stop),
+      wantsLogprobs: request.logprobs === true,
       arrivalMs,
     };
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),
-      chatRenderer(model.name),
+      chatRenderer(model),
       { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
       metrics,
     );

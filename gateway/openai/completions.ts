@@ -2,8 +2,10 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors.ts';
+import type { TokenLogprob } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import { CompletionLogprobsBuilder } from './logprobs.ts';
 import {
   DEFAULT_COMPLETION_MAX_TOKENS,
   checkTokenIds,
@@ -34,24 +36,42 @@ function promptTokenIdsOf(model: LoadedModel, prompt: CompletionRequest['prompt'
 function rejectUnsupportedCompletion(request: CompletionRequest) {
   rejectUnsupported(request);
   if (request.echo === true) throw new ApiError('unsupported_parameter', 'echo is not supported yet.', 'echo');
-  if (request.logprobs != null) throw new ApiError('unsupported_parameter', 'logprobs is not supported yet.', 'logprobs');
+  if ((request.logprobs ?? 0) > 0) {
+    throw new ApiError(
+      'unsupported_parameter',
+      "Only logprobs: 0 is supported; the engine reports only the sampled token's log-probability.",
+      'logprobs',
+    );
+  }
   if (request.suffix) throw new ApiError('unsupported_parameter', 'suffix is not supported.', 'suffix');
   if ((request.best_of ?? 1) !== 1) throw new ApiError('unsupported_parameter', 'Only best_of=1 is supported.', 'best_of');
 }
 
-function completionRenderer(modelName: string): ResponseRenderer {
+function completionRenderer(model: LoadedModel, numChoices: number): ResponseRenderer {
   const id = `cmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
-  const envelope = { id, object: 'text_completion', created, model: modelName };
+  const envelope = { id, object: 'text_completion', created, model: model.name };
   const frame = sseChoiceFramer(envelope);
+  const logprobsBuilders = Array.from({ length: numChoices }, () => new CompletionLogprobsBuilder(model.tokenizer));
+  const logprobsOf = (index: number, entries: TokenLogprob[] | null) =>
+    entries === null ? null : logprobsBuilders[index].next(entries);
+  const logprobsJson = (index: number, entries: TokenLogprob[] | null) =>
+    entries === null ? 'null' : JSON.stringify(logprobsOf(index, entries));
   return {
     openingEvent: () => null,
-    textEvent: (index, text) => frame(`{"index":${index},"text":${JSON.stringify(text)},"logprobs":null,"finish_reason":null}`),
-    finishEvent: (index, finishReason) => frame(`{"index":${index},"text":"","logprobs":null,"finish_reason":"${finishReason}"}`),
+    textEvent: (index, text, entries) =>
+      frame(`{"index":${index},"text":${JSON.stringify(text)},"logprobs":${logprobsJson(index, entries)},"finish_reason":null}`),
+    finishEvent: (index, finishReason, entries) =>
+      frame(`{"index":${index},"text":"","logprobs":${logprobsJson(index, entries)},"finish_reason":"${finishReason}"}`),
     usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
     response: (choices, usage) => ({
       ...envelope,
-      choices: choices.map((choice, index) => ({ index, text: choice.text, logprobs: null, finish_reason: choice.finishReason })),
+      choices: choices.map((choice, index) => ({
+        index,
+        text: choice.text,
+        logprobs: logprobsOf(index, choice.tokenLogprobs),
+        finish_reason: choice.finishReason,
+      })),
       usage,
     }),
   };
@@ -77,12 +97,13 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
       promptTokenIds,
       sampling: samplingOf(request, maxTokens),
       stopStrings: stopStringsOf(request.stop),
+      wantsLogprobs: request.logprobs != null,
       arrivalMs,
     };
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),
-      completionRenderer(model.name),
+      completionRenderer(model, request.n ?? 1),
       { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
       metrics,
     );

@@ -4,7 +4,14 @@
 // The client going away at any point aborts every generation in its worker at once.
 import type { FastifyReply } from 'fastify';
 import { type ApiError, toSseEvent } from '../errors.ts';
-import { startGeneration, type Generation, type GenerationFinish, type GenerationRequest, type Usage } from '../generation.ts';
+import {
+  startGeneration,
+  type Generation,
+  type GenerationFinish,
+  type GenerationRequest,
+  type TokenLogprob,
+  type Usage,
+} from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import { SSE_DONE } from './sse.ts';
 
@@ -13,14 +20,16 @@ export type FinishReason = GenerationFinish['finishReason'];
 export interface ChoiceResult {
   text: string;
   finishReason: FinishReason;
+  /** Every output token's, when the request asked for logprobs. */
+  tokenLogprobs: TokenLogprob[] | null;
 }
 
 /** Renders one response format (chat or text completions) from neutral generation events. */
 export interface ResponseRenderer {
   /** The SSE event that announces a choice before its first text (chat's role), or null. */
   openingEvent(choiceIndex: number): string | null;
-  textEvent(choiceIndex: number, text: string): string;
-  finishEvent(choiceIndex: number, finishReason: FinishReason): string;
+  textEvent(choiceIndex: number, text: string, tokenLogprobs: TokenLogprob[] | null): string;
+  finishEvent(choiceIndex: number, finishReason: FinishReason, tokenLogprobs: TokenLogprob[] | null): string;
   /** The include_usage event: empty choices, just usage. */
   usageEvent(usage: Usage): string;
   /** The whole non-streamed body. */
@@ -55,6 +64,10 @@ export function respond(
   return new Promise((resolve, reject) => {
     const generations: Generation[] = [];
     const texts = choiceRequests.map(() => '');
+    const tokenLogprobs = choiceRequests.map((request) => (request.wantsLogprobs ? ([] as TokenLogprob[]) : null));
+    const collectLogprobs = (index: number, entries: TokenLogprob[] | null) => {
+      if (entries !== null) tokenLogprobs[index]?.push(...entries);
+    };
     const finishes: GenerationFinish[] = new Array(numChoices);
     let numFinished = 0;
     let isDone = false;
@@ -76,25 +89,29 @@ export function respond(
         if (event !== null) raw.write(event);
       }
     };
-    const onText = (index: number, delta: string) => {
+    const onText = (index: number, delta: string, entries: TokenLogprob[] | null) => {
       if (!options.stream) {
         texts[index] += delta;
+        collectLogprobs(index, entries);
         return;
       }
       startStream();
-      raw.write(renderer.textEvent(index, delta));
+      raw.write(renderer.textEvent(index, delta, entries));
     };
     const onFinish = (index: number, finish: GenerationFinish) => {
       finishes[index] = finish;
       if (options.stream) {
         startStream();
-        raw.write(renderer.finishEvent(index, finish.finishReason));
+        raw.write(renderer.finishEvent(index, finish.finishReason, finish.tokenLogprobs));
+      } else {
+        collectLogprobs(index, finish.tokenLogprobs);
       }
       if (++numFinished < numChoices) return;
       isDone = true;
       const usage = totalUsage(numPromptTokens, finishes);
       if (!options.stream) {
-        resolve(renderer.response(texts.map((text, i) => ({ text, finishReason: finishes[i].finishReason })), usage));
+        const choices = texts.map((text, i) => ({ text, finishReason: finishes[i].finishReason, tokenLogprobs: tokenLogprobs[i] }));
+        resolve(renderer.response(choices, usage));
         return;
       }
       if (options.includeUsage) raw.write(renderer.usageEvent(usage));
@@ -119,7 +136,11 @@ export function respond(
       generations.push(
         startGeneration(
           request,
-          { onText: (delta) => onText(index, delta), onFinish: (finish) => onFinish(index, finish), onError },
+          {
+            onText: (delta, entries) => onText(index, delta, entries),
+            onFinish: (finish) => onFinish(index, finish),
+            onError,
+          },
           metrics,
         ),
       );

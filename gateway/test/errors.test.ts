@@ -113,7 +113,13 @@ test('an unknown model is a 404 model_not_found', async () => {
 
 test('parameters Conduit cannot honour yet are refused clearly, unknown ones are ignored', async () => {
   await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, n: 129 }), 400, 'invalid_request', 'n');
-  await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, logprobs: true }), 400, 'unsupported_parameter', 'logprobs');
+  await expectError(
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, logprobs: true, top_logprobs: 2 }),
+    400,
+    'unsupported_parameter',
+    'top_logprobs',
+  );
+  await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', logprobs: 1 }), 400, 'unsupported_parameter', 'logprobs');
   await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', echo: true }), 400, 'unsupported_parameter', 'echo');
   await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: ['a', 'b'] }), 400, 'unsupported_parameter', 'prompt');
   script = { steps: [gateway.tokens('ok')] };

@@ -42,10 +42,14 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
     const step = () => {
       if (!this.liveRequestIds.has(request.requestId)) return;
       const newTokenIds = script.steps[stepIndex++] ?? [];
+      // Output token k (from 1) has log-probability -k/4: exact in binary, distinct per token.
+      const newLogprobs = newTokenIds.map((_, i) => -(numOutputTokens + i + 1) / 4);
       numOutputTokens += newTokenIds.length;
       const isLastStep = stepIndex >= script.steps.length;
       if (isLastStep && script.hang) {
-        if (newTokenIds.length > 0) onOutput({ requestId: request.requestId, newTokenIds, newLogprobs: newTokenIds.map(() => 0), finishReason: null, numPromptTokens, numOutputTokens });
+        if (newTokenIds.length > 0) {
+          onOutput({ requestId: request.requestId, newTokenIds, newLogprobs, finishReason: null, numPromptTokens, numOutputTokens });
+        }
         return;
       }
       const finishReason = !isLastStep ? null : script.error ? 'error' : (script.finishReason ?? 'length');
@@ -53,7 +57,7 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
       onOutput({
         requestId: request.requestId,
         newTokenIds,
-        newLogprobs: newTokenIds.map(() => 0),
+        newLogprobs,
         finishReason,
         numPromptTokens,
         numOutputTokens,

@@ -4,14 +4,41 @@ import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import type { Tokenizer } from './tokenizer.ts';
 import type { TokenizerConfig } from './tokenizer-config.ts';
 
+const NO_BYTES = new Uint8Array(0);
+const BYTE_FALLBACK_TOKEN = /^<0x([0-9A-Fa-f]{2})>$/;
+/** SentencePiece's visible space. */
+const METASPACE = '\u2581';
+
+/** Inverse of GPT-2's byte-to-printable-character map, in which byte-level vocabularies are written. */
+function byteLevelCharToByte(): Map<string, number> {
+  const printable = new Set<number>();
+  for (const [from, to] of [[0x21, 0x7e], [0xa1, 0xac], [0xae, 0xff]]) for (let b = from; b <= to; b++) printable.add(b);
+  const byteByChar = new Map<string, number>();
+  let numShifted = 0;
+  for (let byte = 0; byte < 256; byte++) {
+    byteByChar.set(String.fromCodePoint(printable.has(byte) ? byte : 256 + numShifted++), byte);
+  }
+  return byteByChar;
+}
+
+function usesByteLevelDecoder(decoder: unknown): boolean {
+  if (decoder === null || typeof decoder !== 'object') return false;
+  const { type, decoders } = decoder as { type?: unknown; decoders?: unknown };
+  return type === 'ByteLevel' || (Array.isArray(decoders) && decoders.some(usesByteLevelDecoder));
+}
+
 class HuggingFaceTokenizer implements Tokenizer {
   readonly vocabSize: number;
   readonly bosTokenId: number | null;
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
   private readonly hf: HfTokenizer;
+  private readonly addedTokenIds: ReadonlySet<number>;
+  /** Set for byte-level vocabularies; null for SentencePiece-style ones. */
+  private readonly byteByChar: Map<string, number> | null;
+  private readonly utf8 = new TextEncoder();
 
-  constructor(hf: HfTokenizer, config: TokenizerConfig) {
+  constructor(hf: HfTokenizer, config: TokenizerConfig, isByteLevel: boolean) {
     this.hf = hf;
     let maxId = -1;
     for (const id of hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
@@ -20,9 +47,10 @@ class HuggingFaceTokenizer implements Tokenizer {
     this.bosTokenId = idOf(config.bosToken) ?? null;
     const eosTokenId = idOf(config.eosToken);
     this.eosTokenIds = eosTokenId === undefined ? [] : [eosTokenId];
-    const specialTokenIds = new Set<number>();
-    for (const [id, token] of hf.get_added_tokens_decoder()) if (token.special) specialTokenIds.add(id);
-    this.specialTokenIds = specialTokenIds;
+    const addedTokens = hf.get_added_tokens_decoder();
+    this.addedTokenIds = new Set(addedTokens.keys());
+    this.specialTokenIds = new Set([...addedTokens].filter(([, token]) => token.special).map(([id]) => id));
+    this.byteByChar = isByteLevel ? byteLevelCharToByte() : null;
   }
 
   encode(text: string, options: { addSpecialTokens: boolean }): number[] {
@@ -34,9 +62,28 @@ class HuggingFaceTokenizer implements Tokenizer {
     // Clean-up rewrites text already streamed (" ." -> "."), so incremental decoding turns it off.
     return this.hf.decode(knownIds, { skip_special_tokens: options.skipSpecialTokens, clean_up_tokenization_spaces: false });
   }
+
+  tokenBytes(tokenId: number): Uint8Array {
+    const token = this.hf.id_to_token(tokenId);
+    if (token === undefined) return NO_BYTES;
+    if (this.addedTokenIds.has(tokenId)) return this.utf8.encode(token);
+    if (this.byteByChar !== null) {
+      const bytes = new Uint8Array(token.length);
+      let numBytes = 0;
+      for (const char of token) {
+        const byte = this.byteByChar.get(char);
+        if (byte === undefined) return this.utf8.encode(token);
+        bytes[numBytes++] = byte;
+      }
+      return bytes.subarray(0, numBytes);
+    }
+    const byteFallback = BYTE_FALLBACK_TOKEN.exec(token);
+    if (byteFallback !== null) return Uint8Array.of(parseInt(byteFallback[1], 16));
+    return this.utf8.encode(token.replaceAll(METASPACE, ' '));
+  }
 }
 
 export function loadHuggingFaceTokenizer(file: string, config: TokenizerConfig): Tokenizer {
   const json = JSON.parse(readFileSync(file, 'utf8'));
-  return new HuggingFaceTokenizer(new HfTokenizer(json, config.raw), config);
+  return new HuggingFaceTokenizer(new HfTokenizer(json, config.raw), config, usesByteLevelDecoder(json.decoder));
 }

@@ -46,6 +46,9 @@ test('a bundled tiktoken encoding named in tokenizer_config.json (gpt2)', () => 
   // 👋 is two gpt2 tokens; the first alone must not reach the client as U+FFFD.
   assert.deepEqual(streamOneByOne(tokenizer, tokenIds), ['Hello', ' ', '👋', ' world', '', '']);
   assert.equal(tokenizer.decode([999_999], { skipSpecialTokens: false }), '');
+  assert.deepEqual([...tokenizer.tokenBytes(50169)], [0x20, 0xf0, 0x9f, 0x91]);
+  assert.deepEqual(Buffer.from(tokenizer.tokenBytes(50256)).toString(), '<|endoftext|>');
+  assert.equal(tokenizer.tokenBytes(999_999).length, 0);
   const template = loadChatTemplate(config);
   assert.equal(template?.render([{ role: 'user', content: 'hi' }], { addGenerationPrompt: true }), 'user: hi\nassistant:');
 });
@@ -72,6 +75,7 @@ test('a Llama 3 style tokenizer.model ranks file with special tokens from tokeni
   assert.deepEqual(tokenizer.eosTokenIds, [259]);
   assert.deepEqual(tokenizer.encode('abc ab', { addSpecialTokens: true }), [258, 257, 32, 256]);
   assert.deepEqual(tokenizer.encode('ab<|eot_id|>', { addSpecialTokens: false }), [256, 259]);
+  assert.equal(Buffer.from(tokenizer.tokenBytes(257)).toString(), 'abc');
   assert.equal(tokenizer.decode([258, 257, 32, 256, 259], { skipSpecialTokens: true }), 'abc ab');
   const waveIds = tokenizer.encode('👋', { addSpecialTokens: false });
   assert.deepEqual(waveIds, [0xf0, 0x9f, 0x91, 0x8b]);
@@ -145,6 +149,9 @@ test('a byte-level BPE tokenizer.json through @huggingface/tokenizers', () => {
   const waveIds = tokenizer.encode('👋!', { addSpecialTokens: false });
   assert.deepEqual(waveIds, [0xf0, 0x9f, 0x91, 0x8b, 0x21]);
   assert.deepEqual(streamOneByOne(tokenizer, waveIds), ['', '', '', '👋', '!', '']);
+  assert.deepEqual([...tokenizer.tokenBytes(257)], [0x20, 0x77]);
+  assert.deepEqual([...tokenizer.tokenBytes(0xf0)], [0xf0]);
+  assert.equal(Buffer.from(tokenizer.tokenBytes(258)).toString(), '<|eot|>');
   assert.equal(loadChatTemplate(config)?.render([{ role: 'user', content: 'x' }], { addGenerationPrompt: false }), 'x<|eot|>');
 });
 

@@ -14,6 +14,7 @@ export const LLAMA3_SPLIT_PATTERN =
 
 const BUNDLED_ENCODINGS: readonly TiktokenEncoding[] = ['gpt2', 'r50k_base', 'p50k_base', 'p50k_edit', 'cl100k_base', 'o200k_base'];
 const NUM_BYTE_VALUES = 256;
+const NO_BYTES = new Uint8Array(0);
 
 class TiktokenTokenizer implements Tokenizer {
   readonly vocabSize: number;
@@ -68,6 +69,10 @@ class TiktokenTokenizer implements Tokenizer {
       offset += bytes.length;
     }
     return this.utf8.decode(this.scratch.subarray(0, offset));
+  }
+
+  tokenBytes(tokenId: number): Uint8Array {
+    return this.bytesById[tokenId] ?? NO_BYTES;
   }
 
   private bytesOf(id: number, skipSpecialTokens: boolean): Uint8Array | undefined {

@@ -16,4 +16,6 @@ export interface Tokenizer {
    * relies on that to hold such bytes back. Ids outside the vocabulary decode to nothing.
    */
   decode(tokenIds: readonly number[], options: { skipSpecialTokens: boolean }): string;
+  /** The bytes one token stands for, possibly part of a character; empty outside the vocabulary. */
+  tokenBytes(tokenId: number): Uint8Array;
 }
