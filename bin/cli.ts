@@ -61,6 +61,8 @@ async function runWorker(argv: string[]): Promise<number> {
   await new Promise<void>((resolve) => {
     process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());
+    // Spawned by a gateway (`conduit serve`): its end is ours.
+    if (process.send) process.once('disconnect', () => resolve());
   });
   await worker.close();
   return 0;

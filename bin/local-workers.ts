@@ -27,7 +27,9 @@ export class LocalWorker {
   start(): void {
     rmSync(this.address.slice('unix:'.length), { force: true });
     const child = spawn(process.execPath, [conduitBin, ...this.args(this.address)], {
-      stdio: ['ignore', 'inherit', 'inherit'],
+      // The IPC channel is only a lifeline: the worker exits when it closes, so a gateway
+      // that dies without cleaning up (SIGKILL, a crash) leaves no orphan workers behind.
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.child = child;
     child.once('exit', (code, signal) => {
