@@ -7,6 +7,8 @@ export type WeightDtype = 'fp32' | 'bf16' | 'fp16';
 export type DtypeSetting = 'auto' | WeightDtype;
 /** Which SIMD kernels run. `auto` picks the best the CPU reports; the others force a path (tests). */
 export type KernelPath = 'auto' | 'avx512' | 'avx2' | 'scalar';
+/** `int8`: matrices quantized at load, Q8_0-style (int8 with one fp16 scale per 32 weights). */
+export type Quantization = 'none' | 'int8';
 
 export interface LoadOptions {
   /** A Hugging Face checkpoint directory: config.json and *.safetensors. */
@@ -17,6 +19,8 @@ export interface LoadOptions {
   blockSizeTokens: number;
   numThreads: number;
   kernel: KernelPath;
+  /** Default `none`. The embedding table, norms and KV cache keep `dtype`. */
+  quantization?: Quantization;
 }
 
 export type Architecture = 'LlamaForCausalLM' | 'MistralForCausalLM' | 'Qwen2ForCausalLM';
@@ -38,6 +42,7 @@ export interface ModelInfo {
   dtype: WeightDtype;
   kvCacheDtype: WeightDtype;
   kernel: Exclude<KernelPath, 'auto'>;
+  quantization: Quantization;
   numKvBlocks: number;
   blockSizeTokens: number;
   kvBytesPerBlock: number;

@@ -10,6 +10,7 @@ import type {
   LoadOptions,
   ModelInfo,
   NativeModel,
+  Quantization,
   WeightDtype,
 } from './api.ts';
 import { SEQ_RETURN_LOGITS } from './api.ts';
@@ -34,6 +35,7 @@ interface Binding {
     spec: ModelSpec,
     options: {
       weightDtype: WeightDtype;
+      quantization: Quantization;
       kvCacheDtype: WeightDtype;
       numKvBlocks: number;
       blockSizeTokens: number;
@@ -44,18 +46,48 @@ interface Binding {
   forward(handle: ModelHandle, batch: ForwardBatch, outputs: NativeForwardOutputs): Promise<void>;
   freeModel(handle: ModelHandle): void;
   kernelSupported(kernel: KernelPath): boolean;
+  probeStreamRead(sizeBytes: number, numThreads: number, numRepeats: number): number;
+  probeBf16Peak(numThreads: number): number;
+  probeMatmul(probe: MatmulProbe): number;
+}
+
+/** One parallel matmul [numRows, k] × [n, k]ᵀ of random weights, split as a forward pass splits it. */
+export interface MatmulProbe {
+  kernel: Exclude<KernelPath, 'auto'>;
+  dtype: WeightDtype;
+  quantization: Quantization;
+  numRows: number;
+  k: number;
+  n: number;
+  numThreads: number;
+  numRepeats: number;
 }
 
 const binding = createRequire(import.meta.url)('./build/Release/conduit_native.node') as Binding;
 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];
+const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8'];
 const MAX_THREADS = 1024;
 
 /** Whether this CPU (and build) can run a kernel path; `auto` always can. */
 export function kernelSupported(kernel: KernelPath): boolean {
   return binding.kernelSupported(kernel);
 }
+
+/**
+ * Benchmark probes for tools/bench-native.ts; they block the event loop while they run. The
+ * ceilings need the avx512 kernel path (they throw CD_ERR_UNSUPPORTED_KERNEL otherwise).
+ */
+export const probes = {
+  /** Best streaming-read bandwidth (bytes/s) of numThreads threads over a sizeBytes buffer. */
+  streamReadBytesPerSecond: (sizeBytes: number, numThreads: number, numRepeats: number): number =>
+    binding.probeStreamRead(sizeBytes, numThreads, numRepeats),
+  /** Best vdpbf16ps throughput (flops/s) of numThreads threads. */
+  bf16PeakFlopsPerSecond: (numThreads: number): number => binding.probeBf16Peak(numThreads),
+  /** Best seconds of one matmul call over numRepeats, after a warm-up. */
+  matmulSeconds: (probe: MatmulProbe): number => binding.probeMatmul(probe),
+};
 
 /** Re-throws a native rejection with the message and code on an Error whose stack is the caller's. */
 function rethrowWithStack(err: unknown, callSite: Error): never {
@@ -75,6 +107,8 @@ function validateLoadOptions(options: LoadOptions): void {
   checkOption('dtype', DTYPE_SETTINGS.includes(options.dtype), DTYPE_SETTINGS.join(' | '), options.dtype);
   checkOption('kvCacheDtype', DTYPE_SETTINGS.includes(options.kvCacheDtype), DTYPE_SETTINGS.join(' | '), options.kvCacheDtype);
   checkOption('kernel', KERNEL_PATHS.includes(options.kernel), KERNEL_PATHS.join(' | '), options.kernel);
+  const quantization = options.quantization ?? 'none';
+  checkOption('quantization', QUANTIZATIONS.includes(quantization), QUANTIZATIONS.join(' | '), options.quantization);
   for (const field of ['numKvBlocks', 'blockSizeTokens', 'numThreads'] as const) {
     const value = options[field];
     checkOption(field, Number.isSafeInteger(value) && value >= 1 && value <= 2 ** 31 - 1, 'a positive integer', value);
@@ -96,9 +130,11 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
   const checkpoint = readCheckpoint(options.modelDir);
   const dtype = options.dtype === 'auto' ? checkpoint.storedDtype : options.dtype;
   const kvCacheDtype = options.kvCacheDtype === 'auto' ? dtype : options.kvCacheDtype;
+  const quantization = options.quantization ?? 'none';
   const loaded = await binding
     .loadModel(checkpoint.spec, {
       weightDtype: dtype,
+      quantization,
       kvCacheDtype,
       numKvBlocks: options.numKvBlocks,
       blockSizeTokens: options.blockSizeTokens,
@@ -122,6 +158,7 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
     dtype,
     kvCacheDtype,
     kernel: loaded.kernel,
+    quantization,
     numKvBlocks: options.numKvBlocks,
     blockSizeTokens: options.blockSizeTokens,
     kvBytesPerBlock: loaded.kvBytesPerBlock,

@@ -81,8 +81,15 @@ typedef struct cd_model_spec {
   const cd_layer_spec* layers; /* [num_layers] */
 } cd_model_spec;
 
+typedef enum cd_quantization {
+  CD_QUANTIZATION_NONE = 0,
+  /* Matrices (not the embedding table) become int8 with one fp16 scale per 32 weights, Q8_0-style. */
+  CD_QUANTIZATION_INT8 = 1
+} cd_quantization;
+
 typedef struct cd_load_options {
   cd_dtype weight_dtype;   /* matrices stored otherwise are converted at load */
+  cd_quantization quantization;
   cd_dtype kv_cache_dtype;
   int32_t num_kv_blocks;
   int32_t block_size_tokens;
@@ -148,6 +155,32 @@ cd_status cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_ou
                            char* error, size_t error_capacity);
 
 void cd_model_free(cd_model* model);
+
+/* Benchmark probes (tools/bench-native.ts). The ceilings need the avx512 kernel path. */
+
+/* Best streaming-read bandwidth of num_threads threads over a size_bytes buffer. */
+cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats,
+                               double* out_bytes_per_second, char* error, size_t error_capacity);
+
+/* Best vdpbf16ps throughput of num_threads threads, in flops per second. */
+cd_status cd_probe_bf16_peak(int32_t num_threads, double* out_flops_per_second, char* error,
+                             size_t error_capacity);
+
+/* One parallel matmul [num_rows, k] x [n, k]^T of random weights, as a forward pass runs it. */
+typedef struct cd_matmul_probe {
+  cd_kernel kernel;
+  cd_dtype dtype;
+  cd_quantization quantization;
+  int32_t num_rows;
+  int32_t k;
+  int32_t n;
+  int32_t num_threads;
+  int32_t num_repeats;
+} cd_matmul_probe;
+
+/* Best seconds of one call over num_repeats (after one warm-up). */
+cd_status cd_probe_matmul(const cd_matmul_probe* probe, double* out_seconds, char* error,
+                          size_t error_capacity);
 
 #ifdef __cplusplus
 }

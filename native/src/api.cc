@@ -6,6 +6,7 @@
 #include "error.h"
 #include "kernels.h"
 #include "model.h"
+#include "probes.h"
 
 namespace {
 
@@ -60,7 +61,10 @@ int cd_kernel_supported(cd_kernel kernel) {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("f16c");
   switch (kernel) {
-    case CD_KERNEL_AVX512: return avx2 && __builtin_cpu_supports("avx512f");
+    case CD_KERNEL_AVX512:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+             __builtin_cpu_supports("avx512bf16");
     case CD_KERNEL_AVX2: return avx2;
     default: return 1;
   }
@@ -98,5 +102,39 @@ cd_status cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_ou
 }
 
 void cd_model_free(cd_model* model) { delete model; }
+
+cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats,
+                               double* out_bytes_per_second, char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    select_kernels(CD_KERNEL_AVX512);
+#ifdef CONDUIT_X86_KERNELS
+    *out_bytes_per_second = conduit::measure_stream_read(size_bytes, num_threads, num_repeats);
+#endif
+  });
+}
+
+cd_status cd_probe_bf16_peak(int32_t num_threads, double* out_flops_per_second, char* error,
+                             size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    select_kernels(CD_KERNEL_AVX512);
+#ifdef CONDUIT_X86_KERNELS
+    *out_flops_per_second = conduit::measure_bf16_peak(num_threads);
+#endif
+  });
+}
+
+cd_status cd_probe_matmul(const cd_matmul_probe* probe, double* out_seconds, char* error,
+                          size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    const conduit::KernelTable& kernels = select_kernels(probe->kernel);
+    const conduit::MatrixFormat format =
+        probe->quantization == CD_QUANTIZATION_INT8 ? conduit::MatrixFormat::kQ8
+        : probe->dtype == CD_DTYPE_BF16             ? conduit::MatrixFormat::kBf16
+        : probe->dtype == CD_DTYPE_F16              ? conduit::MatrixFormat::kF16
+                                                    : conduit::MatrixFormat::kF32;
+    *out_seconds = conduit::measure_matmul(kernels, format, probe->num_rows, probe->k, probe->n,
+                                           probe->num_threads, probe->num_repeats);
+  });
+}
 
 }  // extern "C"

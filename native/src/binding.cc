@@ -110,6 +110,9 @@ class LoadWorker : public Napi::AsyncWorker {
                           tensor_ref_from(spec.Get("lmHead")),
                           layers_.data()};
     options_ = cd_load_options{dtype_from(options.Get("weightDtype")),
+                               options.Get("quantization").As<Napi::String>().Utf8Value() == "int8"
+                                   ? CD_QUANTIZATION_INT8
+                                   : CD_QUANTIZATION_NONE,
                                dtype_from(options.Get("kvCacheDtype")),
                                int_of(options, "numKvBlocks"),
                                int_of(options, "blockSizeTokens"),
@@ -240,7 +243,57 @@ Napi::Value KernelSupported(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), cd_kernel_supported(kernel_from(info[0])) != 0);
 }
 
+// The probes block the event loop for their few seconds: they exist for the benchmark tool only.
+Napi::Value ThrowIfFailed(Napi::Env env, cd_status status, const char* message, Napi::Value result) {
+  if (status == CD_OK) return result;
+  Napi::Error error = Napi::Error::New(env, message);
+  error.Set("code", Napi::String::New(env, status_code(status)));
+  throw error;
+}
+
+// probeStreamRead(sizeBytes, numThreads, numRepeats) -> bytes per second
+Napi::Value ProbeStreamRead(const Napi::CallbackInfo& info) {
+  char error[kErrorCapacity] = {};
+  double bytes_per_second = 0;
+  const cd_status status = cd_probe_stream_read(size_t(info[0].As<Napi::Number>().Int64Value()),
+                                                info[1].As<Napi::Number>().Int32Value(),
+                                                info[2].As<Napi::Number>().Int32Value(),
+                                                &bytes_per_second, error, kErrorCapacity);
+  return ThrowIfFailed(info.Env(), status, error, Napi::Number::New(info.Env(), bytes_per_second));
+}
+
+// probeBf16Peak(numThreads) -> flops per second
+Napi::Value ProbeBf16Peak(const Napi::CallbackInfo& info) {
+  char error[kErrorCapacity] = {};
+  double flops_per_second = 0;
+  const cd_status status = cd_probe_bf16_peak(info[0].As<Napi::Number>().Int32Value(),
+                                              &flops_per_second, error, kErrorCapacity);
+  return ThrowIfFailed(info.Env(), status, error, Napi::Number::New(info.Env(), flops_per_second));
+}
+
+// probeMatmul({ kernel, dtype, quantization, numRows, k, n, numThreads, numRepeats }) -> seconds
+Napi::Value ProbeMatmul(const Napi::CallbackInfo& info) {
+  const Napi::Object options = info[0].As<Napi::Object>();
+  const cd_matmul_probe probe{
+      kernel_from(options.Get("kernel")),
+      dtype_from(options.Get("dtype")),
+      options.Get("quantization").As<Napi::String>().Utf8Value() == "int8" ? CD_QUANTIZATION_INT8
+                                                                          : CD_QUANTIZATION_NONE,
+      int_of(options, "numRows"),
+      int_of(options, "k"),
+      int_of(options, "n"),
+      int_of(options, "numThreads"),
+      int_of(options, "numRepeats")};
+  char error[kErrorCapacity] = {};
+  double seconds = 0;
+  const cd_status status = cd_probe_matmul(&probe, &seconds, error, kErrorCapacity);
+  return ThrowIfFailed(info.Env(), status, error, Napi::Number::New(info.Env(), seconds));
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("probeStreamRead", Napi::Function::New(env, ProbeStreamRead));
+  exports.Set("probeBf16Peak", Napi::Function::New(env, ProbeBf16Peak));
+  exports.Set("probeMatmul", Napi::Function::New(env, ProbeMatmul));
   exports.Set("loadModel", Napi::Function::New(env, LoadModel));
   exports.Set("forward", Napi::Function::New(env, Forward));
   exports.Set("freeModel", Napi::Function::New(env, FreeModel));

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "dtype.h"
+#include "matmul.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -12,16 +13,8 @@ namespace conduit {
 
 namespace {
 
-// Output columns are handed to threads in tiles of this many, to keep cache lines unshared.
-constexpr int32_t kColumnTile = 16;
-
-struct MatmulJob {
-  Matrix weight;
-  int32_t num_columns;
-  float* y;  // [rows, num_columns]
-};
-
-void grow(std::vector<float>& buffer, size_t size) {
+template <typename T>
+void grow(std::vector<T>& buffer, size_t size) {
   if (buffer.size() < size) buffer.resize(size);
 }
 
@@ -112,7 +105,7 @@ class ForwardPass {
     model_.pool.parallel_for(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         const size_t row = size_t(batch_.token_ids[t]) * dims_.hidden_size;
-        const Matrix& embed = model_.embed_tokens;
+        const Embedding& embed = model_.embed_tokens;
         float* hidden = &ws_.hidden[size_t(t) * dims_.hidden_size];
         for (int32_t i = 0; i < dims_.hidden_size; ++i) hidden[i] = load_as_f32(embed.data, embed.dtype, row + i);
         for (int32_t i = 0; i < half; ++i) {
@@ -133,24 +126,8 @@ class ForwardPass {
     });
   }
 
-  // y_j = x · W_j^T for each job, all sharing x; threads split the jobs' output columns.
   void matmuls(const float* x, int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs) {
-    int32_t num_tiles = 0;
-    for (const MatmulJob& job : jobs) num_tiles += (job.num_columns + kColumnTile - 1) / kColumnTile;
-    model_.pool.parallel_for(num_tiles, [&](int32_t, int32_t tile_begin, int32_t tile_end) {
-      int32_t first_tile_of_job = 0;
-      for (const MatmulJob& job : jobs) {
-        const int32_t job_tiles = (job.num_columns + kColumnTile - 1) / kColumnTile;
-        const int32_t begin = std::max(tile_begin, first_tile_of_job) - first_tile_of_job;
-        const int32_t end = std::min(tile_end, first_tile_of_job + job_tiles) - first_tile_of_job;
-        if (begin < end) {
-          model_.kernels.matmul(x, size_t(k), num_rows, k, job.weight.data, job.weight.dtype,
-                                begin * kColumnTile, std::min(end * kColumnTile, job.num_columns),
-                                job.y, size_t(job.num_columns));
-        }
-        first_tile_of_job += job_tiles;
-      }
-    });
+    parallel_matmuls(model_.pool, model_.kernels, x, num_rows, k, jobs, ws_.packed);
   }
 
   void add_projected_to_hidden() {

@@ -2,9 +2,11 @@
 // compiled with its own flags (kernels_avx512.cc, kernels_avx2.cc, kernels_scalar.cc); the model
 // picks one at load.
 //
-// Batch invariance rests on these kernels: every dot product walks K in one fixed order (vector
-// lanes over K in steps of the vector width, a fixed horizontal reduction, then a scalar tail),
-// whatever the number of rows, the tile a row falls into, or the thread that computes it.
+// Batch invariance rests on these kernels: every output of a matmul is computed by one fixed
+// sequence of operations (vector chunks over K in order, a fixed horizontal reduction, a fixed
+// tail), whatever the number of rows, the register tile a row falls into, or the thread that
+// computes it. Activations are packed (rounded to bf16, or quantized per 32-block to int8) one
+// row at a time, so packing never depends on the batch either.
 #pragma once
 
 #include <cstddef>
@@ -14,13 +16,40 @@
 
 namespace conduit {
 
+// How a matmul's weight matrix is stored. kQ8 is Q8_0-like: per 32-element block of a row, 32
+// int8 values and one fp16 scale, the row padded with zero blocks to a multiple of 64 elements.
+enum class MatrixFormat : int32_t { kF32, kBf16, kF16, kQ8 };
+
+// A weight matrix [num_rows, k] (Hugging Face [out, in] layout).
+struct Matrix {
+  const void* data;
+  MatrixFormat format;
+  const uint16_t* block_scales;  // kQ8 only: [num_rows, padded k / 32] fp16
+};
+
+// Elements per row of kQ8 data: k rounded up to whole pairs of 32-blocks.
+inline int32_t q8_padded_k(int32_t k) { return (k + 63) / 64 * 64; }
+
+// Rows of activations as a matmul reads them: fp32 x, plus the packed form when the kernel
+// packs for this weight format (packed_row_bytes() > 0).
+struct Activations {
+  const float* x;
+  size_t x_stride;
+  const uint8_t* packed;
+  size_t packed_stride;
+};
+
 struct KernelTable {
   cd_kernel kernel;
-  // y[m * y_stride + n] = dot(x[m * x_stride .. + k], w[n * k .. + k]) for m in [0, num_rows) and
-  // n in [n_begin, n_end). w is a row-major [N, k] matrix of dtype w_dtype.
-  void (*matmul)(const float* x, size_t x_stride, int32_t num_rows, int32_t k, const void* w,
-                 cd_dtype w_dtype, int32_t n_begin, int32_t n_end, float* y, size_t y_stride);
-  // dot(a, b) over n elements; b is of dtype b_dtype. Same order as one matmul output.
+  // Bytes of one packed activation row for matmuls over this format; 0 when matmul reads x.
+  size_t (*packed_row_bytes)(MatrixFormat format, int32_t k);
+  // Packs rows of x (each independently) into packed_stride-spaced rows.
+  void (*pack_rows)(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
+                    uint8_t* packed, size_t packed_stride);
+  // y[m * y_stride + n] = dot(row m of a, row n of w) for m in [0, num_rows), n in [n_begin, n_end).
+  void (*matmul)(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
+                 int32_t n_end, float* y, size_t y_stride);
+  // dot(a, b) over n elements; b is of dtype b_dtype.
   float (*dot)(const float* a, const void* b, cd_dtype b_dtype, int32_t n);
   // y[i] += alpha * x[i]; x is of dtype x_dtype.
   void (*axpy)(float alpha, const void* x, cd_dtype x_dtype, float* y, int32_t n);

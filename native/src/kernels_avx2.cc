@@ -1,4 +1,5 @@
-// AVX2 + FMA kernels: 8 fp32 lanes; bf16 widens by shifting, fp16 with F16C.
+// AVX2 + FMA kernels: 8 fp32 lanes; bf16 widens by shifting, fp16 with F16C; int8 weight blocks
+// by vpmaddwd against int16 activations.
 #include <immintrin.h>
 
 #include "dtype.h"
@@ -9,6 +10,8 @@ namespace {
 
 using Vec = __m256;
 constexpr int32_t kLanes = 8;
+// 2 x 4 accumulators plus operands fit the 16 ymm registers.
+constexpr int kTileRows = 2;
 
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vset1(float value) { return _mm256_set1_ps(value); }
@@ -32,10 +35,75 @@ inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc
 
 #include "kernels_body.inc"
 
+// Two 32-blocks per step: weights sign-extended to int16 meet the int16 activations in
+// vpmaddwd; each int32 lane (4 products, < 2^24) is exact, then lanes += lane * scale.
+struct Q8Policy {
+  using Row = Q8Row;
+  using Acc = Vec;
+  struct X {
+    __m256i q[4];  // 16 int16 each
+    float scales[2];
+  };
+  struct Wv {
+    __m256i q[4];
+    float scales[2];
+  };
+  static Row row(const Matrix& w, int32_t n, int32_t k) { return q8_row(w, n, k); }
+  static int32_t num_steps(int32_t k) { return q8_padded_k(k) / 64; }
+  static Acc zero() { return vzero(); }
+  static X load_x(const Activations& a, int32_t m, int32_t step, int32_t k) {
+    const int16_t* q = q8_x(a, m) + size_t(step) * 64;
+    const float* scales = q8_x_scales(a, m, k) + size_t(step) * 2;
+    X x;
+    for (int i = 0; i < 4; ++i) x.q[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i * 16));
+    x.scales[0] = scales[0];
+    x.scales[1] = scales[1];
+    return x;
+  }
+  static Wv load_w(Row w, int32_t step, int32_t) {
+    Wv v;
+    for (int i = 0; i < 4; ++i) {
+      v.q[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + size_t(step) * 64 + i * 16)));
+    }
+    v.scales[0] = _cvtsh_ss(w.scales[size_t(step) * 2]);
+    v.scales[1] = _cvtsh_ss(w.scales[size_t(step) * 2 + 1]);
+    return v;
+  }
+  static Acc step(Acc acc, const X& x, const Wv& w) {
+    for (int block = 0; block < 2; ++block) {
+      const __m256i sums = _mm256_add_epi32(_mm256_madd_epi16(x.q[2 * block], w.q[2 * block]),
+                                            _mm256_madd_epi16(x.q[2 * block + 1], w.q[2 * block + 1]));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(w.scales[block] * x.scales[block]), acc);
+    }
+    return acc;
+  }
+  static float finish(Acc acc, const Activations&, int32_t, Row, int32_t) { return vsum(acc); }
+};
+
+size_t packed_row_bytes(MatrixFormat format, int32_t k) {
+  return format == MatrixFormat::kQ8 ? q8_packed_row_bytes(k) : 0;
+}
+
+void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
+               uint8_t* packed, size_t packed_stride) {
+  if (format != MatrixFormat::kQ8) return;
+  for (int32_t m = 0; m < num_rows; ++m) pack_q8_row(x + size_t(m) * x_stride, k, packed + size_t(m) * packed_stride);
+}
+
+void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
+            int32_t n_end, float* y, size_t y_stride) {
+  switch (w.format) {
+    case MatrixFormat::kBf16: matmul_float<WeightBf16>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+  }
+}
+
 }  // namespace
 
 const KernelTable& kernels_avx2() {
-  static const KernelTable table{CD_KERNEL_AVX2, matmul, dot, axpy};
+  static const KernelTable table{CD_KERNEL_AVX2, packed_row_bytes, pack_rows, matmul, dot, axpy};
   return table;
 }
 

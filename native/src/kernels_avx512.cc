@@ -1,4 +1,6 @@
-// AVX-512F kernels: 16 fp32 lanes; bf16 widens by shifting, fp16 with vcvtph2ps.
+// AVX-512 kernels (F, BW, VL, BF16, VNNI): 16 fp32 lanes. bf16 weights meet activations rounded
+// to bf16 in vdpbf16ps, 32 products per instruction; int8 weight blocks, sign-extended to int16,
+// meet int16 activations in vpdpwssd; fp32 and fp16 weights run fp32 FMAs.
 #include <immintrin.h>
 
 #include "dtype.h"
@@ -9,6 +11,8 @@ namespace {
 
 using Vec = __m512;
 constexpr int32_t kLanes = 16;
+// 4 x 4 accumulators plus operands fit the 32 zmm registers.
+constexpr int kTileRows = 4;
 
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset1(float value) { return _mm512_set1_ps(value); }
@@ -34,10 +38,113 @@ inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc
 
 #include "kernels_body.inc"
 
+constexpr int32_t kBf16Chunk = 32;
+
+int32_t bf16_padded_k(int32_t k) { return (k + kBf16Chunk - 1) / kBf16Chunk * kBf16Chunk; }
+
+// Activations rounded to bf16 (nearest even), zero-padded to whole 32-element chunks.
+void pack_bf16_row(const float* x, int32_t k, uint8_t* packed) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(packed);
+  for (int32_t i = 0; i < k; ++i) out[i] = conduit::f32_to_bf16(x[i]);
+  for (int32_t i = k; i < bf16_padded_k(k); ++i) out[i] = 0;
+}
+
+// vdpbf16ps over 32-element chunks; the last partial chunk of a weight row is loaded masked
+// (zeros), so there is no scalar tail.
+struct Bf16DotPolicy {
+  using Row = const uint16_t*;
+  using Acc = Vec;
+  using X = __m512bh;
+  using Wv = __m512bh;
+  static Row row(const Matrix& w, int32_t n, int32_t k) {
+    return static_cast<const uint16_t*>(w.data) + size_t(n) * size_t(k);
+  }
+  static int32_t num_steps(int32_t k) { return bf16_padded_k(k) / kBf16Chunk; }
+  static Acc zero() { return vzero(); }
+  static X load_x(const Activations& a, int32_t m, int32_t step, int32_t) {
+    const uint8_t* row = a.packed + size_t(m) * a.packed_stride;
+    return (__m512bh)_mm512_loadu_si512(row + size_t(step) * kBf16Chunk * 2);
+  }
+  static Wv load_w(Row w, int32_t step, int32_t k) {
+    const int32_t first = step * kBf16Chunk;
+    if (first + kBf16Chunk <= k) return (__m512bh)_mm512_loadu_si512(w + first);
+    const __mmask32 valid = __mmask32((uint64_t(1) << (k - first)) - 1);
+    return (__m512bh)_mm512_maskz_loadu_epi16(valid, w + first);
+  }
+  static Acc step(Acc acc, const X& x, const Wv& w) { return _mm512_dpbf16_ps(acc, x, w); }
+  static float finish(Acc acc, const Activations&, int32_t, Row, int32_t) { return vsum(acc); }
+};
+
+// Two 32-blocks per step, one zmm each: weights sign-extended to int16 meet the int16
+// activations in vpdpwssd; each int32 lane (2 products, < 2^24) is exact, then is scaled by its
+// block's scale into the fp32 lanes.
+struct Q8Policy {
+  using Row = Q8Row;
+  using Acc = Vec;
+  struct X {
+    __m512i q[2];  // 32 int16 each
+    float scales[2];
+  };
+  struct Wv {
+    __m512i q[2];
+    float scales[2];
+  };
+  static Row row(const Matrix& w, int32_t n, int32_t k) { return q8_row(w, n, k); }
+  static int32_t num_steps(int32_t k) { return q8_padded_k(k) / 64; }
+  static Acc zero() { return vzero(); }
+  static X load_x(const Activations& a, int32_t m, int32_t step, int32_t k) {
+    const int16_t* q = q8_x(a, m) + size_t(step) * 64;
+    const float* scales = q8_x_scales(a, m, k) + size_t(step) * 2;
+    return X{{_mm512_loadu_si512(q), _mm512_loadu_si512(q + 32)}, {scales[0], scales[1]}};
+  }
+  static Wv load_w(Row w, int32_t step, int32_t) {
+    const int8_t* q = w.q + size_t(step) * 64;
+    const uint16_t* scales = w.scales + size_t(step) * 2;
+    return Wv{{_mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
+               _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)))},
+              {_cvtsh_ss(scales[0]), _cvtsh_ss(scales[1])}};
+  }
+  static Acc step(Acc acc, const X& x, const Wv& w) {
+    const __m512i zero = _mm512_setzero_si512();
+    for (int block = 0; block < 2; ++block) {
+      const __m512i sums = _mm512_dpwssd_epi32(zero, x.q[block], w.q[block]);
+      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(w.scales[block] * x.scales[block]), acc);
+    }
+    return acc;
+  }
+  static float finish(Acc acc, const Activations&, int32_t, Row, int32_t) { return vsum(acc); }
+};
+
+size_t packed_row_bytes(MatrixFormat format, int32_t k) {
+  if (format == MatrixFormat::kQ8) return q8_packed_row_bytes(k);
+  if (format == MatrixFormat::kBf16) return size_t(bf16_padded_k(k)) * 2;
+  return 0;
+}
+
+void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
+               uint8_t* packed, size_t packed_stride) {
+  for (int32_t m = 0; m < num_rows; ++m) {
+    const float* row = x + size_t(m) * x_stride;
+    uint8_t* out = packed + size_t(m) * packed_stride;
+    if (format == MatrixFormat::kQ8) pack_q8_row(row, k, out);
+    if (format == MatrixFormat::kBf16) pack_bf16_row(row, k, out);
+  }
+}
+
+void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
+            int32_t n_end, float* y, size_t y_stride) {
+  switch (w.format) {
+    case MatrixFormat::kBf16: matmul_tiled<Bf16DotPolicy>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+  }
+}
+
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, matmul, dot, axpy};
+  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, axpy};
   return table;
 }
 

@@ -8,6 +8,8 @@ namespace conduit {
 namespace {
 
 constexpr int32_t kLanes = 8;
+// Plain C++ has no registers to tile over; one row at a time.
+constexpr int kTileRows = 1;
 struct Vec {
   float lane[kLanes];
 };
@@ -49,10 +51,60 @@ inline float sfma(float a, float b, float acc) { return acc + a * b; }
 
 #include "kernels_body.inc"
 
+// Two 32-blocks per step: each block's integer dot is exact, then scaled into one fp32 sum.
+struct Q8Policy {
+  using Row = Q8Row;
+  using Acc = float;
+  struct X {
+    const int16_t* q;
+    const float* scales;
+  };
+  using Wv = Q8Row;
+  static Row row(const Matrix& w, int32_t n, int32_t k) { return q8_row(w, n, k); }
+  static int32_t num_steps(int32_t k) { return q8_padded_k(k) / 64; }
+  static Acc zero() { return 0.0f; }
+  static X load_x(const Activations& a, int32_t m, int32_t step, int32_t k) {
+    return X{q8_x(a, m) + size_t(step) * 64, q8_x_scales(a, m, k) + size_t(step) * 2};
+  }
+  static Wv load_w(Row w, int32_t step, int32_t) {
+    return Wv{w.q + size_t(step) * 64, w.scales + size_t(step) * 2};
+  }
+  static Acc step(Acc acc, const X& x, const Wv& w) {
+    for (int32_t block = 0; block < 2; ++block) {
+      int32_t dot = 0;
+      for (int32_t i = block * 32; i < block * 32 + 32; ++i) dot += int32_t(x.q[i]) * int32_t(w.q[i]);
+      const float scale = conduit::f16_to_f32(w.scales[block]) * x.scales[block];
+      acc = acc + float(dot) * scale;
+    }
+    return acc;
+  }
+  static float finish(Acc acc, const Activations&, int32_t, Row, int32_t) { return acc; }
+};
+
+size_t packed_row_bytes(MatrixFormat format, int32_t k) {
+  return format == MatrixFormat::kQ8 ? q8_packed_row_bytes(k) : 0;
+}
+
+void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
+               uint8_t* packed, size_t packed_stride) {
+  if (format != MatrixFormat::kQ8) return;
+  for (int32_t m = 0; m < num_rows; ++m) pack_q8_row(x + size_t(m) * x_stride, k, packed + size_t(m) * packed_stride);
+}
+
+void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
+            int32_t n_end, float* y, size_t y_stride) {
+  switch (w.format) {
+    case MatrixFormat::kBf16: matmul_float<WeightBf16>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+  }
+}
+
 }  // namespace
 
 const KernelTable& kernels_scalar() {
-  static const KernelTable table{CD_KERNEL_SCALAR, matmul, dot, axpy};
+  static const KernelTable table{CD_KERNEL_SCALAR, packed_row_bytes, pack_rows, matmul, dot, axpy};
   return table;
 }
 

@@ -12,6 +12,14 @@ Dimensions dimensions_of(const cd_model_spec& spec) {
                     spec.vocab_size,   spec.rms_norm_eps, spec.sliding_window_tokens};
 }
 
+MatrixFormat format_of(cd_dtype dtype) {
+  switch (dtype) {
+    case CD_DTYPE_BF16: return MatrixFormat::kBf16;
+    case CD_DTYPE_F16: return MatrixFormat::kF16;
+    default: return MatrixFormat::kF32;
+  }
+}
+
 }  // namespace
 
 KvCache::KvCache(const Dimensions& dims, cd_dtype dtype, int32_t num_blocks,
@@ -34,9 +42,14 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       pool(options.num_threads),
       weights(spec.file_paths, spec.num_files),
       kv_cache(dims, options.kv_cache_dtype, options.num_kv_blocks, options.block_size_tokens) {
-  const auto matrix = [&](const cd_tensor_ref& ref) {
+  // Matrices [out, in]: k is the input width, which every matrix's shape in the spec implies.
+  const auto matrix = [&](const cd_tensor_ref& ref, int32_t k) {
+    if (options.quantization == CD_QUANTIZATION_INT8) {
+      const WeightStore::Quantized quantized = weights.quantize_q8(ref, k, options.weight_dtype, pool);
+      return Matrix{quantized.values, MatrixFormat::kQ8, quantized.block_scales};
+    }
     return Matrix{weights.resolve(ref, options.weight_dtype, options.weight_dtype, pool),
-                  options.weight_dtype};
+                  format_of(options.weight_dtype), nullptr};
   };
   // Norm weights and biases are tiny and held in fp32, with the values of the weight dtype.
   const auto vector = [&](const cd_tensor_ref& ref) -> const float* {
@@ -44,17 +57,20 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
     return static_cast<const float*>(
         weights.resolve(ref, CD_DTYPE_F32, options.weight_dtype, pool));
   };
-  embed_tokens = matrix(spec.embed_tokens);
-  lm_head = matrix(spec.lm_head);
+  embed_tokens = Embedding{weights.resolve(spec.embed_tokens, options.weight_dtype, options.weight_dtype, pool),
+                           options.weight_dtype};
+  lm_head = matrix(spec.lm_head, dims.hidden_size);
   final_norm = vector(spec.final_norm);
   layers.reserve(size_t(dims.num_layers));
   for (int32_t i = 0; i < dims.num_layers; ++i) {
     const cd_layer_spec& layer = spec.layers[i];
-    layers.push_back(Layer{vector(layer.input_norm), matrix(layer.q_proj), matrix(layer.k_proj),
-                           matrix(layer.v_proj), vector(layer.q_bias), vector(layer.k_bias),
-                           vector(layer.v_bias), matrix(layer.o_proj),
-                           vector(layer.post_attn_norm), matrix(layer.gate_proj),
-                           matrix(layer.up_proj), matrix(layer.down_proj)});
+    const int32_t hidden = dims.hidden_size;
+    layers.push_back(Layer{vector(layer.input_norm), matrix(layer.q_proj, hidden),
+                           matrix(layer.k_proj, hidden), matrix(layer.v_proj, hidden),
+                           vector(layer.q_bias), vector(layer.k_bias), vector(layer.v_bias),
+                           matrix(layer.o_proj, dims.q_size()), vector(layer.post_attn_norm),
+                           matrix(layer.gate_proj, hidden), matrix(layer.up_proj, hidden),
+                           matrix(layer.down_proj, dims.intermediate_size)});
   }
   weights.release_unborrowed_files();
   workspace.scores.resize(size_t(options.num_threads));

@@ -28,8 +28,8 @@ struct Dimensions {
   int32_t kv_size() const { return num_kv_heads * head_dim; }
 };
 
-// A [rows, cols] row-major matrix in weight dtype; dimensions come from Dimensions.
-struct Matrix {
+// The [vocab, hidden] embedding table, read a row at a time and never quantized.
+struct Embedding {
   const void* data;
   cd_dtype dtype;
 };
@@ -88,6 +88,7 @@ struct Workspace {
   std::vector<int32_t> output_seqs; // sequences needing logits, batch order
   std::vector<float> output_hidden; // [outputs, hidden]
   std::vector<float> output_logits; // [outputs, vocab]
+  std::vector<uint8_t> packed;      // [rows, packed row bytes] a matmul's activations as its kernel reads them
   std::vector<std::vector<float>> scores;  // [threads][context] attention scores
   std::vector<std::vector<int32_t>> sample_ids;  // [threads][vocab]
   std::vector<std::vector<double>> sample_probs; // [threads][vocab]
@@ -103,7 +104,7 @@ struct Model {
   const KernelTable& kernels;
   ThreadPool pool;
   WeightStore weights;
-  Matrix embed_tokens;
+  Embedding embed_tokens;
   Matrix lm_head;
   const float* final_norm;
   std::vector<Layer> layers;

@@ -1,8 +1,12 @@
 // The runtime's own persistent threads. A forward pass is a sequence of parallel_for calls, each
-// splitting its tasks into one contiguous range per thread; the calling thread only waits, so the
-// compute never runs on libuv's pool.
+// splitting its tasks into one contiguous range per thread. The calling thread computes share 0
+// itself and numThreads - 1 workers the rest, so a pass never has more than numThreads threads
+// busy, and no other libuv thread ever computes. Between calls a worker polls briefly for the
+// next one before sleeping: a decode step is ~180 calls microseconds apart, and a futex wake per
+// call would cost more than the work of many of them.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -33,19 +37,27 @@ class ThreadPool {
   using Invoke = void (*)(const void* context, int32_t thread_index, int32_t begin, int32_t end);
 
   void run(int32_t num_tasks, Invoke invoke, const void* context);
+  void run_share(int32_t thread_index) const;
   void worker_loop(int32_t thread_index);
+  // Polls ready() for a while, then sleeps on changed_ until it holds.
+  template <typename Ready>
+  void await(const Ready& ready);
+  void wake_sleepers();
 
   const int32_t num_threads_;
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable work_ready_;
-  std::condition_variable work_done_;
-  uint64_t generation_ = 0;
-  int32_t num_busy_ = 0;
-  bool stopping_ = false;
+
+  // The current call, written by the caller before it bumps generation_.
   int32_t num_tasks_ = 0;
   Invoke invoke_ = nullptr;
   const void* context_ = nullptr;
+
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int32_t> num_busy_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int32_t> num_sleepers_{0};
+  std::mutex mutex_;
+  std::condition_variable changed_;
 };
 
 }  // namespace conduit

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "dtype.h"
 #include "error.h"
+#include "kernels.h"
 
 namespace conduit {
 
@@ -28,6 +30,12 @@ void release_pages(const uint8_t* begin, size_t size_bytes) {
   const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
   const uintptr_t last = (reinterpret_cast<uintptr_t>(begin) + size_bytes) / page * page;
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+// The fp16 scale may round below max|x| / 127; the clamp keeps |q| <= 127 for the kernels.
+int8_t round_to_q8(float value, float scale) {
+  if (scale == 0.0f) return 0;
+  return int8_t(std::min(127.0f, std::max(-127.0f, std::nearbyint(value / scale))));
 }
 
 }  // namespace
@@ -105,6 +113,42 @@ const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dt
   }
   resolved_.emplace(key, result);
   return result;
+}
+
+WeightStore::Quantized WeightStore::quantize_q8(const cd_tensor_ref& ref, int32_t k, cd_dtype precision,
+                                                ThreadPool& pool) {
+  const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
+  const int32_t num_rows = int32_t(ref.size_bytes / dtype_bytes(ref.dtype) / size_t(k));
+  const size_t padded_k = size_t(q8_padded_k(k));
+  const size_t blocks_per_row = padded_k / 32;
+  AlignedBuffer values = allocate_aligned(size_t(num_rows) * padded_k);
+  AlignedBuffer scales = allocate_aligned(size_t(num_rows) * blocks_per_row * sizeof(uint16_t));
+  int8_t* q = static_cast<int8_t*>(values.get());
+  uint16_t* block_scales = static_cast<uint16_t*>(scales.get());
+  pool.parallel_for(num_rows, [&](int32_t, int32_t row_begin, int32_t row_end) {
+    float block[32];
+    for (int32_t row = row_begin; row < row_end; ++row) {
+      for (size_t b = 0; b < blocks_per_row; ++b) {
+        float max_abs = 0.0f;
+        for (int32_t i = 0; i < 32; ++i) {
+          const size_t column = b * 32 + size_t(i);
+          block[i] = column < size_t(k)
+                         ? round_to(precision, load_as_f32(source, ref.dtype, size_t(row) * size_t(k) + column))
+                         : 0.0f;
+          max_abs = std::max(max_abs, std::fabs(block[i]));
+        }
+        const uint16_t scale_bits = f32_to_f16(max_abs / 127.0f);
+        const float scale = f16_to_f32(scale_bits);
+        block_scales[size_t(row) * blocks_per_row + b] = scale_bits;
+        int8_t* out = q + size_t(row) * padded_k + b * 32;
+        for (int32_t i = 0; i < 32; ++i) out[i] = round_to_q8(block[i], scale);
+      }
+    }
+  });
+  release_pages(source, ref.size_bytes);
+  converted_.push_back(std::move(values));
+  converted_.push_back(std::move(scales));
+  return Quantized{q, block_scales};
 }
 
 void WeightStore::release_unborrowed_files() {

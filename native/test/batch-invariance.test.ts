@@ -1,6 +1,7 @@
-// For a given kernel path and thread count, a sequence's logits are bitwise identical whether it
-// runs alone, in a batch with 15 unrelated sequences (prompt chunks and decode tokens mixed), or
-// with its prompt fed in chunks of 1, 7 or 64 tokens, and its seeded samples are the same.
+// For a given kernel path, weight mode (fp32, bf16, fp16, int8) and thread count, a sequence's
+// logits are bitwise identical whether it runs alone, in a batch with 15 unrelated sequences
+// (prompt chunks and decode tokens mixed), or with its prompt fed in chunks of 1, 7 or 64
+// tokens, and its seeded samples are the same.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { NativeModel } from '../api.ts';
@@ -95,8 +96,14 @@ function assertBitwiseEqual(actual: Trace, expected: Trace, label: string): void
 test('logits are bitwise identical alone, in a batch of 16 and with chunked prompts', async (t) => {
   using temp = makeTempDir('invariance');
   const seed = freshSeed();
-  for (const dtype of ['fp32', 'bf16', 'fp16'] as const) {
-    const modelDir = writeCheckpoint(temp.dir, dtype, {
+  const modes = [
+    { dtype: 'fp32', quantization: 'none' },
+    { dtype: 'bf16', quantization: 'none' },
+    { dtype: 'fp16', quantization: 'none' },
+    { dtype: 'bf16', quantization: 'int8' },
+  ] as const;
+  for (const { dtype, quantization } of modes) {
+    const modelDir = writeCheckpoint(temp.dir, `${dtype}-${quantization}`, {
       arch: 'qwen2', hiddenSize: 48, numLayers: 2, numHeads: 6, numKvHeads: 2, intermediateSize: 72, vocabSize: 96, dtype, seed,
     });
     const vocabSize = 96;
@@ -111,10 +118,10 @@ test('logits are bitwise identical alone, in a batch of 16 and with chunked prom
         }),
       );
     for (const kernel of KERNELS) {
-      await t.test(`${dtype} weights, ${kernel}`, async () => {
-        const options = loadOptions(modelDir, { kernel, numKvBlocks: (NUM_COMPANIONS + 2) * MAX_BLOCKS_PER_SEQ, blockSizeTokens: BLOCK_SIZE_TOKENS });
+      await t.test(`${dtype} weights, ${quantization === 'int8' ? 'int8, ' : ''}${kernel}`, async () => {
+        const options = loadOptions(modelDir, { kernel, quantization, numKvBlocks: (NUM_COMPANIONS + 2) * MAX_BLOCKS_PER_SEQ, blockSizeTokens: BLOCK_SIZE_TOKENS });
         await withModel(options, async (model) => {
-          const label = (scenario: string) => `seed ${seed}, ${dtype}, ${kernel}, ${scenario}`;
+          const label = (scenario: string) => `seed ${seed}, ${dtype}, ${quantization}, ${kernel}, ${scenario}`;
           const alone = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, targetSampling), [], 0);
           for (const chunkTokens of [1, 7, 64]) {
             const chunked = await runTarget(model, makeSequence(prompt, chunkTokens, 0, targetSampling), [], 0);

@@ -24,6 +24,7 @@ test('ModelInfo reports the resolved architecture, dtypes, kernel and KV footpri
       dtype: 'bf16',
       kvCacheDtype: 'bf16',
       kernel: 'avx2',
+      quantization: 'none',
       numKvBlocks: 5,
       blockSizeTokens: 8,
       // layers × (K, V) × kv heads × head dim × tokens per block × bytes

@@ -1,0 +1,111 @@
+#include "probes.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "dtype.h"
+#include "matmul.h"
+#include "thread_pool.h"
+#include "weights.h"
+
+namespace conduit {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Deterministic filler; the values only need to be ordinary numbers.
+uint32_t next_random(uint32_t& state) {
+  state = state * 1664525u + 1013904223u;
+  return state >> 8;
+}
+
+float random_unit(uint32_t& state) { return float(next_random(state) % 2001) / 1000.0f - 1.0f; }
+
+}  // namespace
+
+#ifdef CONDUIT_X86_KERNELS
+double measure_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats) {
+  const size_t slice_bytes = size_bytes / size_t(num_threads) / 256 * 256;
+  AlignedBuffer buffer = allocate_aligned(slice_bytes * size_t(num_threads));
+  std::memset(buffer.get(), 1, slice_bytes * size_t(num_threads));
+  ThreadPool pool(num_threads);
+  std::vector<uint64_t> sums(static_cast<size_t>(num_threads));
+  double best_seconds = 1e30;
+  for (int32_t repeat = 0; repeat < num_repeats; ++repeat) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(num_threads, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t slice = begin; slice < end; ++slice) {
+        sums[size_t(slice)] = probe_stream_sum_avx512(
+            static_cast<const uint8_t*>(buffer.get()) + size_t(slice) * slice_bytes, slice_bytes);
+      }
+    });
+    best_seconds = std::min(best_seconds, seconds_since(start));
+  }
+  return double(slice_bytes) * num_threads / best_seconds;
+}
+
+double measure_bf16_peak(int32_t num_threads) {
+  constexpr int64_t kIterations = 20'000'000;
+  ThreadPool pool(num_threads);
+  std::vector<float> sinks(static_cast<size_t>(num_threads));
+  std::vector<int64_t> flops(static_cast<size_t>(num_threads));
+  double best = 0;
+  for (int32_t repeat = 0; repeat < 3; ++repeat) {
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(num_threads, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t t = begin; t < end; ++t) sinks[size_t(t)] = probe_bf16_peak_avx512(kIterations, &flops[size_t(t)]);
+    });
+    const double seconds = seconds_since(start);
+    int64_t total = 0;
+    for (int64_t f : flops) total += f;
+    best = std::max(best, double(total) / seconds);
+  }
+  return best;
+}
+
+#endif
+
+double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t num_rows, int32_t k,
+                      int32_t n, int32_t num_threads, int32_t num_repeats) {
+  uint32_t state = 12345;
+  std::vector<float> x(size_t(num_rows) * size_t(k));
+  for (float& value : x) value = random_unit(state);
+  std::vector<float> y(size_t(num_rows) * size_t(n));
+  std::vector<uint8_t> packed;
+  AlignedBuffer data;
+  AlignedBuffer scales;
+  Matrix matrix{nullptr, format, nullptr};
+  if (format == MatrixFormat::kQ8) {
+    const size_t padded_k = size_t(q8_padded_k(k));
+    data = allocate_aligned(size_t(n) * padded_k);
+    scales = allocate_aligned(size_t(n) * padded_k / 32 * sizeof(uint16_t));
+    int8_t* q = static_cast<int8_t*>(data.get());
+    for (size_t i = 0; i < size_t(n) * padded_k; ++i) q[i] = int8_t(int32_t(next_random(state) % 255) - 127);
+    uint16_t* s = static_cast<uint16_t*>(scales.get());
+    for (size_t i = 0; i < size_t(n) * padded_k / 32; ++i) s[i] = f32_to_f16(0.01f);
+    matrix.block_scales = s;
+  } else {
+    const cd_dtype dtype = format == MatrixFormat::kBf16 ? CD_DTYPE_BF16
+                           : format == MatrixFormat::kF16 ? CD_DTYPE_F16
+                                                          : CD_DTYPE_F32;
+    const size_t count = size_t(n) * size_t(k);
+    data = allocate_aligned(count * dtype_bytes(dtype));
+    for (size_t i = 0; i < count; ++i) store_from_f32(data.get(), dtype, i, random_unit(state) * 0.05f);
+  }
+  matrix.data = data.get();
+  ThreadPool pool(num_threads);
+  double best_seconds = 1e30;
+  for (int32_t repeat = 0; repeat <= num_repeats; ++repeat) {
+    const auto start = std::chrono::steady_clock::now();
+    parallel_matmuls(pool, kernels, x.data(), num_rows, k, {{matrix, n, y.data()}}, packed);
+    if (repeat > 0) best_seconds = std::min(best_seconds, seconds_since(start));
+  }
+  return best_seconds;
+}
+
+}  // namespace conduit

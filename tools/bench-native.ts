@@ -1,0 +1,216 @@
+// The native runtime's CPU benchmark: machine ceilings first (streaming-read bandwidth, the
+// AVX512_BF16 dot-product peak), then for bf16, fp32 and int8 weights on the avx512 and avx2
+// kernel paths: matmul GFLOP/s at decode and prefill shapes, decode tok/s at batch 1, 8 and 32
+// (128-token prompts + 128 new tokens each) and 512-token prefill tok/s, each as a fraction of
+// the ceiling measured in the same run. Absolute speeds on shared machines drift from run to
+// run; the fractions are what compare.
+//
+//   npm run bench:native [-- --threads 2 --new-tokens 128]
+//
+// The 125 M-parameter checkpoint (Llama: hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048,
+// vocab 32000, untied, bf16) is written under .bench/ on first use.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import type { ForwardBatch, KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
+import { SEQ_SAMPLE } from '../native/api.ts';
+import { kernelSupported, loadModel, probes } from '../native/index.ts';
+import { DEFAULT_OPTIONS, writeRandomCheckpoint } from './make-checkpoint.ts';
+
+const SHAPE = { hiddenSize: 768, numLayers: 12, numHeads: 12, numKvHeads: 4, intermediateSize: 2048, vocabSize: 32000 };
+const HEAD_DIM = SHAPE.hiddenSize / SHAPE.numHeads;
+const BLOCK_SIZE_TOKENS = 16;
+const PROMPT_TOKENS = 128;
+const PREFILL_TOKENS = 512;
+const BATCH_SIZES = [1, 8, 32] as const;
+const STREAM_BUFFER_BYTES = 1 << 30;
+
+interface Mode {
+  label: string;
+  dtype: WeightDtype;
+  quantization: Quantization;
+  bytesPerWeight: number;
+}
+
+const MODES: readonly Mode[] = [
+  { label: 'bf16', dtype: 'bf16', quantization: 'none', bytesPerWeight: 2 },
+  { label: 'fp32', dtype: 'fp32', quantization: 'none', bytesPerWeight: 4 },
+  // 32 int8 values and one fp16 scale per block.
+  { label: 'int8', dtype: 'bf16', quantization: 'int8', bytesPerWeight: 34 / 32 },
+];
+
+/** Weights every token multiplies: the layers' matrices and the LM head (not the embedding table). */
+function matmulWeightsPerToken(): number {
+  const { hiddenSize: h, numLayers, numKvHeads, intermediateSize: f, vocabSize } = SHAPE;
+  const kv = numKvHeads * HEAD_DIM;
+  return numLayers * (2 * h * h + 2 * h * kv + 3 * h * f) + vocabSize * h;
+}
+
+function ensureCheckpoint(): string {
+  const modelDir = path.resolve('.bench', 'llama-125m-bf16');
+  if (!existsSync(path.join(modelDir, 'model.safetensors'))) {
+    console.log(`writing the benchmark checkpoint to ${modelDir} ...`);
+    writeRandomCheckpoint({ ...DEFAULT_OPTIONS, ...SHAPE, outDir: modelDir, dtype: 'bf16', tieWordEmbeddings: false });
+  }
+  return modelDir;
+}
+
+interface SeqStep {
+  tokenIds: readonly number[];
+  startPosition: number;
+  blockIds: readonly number[];
+}
+
+function buildBatch(steps: readonly SeqStep[], maxBlocksPerSeq: number): ForwardBatch {
+  const numSeqs = steps.length;
+  const numTokens = steps.reduce((sum, s) => sum + s.tokenIds.length, 0);
+  const batch: ForwardBatch = {
+    numSeqs,
+    numTokens,
+    tokenIds: new Int32Array(numTokens),
+    positions: new Int32Array(numTokens),
+    queryStarts: new Int32Array(numSeqs + 1),
+    maxBlocksPerSeq,
+    blockTables: new Int32Array(numSeqs * maxBlocksPerSeq).fill(-1),
+    seqFlags: new Uint8Array(numSeqs).fill(SEQ_SAMPLE),
+    temperatures: new Float32Array(numSeqs),
+    topPs: new Float32Array(numSeqs).fill(1),
+    topKs: new Int32Array(numSeqs),
+    seeds: new BigUint64Array(numSeqs),
+    outputIndices: new Int32Array(numSeqs),
+  };
+  let t = 0;
+  steps.forEach((step, seq) => {
+    batch.queryStarts[seq] = t;
+    step.tokenIds.forEach((tokenId, i) => {
+      batch.tokenIds[t] = tokenId;
+      batch.positions[t] = step.startPosition + i;
+      t++;
+    });
+    batch.blockTables.set(step.blockIds, seq * maxBlocksPerSeq);
+  });
+  batch.queryStarts[numSeqs] = t;
+  return batch;
+}
+
+function promptTokens(count: number, salt: number): number[] {
+  return Array.from({ length: count }, (_, i) => (salt * 7919 + i * 104729) % SHAPE.vocabSize);
+}
+
+/**
+ * numSeqs sequences share one 128-token prompt (its blocks, as prefix caching shares them),
+ * then each decodes newTokens greedily from its own first token. Returns decode tok/s.
+ */
+async function decodeTokensPerSecond(model: NativeModel, numSeqs: number, newTokens: number): Promise<number> {
+  const promptBlocks = PROMPT_TOKENS / BLOCK_SIZE_TOKENS;
+  const ownBlocks = Math.ceil(newTokens / BLOCK_SIZE_TOKENS);
+  const maxBlocksPerSeq = promptBlocks + ownBlocks;
+  const shared = Array.from({ length: promptBlocks }, (_, i) => i);
+  const blockTables = Array.from({ length: numSeqs }, (_, seq) => [
+    ...shared,
+    ...Array.from({ length: ownBlocks }, (_, i) => promptBlocks + seq * ownBlocks + i),
+  ]);
+  const prompt = promptTokens(PROMPT_TOKENS - 1, 1);
+  await model.forward(buildBatch([{ tokenIds: prompt, startPosition: 0, blockIds: blockTables[0] }], maxBlocksPerSeq));
+  let lastTokens = Array.from({ length: numSeqs }, (_, seq) => (seq * 31 + 5) % SHAPE.vocabSize);
+  const start = performance.now();
+  for (let step = 0; step < newTokens; step++) {
+    const steps = lastTokens.map((tokenId, seq) => ({
+      tokenIds: [tokenId],
+      startPosition: PROMPT_TOKENS - 1 + step,
+      blockIds: blockTables[seq],
+    }));
+    const result = await model.forward(buildBatch(steps, maxBlocksPerSeq));
+    lastTokens = Array.from(result.sampledTokenIds);
+  }
+  return (numSeqs * newTokens) / ((performance.now() - start) / 1000);
+}
+
+async function prefillTokensPerSecond(model: NativeModel, numRepeats: number): Promise<number> {
+  const blockIds = Array.from({ length: PREFILL_TOKENS / BLOCK_SIZE_TOKENS }, (_, i) => i);
+  const batch = buildBatch([{ tokenIds: promptTokens(PREFILL_TOKENS, 2), startPosition: 0, blockIds }], blockIds.length);
+  await model.forward(batch);
+  let best = Infinity;
+  for (let i = 0; i < numRepeats; i++) {
+    const start = performance.now();
+    await model.forward(batch);
+    best = Math.min(best, performance.now() - start);
+  }
+  return PREFILL_TOKENS / (best / 1000);
+}
+
+const fmt = (value: number, digits = 1): string => value.toFixed(digits);
+const pct = (fraction: number): string => `${(fraction * 100).toFixed(0)}%`;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { threads: { type: 'string', default: '2' }, 'new-tokens': { type: 'string', default: '128' } },
+  });
+  const numThreads = Number(values.threads);
+  const newTokens = Number(values['new-tokens']);
+  if (!kernelSupported('avx512')) throw new Error('bench:native measures its ceilings with AVX-512 (F, BW, VL, BF16, VNNI); this CPU lacks it');
+  const modelDir = ensureCheckpoint();
+  const started = performance.now();
+
+  const bandwidth = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
+  const peak = probes.bf16PeakFlopsPerSecond(numThreads);
+  const weightsPerToken = matmulWeightsPerToken();
+  const flopsPerToken = 2 * weightsPerToken;
+  console.log(`threads ${numThreads}; streaming read ${fmt(bandwidth / 1e9)} GB/s; bf16 dot peak ${fmt(peak / 1e9)} GFLOP/s`);
+  console.log(`model: ${fmt(weightsPerToken / 1e6)} M matmul weights per token, ${fmt(flopsPerToken / 1e6)} MFLOP per token\n`);
+
+  const header = ['path', 'mode', 'gemv GF/s', '(GB/s, of BW)', 'gemm GF/s', '(of peak)', 'b1 tok/s', '(of bound)', 'b8 tok/s', 'b32 tok/s', 'b32/b1', 'prefill tok/s', '(of peak)'];
+  const rows: string[][] = [];
+  const decodeB1: Record<string, number> = {};
+  for (const kernel of ['avx512', 'avx2'] as const satisfies readonly KernelPath[]) {
+    if (!kernelSupported(kernel)) continue;
+    for (const mode of MODES) {
+      const matmul = (numRows: number) =>
+        probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.quantization, numRows, k: SHAPE.hiddenSize, n: SHAPE.intermediateSize, numThreads, numRepeats: 5 });
+      const gemvSeconds = matmul(1);
+      const gemmSeconds = matmul(PREFILL_TOKENS);
+      const matmulFlops = (numRows: number) => 2 * numRows * SHAPE.hiddenSize * SHAPE.intermediateSize;
+      const gemvBytesPerSecond = (SHAPE.hiddenSize * SHAPE.intermediateSize * mode.bytesPerWeight) / gemvSeconds;
+
+      const model = await loadModel({
+        modelDir, dtype: mode.dtype, quantization: mode.quantization, kvCacheDtype: 'bf16',
+        numKvBlocks: PROMPT_TOKENS / BLOCK_SIZE_TOKENS + 32 * Math.ceil(newTokens / BLOCK_SIZE_TOKENS) + PREFILL_TOKENS / BLOCK_SIZE_TOKENS,
+        blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel,
+      });
+      try {
+        const decode: number[] = [];
+        for (const numSeqs of BATCH_SIZES) decode.push(await decodeTokensPerSecond(model, numSeqs, newTokens));
+        const prefill = await prefillTokensPerSecond(model, 2);
+        const boundTokensPerSecond = bandwidth / (weightsPerToken * mode.bytesPerWeight);
+        decodeB1[`${kernel} ${mode.label}`] = decode[0];
+        rows.push([
+          kernel, mode.label,
+          fmt(matmulFlops(1) / gemvSeconds / 1e9), `${fmt(gemvBytesPerSecond / 1e9)}, ${pct(gemvBytesPerSecond / bandwidth)}`,
+          fmt(matmulFlops(PREFILL_TOKENS) / gemmSeconds / 1e9), pct(matmulFlops(PREFILL_TOKENS) / gemmSeconds / peak),
+          fmt(decode[0]), pct(decode[0] / boundTokensPerSecond),
+          fmt(decode[1]), fmt(decode[2]), fmt(decode[2] / decode[0], 2),
+          fmt(prefill), pct((prefill * flopsPerToken) / peak),
+        ]);
+        console.log(rows[rows.length - 1].join('  '));
+      } finally {
+        model.close();
+      }
+    }
+  }
+
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i])).join(' | ');
+  console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
+  for (const row of rows) console.log(line(row));
+  for (const kernel of ['avx512', 'avx2']) {
+    const bf16 = decodeB1[`${kernel} bf16`];
+    const int8 = decodeB1[`${kernel} int8`];
+    if (bf16 !== undefined && int8 !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(int8 / bf16, 2)}`);
+  }
+  console.log(
+    '\ngemv: 1 x 768 -> 2048 (weights fit the last-level cache); gemm: 512 x 768 -> 2048; decode after a shared 128-token prompt;' +
+      `\nbound = streaming-read bandwidth / matmul weight bytes per token; peak = bf16 dot peak. ${fmt((performance.now() - started) / 1000)} s`,
+  );
+}
+
+await main();
