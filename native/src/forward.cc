@@ -184,10 +184,17 @@ class ForwardPass {
         const int32_t first = first_visible_position(position);
         const int32_t num_visible = position - first + 1;
         const float* q = &ws_.q[size_t(t) * dims_.q_size() + size_t(head) * dims_.head_dim];
+        // Keys and values of one cache block are contiguous: one kernel call per block.
+        const int32_t block_size = cache.block_size_tokens();
+        for (int32_t j = 0; j < num_visible;) {
+          const int32_t run = std::min(num_visible - j, block_size - (first + j) % block_size);
+          kernels.dot_rows(q, cache.at(layer_index, 0, slot_of(seq, first + j), kv_head), cache.dtype(), run,
+                           dims_.head_dim, scores + j);
+          j += run;
+        }
         float max_score = -INFINITY;
         for (int32_t j = 0; j < num_visible; ++j) {
-          const void* key = cache.at(layer_index, 0, slot_of(seq, first + j), kv_head);
-          scores[j] = kernels.dot(q, key, cache.dtype(), dims_.head_dim) * scale;
+          scores[j] *= scale;
           max_score = std::max(max_score, scores[j]);
         }
         float sum = 0;
@@ -197,9 +204,11 @@ class ForwardPass {
         }
         float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * dims_.head_dim];
         std::fill(out, out + dims_.head_dim, 0.0f);
-        for (int32_t j = 0; j < num_visible; ++j) {
-          const void* value = cache.at(layer_index, 1, slot_of(seq, first + j), kv_head);
-          kernels.axpy(scores[j], value, cache.dtype(), out, dims_.head_dim);
+        for (int32_t j = 0; j < num_visible;) {
+          const int32_t run = std::min(num_visible - j, block_size - (first + j) % block_size);
+          kernels.axpy_rows(scores + j, cache.at(layer_index, 1, slot_of(seq, first + j), kv_head), cache.dtype(),
+                            run, dims_.head_dim, out);
+          j += run;
         }
         const float inv_sum = 1.0f / sum;
         for (int32_t i = 0; i < dims_.head_dim; ++i) out[i] *= inv_sum;

@@ -51,8 +51,11 @@ struct KernelTable {
                  int32_t n_end, float* y, size_t y_stride);
   // dot(a, b) over n elements; b is of dtype b_dtype.
   float (*dot)(const float* a, const void* b, cd_dtype b_dtype, int32_t n);
-  // y[i] += alpha * x[i]; x is of dtype x_dtype.
-  void (*axpy)(float alpha, const void* x, cd_dtype x_dtype, float* y, int32_t n);
+  // out[r] = dot(a, row r) for num_rows contiguous rows of n elements (attention's keys of one
+  // cache block), each in dot's order.
+  void (*dot_rows)(const float* a, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* out);
+  // y += alphas[r] * row r, for r in order (attention's values of one cache block).
+  void (*axpy_rows)(const float* alphas, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* y);
 };
 
 const KernelTable& kernels_scalar();
