@@ -81,7 +81,6 @@ class ForwardPass {
     grow(ws_.k, num_tokens * dims_.kv_size());
     grow(ws_.v, num_tokens * dims_.kv_size());
     grow(ws_.attention, num_tokens * dims_.q_size());
-    grow(ws_.projected, num_tokens * dims_.hidden_size);
     grow(ws_.gate, num_tokens * dims_.intermediate_size);
     grow(ws_.up, num_tokens * dims_.intermediate_size);
     grow(ws_.rope_cos, num_tokens * (dims_.head_dim / 2));
@@ -128,14 +127,6 @@ class ForwardPass {
 
   void matmuls(const float* x, int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs) {
     parallel_matmuls(model_.pool, model_.kernels, x, num_rows, k, jobs, ws_.packed);
-  }
-
-  void add_projected_to_hidden() {
-    model_.pool.parallel_for(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
-      const size_t first = size_t(begin) * dims_.hidden_size;
-      const size_t last = size_t(end) * dims_.hidden_size;
-      for (size_t i = first; i < last; ++i) ws_.hidden[i] += ws_.projected[i];
-    });
   }
 
   // Biases, rotary embedding, then K and V into the paged cache at each token's slot.
@@ -227,8 +218,7 @@ class ForwardPass {
     position_and_cache(layer_index);
     attend(layer_index);
     matmuls(ws_.attention.data(), num_tokens, dims_.q_size(),
-            {{layer.o_proj, dims_.hidden_size, ws_.projected.data()}});
-    add_projected_to_hidden();
+            {{layer.o_proj, dims_.hidden_size, ws_.hidden.data(), true}});
 
     norm_rows(ws_.hidden.data(), layer.post_attn_norm, num_tokens, ws_.normed.data());
     matmuls(ws_.normed.data(), num_tokens, dims_.hidden_size,
@@ -240,8 +230,7 @@ class ForwardPass {
       for (size_t i = first; i < last; ++i) ws_.gate[i] = silu(ws_.gate[i]) * ws_.up[i];
     });
     matmuls(ws_.gate.data(), num_tokens, dims_.intermediate_size,
-            {{layer.down_proj, dims_.hidden_size, ws_.projected.data()}});
-    add_projected_to_hidden();
+            {{layer.down_proj, dims_.hidden_size, ws_.hidden.data(), true}});
   }
 
   // Final norm and LM head for the last token of each sequence that samples or returns logits.

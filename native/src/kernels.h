@@ -46,9 +46,10 @@ struct KernelTable {
   // Packs rows of x (each independently) into packed_stride-spaced rows.
   void (*pack_rows)(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
                     uint8_t* packed, size_t packed_stride);
-  // y[m * y_stride + n] = dot(row m of a, row n of w) for m in [0, num_rows), n in [n_begin, n_end).
+  // y[m * y_stride + n] = dot(row m of a, row n of w) for m in [0, num_rows), n in [n_begin, n_end);
+  // with accumulate, y[...] += that dot instead (one add of the same value).
   void (*matmul)(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
-                 int32_t n_end, float* y, size_t y_stride);
+                 int32_t n_end, float* y, size_t y_stride, bool accumulate);
   // dot(a, b) over n elements; b is of dtype b_dtype.
   float (*dot)(const float* a, const void* b, cd_dtype b_dtype, int32_t n);
   // out[r] = dot(a, row r) for num_rows contiguous rows of n elements (attention's keys of one

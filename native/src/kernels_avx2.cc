@@ -91,12 +91,12 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
 }
 
 void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
-            int32_t n_end, float* y, size_t y_stride) {
+            int32_t n_end, float* y, size_t y_stride, bool accumulate) {
   switch (w.format) {
-    case MatrixFormat::kBf16: matmul_float<WeightBf16>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
-    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
-    case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
-    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride); break;
+    case MatrixFormat::kBf16: matmul_float<WeightBf16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
   }
 }
 

@@ -8,25 +8,40 @@ namespace {
 
 // Output columns are handed to threads in tiles of this many, to keep cache lines unshared.
 constexpr int32_t kColumnTile = 16;
+// Up to this many rows (decode), every thread packs all of them for itself inside the matmul's
+// own parallel_for: a little duplicated work instead of one more hand-off between threads. The
+// bytes are the same either way, so no value depends on the choice.
+constexpr int32_t kMaxRowsPackedPerThread = 8;
 
 }  // namespace
 
 void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const float* x, int32_t num_rows,
-                      int32_t k, std::initializer_list<MatmulJob> jobs, std::vector<uint8_t>& packed) {
+                      int32_t k, std::initializer_list<MatmulJob> jobs, MatmulScratch& scratch) {
   const MatrixFormat format = jobs.begin()->weight.format;
-  Activations activations{x, size_t(k), nullptr, kernels.packed_row_bytes(format, k)};
-  if (activations.packed_stride > 0) {
-    const size_t packed_bytes = size_t(num_rows) * activations.packed_stride;
-    if (packed.size() < packed_bytes) packed.resize(packed_bytes);
+  const size_t packed_stride = kernels.packed_row_bytes(format, k);
+  const size_t packed_bytes = size_t(num_rows) * packed_stride;
+  const bool packs_per_thread = packed_stride > 0 && num_rows <= kMaxRowsPackedPerThread;
+  if (packs_per_thread) {
+    scratch.per_thread.resize(size_t(pool.num_threads()));
+    for (std::vector<uint8_t>& buffer : scratch.per_thread) {
+      if (buffer.size() < packed_bytes) buffer.resize(packed_bytes);
+    }
+  } else if (packed_stride > 0) {
+    if (scratch.shared.size() < packed_bytes) scratch.shared.resize(packed_bytes);
     pool.parallel_for(num_rows, [&](int32_t, int32_t begin, int32_t end) {
       kernels.pack_rows(x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
-                        &packed[size_t(begin) * activations.packed_stride], activations.packed_stride);
+                        &scratch.shared[size_t(begin) * packed_stride], packed_stride);
     });
-    activations.packed = packed.data();
   }
   int32_t num_tiles = 0;
   for (const MatmulJob& job : jobs) num_tiles += (job.num_columns + kColumnTile - 1) / kColumnTile;
-  pool.parallel_for(num_tiles, [&](int32_t, int32_t tile_begin, int32_t tile_end) {
+  pool.parallel_for(num_tiles, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
+    Activations activations{x, size_t(k), scratch.shared.data(), packed_stride};
+    if (packs_per_thread) {
+      uint8_t* own = scratch.per_thread[size_t(thread_index)].data();
+      kernels.pack_rows(x, size_t(k), num_rows, k, format, own, packed_stride);
+      activations.packed = own;
+    }
     int32_t first_tile_of_job = 0;
     for (const MatmulJob& job : jobs) {
       const int32_t job_tiles = (job.num_columns + kColumnTile - 1) / kColumnTile;
@@ -34,7 +49,8 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const float*
       const int32_t end = std::min(tile_end, first_tile_of_job + job_tiles) - first_tile_of_job;
       if (begin < end) {
         kernels.matmul(activations, num_rows, k, job.weight, begin * kColumnTile,
-                       std::min(end * kColumnTile, job.num_columns), job.y, size_t(job.num_columns));
+                       std::min(end * kColumnTile, job.num_columns), job.y, size_t(job.num_columns),
+                       job.accumulate);
       }
       first_tile_of_job += job_tiles;
     }

@@ -16,11 +16,17 @@ struct MatmulJob {
   Matrix weight;
   int32_t num_columns;
   float* y;  // [rows, num_columns]
+  bool accumulate = false;  // y += x · W^T (the residual add, fused)
 };
 
-// y_j = x · W_j^T for each job, all sharing x and so one weight format. packed is scratch,
-// grown as needed.
+// Packed activations: one shared copy for many rows, or a private copy per thread for a few.
+struct MatmulScratch {
+  std::vector<uint8_t> shared;
+  std::vector<std::vector<uint8_t>> per_thread;
+};
+
+// y_j = x · W_j^T for each job, all sharing x and so one weight format.
 void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const float* x, int32_t num_rows,
-                      int32_t k, std::initializer_list<MatmulJob> jobs, std::vector<uint8_t>& packed);
+                      int32_t k, std::initializer_list<MatmulJob> jobs, MatmulScratch& scratch);
 
 }  // namespace conduit

@@ -8,6 +8,7 @@
 
 #include "conduit.h"
 #include "kernels.h"
+#include "matmul.h"
 #include "thread_pool.h"
 #include "weights.h"
 
@@ -81,14 +82,13 @@ struct Workspace {
   std::vector<float> normed;        // [tokens, hidden]
   std::vector<float> q, k, v;       // [tokens, q_size | kv_size]
   std::vector<float> attention;     // [tokens, q_size]
-  std::vector<float> projected;     // [tokens, hidden]
   std::vector<float> gate, up;      // [tokens, intermediate]
   std::vector<float> rope_cos, rope_sin;  // [tokens, head_dim / 2]
   std::vector<int32_t> token_seqs;  // [tokens] the sequence owning each token
   std::vector<int32_t> output_seqs; // sequences needing logits, batch order
   std::vector<float> output_hidden; // [outputs, hidden]
   std::vector<float> output_logits; // [outputs, vocab]
-  std::vector<uint8_t> packed;      // [rows, packed row bytes] a matmul's activations as its kernel reads them
+  MatmulScratch packed;             // a matmul's activations as its kernel reads them
   std::vector<std::vector<float>> scores;  // [threads][context] attention scores
   std::vector<std::vector<int32_t>> sample_ids;  // [threads][vocab]
   std::vector<std::vector<double>> sample_probs; // [threads][vocab]

@@ -76,7 +76,7 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
   std::vector<float> x(size_t(num_rows) * size_t(k));
   for (float& value : x) value = random_unit(state);
   std::vector<float> y(size_t(num_rows) * size_t(n));
-  std::vector<uint8_t> packed;
+  MatmulScratch scratch;
   AlignedBuffer data;
   AlignedBuffer scales;
   Matrix matrix{nullptr, format, nullptr};
@@ -102,7 +102,7 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
   double best_seconds = 1e30;
   for (int32_t repeat = 0; repeat <= num_repeats; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
-    parallel_matmuls(pool, kernels, x.data(), num_rows, k, {{matrix, n, y.data()}}, packed);
+    parallel_matmuls(pool, kernels, x.data(), num_rows, k, {{matrix, n, y.data()}}, scratch);
     if (repeat > 0) best_seconds = std::min(best_seconds, seconds_since(start));
   }
   return best_seconds;
