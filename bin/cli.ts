@@ -13,7 +13,7 @@ const usage = `usage:
   conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
                  [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                  [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
-                 [--kernel auto|avx512|avx2|scalar] [--served-name NAME]
+                 [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
   conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]   (conduit loadtest --help)`;
 
 /** --model DIR adds a model with default settings to the file's (or replaces the default file). */

@@ -5,7 +5,7 @@ import { parseWorkerArgs, workerArgs, defaultKvCacheBytes } from './worker-flags
 
 test('a spawned worker gets exactly the settings its model configuration names', () => {
   const config = validateConfig(
-    { models: [{ path: '/m/llama', served_name: 'chat', dtype: 'bf16', max_model_len: 4096, kv_cache_blocks: 100, max_num_seqs: 8, kernel: 'avx2' }] },
+    { models: [{ path: '/m/llama', served_name: 'chat', dtype: 'bf16', quantization: 'int8', max_model_len: 4096, kv_cache_blocks: 100, max_num_seqs: 8, kernel: 'avx2' }] },
     'c.yaml',
   );
   const args = workerArgs(config.models[0], 3, 'unix:/tmp/w.sock');
@@ -24,6 +24,7 @@ test('a spawned worker gets exactly the settings its model configuration names',
     maxNumBatchedTokens: 512,
     numThreads: 3,
     kernel: 'avx2',
+    quantization: 'int8',
     listen: 'unix:/tmp/w.sock',
   });
 });

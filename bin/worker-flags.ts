@@ -24,6 +24,7 @@ export const workerFlagOptions = {
   'max-num-batched-tokens': { type: 'string' },
   threads: { type: 'string' },
   kernel: { type: 'string' },
+  quantization: { type: 'string' },
 } as const;
 
 const flagToField: Record<string, keyof ModelConfig> = {
@@ -38,6 +39,7 @@ const flagToField: Record<string, keyof ModelConfig> = {
   'max-num-batched-tokens': 'max_num_batched_tokens',
   threads: 'threads_per_worker',
   kernel: 'kernel',
+  quantization: 'quantization',
 };
 const numericFields = new Set<keyof ModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
@@ -69,6 +71,7 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
     maxNumBatchedTokens: model.max_num_batched_tokens,
     numThreads: model.threads_per_worker ?? os.availableParallelism(),
     kernel: model.kernel,
+    quantization: model.quantization,
     listen,
   };
 }

@@ -36,6 +36,8 @@ export const modelSchema = z
     remote_workers: z.array(hostPort).default([]),
     /** Force a kernel path (tests, benchmarks). */
     kernel: z.enum(['auto', 'avx512', 'avx2', 'scalar']).default('auto'),
+    /** Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like Q8_0). */
+    quantization: z.enum(['none', 'int8']).default('none'),
   })
   .strict()
   .refine((m) => !(m.kv_cache_blocks !== undefined && m.kv_cache_bytes !== undefined), {

@@ -1,6 +1,6 @@
 // One engine worker process: loads the model into the native runtime, runs the engine loop
 // over it, and serves proto/engine.proto on one address.
-import type { DtypeSetting, KernelPath } from '../native/api.ts';
+import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
 import { readGenerationDefaults } from './generation-config.ts';
@@ -24,6 +24,8 @@ export interface WorkerSettings {
   maxNumBatchedTokens: number;
   numThreads: number;
   kernel: KernelPath;
+  /** Weight-only quantization made at load time (`int8`: Q8_0-style block scales). */
+  quantization: Quantization;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
   listen: string;
 }
@@ -57,6 +59,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     blockSizeTokens: settings.blockSizeTokens,
     numThreads: settings.numThreads,
     kernel: settings.kernel,
+    quantization: settings.quantization,
   });
   const { maxPositionEmbeddings } = model.info;
   const maxModelLen = settings.maxModelLen ?? Math.min(maxPositionEmbeddings, numKvBlocks * settings.blockSizeTokens);

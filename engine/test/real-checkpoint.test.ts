@@ -177,6 +177,7 @@ test('a worker serves the checkpoint over gRPC and sizes its cache from a byte b
     maxNumBatchedTokens: 32,
     numThreads: 2,
     kernel: 'auto',
+    quantization: 'none',
     listen: '127.0.0.1:0',
   });
   const client = new GrpcEngineClient(worker.address);

@@ -1,5 +1,6 @@
 // A worker started on its own (`conduit worker --listen`), as on another machine, served by a
-// gateway whose configuration names it by address and spawns no worker of its own.
+// gateway whose configuration names it by address and spawns no worker of its own. The worker
+// runs int8 weights, so the quantization setting is exercised from the flag to the runtime.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -10,7 +11,7 @@ import { startServer, defaultModelDir, repoRoot } from './harness.ts';
 test('a gateway serves a remote worker named in its configuration', { timeout: 120_000 }, async (t) => {
   const worker = spawn(process.execPath, [
     path.join(repoRoot, 'bin', 'conduit.js'), 'worker', '--model', defaultModelDir,
-    '--listen', '127.0.0.1:0', '--threads', '1', '--kv-cache-blocks', '64',
+    '--listen', '127.0.0.1:0', '--threads', '1', '--kv-cache-blocks', '64', '--quantization', 'int8',
   ], { stdio: ['ignore', 'ignore', 'pipe'] });
   const exited = new Promise<number | null>((resolve) => worker.once('exit', resolve));
   t.after(() => worker.kill('SIGKILL'));
