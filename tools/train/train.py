@@ -63,7 +63,7 @@ def validation_loss(model, stream, context_tokens, batch_size):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--num-steps", type=int, default=400)
+    parser.add_argument("--num-steps", type=int, default=700)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--context-tokens", type=int, default=256)
     parser.add_argument("--peak-lr", type=float, default=2.5e-3)
