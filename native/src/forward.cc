@@ -116,17 +116,26 @@ class ForwardPass {
     });
   }
 
-  void norm_rows(const float* x, const float* weight, int32_t num_rows, float* y) {
-    model_.pool.parallel_for(num_rows, [&](int32_t, int32_t begin, int32_t end) {
-      for (int32_t t = begin; t < end; ++t) {
-        const size_t offset = size_t(t) * dims_.hidden_size;
-        rms_norm(model_.kernels, x + offset, weight, dims_.hidden_size, dims_.rms_norm_eps, y + offset);
-      }
-    });
+  void matmuls(float* x, int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs) {
+    parallel_matmuls(model_.pool, model_.kernels, MatmulInput{x}, num_rows, k, jobs, ws_.packed);
   }
 
-  void matmuls(const float* x, int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs) {
-    parallel_matmuls(model_.pool, model_.kernels, x, num_rows, k, jobs, ws_.packed);
+  // The matmuls' input is the RMS norm of rows of x (the residual stream), written to ws_.normed.
+  void normed_matmuls(const float* x, const float* norm_weight, int32_t num_rows,
+                      std::initializer_list<MatmulJob> jobs) {
+    struct Norm {
+      const ForwardPass* pass;
+      const float* x;
+      const float* weight;
+    } norm{this, x, norm_weight};
+    const auto prepare = [](const void* context, int32_t row, float* out) {
+      const Norm& n = *static_cast<const Norm*>(context);
+      const Dimensions& dims = n.pass->dims_;
+      rms_norm(n.pass->model_.kernels, n.x + size_t(row) * dims.hidden_size, n.weight, dims.hidden_size,
+               dims.rms_norm_eps, out);
+    };
+    parallel_matmuls(model_.pool, model_.kernels, MatmulInput{ws_.normed.data(), prepare, &norm}, num_rows,
+                     dims_.hidden_size, jobs, ws_.packed);
   }
 
   // Biases, rotary embedding, then K and V into the paged cache at each token's slot.
@@ -210,8 +219,7 @@ class ForwardPass {
   void run_layer(int32_t layer_index) {
     const Layer& layer = model_.layers[size_t(layer_index)];
     const int32_t num_tokens = batch_.num_tokens;
-    norm_rows(ws_.hidden.data(), layer.input_norm, num_tokens, ws_.normed.data());
-    matmuls(ws_.normed.data(), num_tokens, dims_.hidden_size,
+    normed_matmuls(ws_.hidden.data(), layer.input_norm, num_tokens,
             {{layer.q_proj, dims_.q_size(), ws_.q.data()},
              {layer.k_proj, dims_.kv_size(), ws_.k.data()},
              {layer.v_proj, dims_.kv_size(), ws_.v.data()}});
@@ -220,17 +228,20 @@ class ForwardPass {
     matmuls(ws_.attention.data(), num_tokens, dims_.q_size(),
             {{layer.o_proj, dims_.hidden_size, ws_.hidden.data(), true}});
 
-    norm_rows(ws_.hidden.data(), layer.post_attn_norm, num_tokens, ws_.normed.data());
-    matmuls(ws_.normed.data(), num_tokens, dims_.hidden_size,
+    normed_matmuls(ws_.hidden.data(), layer.post_attn_norm, num_tokens,
             {{layer.gate_proj, dims_.intermediate_size, ws_.gate.data()},
              {layer.up_proj, dims_.intermediate_size, ws_.up.data()}});
-    model_.pool.parallel_for(num_tokens, [&](int32_t, int32_t begin, int32_t end) {
-      const size_t first = size_t(begin) * dims_.intermediate_size;
-      const size_t last = size_t(end) * dims_.intermediate_size;
-      for (size_t i = first; i < last; ++i) ws_.gate[i] = silu(ws_.gate[i]) * ws_.up[i];
-    });
-    matmuls(ws_.gate.data(), num_tokens, dims_.intermediate_size,
-            {{layer.down_proj, dims_.hidden_size, ws_.hidden.data(), true}});
+    // down_proj's input is SwiGLU: silu(gate) * up, row by row (in place into gate when shared).
+    const auto swiglu = [](const void* context, int32_t row, float* out) {
+      const ForwardPass& pass = *static_cast<const ForwardPass*>(context);
+      const size_t width = size_t(pass.dims_.intermediate_size);
+      const float* gate = &pass.ws_.gate[size_t(row) * width];
+      const float* up = &pass.ws_.up[size_t(row) * width];
+      for (size_t i = 0; i < width; ++i) out[i] = silu(gate[i]) * up[i];
+    };
+    parallel_matmuls(model_.pool, model_.kernels, MatmulInput{ws_.gate.data(), swiglu, this}, num_tokens,
+                     dims_.intermediate_size, {{layer.down_proj, dims_.hidden_size, ws_.hidden.data(), true}},
+                     ws_.packed);
   }
 
   // Final norm and LM head for the last token of each sequence that samples or returns logits.

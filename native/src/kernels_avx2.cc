@@ -60,7 +60,8 @@ struct Q8Policy {
     x.scales[1] = scales[1];
     return x;
   }
-  static Wv load_w(Row w, int32_t step, int32_t) {
+  static Wv load_w(Row w, int32_t step, int32_t k) {
+    __builtin_prefetch(w.q + size_t(4) * size_t(q8_padded_k(k)) + size_t(step) * 64);
     Wv v;
     for (int i = 0; i < 4; ++i) {
       v.q[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.q + size_t(step) * 64 + i * 16)));

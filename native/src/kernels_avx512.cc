@@ -67,6 +67,9 @@ struct Bf16DotPolicy {
   }
   static Wv load_w(Row w, int32_t step, int32_t k) {
     const int32_t first = step * kBf16Chunk;
+    // The tile after this one reads the next four rows, contiguous after these: fetch them
+    // while this one computes (past the matrix end a prefetch is a no-op).
+    __builtin_prefetch(w + size_t(4) * size_t(k) + first);
     if (first + kBf16Chunk <= k) return (__m512bh)_mm512_loadu_si512(w + first);
     const __mmask32 valid = __mmask32((uint64_t(1) << (k - first)) - 1);
     return (__m512bh)_mm512_maskz_loadu_epi16(valid, w + first);
@@ -97,8 +100,9 @@ struct Q8Policy {
     const float* scales = q8_x_scales(a, m, k) + size_t(step) * 2;
     return X{{_mm512_loadu_si512(q), _mm512_loadu_si512(q + 32)}, {scales[0], scales[1]}};
   }
-  static Wv load_w(Row w, int32_t step, int32_t) {
+  static Wv load_w(Row w, int32_t step, int32_t k) {
     const int8_t* q = w.q + size_t(step) * 64;
+    __builtin_prefetch(q + size_t(4) * size_t(q8_padded_k(k)));
     const uint16_t* scales = w.scales + size_t(step) * 2;
     return Wv{{_mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
                _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)))},

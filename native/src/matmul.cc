@@ -12,34 +12,54 @@ constexpr int32_t kColumnTile = 16;
 // own parallel_for: a little duplicated work instead of one more hand-off between threads. The
 // bytes are the same either way, so no value depends on the choice.
 constexpr int32_t kMaxRowsPackedPerThread = 8;
+// prepare() (a norm, SwiGLU's exponentials) costs more per row than packing: duplicated only for
+// a batch of one or two.
+constexpr int32_t kMaxRowsPreparedPerThread = 2;
+
+template <typename T>
+void grow_each(std::vector<std::vector<T>>& buffers, size_t count, size_t size) {
+  buffers.resize(count);
+  for (std::vector<T>& buffer : buffers) {
+    if (buffer.size() < size) buffer.resize(size);
+  }
+}
 
 }  // namespace
 
-void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const float* x, int32_t num_rows,
-                      int32_t k, std::initializer_list<MatmulJob> jobs, MatmulScratch& scratch) {
+void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input,
+                      int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs,
+                      MatmulScratch& scratch) {
   const MatrixFormat format = jobs.begin()->weight.format;
   const size_t packed_stride = kernels.packed_row_bytes(format, k);
-  const size_t packed_bytes = size_t(num_rows) * packed_stride;
+  const size_t num_threads = size_t(pool.num_threads());
+  const bool prepares_per_thread = input.prepare != nullptr && num_rows <= kMaxRowsPreparedPerThread;
   const bool packs_per_thread = packed_stride > 0 && num_rows <= kMaxRowsPackedPerThread;
-  if (packs_per_thread) {
-    scratch.per_thread.resize(size_t(pool.num_threads()));
-    for (std::vector<uint8_t>& buffer : scratch.per_thread) {
-      if (buffer.size() < packed_bytes) buffer.resize(packed_bytes);
-    }
-  } else if (packed_stride > 0) {
-    if (scratch.shared.size() < packed_bytes) scratch.shared.resize(packed_bytes);
+  if (prepares_per_thread) grow_each(scratch.prepared_per_thread, num_threads, size_t(num_rows) * size_t(k));
+  if (packs_per_thread) grow_each(scratch.per_thread, num_threads, size_t(num_rows) * packed_stride);
+  if (input.prepare != nullptr && !prepares_per_thread) {
     pool.parallel_for(num_rows, [&](int32_t, int32_t begin, int32_t end) {
-      kernels.pack_rows(x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
+      for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
+    });
+  }
+  if (packed_stride > 0 && !packs_per_thread) {
+    if (scratch.shared.size() < size_t(num_rows) * packed_stride) scratch.shared.resize(size_t(num_rows) * packed_stride);
+    pool.parallel_for(num_rows, [&](int32_t, int32_t begin, int32_t end) {
+      kernels.pack_rows(input.x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
                         &scratch.shared[size_t(begin) * packed_stride], packed_stride);
     });
   }
   int32_t num_tiles = 0;
   for (const MatmulJob& job : jobs) num_tiles += (job.num_columns + kColumnTile - 1) / kColumnTile;
   pool.parallel_for(num_tiles, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
-    Activations activations{x, size_t(k), scratch.shared.data(), packed_stride};
+    Activations activations{input.x, size_t(k), scratch.shared.data(), packed_stride};
+    if (prepares_per_thread) {
+      float* own = scratch.prepared_per_thread[size_t(thread_index)].data();
+      for (int32_t row = 0; row < num_rows; ++row) input.prepare(input.context, row, own + size_t(row) * size_t(k));
+      activations.x = own;
+    }
     if (packs_per_thread) {
       uint8_t* own = scratch.per_thread[size_t(thread_index)].data();
-      kernels.pack_rows(x, size_t(k), num_rows, k, format, own, packed_stride);
+      kernels.pack_rows(activations.x, size_t(k), num_rows, k, format, own, packed_stride);
       activations.packed = own;
     }
     int32_t first_tile_of_job = 0;

@@ -19,14 +19,26 @@ struct MatmulJob {
   bool accumulate = false;  // y += x · W^T (the residual add, fused)
 };
 
+// A matmul's input rows: x itself, or rows that prepare() computes from other data (the RMS norm
+// of the residual stream, SwiGLU of gate and up). prepare runs inside the matmul's parallel_for
+// on every thread for a batch of one or two rows, so decode pays no hand-off for it; otherwise it
+// fills x (which may be one of its own inputs: it goes row by row, element by element) first.
+struct MatmulInput {
+  float* x;  // [rows, k]
+  void (*prepare)(const void* context, int32_t row, float* out) = nullptr;
+  const void* context = nullptr;
+};
+
 // Packed activations: one shared copy for many rows, or a private copy per thread for a few.
 struct MatmulScratch {
   std::vector<uint8_t> shared;
   std::vector<std::vector<uint8_t>> per_thread;
+  std::vector<std::vector<float>> prepared_per_thread;
 };
 
-// y_j = x · W_j^T for each job, all sharing x and so one weight format.
-void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const float* x, int32_t num_rows,
-                      int32_t k, std::initializer_list<MatmulJob> jobs, MatmulScratch& scratch);
+// y_j = input · W_j^T for each job, all sharing the input and so one weight format.
+void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input,
+                      int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs,
+                      MatmulScratch& scratch);
 
 }  // namespace conduit

@@ -102,7 +102,7 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
   double best_seconds = 1e30;
   for (int32_t repeat = 0; repeat <= num_repeats; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
-    parallel_matmuls(pool, kernels, x.data(), num_rows, k, {{matrix, n, y.data()}}, scratch);
+    parallel_matmuls(pool, kernels, MatmulInput{x.data()}, num_rows, k, {{matrix, n, y.data()}}, scratch);
     if (repeat > 0) best_seconds = std::min(best_seconds, seconds_since(start));
   }
   return best_seconds;
