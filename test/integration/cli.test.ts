@@ -3,12 +3,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
-import { defaultModelDir, repoRoot } from './harness.ts';
+import { repoRoot } from './harness.ts';
 
 test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
@@ -32,7 +32,12 @@ test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its fold
     eosTokenId: 50256,
     seed: 7,
   });
-  copyFileSync(path.join(defaultModelDir, 'tokenizer_config.json'), path.join(modelDir, 'tokenizer_config.json'));
+  writeFileSync(path.join(modelDir, 'tokenizer_config.json'), JSON.stringify({
+    tiktoken_encoding: 'gpt2',
+    bos_token: '<|endoftext|>',
+    eos_token: '<|endoftext|>',
+    chat_template: "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
+  }));
 
   const server = spawn(process.execPath, [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0'], {
     stdio: ['ignore', 'ignore', 'pipe'],
