@@ -2,7 +2,7 @@
 // splitting its tasks into one contiguous range per thread. The calling thread computes share 0
 // itself and numThreads - 1 workers the rest, so a pass never has more than numThreads threads
 // busy, and no other libuv thread ever computes. Between calls a worker polls briefly for the
-// next one before sleeping: a decode step is ~180 calls microseconds apart, and a futex wake per
+// next one before sleeping: a decode step is ~80 calls microseconds apart, and a futex wake per
 // call would cost more than the work of many of them.
 #pragma once
 
