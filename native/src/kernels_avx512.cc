@@ -86,11 +86,11 @@ struct Q8Policy {
   using Acc = Vec;
   struct X {
     __m512i q[2];  // 32 int16 each
-    float scales[2];
+    __m128 scales;  // lanes 0, 1
   };
   struct Wv {
     __m512i q[2];
-    float scales[2];
+    __m128 scales;
   };
   static Row row(const Matrix& w, int32_t n, int32_t k) { return q8_row(w, n, k); }
   static int32_t num_steps(int32_t k) { return q8_padded_k(k) / 64; }
@@ -98,23 +98,26 @@ struct Q8Policy {
   static X load_x(const Activations& a, int32_t m, int32_t step, int32_t k) {
     const int16_t* q = q8_x(a, m) + size_t(step) * 64;
     const float* scales = q8_x_scales(a, m, k) + size_t(step) * 2;
-    return X{{_mm512_loadu_si512(q), _mm512_loadu_si512(q + 32)}, {scales[0], scales[1]}};
+    return X{{_mm512_loadu_si512(q), _mm512_loadu_si512(q + 32)},
+             _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scales)))};
   }
   static Wv load_w(Row w, int32_t step, int32_t k) {
     const int8_t* q = w.q + size_t(step) * 64;
     __builtin_prefetch(q + size_t(4) * size_t(q8_padded_k(k)));
-    const uint16_t* scales = w.scales + size_t(step) * 2;
+    uint32_t scale_bits;
+    __builtin_memcpy(&scale_bits, w.scales + size_t(step) * 2, sizeof scale_bits);
     return Wv{{_mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))),
                _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32)))},
-              {_cvtsh_ss(scales[0]), _cvtsh_ss(scales[1])}};
+              _mm_cvtph_ps(_mm_cvtsi32_si128(int32_t(scale_bits)))};
   }
+  // Both blocks' scales in one multiply, then one broadcast each.
   static Acc step(Acc acc, const X& x, const Wv& w) {
     const __m512i zero = _mm512_setzero_si512();
-    for (int block = 0; block < 2; ++block) {
-      const __m512i sums = _mm512_dpwssd_epi32(zero, x.q[block], w.q[block]);
-      acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(w.scales[block] * x.scales[block]), acc);
-    }
-    return acc;
+    const __m128 scales = _mm_mul_ps(w.scales, x.scales);
+    const __m512i sums0 = _mm512_dpwssd_epi32(zero, x.q[0], w.q[0]);
+    const __m512i sums1 = _mm512_dpwssd_epi32(zero, x.q[1], w.q[1]);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums0), _mm512_broadcastss_ps(scales), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums1), _mm512_broadcastss_ps(_mm_movehdup_ps(scales)), acc);
   }
   static float finish(Acc acc, const Activations&, int32_t, Row, int32_t) { return vsum(acc); }
 };
