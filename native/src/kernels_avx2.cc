@@ -38,6 +38,7 @@ inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc
 // Two 32-blocks per step: weights sign-extended to int16 meet the int16 activations in
 // vpmaddwd; each int32 lane (4 products, < 2^24) is exact, then lanes += lane * scale.
 struct Q8Policy {
+  static constexpr int kRows = kTileRows;
   using Row = Q8Row;
   using Acc = Vec;
   struct X {

@@ -53,6 +53,7 @@ inline float sfma(float a, float b, float acc) { return acc + a * b; }
 
 // Two 32-blocks per step: each block's integer dot is exact, then scaled into one fp32 sum.
 struct Q8Policy {
+  static constexpr int kRows = kTileRows;
   using Row = Q8Row;
   using Acc = float;
   struct X {
