@@ -207,6 +207,11 @@ async function main(): Promise<void> {
     const int8 = decodeB1[`${kernel} int8`];
     if (bf16 !== undefined && int8 !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(int8 / bf16, 2)}`);
   }
+  // Host scheduling moves (the two vCPUs are sometimes one core's SMT siblings): a ceiling that
+  // differs at the end says this run's fractions straddle two machine states.
+  const bandwidthAfter = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
+  const peakAfter = probes.bf16PeakFlopsPerSecond(numThreads);
+  console.log(`ceilings again at the end: streaming read ${fmt(bandwidthAfter / 1e9)} GB/s; bf16 dot peak ${fmt(peakAfter / 1e9)} GFLOP/s`);
   console.log(
     '\ngemv: 1 x 768 -> 2048 (weights fit the last-level cache); gemm: 512 x 768 -> 2048; decode after a shared 128-token prompt;' +
       `\nbound = streaming-read bandwidth / matmul weight bytes per token; peak = bf16 dot peak. ${fmt((performance.now() - started) / 1000)} s`,
