@@ -5,7 +5,7 @@
 // the ceiling measured in the same run. Absolute speeds on shared machines drift from run to
 // run; the fractions are what compare.
 //
-//   npm run bench:native [-- --threads 2 --new-tokens 128]
+//   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels avx512,avx2 --modes bf16,fp32,int8]
 //
 // The 125 M-parameter checkpoint (Llama: hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048,
 // vocab 32000, untied, bf16) is written under .bench/ on first use.
@@ -144,8 +144,15 @@ const pct = (fraction: number): string => `${(fraction * 100).toFixed(0)}%`;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { threads: { type: 'string', default: '2' }, 'new-tokens': { type: 'string', default: '128' } },
+    options: {
+      threads: { type: 'string', default: '2' },
+      'new-tokens': { type: 'string', default: '128' },
+      kernels: { type: 'string', default: 'avx512,avx2' },
+      modes: { type: 'string', default: MODES.map((mode) => mode.label).join(',') },
+    },
   });
+  const kernelNames = values.kernels.split(',');
+  const modeLabels = values.modes.split(',');
   const numThreads = Number(values.threads);
   const newTokens = Number(values['new-tokens']);
   if (!kernelSupported('avx512')) throw new Error('bench:native measures its ceilings with AVX-512 (F, BW, VL, BF16, VNNI); this CPU lacks it');
@@ -163,8 +170,8 @@ async function main(): Promise<void> {
   const rows: string[][] = [];
   const decodeB1: Record<string, number> = {};
   for (const kernel of ['avx512', 'avx2'] as const satisfies readonly KernelPath[]) {
-    if (!kernelSupported(kernel)) continue;
-    for (const mode of MODES) {
+    if (!kernelNames.includes(kernel) || !kernelSupported(kernel)) continue;
+    for (const mode of MODES.filter((m) => modeLabels.includes(m.label))) {
       const matmul = (numRows: number) =>
         probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.quantization, numRows, k: SHAPE.hiddenSize, n: SHAPE.intermediateSize, numThreads, numRepeats: 5 });
       const gemvSeconds = matmul(1);

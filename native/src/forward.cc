@@ -45,8 +45,6 @@ void add_bias(float* row, const float* bias, int32_t n) {
   for (int32_t i = 0; i < n; ++i) row[i] += bias[i];
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
 }  // namespace
 
 class ForwardPass {
@@ -192,16 +190,7 @@ class ForwardPass {
                            dims_.head_dim, scores + j);
           j += run;
         }
-        float max_score = -INFINITY;
-        for (int32_t j = 0; j < num_visible; ++j) {
-          scores[j] *= scale;
-          max_score = std::max(max_score, scores[j]);
-        }
-        float sum = 0;
-        for (int32_t j = 0; j < num_visible; ++j) {
-          scores[j] = std::exp(scores[j] - max_score);
-          sum += scores[j];
-        }
+        const float sum = kernels.softmax_numerators(scores, num_visible, scale);
         float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * dims_.head_dim];
         std::fill(out, out + dims_.head_dim, 0.0f);
         for (int32_t j = 0; j < num_visible;) {
@@ -235,9 +224,8 @@ class ForwardPass {
     const auto swiglu = [](const void* context, int32_t row, float* out) {
       const ForwardPass& pass = *static_cast<const ForwardPass*>(context);
       const size_t width = size_t(pass.dims_.intermediate_size);
-      const float* gate = &pass.ws_.gate[size_t(row) * width];
-      const float* up = &pass.ws_.up[size_t(row) * width];
-      for (size_t i = 0; i < width; ++i) out[i] = silu(gate[i]) * up[i];
+      pass.model_.kernels.swiglu(&pass.ws_.gate[size_t(row) * width], &pass.ws_.up[size_t(row) * width],
+                                 int32_t(width), out);
     };
     parallel_matmuls(model_.pool, model_.kernels, MatmulInput{ws_.gate.data(), swiglu, this}, num_tokens,
                      dims_.intermediate_size, {{layer.down_proj, dims_.hidden_size, ws_.hidden.data(), true}},

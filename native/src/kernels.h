@@ -55,6 +55,11 @@ struct KernelTable {
   // out[r] = dot(a, row r) for num_rows contiguous rows of n elements (attention's keys of one
   // cache block), each in dot's order.
   void (*dot_rows)(const float* a, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* out);
+  // scores[j] = e^(scores[j] * scale - max) in place (attention's softmax numerators); returns
+  // their sum, in a fixed order for a given n.
+  float (*softmax_numerators)(float* scores, int32_t n, float scale);
+  // out[i] = silu(gate[i]) * up[i]; out may be gate.
+  void (*swiglu)(const float* gate, const float* up, int32_t n, float* out);
   // y += alphas[r] * row r, for r in order (attention's values of one cache block).
   void (*axpy_rows)(const float* alphas, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* y);
 };
