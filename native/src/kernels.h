@@ -53,7 +53,7 @@ struct KernelTable {
   // dot(a, b) over n elements; b is of dtype b_dtype.
   float (*dot)(const float* a, const void* b, cd_dtype b_dtype, int32_t n);
   // out[r] = dot(a, row r) for num_rows contiguous rows of n elements (attention's keys of one
-  // cache block), each in dot's order.
+  // cache block), each key in one fixed order.
   void (*dot_rows)(const float* a, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* out);
   // scores[j] = e^(scores[j] * scale - max) in place (attention's softmax numerators); returns
   // their sum, in a fixed order for a given n.
