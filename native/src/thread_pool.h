@@ -1,9 +1,9 @@
 // The runtime's own persistent threads. A forward pass is a sequence of parallel_for calls, each
 // splitting its tasks into one contiguous range per thread. The calling thread computes share 0
 // itself and numThreads - 1 workers the rest, so a pass never has more than numThreads threads
-// busy, and no other libuv thread ever computes. Between calls a worker polls briefly for the
-// next one before sleeping: a decode step is ~80 calls microseconds apart, and a futex wake per
-// call would cost more than the work of many of them.
+// busy, and no other libuv thread ever computes. Between calls a worker polls for the next one
+// before sleeping: a decode step is ~80 calls microseconds apart, and steps follow each other
+// after a little JavaScript; a futex wake per call would cost more than the work of many of them.
 #pragma once
 
 #include <atomic>
