@@ -269,7 +269,7 @@ class ForwardPass {
         const SamplingParams params{batch_.temperatures[seq], batch_.top_ps[seq], batch_.top_ks[seq],
                                     batch_.seeds[seq], batch_.output_indices[seq]};
         const SampledToken sampled =
-            sample_token(&ws_.output_logits[size_t(i) * vocab_size], dims_.vocab_size, params,
+            sample_token(model_.kernels, &ws_.output_logits[size_t(i) * vocab_size], dims_.vocab_size, params,
                          ws_.sample_ids[size_t(thread_index)], ws_.sample_probs[size_t(thread_index)]);
         output.sampled_token_ids[seq] = sampled.token_id;
         output.sampled_logprobs[seq] = sampled.logprob;

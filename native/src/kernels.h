@@ -58,6 +58,8 @@ struct KernelTable {
   // scores[j] = e^(scores[j] * scale - max) in place (attention's softmax numerators); returns
   // their sum, in a fixed order for a given n.
   float (*softmax_numerators)(float* scores, int32_t n, float scale);
+  // sum_j e^(x[j] - shift) for x[j] <= shift (a log-softmax's denominator), in a fixed order.
+  double (*sum_exp)(const float* x, int32_t n, float shift);
   // out[i] = silu(gate[i]) * up[i]; out may be gate.
   void (*swiglu)(const float* gate, const float* up, int32_t n, float* out);
   // y += alphas[r] * row r, for r in order (attention's values of one cache block).

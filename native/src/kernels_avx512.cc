@@ -216,7 +216,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, swiglu, axpy_rows};
+  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows};
   return table;
 }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels.h"
+
 namespace conduit {
 
 struct SamplingParams {
@@ -20,9 +22,10 @@ struct SampledToken {
   float logprob;  // log-softmax of the raw logits at token_id
 };
 
-// Scratch vectors grow to vocab_size and are reused across calls.
-SampledToken sample_token(const float* logits, int32_t vocab_size, const SamplingParams& params,
-                          std::vector<int32_t>& id_scratch, std::vector<double>& prob_scratch);
+// Scratch vectors grow to vocab_size and are reused across calls. The logprob's denominator
+// runs in the kernels' exponentials.
+SampledToken sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size,
+                          const SamplingParams& params, std::vector<int32_t>& id_scratch, std::vector<double>& prob_scratch);
 
 // A uniform draw in [0, 1) keyed by (seed, counter).
 double uniform_from_counter(uint64_t seed, uint64_t counter);
