@@ -4,15 +4,15 @@ namespace conduit {
 
 namespace {
 
-// A few hundred microseconds of polling: longer than the serial step between two calls of a pass
-// (so a decode step's ~80 hand-offs cost no futex wake) and than the JavaScript between two decode
-// steps (so a step does not start by waking a sleeping worker: with 30 µs the worker slept
-// between steps and ~15% of batch-1 decode samples were futex sleeps and wakes; this measured
-// decode 6.6 -> 6.0 ms/token bf16, 3.95 -> 3.45 int8). Much shorter than an idle engine's gaps, when the
-// workers sleep. Measured on the 2-vCPU machines we serve from: when the host co-schedules them
-// as SMT siblings polling steals issue slots. No PAUSE: under KVM a run of PAUSEs trips
-// pause-loop exiting and the hypervisor deschedules the polling vCPU (measured: decode -40%).
-constexpr int32_t kSpinIterations = 300000;
+// Tens of microseconds of polling: longer than the serial step between two calls of a pass (so a
+// decode step's ~80 hand-offs cost no futex wake), shorter than the JavaScript between two decode
+// steps. Polling through that gap (300000 iterations) made the runtime alone faster (batch-1
+// decode 6.6 -> 6.0 ms/token) but the served model slower: on 2 cores the polling thread takes
+// the core that the worker's event loop and the gateway need between steps (conduit-tiny, 16
+// clients x 128 tokens through `conduit loadtest`: 1,820-2,580 tok/s polling long, 2,580-2,730
+// short). No PAUSE: under KVM a run of PAUSEs trips pause-loop exiting and the hypervisor
+// deschedules the polling vCPU (measured: decode -40%).
+constexpr int32_t kSpinIterations = 30000;
 
 inline void cpu_relax() { __asm__ __volatile__("" ::: "memory"); }
 
