@@ -12,9 +12,10 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import type { ForwardBatch, KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
+import type { KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
 import { SEQ_SAMPLE } from '../native/api.ts';
 import { kernelSupported, loadModel, probes } from '../native/index.ts';
+import { buildBatch } from '../native/test/helpers.ts';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from './make-checkpoint.ts';
 
 const SHAPE = { hiddenSize: 768, numLayers: 12, numHeads: 12, numKvHeads: 4, intermediateSize: 2048, vocabSize: 32000 };
@@ -55,44 +56,6 @@ function ensureCheckpoint(): string {
   return modelDir;
 }
 
-interface SeqStep {
-  tokenIds: readonly number[];
-  startPosition: number;
-  blockIds: readonly number[];
-}
-
-function buildBatch(steps: readonly SeqStep[], maxBlocksPerSeq: number): ForwardBatch {
-  const numSeqs = steps.length;
-  const numTokens = steps.reduce((sum, s) => sum + s.tokenIds.length, 0);
-  const batch: ForwardBatch = {
-    numSeqs,
-    numTokens,
-    tokenIds: new Int32Array(numTokens),
-    positions: new Int32Array(numTokens),
-    queryStarts: new Int32Array(numSeqs + 1),
-    maxBlocksPerSeq,
-    blockTables: new Int32Array(numSeqs * maxBlocksPerSeq).fill(-1),
-    seqFlags: new Uint8Array(numSeqs).fill(SEQ_SAMPLE),
-    temperatures: new Float32Array(numSeqs),
-    topPs: new Float32Array(numSeqs).fill(1),
-    topKs: new Int32Array(numSeqs),
-    seeds: new BigUint64Array(numSeqs),
-    outputIndices: new Int32Array(numSeqs),
-  };
-  let t = 0;
-  steps.forEach((step, seq) => {
-    batch.queryStarts[seq] = t;
-    step.tokenIds.forEach((tokenId, i) => {
-      batch.tokenIds[t] = tokenId;
-      batch.positions[t] = step.startPosition + i;
-      t++;
-    });
-    batch.blockTables.set(step.blockIds, seq * maxBlocksPerSeq);
-  });
-  batch.queryStarts[numSeqs] = t;
-  return batch;
-}
-
 function promptTokens(count: number, salt: number): number[] {
   return Array.from({ length: count }, (_, i) => (salt * 7919 + i * 104729) % SHAPE.vocabSize);
 }
@@ -104,14 +67,13 @@ function promptTokens(count: number, salt: number): number[] {
 async function decodeTokensPerSecond(model: NativeModel, numSeqs: number, newTokens: number): Promise<number> {
   const promptBlocks = PROMPT_TOKENS / BLOCK_SIZE_TOKENS;
   const ownBlocks = Math.ceil(newTokens / BLOCK_SIZE_TOKENS);
-  const maxBlocksPerSeq = promptBlocks + ownBlocks;
   const shared = Array.from({ length: promptBlocks }, (_, i) => i);
   const blockTables = Array.from({ length: numSeqs }, (_, seq) => [
     ...shared,
     ...Array.from({ length: ownBlocks }, (_, i) => promptBlocks + seq * ownBlocks + i),
   ]);
   const prompt = promptTokens(PROMPT_TOKENS - 1, 1);
-  await model.forward(buildBatch([{ tokenIds: prompt, startPosition: 0, blockIds: blockTables[0] }], maxBlocksPerSeq));
+  await model.forward(buildBatch([{ tokenIds: prompt, startPosition: 0, blockIds: blockTables[0], flags: SEQ_SAMPLE }]));
   let lastTokens = Array.from({ length: numSeqs }, (_, seq) => (seq * 31 + 5) % SHAPE.vocabSize);
   const start = performance.now();
   for (let step = 0; step < newTokens; step++) {
@@ -119,8 +81,9 @@ async function decodeTokensPerSecond(model: NativeModel, numSeqs: number, newTok
       tokenIds: [tokenId],
       startPosition: PROMPT_TOKENS - 1 + step,
       blockIds: blockTables[seq],
+      flags: SEQ_SAMPLE,
     }));
-    const result = await model.forward(buildBatch(steps, maxBlocksPerSeq));
+    const result = await model.forward(buildBatch(steps));
     lastTokens = Array.from(result.sampledTokenIds);
   }
   return (numSeqs * newTokens) / ((performance.now() - start) / 1000);
@@ -128,7 +91,7 @@ async function decodeTokensPerSecond(model: NativeModel, numSeqs: number, newTok
 
 async function prefillTokensPerSecond(model: NativeModel, numRepeats: number): Promise<number> {
   const blockIds = Array.from({ length: PREFILL_TOKENS / BLOCK_SIZE_TOKENS }, (_, i) => i);
-  const batch = buildBatch([{ tokenIds: promptTokens(PREFILL_TOKENS, 2), startPosition: 0, blockIds }], blockIds.length);
+  const batch = buildBatch([{ tokenIds: promptTokens(PREFILL_TOKENS, 2), startPosition: 0, blockIds, flags: SEQ_SAMPLE }]);
   await model.forward(batch);
   let best = Infinity;
   for (let i = 0; i < numRepeats; i++) {
