@@ -8,6 +8,11 @@
 const REPLACEMENT_CHAR = '\uFFFD';
 /** Tokens of already-emitted context kept at the window's start. */
 const NUM_CONTEXT_TOKENS = 4;
+/**
+ * The window slides only once it holds this many tokens: sliding re-decodes the kept context,
+ * so sliding on every push would decode twice per token.
+ */
+const MAX_WINDOW_TOKENS = 16;
 
 export type DecodeFn = (tokenIds: readonly number[]) => string;
 
@@ -42,10 +47,10 @@ export class IncrementalDetokenizer {
     return delta;
   }
 
-  /** Everything in the window is emitted and complete: keep only its last few tokens as context. */
+  /** Everything in the window is emitted and complete: once it is long, keep only its last few tokens as context. */
   private slideWindow() {
+    if (this.windowTokenIds.length < MAX_WINDOW_TOKENS) return;
     const numDroppedTokens = this.windowTokenIds.length - NUM_CONTEXT_TOKENS;
-    if (numDroppedTokens <= 0) return;
     this.windowTokenIds.splice(0, numDroppedTokens);
     this.numEmittedChars = this.decode(this.windowTokenIds).length;
   }
