@@ -53,6 +53,7 @@ class ForwardPass {
       : model_(model), dims_(model.dims), batch_(batch), ws_(model.workspace) {}
 
   void run(cd_forward_output& output) {
+    const ThreadPool::Pass pass(model_.pool);
     prepare();
     embed_and_rope_tables();
     for (int32_t layer = 0; layer < dims_.num_layers; ++layer) run_layer(layer);

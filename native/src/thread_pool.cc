@@ -4,15 +4,15 @@ namespace conduit {
 
 namespace {
 
-// Tens of microseconds of polling: longer than the serial step between two calls of a pass (so a
-// decode step's ~80 hand-offs cost no futex wake), shorter than the JavaScript between two decode
-// steps. Polling through that gap (300000 iterations) made the runtime alone faster (batch-1
-// decode 6.6 -> 6.0 ms/token) but the served model slower: on 2 cores the polling thread takes
-// the core that the worker's event loop and the gateway need between steps (conduit-tiny, 16
-// clients x 128 tokens through `conduit loadtest`: 1,820-2,580 tok/s polling long, 2,580-2,730
-// short). No PAUSE: under KVM a run of PAUSEs trips pause-loop exiting and the hypervisor
-// deschedules the polling vCPU (measured: decode -40%).
-constexpr int32_t kSpinIterations = 30000;
+// Inside a pass, polling (~milliseconds at most) outlasts any serial step between two calls.
+// Outside, a few microseconds: polling through the JavaScript between two steps made the
+// runtime alone faster but the served model slower, because on 2 cores the polling thread takes
+// the core that the worker's event loop and the gateway need (conduit-tiny, 16 clients x 128
+// tokens through `conduit loadtest`: 1,820-2,580 tok/s polling long, 2,580-2,730 short). No
+// PAUSE: under KVM a run of PAUSEs trips pause-loop exiting and the hypervisor deschedules the
+// polling vCPU (measured: decode -40%).
+constexpr int32_t kPassSpinIterations = 2000000;
+constexpr int32_t kIdleSpinIterations = 2000;
 
 inline void cpu_relax() { __asm__ __volatile__("" ::: "memory"); }
 
@@ -31,15 +31,28 @@ ThreadPool::~ThreadPool() {
 
 template <typename Ready>
 void ThreadPool::await(const Ready& ready) {
-  for (int32_t i = 0; i < kSpinIterations; ++i) {
+  for (;;) {
+    const uint64_t pass_epoch = pass_epoch_.load();
+    for (int32_t i = 0; i < kPassSpinIterations; ++i) {
+      if (ready()) return;
+      if (i >= kIdleSpinIterations && !in_pass_.load(std::memory_order_relaxed)) break;
+      cpu_relax();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    num_sleepers_.fetch_add(1);
+    changed_.wait(lock, [&] { return ready() || pass_epoch_.load() != pass_epoch; });
+    num_sleepers_.fetch_sub(1);
     if (ready()) return;
-    cpu_relax();
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  num_sleepers_.fetch_add(1);
-  changed_.wait(lock, ready);
-  num_sleepers_.fetch_sub(1);
 }
+
+void ThreadPool::begin_pass() {
+  in_pass_.store(true);
+  pass_epoch_.fetch_add(1);
+  wake_sleepers();
+}
+
+void ThreadPool::end_pass() { in_pass_.store(false); }
 
 // After every change someone may await. Taking the mutex orders the notification after a
 // sleeper's last look at its condition.

@@ -1,9 +1,10 @@
 // The runtime's own persistent threads. A forward pass is a sequence of parallel_for calls, each
 // splitting its tasks into one contiguous range per thread. The calling thread computes share 0
 // itself and numThreads - 1 workers the rest, so a pass never has more than numThreads threads
-// busy, and no other libuv thread ever computes. Between calls a worker polls for the next one
-// before sleeping: a decode step is ~80 calls microseconds apart, and steps follow each other
-// after a little JavaScript; a futex wake per call would cost more than the work of many of them.
+// busy, and no other libuv thread ever computes. Inside a forward pass (a Pass scope) a worker
+// polls for the next call: a decode step is ~80 calls microseconds apart, and a futex wake per
+// call would cost more than the work of many of them. Outside one it sleeps almost at once, so
+// between steps the cores belong to the event loop and the gateway.
 #pragma once
 
 #include <atomic>
@@ -24,6 +25,19 @@ class ThreadPool {
 
   int32_t num_threads() const { return num_threads_; }
 
+  // Scopes a forward pass: wakes sleeping workers on entry so they poll by the first call, and
+  // lets them sleep again on exit.
+  class Pass {
+   public:
+    explicit Pass(ThreadPool& pool) : pool_(pool) { pool_.begin_pass(); }
+    ~Pass() { pool_.end_pass(); }
+    Pass(const Pass&) = delete;
+    Pass& operator=(const Pass&) = delete;
+
+   private:
+    ThreadPool& pool_;
+  };
+
   // Calls body(thread_index, begin, end) on every thread with its share of [0, num_tasks) and
   // returns when all are done. One caller at a time, never from inside a body.
   template <typename Body>
@@ -39,7 +53,10 @@ class ThreadPool {
   void run(int32_t num_tasks, Invoke invoke, const void* context);
   void run_share(int32_t thread_index) const;
   void worker_loop(int32_t thread_index);
-  // Polls ready() for a while, then sleeps on changed_ until it holds.
+  void begin_pass();
+  void end_pass();
+  // Polls ready() (long inside a pass, briefly outside), then sleeps on changed_ until it holds
+  // or a pass begins.
   template <typename Ready>
   void await(const Ready& ready);
   void wake_sleepers();
@@ -56,6 +73,8 @@ class ThreadPool {
   std::atomic<int32_t> num_busy_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<int32_t> num_sleepers_{0};
+  std::atomic<bool> in_pass_{false};
+  std::atomic<uint64_t> pass_epoch_{0};
   std::mutex mutex_;
   std::condition_variable changed_;
 };
