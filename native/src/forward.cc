@@ -95,7 +95,21 @@ class ForwardPass {
       }
       if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) ws_.output_seqs.push_back(seq);
     }
-    for (std::vector<float>& scores : ws_.scores) grow(scores, size_t(max_context));
+    // kBf16Pairs attention works in whole groups of 16 keys from the one holding the first.
+    const size_t num_threads = size_t(model_.pool.num_threads());
+    const size_t context_capacity = size_t(max_context) + 32;
+    ws_.scores.resize(num_threads);
+    for (std::vector<float>& scores : ws_.scores) grow(scores, context_capacity);
+    if (model_.kv_cache.layout() == KvLayout::kBf16Pairs) {
+      for (auto* buffers : {&ws_.key_groups, &ws_.value_groups}) {
+        buffers->resize(num_threads);
+        for (std::vector<const uint16_t*>& groups : *buffers) grow(groups, context_capacity / 16);
+      }
+      ws_.query_bf16.resize(num_threads);
+      for (std::vector<uint16_t>& query : ws_.query_bf16) grow(query, size_t(dims_.head_dim));
+      ws_.probs_bf16.resize(num_threads);
+      for (std::vector<uint16_t>& probs : ws_.probs_bf16) grow(probs, context_capacity);
+    }
   }
 
   void embed_and_rope_tables() {
@@ -157,8 +171,8 @@ class ForwardPass {
         const int32_t slot = slot_of(ws_.token_seqs[size_t(t)], batch_.positions[t]);
         for (int32_t h = 0; h < dims_.num_kv_heads; ++h) {
           const size_t offset = size_t(h) * dims_.head_dim;
-          convert_elements(k + offset, CD_DTYPE_F32, cache.at(layer_index, 0, slot, h), cache.dtype(), size_t(dims_.head_dim));
-          convert_elements(v + offset, CD_DTYPE_F32, cache.at(layer_index, 1, slot, h), cache.dtype(), size_t(dims_.head_dim));
+          cache.store(layer_index, 0, slot, h, k + offset);
+          cache.store(layer_index, 1, slot, h, v + offset);
         }
       }
     });
@@ -167,14 +181,21 @@ class ForwardPass {
   // Every query reads its keys and values back from the cache in position order, so prefill,
   // chunked prefill and decode all compute the same sums.
   void attend(int32_t layer_index) {
+    if (model_.kv_cache.layout() == KvLayout::kBf16Pairs) {
+      attend_bf16_pairs(layer_index);
+      return;
+    }
     const KvCache& cache = model_.kv_cache;
     const KernelTable& kernels = model_.kernels;
     const int32_t heads_per_kv_head = dims_.num_heads / dims_.num_kv_heads;
     const float scale = float(1.0 / std::sqrt(double(dims_.head_dim)));
     const int32_t num_pairs = batch_.num_tokens * dims_.num_heads;
-    model_.pool.parallel_for(num_pairs, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    const int32_t num_threads = model_.pool.num_threads();
+    // Pairs dealt round-robin: a prompt's later tokens see more keys, so contiguous shares of a
+    // prefill would leave the first thread idle while the last one works.
+    model_.pool.parallel_for(num_threads, [&](int32_t thread_index, int32_t, int32_t) {
       float* scores = ws_.scores[size_t(thread_index)].data();
-      for (int32_t pair = begin; pair < end; ++pair) {
+      for (int32_t pair = thread_index; pair < num_pairs; pair += num_threads) {
         const int32_t t = pair / dims_.num_heads;
         const int32_t head = pair % dims_.num_heads;
         const int32_t kv_head = head / heads_per_kv_head;
@@ -202,6 +223,54 @@ class ForwardPass {
         }
         const float inv_sum = 1.0f / sum;
         for (int32_t i = 0; i < dims_.head_dim; ++i) out[i] *= inv_sum;
+      }
+    });
+  }
+
+  // The query and the softmax numerators rounded to bf16 meet the cache in AVX512_BF16 dot
+  // products. Scores and numerators are indexed from `base`, the first visible position rounded
+  // down to a group of 16 keys (groups and value pairs start at even slots of a block).
+  void attend_bf16_pairs(int32_t layer_index) {
+    const KvCache& cache = model_.kv_cache;
+    const KernelTable& kernels = model_.kernels;
+    const int32_t head_dim = dims_.head_dim;
+    const int32_t heads_per_kv_head = dims_.num_heads / dims_.num_kv_heads;
+    const float scale = float(1.0 / std::sqrt(double(head_dim)));
+    const int32_t block_size = cache.block_size_tokens();
+    const size_t key_pair_stride = size_t(block_size) * 2;
+    const int32_t num_pairs = batch_.num_tokens * dims_.num_heads;
+    const int32_t num_threads = model_.pool.num_threads();
+    model_.pool.parallel_for(num_threads, [&](int32_t thread_index, int32_t, int32_t) {
+      float* scores = ws_.scores[size_t(thread_index)].data();
+      uint16_t* query = ws_.query_bf16[size_t(thread_index)].data();
+      uint16_t* probs = ws_.probs_bf16[size_t(thread_index)].data();
+      const uint16_t** key_groups = ws_.key_groups[size_t(thread_index)].data();
+      const uint16_t** value_groups = ws_.value_groups[size_t(thread_index)].data();
+      for (int32_t pair = thread_index; pair < num_pairs; pair += num_threads) {
+        const int32_t t = pair / dims_.num_heads;
+        const int32_t head = pair % dims_.num_heads;
+        const int32_t kv_head = head / heads_per_kv_head;
+        const int32_t seq = ws_.token_seqs[size_t(t)];
+        const int32_t position = batch_.positions[t];
+        const int32_t first = first_visible_position(position);
+        const int32_t base = first - first % 16;
+        const int32_t num_groups = (position - base) / 16 + 1;
+        for (int32_t g = 0; g < num_groups; ++g) {
+          const int32_t group_position = base + 16 * g;
+          const int32_t block = batch_.block_tables[size_t(seq) * batch_.max_blocks_per_seq + group_position / block_size];
+          const int32_t offset = group_position % block_size;
+          key_groups[g] = static_cast<const uint16_t*>(cache.region(layer_index, 0, block, kv_head)) + offset * 2;
+          value_groups[g] = static_cast<const uint16_t*>(cache.region(layer_index, 1, block, kv_head)) + offset * head_dim;
+        }
+        const float* q = &ws_.q[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
+        kernels.score_key_groups(q, query, key_groups, num_groups, key_pair_stride, head_dim, scores);
+        const int32_t skip = first - base;
+        const int32_t num_visible = position - first + 1;
+        const float sum = kernels.softmax_numerators(scores + skip, num_visible, scale);
+        float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
+        kernels.sum_value_groups(scores, skip, num_visible, probs, value_groups, head_dim, out);
+        const float inv_sum = 1.0f / sum;
+        for (int32_t i = 0; i < head_dim; ++i) out[i] *= inv_sum;
       }
     });
   }

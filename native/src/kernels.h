@@ -64,6 +64,22 @@ struct KernelTable {
   void (*swiglu)(const float* gate, const float* up, int32_t n, float* out);
   // y += alphas[r] * row r, for r in order (attention's values of one cache block).
   void (*axpy_rows)(const float* alphas, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* y);
+
+  // Attention over a bf16 cache in KvLayout::kBf16Pairs (model.h), with AVX512_BF16 dot
+  // products; nullptr where the instruction set lacks them. The query and the softmax numerators
+  // are rounded to bf16 (into the caller's scratch) to meet the cache.
+  //
+  // scores[16 g + i] = q · key i of group g, for num_groups groups of 16 keys; group g's dims
+  // come in pairs, pair d of its 16 keys at key_groups[g] + d * key_pair_stride. Every score
+  // accumulates its pairs in one fixed pattern, whatever the number of groups.
+  void (*score_key_groups)(const float* q, uint16_t* q_scratch, const uint16_t* const* key_groups,
+                           int32_t num_groups, size_t key_pair_stride, int32_t head_dim, float* scores);
+  // out = sum of numerators[i] * value i over the visible i in [skip, skip + num_visible), value i
+  // in slot pair i / 2 at value_groups[i / 16] + (i / 2 % 8) * 2 * head_dim (so i = 0 is an even
+  // slot); each output in one fixed pattern for a given range. Slots outside the range are never
+  // read into a sum (they may hold anything, NaN included).
+  void (*sum_value_groups)(const float* numerators, int32_t skip, int32_t num_visible, uint16_t* probs_scratch,
+                           const uint16_t* const* value_groups, int32_t head_dim, float* out);
 };
 
 const KernelTable& kernels_scalar();

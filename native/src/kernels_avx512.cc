@@ -187,6 +187,115 @@ void dot_rows_grouped(const float* a, const void* rows, cd_dtype dtype, int32_t 
   }
 }
 
+// Attention's scores over kBf16Pairs keys: per group of 16 keys, one broadcast query pair meets
+// 16 keys' pair in vdpbf16ps, so the scores land one per lane with no horizontal sum. Each group
+// runs two chains (even and odd pairs, summed at the end); up to four groups interleave, which
+// changes no value, only how many chains are in flight.
+template <int G>
+__attribute__((always_inline)) inline void score_groups(const uint32_t* q_pairs, const uint16_t* const* groups,
+                                                        size_t pair_stride, int32_t num_pairs, float* scores) {
+  Vec even[G], odd[G];
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) even[g] = odd[g] = vzero();
+  int32_t d = 0;
+  for (; d + 2 <= num_pairs; d += 2) {
+    const __m512bh q_even = (__m512bh)_mm512_set1_epi32(int32_t(q_pairs[d]));
+    const __m512bh q_odd = (__m512bh)_mm512_set1_epi32(int32_t(q_pairs[d + 1]));
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      even[g] = _mm512_dpbf16_ps(even[g], q_even, (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d) * pair_stride));
+      odd[g] = _mm512_dpbf16_ps(odd[g], q_odd, (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d + 1) * pair_stride));
+    }
+  }
+  if (d < num_pairs) {
+    const __m512bh q_last = (__m512bh)_mm512_set1_epi32(int32_t(q_pairs[d]));
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      even[g] = _mm512_dpbf16_ps(even[g], q_last, (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d) * pair_stride));
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) vstore(scores + 16 * g, _mm512_add_ps(even[g], odd[g]));
+}
+
+// fp32 -> bf16, nearest even, 16 at a time (the last chunk masked).
+void round_to_bf16(const float* x, int32_t n, uint16_t* out) {
+  for (int32_t i = 0; i < n; i += 16) {
+    const __mmask16 valid = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(valid, x + i));
+    _mm256_mask_storeu_epi16(out + i, valid, (__m256i)rounded);
+  }
+}
+
+void score_key_groups(const float* q, uint16_t* q_scratch, const uint16_t* const* key_groups, int32_t num_groups,
+                      size_t key_pair_stride, int32_t head_dim, float* scores) {
+  round_to_bf16(q, head_dim, q_scratch);
+  const uint32_t* q_pairs = reinterpret_cast<const uint32_t*>(q_scratch);
+  const int32_t num_pairs = head_dim / 2;
+  int32_t g = 0;
+  for (; g + 4 <= num_groups; g += 4) score_groups<4>(q_pairs, key_groups + g, key_pair_stride, num_pairs, scores + 16 * g);
+  for (; g < num_groups; ++g) score_groups<1>(q_pairs, key_groups + g, key_pair_stride, num_pairs, scores + 16 * g);
+}
+
+// Attention's value sum over kBf16Pairs values: a broadcast pair of probabilities meets 16 dims
+// of a pair of slots in vdpbf16ps. Dims go four vectors at a time; each lane sums its pairs in
+// order in two chains (even and odd pairs), added at the end.
+template <int V>
+__attribute__((always_inline)) inline void sum_value_dims(const uint32_t* prob_pairs, const uint16_t* const* groups,
+                                                          int32_t pair_begin, int32_t pair_end, __mmask32 first_mask,
+                                                          __mmask32 last_mask, int32_t head_dim, int32_t dim,
+                                                          float* out) {
+  Vec even[V], odd[V];
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) even[v] = odd[v] = vzero();
+  const auto add_pair = [&](Vec(&acc)[V], int32_t j) __attribute__((always_inline)) {
+    const uint16_t* pair = groups[j / 8] + size_t(j % 8) * 2 * size_t(head_dim) + size_t(dim) * 2;
+    const __m512bh probs = (__m512bh)_mm512_set1_epi32(int32_t(prob_pairs[j]));
+    const __mmask32 mask = j == pair_begin ? first_mask : j == pair_end - 1 ? last_mask : __mmask32(~0u);
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      acc[v] = _mm512_dpbf16_ps(acc[v], probs, (__m512bh)_mm512_maskz_loadu_epi16(mask, pair + 32 * v));
+    }
+  };
+  int32_t j = pair_begin;
+  for (; j + 2 <= pair_end; j += 2) {
+    add_pair(even, j);
+    add_pair(odd, j + 1);
+  }
+  if (j < pair_end) add_pair(even, j);
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) vstore(out + dim + 16 * v, _mm512_add_ps(even[v], odd[v]));
+}
+
+void sum_value_groups(const float* numerators, int32_t skip, int32_t num_visible, uint16_t* probs_scratch,
+                      const uint16_t* const* value_groups, int32_t head_dim, float* out) {
+  const int32_t pair_begin = skip / 2;
+  const int32_t pair_end = (skip + num_visible + 1) / 2;
+  round_to_bf16(numerators + 2 * pair_begin, 2 * (pair_end - pair_begin), probs_scratch + 2 * pair_begin);
+  // A half-visible pair weighs its other slot by zero and does not load it (masked lanes: within
+  // a pair's 32 bf16 lanes, even lanes hold the even slot, odd lanes the odd one).
+  const __mmask32 all = __mmask32(~0u);
+  __mmask32 first_mask = all;
+  __mmask32 last_mask = all;
+  if (skip % 2 == 1) {
+    probs_scratch[skip - 1] = 0;
+    first_mask = __mmask32(0xAAAAAAAAu);
+  }
+  if ((skip + num_visible) % 2 == 1) {
+    probs_scratch[skip + num_visible] = 0;
+    last_mask = __mmask32(0x55555555u);
+  }
+  if (pair_end - pair_begin == 1) first_mask = last_mask = first_mask & last_mask;
+  const uint32_t* prob_pairs = reinterpret_cast<const uint32_t*>(probs_scratch);
+  int32_t dim = 0;
+  for (; dim + 64 <= head_dim; dim += 64) {
+    sum_value_dims<4>(prob_pairs, value_groups, pair_begin, pair_end, first_mask, last_mask, head_dim, dim, out);
+  }
+  for (; dim < head_dim; dim += 16) {
+    sum_value_dims<1>(prob_pairs, value_groups, pair_begin, pair_end, first_mask, last_mask, head_dim, dim, out);
+  }
+}
+
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
   if (format == MatrixFormat::kQ8) return q8_packed_row_bytes(k);
   if (format == MatrixFormat::kBf16) return size_t(bf16_padded_k(k)) * 2;
@@ -216,7 +325,8 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows};
+  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows,
+                                 score_key_groups, sum_value_groups};
   return table;
 }
 

@@ -20,20 +20,43 @@ MatrixFormat format_of(cd_dtype dtype) {
   }
 }
 
+// Keys and values need whole groups of 16 slots and of 16 dims.
+KvLayout kv_layout_of(const KernelTable& kernels, const Dimensions& dims, cd_dtype dtype, int32_t block_size_tokens) {
+  const bool pairs = kernels.score_key_groups != nullptr && dtype == CD_DTYPE_BF16 && dims.head_dim % 16 == 0 &&
+                     block_size_tokens % 16 == 0;
+  return pairs ? KvLayout::kBf16Pairs : KvLayout::kRows;
+}
+
 }  // namespace
 
-KvCache::KvCache(const Dimensions& dims, cd_dtype dtype, int32_t num_blocks,
+KvCache::KvCache(const Dimensions& dims, cd_dtype dtype, KvLayout layout, int32_t num_blocks,
                  int32_t block_size_tokens)
     : dtype_(dtype),
+      layout_(layout),
       num_blocks_(size_t(num_blocks)),
       num_kv_heads_(size_t(dims.num_kv_heads)),
+      head_dim_(dims.head_dim),
       block_size_tokens_(block_size_tokens),
       row_bytes_(size_t(dims.head_dim) * dtype_bytes(dtype)),
       bytes_per_block_(uint64_t(dims.num_layers) * 2 * num_kv_heads_ * size_t(block_size_tokens) *
                        row_bytes_),
-      // Uninitialized on purpose: attention reads only slots written before it, and untouched
-      // pages cost no memory until a block is first used.
+      // Uninitialized on purpose: attention reads only slots written before it (or masks them
+      // out), and untouched pages cost no memory until a block is first used.
       data_(allocate_aligned(size_t(bytes_per_block_) * num_blocks_)) {}
+
+void KvCache::store(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head, const float* values) const {
+  if (layout_ == KvLayout::kRows) {
+    convert_elements(values, CD_DTYPE_F32, at(layer, kv, slot, kv_head), dtype_, size_t(head_dim_));
+    return;
+  }
+  uint16_t* region_bf16 = static_cast<uint16_t*>(region(layer, kv, slot / block_size_tokens_, kv_head));
+  const size_t offset = size_t(slot % block_size_tokens_);
+  for (int32_t d = 0; d < head_dim_; ++d) {
+    const size_t index = kv == 0 ? (size_t(d / 2) * size_t(block_size_tokens_) + offset) * 2 + size_t(d % 2)
+                                 : (offset / 2 * size_t(head_dim_) + size_t(d)) * 2 + offset % 2;
+    region_bf16[index] = f32_to_bf16(values[d]);
+  }
+}
 
 Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels)
     : dims(dimensions_of(spec)),
@@ -41,7 +64,8 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       kernels(kernels),
       pool(options.num_threads),
       weights(spec.file_paths, spec.num_files),
-      kv_cache(dims, options.kv_cache_dtype, options.num_kv_blocks, options.block_size_tokens) {
+      kv_cache(dims, options.kv_cache_dtype, kv_layout_of(kernels, dims, options.kv_cache_dtype, options.block_size_tokens),
+               options.num_kv_blocks, options.block_size_tokens) {
   // Matrices [out, in]: k is the input width, which every matrix's shape in the spec implies.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t k) {
     if (options.quantization == CD_QUANTIZATION_INT8) {

@@ -46,30 +46,45 @@ struct Layer {
   Matrix gate_proj, up_proj, down_proj;
 };
 
-// K and V of every layer in one allocation, laid out
-// [layer][K, V][block][kv_head][slot in block][head_dim], so one head's keys of a block are
-// contiguous for attention.
+// How one (layer, K or V, block, kv head) region of block_size x head_dim elements is laid out.
+// kRows: [slot][head_dim], each key and value contiguous. kBf16Pairs (a bf16 cache read by
+// AVX512_BF16 dot products, KernelTable::score_key_groups): keys [head_dim / 2][slot][2], so one
+// load holds a pair of dims of 16 keys; values [slot / 2][head_dim][2], so one load holds 16 dims
+// of a pair of slots.
+enum class KvLayout { kRows, kBf16Pairs };
+
+// K and V of every layer in one allocation, laid out [layer][K, V][block][kv_head][region], so
+// one head's keys of a block are contiguous for attention.
 class KvCache {
  public:
-  KvCache(const Dimensions& dims, cd_dtype dtype, int32_t num_blocks, int32_t block_size_tokens);
+  KvCache(const Dimensions& dims, cd_dtype dtype, KvLayout layout, int32_t num_blocks, int32_t block_size_tokens);
 
   cd_dtype dtype() const { return dtype_; }
+  KvLayout layout() const { return layout_; }
   int32_t block_size_tokens() const { return block_size_tokens_; }
   uint64_t bytes_per_block() const { return bytes_per_block_; }
 
-  // The head_dim elements of one head at one slot (block * block_size + offset).
-  void* at(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head) const {
-    const size_t block = size_t(slot / block_size_tokens_);
-    const size_t offset = size_t(slot % block_size_tokens_);
-    const size_t row = (((size_t(layer) * 2 + size_t(kv)) * num_blocks_ + block) * num_kv_heads_ +
-                        size_t(kv_head)) * block_size_tokens_ + offset;
-    return static_cast<uint8_t*>(data_.get()) + row * row_bytes_;
+  // The block_size x head_dim elements of one head in one block.
+  void* region(int32_t layer, int32_t kv, int32_t block, int32_t kv_head) const {
+    const size_t index = ((size_t(layer) * 2 + size_t(kv)) * num_blocks_ + size_t(block)) * num_kv_heads_ + size_t(kv_head);
+    return static_cast<uint8_t*>(data_.get()) + index * size_t(block_size_tokens_) * row_bytes_;
   }
+
+  // kRows only: the head_dim elements of one head at one slot (block * block_size + offset).
+  void* at(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head) const {
+    return static_cast<uint8_t*>(region(layer, kv, slot / block_size_tokens_, kv_head)) +
+           size_t(slot % block_size_tokens_) * row_bytes_;
+  }
+
+  // Writes one head's key (kv 0) or value (kv 1) at a slot, converted to the cache dtype.
+  void store(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head, const float* values) const;
 
  private:
   cd_dtype dtype_;
+  KvLayout layout_;
   size_t num_blocks_;
   size_t num_kv_heads_;
+  int32_t head_dim_;
   int32_t block_size_tokens_;
   size_t row_bytes_;
   uint64_t bytes_per_block_;
@@ -90,6 +105,9 @@ struct Workspace {
   std::vector<float> output_logits; // [outputs, vocab]
   MatmulScratch packed;             // a matmul's activations as its kernel reads them
   std::vector<std::vector<float>> scores;  // [threads][context] attention scores
+  std::vector<std::vector<uint16_t>> query_bf16;  // [threads][head_dim] (kBf16Pairs)
+  std::vector<std::vector<uint16_t>> probs_bf16;  // [threads][context] (kBf16Pairs)
+  std::vector<std::vector<const uint16_t*>> key_groups, value_groups;  // [threads][context / 16]
   std::vector<std::vector<int32_t>> sample_ids;  // [threads][vocab]
   std::vector<std::vector<double>> sample_probs; // [threads][vocab]
 };

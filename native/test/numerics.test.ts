@@ -28,7 +28,15 @@ const PROMPT_TOKENS = 13;
 const FIRST_CHUNK_TOKENS = 7;
 
 // Feature widths are chosen so that K is not a multiple of 16 somewhere, exercising the tails.
-const SHAPES: Readonly<Record<string, ShapeOptions>> = {
+// Head dims that are multiples of 16 put a bf16 cache on avx512 in the paired layout
+// (KvLayout::kBf16Pairs); the long prompts there cross cache blocks, and the odd window starts
+// and ends its visible keys at both parities of a slot pair.
+interface Case extends ShapeOptions {
+  promptTokens?: number;
+  firstChunkTokens?: number;
+}
+
+const SHAPES: Readonly<Record<string, Case>> = {
   'llama, grouped-query attention': {
     arch: 'llama', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 88, vocabSize: 96,
   },
@@ -43,15 +51,23 @@ const SHAPES: Readonly<Record<string, ShapeOptions>> = {
     arch: 'mistral', hiddenSize: 32, numLayers: 2, numHeads: 4, numKvHeads: 4, intermediateSize: 64, vocabSize: 70,
     slidingWindow: 5,
   },
+  'llama, head_dim 32, 40-token prompt over three cache blocks': {
+    arch: 'llama', hiddenSize: 64, numLayers: 2, numHeads: 2, numKvHeads: 1, intermediateSize: 88, vocabSize: 96,
+    promptTokens: 40, firstChunkTokens: 23,
+  },
+  'mistral, head_dim 16, window of 21 over a 40-token prompt': {
+    arch: 'mistral', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 64, vocabSize: 70,
+    slidingWindow: 21, promptTokens: 40, firstChunkTokens: 30,
+  },
 };
 
-/** Logits at positions FIRST_CHUNK_TOKENS - 1 .. PROMPT_TOKENS - 1: one prefill chunk, then decode steps. */
-async function runtimeLogits(model: NativeModel, tokenIds: readonly number[]): Promise<Float32Array[]> {
+/** Logits at positions firstChunkTokens - 1 .. the last: one prefill chunk, then decode steps. */
+async function runtimeLogits(model: NativeModel, tokenIds: readonly number[], firstChunkTokens: number): Promise<Float32Array[]> {
   const blockIds = consecutiveBlocks(3, tokenIds.length, model.info.blockSizeTokens);
   const rows: Float32Array[] = [];
   let position = 0;
   while (position < tokenIds.length) {
-    const numTokens = position === 0 ? FIRST_CHUNK_TOKENS : 1;
+    const numTokens = position === 0 ? firstChunkTokens : 1;
     const batch = buildBatch([
       { tokenIds: tokenIds.slice(position, position + numTokens), startPosition: position, blockIds, flags: SEQ_RETURN_LOGITS },
     ]);
@@ -72,15 +88,17 @@ async function checkAgainstReference(
     quantization?: Quantization;
     tolerance: number;
     seed: number;
+    firstChunkTokens?: number;
   },
 ): Promise<void> {
+  const firstChunkTokens = settings.firstChunkTokens ?? FIRST_CHUNK_TOKENS;
   const options = loadOptions(modelDir, {
     kernel: settings.kernel, dtype: settings.dtype, kvCacheDtype: settings.kvCacheDtype, quantization: settings.quantization,
   });
   await withModel(options, async (model) => {
-    const rows = await runtimeLogits(model, tokenIds);
+    const rows = await runtimeLogits(model, tokenIds, firstChunkTokens);
     rows.forEach((row, i) => {
-      const position = FIRST_CHUNK_TOKENS - 1 + i;
+      const position = firstChunkTokens - 1 + i;
       const error = relativeError(row, expected[position]);
       assert.ok(
         error <= settings.tolerance,
@@ -91,17 +109,19 @@ async function checkAgainstReference(
   });
 }
 
-for (const [shapeName, shape] of Object.entries(SHAPES)) {
+for (const [shapeName, { promptTokens = PROMPT_TOKENS, firstChunkTokens, ...shape }] of Object.entries(SHAPES)) {
   test(`logits match the fp64 reference: ${shapeName}`, async (t) => {
     using temp = makeTempDir('numerics');
     for (const dtype of ['fp32', 'bf16', 'fp16'] as const) {
       const seed = freshSeed();
       const modelDir = writeCheckpoint(temp.dir, dtype, { ...shape, dtype, seed });
-      const tokenIds = randomTokens(PROMPT_TOKENS, shape.vocabSize, seed);
+      const tokenIds = randomTokens(promptTokens, shape.vocabSize, seed);
       const expected = referenceLogits(loadReferenceModel(modelDir), tokenIds);
       for (const kernel of KERNELS) {
         await t.test(`${dtype} weights, ${kernel}`, () =>
-          checkAgainstReference(modelDir, expected, tokenIds, { kernel, dtype: 'auto', kvCacheDtype: 'auto', tolerance: TOLERANCE[dtype], seed }),
+          checkAgainstReference(modelDir, expected, tokenIds, {
+            kernel, dtype: 'auto', kvCacheDtype: 'auto', tolerance: TOLERANCE[dtype], seed, firstChunkTokens,
+          }),
         );
       }
     }
@@ -152,8 +172,8 @@ test('dtype overrides convert at load: widening is exact, narrowing rounds as th
     );
     for (const dtype of ['bf16', 'fp16'] as const) {
       await t.test(`fp32 checkpoint as ${dtype} computes what a ${dtype} checkpoint does, ${kernel}`, async () => {
-        const converted = await withModel(loadOptions(stored.fp32, { kernel, dtype }), (model) => runtimeLogits(model, tokenIds));
-        const native = await withModel(loadOptions(stored[dtype], { kernel }), (model) => runtimeLogits(model, tokenIds));
+        const converted = await withModel(loadOptions(stored.fp32, { kernel, dtype }), (model) => runtimeLogits(model, tokenIds, FIRST_CHUNK_TOKENS));
+        const native = await withModel(loadOptions(stored[dtype], { kernel }), (model) => runtimeLogits(model, tokenIds, FIRST_CHUNK_TOKENS));
         assert.deepEqual(converted, native, `seed ${seed}`);
       });
     }
