@@ -16,9 +16,19 @@
 
 namespace conduit {
 
-// How a matmul's weight matrix is stored. kQ8 is Q8_0-like: per 32-element block of a row, 32
-// int8 values and one fp16 scale, the row padded with zero blocks to a multiple of 64 elements.
-enum class MatrixFormat : int32_t { kF32, kBf16, kF16, kQ8 };
+// How a matmul's weight matrix is stored. kF32, kBf16, kF16: the Hugging Face [out, in] rows.
+// kQ8 is Q8_0-like: per 32-element block of a row, 32 int8 values and one fp16 scale, the row
+// padded with zero blocks to a multiple of 64 elements. kBf16Panels (bf16_panels_bytes): bf16
+// [ceil(n / 64)][ceil(k / 2)][64][2], zero-padded: per panel of 64 output columns and per pair of
+// inputs, each column's pair, so a matmul streams each panel front to back and one broadcast
+// activation pair meets 64 columns in four vdpbf16ps.
+enum class MatrixFormat : int32_t { kF32, kBf16, kF16, kQ8, kBf16Panels };
+
+constexpr int32_t kPanelColumns = 64;
+
+inline size_t bf16_panels_bytes(int32_t n, int32_t k) {
+  return size_t((n + kPanelColumns - 1) / kPanelColumns) * size_t((k + 1) / 2) * kPanelColumns * 2 * sizeof(uint16_t);
+}
 
 // A weight matrix [num_rows, k] (Hugging Face [out, in] layout).
 struct Matrix {
@@ -41,6 +51,8 @@ struct Activations {
 
 struct KernelTable {
   cd_kernel kernel;
+  // The layout bf16 weights are given in: kBf16, or kBf16Panels, made at load.
+  MatrixFormat bf16_format;
   // Bytes of one packed activation row for matmuls over this format; 0 when matmul reads x.
   size_t (*packed_row_bytes)(MatrixFormat format, int32_t k);
   // Packs rows of x (each independently) into packed_stride-spaced rows.

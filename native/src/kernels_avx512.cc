@@ -49,35 +49,71 @@ void pack_bf16_row(const float* x, int32_t k, uint8_t* packed) {
   for (int32_t i = k; i < bf16_padded_k(k); ++i) out[i] = 0;
 }
 
-// vdpbf16ps over 32-element chunks; the last partial chunk of a weight row is loaded masked
-// (zeros), so there is no scalar tail.
-struct Bf16DotPolicy {
-  static constexpr int kRows = kTileRows;
-  using Row = const uint16_t*;
-  using Acc = Vec;
-  using X = __m512bh;
-  using Wv = __m512bh;
-  static Row row(const Matrix& w, int32_t n, int32_t k) {
-    return static_cast<const uint16_t*>(w.data) + size_t(n) * size_t(k);
+// kBf16Panels weights: per pair of inputs, a broadcast activation pair meets the pairs of a
+// panel's 64 columns (four zmm) in vdpbf16ps, so every output is one lane of one accumulator:
+// a single chain over the pairs in order, whatever the tile's row count, with no horizontal sum.
+template <int R>
+__attribute__((always_inline)) inline void panel_tile(const Activations& a, int32_t m0, int32_t num_pairs,
+                                                      const uint16_t* panel, int32_t num_columns, float* y,
+                                                      size_t y_stride, bool accumulate) {
+  Vec acc[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) acc[r][v] = vzero();
+  const uint32_t* x[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const uint32_t*>(a.packed + size_t(m0 + r) * a.packed_stride);
+  for (int32_t p = 0; p < num_pairs; ++p) {
+    const uint16_t* w = panel + size_t(p) * kPanelColumns * 2;
+    __m512bh wv[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + 32 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512bh xr = (__m512bh)_mm512_set1_epi32(int32_t(x[r][p]));
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xr, wv[v]);
+    }
   }
-  static int32_t num_steps(int32_t k) { return bf16_padded_k(k) / kBf16Chunk; }
-  static Acc zero() { return vzero(); }
-  static X load_x(const Activations& a, int32_t m, int32_t step, int32_t) {
-    const uint8_t* row = a.packed + size_t(m) * a.packed_stride;
-    return (__m512bh)_mm512_loadu_si512(row + size_t(step) * kBf16Chunk * 2);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    float* out = y + size_t(m0 + r) * y_stride;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      const int32_t valid = num_columns - 16 * v;
+      if (valid <= 0) break;
+      const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
+      Vec value = acc[r][v];
+      if (accumulate) value = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out + 16 * v), value);
+      _mm512_mask_storeu_ps(out + 16 * v, mask, value);
+    }
   }
-  static Wv load_w(Row w, int32_t step, int32_t k) {
-    const int32_t first = step * kBf16Chunk;
-    // The tile after this one reads the next four rows, contiguous after these: fetch them
-    // while this one computes (past the matrix end a prefetch is a no-op).
-    __builtin_prefetch(w + size_t(4) * size_t(k) + first);
-    if (first + kBf16Chunk <= k) return (__m512bh)_mm512_loadu_si512(w + first);
-    const __mmask32 valid = __mmask32((uint64_t(1) << (k - first)) - 1);
-    return (__m512bh)_mm512_maskz_loadu_epi16(valid, w + first);
+}
+
+// Panel by panel (n_begin is a panel boundary), all rows against each: the panel (k / 2 x 256
+// bytes) stays in L2 while the rows pass, six at a time.
+void matmul_panels(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin, int32_t n_end,
+                   float* y, size_t y_stride, bool accumulate) {
+  const int32_t num_pairs = (k + 1) / 2;
+  for (int32_t n0 = n_begin; n0 < n_end; n0 += kPanelColumns) {
+    const uint16_t* panel = static_cast<const uint16_t*>(w.data) + size_t(n0 / kPanelColumns) * size_t(num_pairs) * kPanelColumns * 2;
+    const int32_t num_columns = n_end - n0 < kPanelColumns ? n_end - n0 : kPanelColumns;
+    float* y_panel = y + n0;
+    int32_t m = 0;
+    for (; m + kTileRows <= num_rows; m += kTileRows) {
+      panel_tile<kTileRows>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate);
+    }
+    switch (num_rows - m) {
+      case 5: panel_tile<5>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
+      case 4: panel_tile<4>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
+      case 3: panel_tile<3>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
+      case 2: panel_tile<2>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
+      case 1: panel_tile<1>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
+      default: break;
+    }
   }
-  static Acc step(Acc acc, const X& x, const Wv& w) { return _mm512_dpbf16_ps(acc, x, w); }
-  static float finish(Acc acc, const Activations&, int32_t, Row, int32_t) { return vsum(acc); }
-};
+}
 
 // Two 32-blocks per step, one zmm each: weights sign-extended to int16 meet the int16
 // activations in vpdpwssd; each int32 lane (2 products, < 2^24) is exact, then is scaled by its
@@ -298,7 +334,7 @@ void sum_value_groups(const float* numerators, int32_t skip, int32_t num_visible
 
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
   if (format == MatrixFormat::kQ8) return q8_packed_row_bytes(k);
-  if (format == MatrixFormat::kBf16) return size_t(bf16_padded_k(k)) * 2;
+  if (format == MatrixFormat::kBf16Panels) return size_t(bf16_padded_k(k)) * 2;
   return 0;
 }
 
@@ -308,14 +344,14 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
     const float* row = x + size_t(m) * x_stride;
     uint8_t* out = packed + size_t(m) * packed_stride;
     if (format == MatrixFormat::kQ8) pack_q8_row(row, k, out);
-    if (format == MatrixFormat::kBf16) pack_bf16_row(row, k, out);
+    if (format == MatrixFormat::kBf16Panels) pack_bf16_row(row, k, out);
   }
 }
 
 void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
             int32_t n_end, float* y, size_t y_stride, bool accumulate) {
   switch (w.format) {
-    case MatrixFormat::kBf16: matmul_tiled<Bf16DotPolicy>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kBf16Panels: matmul_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
@@ -325,7 +361,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows,
+  static const KernelTable table{CD_KERNEL_AVX512, MatrixFormat::kBf16Panels, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows,
                                  score_key_groups, sum_value_groups};
   return table;
 }

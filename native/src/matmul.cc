@@ -6,8 +6,9 @@ namespace conduit {
 
 namespace {
 
-// Output columns are handed to threads in tiles of this many, to keep cache lines unshared.
-constexpr int32_t kColumnTile = 16;
+// Output columns are handed to threads in tiles of this many: whole kBf16Panels panels, and
+// cache lines unshared.
+constexpr int32_t kColumnTile = kPanelColumns;
 // Up to this many rows (decode), every thread packs all of them for itself inside the matmul's
 // own parallel_for: a little duplicated work instead of one more hand-off between threads. The
 // bytes are the same either way, so no value depends on the choice.
@@ -15,6 +16,9 @@ constexpr int32_t kMaxRowsPackedPerThread = 8;
 // prepare() (a norm, SwiGLU's exponentials) costs more per row than packing: duplicated only for
 // a batch of one or two.
 constexpr int32_t kMaxRowsPreparedPerThread = 2;
+// Column tiles are claimed in chunks, about this many per thread: the two vCPUs rarely stream
+// memory equally fast, and a static half each leaves the faster one waiting.
+constexpr int32_t kChunksPerThread = 8;
 
 template <typename T>
 void grow_each(std::vector<std::vector<T>>& buffers, size_t count, size_t size) {
@@ -50,17 +54,24 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   }
   int32_t num_tiles = 0;
   for (const MatmulJob& job : jobs) num_tiles += (job.num_columns + kColumnTile - 1) / kColumnTile;
-  pool.parallel_for(num_tiles, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
-    Activations activations{input.x, size_t(k), scratch.shared.data(), packed_stride};
-    if (prepares_per_thread) {
-      float* own = scratch.prepared_per_thread[size_t(thread_index)].data();
-      for (int32_t row = 0; row < num_rows; ++row) input.prepare(input.context, row, own + size_t(row) * size_t(k));
-      activations.x = own;
-    }
-    if (packs_per_thread) {
-      uint8_t* own = scratch.per_thread[size_t(thread_index)].data();
-      kernels.pack_rows(activations.x, size_t(k), num_rows, k, format, own, packed_stride);
-      activations.packed = own;
+  // Each thread prepares and packs its own rows once, on its first chunk.
+  std::vector<Activations>& activations_of = scratch.activations_per_thread;
+  activations_of.assign(num_threads, Activations{nullptr, 0, nullptr, 0});
+  const int32_t chunk_tiles = std::max(1, num_tiles / (int32_t(num_threads) * kChunksPerThread));
+  pool.parallel_for_dynamic(num_tiles, chunk_tiles, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
+    Activations& activations = activations_of[size_t(thread_index)];
+    if (activations.x == nullptr) {
+      activations = Activations{input.x, size_t(k), scratch.shared.data(), packed_stride};
+      if (prepares_per_thread) {
+        float* own = scratch.prepared_per_thread[size_t(thread_index)].data();
+        for (int32_t row = 0; row < num_rows; ++row) input.prepare(input.context, row, own + size_t(row) * size_t(k));
+        activations.x = own;
+      }
+      if (packs_per_thread) {
+        uint8_t* own = scratch.per_thread[size_t(thread_index)].data();
+        kernels.pack_rows(activations.x, size_t(k), num_rows, k, format, own, packed_stride);
+        activations.packed = own;
+      }
     }
     int32_t first_tile_of_job = 0;
     for (const MatmulJob& job : jobs) {

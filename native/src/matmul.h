@@ -34,6 +34,7 @@ struct MatmulScratch {
   std::vector<uint8_t> shared;
   std::vector<std::vector<uint8_t>> per_thread;
   std::vector<std::vector<float>> prepared_per_thread;
+  std::vector<Activations> activations_per_thread;  // what each thread's chunks read
 };
 
 // y_j = input · W_j^T for each job, all sharing the input and so one weight format.

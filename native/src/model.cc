@@ -72,6 +72,9 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       const WeightStore::Quantized quantized = weights.quantize_q8(ref, k, options.weight_dtype, pool);
       return Matrix{quantized.values, MatrixFormat::kQ8, quantized.block_scales};
     }
+    if (options.weight_dtype == CD_DTYPE_BF16 && kernels.bf16_format == MatrixFormat::kBf16Panels) {
+      return Matrix{weights.pack_bf16_panels(ref, k, pool), MatrixFormat::kBf16Panels, nullptr};
+    }
     return Matrix{weights.resolve(ref, options.weight_dtype, options.weight_dtype, pool),
                   format_of(options.weight_dtype), nullptr};
   };

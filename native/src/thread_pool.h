@@ -47,6 +47,21 @@ class ThreadPool {
     }, &body);
   }
 
+  // Like parallel_for, but threads claim chunks of chunk_tasks in turn until none is left, so a
+  // thread slowed down (a busier core, less memory bandwidth) takes fewer. Only for bodies whose
+  // results do not depend on which thread runs a task.
+  template <typename Body>
+  void parallel_for_dynamic(int32_t num_tasks, int32_t chunk_tasks, const Body& body) {
+    next_task_.store(0, std::memory_order_relaxed);
+    parallel_for(num_threads_, [&](int32_t thread_index, int32_t, int32_t) {
+      for (;;) {
+        const int32_t begin = next_task_.fetch_add(chunk_tasks, std::memory_order_relaxed);
+        if (begin >= num_tasks) return;
+        body(thread_index, begin, begin + chunk_tasks < num_tasks ? begin + chunk_tasks : num_tasks);
+      }
+    });
+  }
+
  private:
   using Invoke = void (*)(const void* context, int32_t thread_index, int32_t begin, int32_t end);
 
@@ -69,6 +84,7 @@ class ThreadPool {
   Invoke invoke_ = nullptr;
   const void* context_ = nullptr;
 
+  std::atomic<int32_t> next_task_{0};  // parallel_for_dynamic's next unclaimed task
   std::atomic<uint64_t> generation_{0};
   std::atomic<int32_t> num_busy_{0};
   std::atomic<bool> stopping_{false};

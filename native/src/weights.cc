@@ -151,6 +151,33 @@ WeightStore::Quantized WeightStore::quantize_q8(const cd_tensor_ref& ref, int32_
   return Quantized{q, block_scales};
 }
 
+const uint16_t* WeightStore::pack_bf16_panels(const cd_tensor_ref& ref, int32_t k, ThreadPool& pool) {
+  const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
+  const int32_t num_rows = int32_t(ref.size_bytes / dtype_bytes(ref.dtype) / size_t(k));
+  const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
+  const size_t num_pairs = size_t((k + 1) / 2);
+  AlignedBuffer buffer = allocate_aligned(bf16_panels_bytes(num_rows, k));
+  uint16_t* panels = static_cast<uint16_t*>(buffer.get());
+  pool.parallel_for(num_panels, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+    for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
+      uint16_t* out = panels + size_t(panel) * num_pairs * kPanelColumns * 2;
+      for (size_t pair = 0; pair < num_pairs; ++pair) {
+        for (int32_t column = 0; column < kPanelColumns; ++column) {
+          const int32_t row = panel * kPanelColumns + column;
+          for (size_t half = 0; half < 2; ++half) {
+            const size_t input = pair * 2 + half;
+            const bool present = row < num_rows && input < size_t(k);
+            *out++ = present ? f32_to_bf16(load_as_f32(source, ref.dtype, size_t(row) * size_t(k) + input)) : 0;
+          }
+        }
+      }
+    }
+  });
+  release_pages(source, ref.size_bytes);
+  converted_.push_back(std::move(buffer));
+  return panels;
+}
+
 void WeightStore::release_unborrowed_files() {
   for (MappedFile& file : files_) {
     if (file.num_borrowed_tensors == 0) unmap(file);

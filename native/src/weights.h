@@ -44,6 +44,9 @@ class WeightStore {
   };
   Quantized quantize_q8(const cd_tensor_ref& ref, int32_t k, cd_dtype precision, ThreadPool& pool);
 
+  // A [num_rows, k] matrix as bf16 in MatrixFormat::kBf16Panels (kernels.h), made at load.
+  const uint16_t* pack_bf16_panels(const cd_tensor_ref& ref, int32_t k, ThreadPool& pool);
+
   // Unmaps the files no resolved tensor reads from any more.
   void release_unborrowed_files();
 
