@@ -21,13 +21,21 @@ namespace conduit {
 // padded with zero blocks to a multiple of 64 elements. kBf16Panels (bf16_panels_bytes): bf16
 // [ceil(n / 64)][ceil(k / 2)][64][2], zero-padded: per panel of 64 output columns and per pair of
 // inputs, each column's pair, so a matmul streams each panel front to back and one broadcast
-// activation pair meets 64 columns in four vdpbf16ps.
-enum class MatrixFormat : int32_t { kF32, kBf16, kF16, kQ8, kBf16Panels };
+// activation pair meets 64 columns in four vdpbf16ps. kQ8Panels (q8_panels_bytes): kQ8's
+// quantization in 64-column panels; per panel and per 32-block of inputs, int8 [16 input
+// pairs][64][2] then the 64 columns' fp16 scales, so a panel is one stream.
+enum class MatrixFormat : int32_t { kF32, kBf16, kF16, kQ8, kBf16Panels, kQ8Panels };
 
 constexpr int32_t kPanelColumns = 64;
 
 inline size_t bf16_panels_bytes(int32_t n, int32_t k) {
   return size_t((n + kPanelColumns - 1) / kPanelColumns) * size_t((k + 1) / 2) * kPanelColumns * 2 * sizeof(uint16_t);
+}
+
+constexpr size_t kQ8PanelBlockBytes = kPanelColumns * 32 + kPanelColumns * sizeof(uint16_t);
+
+inline size_t q8_panels_bytes(int32_t n, int32_t k) {
+  return size_t((n + kPanelColumns - 1) / kPanelColumns) * size_t((k + 31) / 32) * kQ8PanelBlockBytes;
 }
 
 // A weight matrix [num_rows, k] (Hugging Face [out, in] layout).
@@ -51,8 +59,9 @@ struct Activations {
 
 struct KernelTable {
   cd_kernel kernel;
-  // The layout bf16 weights are given in: kBf16, or kBf16Panels, made at load.
+  // The layouts bf16 and int8 weights are given in: kBf16 or kBf16Panels, kQ8 or kQ8Panels.
   MatrixFormat bf16_format;
+  MatrixFormat q8_format;
   // Bytes of one packed activation row for matmuls over this format; 0 when matmul reads x.
   size_t (*packed_row_bytes)(MatrixFormat format, int32_t k);
   // Packs rows of x (each independently) into packed_stride-spaced rows.

@@ -68,6 +68,9 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
                options.num_kv_blocks, options.block_size_tokens) {
   // Matrices [out, in]: k is the input width, which every matrix's shape in the spec implies.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t k) {
+    if (options.quantization == CD_QUANTIZATION_INT8 && kernels.q8_format == MatrixFormat::kQ8Panels) {
+      return Matrix{weights.quantize_q8_panels(ref, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels, nullptr};
+    }
     if (options.quantization == CD_QUANTIZATION_INT8) {
       const WeightStore::Quantized quantized = weights.quantize_q8(ref, k, options.weight_dtype, pool);
       return Matrix{quantized.values, MatrixFormat::kQ8, quantized.block_scales};

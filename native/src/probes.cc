@@ -80,7 +80,17 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
   AlignedBuffer data;
   AlignedBuffer scales;
   Matrix matrix{nullptr, format, nullptr};
-  if (format == MatrixFormat::kQ8) {
+  if (format == MatrixFormat::kQ8Panels) {
+    const size_t size_bytes = q8_panels_bytes(n, k);
+    data = allocate_aligned(size_bytes);
+    uint8_t* bytes = static_cast<uint8_t*>(data.get());
+    for (size_t block = 0; block < size_bytes / kQ8PanelBlockBytes; ++block) {
+      uint8_t* values = bytes + block * kQ8PanelBlockBytes;
+      for (int32_t i = 0; i < kPanelColumns * 32; ++i) values[i] = uint8_t(int32_t(next_random(state) % 255) - 127);
+      uint16_t* scales = reinterpret_cast<uint16_t*>(values + kPanelColumns * 32);
+      for (int32_t i = 0; i < kPanelColumns; ++i) scales[i] = f32_to_f16(0.01f);
+    }
+  } else if (format == MatrixFormat::kQ8) {
     const size_t padded_k = size_t(q8_padded_k(k));
     data = allocate_aligned(size_t(n) * padded_k);
     scales = allocate_aligned(size_t(n) * padded_k / 32 * sizeof(uint16_t));

@@ -115,6 +115,27 @@ const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dt
   return result;
 }
 
+namespace {
+
+// One 32-block of a row (inputs past k are zeros), Q8_0-style: returns the fp16 scale
+// max|x| / 127, with out = round(x / scale). Values are first rounded to precision.
+uint16_t quantize_block(const uint8_t* source, cd_dtype dtype, cd_dtype precision, size_t row_offset,
+                        int32_t first_input, int32_t k, int8_t* out) {
+  float block[32];
+  float max_abs = 0.0f;
+  for (int32_t i = 0; i < 32; ++i) {
+    const int32_t input = first_input + i;
+    block[i] = input < k ? round_to(precision, load_as_f32(source, dtype, row_offset + size_t(input))) : 0.0f;
+    max_abs = std::max(max_abs, std::fabs(block[i]));
+  }
+  const uint16_t scale_bits = f32_to_f16(max_abs / 127.0f);
+  const float scale = f16_to_f32(scale_bits);
+  for (int32_t i = 0; i < 32; ++i) out[i] = round_to_q8(block[i], scale);
+  return scale_bits;
+}
+
+}  // namespace
+
 WeightStore::Quantized WeightStore::quantize_q8(const cd_tensor_ref& ref, int32_t k, cd_dtype precision,
                                                 ThreadPool& pool) {
   const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
@@ -126,22 +147,10 @@ WeightStore::Quantized WeightStore::quantize_q8(const cd_tensor_ref& ref, int32_
   int8_t* q = static_cast<int8_t*>(values.get());
   uint16_t* block_scales = static_cast<uint16_t*>(scales.get());
   pool.parallel_for(num_rows, [&](int32_t, int32_t row_begin, int32_t row_end) {
-    float block[32];
     for (int32_t row = row_begin; row < row_end; ++row) {
       for (size_t b = 0; b < blocks_per_row; ++b) {
-        float max_abs = 0.0f;
-        for (int32_t i = 0; i < 32; ++i) {
-          const size_t column = b * 32 + size_t(i);
-          block[i] = column < size_t(k)
-                         ? round_to(precision, load_as_f32(source, ref.dtype, size_t(row) * size_t(k) + column))
-                         : 0.0f;
-          max_abs = std::max(max_abs, std::fabs(block[i]));
-        }
-        const uint16_t scale_bits = f32_to_f16(max_abs / 127.0f);
-        const float scale = f16_to_f32(scale_bits);
-        block_scales[size_t(row) * blocks_per_row + b] = scale_bits;
-        int8_t* out = q + size_t(row) * padded_k + b * 32;
-        for (int32_t i = 0; i < 32; ++i) out[i] = round_to_q8(block[i], scale);
+        block_scales[size_t(row) * blocks_per_row + b] = quantize_block(
+            source, ref.dtype, precision, size_t(row) * size_t(k), int32_t(b * 32), k, q + size_t(row) * padded_k + b * 32);
       }
     }
   });
@@ -149,6 +158,38 @@ WeightStore::Quantized WeightStore::quantize_q8(const cd_tensor_ref& ref, int32_
   converted_.push_back(std::move(values));
   converted_.push_back(std::move(scales));
   return Quantized{q, block_scales};
+}
+
+const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t k, cd_dtype precision,
+                                               ThreadPool& pool) {
+  const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
+  const int32_t num_rows = int32_t(ref.size_bytes / dtype_bytes(ref.dtype) / size_t(k));
+  const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
+  const int32_t num_blocks = (k + 31) / 32;
+  AlignedBuffer buffer = allocate_aligned(q8_panels_bytes(num_rows, k));
+  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  pool.parallel_for(num_panels, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+    int8_t values[32];
+    for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
+      for (int32_t block = 0; block < num_blocks; ++block) {
+        uint8_t* out = panels + (size_t(panel) * size_t(num_blocks) + size_t(block)) * kQ8PanelBlockBytes;
+        uint16_t* scales = reinterpret_cast<uint16_t*>(out + kPanelColumns * 32);
+        for (int32_t column = 0; column < kPanelColumns; ++column) {
+          const int32_t row = panel * kPanelColumns + column;
+          if (row < num_rows) {
+            scales[column] = quantize_block(source, ref.dtype, precision, size_t(row) * size_t(k), block * 32, k, values);
+          } else {
+            scales[column] = 0;
+            std::fill(values, values + 32, int8_t(0));
+          }
+          for (int32_t i = 0; i < 32; ++i) out[(size_t(i / 2) * kPanelColumns + size_t(column)) * 2 + size_t(i % 2)] = uint8_t(values[i]);
+        }
+      }
+    }
+  });
+  release_pages(source, ref.size_bytes);
+  converted_.push_back(std::move(buffer));
+  return panels;
 }
 
 const uint16_t* WeightStore::pack_bf16_panels(const cd_tensor_ref& ref, int32_t k, ThreadPool& pool) {

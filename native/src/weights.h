@@ -43,6 +43,8 @@ class WeightStore {
     const uint16_t* block_scales;
   };
   Quantized quantize_q8(const cd_tensor_ref& ref, int32_t k, cd_dtype precision, ThreadPool& pool);
+  // The same quantization in MatrixFormat::kQ8Panels (kernels.h).
+  const uint8_t* quantize_q8_panels(const cd_tensor_ref& ref, int32_t k, cd_dtype precision, ThreadPool& pool);
 
   // A [num_rows, k] matrix as bf16 in MatrixFormat::kBf16Panels (kernels.h), made at load.
   const uint16_t* pack_bf16_panels(const cd_tensor_ref& ref, int32_t k, ThreadPool& pool);
