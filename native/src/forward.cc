@@ -72,6 +72,16 @@ class ForwardPass {
     return std::max(0, position - dims_.sliding_window_tokens + 1);
   }
 
+  // Tasks go to whichever thread claims them first, in chunks of about a sixteenth of a
+  // thread's share: no value depends on the thread, and a thread late from its wake-up or slowed
+  // by its core's neighbours takes fewer (a prompt's later tokens also see more keys, which
+  // would leave a static first half idle during attention).
+  template <typename Body>
+  void parallel_tasks(int32_t num_tasks, const Body& body) {
+    const int32_t chunk_tasks = std::max(1, num_tasks / (model_.pool.num_threads() * 16));
+    model_.pool.parallel_for_dynamic(num_tasks, chunk_tasks, body);
+  }
+
   void prepare() {
     const size_t num_tokens = size_t(batch_.num_tokens);
     grow(ws_.hidden, num_tokens * dims_.hidden_size);
@@ -114,7 +124,7 @@ class ForwardPass {
 
   void embed_and_rope_tables() {
     const int32_t half = dims_.head_dim / 2;
-    model_.pool.parallel_for(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         const size_t row = size_t(batch_.token_ids[t]) * dims_.hidden_size;
         const Embedding& embed = model_.embed_tokens;
@@ -156,7 +166,7 @@ class ForwardPass {
     const Layer& layer = model_.layers[size_t(layer_index)];
     const int32_t half = dims_.head_dim / 2;
     KvCache& cache = model_.kv_cache;
-    model_.pool.parallel_for(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         float* q = &ws_.q[size_t(t) * dims_.q_size()];
         float* k = &ws_.k[size_t(t) * dims_.kv_size()];
@@ -190,12 +200,9 @@ class ForwardPass {
     const int32_t heads_per_kv_head = dims_.num_heads / dims_.num_kv_heads;
     const float scale = float(1.0 / std::sqrt(double(dims_.head_dim)));
     const int32_t num_pairs = batch_.num_tokens * dims_.num_heads;
-    const int32_t num_threads = model_.pool.num_threads();
-    // Pairs dealt round-robin: a prompt's later tokens see more keys, so contiguous shares of a
-    // prefill would leave the first thread idle while the last one works.
-    model_.pool.parallel_for(num_threads, [&](int32_t thread_index, int32_t, int32_t) {
+    parallel_tasks(num_pairs, [&](int32_t thread_index, int32_t begin, int32_t end) {
       float* scores = ws_.scores[size_t(thread_index)].data();
-      for (int32_t pair = thread_index; pair < num_pairs; pair += num_threads) {
+      for (int32_t pair = begin; pair < end; ++pair) {
         const int32_t t = pair / dims_.num_heads;
         const int32_t head = pair % dims_.num_heads;
         const int32_t kv_head = head / heads_per_kv_head;
@@ -239,14 +246,13 @@ class ForwardPass {
     const int32_t block_size = cache.block_size_tokens();
     const size_t key_pair_stride = size_t(block_size) * 2;
     const int32_t num_pairs = batch_.num_tokens * dims_.num_heads;
-    const int32_t num_threads = model_.pool.num_threads();
-    model_.pool.parallel_for(num_threads, [&](int32_t thread_index, int32_t, int32_t) {
+    parallel_tasks(num_pairs, [&](int32_t thread_index, int32_t begin, int32_t end) {
       float* scores = ws_.scores[size_t(thread_index)].data();
       uint16_t* query = ws_.query_bf16[size_t(thread_index)].data();
       uint16_t* probs = ws_.probs_bf16[size_t(thread_index)].data();
       const uint16_t** key_groups = ws_.key_groups[size_t(thread_index)].data();
       const uint16_t** value_groups = ws_.value_groups[size_t(thread_index)].data();
-      for (int32_t pair = thread_index; pair < num_pairs; pair += num_threads) {
+      for (int32_t pair = begin; pair < end; ++pair) {
         const int32_t t = pair / dims_.num_heads;
         const int32_t head = pair % dims_.num_heads;
         const int32_t kv_head = head / heads_per_kv_head;
@@ -314,7 +320,7 @@ class ForwardPass {
     const size_t vocab_size = size_t(dims_.vocab_size);
     grow(ws_.output_hidden, size_t(num_outputs) * hidden_size);
     grow(ws_.output_logits, size_t(num_outputs) * vocab_size);
-    model_.pool.parallel_for(num_outputs, [&](int32_t, int32_t begin, int32_t end) {
+    parallel_tasks(num_outputs, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
         const int32_t last_token = batch_.query_starts[ws_.output_seqs[size_t(i)] + 1] - 1;
         rms_norm(model_.kernels, &ws_.hidden[size_t(last_token) * hidden_size], model_.final_norm,
@@ -332,7 +338,7 @@ class ForwardPass {
                   output.logits + size_t(num_logit_rows) * vocab_size);
       ++num_logit_rows;
     }
-    model_.pool.parallel_for(num_outputs, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    parallel_tasks(num_outputs, [&](int32_t thread_index, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
         const int32_t seq = ws_.output_seqs[size_t(i)];
         if (!(batch_.seq_flags[seq] & CD_SEQ_SAMPLE)) continue;

@@ -41,13 +41,13 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   if (prepares_per_thread) grow_each(scratch.prepared_per_thread, num_threads, size_t(num_rows) * size_t(k));
   if (packs_per_thread) grow_each(scratch.per_thread, num_threads, size_t(num_rows) * packed_stride);
   if (input.prepare != nullptr && !prepares_per_thread) {
-    pool.parallel_for(num_rows, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for_dynamic(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
     });
   }
   if (packed_stride > 0 && !packs_per_thread) {
     if (scratch.shared.size() < size_t(num_rows) * packed_stride) scratch.shared.resize(size_t(num_rows) * packed_stride);
-    pool.parallel_for(num_rows, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for_dynamic(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
       kernels.pack_rows(input.x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
                         &scratch.shared[size_t(begin) * packed_stride], packed_stride);
     });
