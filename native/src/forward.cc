@@ -72,14 +72,12 @@ class ForwardPass {
     return std::max(0, position - dims_.sliding_window_tokens + 1);
   }
 
-  // Tasks go to whichever thread claims them first, in chunks of about a sixteenth of a
-  // thread's share: no value depends on the thread, and a thread late from its wake-up or slowed
-  // by its core's neighbours takes fewer (a prompt's later tokens also see more keys, which
-  // would leave a static first half idle during attention).
+  // Tasks go to whichever thread claims them first: no value depends on the thread, and a
+  // thread late from its wake-up or slowed by its core's neighbours takes fewer (a prompt's later
+  // tokens also see more keys, which would leave a static first half idle during attention).
   template <typename Body>
   void parallel_tasks(int32_t num_tasks, const Body& body) {
-    const int32_t chunk_tasks = std::max(1, num_tasks / (model_.pool.num_threads() * 16));
-    model_.pool.parallel_for_dynamic(num_tasks, chunk_tasks, body);
+    model_.pool.parallel_for_dynamic(num_tasks, 1, body);
   }
 
   void prepare() {

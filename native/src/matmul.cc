@@ -16,9 +16,7 @@ constexpr int32_t kMaxRowsPackedPerThread = 8;
 // prepare() (a norm, SwiGLU's exponentials) costs more per row than packing: duplicated only for
 // a batch of one or two.
 constexpr int32_t kMaxRowsPreparedPerThread = 2;
-// Column tiles are claimed in chunks, about this many per thread: the two vCPUs rarely stream
-// memory equally fast, and a static half each leaves the faster one waiting.
-constexpr int32_t kChunksPerThread = 8;
+
 
 template <typename T>
 void grow_each(std::vector<std::vector<T>>& buffers, size_t count, size_t size) {
@@ -57,8 +55,9 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   // Each thread prepares and packs its own rows once, on its first chunk.
   std::vector<Activations>& activations_of = scratch.activations_per_thread;
   activations_of.assign(num_threads, Activations{nullptr, 0, nullptr, 0});
-  const int32_t chunk_tiles = std::max(1, num_tiles / (int32_t(num_threads) * kChunksPerThread));
-  pool.parallel_for_dynamic(num_tiles, chunk_tiles, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
+  // Claimed dynamically: the two vCPUs rarely stream memory equally fast, and a static half
+  // each leaves the faster one waiting.
+  pool.parallel_for_dynamic(num_tiles, 1, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
     Activations& activations = activations_of[size_t(thread_index)];
     if (activations.x == nullptr) {
       activations = Activations{input.x, size_t(k), scratch.shared.data(), packed_stride};

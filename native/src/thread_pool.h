@@ -7,6 +7,7 @@
 // between steps the cores belong to the event loop and the gateway.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -47,17 +48,23 @@ class ThreadPool {
     }, &body);
   }
 
-  // Like parallel_for, but threads claim chunks of chunk_tasks in turn until none is left, so a
-  // thread slowed down (a busier core, less memory bandwidth) takes fewer. Only for bodies whose
-  // results do not depend on which thread runs a task.
+  // Like parallel_for, but threads claim chunks in turn until none is left, so a thread slowed
+  // down (a busier core, less memory bandwidth, a late wake-up) takes fewer. Chunks shrink as
+  // the tasks run out (a quarter of what is left per thread, at least min_chunk_tasks), so the
+  // threads finish close together. Only for bodies whose results do not depend on the thread.
   template <typename Body>
-  void parallel_for_dynamic(int32_t num_tasks, int32_t chunk_tasks, const Body& body) {
+  void parallel_for_dynamic(int32_t num_tasks, int32_t min_chunk_tasks, const Body& body) {
     next_task_.store(0, std::memory_order_relaxed);
     parallel_for(num_threads_, [&](int32_t thread_index, int32_t, int32_t) {
+      int32_t begin = next_task_.load(std::memory_order_relaxed);
       for (;;) {
-        const int32_t begin = next_task_.fetch_add(chunk_tasks, std::memory_order_relaxed);
         if (begin >= num_tasks) return;
-        body(thread_index, begin, begin + chunk_tasks < num_tasks ? begin + chunk_tasks : num_tasks);
+        const int32_t guided = (num_tasks - begin) / (4 * num_threads_);
+        const int32_t end = std::min(num_tasks, begin + std::max(min_chunk_tasks, guided));
+        if (next_task_.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+          body(thread_index, begin, end);
+          begin = next_task_.load(std::memory_order_relaxed);
+        }
       }
     });
   }
