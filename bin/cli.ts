@@ -65,6 +65,8 @@ async function runWorker(argv: string[]): Promise<number> {
     if (process.send) process.once('disconnect', () => resolve());
   });
   await worker.close();
+  // The lifeline to a spawning gateway would keep the event loop, and so the process, alive.
+  if (process.connected) process.disconnect();
   return 0;
 }
 

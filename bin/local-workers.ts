@@ -49,7 +49,10 @@ export class LocalWorker {
     if (!child) return;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     child.kill('SIGTERM');
-    const killTimer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    const killTimer = setTimeout(() => {
+      console.error(`worker ${this.name} still running 5 s after SIGTERM; killed`);
+      child.kill('SIGKILL');
+    }, 5_000);
     await exited;
     clearTimeout(killTimer);
   }

@@ -71,6 +71,7 @@ test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its fold
 
   server.kill('SIGTERM');
   assert.equal(await exited, 0);
+  assert.doesNotMatch(stderr, /killed/, 'the worker exits on its own after SIGTERM');
 });
 
 test('conduit serve with a bad configuration names the file and the field', async () => {
