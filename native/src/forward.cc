@@ -243,17 +243,18 @@ class ForwardPass {
     const float scale = float(1.0 / std::sqrt(double(head_dim)));
     const int32_t block_size = cache.block_size_tokens();
     const size_t key_pair_stride = size_t(block_size) * 2;
-    const int32_t num_pairs = batch_.num_tokens * dims_.num_heads;
-    parallel_tasks(num_pairs, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    // One task per (token, kv head): its query heads read the same keys and values, the first
+    // from memory and the rest from cache.
+    const int32_t num_tasks = batch_.num_tokens * dims_.num_kv_heads;
+    parallel_tasks(num_tasks, [&](int32_t thread_index, int32_t begin, int32_t end) {
       float* scores = ws_.scores[size_t(thread_index)].data();
       uint16_t* query = ws_.query_bf16[size_t(thread_index)].data();
       uint16_t* probs = ws_.probs_bf16[size_t(thread_index)].data();
       const uint16_t** key_groups = ws_.key_groups[size_t(thread_index)].data();
       const uint16_t** value_groups = ws_.value_groups[size_t(thread_index)].data();
-      for (int32_t pair = begin; pair < end; ++pair) {
-        const int32_t t = pair / dims_.num_heads;
-        const int32_t head = pair % dims_.num_heads;
-        const int32_t kv_head = head / heads_per_kv_head;
+      for (int32_t task = begin; task < end; ++task) {
+        const int32_t t = task / dims_.num_kv_heads;
+        const int32_t kv_head = task % dims_.num_kv_heads;
         const int32_t seq = ws_.token_seqs[size_t(t)];
         const int32_t position = batch_.positions[t];
         const int32_t first = first_visible_position(position);
@@ -266,17 +267,36 @@ class ForwardPass {
           key_groups[g] = static_cast<const uint16_t*>(cache.region(layer_index, 0, block, kv_head)) + offset * 2;
           value_groups[g] = static_cast<const uint16_t*>(cache.region(layer_index, 1, block, kv_head)) + offset * head_dim;
         }
-        const float* q = &ws_.q[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
-        kernels.score_key_groups(q, query, key_groups, num_groups, key_pair_stride, head_dim, scores);
+        // A decode token's keys and values were written steps ago and the weights streamed since
+        // have evicted them: fetch them all at once rather than a cache miss at a time. (A
+        // prompt's were written just now, in this pass.)
+        if (batch_.query_starts[seq + 1] - batch_.query_starts[seq] == 1) {
+          prefetch_groups(key_groups, value_groups, num_groups, key_pair_stride, head_dim);
+        }
         const int32_t skip = first - base;
         const int32_t num_visible = position - first + 1;
-        const float sum = kernels.softmax_numerators(scores + skip, num_visible, scale);
-        float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
-        kernels.sum_value_groups(scores, skip, num_visible, probs, value_groups, head_dim, out);
-        const float inv_sum = 1.0f / sum;
-        for (int32_t i = 0; i < head_dim; ++i) out[i] *= inv_sum;
+        for (int32_t head = kv_head * heads_per_kv_head; head < (kv_head + 1) * heads_per_kv_head; ++head) {
+          const float* q = &ws_.q[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
+          kernels.score_key_groups(q, query, key_groups, num_groups, key_pair_stride, head_dim, scores);
+          const float sum = kernels.softmax_numerators(scores + skip, num_visible, scale);
+          float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
+          kernels.sum_value_groups(scores, skip, num_visible, probs, value_groups, head_dim, out);
+          const float inv_sum = 1.0f / sum;
+          for (int32_t i = 0; i < head_dim; ++i) out[i] *= inv_sum;
+        }
       }
     });
+  }
+
+  // Every cache line of 16-key groups: a key group's dims come in pairs key_pair_stride elements
+  // apart (64 bytes each), a value group is 16 x head_dim contiguous elements.
+  static void prefetch_groups(const uint16_t* const* key_groups, const uint16_t* const* value_groups,
+                              int32_t num_groups, size_t key_pair_stride, int32_t head_dim) {
+    constexpr int32_t kLineElements = 32;
+    for (int32_t g = 0; g < num_groups; ++g) {
+      for (int32_t pair = 0; pair < head_dim / 2; ++pair) __builtin_prefetch(key_groups[g] + size_t(pair) * key_pair_stride);
+      for (int32_t i = 0; i < 16 * head_dim; i += kLineElements) __builtin_prefetch(value_groups[g] + i);
+    }
   }
 
   void run_layer(int32_t layer_index) {
