@@ -129,9 +129,9 @@ cd_status cd_probe_matmul(const cd_matmul_probe* probe, double* out_seconds, cha
     const conduit::KernelTable& kernels = select_kernels(probe->kernel);
     const conduit::MatrixFormat format =
         probe->quantization == CD_QUANTIZATION_INT8 ? kernels.q8_format
-        : probe->dtype == CD_DTYPE_BF16             ? kernels.bf16_format
-        : probe->dtype == CD_DTYPE_F16              ? conduit::MatrixFormat::kF16
-                                                    : conduit::MatrixFormat::kF32;
+        : probe->dtype == CD_DTYPE_BF16             ? conduit::MatrixFormat::kBf16Panels
+        : probe->dtype == CD_DTYPE_F16              ? conduit::MatrixFormat::kF16Panels
+                                                    : conduit::MatrixFormat::kF32Panels;
     *out_seconds = conduit::measure_matmul(kernels, format, probe->num_rows, probe->k, probe->n,
                                            probe->num_threads, probe->num_repeats);
   });

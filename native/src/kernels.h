@@ -16,26 +16,29 @@
 
 namespace conduit {
 
-// How a matmul's weight matrix is stored. kF32, kBf16, kF16: the Hugging Face [out, in] rows.
-// kQ8 is Q8_0-like: per 32-element block of a row, 32 int8 values and one fp16 scale, the row
-// padded with zero blocks to a multiple of 64 elements. kBf16Panels (bf16_panels_bytes): bf16
-// [ceil(n / 64)][ceil(k / 2)][64][2], zero-padded: per panel of 64 output columns and per pair of
-// inputs, each column's pair, so a matmul streams each panel front to back and one broadcast
-// activation pair meets 64 columns in four vdpbf16ps. kQ8Panels (q8_panels_bytes): kQ8's
-// quantization in 64-column panels; per panel and per 32-block of inputs, int8 [16 input
-// pairs][64][2] then the 64 columns' fp16 scales, so a panel is one stream.
-enum class MatrixFormat : int32_t { kF32, kBf16, kF16, kQ8, kBf16Panels, kQ8Panels };
+// How a matmul's weight matrix is stored, made at load from the Hugging Face [out, in] rows.
+// Float weights come in panels of 64 output columns, so a matmul streams each panel front to
+// back and one broadcast activation meets 64 columns per step: kF32Panels and kF16Panels are
+// [ceil(n / 64)][k][64]; kBf16Panels is [ceil(n / 64)][ceil(k / 2)][64][2], a pair of inputs per
+// column, as vdpbf16ps reads them. kQ8 is Q8_0-like rows: per 32-element block of a row, 32 int8
+// values and one fp16 scale, the row padded with zero blocks to a multiple of 64 elements.
+// kQ8Panels is that quantization in 64-column panels: per panel and 32-block of inputs, int8 [16
+// input pairs][64][2] then the 64 columns' fp16 scales, so a panel is one stream. Padding is zero.
+enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8, kQ8Panels };
 
 constexpr int32_t kPanelColumns = 64;
 
-inline size_t bf16_panels_bytes(int32_t n, int32_t k) {
-  return size_t((n + kPanelColumns - 1) / kPanelColumns) * size_t((k + 1) / 2) * kPanelColumns * 2 * sizeof(uint16_t);
+inline int32_t num_panels(int32_t n) { return (n + kPanelColumns - 1) / kPanelColumns; }
+
+// Elements of one panel of a float panel format.
+inline size_t panel_elements(MatrixFormat format, int32_t k) {
+  return format == MatrixFormat::kBf16Panels ? size_t((k + 1) / 2) * kPanelColumns * 2 : size_t(k) * kPanelColumns;
 }
 
 constexpr size_t kQ8PanelBlockBytes = kPanelColumns * 32 + kPanelColumns * sizeof(uint16_t);
 
 inline size_t q8_panels_bytes(int32_t n, int32_t k) {
-  return size_t((n + kPanelColumns - 1) / kPanelColumns) * size_t((k + 31) / 32) * kQ8PanelBlockBytes;
+  return size_t(num_panels(n)) * size_t((k + 31) / 32) * kQ8PanelBlockBytes;
 }
 
 // A weight matrix [num_rows, k] (Hugging Face [out, in] layout).
@@ -59,8 +62,7 @@ struct Activations {
 
 struct KernelTable {
   cd_kernel kernel;
-  // The layouts bf16 and int8 weights are given in: kBf16 or kBf16Panels, kQ8 or kQ8Panels.
-  MatrixFormat bf16_format;
+  // The layout int8 weights are given in: kQ8 or kQ8Panels.
   MatrixFormat q8_format;
   // Bytes of one packed activation row for matmuls over this format; 0 when matmul reads x.
   size_t (*packed_row_bytes)(MatrixFormat format, int32_t k);

@@ -1,5 +1,5 @@
-// AVX2 + FMA kernels: 8 fp32 lanes; bf16 widens by shifting, fp16 with F16C; int8 weight blocks
-// by vpmaddwd against int16 activations.
+// AVX2 + FMA kernels: 8 fp32 lanes; float weight panels against fp32 activations (bf16 widens by
+// shifting and masking, fp16 with F16C); int8 weight rows by vpmaddwd against int16 activations.
 #include <immintrin.h>
 
 #include "dtype.h"
@@ -10,8 +10,12 @@ namespace {
 
 using Vec = __m256;
 constexpr int32_t kLanes = 8;
-// 2 x 4 accumulators plus operands fit the 16 ymm registers.
+// 2 x 4 accumulators plus operands fit the 16 ymm registers (int8 rows).
 constexpr int kTileRows = 2;
+// Float panels: 4 rows x 2 vectors of accumulators, the step's weights (two per vector for bf16
+// pairs) and one broadcast fit the 16 ymm registers.
+constexpr int kPanelTileRows = 4;
+constexpr int kPanelTileVectors = 2;
 
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vset1(float value) { return _mm256_set1_ps(value); }
@@ -22,6 +26,12 @@ inline Vec vload_bf16(const uint16_t* p) {
 }
 inline Vec vload_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// Eight columns' bf16 pairs: the even input is the low half of each 32-bit lane, the odd the high.
+inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+  const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
 }
 inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec vfma(Vec a, Vec b, Vec acc) { return _mm256_fmadd_ps(a, b, acc); }
@@ -95,17 +105,18 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
 void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
             int32_t n_end, float* y, size_t y_stride, bool accumulate) {
   switch (w.format) {
-    case MatrixFormat::kBf16: matmul_float<WeightBf16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kF32Panels: matmul_float_panels<PanelF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kBf16Panels: matmul_float_panels<PanelBf16Pairs>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ8Panels: break;  // never given: Model uses each kernel's own q8_format
   }
 }
 
 }  // namespace
 
 const KernelTable& kernels_avx2() {
-  static const KernelTable table{CD_KERNEL_AVX2, MatrixFormat::kBf16, MatrixFormat::kQ8, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
+  static const KernelTable table{CD_KERNEL_AVX2, MatrixFormat::kQ8, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
                                  nullptr, nullptr};
   return table;
 }

@@ -11,8 +11,11 @@ namespace {
 
 using Vec = __m512;
 constexpr int32_t kLanes = 16;
-// 6 x 4 accumulators plus operands fit the 32 zmm registers (measured: +8-10% GEMM over 4 x 4).
+// 6 x 4 accumulators plus operands fit the 32 zmm registers (measured: +8-10% GEMM over 4 x 4):
+// a whole 64-column panel per tile.
 constexpr int kTileRows = 6;
+constexpr int kPanelTileRows = 6;
+constexpr int kPanelTileVectors = 4;
 
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset1(float value) { return _mm512_set1_ps(value); }
@@ -23,6 +26,12 @@ inline Vec vload_bf16(const uint16_t* p) {
 }
 inline Vec vload_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// Sixteen columns' bf16 pairs: the even input is the low half of each 32-bit lane, the odd the high.
+inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+  const __m512i pairs = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
 }
 inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec vfma(Vec a, Vec b, Vec acc) { return _mm512_fmadd_ps(a, b, acc); }
@@ -48,12 +57,6 @@ void pack_bf16_row(const float* x, int32_t k, uint8_t* packed) {
   for (int32_t i = 0; i < k; ++i) out[i] = conduit::f32_to_bf16(x[i]);
   for (int32_t i = k; i < bf16_padded_k(k); ++i) out[i] = 0;
 }
-
-// Panels are fetched this far ahead of use. At batch 1 a panel streams from memory while the
-// kernel's dependent multiply-adds fill the reorder window, so without it too few cache misses
-// are in flight (measured, 125 M model, batch-1 decode: int8 190-215 -> 264-279 tok/s, bf16
-// 136-154 -> 166-184; 2, 8 KiB ahead did less; prefill unchanged).
-constexpr int32_t kPanelPrefetchBytes = 4096;
 
 // kBf16Panels weights: per pair of inputs, a broadcast activation pair meets the pairs of a
 // panel's 64 columns (four zmm) in vdpbf16ps, so every output is one lane of one accumulator:
@@ -99,8 +102,8 @@ __attribute__((always_inline)) inline void panel_tile(const Activations& a, int3
   }
 }
 
-// Panel by panel (n_begin is a panel boundary), all rows against each: the panel (k / 2 x 256
-// bytes) stays in L2 while the rows pass, six at a time.
+// kBf16Panels panel by panel (n_begin is a panel boundary), all rows against each: the panel
+// (k / 2 x 256 bytes) stays in L2 while the rows pass, six at a time.
 void matmul_panels(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin, int32_t n_end,
                    float* y, size_t y_stride, bool accumulate) {
   const int32_t num_pairs = (k + 1) / 2;
@@ -401,17 +404,18 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
 void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
             int32_t n_end, float* y, size_t y_stride, bool accumulate) {
   switch (w.format) {
+    case MatrixFormat::kF32Panels: matmul_float_panels<PanelF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kBf16Panels: matmul_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ8: break;  // never given: Model uses each kernel's own q8_format
   }
 }
 
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, MatrixFormat::kBf16Panels, MatrixFormat::kQ8Panels, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows,
+  static const KernelTable table{CD_KERNEL_AVX512, MatrixFormat::kQ8Panels, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows,
                                  score_key_groups, sum_value_groups};
   return table;
 }

@@ -10,6 +10,8 @@ namespace {
 constexpr int32_t kLanes = 8;
 // Plain C++ has no registers to tile over; one row at a time.
 constexpr int kTileRows = 1;
+constexpr int kPanelTileRows = 1;
+constexpr int kPanelTileVectors = 1;
 struct Vec {
   float lane[kLanes];
 };
@@ -34,6 +36,12 @@ inline Vec vload_f16(const uint16_t* p) {
   Vec v;
   for (int32_t i = 0; i < kLanes; ++i) v.lane[i] = conduit::f16_to_f32(p[i]);
   return v;
+}
+inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+  for (int32_t i = 0; i < kLanes; ++i) {
+    even.lane[i] = conduit::bf16_to_f32(p[2 * i]);
+    odd.lane[i] = conduit::bf16_to_f32(p[2 * i + 1]);
+  }
 }
 inline void vstore(float* p, Vec v) {
   for (int32_t i = 0; i < kLanes; ++i) p[i] = v.lane[i];
@@ -95,17 +103,18 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
 void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
             int32_t n_end, float* y, size_t y_stride, bool accumulate) {
   switch (w.format) {
-    case MatrixFormat::kBf16: matmul_float<WeightBf16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kF16: matmul_float<WeightF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kF32Panels: matmul_float_panels<PanelF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kBf16Panels: matmul_float_panels<PanelBf16Pairs>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    default: matmul_float<WeightF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ8Panels: break;  // never given: Model uses each kernel's own q8_format
   }
 }
 
 }  // namespace
 
 const KernelTable& kernels_scalar() {
-  static const KernelTable table{CD_KERNEL_SCALAR, MatrixFormat::kBf16, MatrixFormat::kQ8, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
+  static const KernelTable table{CD_KERNEL_SCALAR, MatrixFormat::kQ8, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
                                  nullptr, nullptr};
   return table;
 }

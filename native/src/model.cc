@@ -12,11 +12,11 @@ Dimensions dimensions_of(const cd_model_spec& spec) {
                     spec.vocab_size,   spec.rms_norm_eps, spec.sliding_window_tokens};
 }
 
-MatrixFormat format_of(cd_dtype dtype) {
+MatrixFormat panel_format_of(cd_dtype dtype) {
   switch (dtype) {
-    case CD_DTYPE_BF16: return MatrixFormat::kBf16;
-    case CD_DTYPE_F16: return MatrixFormat::kF16;
-    default: return MatrixFormat::kF32;
+    case CD_DTYPE_BF16: return MatrixFormat::kBf16Panels;
+    case CD_DTYPE_F16: return MatrixFormat::kF16Panels;
+    default: return MatrixFormat::kF32Panels;
   }
 }
 
@@ -75,11 +75,8 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       const WeightStore::Quantized quantized = weights.quantize_q8(ref, k, options.weight_dtype, pool);
       return Matrix{quantized.values, MatrixFormat::kQ8, quantized.block_scales};
     }
-    if (options.weight_dtype == CD_DTYPE_BF16 && kernels.bf16_format == MatrixFormat::kBf16Panels) {
-      return Matrix{weights.pack_bf16_panels(ref, k, pool), MatrixFormat::kBf16Panels, nullptr};
-    }
-    return Matrix{weights.resolve(ref, options.weight_dtype, options.weight_dtype, pool),
-                  format_of(options.weight_dtype), nullptr};
+    return Matrix{weights.pack_panels(ref, k, panel_format_of(options.weight_dtype), pool),
+                  panel_format_of(options.weight_dtype), nullptr};
   };
   // Norm weights and biases are tiny and held in fp32, with the values of the weight dtype.
   const auto vector = [&](const cd_tensor_ref& ref) -> const float* {

@@ -100,11 +100,10 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
     for (size_t i = 0; i < size_t(n) * padded_k / 32; ++i) s[i] = f32_to_f16(0.01f);
     matrix.block_scales = s;
   } else {
-    const bool panels = format == MatrixFormat::kBf16Panels;
-    const cd_dtype dtype = format == MatrixFormat::kBf16 || panels ? CD_DTYPE_BF16
-                           : format == MatrixFormat::kF16          ? CD_DTYPE_F16
-                                                                   : CD_DTYPE_F32;
-    const size_t count = panels ? bf16_panels_bytes(n, k) / sizeof(uint16_t) : size_t(n) * size_t(k);
+    const cd_dtype dtype = format == MatrixFormat::kBf16Panels  ? CD_DTYPE_BF16
+                           : format == MatrixFormat::kF16Panels ? CD_DTYPE_F16
+                                                                : CD_DTYPE_F32;
+    const size_t count = size_t(num_panels(n)) * panel_elements(format, k);
     data = allocate_aligned(count * dtype_bytes(dtype));
     for (size_t i = 0; i < count; ++i) store_from_f32(data.get(), dtype, i, random_unit(state) * 0.05f);
   }

@@ -192,23 +192,27 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   return panels;
 }
 
-const uint16_t* WeightStore::pack_bf16_panels(const cd_tensor_ref& ref, int32_t k, ThreadPool& pool) {
+const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t k, MatrixFormat format, ThreadPool& pool) {
   const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
   const int32_t num_rows = int32_t(ref.size_bytes / dtype_bytes(ref.dtype) / size_t(k));
-  const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
-  const size_t num_pairs = size_t((k + 1) / 2);
-  AlignedBuffer buffer = allocate_aligned(bf16_panels_bytes(num_rows, k));
-  uint16_t* panels = static_cast<uint16_t*>(buffer.get());
-  pool.parallel_for(num_panels, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+  const cd_dtype dtype = format == MatrixFormat::kF32Panels   ? CD_DTYPE_F32
+                         : format == MatrixFormat::kF16Panels ? CD_DTYPE_F16
+                                                              : CD_DTYPE_BF16;
+  // Steps of one input (a column's value) or of a pair (a column's two values side by side).
+  const int32_t inputs_per_step = format == MatrixFormat::kBf16Panels ? 2 : 1;
+  const size_t elements_per_panel = panel_elements(format, k);
+  AlignedBuffer buffer = allocate_aligned(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype));
+  void* panels = buffer.get();
+  pool.parallel_for(num_panels(num_rows), [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
-      uint16_t* out = panels + size_t(panel) * num_pairs * kPanelColumns * 2;
-      for (size_t pair = 0; pair < num_pairs; ++pair) {
+      size_t index = size_t(panel) * elements_per_panel;
+      for (int32_t first = 0; first < k; first += inputs_per_step) {
         for (int32_t column = 0; column < kPanelColumns; ++column) {
           const int32_t row = panel * kPanelColumns + column;
-          for (size_t half = 0; half < 2; ++half) {
-            const size_t input = pair * 2 + half;
-            const bool present = row < num_rows && input < size_t(k);
-            *out++ = present ? f32_to_bf16(load_as_f32(source, ref.dtype, size_t(row) * size_t(k) + input)) : 0;
+          for (int32_t input = first; input < first + inputs_per_step; ++input) {
+            const bool present = row < num_rows && input < k;
+            const float value = present ? load_as_f32(source, ref.dtype, size_t(row) * size_t(k) + size_t(input)) : 0.0f;
+            store_from_f32(panels, dtype, index++, value);
           }
         }
       }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "conduit.h"
+#include "kernels.h"
 #include "thread_pool.h"
 
 namespace conduit {
@@ -46,8 +47,9 @@ class WeightStore {
   // The same quantization in MatrixFormat::kQ8Panels (kernels.h).
   const uint8_t* quantize_q8_panels(const cd_tensor_ref& ref, int32_t k, cd_dtype precision, ThreadPool& pool);
 
-  // A [num_rows, k] matrix as bf16 in MatrixFormat::kBf16Panels (kernels.h), made at load.
-  const uint16_t* pack_bf16_panels(const cd_tensor_ref& ref, int32_t k, ThreadPool& pool);
+  // A [num_rows, k] matrix in a float panel format (kernels.h: kF32Panels, kF16Panels,
+  // kBf16Panels), its values converted as resolve() would.
+  const void* pack_panels(const cd_tensor_ref& ref, int32_t k, MatrixFormat format, ThreadPool& pool);
 
   // Unmaps the files no resolved tensor reads from any more.
   void release_unborrowed_files();
