@@ -20,11 +20,11 @@ namespace conduit {
 // Float weights come in panels of 64 output columns, so a matmul streams each panel front to
 // back and one broadcast activation meets 64 columns per step: kF32Panels and kF16Panels are
 // [ceil(n / 64)][k][64]; kBf16Panels is [ceil(n / 64)][ceil(k / 2)][64][2], a pair of inputs per
-// column, as vdpbf16ps reads them. kQ8 is Q8_0-like rows: per 32-element block of a row, 32 int8
-// values and one fp16 scale, the row padded with zero blocks to a multiple of 64 elements.
-// kQ8Panels is that quantization in 64-column panels: per panel and 32-block of inputs, int8 [16
-// input pairs][64][2] then the 64 columns' fp16 scales, so a panel is one stream. Padding is zero.
-enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8, kQ8Panels };
+// column, as vdpbf16ps reads them. kQ8Panels is Q8_0-like quantization (per 32-block of a row,
+// int8 round(w / s) with s = max|w| / 127 in fp16) in 64-column panels: per panel and 32-block of
+// inputs, int8 [16 input pairs][64][2] then the 64 columns' fp16 scales, so a panel is one
+// stream. Padding is zero.
+enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8Panels };
 
 constexpr int32_t kPanelColumns = 64;
 
@@ -45,7 +45,6 @@ inline size_t q8_panels_bytes(int32_t n, int32_t k) {
 struct Matrix {
   const void* data;
   MatrixFormat format;
-  const uint16_t* block_scales;  // kQ8 only: [num_rows, padded k / 32] fp16
 };
 
 // Elements per row of kQ8 data: k rounded up to whole pairs of 32-blocks.
@@ -62,8 +61,6 @@ struct Activations {
 
 struct KernelTable {
   cd_kernel kernel;
-  // The layout int8 weights are given in: kQ8 or kQ8Panels.
-  MatrixFormat q8_format;
   // Bytes of one packed activation row for matmuls over this format; 0 when matmul reads x.
   size_t (*packed_row_bytes)(MatrixFormat format, int32_t k);
   // Packs rows of x (each independently) into packed_stride-spaced rows.

@@ -12,10 +12,13 @@ namespace {
 using Vec = __m512;
 constexpr int32_t kLanes = 16;
 // 6 x 4 accumulators plus operands fit the 32 zmm registers (measured: +8-10% GEMM over 4 x 4):
-// a whole 64-column panel per tile.
-constexpr int kTileRows = 6;
+// a whole 64-column panel per tile, for bf16 (vdpbf16ps) and the other float formats alike.
 constexpr int kPanelTileRows = 6;
 constexpr int kPanelTileVectors = 4;
+// int8 panels: 3 rows x 4 vectors of accumulators and as many block sums.
+constexpr int kQ8TileRows = 3;
+constexpr int kQ8TileVectors = 4;
+constexpr int kQ8SingleRowVectors = 4;
 
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vset1(float value) { return _mm512_set1_ps(value); }
@@ -34,6 +37,19 @@ inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
   odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
 }
 inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+using IVec = __m512i;
+using Q8Pairs = __m512i;
+inline IVec ivzero() { return _mm512_setzero_si512(); }
+inline Q8Pairs vload_q8_pairs(const int8_t* p) {
+  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline IVec imadd_pairs(IVec acc, const int16_t* x_pair, Q8Pairs w) {
+  int32_t bits;
+  __builtin_memcpy(&bits, x_pair, sizeof bits);
+  return _mm512_dpwssd_epi32(acc, _mm512_set1_epi32(bits), w);
+}
+inline Vec vcvt_i32(IVec v) { return _mm512_cvtepi32_ps(v); }
 inline Vec vfma(Vec a, Vec b, Vec acc) { return _mm512_fmadd_ps(a, b, acc); }
 inline float vsum(Vec v) {
   const __m256 halves = _mm256_add_ps(_mm512_castps512_ps256(v),
@@ -87,19 +103,7 @@ __attribute__((always_inline)) inline void panel_tile(const Activations& a, int3
       for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xr, wv[v]);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* out = y + size_t(m0 + r) * y_stride;
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const int32_t valid = num_columns - 16 * v;
-      if (valid <= 0) break;
-      const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
-      Vec value = acc[r][v];
-      if (accumulate) value = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out + 16 * v), value);
-      _mm512_mask_storeu_ps(out + 16 * v, mask, value);
-    }
-  }
+  store_tile<R, 4>(acc, m0, 0, num_columns, y, y_stride, accumulate);
 }
 
 // kBf16Panels panel by panel (n_begin is a panel boundary), all rows against each: the panel
@@ -112,8 +116,8 @@ void matmul_panels(const Activations& a, int32_t num_rows, int32_t k, const Matr
     const int32_t num_columns = n_end - n0 < kPanelColumns ? n_end - n0 : kPanelColumns;
     float* y_panel = y + n0;
     int32_t m = 0;
-    for (; m + kTileRows <= num_rows; m += kTileRows) {
-      panel_tile<kTileRows>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate);
+    for (; m + kPanelTileRows <= num_rows; m += kPanelTileRows) {
+      panel_tile<kPanelTileRows>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate);
     }
     switch (num_rows - m) {
       case 5: panel_tile<5>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
@@ -123,94 +127,6 @@ void matmul_panels(const Activations& a, int32_t num_rows, int32_t k, const Matr
       case 1: panel_tile<1>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
       default: break;
     }
-  }
-}
-
-// kQ8Panels weights against int16 activation blocks: per pair of inputs, a broadcast
-// activation pair meets a panel's 64 columns (sign-extended to int16) in vpdpwssd, exact int32
-// sums per 32-block; then each column's block sum, in fp32, is scaled by its weight scale times
-// the row's block scale into one fp32 accumulator. One chain per output, whatever the tile.
-template <int R>
-__attribute__((always_inline)) inline void q8_panel_tile(const Activations& a, int32_t m0, int32_t k,
-                                                         const uint8_t* panel, int32_t num_columns, float* y,
-                                                         size_t y_stride, bool accumulate) {
-  const int32_t num_blocks = (k + 31) / 32;
-  Vec acc[R][4];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) acc[r][v] = vzero();
-  const int32_t* x[R];
-  const float* x_scales[R];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    x[r] = reinterpret_cast<const int32_t*>(q8_x(a, m0 + r));
-    x_scales[r] = q8_x_scales(a, m0 + r, k);
-  }
-  for (int32_t b = 0; b < num_blocks; ++b) {
-    const uint8_t* block = panel + size_t(b) * kQ8PanelBlockBytes;
-    __m512i sums[R][4];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) sums[r][v] = _mm512_setzero_si512();
-    for (int32_t p = 0; p < 16; ++p) {
-      __m512i wv[4];
-      __builtin_prefetch(block + p * 128 + kPanelPrefetchBytes);
-      __builtin_prefetch(block + p * 128 + 64 + kPanelPrefetchBytes);
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) {
-        wv[v] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + p * 128 + 32 * v)));
-      }
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m512i xr = _mm512_set1_epi32(x[r][b * 16 + p]);
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; ++v) sums[r][v] = _mm512_dpwssd_epi32(sums[r][v], xr, wv[v]);
-      }
-    }
-    const uint16_t* scales = reinterpret_cast<const uint16_t*>(block + kPanelColumns * 32);
-    Vec w_scales[4];
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) w_scales[v] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 16 * v)));
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const Vec x_scale = vset1(x_scales[r][b]);
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) {
-        acc[r][v] = vfma(_mm512_cvtepi32_ps(sums[r][v]), _mm512_mul_ps(w_scales[v], x_scale), acc[r][v]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    float* out = y + size_t(m0 + r) * y_stride;
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-      const int32_t valid = num_columns - 16 * v;
-      if (valid <= 0) break;
-      const __mmask16 mask = valid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
-      Vec value = acc[r][v];
-      if (accumulate) value = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, out + 16 * v), value);
-      _mm512_mask_storeu_ps(out + 16 * v, mask, value);
-    }
-  }
-}
-
-// Panel by panel, all rows against each, three at a time (accumulators and block sums fill the
-// registers).
-void matmul_q8_panels(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
-                      int32_t n_end, float* y, size_t y_stride, bool accumulate) {
-  constexpr int kRows = 3;
-  const size_t panel_bytes = size_t((k + 31) / 32) * kQ8PanelBlockBytes;
-  for (int32_t n0 = n_begin; n0 < n_end; n0 += kPanelColumns) {
-    const uint8_t* panel = static_cast<const uint8_t*>(w.data) + size_t(n0 / kPanelColumns) * panel_bytes;
-    const int32_t num_columns = n_end - n0 < kPanelColumns ? n_end - n0 : kPanelColumns;
-    float* y_panel = y + n0;
-    int32_t m = 0;
-    for (; m + kRows <= num_rows; m += kRows) q8_panel_tile<kRows>(a, m, k, panel, num_columns, y_panel, y_stride, accumulate);
-    if (num_rows - m == 2) q8_panel_tile<2>(a, m, k, panel, num_columns, y_panel, y_stride, accumulate);
-    if (num_rows - m == 1) q8_panel_tile<1>(a, m, k, panel, num_columns, y_panel, y_stride, accumulate);
   }
 }
 
@@ -408,14 +324,13 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
     case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kBf16Panels: matmul_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kQ8: break;  // never given: Model uses each kernel's own q8_format
   }
 }
 
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, MatrixFormat::kQ8Panels, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows,
+  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, softmax_numerators, sum_exp, swiglu, axpy_rows,
                                  score_key_groups, sum_value_groups};
   return table;
 }

@@ -8,10 +8,12 @@ namespace conduit {
 namespace {
 
 constexpr int32_t kLanes = 8;
-// Plain C++ has no registers to tile over; one row at a time.
-constexpr int kTileRows = 1;
+// Plain C++ has no registers to tile over: one row against a whole panel at a time.
 constexpr int kPanelTileRows = 1;
-constexpr int kPanelTileVectors = 1;
+constexpr int kPanelTileVectors = 8;
+constexpr int kQ8TileRows = 1;
+constexpr int kQ8TileVectors = 8;
+constexpr int kQ8SingleRowVectors = 8;
 struct Vec {
   float lane[kLanes];
 };
@@ -50,6 +52,33 @@ inline Vec vfma(Vec a, Vec b, Vec acc) {
   for (int32_t i = 0; i < kLanes; ++i) acc.lane[i] += a.lane[i] * b.lane[i];
   return acc;
 }
+inline Vec vmul(Vec a, Vec b) {
+  for (int32_t i = 0; i < kLanes; ++i) a.lane[i] *= b.lane[i];
+  return a;
+}
+struct IVec {
+  int32_t lane[kLanes];
+};
+struct Q8Pairs {
+  int16_t lane[2 * kLanes];
+};
+inline IVec ivzero() { return IVec{}; }
+inline Q8Pairs vload_q8_pairs(const int8_t* p) {
+  Q8Pairs w;
+  for (int32_t i = 0; i < 2 * kLanes; ++i) w.lane[i] = p[i];
+  return w;
+}
+inline IVec imadd_pairs(IVec acc, const int16_t* x_pair, const Q8Pairs& w) {
+  for (int32_t i = 0; i < kLanes; ++i) {
+    acc.lane[i] += int32_t(x_pair[0]) * w.lane[2 * i] + int32_t(x_pair[1]) * w.lane[2 * i + 1];
+  }
+  return acc;
+}
+inline Vec vcvt_i32(const IVec& v) {
+  Vec out;
+  for (int32_t i = 0; i < kLanes; ++i) out.lane[i] = float(v.lane[i]);
+  return out;
+}
 inline float vsum(Vec v) {
   const float low = (v.lane[0] + v.lane[4]) + (v.lane[2] + v.lane[6]);
   const float high = (v.lane[1] + v.lane[5]) + (v.lane[3] + v.lane[7]);
@@ -59,44 +88,13 @@ inline float sfma(float a, float b, float acc) { return acc + a * b; }
 
 #include "kernels_body.inc"
 
-// Two 32-blocks per step: each block's integer dot is exact, then scaled into one fp32 sum.
-struct Q8Policy {
-  static constexpr int kRows = kTileRows;
-  using Row = Q8Row;
-  using Acc = float;
-  struct X {
-    const int16_t* q;
-    const float* scales;
-  };
-  using Wv = Q8Row;
-  static Row row(const Matrix& w, int32_t n, int32_t k) { return q8_row(w, n, k); }
-  static int32_t num_steps(int32_t k) { return q8_padded_k(k) / 64; }
-  static Acc zero() { return 0.0f; }
-  static X load_x(const Activations& a, int32_t m, int32_t step, int32_t k) {
-    return X{q8_x(a, m) + size_t(step) * 64, q8_x_scales(a, m, k) + size_t(step) * 2};
-  }
-  static Wv load_w(Row w, int32_t step, int32_t) {
-    return Wv{w.q + size_t(step) * 64, w.scales + size_t(step) * 2};
-  }
-  static Acc step(Acc acc, const X& x, const Wv& w) {
-    for (int32_t block = 0; block < 2; ++block) {
-      int32_t dot = 0;
-      for (int32_t i = block * 32; i < block * 32 + 32; ++i) dot += int32_t(x.q[i]) * int32_t(w.q[i]);
-      const float scale = conduit::f16_to_f32(w.scales[block]) * x.scales[block];
-      acc = acc + float(dot) * scale;
-    }
-    return acc;
-  }
-  static float finish(Acc acc, const Activations&, int32_t, Row, int32_t) { return acc; }
-};
-
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
-  return format == MatrixFormat::kQ8 ? q8_packed_row_bytes(k) : 0;
+  return format == MatrixFormat::kQ8Panels ? q8_packed_row_bytes(k) : 0;
 }
 
 void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
                uint8_t* packed, size_t packed_stride) {
-  if (format != MatrixFormat::kQ8) return;
+  if (format != MatrixFormat::kQ8Panels) return;
   for (int32_t m = 0; m < num_rows; ++m) pack_q8_row(x + size_t(m) * x_stride, k, packed + size_t(m) * packed_stride);
 }
 
@@ -106,15 +104,14 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
     case MatrixFormat::kF32Panels: matmul_float_panels<PanelF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kBf16Panels: matmul_float_panels<PanelBf16Pairs>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kQ8: matmul_tiled<Q8Policy>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kQ8Panels: break;  // never given: Model uses each kernel's own q8_format
+    case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
   }
 }
 
 }  // namespace
 
 const KernelTable& kernels_scalar() {
-  static const KernelTable table{CD_KERNEL_SCALAR, MatrixFormat::kQ8, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
+  static const KernelTable table{CD_KERNEL_SCALAR, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
                                  nullptr, nullptr};
   return table;
 }

@@ -68,15 +68,11 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
                options.num_kv_blocks, options.block_size_tokens) {
   // Matrices [out, in]: k is the input width, which every matrix's shape in the spec implies.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t k) {
-    if (options.quantization == CD_QUANTIZATION_INT8 && kernels.q8_format == MatrixFormat::kQ8Panels) {
-      return Matrix{weights.quantize_q8_panels(ref, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels, nullptr};
-    }
     if (options.quantization == CD_QUANTIZATION_INT8) {
-      const WeightStore::Quantized quantized = weights.quantize_q8(ref, k, options.weight_dtype, pool);
-      return Matrix{quantized.values, MatrixFormat::kQ8, quantized.block_scales};
+      return Matrix{weights.quantize_q8_panels(ref, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels};
     }
     return Matrix{weights.pack_panels(ref, k, panel_format_of(options.weight_dtype), pool),
-                  panel_format_of(options.weight_dtype), nullptr};
+                  panel_format_of(options.weight_dtype)};
   };
   // Norm weights and biases are tiny and held in fp32, with the values of the weight dtype.
   const auto vector = [&](const cd_tensor_ref& ref) -> const float* {

@@ -78,8 +78,7 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
   std::vector<float> y(size_t(num_rows) * size_t(n));
   MatmulScratch scratch;
   AlignedBuffer data;
-  AlignedBuffer scales;
-  Matrix matrix{nullptr, format, nullptr};
+  Matrix matrix{nullptr, format};
   if (format == MatrixFormat::kQ8Panels) {
     const size_t size_bytes = q8_panels_bytes(n, k);
     data = allocate_aligned(size_bytes);
@@ -90,15 +89,6 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
       uint16_t* scales = reinterpret_cast<uint16_t*>(values + kPanelColumns * 32);
       for (int32_t i = 0; i < kPanelColumns; ++i) scales[i] = f32_to_f16(0.01f);
     }
-  } else if (format == MatrixFormat::kQ8) {
-    const size_t padded_k = size_t(q8_padded_k(k));
-    data = allocate_aligned(size_t(n) * padded_k);
-    scales = allocate_aligned(size_t(n) * padded_k / 32 * sizeof(uint16_t));
-    int8_t* q = static_cast<int8_t*>(data.get());
-    for (size_t i = 0; i < size_t(n) * padded_k; ++i) q[i] = int8_t(int32_t(next_random(state) % 255) - 127);
-    uint16_t* s = static_cast<uint16_t*>(scales.get());
-    for (size_t i = 0; i < size_t(n) * padded_k / 32; ++i) s[i] = f32_to_f16(0.01f);
-    matrix.block_scales = s;
   } else {
     const cd_dtype dtype = format == MatrixFormat::kBf16Panels  ? CD_DTYPE_BF16
                            : format == MatrixFormat::kF16Panels ? CD_DTYPE_F16

@@ -136,30 +136,6 @@ uint16_t quantize_block(const uint8_t* source, cd_dtype dtype, cd_dtype precisio
 
 }  // namespace
 
-WeightStore::Quantized WeightStore::quantize_q8(const cd_tensor_ref& ref, int32_t k, cd_dtype precision,
-                                                ThreadPool& pool) {
-  const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
-  const int32_t num_rows = int32_t(ref.size_bytes / dtype_bytes(ref.dtype) / size_t(k));
-  const size_t padded_k = size_t(q8_padded_k(k));
-  const size_t blocks_per_row = padded_k / 32;
-  AlignedBuffer values = allocate_aligned(size_t(num_rows) * padded_k);
-  AlignedBuffer scales = allocate_aligned(size_t(num_rows) * blocks_per_row * sizeof(uint16_t));
-  int8_t* q = static_cast<int8_t*>(values.get());
-  uint16_t* block_scales = static_cast<uint16_t*>(scales.get());
-  pool.parallel_for(num_rows, [&](int32_t, int32_t row_begin, int32_t row_end) {
-    for (int32_t row = row_begin; row < row_end; ++row) {
-      for (size_t b = 0; b < blocks_per_row; ++b) {
-        block_scales[size_t(row) * blocks_per_row + b] = quantize_block(
-            source, ref.dtype, precision, size_t(row) * size_t(k), int32_t(b * 32), k, q + size_t(row) * padded_k + b * 32);
-      }
-    }
-  });
-  release_pages(source, ref.size_bytes);
-  converted_.push_back(std::move(values));
-  converted_.push_back(std::move(scales));
-  return Quantized{q, block_scales};
-}
-
 const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t k, cd_dtype precision,
                                                ThreadPool& pool) {
   const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;

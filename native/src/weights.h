@@ -36,15 +36,8 @@ class WeightStore {
   // Resolving the same bytes twice (tied embeddings) returns the same pointer.
   const void* resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dtype precision, ThreadPool& pool);
 
-  // A [num_rows, k] matrix quantized Q8_0-style at load: per 32-block of a row, int8 values
-  // round(x / scale) with scale = max|x| / 127 held in fp16; rows padded with zero blocks to
-  // q8_padded_k(k). Values are first rounded to precision, as resolve() would.
-  struct Quantized {
-    const int8_t* values;
-    const uint16_t* block_scales;
-  };
-  Quantized quantize_q8(const cd_tensor_ref& ref, int32_t k, cd_dtype precision, ThreadPool& pool);
-  // The same quantization in MatrixFormat::kQ8Panels (kernels.h).
+  // A [num_rows, k] matrix quantized at load into MatrixFormat::kQ8Panels (kernels.h), values
+  // first rounded to precision as resolve() would.
   const uint8_t* quantize_q8_panels(const cd_tensor_ref& ref, int32_t k, cd_dtype precision, ThreadPool& pool);
 
   // A [num_rows, k] matrix in a float panel format (kernels.h: kF32Panels, kF16Panels,
