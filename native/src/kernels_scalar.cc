@@ -112,7 +112,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
 
 const KernelTable& kernels_scalar() {
   static const KernelTable table{CD_KERNEL_SCALAR, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
-                                 nullptr, nullptr};
+                                 score_key_groups_widened, sum_value_groups_widened};
   return table;
 }
 

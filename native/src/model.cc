@@ -21,9 +21,8 @@ MatrixFormat panel_format_of(cd_dtype dtype) {
 }
 
 // Keys and values need whole groups of 16 slots and of 16 dims.
-KvLayout kv_layout_of(const KernelTable& kernels, const Dimensions& dims, cd_dtype dtype, int32_t block_size_tokens) {
-  const bool pairs = kernels.score_key_groups != nullptr && dtype == CD_DTYPE_BF16 && dims.head_dim % 16 == 0 &&
-                     block_size_tokens % 16 == 0;
+KvLayout kv_layout_of(const Dimensions& dims, cd_dtype dtype, int32_t block_size_tokens) {
+  const bool pairs = dtype == CD_DTYPE_BF16 && dims.head_dim % 16 == 0 && block_size_tokens % 16 == 0;
   return pairs ? KvLayout::kBf16Pairs : KvLayout::kRows;
 }
 
@@ -64,7 +63,7 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       kernels(kernels),
       pool(options.num_threads),
       weights(spec.file_paths, spec.num_files),
-      kv_cache(dims, options.kv_cache_dtype, kv_layout_of(kernels, dims, options.kv_cache_dtype, options.block_size_tokens),
+      kv_cache(dims, options.kv_cache_dtype, kv_layout_of(dims, options.kv_cache_dtype, options.block_size_tokens),
                options.num_kv_blocks, options.block_size_tokens) {
   // Matrices [out, in]: k is the input width, which every matrix's shape in the spec implies.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t k) {
