@@ -59,32 +59,12 @@ inline float vsum(Vec v) {
 inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }
 
 #include "kernels_body.inc"
-
-size_t packed_row_bytes(MatrixFormat format, int32_t k) {
-  return format == MatrixFormat::kQ8Panels ? q8_packed_row_bytes(k) : 0;
-}
-
-void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
-               uint8_t* packed, size_t packed_stride) {
-  if (format != MatrixFormat::kQ8Panels) return;
-  for (int32_t m = 0; m < num_rows; ++m) pack_q8_row(x + size_t(m) * x_stride, k, packed + size_t(m) * packed_stride);
-}
-
-void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
-            int32_t n_end, float* y, size_t y_stride, bool accumulate) {
-  switch (w.format) {
-    case MatrixFormat::kF32Panels: matmul_float_panels<PanelF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kBf16Panels: matmul_float_panels<PanelBf16Pairs>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-  }
-}
+#include "kernels_widened.inc"
 
 }  // namespace
 
 const KernelTable& kernels_avx2() {
-  static const KernelTable table{CD_KERNEL_AVX2, packed_row_bytes, pack_rows, matmul, dot, dot_rows, softmax_numerators, sum_exp, swiglu, axpy_rows,
-                                 score_key_groups_widened, sum_value_groups_widened};
+  static const KernelTable table = widened_kernel_table(CD_KERNEL_AVX2);
   return table;
 }
 
