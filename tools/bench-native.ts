@@ -5,7 +5,9 @@
 // the ceiling measured in the same run. Absolute speeds on shared machines drift from run to
 // run; the fractions are what compare.
 //
-//   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels avx512,avx2 --modes bf16,fp32,int8]
+//   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels avx512,avx2 --modes bf16,fp32,int8 --rounds 3]
+//
+// Decode and prefill run in rounds, the modes taking turns; the table shows medians.
 //
 // The 125 M-parameter checkpoint (Llama: hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048,
 // vocab 32000, untied, bf16) is written under .bench/ on first use.
@@ -13,9 +15,10 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
-import { SEQ_SAMPLE } from '../native/api.ts';
+import { SEQ_RETURN_LOGITS, SEQ_SAMPLE } from '../native/api.ts';
 import { kernelSupported, loadModel, probes } from '../native/index.ts';
 import { buildBatch } from '../native/test/helpers.ts';
+import { relativeError } from '../test/reference/llama-reference.ts';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from './make-checkpoint.ts';
 
 const SHAPE = { hiddenSize: 768, numLayers: 12, numHeads: 12, numKvHeads: 4, intermediateSize: 2048, vocabSize: 32000 };
@@ -102,6 +105,26 @@ async function prefillTokensPerSecond(model: NativeModel, numRepeats: number): P
   return PREFILL_TOKENS / (best / 1000);
 }
 
+/** Last-position logits of a 64-token prompt: the foundation's error metric compares these. */
+async function promptLogits(modelDir: string, kernel: KernelPath, mode: Mode, numThreads: number): Promise<Float32Array> {
+  const model = await loadModel({
+    modelDir, dtype: mode.dtype, quantization: mode.quantization, kvCacheDtype: 'fp32',
+    numKvBlocks: 4, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel,
+  });
+  try {
+    const batch = buildBatch([{ tokenIds: promptTokens(64, 3), startPosition: 0, blockIds: [0, 1, 2, 3], flags: SEQ_RETURN_LOGITS }]);
+    return (await model.forward(batch)).logits;
+  } finally {
+    model.close();
+  }
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
 const fmt = (value: number, digits = 1): string => value.toFixed(digits);
 const pct = (fraction: number): string => `${(fraction * 100).toFixed(0)}%`;
 
@@ -112,12 +135,14 @@ async function main(): Promise<void> {
       'new-tokens': { type: 'string', default: '128' },
       kernels: { type: 'string', default: 'avx512,avx2' },
       modes: { type: 'string', default: MODES.map((mode) => mode.label).join(',') },
+      rounds: { type: 'string', default: '3' },
     },
   });
   const kernelNames = values.kernels.split(',');
   const modeLabels = values.modes.split(',');
   const numThreads = Number(values.threads);
   const newTokens = Number(values['new-tokens']);
+  const numRounds = Number(values.rounds);
   if (!kernelSupported('avx512')) throw new Error('bench:native measures its ceilings with AVX-512 (F, BW, VL, BF16, VNNI); this CPU lacks it');
   const modelDir = ensureCheckpoint();
   const started = performance.now();
@@ -131,40 +156,58 @@ async function main(): Promise<void> {
 
   const header = ['path', 'mode', 'gemv GF/s', '(GB/s, of BW)', 'gemm GF/s', '(of peak)', 'b1 tok/s', '(of bound)', 'b8 tok/s', 'b32 tok/s', 'b32/b1', 'prefill tok/s', '(of peak)'];
   const rows: string[][] = [];
-  const decodeB1: Record<string, number> = {};
+  const int8OverBf16: Partial<Record<KernelPath, number>> = {};
+  const modes = MODES.filter((m) => modeLabels.includes(m.label));
   for (const kernel of ['avx512', 'avx2'] as const satisfies readonly KernelPath[]) {
     if (!kernelNames.includes(kernel) || !kernelSupported(kernel)) continue;
-    for (const mode of MODES.filter((m) => modeLabels.includes(m.label))) {
-      const matmul = (numRows: number) =>
-        probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.quantization, numRows, k: SHAPE.hiddenSize, n: SHAPE.intermediateSize, numThreads, numRepeats: 5 });
-      const gemvSeconds = matmul(1);
-      const gemmSeconds = matmul(PREFILL_TOKENS);
-      const matmulFlops = (numRows: number) => 2 * numRows * SHAPE.hiddenSize * SHAPE.intermediateSize;
-      const gemvBytesPerSecond = (SHAPE.hiddenSize * SHAPE.intermediateSize * mode.bytesPerWeight) / gemvSeconds;
-
-      const model = await loadModel({
-        modelDir, dtype: mode.dtype, quantization: mode.quantization, kvCacheDtype: 'bf16',
-        numKvBlocks: PROMPT_TOKENS / BLOCK_SIZE_TOKENS + 32 * Math.ceil(newTokens / BLOCK_SIZE_TOKENS) + PREFILL_TOKENS / BLOCK_SIZE_TOKENS,
-        blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel,
-      });
-      try {
-        const decode: number[] = [];
-        for (const numSeqs of BATCH_SIZES) decode.push(await decodeTokensPerSecond(model, numSeqs, newTokens));
-        const prefill = await prefillTokensPerSecond(model, 2);
+    const models = new Map<Mode, NativeModel>();
+    try {
+      for (const mode of modes) {
+        models.set(mode, await loadModel({
+          modelDir, dtype: mode.dtype, quantization: mode.quantization, kvCacheDtype: 'bf16',
+          numKvBlocks: PROMPT_TOKENS / BLOCK_SIZE_TOKENS + 32 * Math.ceil(newTokens / BLOCK_SIZE_TOKENS) + PREFILL_TOKENS / BLOCK_SIZE_TOKENS,
+          blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel,
+        }));
+      }
+      // The modes take turns, round after round, and report medians: the machine's speed drifts
+      // within a run, and a ratio between modes (taken per round) should not measure the drift.
+      const decodeRounds = new Map(modes.map((mode) => [mode, BATCH_SIZES.map((): number[] => [])]));
+      const prefillRounds = new Map(modes.map((mode): [Mode, number[]] => [mode, []]));
+      for (let round = 0; round < numRounds; round++) {
+        for (const mode of modes) {
+          const model = models.get(mode)!;
+          for (const [i, numSeqs] of BATCH_SIZES.entries()) decodeRounds.get(mode)![i].push(await decodeTokensPerSecond(model, numSeqs, newTokens));
+          prefillRounds.get(mode)!.push(await prefillTokensPerSecond(model, 1));
+        }
+      }
+      const int8Rounds = modes.find((mode) => mode.label === 'int8');
+      const bf16Rounds = modes.find((mode) => mode.label === 'bf16');
+      if (int8Rounds && bf16Rounds) {
+        const [int8B1, bf16B1] = [decodeRounds.get(int8Rounds)![0], decodeRounds.get(bf16Rounds)![0]];
+        int8OverBf16[kernel] = median(int8B1.map((rate, round) => rate / bf16B1[round]));
+      }
+      for (const mode of modes) {
+        const matmul = (numRows: number) =>
+          probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.quantization, numRows, k: SHAPE.hiddenSize, n: SHAPE.intermediateSize, numThreads, numRepeats: 5 });
+        const gemvSeconds = matmul(1);
+        const gemmSeconds = matmul(PREFILL_TOKENS);
+        const matmulFlops = (numRows: number) => 2 * numRows * SHAPE.hiddenSize * SHAPE.intermediateSize;
+        const gemvBytesPerSecond = (SHAPE.hiddenSize * SHAPE.intermediateSize * mode.bytesPerWeight) / gemvSeconds;
+        const [b1, b8, b32] = decodeRounds.get(mode)!.map(median);
+        const prefill = median(prefillRounds.get(mode)!);
         const boundTokensPerSecond = bandwidth / (weightsPerToken * mode.bytesPerWeight);
-        decodeB1[`${kernel} ${mode.label}`] = decode[0];
         rows.push([
           kernel, mode.label,
           fmt(matmulFlops(1) / gemvSeconds / 1e9), `${fmt(gemvBytesPerSecond / 1e9)}, ${pct(gemvBytesPerSecond / bandwidth)}`,
           fmt(matmulFlops(PREFILL_TOKENS) / gemmSeconds / 1e9), pct(matmulFlops(PREFILL_TOKENS) / gemmSeconds / peak),
-          fmt(decode[0]), pct(decode[0] / boundTokensPerSecond),
-          fmt(decode[1]), fmt(decode[2]), fmt(decode[2] / decode[0], 2),
+          fmt(b1), pct(b1 / boundTokensPerSecond),
+          fmt(b8), fmt(b32), fmt(b32 / b1, 2),
           fmt(prefill), pct((prefill * flopsPerToken) / peak),
         ]);
         console.log(rows[rows.length - 1].join('  '));
-      } finally {
-        model.close();
       }
+    } finally {
+      for (const model of models.values()) model.close();
     }
   }
 
@@ -172,10 +215,17 @@ async function main(): Promise<void> {
   const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i])).join(' | ');
   console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
   for (const row of rows) console.log(line(row));
-  for (const kernel of ['avx512', 'avx2']) {
-    const bf16 = decodeB1[`${kernel} bf16`];
-    const int8 = decodeB1[`${kernel} int8`];
-    if (bf16 !== undefined && int8 !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(int8 / bf16, 2)}`);
+  for (const kernel of ['avx512', 'avx2'] as const) {
+    const ratio = int8OverBf16[kernel];
+    if (ratio !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(ratio, 2)} (median of the rounds' ratios)`);
+    if (kernelNames.includes(kernel) && kernelSupported(kernel) && modeLabels.includes('int8')) {
+      const [fp32Mode, int8Mode] = [MODES[1], MODES[2]];
+      const error = relativeError(
+        await promptLogits(modelDir, kernel, int8Mode, numThreads),
+        await promptLogits(modelDir, kernel, fp32Mode, numThreads),
+      );
+      console.log(`${kernel}: int8 logits vs fp32, max|diff| / max|fp32| = ${error.toExponential(2)}`);
+    }
   }
   // Host scheduling moves (the two vCPUs are sometimes one core's SMT siblings): a ceiling that
   // differs at the end says this run's fractions straddle two machine states.
