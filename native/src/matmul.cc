@@ -17,7 +17,6 @@ constexpr int32_t kMaxRowsPackedPerThread = 8;
 // a batch of one or two.
 constexpr int32_t kMaxRowsPreparedPerThread = 2;
 
-
 template <typename T>
 void grow_each(std::vector<std::vector<T>>& buffers, size_t count, size_t size) {
   buffers.resize(count);

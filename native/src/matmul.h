@@ -1,5 +1,5 @@
 // The parallel matmul of the forward pass: activation rows packed for the kernel, then output
-// columns split over the pool's threads in tiles. Shared with the benchmark probes so they time
+// panels claimed by the pool's threads. Shared with the benchmark probes so they time
 // exactly what a forward pass runs.
 #pragma once
 

@@ -1,7 +1,8 @@
-// The runtime's own persistent threads. A forward pass is a sequence of parallel_for calls, each
-// splitting its tasks into one contiguous range per thread. The calling thread computes share 0
-// itself and numThreads - 1 workers the rest, so a pass never has more than numThreads threads
-// busy, and no other libuv thread ever computes. Inside a forward pass (a Pass scope) a worker
+// The runtime's own persistent threads. A forward pass is a sequence of parallel calls, each
+// splitting its tasks into one contiguous range per thread (parallel_for) or handing them out
+// in chunks to whichever thread claims them (parallel_for_dynamic). The calling thread works too,
+// with numThreads - 1 workers, so a pass never has more than numThreads threads busy, and no
+// other libuv thread ever computes. Inside a forward pass (a Pass scope) a worker
 // polls for the next call: a decode step is ~80 calls microseconds apart, and a futex wake per
 // call would cost more than the work of many of them. Outside one it sleeps almost at once, so
 // between steps the cores belong to the event loop and the gateway.
