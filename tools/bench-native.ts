@@ -173,12 +173,12 @@ async function main(): Promise<void> {
       // within a run, and a ratio between modes (taken per round) should not measure the drift.
       const decodeRounds = new Map(modes.map((mode) => [mode, BATCH_SIZES.map((): number[] => [])]));
       const prefillRounds = new Map(modes.map((mode): [Mode, number[]] => [mode, []]));
+      // Innermost the modes, so that a round's measurements of one batch size sit seconds apart.
       for (let round = 0; round < numRounds; round++) {
-        for (const mode of modes) {
-          const model = models.get(mode)!;
-          for (const [i, numSeqs] of BATCH_SIZES.entries()) decodeRounds.get(mode)![i].push(await decodeTokensPerSecond(model, numSeqs, newTokens));
-          prefillRounds.get(mode)!.push(await prefillTokensPerSecond(model, 1));
+        for (const [i, numSeqs] of BATCH_SIZES.entries()) {
+          for (const mode of modes) decodeRounds.get(mode)![i].push(await decodeTokensPerSecond(models.get(mode)!, numSeqs, newTokens));
         }
+        for (const mode of modes) prefillRounds.get(mode)!.push(await prefillTokensPerSecond(models.get(mode)!, 1));
       }
       const int8Rounds = modes.find((mode) => mode.label === 'int8');
       const bf16Rounds = modes.find((mode) => mode.label === 'bf16');
