@@ -4,14 +4,17 @@ namespace conduit {
 
 namespace {
 
-// Inside a pass, polling (~milliseconds at most) outlasts any serial step between two calls.
-// Outside, a few microseconds: polling through the JavaScript between two steps made the
-// runtime alone faster but the served model slower, because on 2 cores the polling thread takes
-// the core that the worker's event loop and the gateway need (conduit-tiny, 16 clients x 128
-// tokens through `conduit loadtest`: 1,820-2,580 tok/s polling long, 2,580-2,730 short). No
-// PAUSE: under KVM a run of PAUSEs trips pause-loop exiting and the hypervisor deschedules the
-// polling vCPU (measured: decode -40%).
-constexpr int32_t kPassSpinIterations = 2000000;
+// Inside a pass, polling (tens of microseconds) outlasts the serial steps between two calls; a
+// longer poll (milliseconds) only mattered when the OS preempted the caller, and then the poller
+// held a core the gateway needed (conduit-tiny served to 16 clients: 1,890-2,120 tok/s polling
+// 2,000,000 iterations, 2,260-2,710 at 50,000, 2,230-2,550 before passes existed; batch-1 decode
+// of the 125 M model no slower). Outside a pass, a few microseconds: polling through the
+// JavaScript between two steps made the runtime alone faster but the served model slower,
+// because on 2 cores the polling thread takes the core that the worker's event loop and the
+// gateway need (16 clients: 1,820-2,580 tok/s polling long, 2,580-2,730 short). No PAUSE: under
+// KVM a run of PAUSEs trips pause-loop exiting and the hypervisor deschedules the polling vCPU
+// (measured: decode -40%).
+constexpr int32_t kPassSpinIterations = 50000;
 constexpr int32_t kIdleSpinIterations = 2000;
 
 inline void cpu_relax() { __asm__ __volatile__("" ::: "memory"); }

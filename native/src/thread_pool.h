@@ -78,7 +78,7 @@ class ThreadPool {
   void worker_loop(int32_t thread_index);
   void begin_pass();
   void end_pass();
-  // Polls ready() (long inside a pass, briefly outside), then sleeps on changed_ until it holds
+  // Polls ready() (tens of microseconds inside a pass, a few outside), then sleeps on changed_ until it holds
   // or a pass begins.
   template <typename Ready>
   void await(const Ready& ready);
