@@ -78,8 +78,8 @@ class ThreadPool {
   void worker_loop(int32_t thread_index);
   void begin_pass();
   void end_pass();
-  // Polls ready() (tens of microseconds inside a pass, a few outside), then sleeps on changed_ until it holds
-  // or a pass begins.
+  // Polls ready() (tens of microseconds inside a pass, a few outside), then sleeps on changed_
+  // until it holds or a pass begins.
   template <typename Ready>
   void await(const Ready& ready);
   void wake_sleepers();
