@@ -6,7 +6,7 @@
 
 import { performance } from 'node:perf_hooks';
 import { type Rng, exponentialGapMs } from './random.ts';
-import { RecordingObserver, type RequestRecord } from './request-record.ts';
+import { RecordingObserver, newRequestRecord, type RequestRecord } from './request-record.ts';
 import { type ChatMessage, RequestError, type Transport } from './transport.ts';
 
 export interface PreparedTurn {
@@ -84,20 +84,12 @@ async function runSessionTurns(
     }
     history.push({ role: 'user', content: turn.userText });
     const messages: ChatMessage[] = turn.prefixText === null ? history : [{ role: 'system', content: turn.prefixText }, ...history];
-    const record: RequestRecord = {
+    const record = newRequestRecord({
       sessionId: session.id,
       turnIndex,
       scheduledMs: turnIndex === 0 ? scheduledMs : null,
       startMs: performance.now() - originMs,
-      endMs: 0,
-      chunkTimesMs: [],
-      text: '',
-      usage: null,
-      numOutputTokens: null,
-      outputTokensSource: null,
-      errorType: null,
-      errorMessage: null,
-    };
+    });
     try {
       await options.transport.stream(
         { messages, maxTokens: turn.maxTokens },

@@ -22,6 +22,21 @@ export interface RequestRecord {
   errorMessage: string | null;
 }
 
+/** A record with nothing received yet: no chunks, no usage, no error. */
+export function newRequestRecord(fields: Pick<RequestRecord, 'sessionId' | 'turnIndex' | 'scheduledMs' | 'startMs'> & Partial<RequestRecord>): RequestRecord {
+  return {
+    endMs: 0,
+    chunkTimesMs: [],
+    text: '',
+    usage: null,
+    numOutputTokens: null,
+    outputTokensSource: null,
+    errorType: null,
+    errorMessage: null,
+    ...fields,
+  };
+}
+
 /** Collects a stream's chunks into the record the driver started. */
 export class RecordingObserver implements StreamObserver {
   constructor(

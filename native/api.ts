@@ -25,9 +25,8 @@ export interface LoadOptions {
 
 export type Architecture = 'LlamaForCausalLM' | 'MistralForCausalLM' | 'Qwen2ForCausalLM';
 
-/** What the runtime resolved from config.json and the options. */
-export interface ModelInfo {
-  architecture: Architecture;
+/** A model's shape, resolved from config.json. */
+export interface ModelDimensions {
   numLayers: number;
   hiddenSize: number;
   intermediateSize: number;
@@ -35,6 +34,11 @@ export interface ModelInfo {
   numKvHeads: number;
   headDim: number;
   vocabSize: number;
+}
+
+/** What the runtime resolved from config.json and the options. */
+export interface ModelInfo extends ModelDimensions {
+  architecture: Architecture;
   maxPositionEmbeddings: number;
   /** Tokens each query may look back, inclusive of itself; null when unlimited. */
   slidingWindowTokens: number | null;

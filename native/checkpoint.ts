@@ -3,7 +3,7 @@
 // ranges, dtypes and every hyperparameter resolved. Every error names the file and the field.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Architecture, WeightDtype } from './api.ts';
+import type { Architecture, ModelDimensions, WeightDtype } from './api.ts';
 import {
   INDEX_FILE_NAME,
   SINGLE_FILE_NAME,
@@ -36,15 +36,8 @@ export interface LayerRefs {
 }
 
 /** What native/src/binding.cc marshals into cd_model_spec. */
-export interface ModelSpec {
+export interface ModelSpec extends ModelDimensions {
   filePaths: string[];
-  numLayers: number;
-  hiddenSize: number;
-  intermediateSize: number;
-  numHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  vocabSize: number;
   rmsNormEps: number;
   /** 0 when unlimited. */
   slidingWindowTokens: number;
@@ -207,7 +200,7 @@ class TensorCatalogue {
   }
 }
 
-function readLayer(tensors: TensorCatalogue, index: number, dims: Dims, hasQkvBias: boolean): LayerRefs {
+function readLayer(tensors: TensorCatalogue, index: number, dims: ModelDimensions, hasQkvBias: boolean): LayerRefs {
   const prefix = `model.layers.${index}`;
   const { hiddenSize, intermediateSize } = dims;
   const qSize = dims.numHeads * dims.headDim;
@@ -229,17 +222,8 @@ function readLayer(tensors: TensorCatalogue, index: number, dims: Dims, hasQkvBi
   };
 }
 
-interface Dims {
-  numLayers: number;
-  hiddenSize: number;
-  intermediateSize: number;
-  numHeads: number;
-  numKvHeads: number;
-  headDim: number;
-  vocabSize: number;
-}
 
-function readDims(config: ConfigReader): Dims {
+function readDims(config: ConfigReader): ModelDimensions {
   const hiddenSize = config.positiveInt('hidden_size');
   const numHeads = config.positiveInt('num_attention_heads');
   const numKvHeads = config.positiveInt('num_key_value_heads', numHeads);

@@ -189,10 +189,10 @@ async function main(): Promise<void> {
         }
         for (const mode of modes) prefillRounds.get(mode)!.push(await prefillTokensPerSecond(models.get(mode)!, 1));
       }
-      const int8Rounds = modes.find((mode) => mode.label === 'int8');
-      const bf16Rounds = modes.find((mode) => mode.label === 'bf16');
-      if (int8Rounds && bf16Rounds) {
-        const [int8B1, bf16B1] = [decodeRounds.get(int8Rounds)![0], decodeRounds.get(bf16Rounds)![0]];
+      const int8Mode = modes.find((mode) => mode.label === 'int8');
+      const bf16Mode = modes.find((mode) => mode.label === 'bf16');
+      if (int8Mode && bf16Mode) {
+        const [int8B1, bf16B1] = [decodeRounds.get(int8Mode)![0], decodeRounds.get(bf16Mode)![0]];
         int8OverBf16[kernel] = median(int8B1.map((rate, round) => rate / bf16B1[round]));
       }
       for (const mode of modes) {
@@ -224,10 +224,10 @@ async function main(): Promise<void> {
     const ratio = int8OverBf16[kernel];
     if (ratio !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(ratio, 2)} (median of the rounds' ratios)`);
     if (kernelNames.includes(kernel) && kernelSupported(kernel) && modeLabels.includes('int8')) {
-      const [fp32Mode, int8Mode] = [MODES[1], MODES[2]];
+      const modeOf = (label: string) => MODES.find((mode) => mode.label === label)!;
       const error = relativeError(
-        await promptLogits(modelDir, kernel, int8Mode, numThreads),
-        await promptLogits(modelDir, kernel, fp32Mode, numThreads),
+        await promptLogits(modelDir, kernel, modeOf('int8'), numThreads),
+        await promptLogits(modelDir, kernel, modeOf('fp32'), numThreads),
       );
       console.log(`${kernel}: int8 logits vs fp32, max|diff| / max|fp32| = ${error.toExponential(2)}`);
     }

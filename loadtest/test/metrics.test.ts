@@ -3,24 +3,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { computeMetrics } from '../metrics.ts';
-import type { RequestRecord } from '../request-record.ts';
+import { newRequestRecord, type RequestRecord } from '../request-record.ts';
 import { runLoadtest } from '../run.ts';
 import { startScriptedServer } from '../scripted-sse-server.ts';
 
 function record(fields: Partial<RequestRecord> & Pick<RequestRecord, 'startMs' | 'endMs'>): RequestRecord {
-  return {
-    sessionId: 's',
-    turnIndex: 0,
-    scheduledMs: null,
-    chunkTimesMs: [],
-    text: '',
-    usage: null,
-    numOutputTokens: null,
-    outputTokensSource: null,
-    errorType: null,
-    errorMessage: null,
-    ...fields,
-  };
+  return newRequestRecord({ sessionId: 's', turnIndex: 0, scheduledMs: null, ...fields });
 }
 
 const close = (actual: number, expected: number) => assert.ok(Math.abs(actual - expected) < 1e-9, `expected ${expected}, got ${actual}`);

@@ -79,6 +79,21 @@ const uniformAttention = {
   'lm_head.weight': LM_HEAD,
 };
 
+/** No MLP contribution and a unit final norm: the residual stream goes straight to the head. */
+const noMlp = {
+  'mlp.gate_proj.weight': [0, 0],
+  'mlp.up_proj.weight': [0, 0],
+  'mlp.down_proj.weight': [0, 0],
+  'model.norm.weight': [1, 1],
+};
+
+/** The embedding rows of tokens 0, 1 and 2. */
+const EMBEDDINGS = [
+  [3, 4],
+  [1, 0],
+  [0, -2],
+];
+
 function assertClose(actual: ArrayLike<number>, expected: ArrayLike<number>, message: string): void {
   assert.equal(actual.length, expected.length, message);
   for (let i = 0; i < expected.length; i++) {
@@ -125,18 +140,10 @@ test('Qwen2 q/k/v biases are added: a zero v_proj with bias b yields b at every 
       'self_attn.v_proj.weight': [0, 0, 0, 0],
       'self_attn.v_proj.bias': [1, 2],
       'self_attn.o_proj.weight': [1, 0, 0, 1],
-      'mlp.gate_proj.weight': [0, 0],
-      'mlp.up_proj.weight': [0, 0],
-      'mlp.down_proj.weight': [0, 0],
-      'model.norm.weight': [1, 1],
+      ...noMlp,
     });
     const logits = referenceLogits(loadReferenceModel(dir), [0, 1, 2]);
-    const embeddings = [
-      [3, 4],
-      [1, 0],
-      [0, -2],
-    ];
-    embeddings.forEach((e, t) => assertClose(logits[t], headLogits(rms([e[0] + 1, e[1] + 2])), `position ${t}`));
+    EMBEDDINGS.forEach((e, t) => assertClose(logits[t], headLogits(rms([e[0] + 1, e[1] + 2])), `position ${t}`));
   });
 });
 
@@ -146,20 +153,12 @@ test('Mistral sliding_window 2: each query sees itself and one position back', (
       ...uniformAttention,
       'self_attn.v_proj.weight': [1, 0, 0, 1],
       'self_attn.o_proj.weight': [1, 0, 0, 1],
-      'mlp.gate_proj.weight': [0, 0],
-      'mlp.up_proj.weight': [0, 0],
-      'mlp.down_proj.weight': [0, 0],
-      'model.norm.weight': [1, 1],
+      ...noMlp,
     });
     const logits = referenceLogits(loadReferenceModel(dir), [0, 1, 2]);
-    const embeddings = [
-      [3, 4],
-      [1, 0],
-      [0, -2],
-    ];
-    const normed = embeddings.map((e) => rms(e));
+    const normed = EMBEDDINGS.map((e) => rms(e));
     const visible = [[0], [0, 1], [1, 2]];
-    embeddings.forEach((e, t) => {
+    EMBEDDINGS.forEach((e, t) => {
       const mean = [0, 1].map((d) => visible[t].reduce((sum, j) => sum + normed[j][d], 0) / visible[t].length);
       assertClose(logits[t], headLogits(rms([e[0] + mean[0], e[1] + mean[1]])), `position ${t}`);
     });
