@@ -106,28 +106,19 @@ __attribute__((always_inline)) inline void panel_tile(const Activations& a, int3
   store_tile<R, 4>(acc, m0, 0, num_columns, y, y_stride, accumulate);
 }
 
-// kBf16Panels panel by panel (n_begin is a panel boundary), all rows against each: the panel
-// (k / 2 x 256 bytes) stays in L2 while the rows pass, six at a time.
-void matmul_panels(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin, int32_t n_end,
-                   float* y, size_t y_stride, bool accumulate) {
-  const int32_t num_pairs = (k + 1) / 2;
-  for (int32_t n0 = n_begin; n0 < n_end; n0 += kPanelColumns) {
-    const uint16_t* panel = static_cast<const uint16_t*>(w.data) + size_t(n0 / kPanelColumns) * size_t(num_pairs) * kPanelColumns * 2;
-    const int32_t num_columns = n_end - n0 < kPanelColumns ? n_end - n0 : kPanelColumns;
-    float* y_panel = y + n0;
-    int32_t m = 0;
-    for (; m + kPanelTileRows <= num_rows; m += kPanelTileRows) {
-      panel_tile<kPanelTileRows>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate);
-    }
-    switch (num_rows - m) {
-      case 5: panel_tile<5>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
-      case 4: panel_tile<4>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
-      case 3: panel_tile<3>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
-      case 2: panel_tile<2>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
-      case 1: panel_tile<1>(a, m, num_pairs, panel, num_columns, y_panel, y_stride, accumulate); break;
-      default: break;
-    }
+template <int R>
+struct Bf16DotRows {
+  static void run(const Activations& a, int32_t m0, int32_t k, const uint8_t* panel, int32_t num_columns, float* y,
+                  size_t y_stride, bool accumulate) {
+    panel_tile<R>(a, m0, (k + 1) / 2, reinterpret_cast<const uint16_t*>(panel), num_columns, y, y_stride, accumulate);
   }
+};
+
+void matmul_bf16_dot_panels(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
+                            int32_t n_end, float* y, size_t y_stride, bool accumulate) {
+  const size_t panel_bytes = size_t((k + 1) / 2) * kPanelColumns * 2 * sizeof(uint16_t);
+  matmul_by_panels<Bf16DotRows, kPanelTileRows>(a, num_rows, k, w, panel_bytes, n_begin, n_end, y, y_stride,
+                                                accumulate);
 }
 
 // Sixteen keys' dot products at once (attention's scores): each key accumulates its chunks in
@@ -322,7 +313,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
   switch (w.format) {
     case MatrixFormat::kF32Panels: matmul_float_panels<PanelF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kBf16Panels: matmul_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kBf16Panels: matmul_bf16_dot_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
   }
 }
