@@ -30,12 +30,6 @@ inline Vec vload_bf16(const uint16_t* p) {
 inline Vec vload_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-// Sixteen columns' bf16 pairs: the even input is the low half of each 32-bit lane, the odd the high.
-inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
-  const __m512i pairs = _mm512_loadu_si512(p);
-  even = _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16));
-  odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int32_t(0xFFFF0000u))));
-}
 inline void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
 inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 using IVec = __m512i;

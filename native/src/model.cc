@@ -50,11 +50,14 @@ void KvCache::store(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head, co
   }
   uint16_t* region_bf16 = static_cast<uint16_t*>(region(layer, kv, slot / block_size_tokens_, kv_head));
   const size_t offset = size_t(slot % block_size_tokens_);
-  for (int32_t d = 0; d < head_dim_; ++d) {
-    const size_t index = kv == 0 ? (size_t(d / 2) * size_t(block_size_tokens_) + offset) * 2 + size_t(d % 2)
-                                 : (offset / 2 * size_t(head_dim_) + size_t(d)) * 2 + offset % 2;
-    region_bf16[index] = f32_to_bf16(values[d]);
+  if (kv == 0) {  // keys [head_dim / 2][slot][2]
+    for (int32_t d = 0; d < head_dim_; ++d) {
+      region_bf16[(size_t(d / 2) * size_t(block_size_tokens_) + offset) * 2 + size_t(d % 2)] = f32_to_bf16(values[d]);
+    }
+    return;
   }
+  uint16_t* pair = region_bf16 + offset / 2 * size_t(head_dim_) * 2 + offset % 2;  // values [slot / 2][head_dim][2]
+  for (int32_t d = 0; d < head_dim_; ++d) pair[size_t(d) * 2] = f32_to_bf16(values[d]);
 }
 
 Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels)
