@@ -114,9 +114,9 @@ class ForwardPass {
         for (std::vector<const uint16_t*>& groups : *buffers) grow(groups, context_capacity / 16);
       }
       ws_.query_bf16.resize(num_threads);
-      for (std::vector<uint16_t>& query : ws_.query_bf16) grow(query, size_t(dims_.head_dim));
+      for (std::vector<uint16_t>& query : ws_.query_bf16) grow(query, 2 * size_t(dims_.head_dim));
       ws_.probs_bf16.resize(num_threads);
-      for (std::vector<uint16_t>& probs : ws_.probs_bf16) grow(probs, context_capacity);
+      for (std::vector<uint16_t>& probs : ws_.probs_bf16) grow(probs, 2 * context_capacity);
     }
   }
 
@@ -232,7 +232,7 @@ class ForwardPass {
     });
   }
 
-  // The query and the softmax numerators rounded to bf16 meet the cache in AVX512_BF16 dot
+  // The query and the softmax numerators (as bf16 halves on avx512) meet the cache in dot
   // products. Scores and numerators are indexed from `base`, the first visible position rounded
   // down to a group of 16 keys (groups and value pairs start at even slots of a block).
   void attend_bf16_pairs(int32_t layer_index) {

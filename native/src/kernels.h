@@ -85,9 +85,10 @@ struct KernelTable {
   // y += alphas[r] * row r, for r in order (attention's values of one cache block).
   void (*axpy_rows)(const float* alphas, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* y);
 
-  // Attention over a bf16 cache in KvLayout::kBf16Pairs (model.h). avx512 rounds the query and
-  // the softmax numerators to bf16 (into the caller's scratch) for vdpbf16ps; the others widen
-  // the cache to fp32 and leave the scratch alone.
+  // Attention over a bf16 cache in KvLayout::kBf16Pairs (model.h). avx512 splits the query and
+  // the softmax numerators into bf16 high and low halves for vdpbf16ps, in the caller's scratch
+  // (2 x head_dim and 2 x the numerators' range); the others widen the cache to fp32 and leave
+  // the scratch alone.
   //
   // scores[16 g + i] = q · key i of group g, for num_groups groups of 16 keys; group g's dims
   // come in pairs, pair d of its 16 keys at key_groups[g] + d * key_pair_stride. Every score

@@ -105,8 +105,8 @@ struct Workspace {
   std::vector<float> output_logits; // [outputs, vocab]
   MatmulScratch packed;             // a matmul's activations as its kernel reads them
   std::vector<std::vector<float>> scores;  // [threads][context] attention scores
-  std::vector<std::vector<uint16_t>> query_bf16;  // [threads][head_dim] (kBf16Pairs)
-  std::vector<std::vector<uint16_t>> probs_bf16;  // [threads][context] (kBf16Pairs)
+  std::vector<std::vector<uint16_t>> query_bf16;  // [threads][2 x head_dim] (kBf16Pairs)
+  std::vector<std::vector<uint16_t>> probs_bf16;  // [threads][2 x context] (kBf16Pairs)
   std::vector<std::vector<const uint16_t*>> key_groups, value_groups;  // [threads][context / 16]
   std::vector<std::vector<int32_t>> sample_ids;  // [threads][vocab]
   std::vector<std::vector<double>> sample_probs; // [threads][vocab]
