@@ -59,6 +59,11 @@ struct Activations {
   size_t packed_stride;
 };
 
+struct ArgMax {
+  int32_t index;
+  float value;
+};
+
 struct KernelTable {
   cd_kernel kernel;
   // Bytes of one packed activation row for matmuls over this format; 0 when matmul reads x.
@@ -75,6 +80,8 @@ struct KernelTable {
   // out[r] = dot(a, row r) for num_rows contiguous rows of n elements (attention's keys of one
   // cache block), each key in one fixed order.
   void (*dot_rows)(const float* a, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* out);
+  // The largest of x[0, n) and its lowest index (n >= 1).
+  ArgMax (*argmax)(const float* x, int32_t n);
   // scores[j] = e^(scores[j] * scale - max) in place (attention's softmax numerators); returns
   // their sum, in a fixed order for a given n.
   float (*softmax_numerators)(float* scores, int32_t n, float scale);

@@ -56,6 +56,35 @@ inline Vec vmul(Vec a, Vec b) {
   for (int32_t i = 0; i < kLanes; ++i) a.lane[i] *= b.lane[i];
   return a;
 }
+inline Vec vadd(Vec a, Vec b) {
+  for (int32_t i = 0; i < kLanes; ++i) a.lane[i] += b.lane[i];
+  return a;
+}
+inline Vec vsub(Vec a, Vec b) {
+  for (int32_t i = 0; i < kLanes; ++i) a.lane[i] -= b.lane[i];
+  return a;
+}
+inline Vec vdiv(Vec a, Vec b) {
+  for (int32_t i = 0; i < kLanes; ++i) a.lane[i] /= b.lane[i];
+  return a;
+}
+// As the SIMD instructions: the second operand when either is NaN.
+inline Vec vmax(Vec a, Vec b) {
+  for (int32_t i = 0; i < kLanes; ++i) a.lane[i] = a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i];
+  return a;
+}
+inline Vec vmin(Vec a, Vec b) {
+  for (int32_t i = 0; i < kLanes; ++i) a.lane[i] = a.lane[i] < b.lane[i] ? a.lane[i] : b.lane[i];
+  return a;
+}
+// 2^n for integral n in [-126, 127], from the exponent bits.
+inline Vec vpow2(Vec n) {
+  for (int32_t i = 0; i < kLanes; ++i) {
+    const uint32_t bits = uint32_t(int32_t(n.lane[i]) + 127) << 23;
+    __builtin_memcpy(&n.lane[i], &bits, sizeof bits);
+  }
+  return n;
+}
 struct IVec {
   int32_t lane[kLanes];
 };

@@ -14,24 +14,6 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Highest logit; ties go to the lowest id.
-int32_t argmax(const float* logits, int32_t vocab_size) {
-  int32_t best = 0;
-  for (int32_t id = 1; id < vocab_size; ++id) {
-    if (logits[id] > logits[best]) best = id;
-  }
-  return best;
-}
-
-// The denominator in the kernels' vectorized fp32 exponentials: a libm exp per vocabulary entry
-// was ~2% of a batch-1 decode step.
-float log_softmax_at(const KernelTable& kernels, const float* logits, int32_t vocab_size, int32_t id) {
-  float max_logit = logits[0];
-  for (int32_t i = 1; i < vocab_size; ++i) max_logit = std::max(max_logit, logits[i]);
-  const double sum = kernels.sum_exp(logits, vocab_size, max_logit);
-  return float(double(logits[id]) - max_logit - std::log(sum));
-}
-
 // Temperature, then top-k, then top-p over the survivors, then one inverse-CDF draw.
 int32_t sample_stochastic(const float* logits, int32_t vocab_size, const SamplingParams& params,
                           std::vector<int32_t>& ids, std::vector<double>& probs) {
@@ -90,9 +72,12 @@ double uniform_from_counter(uint64_t seed, uint64_t counter) {
 SampledToken sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size,
                           const SamplingParams& params, std::vector<int32_t>& id_scratch, std::vector<double>& prob_scratch) {
   const bool greedy = params.temperature <= 0.0f || params.top_k == 1;
-  const int32_t id = greedy ? argmax(logits, vocab_size)
-                            : sample_stochastic(logits, vocab_size, params, id_scratch, prob_scratch);
-  return SampledToken{id, log_softmax_at(kernels, logits, vocab_size, id)};
+  // Ties go to the lowest id. The log-softmax's denominator runs in the kernels' vectorized
+  // exponentials (a libm exp per vocabulary entry was ~2% of a batch-1 decode step).
+  const ArgMax best = kernels.argmax(logits, vocab_size);
+  const int32_t id = greedy ? best.index : sample_stochastic(logits, vocab_size, params, id_scratch, prob_scratch);
+  const double sum = kernels.sum_exp(logits, vocab_size, best.value);
+  return SampledToken{id, float(double(logits[id]) - best.value - std::log(sum))};
 }
 
 }  // namespace conduit
