@@ -53,7 +53,6 @@ class ForwardPass {
       : model_(model), dims_(model.dims), batch_(batch), ws_(model.workspace) {}
 
   void run(cd_forward_output& output) {
-    const ThreadPool::Pass pass(model_.pool);
     prepare();
     embed_and_rope_tables();
     for (int32_t layer = 0; layer < dims_.num_layers; ++layer) run_layer(layer);
@@ -77,7 +76,7 @@ class ForwardPass {
   // tokens also see more keys, which would leave a static first half idle during attention).
   template <typename Body>
   void parallel_tasks(int32_t num_tasks, const Body& body) {
-    model_.pool.parallel_for_dynamic(num_tasks, 1, body);
+    model_.pool.parallel_for(num_tasks, 1, body);
   }
 
   void prepare() {

@@ -38,13 +38,13 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   if (prepares_per_thread) grow_each(scratch.prepared_per_thread, num_threads, size_t(num_rows) * size_t(k));
   if (packs_per_thread) grow_each(scratch.per_thread, num_threads, size_t(num_rows) * packed_stride);
   if (input.prepare != nullptr && !prepares_per_thread) {
-    pool.parallel_for_dynamic(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
     });
   }
   if (packed_stride > 0 && !packs_per_thread) {
     if (scratch.shared.size() < size_t(num_rows) * packed_stride) scratch.shared.resize(size_t(num_rows) * packed_stride);
-    pool.parallel_for_dynamic(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
       kernels.pack_rows(input.x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
                         &scratch.shared[size_t(begin) * packed_stride], packed_stride);
     });
@@ -56,7 +56,7 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   activations_of.assign(num_threads, Activations{nullptr, 0, nullptr, 0});
   // Claimed dynamically: the two vCPUs rarely stream memory equally fast, and a static half
   // each leaves the faster one waiting.
-  pool.parallel_for_dynamic(num_tiles, 1, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
+  pool.parallel_for(num_tiles, 1, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
     Activations& activations = activations_of[size_t(thread_index)];
     if (activations.x == nullptr) {
       activations = Activations{input.x, size_t(k), scratch.shared.data(), packed_stride};

@@ -38,11 +38,9 @@ double measure_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_r
   double best_seconds = 1e30;
   for (int32_t repeat = 0; repeat < num_repeats; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(num_threads, [&](int32_t, int32_t begin, int32_t end) {
-      for (int32_t slice = begin; slice < end; ++slice) {
-        sums[size_t(slice)] = probe_stream_sum_avx512(
-            static_cast<const uint8_t*>(buffer.get()) + size_t(slice) * slice_bytes, slice_bytes);
-      }
+    pool.on_every_thread([&](int32_t slice) {
+      sums[size_t(slice)] = probe_stream_sum_avx512(
+          static_cast<const uint8_t*>(buffer.get()) + size_t(slice) * slice_bytes, slice_bytes);
     });
     best_seconds = std::min(best_seconds, seconds_since(start));
   }
@@ -57,9 +55,7 @@ double measure_bf16_peak(int32_t num_threads) {
   double best = 0;
   for (int32_t repeat = 0; repeat < 3; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(num_threads, [&](int32_t, int32_t begin, int32_t end) {
-      for (int32_t t = begin; t < end; ++t) sinks[size_t(t)] = probe_bf16_peak_avx512(kIterations, &flops[size_t(t)]);
-    });
+    pool.on_every_thread([&](int32_t t) { sinks[size_t(t)] = probe_bf16_peak_avx512(kIterations, &flops[size_t(t)]); });
     const double seconds = seconds_since(start);
     int64_t total = 0;
     for (int64_t f : flops) total += f;
@@ -99,7 +95,6 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
   }
   matrix.data = data.get();
   ThreadPool pool(num_threads);
-  const ThreadPool::Pass pass(pool);  // timed as inside a forward pass, workers polling
   double best_seconds = 1e30;
   for (int32_t repeat = 0; repeat <= num_repeats; ++repeat) {
     const auto start = std::chrono::steady_clock::now();

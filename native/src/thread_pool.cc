@@ -1,96 +1,222 @@
 #include "thread_pool.h"
 
+#include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
 namespace conduit {
 
 namespace {
 
-// Inside a pass, polling (tens of microseconds) outlasts the serial steps between two calls; a
-// longer poll (milliseconds) only mattered when the OS preempted the caller, and then the poller
-// held a core the gateway needed (conduit-tiny served to 16 clients: 1,890-2,120 tok/s polling
-// 2,000,000 iterations, 2,260-2,710 at 50,000, 2,230-2,550 before passes existed; batch-1 decode
-// of the 125 M model no slower). Outside a pass, a few microseconds: polling through the
-// JavaScript between two steps made the runtime alone faster but the served model slower,
-// because on 2 cores the polling thread takes the core that the worker's event loop and the
-// gateway need (16 clients: 1,820-2,580 tok/s polling long, 2,580-2,730 short). No PAUSE: under
-// KVM a run of PAUSEs trips pause-loop exiting and the hypervisor deschedules the polling vCPU
-// (measured: decode -40%).
-constexpr int32_t kPassSpinIterations = 50000;
-constexpr int32_t kIdleSpinIterations = 2000;
+constexpr uint64_t kTaskMask = 0xFFFFFFFFu;
+constexpr uint32_t kWriting = 0xFFFFFFFFu;
 
-inline void cpu_relax() { __asm__ __volatile__("" ::: "memory"); }
+uint32_t generation_of(uint64_t word) { return uint32_t(word >> 32); }
+uint64_t job_word(uint32_t generation, uint32_t next_task) { return uint64_t(generation) << 32 | next_task; }
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The polling loop's clock: the time-stamp counter where there is one (a few cycles, never a
+// system call, whatever clock source the kernel uses), steady_clock elsewhere.
+uint64_t now_ticks() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return uint64_t(steady_ns());
+#endif
+}
+
+// Wake-ups measured at start. Each first leaves the worker idle long enough that its CPU stops
+// polling for work on its own (guest and host halt-polling last up to a few hundred
+// microseconds), as between two forward passes of a quiet server.
+constexpr int32_t kWakeSamples = 15;
+constexpr int64_t kIdleBeforeWakeNs = 1'000'000;
+// A wake-up that took longer (a preempted thread, a stalled host) counts as this long, so one
+// outlier cannot have threads polling for milliseconds.
+constexpr int64_t kMaxWakeLatencyNs = 1'000'000;
+// Weight of each wake-up seen in operation in the running estimate.
+constexpr int64_t kWakeEstimateWeight = 8;
 
 }  // namespace
 
 ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(num_threads) {
   workers_.reserve(size_t(num_threads - 1));
   for (int32_t i = 1; i < num_threads; ++i) workers_.emplace_back(&ThreadPool::worker_loop, this, i);
+  if (num_threads == 1) return;
+  const int64_t start_ns = steady_ns();
+  const uint64_t start_ticks = now_ticks();
+  measuring_ = true;
+  wake_latency_ns_ = measure_wake_latency_ns();
+  measuring_ = false;
+  ticks_per_ns_.store(double(now_ticks() - start_ticks) / double(steady_ns() - start_ns));
+  spin_ticks_.store(int64_t(double(wake_latency_ns_) * ticks_per_ns_.load()));
 }
 
 ThreadPool::~ThreadPool() {
   stopping_.store(true);
-  wake_sleepers();
+  wake(workers_asleep_);
   for (std::thread& worker : workers_) worker.join();
 }
 
-template <typename Ready>
-void ThreadPool::await(const Ready& ready) {
-  for (;;) {
-    const uint64_t pass_epoch = pass_epoch_.load();
-    for (int32_t i = 0; i < kPassSpinIterations; ++i) {
-      if (ready()) return;
-      if (i >= kIdleSpinIterations && !in_pass_.load(std::memory_order_relaxed)) break;
-      cpu_relax();
+int64_t ThreadPool::spin_ns() const { return int64_t(double(spin_ticks_.load()) / ticks_per_ns_.load()); }
+
+// While it runs, spin_ticks_ is 0: every waiting thread sleeps at once. The caller stays busy
+// through the idle time and the wake-up, as it does inside a pass, so a worker wakes on another
+// CPU (woken on the caller's, it would only measure a context switch).
+int64_t ThreadPool::measure_wake_latency_ns() {
+  std::vector<int64_t> samples;
+  std::vector<int64_t> woke_ns(static_cast<size_t>(num_threads_));
+  std::atomic<int32_t> num_woken{0};
+  for (int32_t i = 0; i < kWakeSamples; ++i) {
+    while (workers_asleep_.count.load() < num_threads_ - 1) std::this_thread::yield();
+    const int64_t idle_until_ns = steady_ns() + kIdleBeforeWakeNs;
+    while (steady_ns() < idle_until_ns) {
     }
-    std::unique_lock<std::mutex> lock(mutex_);
-    num_sleepers_.fetch_add(1);
-    changed_.wait(lock, [&] { return ready() || pass_epoch_.load() != pass_epoch; });
-    num_sleepers_.fetch_sub(1);
+    num_woken.store(0);
+    const int64_t notified_ns = steady_ns();
+    on_every_thread([&](int32_t thread_index) {
+      if (thread_index == 0) {
+        while (num_woken.load() < num_threads_ - 1) {
+        }
+        return;
+      }
+      woke_ns[size_t(thread_index)] = steady_ns();
+      num_woken.fetch_add(1);
+    });
+    for (int32_t t = 1; t < num_threads_; ++t) {
+      samples.push_back(std::min(kMaxWakeLatencyNs, woke_ns[size_t(t)] - notified_ns));
+    }
+  }
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  return samples[samples.size() / 2];
+}
+
+// Every wake-up seen in operation moves the polling time toward it: what waking a thread costs
+// inside a running server (other threads competing for the cores, the host's scheduling) is
+// what polling should match, and the measurement at start only approximates it.
+void ThreadPool::observe_wake_latency(uint64_t latency_ticks) {
+  const int64_t sample = std::min(int64_t(latency_ticks), int64_t(double(kMaxWakeLatencyNs) * ticks_per_ns_.load()));
+  const int64_t estimate = spin_ticks_.load(std::memory_order_relaxed);
+  spin_ticks_.store(estimate + (sample - estimate) / kWakeEstimateWeight, std::memory_order_relaxed);
+}
+
+template <typename Ready>
+void ThreadPool::await(Sleepers& sleepers, const Ready& ready) {
+  if (ready()) return;
+  // No PAUSE: under KVM a run of PAUSEs trips pause-loop exiting, and the hypervisor deschedules
+  // the polling vCPU (measured: decode -40%).
+  const uint64_t deadline = now_ticks() + uint64_t(spin_ticks_.load(std::memory_order_relaxed));
+  for (uint32_t i = 1;; ++i) {
     if (ready()) return;
+    if (i % 8 == 0 && now_ticks() >= deadline) break;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t slept_ticks = now_ticks();
+  sleepers.count.fetch_add(1);
+  sleepers.wakeup.wait(lock, ready);
+  sleepers.count.fetch_sub(1);
+  const uint64_t notified_ticks = sleepers.first_notify_ticks.exchange(0);
+  if (!measuring_ && notified_ticks > slept_ticks) observe_wake_latency(now_ticks() - notified_ticks);
+}
+
+// The change came first (sequentially consistent), then this load of the sleepers, and a
+// sleeper counts itself before it checks its condition: either it sees the change or it is
+// counted here. Taking the mutex orders the notification after its last check.
+void ThreadPool::wake(Sleepers& sleepers) {
+  if (sleepers.count.load() == 0) return;
+  uint64_t unset = 0;
+  sleepers.first_notify_ticks.compare_exchange_strong(unset, now_ticks());
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  sleepers.wakeup.notify_all();
+}
+
+void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_per_thread, Invoke invoke,
+                     const void* context) {
+  if (num_tasks <= 0) return;
+  if (num_threads_ == 1) {
+    invoke(context, 0, 0, num_tasks);
+    return;
+  }
+  // Seqlock: the writing mark, then the job, then the generation opened at task 0. A worker that
+  // read part of the new job under the old generation sees the generation moved on.
+  const uint32_t generation = generation_of(job_word_.load(std::memory_order_relaxed)) + 1;
+  job_word_.store(job_word(generation, kWriting), std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  job_.num_tasks.store(num_tasks, std::memory_order_relaxed);
+  job_.min_chunk_tasks.store(std::max(1, min_chunk_tasks), std::memory_order_relaxed);
+  job_.one_task_per_thread.store(one_task_per_thread, std::memory_order_relaxed);
+  job_.invoke.store(invoke, std::memory_order_relaxed);
+  job_.context.store(context, std::memory_order_relaxed);
+  num_tasks_done_.store(0, std::memory_order_relaxed);
+  const uint64_t word = job_word(generation, 0);
+  job_word_.store(word);
+  wake(workers_asleep_);
+  if (one_task_per_thread) {
+    invoke(context, 0, 0, 1);
+    finish_tasks(1, num_tasks);
+  } else {
+    claim_chunks(0, JobSnapshot{word, num_tasks, std::max(1, min_chunk_tasks), false, invoke, context});
+  }
+  await(caller_asleep_, [&] { return num_tasks_done_.load(std::memory_order_acquire) == num_tasks; });
+}
+
+bool ThreadPool::read_job(uint64_t word, JobSnapshot& job) const {
+  job.word = word;
+  job.num_tasks = job_.num_tasks.load(std::memory_order_relaxed);
+  job.min_chunk_tasks = job_.min_chunk_tasks.load(std::memory_order_relaxed);
+  job.one_task_per_thread = job_.one_task_per_thread.load(std::memory_order_relaxed);
+  job.invoke = job_.invoke.load(std::memory_order_relaxed);
+  job.context = job_.context.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return generation_of(job_word_.load(std::memory_order_relaxed)) == generation_of(word);
+}
+
+void ThreadPool::claim_chunks(int32_t thread_index, JobSnapshot job) {
+  uint64_t word = job.word;
+  while (generation_of(word) == generation_of(job.word)) {
+    const int32_t next = int32_t(word & kTaskMask);
+    if (next >= job.num_tasks) return;
+    const int32_t guided = (job.num_tasks - next) / (4 * num_threads_);
+    const int32_t end = std::min(job.num_tasks, next + std::max(job.min_chunk_tasks, guided));
+    // A failed exchange reloads word: another thread claimed first, or the job was replaced.
+    if (job_word_.compare_exchange_weak(word, job_word(generation_of(word), uint32_t(end)),
+                                        std::memory_order_acq_rel, std::memory_order_acquire)) {
+      job.invoke(job.context, thread_index, next, end);
+      finish_tasks(end - next, job.num_tasks);
+      word = job_word_.load(std::memory_order_acquire);
+    }
   }
 }
 
-void ThreadPool::begin_pass() {
-  in_pass_.store(true);
-  pass_epoch_.fetch_add(1);
-  wake_sleepers();
-}
-
-void ThreadPool::end_pass() { in_pass_.store(false); }
-
-// After every change someone may await. Taking the mutex orders the notification after a
-// sleeper's last look at its condition.
-void ThreadPool::wake_sleepers() {
-  if (num_sleepers_.load() == 0) return;
-  { std::lock_guard<std::mutex> lock(mutex_); }
-  changed_.notify_all();
-}
-
-void ThreadPool::run(int32_t num_tasks, Invoke invoke, const void* context) {
-  if (num_tasks <= 0) return;
-  num_tasks_ = num_tasks;
-  invoke_ = invoke;
-  context_ = context;
-  num_busy_.store(num_threads_ - 1);
-  generation_.fetch_add(1);
-  wake_sleepers();
-  run_share(0);
-  await([this] { return num_busy_.load() == 0; });
-}
-
-void ThreadPool::run_share(int32_t thread_index) const {
-  const int32_t begin = int32_t(num_tasks_ * int64_t(thread_index) / int64_t(num_threads_));
-  const int32_t end = int32_t(num_tasks_ * int64_t(thread_index + 1) / int64_t(num_threads_));
-  if (begin < end) invoke_(context_, thread_index, begin, end);
+void ThreadPool::finish_tasks(int32_t num_tasks_done, int32_t num_tasks) {
+  if (num_tasks_done_.fetch_add(num_tasks_done) + num_tasks_done == num_tasks) wake(caller_asleep_);
 }
 
 void ThreadPool::worker_loop(int32_t thread_index) {
-  uint64_t seen_generation = 0;
+  uint32_t seen_generation = 0;
   for (;;) {
-    await([&] { return stopping_.load() || generation_.load() != seen_generation; });
+    uint64_t word = 0;
+    await(workers_asleep_, [&] {
+      word = job_word_.load(std::memory_order_acquire);
+      return stopping_.load(std::memory_order_relaxed) ||
+             (generation_of(word) != seen_generation && uint32_t(word) != kWriting);
+    });
     if (stopping_.load()) return;
-    seen_generation = generation_.load();
-    run_share(thread_index);
-    if (num_busy_.fetch_sub(1) == 1) wake_sleepers();
+    JobSnapshot job;
+    if (!read_job(word, job)) continue;  // replaced while being read: look again
+    seen_generation = generation_of(word);
+    if (job.one_task_per_thread) {
+      job.invoke(job.context, thread_index, thread_index, thread_index + 1);
+      finish_tasks(1, job.num_tasks);
+    } else {
+      claim_chunks(thread_index, job);
+    }
   }
 }
 

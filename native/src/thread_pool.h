@@ -1,14 +1,21 @@
-// The runtime's own persistent threads. A forward pass is a sequence of parallel calls, each
-// splitting its tasks into one contiguous range per thread (parallel_for) or handing them out
-// in chunks to whichever thread claims them (parallel_for_dynamic). The calling thread works too,
-// with numThreads - 1 workers, so a pass never has more than numThreads threads busy, and no
-// other libuv thread ever computes. Inside a forward pass (a Pass scope) a worker
-// polls for the next call: a decode step is ~80 calls microseconds apart, and a futex wake per
-// call would cost more than the work of many of them. Outside one it sleeps almost at once, so
-// between steps the cores belong to the event loop and the gateway.
+// The runtime's own persistent threads: the calling thread plus num_threads - 1 workers.
+//
+// A parallel call publishes a job and the threads claim chunks of its tasks until none is left;
+// it returns once every task has run. The caller claims like any worker, so a call never waits
+// for a thread that has not shown up: a worker that is asleep, descheduled or late simply finds
+// the tasks taken, and a call of one task costs the caller no more than the task.
+//
+// Waiting threads poll for about as long as waking a sleeping thread takes on this machine, then
+// sleep on a condition variable: polling as long as blocking would cost is never worse than
+// twice the best choice made in hindsight, whatever the wait turns out to be. The wake-up
+// latency is measured when the pool starts and then follows the wake-ups seen in operation
+// (inside a server, other threads compete for the cores and a wake-up costs more than on a quiet
+// machine). A forward pass is dozens of calls microseconds apart, so inside it the workers stay
+// awake and a hand-off is a few atomic operations, no system call; a gap longer than a wake-up
+// (an idle server, JavaScript that outlasts it) puts them to sleep, so the cores go back to the
+// event loop and the gateway.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -26,81 +33,96 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int32_t num_threads() const { return num_threads_; }
+  // Median nanoseconds from notifying a sleeping worker to it running, measured at start (0 with
+  // one thread).
+  int64_t wake_latency_ns() const { return wake_latency_ns_; }
+  // How long a waiting thread polls before it sleeps now.
+  int64_t spin_ns() const;
 
-  // Scopes a forward pass: wakes sleeping workers on entry so they poll by the first call, and
-  // lets them sleep again on exit.
-  class Pass {
-   public:
-    explicit Pass(ThreadPool& pool) : pool_(pool) { pool_.begin_pass(); }
-    ~Pass() { pool_.end_pass(); }
-    Pass(const Pass&) = delete;
-    Pass& operator=(const Pass&) = delete;
-
-   private:
-    ThreadPool& pool_;
-  };
-
-  // Calls body(thread_index, begin, end) on every thread with its share of [0, num_tasks) and
-  // returns when all are done. One caller at a time, never from inside a body.
+  // Calls body(thread_index, begin, end) on chunks of [0, num_tasks) claimed by whichever thread
+  // comes first, and returns when all have run. Chunks shrink as the tasks run out (a quarter of
+  // what is left per thread, at least min_chunk_tasks), so the threads finish close together.
+  // thread_index (0 for the caller) names per-thread scratch; no result may depend on it. One
+  // caller at a time, never from inside a body.
   template <typename Body>
-  void parallel_for(int32_t num_tasks, const Body& body) {
-    run(num_tasks, [](const void* context, int32_t thread_index, int32_t begin, int32_t end) {
-      (*static_cast<const Body*>(context))(thread_index, begin, end);
-    }, &body);
+  void parallel_for(int32_t num_tasks, int32_t min_chunk_tasks, const Body& body) {
+    run(num_tasks, min_chunk_tasks, false, invoke_body<Body>, &body);
   }
 
-  // Like parallel_for, but threads claim chunks in turn until none is left, so a thread slowed
-  // down (a busier core, less memory bandwidth, a late wake-up) takes fewer. Chunks shrink as
-  // the tasks run out (a quarter of what is left per thread, at least min_chunk_tasks), so the
-  // threads finish close together. Only for bodies whose results do not depend on the thread.
+  // Calls body(thread_index) once on every thread, all at the same time (the probes measure
+  // what all threads together reach), and returns when all have run.
   template <typename Body>
-  void parallel_for_dynamic(int32_t num_tasks, int32_t min_chunk_tasks, const Body& body) {
-    next_task_.store(0, std::memory_order_relaxed);
-    parallel_for(num_threads_, [&](int32_t thread_index, int32_t, int32_t) {
-      int32_t begin = next_task_.load(std::memory_order_relaxed);
-      for (;;) {
-        if (begin >= num_tasks) return;
-        const int32_t guided = (num_tasks - begin) / (4 * num_threads_);
-        const int32_t end = std::min(num_tasks, begin + std::max(min_chunk_tasks, guided));
-        if (next_task_.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
-          body(thread_index, begin, end);
-          begin = next_task_.load(std::memory_order_relaxed);
-        }
-      }
-    });
+  void on_every_thread(const Body& body) {
+    const auto per_task = [&body](int32_t thread_index, int32_t, int32_t) { body(thread_index); };
+    run(num_threads_, 1, true, invoke_body<decltype(per_task)>, &per_task);
   }
 
  private:
   using Invoke = void (*)(const void* context, int32_t thread_index, int32_t begin, int32_t end);
 
-  void run(int32_t num_tasks, Invoke invoke, const void* context);
-  void run_share(int32_t thread_index) const;
+  template <typename Body>
+  static void invoke_body(const void* context, int32_t thread_index, int32_t begin, int32_t end) {
+    (*static_cast<const Body*>(context))(thread_index, begin, end);
+  }
+
+  // The published job, read by the workers under the seqlock protocol of job_word_.
+  struct Job {
+    std::atomic<int32_t> num_tasks{0};
+    std::atomic<int32_t> min_chunk_tasks{1};
+    std::atomic<bool> one_task_per_thread{false};
+    std::atomic<Invoke> invoke{nullptr};
+    std::atomic<const void*> context{nullptr};
+  };
+  struct JobSnapshot {
+    uint64_t word;
+    int32_t num_tasks;
+    int32_t min_chunk_tasks;
+    bool one_task_per_thread;
+    Invoke invoke;
+    const void* context;
+  };
+
+  // Threads waiting for one kind of change: the workers for a job, the caller for its end.
+  struct Sleepers {
+    std::atomic<int32_t> count{0};
+    std::condition_variable wakeup;
+    std::atomic<uint64_t> first_notify_ticks{0};  // the first notify since one of them last woke
+  };
+
+  void run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_per_thread, Invoke invoke, const void* context);
+  // Reads the job of generation(word) (false once another generation replaces it).
+  bool read_job(uint64_t word, JobSnapshot& job) const;
+  // Claims and runs chunks of the job until none is left or it is replaced.
+  void claim_chunks(int32_t thread_index, JobSnapshot job);
+  void finish_tasks(int32_t num_tasks_done, int32_t num_tasks);
   void worker_loop(int32_t thread_index);
-  void begin_pass();
-  void end_pass();
-  // Polls ready() (tens of microseconds inside a pass, a few outside), then sleeps on changed_
-  // until it holds or a pass begins.
+  // Polls ready() for spin_ticks_, then sleeps among sleepers until a notify finds it true.
   template <typename Ready>
-  void await(const Ready& ready);
-  void wake_sleepers();
+  void await(Sleepers& sleepers, const Ready& ready);
+  // After a change that sleepers may await: a system call only if one sleeps.
+  void wake(Sleepers& sleepers);
+  int64_t measure_wake_latency_ns();
+  void observe_wake_latency(uint64_t latency_ticks);
 
   const int32_t num_threads_;
   std::vector<std::thread> workers_;
+  int64_t wake_latency_ns_ = 0;
+  // How long a waiting thread polls: the wake-up latency measured at start, then a running
+  // estimate of the wake-ups seen since.
+  std::atomic<int64_t> spin_ticks_{0};
+  std::atomic<double> ticks_per_ns_{1.0};
+  std::atomic<bool> measuring_{false};
 
-  // The current call, written by the caller before it bumps generation_.
-  int32_t num_tasks_ = 0;
-  Invoke invoke_ = nullptr;
-  const void* context_ = nullptr;
-
-  std::atomic<int32_t> next_task_{0};  // parallel_for_dynamic's next unclaimed task
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int32_t> num_busy_{0};
+  // Generation (high 32 bits) and the job's next unclaimed task (low 32 bits); kWriting while the
+  // caller rewrites job_, so a late worker can never pair an old generation with the new job.
+  std::atomic<uint64_t> job_word_{0};
+  Job job_;
+  std::atomic<int32_t> num_tasks_done_{0};
   std::atomic<bool> stopping_{false};
-  std::atomic<int32_t> num_sleepers_{0};
-  std::atomic<bool> in_pass_{false};
-  std::atomic<uint64_t> pass_epoch_{0};
+
   std::mutex mutex_;
-  std::condition_variable changed_;
+  Sleepers workers_asleep_;
+  Sleepers caller_asleep_;
 };
 
 }  // namespace conduit

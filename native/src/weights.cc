@@ -101,7 +101,7 @@ const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dt
     uint8_t* target = static_cast<uint8_t*>(buffer.get());
     const int32_t num_chunks =
         int32_t((num_elements + kConversionChunkElements - 1) / kConversionChunkElements);
-    pool.parallel_for(num_chunks, [&](int32_t, int32_t chunk_begin, int32_t chunk_end) {
+    pool.parallel_for(num_chunks, 1, [&](int32_t, int32_t chunk_begin, int32_t chunk_end) {
       const size_t first = size_t(chunk_begin) * kConversionChunkElements;
       const size_t last = std::min(num_elements, size_t(chunk_end) * kConversionChunkElements);
       convert_elements(source + first * dtype_bytes(ref.dtype), ref.dtype,
@@ -144,7 +144,7 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   const int32_t num_blocks = (k + 31) / 32;
   AlignedBuffer buffer = allocate_aligned(q8_panels_bytes(num_rows, k));
   uint8_t* panels = static_cast<uint8_t*>(buffer.get());
-  pool.parallel_for(num_panels, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+  pool.parallel_for(num_panels, 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     int8_t values[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
       for (int32_t block = 0; block < num_blocks; ++block) {
@@ -179,7 +179,7 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t k, Matrix
   const size_t elements_per_panel = panel_elements(format, k);
   AlignedBuffer buffer = allocate_aligned(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype));
   void* panels = buffer.get();
-  pool.parallel_for(num_panels(num_rows), [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+  pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
       size_t index = size_t(panel) * elements_per_panel;
       for (int32_t first = 0; first < k; first += inputs_per_step) {

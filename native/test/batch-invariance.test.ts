@@ -1,7 +1,7 @@
-// For a given kernel path, weight mode (fp32, bf16, fp16, int8) and thread count, a sequence's
-// logits are bitwise identical whether it runs alone, in a batch with 15 unrelated sequences
-// (prompt chunks and decode tokens mixed), or with its prompt fed in chunks of 1, 7 or 64
-// tokens, and its seeded samples are the same.
+// For a given kernel path and weight mode (fp32, bf16, fp16, int8), a sequence's logits are
+// bitwise identical whether it runs alone, in a batch with 15 unrelated sequences (prompt chunks
+// and decode tokens mixed), or with its prompt fed in chunks of 1, 7 or 64 tokens, on any number
+// of threads, and its seeded samples are the same.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { NativeModel } from '../api.ts';
@@ -24,6 +24,8 @@ const TARGET_PROMPT_TOKENS = 80;
 const NUM_DECODE_STEPS = 4;
 const NUM_COMPANIONS = 15;
 const MAX_BLOCKS_PER_SEQ = Math.ceil((TARGET_PROMPT_TOKENS + NUM_DECODE_STEPS + 1) / BLOCK_SIZE_TOKENS);
+// The reference runs on 2 threads; these others must match it bit for bit.
+const OTHER_THREAD_COUNTS = [1, 3, 8];
 
 interface Sequence {
   tokenIds: number[];
@@ -93,7 +95,7 @@ function assertBitwiseEqual(actual: Trace, expected: Trace, label: string): void
   });
 }
 
-test('logits are bitwise identical alone, in a batch of 16 and with chunked prompts', async (t) => {
+test('logits are bitwise identical alone, in a batch of 16, with chunked prompts and on 1 to 8 threads', async (t) => {
   using temp = makeTempDir('invariance');
   const seed = freshSeed();
   const modes = [
@@ -105,10 +107,11 @@ test('logits are bitwise identical alone, in a batch of 16 and with chunked prom
   for (const { dtype, quantization } of modes) {
     const modelDir = writeCheckpoint(temp.dir, `${dtype}-${quantization}`, {
       // head_dim 16: whole vectors for avx512's grouped key scores, and a bf16 cache there takes
-      // the paired layout (KvLayout::kBf16Pairs).
-      arch: 'qwen2', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, intermediateSize: 72, vocabSize: 96, dtype, seed,
+      // the paired layout (KvLayout::kBf16Pairs). Matmuls of several 64-column panels, so that
+      // different thread counts split them differently.
+      arch: 'qwen2', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, intermediateSize: 200, vocabSize: 300, dtype, seed,
     });
-    const vocabSize = 96;
+    const vocabSize = 300;
     const prompt = randomTokens(TARGET_PROMPT_TOKENS, vocabSize, seed);
     const targetSampling = { temperature: 0.9, topP: 0.95, topK: 0, seed: BigInt(seed) };
     const companionsFor = (firstBlock: number) =>
@@ -122,20 +125,29 @@ test('logits are bitwise identical alone, in a batch of 16 and with chunked prom
     for (const kernel of KERNELS) {
       await t.test(`${dtype} weights, ${quantization === 'int8' ? 'int8, ' : ''}${kernel}`, async () => {
         const options = loadOptions(modelDir, { kernel, quantization, numKvBlocks: (NUM_COMPANIONS + 2) * MAX_BLOCKS_PER_SEQ, blockSizeTokens: BLOCK_SIZE_TOKENS });
-        await withModel(options, async (model) => {
-          const label = (scenario: string) => `seed ${seed}, ${dtype}, ${quantization}, ${kernel}, ${scenario}`;
-          const alone = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, targetSampling), [], 0);
+        const label = (scenario: string) => `seed ${seed}, ${dtype}, ${quantization}, ${kernel}, ${scenario}`;
+        // Elsewhere in the cache, surrounded by unrelated prefill chunks and decode tokens.
+        const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
+        const alone = await withModel(options, async (model) => {
+          const reference = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, targetSampling), [], 0);
           for (const chunkTokens of [1, 7, 64]) {
             const chunked = await runTarget(model, makeSequence(prompt, chunkTokens, 0, targetSampling), [], 0);
-            assertBitwiseEqual(chunked, alone, label(`chunks of ${chunkTokens}`));
+            assertBitwiseEqual(chunked, reference, label(`chunks of ${chunkTokens}`));
           }
-          // Elsewhere in the cache, surrounded by unrelated prefill chunks and decode tokens.
-          const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
           const batched = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, lastBlock, targetSampling), companionsFor(0), 7);
-          assertBitwiseEqual(batched, alone, label(`in a batch with ${NUM_COMPANIONS} others`));
+          assertBitwiseEqual(batched, reference, label(`in a batch with ${NUM_COMPANIONS} others`));
           const batchedChunked = await runTarget(model, makeSequence(prompt, 7, lastBlock, targetSampling), companionsFor(0), 15);
-          assertBitwiseEqual(batchedChunked, alone, label(`in chunks of 7 in a batch with ${NUM_COMPANIONS} others`));
+          assertBitwiseEqual(batchedChunked, reference, label(`in chunks of 7 in a batch with ${NUM_COMPANIONS} others`));
+          return reference;
         });
+        for (const numThreads of OTHER_THREAD_COUNTS) {
+          await withModel({ ...options, numThreads }, async (model) => {
+            const threadsAlone = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, targetSampling), [], 0);
+            assertBitwiseEqual(threadsAlone, alone, label(`alone on ${numThreads} threads`));
+            const threadsBatched = await runTarget(model, makeSequence(prompt, 7, lastBlock, targetSampling), companionsFor(0), 3);
+            assertBitwiseEqual(threadsBatched, alone, label(`in chunks of 7 in a batch on ${numThreads} threads`));
+          });
+        }
       });
     }
   }

@@ -1,0 +1,130 @@
+// The thread pool under stress, run by thread-pool.test.ts: thousands of calls with random task
+// counts, chunk sizes and task lengths on 1 to 8 threads, with pauses between calls that send
+// the workers to sleep and calls whose tasks outlast the polling (so the caller sleeps too).
+// Every task must run exactly once, in a range handed to one thread at a time, and a call must
+// not return before its tasks are done; a lost wake-up hangs, and the test's timeout fails it.
+//
+//   thread_pool_stress SEED [NUM_CALLS_PER_THREAD_COUNT]
+// Prints one line per thread count; exits non-zero on the first violation, naming the seed.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "../src/thread_pool.h"
+
+namespace {
+
+int32_t g_seed = 0;
+
+[[noreturn]] void fail(const char* what, int32_t num_threads, int32_t call, int64_t detail) {
+  std::fprintf(stderr, "thread_pool_stress: seed %d, %d threads, call %d: %s (%lld)\n", g_seed, num_threads, call, what,
+               static_cast<long long>(detail));
+  std::exit(1);
+}
+
+// Busy work of about the given length, which the compiler cannot drop.
+void spin_for_ns(int64_t ns) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+struct Shape {
+  int32_t num_tasks;
+  int32_t min_chunk_tasks;
+  int64_t task_ns;      // each task's work (0 for most)
+  int64_t pause_ns;     // the caller's pause before the call (sends waiting workers to sleep)
+  bool every_thread;    // on_every_thread instead of parallel_for
+};
+
+Shape draw_shape(std::mt19937_64& rng) {
+  Shape shape{};
+  const uint64_t kind = rng() % 100;
+  if (kind < 40) {
+    shape.num_tasks = int32_t(rng() % 5);  // 0 to 4 tasks: fewer than the threads
+  } else if (kind < 80) {
+    shape.num_tasks = int32_t(rng() % 200);
+  } else {
+    shape.num_tasks = int32_t(rng() % 20000);
+  }
+  shape.min_chunk_tasks = rng() % 4 == 0 ? int32_t(1 + rng() % 16) : 1;
+  const uint64_t length = rng() % 100;
+  shape.task_ns = length < 70 ? 0 : length < 98 ? int64_t(rng() % 2000) : int64_t(rng() % 400'000);
+  if (shape.task_ns > 2000) shape.num_tasks = int32_t(rng() % 8);  // long tasks: the caller waits, then sleeps
+  if (shape.num_tasks > 200) shape.task_ns = std::min<int64_t>(shape.task_ns, 200);
+  const uint64_t pause = rng() % 100;
+  shape.pause_ns = pause < 90 ? 0 : pause < 98 ? int64_t(rng() % 300'000) : int64_t(rng() % 3'000'000);
+  shape.every_thread = rng() % 20 == 0;
+  return shape;
+}
+
+void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng) {
+  conduit::ThreadPool pool(num_threads);
+  constexpr int32_t kMaxTasks = 20000;
+  std::vector<std::atomic<int32_t>> runs(kMaxTasks);
+  std::vector<std::atomic<int32_t>> busy(static_cast<size_t>(num_threads));
+  int64_t num_tasks_run = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int32_t call = 0; call < num_calls; ++call) {
+    const Shape shape = draw_shape(rng);
+    if (shape.pause_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(shape.pause_ns));
+    const auto enter = [&](int32_t thread_index) {
+      if (thread_index < 0 || thread_index >= num_threads) fail("thread index out of range", num_threads, call, thread_index);
+      if (busy[size_t(thread_index)].exchange(1) != 0) fail("two ranges at once on one thread index", num_threads, call, thread_index);
+    };
+    const auto leave = [&](int32_t thread_index) { busy[size_t(thread_index)].store(0); };
+    int32_t expected_tasks = shape.num_tasks;
+    if (shape.every_thread) {
+      expected_tasks = num_threads;
+      pool.on_every_thread([&](int32_t thread_index) {
+        enter(thread_index);
+        runs[size_t(thread_index)].fetch_add(1);
+        spin_for_ns(shape.task_ns);
+        leave(thread_index);
+      });
+    } else {
+      pool.parallel_for(shape.num_tasks, shape.min_chunk_tasks, [&](int32_t thread_index, int32_t begin, int32_t end) {
+        enter(thread_index);
+        if (begin < 0 || end > shape.num_tasks || begin >= end) fail("bad range", num_threads, call, begin);
+        for (int32_t task = begin; task < end; ++task) {
+          runs[size_t(task)].fetch_add(1);
+          spin_for_ns(shape.task_ns);
+        }
+        leave(thread_index);
+      });
+    }
+    // Returned: every task ran exactly once, none is still running, and nothing ran past the end.
+    for (int32_t task = 0; task < std::min(kMaxTasks, expected_tasks + 64); ++task) {
+      const int32_t count = runs[size_t(task)].exchange(0);
+      if (count != (task < expected_tasks ? 1 : 0)) fail("a task ran other than exactly once", num_threads, call, task);
+    }
+    for (int32_t t = 0; t < num_threads; ++t) {
+      if (busy[size_t(t)].load() != 0) fail("returned while a range was still running", num_threads, call, t);
+    }
+    num_tasks_run += expected_tasks;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%d threads: %d calls, %lld tasks, each exactly once, %.2f s; wake-up %.1f us at start, polling %.1f us now\n",
+              num_threads, num_calls, static_cast<long long>(num_tasks_run), seconds, pool.wake_latency_ns() / 1e3,
+              pool.spin_ns() / 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: thread_pool_stress SEED [NUM_CALLS_PER_THREAD_COUNT]\n");
+    return 2;
+  }
+  g_seed = std::atoi(argv[1]);
+  const int32_t num_calls = argc > 2 ? std::atoi(argv[2]) : 2000;
+  std::mt19937_64 rng(static_cast<uint64_t>(g_seed));
+  for (int32_t num_threads = 1; num_threads <= 8; ++num_threads) stress(num_threads, num_calls, rng);
+  return 0;
+}
