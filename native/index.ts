@@ -47,7 +47,8 @@ interface Binding {
   freeModel(handle: ModelHandle): void;
   kernelSupported(kernel: KernelPath): boolean;
   probeStreamRead(sizeBytes: number, numThreads: number, numRepeats: number): number;
-  probeBf16Peak(numThreads: number): number;
+  probePeak(kernel: KernelPath, numThreads: number): number;
+  probeThreadHandoff(numThreads: number, numCalls: number): ThreadHandoff;
   probeMatmul(probe: MatmulProbe): number;
 }
 
@@ -75,16 +76,24 @@ export function kernelSupported(kernel: KernelPath): boolean {
   return binding.kernelSupported(kernel);
 }
 
+/** A thread pool's hand-off costs: its wake-up latency measured at start, and one call between polling threads. */
+export interface ThreadHandoff {
+  wakeLatencyNs: number;
+  callNs: number;
+}
+
 /**
- * Benchmark probes for tools/bench-native.ts; they block the event loop while they run. The
- * ceilings need the avx512 kernel path (they throw CD_ERR_UNSUPPORTED_KERNEL otherwise).
+ * Benchmark probes for tools/bench-native.ts; they block the event loop while they run. They
+ * need an x86-64 CPU with AVX2 at least (they throw CD_ERR_UNSUPPORTED_KERNEL otherwise).
  */
 export const probes = {
   /** Best streaming-read bandwidth (bytes/s) of numThreads threads over a sizeBytes buffer. */
   streamReadBytesPerSecond: (sizeBytes: number, numThreads: number, numRepeats: number): number =>
     binding.probeStreamRead(sizeBytes, numThreads, numRepeats),
-  /** Best vdpbf16ps throughput (flops/s) of numThreads threads. */
-  bf16PeakFlopsPerSecond: (numThreads: number): number => binding.probeBf16Peak(numThreads),
+  /** A kernel path's multiply-add ceiling (flops/s) on numThreads threads: the vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
+  peakFlopsPerSecond: (kernel: 'avx512' | 'avx2', numThreads: number): number => binding.probePeak(kernel, numThreads),
+  /** A pool of numThreads threads: its measured wake-up latency and the mean time of one call of numThreads empty tasks. */
+  threadHandoff: (numThreads: number, numCalls: number): ThreadHandoff => binding.probeThreadHandoff(numThreads, numCalls),
   /** Best seconds of one matmul call over numRepeats, after a warm-up. */
   matmulSeconds: (probe: MatmulProbe): number => binding.probeMatmul(probe),
 };

@@ -1,9 +1,13 @@
-// The native runtime's CPU benchmark: machine ceilings first (streaming-read bandwidth, the
-// AVX512_BF16 dot-product peak), then for bf16, fp32 and int8 weights on the avx512 and avx2
-// kernel paths: matmul GFLOP/s at decode and prefill shapes, decode tok/s at batch 1, 8 and 32
-// (128-token prompts + 128 new tokens each) and 512-token prefill tok/s, each as a fraction of
-// the ceiling measured in the same run. Absolute speeds on shared machines drift from run to
-// run; the fractions are what compare.
+// The native runtime's CPU benchmark, on any x86-64 CPU with AVX2. It names the CPU, then
+// measures the machine: streaming-read bandwidth, each kernel path's multiply-add ceiling (the
+// AVX512_BF16 dot-product peak for avx512, the AVX2 fp32 FMA peak for avx2) and the thread
+// pool's hand-off (the wake-up latency it measures at start, one call between polling threads).
+// A thread-scaling row follows: batch-1 decode on 1 thread against all threads, for conduit-tiny
+// and the 125 M model. Then for bf16, fp32 and int8 weights on each kernel path the CPU has:
+// matmul GFLOP/s at decode and prefill shapes, decode tok/s at batch 1, 8 and 32 (128-token
+// prompts + 128 new tokens each) and 512-token prefill tok/s, each as a fraction of its path's
+// ceiling measured in the same run. Absolute speeds on shared machines drift from run to run;
+// the fractions are what compare.
 //
 //   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels avx512,avx2 --modes bf16,fp32,int8 --rounds 3]
 //
@@ -11,7 +15,8 @@
 //
 // The 125 M-parameter checkpoint (Llama: hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048,
 // vocab 32000, untied, bf16) is written under .bench/ on first use.
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
@@ -43,11 +48,25 @@ const MODES: readonly Mode[] = [
   { label: 'int8', dtype: 'bf16', quantization: 'int8', bytesPerWeight: 34 / 32 },
 ];
 
-/** Weights every token multiplies: the layers' matrices and the LM head (not the embedding table). */
+/** Weights every decoded token multiplies: the layers' matrices and the LM head (not the embedding table). */
 function matmulWeightsPerToken(): number {
-  const { hiddenSize: h, numLayers, numKvHeads, intermediateSize: f, vocabSize } = SHAPE;
+  return layerWeightsPerToken() + SHAPE.vocabSize * SHAPE.hiddenSize;
+}
+
+function layerWeightsPerToken(): number {
+  const { hiddenSize: h, numLayers, numKvHeads, intermediateSize: f } = SHAPE;
   const kv = numKvHeads * HEAD_DIM;
-  return numLayers * (2 * h * h + 2 * h * kv + 3 * h * f) + vocabSize * h;
+  return numLayers * (2 * h * h + 2 * h * kv + 3 * h * f);
+}
+
+/**
+ * Flops per token of a PREFILL_TOKENS-token prefill: the layers' matmuls, causal attention (scores
+ * and value sums, 4 flops per head dim per visible key, (n + 1) / 2 keys on average), and the LM
+ * head once, for the last token only.
+ */
+function prefillFlopsPerToken(): number {
+  const attention = SHAPE.numLayers * 4 * SHAPE.hiddenSize * ((PREFILL_TOKENS + 1) / 2);
+  return 2 * layerWeightsPerToken() + attention + (2 * SHAPE.vocabSize * SHAPE.hiddenSize) / PREFILL_TOKENS;
 }
 
 function ensureCheckpoint(): string {
@@ -68,6 +87,7 @@ function promptTokens(count: number, salt: number): number[] {
  * then each decodes newTokens greedily from its own first token. Returns decode tok/s.
  */
 async function decodeTokensPerSecond(model: NativeModel, numSeqs: number, newTokens: number): Promise<number> {
+  const { vocabSize } = model.info;
   const promptBlocks = PROMPT_TOKENS / BLOCK_SIZE_TOKENS;
   const ownBlocks = Math.ceil(newTokens / BLOCK_SIZE_TOKENS);
   const shared = Array.from({ length: promptBlocks }, (_, i) => i);
@@ -75,9 +95,9 @@ async function decodeTokensPerSecond(model: NativeModel, numSeqs: number, newTok
     ...shared,
     ...Array.from({ length: ownBlocks }, (_, i) => promptBlocks + seq * ownBlocks + i),
   ]);
-  const prompt = promptTokens(PROMPT_TOKENS - 1, 1);
+  const prompt = promptTokens(PROMPT_TOKENS - 1, 1).map((tokenId) => tokenId % vocabSize);
   await model.forward(buildBatch([{ tokenIds: prompt, startPosition: 0, blockIds: blockTables[0], flags: SEQ_SAMPLE }]));
-  let lastTokens = Array.from({ length: numSeqs }, (_, seq) => (seq * 31 + 5) % SHAPE.vocabSize);
+  let lastTokens = Array.from({ length: numSeqs }, (_, seq) => (seq * 31 + 5) % vocabSize);
   const start = performance.now();
   for (let step = 0; step < newTokens; step++) {
     const steps = lastTokens.map((tokenId, seq) => ({
@@ -119,6 +139,39 @@ async function promptLogits(modelDir: string, kernel: KernelPath, mode: Mode, nu
   }
 }
 
+/** The CPU's model name and the instruction sets the kernel paths need, as the OS reports them. */
+function describeCpu(): string {
+  const model = os.cpus()[0]?.model.trim() ?? 'unknown CPU';
+  let flags = new Set<string>();
+  try {
+    const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
+    flags = new Set(/^flags\s*:\s*(.*)$/m.exec(cpuinfo)?.[1].split(/\s+/) ?? []);
+  } catch {
+    return `${model} (${os.arch()})`;
+  }
+  const has = (names: string[]) => names.every((name) => flags.has(name));
+  const sets = [
+    ['AVX2+FMA+F16C', has(['avx2', 'fma', 'f16c'])],
+    ['AVX-512 F/BW/VL', has(['avx512f', 'avx512bw', 'avx512vl'])],
+    ['AVX512_VNNI', has(['avx512_vnni'])],
+    ['AVX512_BF16', has(['avx512_bf16'])],
+  ] as const;
+  return `${model}, ${os.availableParallelism()} CPUs; ${sets.map(([name, present]) => `${name} ${present ? 'yes' : 'no'}`).join(', ')}`;
+}
+
+/** Batch-1 decode tok/s of a checkpoint on one kernel path and thread count (a model loaded for the purpose). */
+async function batch1Decode(modelDir: string, kernel: KernelPath, numThreads: number, newTokens: number): Promise<number> {
+  const model = await loadModel({
+    modelDir, dtype: 'bf16', kvCacheDtype: 'bf16', numKvBlocks: PROMPT_TOKENS / BLOCK_SIZE_TOKENS + Math.ceil(newTokens / BLOCK_SIZE_TOKENS),
+    blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel,
+  });
+  try {
+    return await decodeTokensPerSecond(model, 1, newTokens);
+  } finally {
+    model.close();
+  }
+}
+
 function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);
@@ -145,23 +198,49 @@ async function main(): Promise<void> {
   const numThreads = Number(values.threads);
   const newTokens = Number(values['new-tokens']);
   const numRounds = Number(values.rounds);
-  if (!kernelSupported('avx512')) throw new Error('bench:native measures its ceilings with AVX-512 (F, BW, VL, BF16, VNNI); this CPU lacks it');
+  const kernels = (['avx512', 'avx2'] as const).filter((kernel) => kernelNames.includes(kernel) && kernelSupported(kernel));
+  console.log(`CPU: ${describeCpu()}`);
+  if (!kernelSupported('avx2')) throw new Error('bench:native measures x86-64 CPUs with AVX2, FMA and F16C; this CPU lacks them');
+  const unavailable = kernelNames.filter((kernel) => !kernels.includes(kernel as (typeof kernels)[number]));
+  console.log(`kernel paths: ${kernels.join(', ')}${unavailable.length > 0 ? ` (not on this CPU: ${unavailable.join(', ')})` : ''}`);
   const modelDir = ensureCheckpoint();
   const started = performance.now();
 
   const bandwidth = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
-  const peak = probes.bf16PeakFlopsPerSecond(numThreads);
+  const peaks = new Map(kernels.map((kernel) => [kernel, probes.peakFlopsPerSecond(kernel, numThreads)]));
+  const handoff = probes.threadHandoff(numThreads, 20000);
   const weightsPerToken = matmulWeightsPerToken();
   const flopsPerToken = 2 * weightsPerToken;
-  console.log(`threads ${numThreads}; streaming read ${fmt(bandwidth / 1e9)} GB/s; bf16 dot peak ${fmt(peak / 1e9)} GFLOP/s`);
-  console.log(`model: ${fmt(weightsPerToken / 1e6)} M matmul weights per token, ${fmt(flopsPerToken / 1e6)} MFLOP per token\n`);
+  const ceilingName = (kernel: KernelPath) => (kernel === 'avx512' ? 'AVX512_BF16 dot peak' : 'AVX2 fp32 FMA peak');
+  console.log(`threads ${numThreads}; streaming read ${fmt(bandwidth / 1e9)} GB/s; ` +
+    kernels.map((kernel) => `${kernel} ceiling (${ceilingName(kernel)}) ${fmt(peaks.get(kernel)! / 1e9)} GFLOP/s`).join('; '));
+  console.log(`thread hand-off: wake-up ${fmt(handoff.wakeLatencyNs / 1e3)} us (measured as the pool starts), ` +
+    `a call between polling threads ${fmt(handoff.callNs / 1e3, 2)} us`);
+  console.log(`model: ${fmt(weightsPerToken / 1e6)} M matmul weights per decoded token (${fmt(flopsPerToken / 1e6)} MFLOP); ` +
+    `a ${PREFILL_TOKENS}-token prefill ${fmt(prefillFlopsPerToken() / 1e6)} MFLOP per token\n`);
+
+  // Thread scaling: batch-1 decode on 1 thread, then on all, in alternating rounds.
+  const tinyDir = path.resolve('models', 'conduit-tiny');
+  for (const kernel of kernels) {
+    for (const [name, dir] of [['conduit-tiny', tinyDir], ['125M', modelDir]] as const) {
+      const [one, all]: number[][] = [[], []];
+      for (let round = 0; round < numRounds; round++) {
+        one.push(await batch1Decode(dir, kernel, 1, newTokens));
+        all.push(await batch1Decode(dir, kernel, numThreads, newTokens));
+      }
+      const ratio = median(all.map((rate, round) => rate / one[round]));
+      console.log(`thread scaling, ${kernel}, ${name} bf16 batch-1 decode: 1 thread ${fmt(median(one))} tok/s, ` +
+        `${numThreads} threads ${fmt(median(all))} tok/s, ${fmt(ratio, 2)}x (median of the rounds' ratios)`);
+    }
+  }
+  console.log('');
 
   const header = ['path', 'mode', 'gemv GF/s', '(GB/s, of BW)', 'gemm GF/s', '(of peak)', 'b1 tok/s', '(of bound)', 'b8 tok/s', 'b32 tok/s', 'b32/b1', 'prefill tok/s', '(of peak)'];
   const rows: string[][] = [];
   const int8OverBf16: Partial<Record<KernelPath, number>> = {};
   const modes = MODES.filter((m) => modeLabels.includes(m.label));
-  for (const kernel of ['avx512', 'avx2'] as const satisfies readonly KernelPath[]) {
-    if (!kernelNames.includes(kernel) || !kernelSupported(kernel)) continue;
+  for (const kernel of kernels) {
+    const peak = peaks.get(kernel)!;
     // The matmul probes first, on a quiet process: measured after the decode rounds, with the
     // models resident, they read about half as fast.
     const matmulProbes = new Map(modes.map((mode) => {
@@ -207,7 +286,7 @@ async function main(): Promise<void> {
           fmt(matmulFlops(PREFILL_TOKENS) / gemmSeconds / 1e9), pct(matmulFlops(PREFILL_TOKENS) / gemmSeconds / peak),
           fmt(b1), pct(b1 / boundTokensPerSecond),
           fmt(b8), fmt(b32), fmt(b32 / b1, 2),
-          fmt(prefill), pct((prefill * flopsPerToken) / peak),
+          fmt(prefill), pct((prefill * prefillFlopsPerToken()) / peak),
         ]);
         console.log(rows[rows.length - 1].join('  '));
       }
@@ -220,10 +299,10 @@ async function main(): Promise<void> {
   const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i])).join(' | ');
   console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
   for (const row of rows) console.log(line(row));
-  for (const kernel of ['avx512', 'avx2'] as const) {
+  for (const kernel of kernels) {
     const ratio = int8OverBf16[kernel];
     if (ratio !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(ratio, 2)} (median of the rounds' ratios)`);
-    if (kernelNames.includes(kernel) && kernelSupported(kernel) && modeLabels.includes('int8')) {
+    if (modeLabels.includes('int8')) {
       const modeOf = (label: string) => MODES.find((mode) => mode.label === label)!;
       const error = relativeError(
         await promptLogits(modelDir, kernel, modeOf('int8'), numThreads),
@@ -235,11 +314,12 @@ async function main(): Promise<void> {
   // Host scheduling moves (the two vCPUs are sometimes one core's SMT siblings): a ceiling that
   // differs at the end says this run's fractions straddle two machine states.
   const bandwidthAfter = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
-  const peakAfter = probes.bf16PeakFlopsPerSecond(numThreads);
-  console.log(`ceilings again at the end: streaming read ${fmt(bandwidthAfter / 1e9)} GB/s; bf16 dot peak ${fmt(peakAfter / 1e9)} GFLOP/s`);
+  console.log(`ceilings again at the end: streaming read ${fmt(bandwidthAfter / 1e9)} GB/s; ` +
+    kernels.map((kernel) => `${kernel} ${fmt(probes.peakFlopsPerSecond(kernel, numThreads) / 1e9)} GFLOP/s`).join('; '));
   console.log(
     '\ngemv: 1 x 768 -> 2048 (weights fit the last-level cache); gemm: 512 x 768 -> 2048; decode after a shared 128-token prompt;' +
-      `\nbound = streaming-read bandwidth / matmul weight bytes per token; peak = bf16 dot peak. ${fmt((performance.now() - started) / 1000)} s`,
+      `\nbound = streaming-read bandwidth / matmul weight bytes per token; peak = the path's ceiling (${kernels.map((kernel) => `${kernel}: ${ceilingName(kernel)}`).join(', ')}). ` +
+      `${fmt((performance.now() - started) / 1000)} s`,
   );
 }
 

@@ -156,15 +156,22 @@ cd_status cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_ou
 
 void cd_model_free(cd_model* model);
 
-/* Benchmark probes (tools/bench-native.ts). The ceilings need the avx512 kernel path. */
+/* Benchmark probes (tools/bench-native.ts); the ceilings need an x86-64 CPU with AVX2 at least. */
 
-/* Best streaming-read bandwidth of num_threads threads over a size_bytes buffer. */
+/* Best streaming-read bandwidth of num_threads threads over a size_bytes buffer, with the widest
+   loads the CPU has. */
 cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats,
                                double* out_bytes_per_second, char* error, size_t error_capacity);
 
-/* Best vdpbf16ps throughput of num_threads threads, in flops per second. */
-cd_status cd_probe_bf16_peak(int32_t num_threads, double* out_flops_per_second, char* error,
-                             size_t error_capacity);
+/* A kernel path's multiply-add ceiling over num_threads threads, in flops per second: the
+   vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
+cd_status cd_probe_peak(cd_kernel kernel, int32_t num_threads, double* out_flops_per_second, char* error,
+                        size_t error_capacity);
+
+/* A pool of num_threads threads: the wake-up latency it measured at start, and the mean
+   nanoseconds of one parallel call of num_threads empty tasks over num_calls calls. */
+cd_status cd_probe_thread_handoff(int32_t num_threads, int32_t num_calls, double* out_wake_latency_ns,
+                                  double* out_call_ns, char* error, size_t error_capacity);
 
 /* One parallel matmul [num_rows, k] x [n, k]^T of random weights, as a forward pass runs it. */
 typedef struct cd_matmul_probe {

@@ -106,20 +106,35 @@ void cd_model_free(cd_model* model) { delete model; }
 cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats,
                                double* out_bytes_per_second, char* error, size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
-    select_kernels(CD_KERNEL_AVX512);
 #ifdef CONDUIT_X86_KERNELS
-    *out_bytes_per_second = conduit::measure_stream_read(size_bytes, num_threads, num_repeats);
+    const cd_kernel widest = cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512 : CD_KERNEL_AVX2;
+    select_kernels(widest);
+    *out_bytes_per_second = conduit::measure_stream_read(widest, size_bytes, num_threads, num_repeats);
+#else
+    select_kernels(CD_KERNEL_AVX2);
 #endif
   });
 }
 
-cd_status cd_probe_bf16_peak(int32_t num_threads, double* out_flops_per_second, char* error,
-                             size_t error_capacity) {
+cd_status cd_probe_peak(cd_kernel kernel, int32_t num_threads, double* out_flops_per_second, char* error,
+                        size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
-    select_kernels(CD_KERNEL_AVX512);
+    if (kernel != CD_KERNEL_AVX512 && kernel != CD_KERNEL_AVX2) {
+      throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "the peak probe measures the avx512 or the avx2 path");
+    }
+    select_kernels(kernel);
 #ifdef CONDUIT_X86_KERNELS
-    *out_flops_per_second = conduit::measure_bf16_peak(num_threads);
+    *out_flops_per_second = conduit::measure_peak(kernel, num_threads);
 #endif
+  });
+}
+
+cd_status cd_probe_thread_handoff(int32_t num_threads, int32_t num_calls, double* out_wake_latency_ns,
+                                  double* out_call_ns, char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    const conduit::ThreadHandoff handoff = conduit::measure_thread_handoff(num_threads, num_calls);
+    *out_wake_latency_ns = handoff.wake_latency_ns;
+    *out_call_ns = handoff.call_ns;
   });
 }
 

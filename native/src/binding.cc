@@ -262,13 +262,27 @@ Napi::Value ProbeStreamRead(const Napi::CallbackInfo& info) {
   return ThrowIfFailed(info.Env(), status, error, Napi::Number::New(info.Env(), bytes_per_second));
 }
 
-// probeBf16Peak(numThreads) -> flops per second
-Napi::Value ProbeBf16Peak(const Napi::CallbackInfo& info) {
+// probePeak(kernel, numThreads) -> flops per second
+Napi::Value ProbePeak(const Napi::CallbackInfo& info) {
   char error[kErrorCapacity] = {};
   double flops_per_second = 0;
-  const cd_status status = cd_probe_bf16_peak(info[0].As<Napi::Number>().Int32Value(),
-                                              &flops_per_second, error, kErrorCapacity);
+  const cd_status status = cd_probe_peak(kernel_from(info[0]), info[1].As<Napi::Number>().Int32Value(),
+                                         &flops_per_second, error, kErrorCapacity);
   return ThrowIfFailed(info.Env(), status, error, Napi::Number::New(info.Env(), flops_per_second));
+}
+
+// probeThreadHandoff(numThreads, numCalls) -> { wakeLatencyNs, callNs }
+Napi::Value ProbeThreadHandoff(const Napi::CallbackInfo& info) {
+  char error[kErrorCapacity] = {};
+  double wake_latency_ns = 0;
+  double call_ns = 0;
+  const cd_status status = cd_probe_thread_handoff(info[0].As<Napi::Number>().Int32Value(),
+                                                   info[1].As<Napi::Number>().Int32Value(), &wake_latency_ns,
+                                                   &call_ns, error, kErrorCapacity);
+  Napi::Object result = Napi::Object::New(info.Env());
+  result.Set("wakeLatencyNs", Napi::Number::New(info.Env(), wake_latency_ns));
+  result.Set("callNs", Napi::Number::New(info.Env(), call_ns));
+  return ThrowIfFailed(info.Env(), status, error, result);
 }
 
 // probeMatmul({ kernel, dtype, quantization, numRows, k, n, numThreads, numRepeats }) -> seconds
@@ -292,7 +306,8 @@ Napi::Value ProbeMatmul(const Napi::CallbackInfo& info) {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("probeStreamRead", Napi::Function::New(env, ProbeStreamRead));
-  exports.Set("probeBf16Peak", Napi::Function::New(env, ProbeBf16Peak));
+  exports.Set("probePeak", Napi::Function::New(env, ProbePeak));
+  exports.Set("probeThreadHandoff", Napi::Function::New(env, ProbeThreadHandoff));
   exports.Set("probeMatmul", Napi::Function::New(env, ProbeMatmul));
   exports.Set("loadModel", Napi::Function::New(env, LoadModel));
   exports.Set("forward", Napi::Function::New(env, Forward));

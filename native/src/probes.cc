@@ -29,7 +29,8 @@ float random_unit(uint32_t& state) { return float(next_random(state) % 2001) / 1
 }  // namespace
 
 #ifdef CONDUIT_X86_KERNELS
-double measure_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats) {
+double measure_stream_read(cd_kernel kernel, size_t size_bytes, int32_t num_threads, int32_t num_repeats) {
+  const auto stream_sum = kernel == CD_KERNEL_AVX512 ? probe_stream_sum_avx512 : probe_stream_sum_avx2;
   const size_t slice_bytes = size_bytes / size_t(num_threads) / 256 * 256;
   AlignedBuffer buffer = allocate_aligned(slice_bytes * size_t(num_threads));
   std::memset(buffer.get(), 1, slice_bytes * size_t(num_threads));
@@ -39,23 +40,23 @@ double measure_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_r
   for (int32_t repeat = 0; repeat < num_repeats; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
     pool.on_every_thread([&](int32_t slice) {
-      sums[size_t(slice)] = probe_stream_sum_avx512(
-          static_cast<const uint8_t*>(buffer.get()) + size_t(slice) * slice_bytes, slice_bytes);
+      sums[size_t(slice)] = stream_sum(static_cast<const uint8_t*>(buffer.get()) + size_t(slice) * slice_bytes, slice_bytes);
     });
     best_seconds = std::min(best_seconds, seconds_since(start));
   }
   return double(slice_bytes) * num_threads / best_seconds;
 }
 
-double measure_bf16_peak(int32_t num_threads) {
+double measure_peak(cd_kernel kernel, int32_t num_threads) {
   constexpr int64_t kIterations = 20'000'000;
+  const auto peak_loop = kernel == CD_KERNEL_AVX512 ? probe_bf16_peak_avx512 : probe_fma_peak_avx2;
   ThreadPool pool(num_threads);
   std::vector<float> sinks(static_cast<size_t>(num_threads));
   std::vector<int64_t> flops(static_cast<size_t>(num_threads));
   double best = 0;
   for (int32_t repeat = 0; repeat < 3; ++repeat) {
     const auto start = std::chrono::steady_clock::now();
-    pool.on_every_thread([&](int32_t t) { sinks[size_t(t)] = probe_bf16_peak_avx512(kIterations, &flops[size_t(t)]); });
+    pool.on_every_thread([&](int32_t t) { sinks[size_t(t)] = peak_loop(kIterations, &flops[size_t(t)]); });
     const double seconds = seconds_since(start);
     int64_t total = 0;
     for (int64_t f : flops) total += f;
@@ -102,6 +103,18 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
     if (repeat > 0) best_seconds = std::min(best_seconds, seconds_since(start));
   }
   return best_seconds;
+}
+
+ThreadHandoff measure_thread_handoff(int32_t num_threads, int32_t num_calls) {
+  ThreadPool pool(num_threads);
+  std::vector<int32_t> sinks(static_cast<size_t>(num_threads));
+  const auto call = [&] {
+    pool.parallel_for(num_threads, 1, [&](int32_t thread_index, int32_t begin, int32_t) { sinks[size_t(thread_index)] += begin; });
+  };
+  call();  // workers awake and polling
+  const auto start = std::chrono::steady_clock::now();
+  for (int32_t i = 0; i < num_calls; ++i) call();
+  return ThreadHandoff{double(pool.wake_latency_ns()), seconds_since(start) * 1e9 / num_calls};
 }
 
 }  // namespace conduit
