@@ -51,12 +51,14 @@ struct Matrix {
 inline int32_t q8_padded_k(int32_t k) { return (k + 63) / 64 * 64; }
 
 // Rows of activations as a matmul reads them: fp32 x, plus the packed form when the kernel
-// packs for this weight format (packed_row_bytes() > 0).
+// packs for this weight format (packed_row_bytes() > 0), and the calling thread's scratch for
+// panels the kernel converts before use (panel_scratch_bytes() of it).
 struct Activations {
   const float* x;
   size_t x_stride;
   const uint8_t* packed;
   size_t packed_stride;
+  uint8_t* panel_scratch;
 };
 
 struct ArgMax {
@@ -68,6 +70,9 @@ struct KernelTable {
   cd_kernel kernel;
   // Bytes of one packed activation row for matmuls over this format; 0 when matmul reads x.
   size_t (*packed_row_bytes)(MatrixFormat format, int32_t k);
+  // Bytes of per-thread scratch a matmul of num_rows rows over this format converts panels into;
+  // 0 when it reads the weights as stored.
+  size_t (*panel_scratch_bytes)(MatrixFormat format, int32_t k, int32_t num_rows);
   // Packs rows of x (each independently) into packed_stride-spaced rows.
   void (*pack_rows)(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format,
                     uint8_t* packed, size_t packed_stride);

@@ -10,10 +10,10 @@ namespace {
 
 using Vec = __m256;
 constexpr int32_t kLanes = 8;
-// Float panels: 4 rows x 2 vectors of accumulators, the step's weights (two per vector for bf16
-// pairs) and one broadcast fit the 16 ymm registers.
-constexpr int kPanelTileRows = 4;
-constexpr int kPanelTileVectors = 2;
+// Float panels: 6 rows x 2 vectors of accumulators, one input's weights, a broadcast and the bf16
+// mask fit the 16 ymm registers.
+constexpr int kPanelTileRows = 6;
+constexpr int kPanelAccumulators = 12;
 // int8 panels: 3 rows x 2 vectors of accumulators and block sums, or one row x 4.
 constexpr int kQ8TileRows = 3;
 constexpr int kQ8TileVectors = 2;
@@ -34,6 +34,12 @@ inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
   const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   even = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
   odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
+}
+// Input j of eight columns' bf16 pairs, loaded and widened in one step: the shift and the mask take
+// their operand from memory, so no register holds the pairs.
+inline Vec vload_bf16_pair_input(const uint16_t* p, int32_t j) {
+  const __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_castsi256_ps(j == 0 ? _mm256_slli_epi32(pairs, 16) : _mm256_and_si256(pairs, _mm256_set1_epi32(int32_t(0xFFFF0000u))));
 }
 inline void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
 inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }

@@ -14,7 +14,7 @@ constexpr int32_t kLanes = 16;
 // 6 x 4 accumulators plus operands fit the 32 zmm registers (measured: +8-10% GEMM over 4 x 4):
 // a whole 64-column panel per tile, for bf16 (vdpbf16ps) and the other float formats alike.
 constexpr int kPanelTileRows = 6;
-constexpr int kPanelTileVectors = 4;
+constexpr int kPanelAccumulators = 24;
 // int8 panels: 3 rows x 4 vectors of accumulators and as many block sums.
 constexpr int kQ8TileRows = 3;
 constexpr int kQ8TileVectors = 4;
@@ -119,8 +119,8 @@ struct Bf16DotRows {
 void matmul_bf16_dot_panels(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
                             int32_t n_end, float* y, size_t y_stride, bool accumulate) {
   const size_t panel_bytes = size_t((k + 1) / 2) * kPanelColumns * 2 * sizeof(uint16_t);
-  matmul_by_panels<Bf16DotRows, kPanelTileRows>(a, num_rows, k, w, panel_bytes, n_begin, n_end, y, y_stride,
-                                                accumulate);
+  matmul_by_panels<Bf16DotRows, kPanelTileRows>(a, num_rows, k, StoredPanels{static_cast<const uint8_t*>(w.data), panel_bytes},
+                                                n_begin, n_end, y, y_stride, accumulate);
 }
 
 // Sixteen keys' dot products at once (attention's scores): each key accumulates its chunks in
@@ -320,6 +320,9 @@ void sum_value_groups(const float* numerators, int32_t skip, int32_t num_visible
   }
 }
 
+// vdpbf16ps reads every format as stored.
+size_t no_panel_scratch(MatrixFormat, int32_t, int32_t) { return 0; }
+
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
   if (format == MatrixFormat::kQ8Panels) return q8_packed_row_bytes(k);
   if (format == MatrixFormat::kBf16Panels) return size_t(bf16_padded_k(k)) * 2;
@@ -349,7 +352,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, pack_rows, matmul, dot, dot_rows_grouped, argmax, softmax_numerators, sum_exp, swiglu, axpy_rows,
+  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, no_panel_scratch, pack_rows, matmul, dot, dot_rows_grouped, argmax, softmax_numerators, sum_exp, swiglu, axpy_rows,
                                  score_key_groups, sum_value_groups};
   return table;
 }

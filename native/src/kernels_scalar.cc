@@ -10,7 +10,7 @@ namespace {
 constexpr int32_t kLanes = 8;
 // Plain C++ has no registers to tile over: one row against a whole panel at a time.
 constexpr int kPanelTileRows = 1;
-constexpr int kPanelTileVectors = 8;
+constexpr int kPanelAccumulators = 8;
 constexpr int kQ8TileRows = 1;
 constexpr int kQ8TileVectors = 8;
 constexpr int kQ8SingleRowVectors = 8;
@@ -44,6 +44,11 @@ inline void vload_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
     even.lane[i] = conduit::bf16_to_f32(p[2 * i]);
     odd.lane[i] = conduit::bf16_to_f32(p[2 * i + 1]);
   }
+}
+inline Vec vload_bf16_pair_input(const uint16_t* p, int32_t j) {
+  Vec v;
+  for (int32_t i = 0; i < kLanes; ++i) v.lane[i] = conduit::bf16_to_f32(p[2 * i + j]);
+  return v;
 }
 inline void vstore(float* p, Vec v) {
   for (int32_t i = 0; i < kLanes; ++i) p[i] = v.lane[i];

@@ -37,6 +37,8 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   const bool packs_per_thread = packed_stride > 0 && num_rows <= kMaxRowsPackedPerThread;
   if (prepares_per_thread) grow_each(scratch.prepared_per_thread, num_threads, size_t(num_rows) * size_t(k));
   if (packs_per_thread) grow_each(scratch.per_thread, num_threads, size_t(num_rows) * packed_stride);
+  const size_t panel_scratch_bytes = kernels.panel_scratch_bytes(format, k, num_rows);
+  if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
   if (input.prepare != nullptr && !prepares_per_thread) {
     pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
@@ -53,13 +55,14 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   for (const MatmulJob& job : jobs) num_tiles += (job.num_columns + kColumnTile - 1) / kColumnTile;
   // Each thread prepares and packs its own rows once, on its first chunk.
   std::vector<Activations>& activations_of = scratch.activations_per_thread;
-  activations_of.assign(num_threads, Activations{nullptr, 0, nullptr, 0});
+  activations_of.assign(num_threads, Activations{nullptr, 0, nullptr, 0, nullptr});
   // Claimed dynamically: the two vCPUs rarely stream memory equally fast, and a static half
   // each leaves the faster one waiting.
   pool.parallel_for(num_tiles, 1, [&](int32_t thread_index, int32_t tile_begin, int32_t tile_end) {
     Activations& activations = activations_of[size_t(thread_index)];
     if (activations.x == nullptr) {
-      activations = Activations{input.x, size_t(k), scratch.shared.data(), packed_stride};
+      activations = Activations{input.x, size_t(k), scratch.shared.data(), packed_stride,
+                                panel_scratch_bytes > 0 ? scratch.panel_per_thread[size_t(thread_index)].data() : nullptr};
       if (prepares_per_thread) {
         float* own = scratch.prepared_per_thread[size_t(thread_index)].data();
         for (int32_t row = 0; row < num_rows; ++row) input.prepare(input.context, row, own + size_t(row) * size_t(k));

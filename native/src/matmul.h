@@ -34,6 +34,7 @@ struct MatmulScratch {
   std::vector<uint8_t> shared;
   std::vector<std::vector<uint8_t>> per_thread;
   std::vector<std::vector<float>> prepared_per_thread;
+  std::vector<std::vector<uint8_t>> panel_per_thread;  // panels the kernel converts before use
   std::vector<Activations> activations_per_thread;  // what each thread's chunks read
 };
 
