@@ -150,10 +150,16 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
 
 void cd_model_get_info(const cd_model* model, cd_model_info* out_info);
 
-/* Blocks the calling thread while the model's own threads compute. One call at a time. */
-cd_status cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output,
-                           char* error, size_t error_capacity);
+/* Called on a runtime thread when a forward pass ends: status CD_OK, or a failure and its message
+   (valid during the call only). batch and output are the caller's until then. */
+typedef void (*cd_forward_done)(void* user_data, cd_status status, const char* error);
 
+/* Starts a forward pass on the model's own threads and returns at once; done reports its end.
+   One pass at a time: the next only after done has been called. */
+void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output, cd_forward_done done,
+                      void* user_data);
+
+/* Only while no pass is running. */
 void cd_model_free(cd_model* model);
 
 /* Benchmark probes (tools/bench-native.ts); the ceilings need an x86-64 CPU with AVX2 at least. */

@@ -51,6 +51,16 @@ cd_status guarded(char* error, size_t error_capacity, Body body) {
   }
 }
 
+constexpr size_t kForwardErrorCapacity = 1024;
+
+// The driver thread's task. Nothing of the model is touched after done: the caller may free it.
+void run_forward(void* context) {
+  cd_model* model = static_cast<cd_model*>(context);
+  char error[kForwardErrorCapacity] = {};
+  const cd_status status = guarded(error, sizeof error, [&] { model->model->forward(*model->batch, *model->output); });
+  model->done(model->user_data, status, status == CD_OK ? nullptr : error);
+}
+
 }  // namespace
 
 extern "C" {
@@ -96,9 +106,13 @@ void cd_model_get_info(const cd_model* model, cd_model_info* out_info) {
   out_info->kv_bytes_per_block = model->model->kv_cache.bytes_per_block();
 }
 
-cd_status cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output,
-                           char* error, size_t error_capacity) {
-  return guarded(error, error_capacity, [&] { model->model->forward(*batch, *output); });
+void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output, cd_forward_done done,
+                      void* user_data) {
+  model->batch = batch;
+  model->output = output;
+  model->done = done;
+  model->user_data = user_data;
+  model->model->pool.submit(run_forward, model);
 }
 
 void cd_model_free(cd_model* model) { delete model; }

@@ -1,9 +1,10 @@
 // N-API registration and marshalling only: JS values become plain C structs on the main thread,
-// the C API runs in AsyncWorker::Execute (which only waits while the runtime's own threads
-// compute), and statuses become rejected promises.
+// loading runs in an AsyncWorker, a forward pass on the runtime's own threads (its end comes back
+// through a thread-safe function), and statuses become rejected promises.
 #include <napi.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,26 @@ namespace {
 
 constexpr size_t kErrorCapacity = 1024;
 
+struct ModelHandle;
+struct ForwardRequest;
+void complete_forward(Napi::Env env, Napi::Function, ModelHandle* handle, ForwardRequest* request);
+using ForwardDone = Napi::TypedThreadSafeFunction<ModelHandle, ForwardRequest, complete_forward>;
+
 // Owns the native model behind the JS handle; close() frees it early, the finalizer otherwise.
+// The handle's object and its thread-safe function each hold it (JS thread only): at exit Node
+// finalizes the function first, and releasing it then would abort.
 struct ModelHandle {
   cd_model* model = nullptr;
+  // Carries each finished pass to the JS thread; referenced (keeping the event loop alive) only
+  // while a pass runs.
+  ForwardDone forward_done;
+  bool forward_done_open = true;
+  int32_t num_holders = 2;
 };
+
+void let_go(ModelHandle* handle) {
+  if (--handle->num_holders == 0) delete handle;
+}
 
 const char* status_code(cd_status status) {
   switch (status) {
@@ -132,13 +149,20 @@ class LoadWorker : public Napi::AsyncWorker {
       reject(deferred_, env, status_, error_);
       return;
     }
-    auto* handle = new ModelHandle{model_};
+    auto* handle = new ModelHandle{model_, {}};
+    handle->forward_done = ForwardDone::New(env, "conduit forward", 0, 1, handle, [](Napi::Env, void*, ModelHandle* h) {
+      h->forward_done_open = false;
+      let_go(h);
+    });
+    handle->forward_done.Unref(env);
     cd_model_info info;
     cd_model_get_info(model_, &info);
     Napi::Object result = Napi::Object::New(env);
     result.Set("handle", Napi::External<ModelHandle>::New(env, handle, [](Napi::Env, ModelHandle* h) {
                  cd_model_free(h->model);
-                 delete h;
+                 h->model = nullptr;
+                 if (h->forward_done_open) h->forward_done.Release();
+                 let_go(h);
                }));
     result.Set("kernel", Napi::String::New(env, cd_kernel_name(info.kernel)));
     result.Set("kvBytesPerBlock", Napi::Number::New(env, double(info.kv_bytes_per_block)));
@@ -158,60 +182,65 @@ class LoadWorker : public Napi::AsyncWorker {
   char error_[kErrorCapacity] = {};
 };
 
-// Inputs are copied so the caller may reuse its arrays at once; outputs are written straight into
-// the caller's typed arrays, which stay referenced until the promise settles.
-class ForwardWorker : public Napi::AsyncWorker {
- public:
-  ForwardWorker(Napi::Env env, ModelHandle* handle, const Napi::Object& batch, const Napi::Object& outputs)
-      : Napi::AsyncWorker(env), deferred_(Napi::Promise::Deferred::New(env)), handle_(handle) {
-    token_ids_ = copy_of<int32_t>(batch.Get("tokenIds"));
-    positions_ = copy_of<int32_t>(batch.Get("positions"));
-    query_starts_ = copy_of<int32_t>(batch.Get("queryStarts"));
-    block_tables_ = copy_of<int32_t>(batch.Get("blockTables"));
-    seq_flags_ = copy_of<uint8_t>(batch.Get("seqFlags"));
-    temperatures_ = copy_of<float>(batch.Get("temperatures"));
-    top_ps_ = copy_of<float>(batch.Get("topPs"));
-    top_ks_ = copy_of<int32_t>(batch.Get("topKs"));
-    seeds_ = copy_of<uint64_t>(batch.Get("seeds"));
-    output_indices_ = copy_of<int32_t>(batch.Get("outputIndices"));
-    batch_ = cd_batch{int_of(batch, "numSeqs"), int_of(batch, "numTokens"), token_ids_.data(),
-                      positions_.data(), query_starts_.data(), int_of(batch, "maxBlocksPerSeq"),
-                      block_tables_.data(), seq_flags_.data(), temperatures_.data(), top_ps_.data(),
-                      top_ks_.data(), seeds_.data(), output_indices_.data()};
-    Napi::Int32Array sampled_ids = outputs.Get("sampledTokenIds").As<Napi::Int32Array>();
-    Napi::Float32Array sampled_logprobs = outputs.Get("sampledLogprobs").As<Napi::Float32Array>();
-    Napi::Float32Array logits = outputs.Get("logits").As<Napi::Float32Array>();
-    output_ = cd_forward_output{sampled_ids.Data(), sampled_logprobs.Data(), logits.Data()};
-    outputs_ = Napi::Persistent(outputs);
+// One forward pass from the call to its settled promise. Inputs are copied so the caller may
+// reuse its arrays at once; outputs are written straight into the caller's typed arrays, which
+// stay referenced until the promise settles.
+struct ForwardRequest {
+  ForwardRequest(Napi::Env env, ModelHandle* model_handle, const Napi::Object& batch_object, const Napi::Object& outputs_object)
+      : handle(model_handle), deferred(Napi::Promise::Deferred::New(env)) {
+    token_ids = copy_of<int32_t>(batch_object.Get("tokenIds"));
+    positions = copy_of<int32_t>(batch_object.Get("positions"));
+    query_starts = copy_of<int32_t>(batch_object.Get("queryStarts"));
+    block_tables = copy_of<int32_t>(batch_object.Get("blockTables"));
+    seq_flags = copy_of<uint8_t>(batch_object.Get("seqFlags"));
+    temperatures = copy_of<float>(batch_object.Get("temperatures"));
+    top_ps = copy_of<float>(batch_object.Get("topPs"));
+    top_ks = copy_of<int32_t>(batch_object.Get("topKs"));
+    seeds = copy_of<uint64_t>(batch_object.Get("seeds"));
+    output_indices = copy_of<int32_t>(batch_object.Get("outputIndices"));
+    batch = cd_batch{int_of(batch_object, "numSeqs"), int_of(batch_object, "numTokens"), token_ids.data(),
+                     positions.data(), query_starts.data(), int_of(batch_object, "maxBlocksPerSeq"),
+                     block_tables.data(), seq_flags.data(), temperatures.data(), top_ps.data(),
+                     top_ks.data(), seeds.data(), output_indices.data()};
+    Napi::Int32Array sampled_ids = outputs_object.Get("sampledTokenIds").As<Napi::Int32Array>();
+    Napi::Float32Array sampled_logprobs = outputs_object.Get("sampledLogprobs").As<Napi::Float32Array>();
+    Napi::Float32Array logits = outputs_object.Get("logits").As<Napi::Float32Array>();
+    output = cd_forward_output{sampled_ids.Data(), sampled_logprobs.Data(), logits.Data()};
+    outputs = Napi::Persistent(outputs_object);
   }
 
-  Napi::Promise promise() const { return deferred_.Promise(); }
-
-  void Execute() override {
-    status_ = cd_model_forward(handle_->model, &batch_, &output_, error_, kErrorCapacity);
-  }
-
-  void OnOK() override {
-    if (status_ != CD_OK) {
-      reject(deferred_, Env(), status_, error_);
-      return;
-    }
-    deferred_.Resolve(Env().Undefined());
-  }
-
- private:
-  Napi::Promise::Deferred deferred_;
-  ModelHandle* handle_;
-  Napi::ObjectReference outputs_;
-  std::vector<int32_t> token_ids_, positions_, query_starts_, block_tables_, top_ks_, output_indices_;
-  std::vector<uint8_t> seq_flags_;
-  std::vector<float> temperatures_, top_ps_;
-  std::vector<uint64_t> seeds_;
-  cd_batch batch_{};
-  cd_forward_output output_{};
-  cd_status status_ = CD_OK;
-  char error_[kErrorCapacity] = {};
+  ModelHandle* handle;
+  Napi::Promise::Deferred deferred;
+  Napi::ObjectReference outputs;
+  std::vector<int32_t> token_ids, positions, query_starts, block_tables, top_ks, output_indices;
+  std::vector<uint8_t> seq_flags;
+  std::vector<float> temperatures, top_ps;
+  std::vector<uint64_t> seeds;
+  cd_batch batch{};
+  cd_forward_output output{};
+  cd_status status = CD_OK;
+  std::string error;
 };
+
+// On a runtime thread, as the pass ends.
+void on_forward_done(void* user_data, cd_status status, const char* error) {
+  auto* request = static_cast<ForwardRequest*>(user_data);
+  request->status = status;
+  if (error != nullptr) request->error = error;
+  request->handle->forward_done.NonBlockingCall(request);
+}
+
+// On the JS thread (env is null when the environment is being torn down).
+void complete_forward(Napi::Env env, Napi::Function, ModelHandle* handle, ForwardRequest* request) {
+  const std::unique_ptr<ForwardRequest> owned(request);
+  if (env == nullptr) return;
+  handle->forward_done.Unref(env);
+  if (request->status != CD_OK) {
+    reject(request->deferred, env, request->status, request->error.c_str());
+    return;
+  }
+  request->deferred.Resolve(env.Undefined());
+}
 
 ModelHandle* handle_of(const Napi::Value& value) { return value.As<Napi::External<ModelHandle>>().Data(); }
 
@@ -224,10 +253,12 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info) {
 
 // forward(handle, batch, outputs) -> Promise<void>
 Napi::Value Forward(const Napi::CallbackInfo& info) {
-  auto* worker = new ForwardWorker(info.Env(), handle_of(info[0]), info[1].As<Napi::Object>(),
-                                   info[2].As<Napi::Object>());
-  worker->Queue();
-  return worker->promise();
+  ModelHandle* handle = handle_of(info[0]);
+  auto* request = new ForwardRequest(info.Env(), handle, info[1].As<Napi::Object>(), info[2].As<Napi::Object>());
+  const Napi::Promise promise = request->deferred.Promise();
+  handle->forward_done.Ref(info.Env());
+  cd_model_forward(handle->model, &request->batch, &request->output, on_forward_done, request);
+  return promise;
 }
 
 // freeModel(handle): idempotent; the caller guarantees no forward is in flight.

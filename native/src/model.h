@@ -134,4 +134,9 @@ struct Model {
 
 struct cd_model {
   std::unique_ptr<conduit::Model> model;
+  // The pass in flight: what cd_model_forward handed over, read by the driver thread's task.
+  const cd_batch* batch = nullptr;
+  cd_forward_output* output = nullptr;
+  cd_forward_done done = nullptr;
+  void* user_data = nullptr;
 };

@@ -1,4 +1,6 @@
-// The runtime's own persistent threads: the calling thread plus num_threads - 1 workers.
+// The runtime's own persistent threads: num_threads - 1 workers that join the calling thread in
+// parallel calls, and a driver thread that runs submitted tasks (forward passes) as that caller,
+// so a pass needs no thread but the runtime's own.
 //
 // A parallel call publishes a job and the threads claim chunks of its tasks until none is left;
 // it returns once every task has run. The caller claims like any worker, so a call never waits
@@ -49,6 +51,12 @@ class ThreadPool {
     run(num_tasks, min_chunk_tasks, false, invoke_body<Body>, &body);
   }
 
+  // Runs task(context) on the driver thread, which calls the parallel calls inside it, and returns
+  // at once. One task at a time: the next is submitted only once this one has reported its end
+  // (its own business), and the driver has read a task before it runs it.
+  using Task = void (*)(void* context);
+  void submit(Task task, void* context);
+
   // Calls body(thread_index) once on every thread, all at the same time (the probes measure
   // what all threads together reach), and returns when all have run.
   template <typename Body>
@@ -96,9 +104,11 @@ class ThreadPool {
   void claim_chunks(int32_t thread_index, JobSnapshot job);
   void finish_tasks(int32_t num_tasks_done, int32_t num_tasks);
   void worker_loop(int32_t thread_index);
-  // Polls ready() for spin_ticks_, then sleeps among sleepers until a notify finds it true.
-  template <typename Ready>
-  void await(Sleepers& sleepers, const Ready& ready);
+  void driver_loop();
+  // Polls ready() for spin_ticks_ while keep_polling() holds, then sleeps among sleepers until a
+  // notify finds it true.
+  template <typename Ready, typename KeepPolling>
+  void await(Sleepers& sleepers, const Ready& ready, const KeepPolling& keep_polling);
   // After a change that sleepers may await: a system call only if one sleeps.
   void wake(Sleepers& sleepers);
   int64_t measure_wake_latency_ns();
@@ -106,11 +116,16 @@ class ThreadPool {
 
   const int32_t num_threads_;
   std::vector<std::thread> workers_;
+  std::thread driver_;
   int64_t wake_latency_ns_ = 0;
   // How long a waiting thread polls: the wake-up latency measured at start, then a running
   // estimate of the wake-ups seen since.
   std::atomic<int64_t> spin_ticks_{0};
   std::atomic<double> ticks_per_ns_{1.0};
+  // Workers poll between parallel calls, but not once a submitted task (a forward pass) has
+  // ended: then the next call is a whole pass of JavaScript away.
+  std::atomic<bool> workers_poll_{true};
+  const bool driver_polls_between_tasks_;
   std::atomic<bool> measuring_{false};
 
   // Generation (high 32 bits) and the job's next unclaimed task (low 32 bits); kWriting while the
@@ -120,9 +135,15 @@ class ThreadPool {
   std::atomic<int32_t> num_tasks_done_{0};
   std::atomic<bool> stopping_{false};
 
+  // The submitted task, written before num_submitted_ counts it.
+  std::atomic<Task> task_{nullptr};
+  std::atomic<void*> task_context_{nullptr};
+  std::atomic<uint64_t> num_submitted_{0};
+
   std::mutex mutex_;
   Sleepers workers_asleep_;
   Sleepers caller_asleep_;
+  Sleepers driver_asleep_;
 };
 
 }  // namespace conduit
