@@ -1,0 +1,129 @@
+// Served throughput with 1 compute thread per worker against N: `conduit serve` on conduit-tiny,
+// driven by `conduit loadtest` (a closed loop of 16 clients, 32-token prompts, 128 generated
+// tokens each), the two thread counts alternating round after round so that the machine's drift
+// does not pass for a difference. Prints output tok/s and TTFT per run, then the medians and the
+// median of the per-round ratios.
+//
+//   npm run bench:served [-- --threads 2 --clients 16 --requests 64 --rounds 3]
+//
+// Every process (gateway, worker, load generator) shares the machine, as on a one-box deployment.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
+const HEALTH_TIMEOUT_MS = 120_000;
+
+interface Run {
+  outputTokensPerSecond: number;
+  ttftP50Ms: number;
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as net.AddressInfo;
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+async function waitForHealth(url: string, server: ReturnType<typeof spawn>): Promise<void> {
+  const deadline = Date.now() + HEALTH_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (server.exitCode !== null) throw new Error(`conduit serve exited with code ${server.exitCode}`);
+    const healthy = await fetch(`${url}/health`).then((response) => response.ok, () => false);
+    if (healthy) return;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error(`conduit serve did not become healthy within ${HEALTH_TIMEOUT_MS / 1000} s`);
+}
+
+async function runOnce(workDir: string, numThreads: number, values: Record<string, string>): Promise<Run> {
+  const [httpPort, metricsPort] = [await freePort(), await freePort()];
+  const configPath = path.join(workDir, `threads-${numThreads}.yaml`);
+  writeFileSync(configPath, [
+    'server:',
+    `  host: 127.0.0.1`,
+    `  http_port: ${httpPort}`,
+    `  metrics_port: ${metricsPort}`,
+    'models:',
+    `  - path: ${JSON.stringify(path.join(repoRoot, 'models', 'conduit-tiny'))}`,
+    '    num_workers: 1',
+    '    max_num_seqs: 32',
+    `    threads_per_worker: ${numThreads}`,
+    '',
+  ].join('\n'));
+  const server = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const serverLog: Buffer[] = [];
+  server.stderr!.on('data', (chunk: Buffer) => serverLog.push(chunk));
+  const url = `http://127.0.0.1:${httpPort}`;
+  try {
+    await waitForHealth(url, server).catch((err: Error) => {
+      throw new Error(`${err.message}:\n${Buffer.concat(serverLog).toString()}`);
+    });
+    const outDir = path.join(workDir, `out-${numThreads}`);
+    const loadtest = spawn(process.execPath, [
+      conduitBin, 'loadtest', '--url', url, '--model', 'conduit-tiny', '--scenario', 'fixed',
+      '--input-tokens', '32', '--output-tokens', '128', '--requests', values.requests,
+      '--concurrency', values.clients, '--seed', '1', '--out', outDir,
+    ], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const loadtestLog: Buffer[] = [];
+    loadtest.stderr!.on('data', (chunk: Buffer) => loadtestLog.push(chunk));
+    const [code] = await once(loadtest, 'exit');
+    if (code !== 0) throw new Error(`conduit loadtest exited with code ${code}:\n${Buffer.concat(loadtestLog).toString()}`);
+    const results = JSON.parse(readFileSync(path.join(outDir, 'results.json'), 'utf8'));
+    if (results.num_succeeded !== results.num_requests) throw new Error(`${results.num_requests - results.num_succeeded} requests failed`);
+    return { outputTokensPerSecond: results.output_token_throughput, ttftP50Ms: results.ttft_ms.p50 };
+  } finally {
+    server.kill('SIGTERM');
+    if (server.exitCode === null) await once(server, 'exit');
+  }
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      threads: { type: 'string', default: '2' },
+      clients: { type: 'string', default: '16' },
+      requests: { type: 'string', default: '64' },
+      rounds: { type: 'string', default: '3' },
+    },
+  });
+  const numThreads = Number(values.threads);
+  console.log(`CPU: ${os.cpus()[0]?.model.trim()}, ${os.availableParallelism()} CPUs`);
+  console.log(`conduit-tiny served, ${values.clients} clients, ${values.requests} requests of 32 + 128 tokens per run; 1 thread vs ${numThreads}`);
+  const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-served-'));
+  const runs = new Map<number, Run[]>([[1, []], [numThreads, []]]);
+  try {
+    for (let round = 0; round < Number(values.rounds); round++) {
+      for (const threads of runs.keys()) {
+        const run = await runOnce(workDir, threads, values);
+        runs.get(threads)!.push(run);
+        console.log(`round ${round + 1}, ${threads} thread${threads === 1 ? '' : 's'}: ${run.outputTokensPerSecond.toFixed(1)} tok/s, TTFT p50 ${run.ttftP50Ms.toFixed(1)} ms`);
+      }
+    }
+  } finally {
+    rmSync(workDir, { recursive: true, force: true });
+  }
+  const one = runs.get(1)!;
+  const many = runs.get(numThreads)!;
+  const ratio = median(many.map((run, round) => run.outputTokensPerSecond / one[round].outputTokensPerSecond));
+  console.log(`\n1 thread: ${median(one.map((run) => run.outputTokensPerSecond)).toFixed(1)} tok/s; ` +
+    `${numThreads} threads: ${median(many.map((run) => run.outputTokensPerSecond)).toFixed(1)} tok/s; ` +
+    `${numThreads} / 1 = ${ratio.toFixed(2)} (median of the rounds' ratios; target >= 1)`);
+}
+
+await main();
