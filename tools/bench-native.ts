@@ -24,6 +24,7 @@ import { SEQ_RETURN_LOGITS, SEQ_SAMPLE } from '../native/api.ts';
 import { kernelSupported, loadModel, probes } from '../native/index.ts';
 import { buildBatch } from '../native/test/helpers.ts';
 import { relativeError } from '../test/reference/llama-reference.ts';
+import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from './make-checkpoint.ts';
 
 const SHAPE = { hiddenSize: 768, numLayers: 12, numHeads: 12, numKvHeads: 4, intermediateSize: 2048, vocabSize: 32000 };
@@ -59,6 +60,12 @@ function layerWeightsPerToken(): number {
   return numLayers * (2 * h * h + 2 * h * kv + 3 * h * f);
 }
 
+/** Flops per decoded token: the matmuls and attention over the average context of a decode of newTokens after the prompt. */
+function decodeFlopsPerToken(newTokens: number): number {
+  const averageContext = PROMPT_TOKENS + newTokens / 2;
+  return 2 * matmulWeightsPerToken() + SHAPE.numLayers * 4 * SHAPE.hiddenSize * averageContext;
+}
+
 /**
  * Flops per token of a PREFILL_TOKENS-token prefill: the layers' matmuls, causal attention (scores
  * and value sums, 4 flops per head dim per visible key, (n + 1) / 2 keys on average), and the LM
@@ -86,7 +93,7 @@ function promptTokens(count: number, salt: number): number[] {
  * numSeqs sequences share one 128-token prompt (its blocks, as prefix caching shares them),
  * then each decodes newTokens greedily from its own first token. Returns decode tok/s.
  */
-async function decodeTokensPerSecond(model: NativeModel, numSeqs: number, newTokens: number): Promise<number> {
+async function sharedPromptDecodeTokensPerSecond(model: NativeModel, numSeqs: number, newTokens: number): Promise<number> {
   const { vocabSize } = model.info;
   const promptBlocks = PROMPT_TOKENS / BLOCK_SIZE_TOKENS;
   const ownBlocks = Math.ceil(newTokens / BLOCK_SIZE_TOKENS);
@@ -159,16 +166,27 @@ function describeCpu(): string {
   return `${model}, ${os.availableParallelism()} CPUs; ${sets.map(([name, present]) => `${name} ${present ? 'yes' : 'no'}`).join(', ')}`;
 }
 
-/** Batch-1 decode tok/s of a checkpoint on one kernel path and thread count (a model loaded for the purpose). */
-async function batch1Decode(modelDir: string, kernel: KernelPath, numThreads: number, newTokens: number): Promise<number> {
-  const model = await loadModel({
-    modelDir, dtype: 'bf16', kvCacheDtype: 'bf16', numKvBlocks: PROMPT_TOKENS / BLOCK_SIZE_TOKENS + Math.ceil(newTokens / BLOCK_SIZE_TOKENS),
-    blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel,
+/**
+ * Batch-1 decode of a checkpoint on 1 thread and on numThreads, one model loaded for each, in
+ * alternating rounds: the medians and the median of the rounds' ratios.
+ */
+async function threadScaling(modelDir: string, numSteps: number, kernel: KernelPath, numThreads: number, numRounds: number) {
+  const shape = { numSeqs: 1, numPromptTokens: 16, numSteps };
+  const load = (threads: number) => loadModel({
+    modelDir, dtype: 'bf16', kvCacheDtype: 'bf16', numKvBlocks: decodeKvBlocks(shape, BLOCK_SIZE_TOKENS),
+    blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads: threads, kernel,
   });
+  const [one, all] = [await load(1), await load(numThreads)];
   try {
-    return await decodeTokensPerSecond(model, 1, newTokens);
+    const [oneRates, allRates]: number[][] = [[], []];
+    for (let round = 0; round < numRounds; round++) {
+      oneRates.push(await decodeTokensPerSecond(one, shape));
+      allRates.push(await decodeTokensPerSecond(all, shape));
+    }
+    return { one: median(oneRates), all: median(allRates), ratio: median(allRates.map((rate, round) => rate / oneRates[round])) };
   } finally {
-    model.close();
+    one.close();
+    all.close();
   }
 }
 
@@ -219,28 +237,31 @@ async function main(): Promise<void> {
   console.log(`model: ${fmt(weightsPerToken / 1e6)} M matmul weights per decoded token (${fmt(flopsPerToken / 1e6)} MFLOP); ` +
     `a ${PREFILL_TOKENS}-token prefill ${fmt(prefillFlopsPerToken() / 1e6)} MFLOP per token\n`);
 
-  // Thread scaling: batch-1 decode on 1 thread, then on all, in alternating rounds.
+  // Thread scaling: batch-1 decode after a 16-token prompt, as bench:decode runs it.
   const tinyDir = path.resolve('models', 'conduit-tiny');
   for (const kernel of kernels) {
-    for (const [name, dir] of [['conduit-tiny', tinyDir], ['125M', modelDir]] as const) {
-      const [one, all]: number[][] = [[], []];
-      for (let round = 0; round < numRounds; round++) {
-        one.push(await batch1Decode(dir, kernel, 1, newTokens));
-        all.push(await batch1Decode(dir, kernel, numThreads, newTokens));
-      }
-      const ratio = median(all.map((rate, round) => rate / one[round]));
-      console.log(`thread scaling, ${kernel}, ${name} bf16 batch-1 decode: 1 thread ${fmt(median(one))} tok/s, ` +
-        `${numThreads} threads ${fmt(median(all))} tok/s, ${fmt(ratio, 2)}x (median of the rounds' ratios)`);
+    // A step of conduit-tiny takes a fraction of a millisecond and the machine's speed drifts
+    // within seconds: many short rounds, taking turns.
+    for (const [name, dir, numSteps] of [['conduit-tiny', tinyDir, 512], ['125M', modelDir, 64]] as const) {
+      const { one, all, ratio } = await threadScaling(dir, numSteps, kernel, numThreads, 2 * numRounds + 1);
+      console.log(`thread scaling, ${kernel}, ${name} bf16 batch-1 decode: 1 thread ${fmt(one)} tok/s, ` +
+        `${numThreads} threads ${fmt(all)} tok/s, ${fmt(ratio, 2)}x (median of the rounds' ratios)`);
     }
   }
   console.log('');
 
-  const header = ['path', 'mode', 'gemv GF/s', '(GB/s, of BW)', 'gemm GF/s', '(of peak)', 'b1 tok/s', '(of bound)', 'b8 tok/s', 'b32 tok/s', 'b32/b1', 'prefill tok/s', '(of peak)'];
-  const rows: string[][] = [];
+  interface ModeResult {
+    kernel: (typeof kernels)[number];
+    mode: Mode;
+    gemvSeconds: number;
+    gemmSeconds: number;
+    decode: number[];  // tok/s at BATCH_SIZES
+    prefill: number;
+  }
+  const results: ModeResult[] = [];
   const int8OverBf16: Partial<Record<KernelPath, number>> = {};
   const modes = MODES.filter((m) => modeLabels.includes(m.label));
   for (const kernel of kernels) {
-    const peak = peaks.get(kernel)!;
     // The matmul probes first, on a quiet process: measured after the decode rounds, with the
     // models resident, they read about half as fast.
     const matmulProbes = new Map(modes.map((mode) => {
@@ -264,7 +285,7 @@ async function main(): Promise<void> {
       // Innermost the modes, so that a round's measurements of one batch size sit seconds apart.
       for (let round = 0; round < numRounds; round++) {
         for (const [i, numSeqs] of BATCH_SIZES.entries()) {
-          for (const mode of modes) decodeRounds.get(mode)![i].push(await decodeTokensPerSecond(models.get(mode)!, numSeqs, newTokens));
+          for (const mode of modes) decodeRounds.get(mode)![i].push(await sharedPromptDecodeTokensPerSecond(models.get(mode)!, numSeqs, newTokens));
         }
         for (const mode of modes) prefillRounds.get(mode)!.push(await prefillTokensPerSecond(models.get(mode)!, 1));
       }
@@ -275,30 +296,14 @@ async function main(): Promise<void> {
         int8OverBf16[kernel] = median(int8B1.map((rate, round) => rate / bf16B1[round]));
       }
       for (const mode of modes) {
-        const { gemvSeconds, gemmSeconds } = matmulProbes.get(mode)!;
-        const gemvBytesPerSecond = (SHAPE.hiddenSize * SHAPE.intermediateSize * mode.bytesPerWeight) / gemvSeconds;
-        const [b1, b8, b32] = decodeRounds.get(mode)!.map(median);
-        const prefill = median(prefillRounds.get(mode)!);
-        const boundTokensPerSecond = bandwidth / (weightsPerToken * mode.bytesPerWeight);
-        rows.push([
-          kernel, mode.label,
-          fmt(matmulFlops(1) / gemvSeconds / 1e9), `${fmt(gemvBytesPerSecond / 1e9)}, ${pct(gemvBytesPerSecond / bandwidth)}`,
-          fmt(matmulFlops(PREFILL_TOKENS) / gemmSeconds / 1e9), pct(matmulFlops(PREFILL_TOKENS) / gemmSeconds / peak),
-          fmt(b1), pct(b1 / boundTokensPerSecond),
-          fmt(b8), fmt(b32), fmt(b32 / b1, 2),
-          fmt(prefill), pct((prefill * prefillFlopsPerToken()) / peak),
-        ]);
-        console.log(rows[rows.length - 1].join('  '));
+        const result = { kernel, mode, ...matmulProbes.get(mode)!, decode: decodeRounds.get(mode)!.map(median), prefill: median(prefillRounds.get(mode)!) };
+        results.push(result);
+        console.log(`${kernel} ${mode.label}: decode ${result.decode.map((rate, i) => `b${BATCH_SIZES[i]} ${fmt(rate)}`).join(', ')} tok/s; prefill ${fmt(result.prefill)} tok/s`);
       }
     } finally {
       for (const model of models.values()) model.close();
     }
   }
-
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i])).join(' | ');
-  console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
-  for (const row of rows) console.log(line(row));
   for (const kernel of kernels) {
     const ratio = int8OverBf16[kernel];
     if (ratio !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(ratio, 2)} (median of the rounds' ratios)`);
@@ -311,11 +316,38 @@ async function main(): Promise<void> {
       console.log(`${kernel}: int8 logits vs fp32, max|diff| / max|fp32| = ${error.toExponential(2)}`);
     }
   }
-  // Host scheduling moves (the two vCPUs are sometimes one core's SMT siblings): a ceiling that
-  // differs at the end says this run's fractions straddle two machine states.
+
+  // Host scheduling moves (the two vCPUs are sometimes one core's SMT siblings, or share it with a
+  // neighbour): the ceilings are measured again, and the fractions use the higher of the two, so
+  // a slow start never inflates them.
   const bandwidthAfter = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
-  console.log(`ceilings again at the end: streaming read ${fmt(bandwidthAfter / 1e9)} GB/s; ` +
-    kernels.map((kernel) => `${kernel} ${fmt(probes.peakFlopsPerSecond(kernel, numThreads) / 1e9)} GFLOP/s`).join('; '));
+  const peaksAfter = new Map(kernels.map((kernel) => [kernel, probes.peakFlopsPerSecond(kernel, numThreads)]));
+  console.log(`\nceilings again at the end: streaming read ${fmt(bandwidthAfter / 1e9)} GB/s; ` +
+    kernels.map((kernel) => `${kernel} ${fmt(peaksAfter.get(kernel)! / 1e9)} GFLOP/s`).join('; '));
+  const moved = (before: number, after: number) => Math.abs(after - before) / Math.max(before, after) > 0.15;
+  if (moved(bandwidth, bandwidthAfter) || kernels.some((kernel) => moved(peaks.get(kernel)!, peaksAfter.get(kernel)!))) {
+    console.log('WARNING: a ceiling moved by more than 15% during the run; its measurements straddle two machine states');
+  }
+  const bestBandwidth = Math.max(bandwidth, bandwidthAfter);
+
+  const header = ['path', 'mode', 'gemv GF/s', '(GB/s, of BW)', 'gemm GF/s', '(of peak)', 'b1 tok/s', '(of bound)', 'b8 tok/s', 'b32 tok/s', '(of peak)', 'b32/b1', 'prefill tok/s', '(of peak)'];
+  const rows = results.map(({ kernel, mode, gemvSeconds, gemmSeconds, decode: [b1, b8, b32], prefill }) => {
+    const peak = Math.max(peaks.get(kernel)!, peaksAfter.get(kernel)!);
+    const gemvBytesPerSecond = (SHAPE.hiddenSize * SHAPE.intermediateSize * mode.bytesPerWeight) / gemvSeconds;
+    const boundTokensPerSecond = bestBandwidth / (weightsPerToken * mode.bytesPerWeight);
+    return [
+      kernel, mode.label,
+      fmt(matmulFlops(1) / gemvSeconds / 1e9), `${fmt(gemvBytesPerSecond / 1e9)}, ${pct(gemvBytesPerSecond / bestBandwidth)}`,
+      fmt(matmulFlops(PREFILL_TOKENS) / gemmSeconds / 1e9), pct(matmulFlops(PREFILL_TOKENS) / gemmSeconds / peak),
+      fmt(b1), pct(b1 / boundTokensPerSecond),
+      fmt(b8), fmt(b32), pct((b32 * decodeFlopsPerToken(newTokens)) / peak), fmt(b32 / b1, 2),
+      fmt(prefill), pct((prefill * prefillFlopsPerToken()) / peak),
+    ];
+  });
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i])).join(' | ');
+  console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
+  for (const row of rows) console.log(line(row));
   console.log(
     '\ngemv: 1 x 768 -> 2048 (weights fit the last-level cache); gemm: 512 x 768 -> 2048; decode after a shared 128-token prompt;' +
       `\nbound = streaming-read bandwidth / matmul weight bytes per token; peak = the path's ceiling (${kernels.map((kernel) => `${kernel}: ${ceilingName(kernel)}`).join(', ')}). ` +
