@@ -46,17 +46,18 @@ constexpr int64_t kMaxWakeLatencyNs = 1'000'000;
 // Weight of each wake-up seen in operation in the running estimate.
 constexpr int64_t kWakeEstimateWeight = 8;
 
-int32_t available_cpus() {
+// Lets any other runnable thread have this CPU: a system call, made only between passes.
+void yield_cpu() {
 #if defined(__linux__)
-  cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) return CPU_COUNT(&cpus);
+  sched_yield();
+#else
+  std::this_thread::yield();
 #endif
-  return int32_t(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace
 
-ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(num_threads), driver_polls_between_tasks_(available_cpus() > 1) {
+ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(num_threads) {
   workers_.reserve(size_t(num_threads - 1));
   for (int32_t i = 1; i < num_threads; ++i) workers_.emplace_back(&ThreadPool::worker_loop, this, i);
   driver_ = std::thread(&ThreadPool::driver_loop, this);
@@ -120,14 +121,15 @@ void ThreadPool::observe_wake_latency(uint64_t latency_ticks) {
   spin_ticks_.store(estimate + (sample - estimate) / kWakeEstimateWeight, std::memory_order_relaxed);
 }
 
-template <typename Ready, typename KeepPolling>
-void ThreadPool::await(Sleepers& sleepers, const Ready& ready, const KeepPolling& keep_polling) {
+template <typename Ready, typename Politely>
+void ThreadPool::await(Sleepers& sleepers, const Ready& ready, const Politely& politely) {
   if (ready()) return;
   // No PAUSE: under KVM a run of PAUSEs trips pause-loop exiting, and the hypervisor deschedules
   // the polling vCPU (measured: decode -40%).
   const uint64_t deadline = now_ticks() + uint64_t(spin_ticks_.load(std::memory_order_relaxed));
-  for (uint32_t i = 1; keep_polling(); ++i) {
+  for (uint32_t i = 1;; ++i) {
     if (ready()) return;
+    if (politely()) yield_cpu();
     if (i % 8 == 0 && now_ticks() >= deadline) break;
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -157,7 +159,7 @@ void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_p
     invoke(context, 0, 0, num_tasks);
     return;
   }
-  if (!workers_poll_.load(std::memory_order_relaxed)) workers_poll_.store(true, std::memory_order_relaxed);
+  if (!in_task_.load(std::memory_order_relaxed)) in_task_.store(true, std::memory_order_relaxed);
   // Seqlock: the writing mark, then the job, then the generation opened at task 0. A worker that
   // read part of the new job under the old generation sees the generation moved on.
   const uint32_t generation = generation_of(job_word_.load(std::memory_order_relaxed)) + 1;
@@ -178,7 +180,7 @@ void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_p
   } else {
     claim_chunks(0, JobSnapshot{word, num_tasks, std::max(1, min_chunk_tasks), false, invoke, context});
   }
-  await(caller_asleep_, [&] { return num_tasks_done_.load(std::memory_order_acquire) == num_tasks; }, [] { return true; });
+  await(caller_asleep_, [&] { return num_tasks_done_.load(std::memory_order_acquire) == num_tasks; }, [] { return false; });
 }
 
 bool ThreadPool::read_job(uint64_t word, JobSnapshot& job) const {
@@ -218,24 +220,23 @@ void ThreadPool::finish_tasks(int32_t num_tasks_done, int32_t num_tasks) {
 void ThreadPool::submit(Task task, void* context) {
   task_.store(task, std::memory_order_relaxed);
   task_context_.store(context, std::memory_order_relaxed);
-  workers_poll_.store(true, std::memory_order_relaxed);
+  in_task_.store(true, std::memory_order_relaxed);
   num_submitted_.fetch_add(1);
   wake(driver_asleep_);
   wake(workers_asleep_);
 }
 
-// Between tasks only the driver polls, and only with a core to spare: the other cores belong to
-// the event loop that submits the next task (and to the gateway beside it).
+// Waiting for a task is waiting between passes: politely.
 void ThreadPool::driver_loop() {
   uint64_t num_run = 0;
   for (;;) {
     await(driver_asleep_, [&] {
       return stopping_.load(std::memory_order_relaxed) || num_submitted_.load(std::memory_order_acquire) != num_run;
-    }, [this] { return driver_polls_between_tasks_; });
+    }, [] { return true; });
     if (stopping_.load()) return;
     ++num_run;
     task_.load(std::memory_order_relaxed)(task_context_.load(std::memory_order_relaxed));
-    workers_poll_.store(false, std::memory_order_relaxed);
+    in_task_.store(false, std::memory_order_relaxed);
   }
 }
 
@@ -247,7 +248,7 @@ void ThreadPool::worker_loop(int32_t thread_index) {
       word = job_word_.load(std::memory_order_acquire);
       return stopping_.load(std::memory_order_relaxed) ||
              (generation_of(word) != seen_generation && uint32_t(word) != kWriting);
-    }, [this] { return workers_poll_.load(std::memory_order_relaxed); });
+    }, [this] { return !in_task_.load(std::memory_order_relaxed); });
     if (stopping_.load()) return;
     JobSnapshot job;
     if (!read_job(word, job)) continue;  // replaced while being read: look again

@@ -12,10 +12,12 @@
 // twice the best choice made in hindsight, whatever the wait turns out to be. The wake-up
 // latency is measured when the pool starts and then follows the wake-ups seen in operation
 // (inside a server, other threads compete for the cores and a wake-up costs more than on a quiet
-// machine). A forward pass is dozens of calls microseconds apart, so inside it the workers stay
-// awake and a hand-off is a few atomic operations, no system call; a gap longer than a wake-up
-// (an idle server, JavaScript that outlasts it) puts them to sleep, so the cores go back to the
-// event loop and the gateway.
+// machine). A forward pass is dozens of calls microseconds apart, so inside it the threads poll
+// flat out and a hand-off is a few atomic operations, no system call. Between passes (the
+// driver waiting for the next, the workers once a pass has ended) they poll politely, yielding
+// the CPU at every poll: the event loop and the gateway get a core the moment they want one, yet
+// a pass that follows within a wake-up finds every thread already running, which matters most
+// where wake-ups are slow. A longer gap (an idle server) puts them to sleep.
 #pragma once
 
 #include <atomic>
@@ -105,10 +107,10 @@ class ThreadPool {
   void finish_tasks(int32_t num_tasks_done, int32_t num_tasks);
   void worker_loop(int32_t thread_index);
   void driver_loop();
-  // Polls ready() for spin_ticks_ while keep_polling() holds, then sleeps among sleepers until a
-  // notify finds it true.
-  template <typename Ready, typename KeepPolling>
-  void await(Sleepers& sleepers, const Ready& ready, const KeepPolling& keep_polling);
+  // Polls ready() for spin_ticks_, yielding the CPU between polls while politely() holds, then
+  // sleeps among sleepers until a notify finds it true.
+  template <typename Ready, typename Politely>
+  void await(Sleepers& sleepers, const Ready& ready, const Politely& politely);
   // After a change that sleepers may await: a system call only if one sleeps.
   void wake(Sleepers& sleepers);
   int64_t measure_wake_latency_ns();
@@ -122,10 +124,9 @@ class ThreadPool {
   // estimate of the wake-ups seen since.
   std::atomic<int64_t> spin_ticks_{0};
   std::atomic<double> ticks_per_ns_{1.0};
-  // Workers poll between parallel calls, but not once a submitted task (a forward pass) has
-  // ended: then the next call is a whole pass of JavaScript away.
-  std::atomic<bool> workers_poll_{true};
-  const bool driver_polls_between_tasks_;
+  // False once a submitted task (a forward pass) has ended, until the next task or parallel call:
+  // then the workers, like the driver, wait politely.
+  std::atomic<bool> in_task_{true};
   std::atomic<bool> measuring_{false};
 
   // Generation (high 32 bits) and the job's next unclaimed task (low 32 bits); kWriting while the
