@@ -105,8 +105,13 @@ class ForwardPass {
     // kBf16Pairs attention works in whole groups of 16 keys from the one holding the first.
     const size_t num_threads = size_t(model_.pool.num_threads());
     const size_t context_capacity = size_t(max_context) + 32;
+    // Room for every query head of a kv head (the paired layout scores them together).
+    const size_t heads_per_kv_head = size_t(dims_.num_heads / dims_.num_kv_heads);
+    ws_.scores_stride = context_capacity;
     ws_.scores.resize(num_threads);
-    for (std::vector<float>& scores : ws_.scores) grow(scores, context_capacity);
+    for (std::vector<float>& scores : ws_.scores) grow(scores, heads_per_kv_head * context_capacity);
+    ws_.softmax_sums.resize(num_threads);
+    for (std::vector<float>& sums : ws_.softmax_sums) grow(sums, heads_per_kv_head);
     if (model_.kv_cache.layout() == KvLayout::kBf16Pairs) {
       for (auto* buffers : {&ws_.key_groups, &ws_.value_groups}) {
         buffers->resize(num_threads);
@@ -247,6 +252,8 @@ class ForwardPass {
     const int32_t num_tasks = batch_.num_tokens * dims_.num_kv_heads;
     parallel_tasks(num_tasks, [&](int32_t thread_index, int32_t begin, int32_t end) {
       float* scores = ws_.scores[size_t(thread_index)].data();
+      const size_t scores_stride = ws_.scores_stride;
+      float* sums = ws_.softmax_sums[size_t(thread_index)].data();
       uint16_t* query = ws_.query_bf16[size_t(thread_index)].data();
       uint16_t* probs = ws_.probs_bf16[size_t(thread_index)].data();
       const uint16_t** key_groups = ws_.key_groups[size_t(thread_index)].data();
@@ -274,14 +281,20 @@ class ForwardPass {
         }
         const int32_t skip = first - base;
         const int32_t num_visible = position - first + 1;
-        for (int32_t head = kv_head * heads_per_kv_head; head < (kv_head + 1) * heads_per_kv_head; ++head) {
-          const float* q = &ws_.q[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
-          kernels.score_key_groups(q, query, key_groups, num_groups, key_pair_stride, head_dim, scores);
-          const float sum = kernels.softmax_numerators(scores + skip, num_visible, scale);
-          float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * head_dim];
-          kernels.sum_value_groups(scores, skip, num_visible, probs, value_groups, head_dim, out);
-          const float inv_sum = 1.0f / sum;
-          for (int32_t i = 0; i < head_dim; ++i) out[i] *= inv_sum;
+        // The group's query heads together: the kernels widen each key and value once for all.
+        const size_t first_head = size_t(kv_head) * heads_per_kv_head;
+        const float* q = &ws_.q[size_t(t) * dims_.q_size() + first_head * head_dim];
+        float* out = &ws_.attention[size_t(t) * dims_.q_size() + first_head * head_dim];
+        kernels.score_key_groups(q, heads_per_kv_head, query, key_groups, num_groups, key_pair_stride, head_dim, scores,
+                                 scores_stride);
+        for (int32_t h = 0; h < heads_per_kv_head; ++h) {
+          sums[h] = kernels.softmax_numerators(scores + size_t(h) * scores_stride + skip, num_visible, scale);
+        }
+        kernels.sum_value_groups(scores, scores_stride, heads_per_kv_head, skip, num_visible, probs, value_groups,
+                                 head_dim, out);
+        for (int32_t h = 0; h < heads_per_kv_head; ++h) {
+          const float inv_sum = 1.0f / sums[h];
+          for (int32_t i = 0; i < head_dim; ++i) out[size_t(h) * head_dim + i] *= inv_sum;
         }
       }
     });

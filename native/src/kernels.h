@@ -97,22 +97,27 @@ struct KernelTable {
   // y += alphas[r] * row r, for r in order (attention's values of one cache block).
   void (*axpy_rows)(const float* alphas, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* y);
 
-  // Attention over a bf16 cache in KvLayout::kBf16Pairs (model.h). avx512 splits the query and
-  // the softmax numerators into bf16 high and low halves for vdpbf16ps, in the caller's scratch
-  // (2 x head_dim and 2 x the numerators' range); the others widen the cache to fp32 and leave
-  // the scratch alone.
+  // Attention over a bf16 cache in KvLayout::kBf16Pairs (model.h), for the num_heads query heads
+  // that share one kv head's keys and values (head h's query at q + h * head_dim, its output at
+  // out + h * head_dim). avx512 splits each query and its softmax numerators into bf16 high and
+  // low halves for vdpbf16ps, in the caller's scratch (2 x head_dim and 2 x the numerators'
+  // range); the others widen the cache to fp32, once for all the heads, and leave the scratch
+  // alone.
   //
-  // scores[16 g + i] = q · key i of group g, for num_groups groups of 16 keys; group g's dims
-  // come in pairs, pair d of its 16 keys at key_groups[g] + d * key_pair_stride. Every score
-  // accumulates its pairs in one fixed pattern, whatever the number of groups.
-  void (*score_key_groups)(const float* q, uint16_t* q_scratch, const uint16_t* const* key_groups,
-                           int32_t num_groups, size_t key_pair_stride, int32_t head_dim, float* scores);
-  // out = sum of numerators[i] * value i over the visible i in [skip, skip + num_visible), value i
-  // in slot pair i / 2 at value_groups[i / 16] + (i / 2 % 8) * 2 * head_dim (so i = 0 is an even
-  // slot); each output in one fixed pattern for a given range. Slots outside the range are never
-  // read into a sum (they may hold anything, NaN included).
-  void (*sum_value_groups)(const float* numerators, int32_t skip, int32_t num_visible, uint16_t* probs_scratch,
-                           const uint16_t* const* value_groups, int32_t head_dim, float* out);
+  // scores[h * scores_stride + 16 g + i] = q_h · key i of group g, for num_groups groups of 16
+  // keys; group g's dims come in pairs, pair d of its 16 keys at key_groups[g] + d *
+  // key_pair_stride. Every score accumulates its pairs in one fixed pattern, whatever the number
+  // of groups or heads.
+  void (*score_key_groups)(const float* q, int32_t num_heads, uint16_t* q_scratch, const uint16_t* const* key_groups,
+                           int32_t num_groups, size_t key_pair_stride, int32_t head_dim, float* scores,
+                           size_t scores_stride);
+  // out_h = sum of numerators[h * numerators_stride + i] * value i over the visible i in [skip,
+  // skip + num_visible), value i in slot pair i / 2 at value_groups[i / 16] + (i / 2 % 8) * 2 *
+  // head_dim (so i = 0 is an even slot); each output in one fixed pattern for a given range.
+  // Slots outside the range are never read into a sum (they may hold anything, NaN included).
+  void (*sum_value_groups)(const float* numerators, size_t numerators_stride, int32_t num_heads, int32_t skip,
+                           int32_t num_visible, uint16_t* probs_scratch, const uint16_t* const* value_groups,
+                           int32_t head_dim, float* out);
 };
 
 const KernelTable& kernels_scalar();

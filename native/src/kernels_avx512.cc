@@ -241,8 +241,8 @@ __attribute__((always_inline)) inline void score_groups(const uint32_t* q_high, 
   for (int g = 0; g < G; ++g) vstore(scores + 16 * g, _mm512_add_ps(even[g], odd[g]));
 }
 
-void score_key_groups(const float* q, uint16_t* q_scratch, const uint16_t* const* key_groups, int32_t num_groups,
-                      size_t key_pair_stride, int32_t head_dim, float* scores) {
+void score_key_groups_of_head(const float* q, uint16_t* q_scratch, const uint16_t* const* key_groups, int32_t num_groups,
+                              size_t key_pair_stride, int32_t head_dim, float* scores) {
   split_to_bf16(q, head_dim, q_scratch, q_scratch + head_dim);
   const uint32_t* q_high = reinterpret_cast<const uint32_t*>(q_scratch);
   const uint32_t* q_low = reinterpret_cast<const uint32_t*>(q_scratch + head_dim);
@@ -287,8 +287,8 @@ __attribute__((always_inline)) inline void sum_value_dims(const uint32_t* prob_h
   for (int v = 0; v < V; ++v) vstore(out + dim + 16 * v, _mm512_add_ps(even[v], odd[v]));
 }
 
-void sum_value_groups(const float* numerators, int32_t skip, int32_t num_visible, uint16_t* probs_scratch,
-                      const uint16_t* const* value_groups, int32_t head_dim, float* out) {
+void sum_value_groups_of_head(const float* numerators, int32_t skip, int32_t num_visible, uint16_t* probs_scratch,
+                              const uint16_t* const* value_groups, int32_t head_dim, float* out) {
   const int32_t pair_begin = skip / 2;
   const int32_t pair_end = (skip + num_visible + 1) / 2;
   // Halves indexed like the numerators: high at [0, 2 * pair_end), low right after.
@@ -317,6 +317,24 @@ void sum_value_groups(const float* numerators, int32_t skip, int32_t num_visible
   }
   for (; dim < head_dim; dim += 16) {
     sum_value_dims<1>(prob_high, prob_low, value_groups, pair_begin, pair_end, first_mask, last_mask, head_dim, dim, out);
+  }
+}
+
+// vdpbf16ps needs each head's query and numerators split, so the heads go one at a time.
+void score_key_groups(const float* q, int32_t num_heads, uint16_t* q_scratch, const uint16_t* const* key_groups,
+                      int32_t num_groups, size_t key_pair_stride, int32_t head_dim, float* scores, size_t scores_stride) {
+  for (int32_t h = 0; h < num_heads; ++h) {
+    score_key_groups_of_head(q + size_t(h) * head_dim, q_scratch, key_groups, num_groups, key_pair_stride, head_dim,
+                             scores + size_t(h) * scores_stride);
+  }
+}
+
+void sum_value_groups(const float* numerators, size_t numerators_stride, int32_t num_heads, int32_t skip,
+                      int32_t num_visible, uint16_t* probs_scratch, const uint16_t* const* value_groups,
+                      int32_t head_dim, float* out) {
+  for (int32_t h = 0; h < num_heads; ++h) {
+    sum_value_groups_of_head(numerators + size_t(h) * numerators_stride, skip, num_visible, probs_scratch, value_groups,
+                             head_dim, out + size_t(h) * head_dim);
   }
 }
 
