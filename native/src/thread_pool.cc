@@ -61,7 +61,6 @@ ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(num_threads) {
   workers_.reserve(size_t(num_threads - 1));
   for (int32_t i = 1; i < num_threads; ++i) workers_.emplace_back(&ThreadPool::worker_loop, this, i);
   driver_ = std::thread(&ThreadPool::driver_loop, this);
-  if (num_threads == 1) return;
   const int64_t start_ns = steady_ns();
   const uint64_t start_ticks = now_ticks();
   measuring_ = true;
@@ -81,32 +80,26 @@ ThreadPool::~ThreadPool() {
 
 int64_t ThreadPool::spin_ns() const { return int64_t(double(spin_ticks_.load()) / ticks_per_ns_.load()); }
 
-// While it runs, spin_ticks_ is 0: every waiting thread sleeps at once. The caller stays busy
-// through the idle time and the wake-up, as it does inside a pass, so a worker wakes on another
-// CPU (woken on the caller's, it would only measure a context switch).
+// The driver's wake-ups, from a task submitted while it sleeps to the task running. While this
+// runs, spin_ticks_ is 0: every waiting thread sleeps at once. The submitting thread stays busy
+// through the idle time and the wake-up, as the event loop does, so the driver wakes on another
+// CPU (woken on the submitter's, it would only measure a context switch).
 int64_t ThreadPool::measure_wake_latency_ns() {
+  struct Sample {
+    std::atomic<int64_t> ran_ns{0};
+  } sample;
   std::vector<int64_t> samples;
-  std::vector<int64_t> woke_ns(static_cast<size_t>(num_threads_));
-  std::atomic<int32_t> num_woken{0};
   for (int32_t i = 0; i < kWakeSamples; ++i) {
-    while (workers_asleep_.count.load() < num_threads_ - 1) std::this_thread::yield();
+    while (driver_asleep_.count.load() == 0) std::this_thread::yield();
     const int64_t idle_until_ns = steady_ns() + kIdleBeforeWakeNs;
     while (steady_ns() < idle_until_ns) {
     }
-    num_woken.store(0);
-    const int64_t notified_ns = steady_ns();
-    on_every_thread([&](int32_t thread_index) {
-      if (thread_index == 0) {
-        while (num_woken.load() < num_threads_ - 1) {
-        }
-        return;
-      }
-      woke_ns[size_t(thread_index)] = steady_ns();
-      num_woken.fetch_add(1);
-    });
-    for (int32_t t = 1; t < num_threads_; ++t) {
-      samples.push_back(std::min(kMaxWakeLatencyNs, woke_ns[size_t(t)] - notified_ns));
+    sample.ran_ns.store(0);
+    const int64_t submitted_ns = steady_ns();
+    submit([](void* context) { static_cast<Sample*>(context)->ran_ns.store(steady_ns()); }, &sample);
+    while (sample.ran_ns.load() == 0) {
     }
+    samples.push_back(std::min(kMaxWakeLatencyNs, sample.ran_ns.load() - submitted_ns));
   }
   std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
   return samples[samples.size() / 2];

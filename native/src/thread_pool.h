@@ -37,8 +37,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int32_t num_threads() const { return num_threads_; }
-  // Median nanoseconds from notifying a sleeping worker to it running, measured at start (0 with
-  // one thread).
+  // Median nanoseconds from notifying a sleeping thread to it running, measured at start.
   int64_t wake_latency_ns() const { return wake_latency_ns_; }
   // How long a waiting thread polls before it sleeps now.
   int64_t spin_ns() const;
