@@ -1,21 +1,30 @@
 // The engine loop: the one owner of scheduler and KV state. Callers post commands (generate,
-// abort) to an inbox; between steps the loop applies them, then runs
-// schedule() -> runner.execute() -> update() and hands each request its news. With nothing to
-// do it sleeps until the next command arrives.
+// abort) to an inbox; between steps the loop applies them, ends requests past their deadlines,
+// then runs schedule() -> runner.execute() -> update() and hands each request its news. After
+// each round it reports once to every report listener: the prefix cache's events, the load and
+// the step's statistics (a listener batches its requests' news with it: one message per step).
+// With nothing to do it sleeps until the next command arrives.
+import type { EngineError } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
+import { HASH_SCHEME } from './kv/block-hash.ts';
 import type { ModelRunner } from './runner.ts';
 import { errorOutput } from './request-output.ts';
-import { Scheduler } from './scheduler.ts';
-import type { EngineError, GenerateRequest, RequestOutput, WorkerLoad, WorkerModelInfo } from './types.ts';
+import { Scheduler, type SchedulingPolicy } from './scheduler.ts';
+import type { GenerateRequest, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
 
 export interface EngineSettings {
   servedName: string;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
   generationDefaults: GenerationDefaults;
+  /** On by default. */
+  enablePrefixCaching?: boolean;
+  /** 'fcfs' by default. */
+  policy?: SchedulingPolicy;
 }
 
 export type OutputListener = (output: RequestOutput) => void;
+export type ReportListener = (report: StepReport) => void;
 
 type Command =
   | { kind: 'generate'; request: GenerateRequest; onOutput: OutputListener }
@@ -32,9 +41,12 @@ export class Engine {
   private readonly runner: ModelRunner;
   private readonly scheduler: Scheduler;
   private readonly listeners = new Map<string, OutputListener>();
+  private readonly reportListeners = new Set<ReportListener>();
   private inbox: Command[] = [];
   private wake: (() => void) | null = null;
   private stopError: EngineError | null = null;
+  /** Outputs emitted since the last report: a report must follow them. */
+  private numUnreportedOutputs = 0;
   private readonly loopDone: Promise<void>;
   private closing: Promise<void> | null = null;
 
@@ -49,6 +61,9 @@ export class Engine {
       maxNumSeqs: settings.maxNumSeqs,
       maxNumBatchedTokens: settings.maxNumBatchedTokens,
       generationDefaults: settings.generationDefaults,
+      modelName: settings.servedName,
+      enablePrefixCaching: settings.enablePrefixCaching ?? true,
+      policy: settings.policy ?? 'fcfs',
     });
     this.model = {
       modelName: settings.servedName,
@@ -56,6 +71,7 @@ export class Engine {
       vocabSize,
       blockSizeTokens,
       eosTokenIds: settings.generationDefaults.eosTokenIds.slice(),
+      blockHashScheme: HASH_SCHEME,
     };
     this.loopDone = this.run();
   }
@@ -65,7 +81,13 @@ export class Engine {
     const stopError = this.stopError;
     if (stopError === null) this.post({ kind: 'generate', request, onOutput });
     // The loop may have exited already; answer the way it would, and never synchronously.
-    else queueMicrotask(() => onOutput(errorOutput(request.requestId, request.promptTokenIds.length, stopError)));
+    else {
+      queueMicrotask(() => {
+        this.numUnreportedOutputs++;
+        onOutput(errorOutput(request.requestId, request.promptTokenIds.length, stopError));
+        this.report(null);
+      });
+    }
   }
 
   /** Ends the request with finishReason 'abort' and frees its blocks once the current step ends. */
@@ -73,11 +95,20 @@ export class Engine {
     this.post({ kind: 'abort', requestId });
   }
 
+  /**
+   * Calls listener after every round that did something, the first time with the whole prefix
+   * cache (so the listener's view starts complete); returns the unsubscribe function.
+   */
+  onReport(listener: ReportListener): () => void {
+    this.reportListeners.add(listener);
+    queueMicrotask(() => {
+      if (this.reportListeners.has(listener)) listener({ events: this.scheduler.kvSnapshot(), load: this.load(), stats: null });
+    });
+    return () => this.reportListeners.delete(listener);
+  }
+
   health(): EngineHealth {
-    const load = this.scheduler.load();
-    // Requests posted during a step are waiting too, just not in the scheduler's queue yet.
-    for (const command of this.inbox) if (command.kind === 'generate') load.numWaiting++;
-    return { serving: this.stopError === null, model: this.model, load };
+    return { serving: this.stopError === null, model: this.model, load: this.load() };
   }
 
   /** Ends every request in flight with an error, stops the loop, and closes the runner. */
@@ -89,6 +120,17 @@ export class Engine {
       this.runner.close();
     })();
     return this.closing;
+  }
+
+  private load(): WorkerLoad {
+    const load = this.scheduler.load();
+    // Requests posted during a step are waiting too, just not in the scheduler's queue yet.
+    for (const command of this.inbox) {
+      if (command.kind !== 'generate') continue;
+      load.numWaiting++;
+      load.numQueuedPrefillTokens += command.request.promptTokenIds.length;
+    }
+    return load;
   }
 
   private post(command: Command): void {
@@ -106,11 +148,14 @@ export class Engine {
     try {
       while (this.stopError === null) {
         this.applyInbox();
-        if (!this.scheduler.hasUnfinished) {
+        for (const output of this.scheduler.expire()) this.emit(output);
+        let stats: StepStats | null = null;
+        if (this.scheduler.hasUnfinished) stats = await this.step();
+        this.report(stats);
+        if (!this.scheduler.hasUnfinished && this.inbox.length === 0 && this.stopError === null) {
           await new Promise<void>((resolve) => (this.wake = resolve));
           continue;
         }
-        await this.step();
         // A runner that resolves at once would otherwise starve the event loop's I/O.
         await new Promise((resolve) => setImmediate(resolve));
       }
@@ -120,6 +165,7 @@ export class Engine {
     this.applyInbox();
     for (const [requestId, onOutput] of this.listeners) onOutput(errorOutput(requestId, 0, this.stopError!));
     this.listeners.clear();
+    this.report(null);
   }
 
   private applyInbox(): void {
@@ -133,27 +179,57 @@ export class Engine {
       }
       const { request, onOutput } = command;
       const refusal = this.stopError ?? this.scheduler.add(request);
-      if (refusal === null) this.listeners.set(request.requestId, onOutput);
-      else onOutput(errorOutput(request.requestId, request.promptTokenIds.length, refusal));
+      if (refusal === null) {
+        this.listeners.set(request.requestId, onOutput);
+      } else {
+        this.numUnreportedOutputs++;
+        onOutput(errorOutput(request.requestId, request.promptTokenIds.length, refusal));
+      }
     }
   }
 
-  private async step(): Promise<void> {
+  private async step(): Promise<StepStats> {
+    const scheduleStart = performance.now();
     const output = this.scheduler.schedule();
+    const forwardStart = performance.now();
     let outputs: RequestOutput[];
+    let forwardMs: number;
     try {
       const result = await this.runner.execute(output);
+      forwardMs = performance.now() - forwardStart;
       outputs = this.scheduler.update(output, result);
     } catch (err) {
+      forwardMs = performance.now() - forwardStart;
       outputs = this.scheduler.failStep(output, { code: 'internal_error', message: (err as Error).message });
     }
     for (const news of outputs) this.emit(news);
+    const counters = this.scheduler.takeCounters();
+    return {
+      numScheduledTokens: output.numScheduledTokens,
+      numScheduledSeqs: output.scheduled.length,
+      numPreempted: counters.numPreempted,
+      scheduleMs: performance.now() - scheduleStart - forwardMs,
+      forwardMs,
+      numPrefixQueriedTokens: counters.numPrefixQueriedTokens,
+      numPrefixHitTokens: counters.numPrefixHitTokens,
+      kvUsage: this.scheduler.kvUsage,
+    };
+  }
+
+  /** Tells every report listener what this round did, if it did anything worth telling. */
+  private report(stats: StepStats | null): void {
+    const events = this.scheduler.takeKvEvents();
+    if (stats === null && events.length === 0 && this.numUnreportedOutputs === 0) return;
+    this.numUnreportedOutputs = 0;
+    const report: StepReport = { events, load: this.load(), stats };
+    for (const listener of this.reportListeners) listener(report);
   }
 
   private emit(output: RequestOutput): void {
     const { requestId } = output;
     const onOutput = this.listeners.get(requestId)!;
     if (output.finishReason !== null) this.listeners.delete(requestId);
+    this.numUnreportedOutputs++;
     try {
       onOutput(output);
     } catch (err) {

@@ -1,6 +1,7 @@
 // The plain data that passes between the three calls of one engine step:
 // scheduler.schedule() -> runner.execute(output) -> scheduler.update(output, result).
 import type { ResolvedSampling } from './sampling.ts';
+import type { PenaltyHistory } from './sequence.ts';
 
 export interface ScheduledSequence {
   requestId: string;
@@ -19,6 +20,10 @@ export interface ScheduledSequence {
   /** Output tokens so far: the index of the token being sampled within the output. */
   numOutputTokens: number;
   sampling: ResolvedSampling;
+  /** What the penalties weigh (borrowed like tokenIds); null when the request has none. */
+  penaltyHistory: PenaltyHistory | null;
+  /** Tokens the sample must not be (EOS and stop tokens before min_tokens). */
+  bannedTokenIds: readonly number[];
 }
 
 export interface SchedulerOutput {

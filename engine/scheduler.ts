@@ -1,15 +1,21 @@
-// Continuous batching over a paged KV cache, in the vLLM v1 shape. Each step hands out a token
-// budget: first one step's worth to every running sequence (a decode token, or the next chunk
-// of a prompt), then chunks of waiting prompts, oldest first, while sequences and budget last.
-// A running sequence that cannot get a block preempts the most recently admitted one by
-// recompute: its blocks are freed and it waits at the front of the queue, to recompute its
-// prompt and output so far when it is readmitted.
-import { BlockPool } from './kv/block-pool.ts';
+// Continuous batching over a paged KV cache with prefix caching, in the vLLM v1 shape. Each step
+// hands out a token budget: first one step's worth to every running sequence (a decode token,
+// or the next chunk of a prompt), then chunks of waiting prompts, in policy order (first come
+// first served, or by priority), while sequences and budget last. A waiting prompt starts after
+// its cached prefix. A running sequence that cannot get a block preempts another by recompute:
+// the most recently admitted (FCFS) or the lowest-priority, latest one; its blocks are freed
+// (cached ones stay cached) and it waits to be readmitted.
+import type { EngineError, EngineErrorCode } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
+import { rootHash } from './kv/block-hash.ts';
+import { KvCacheManager } from './kv/kv-cache-manager.ts';
+import { FcfsQueue, PriorityQueue, SequenceList, type WaitingQueue } from './queues.ts';
 import { resolveSampling } from './sampling.ts';
 import type { RunnerResult, ScheduledSequence, SchedulerOutput } from './scheduler-output.ts';
 import { Sequence } from './sequence.ts';
-import type { EngineError, FinishReason, GenerateRequest, RequestOutput, WorkerLoad } from './types.ts';
+import type { FinishReason, GenerateRequest, KvEvent, RequestOutput, WorkerLoad } from './types.ts';
+
+export type SchedulingPolicy = 'fcfs' | 'priority';
 
 export interface SchedulerConfig {
   numKvBlocks: number;
@@ -21,16 +27,41 @@ export interface SchedulerConfig {
   /** Token budget of one step: decode tokens plus prompt chunks. */
   maxNumBatchedTokens: number;
   generationDefaults: GenerationDefaults;
+  /** The served model's name, the root of its prefix-cache hashes. */
+  modelName: string;
+  enablePrefixCaching: boolean;
+  policy: SchedulingPolicy;
+  /** Milliseconds on a monotonic clock; performance.now() unless a test brings its own. */
+  now?: () => number;
+}
+
+/** What the scheduler has done since it last said, for the step's report. */
+export interface SchedulerCounters {
+  numPreempted: number;
+  numPrefixQueriedTokens: number;
+  numPrefixHitTokens: number;
+}
+
+const NO_TOKENS: readonly number[] = [];
+
+interface Deadline {
+  atMs: number;
+  sequence: Sequence;
+  code: 'queue_timeout' | 'request_timeout';
 }
 
 export class Scheduler {
   private readonly config: SchedulerConfig;
-  private readonly pool: BlockPool;
-  /** Admission order; preempted sequences go back to the front. */
-  private readonly waiting: Sequence[] = [];
-  /** Admission order: the last one is the first to be preempted. */
-  private readonly running: Sequence[] = [];
+  private readonly kv: KvCacheManager;
+  private readonly waiting: WaitingQueue<Sequence>;
+  /** Admission order, readmissions at the back. */
+  private readonly running = new SequenceList<Sequence>();
   private readonly sequences = new Map<string, Sequence>();
+  private readonly deadlines: Deadline[] = [];
+  private readonly now: () => number;
+  private numArrivals = 0;
+  private numQueuedPrefillTokens = 0;
+  private numPreempted = 0;
 
   constructor(config: SchedulerConfig) {
     // Every running sequence needs at least one token of each step's budget.
@@ -40,7 +71,9 @@ export class Scheduler {
       );
     }
     this.config = config;
-    this.pool = new BlockPool(config.numKvBlocks);
+    this.kv = new KvCacheManager(config.numKvBlocks, config.blockSizeTokens);
+    this.waiting = config.policy === 'priority' ? new PriorityQueue<Sequence>() : new FcfsQueue<Sequence>();
+    this.now = config.now ?? (() => performance.now());
   }
 
   get hasUnfinished(): boolean {
@@ -49,11 +82,39 @@ export class Scheduler {
 
   load(): WorkerLoad {
     return {
-      numRunning: this.running.length,
-      numWaiting: this.waiting.length,
-      numFreeBlocks: this.pool.numFreeBlocks,
-      numTotalBlocks: this.pool.numTotalBlocks,
+      numRunning: this.running.size,
+      numWaiting: this.waiting.size,
+      numFreeBlocks: this.kv.numFreeBlocks,
+      numTotalBlocks: this.kv.numTotalBlocks,
+      numQueuedPrefillTokens: this.numQueuedPrefillTokens,
     };
+  }
+
+  get kvUsage(): number {
+    return this.kv.usage;
+  }
+
+  /** The prefix cache's changes since the last call. */
+  takeKvEvents(): KvEvent[] {
+    return this.kv.takeEvents();
+  }
+
+  /** The whole prefix cache as events, for a listener that starts now. */
+  kvSnapshot(): KvEvent[] {
+    return this.kv.snapshot();
+  }
+
+  /** Preemptions and prefix-cache lookups since the last call. */
+  takeCounters(): SchedulerCounters {
+    const counters = {
+      numPreempted: this.numPreempted,
+      numPrefixQueriedTokens: this.kv.stats.numQueriedTokens,
+      numPrefixHitTokens: this.kv.stats.numHitTokens,
+    };
+    this.numPreempted = 0;
+    this.kv.stats.numQueriedTokens = 0;
+    this.kv.stats.numHitTokens = 0;
+    return counters;
   }
 
   /** Queues a request, or refuses one that could never run and says why. */
@@ -72,6 +133,13 @@ export class Scheduler {
         };
       }
     }
+    const priority = request.priority ?? 0;
+    if (!Number.isSafeInteger(priority)) return { code: 'invalid_request', message: `Expected an integer priority but received ${priority}` };
+    for (const [field, value] of [['queueTimeoutMs', request.queueTimeoutMs], ['timeoutMs', request.timeoutMs]] as const) {
+      if (value !== undefined && !(Number.isFinite(value) && value > 0)) {
+        return { code: 'invalid_request', message: `Expected a positive number of milliseconds for ${field} but received ${value}` };
+      }
+    }
     const numPromptTokens = promptTokenIds.length;
     if (numPromptTokens >= maxModelLen) {
       return {
@@ -79,7 +147,7 @@ export class Scheduler {
         message: `This model's maximum context length is ${maxModelLen} tokens, and the prompt has ${numPromptTokens}: no room is left for output`,
       };
     }
-    const sampling = resolveSampling(request.sampling, this.config.generationDefaults, maxModelLen - numPromptTokens);
+    const sampling = resolveSampling(request.sampling, this.config.generationDefaults, maxModelLen - numPromptTokens, vocabSize);
     if ('code' in sampling) return sampling;
     const numTokens = numPromptTokens + sampling.maxTokens;
     if (numTokens > maxModelLen) {
@@ -95,9 +163,23 @@ export class Scheduler {
         message: `The KV cache holds ${numCacheTokens} tokens, fewer than the ${numTokens} requested (${numPromptTokens} in the prompt, ${sampling.maxTokens} for the output)`,
       };
     }
-    const sequence = new Sequence(requestId, promptTokenIds, sampling);
+    // Prompt logprobs need the logits of every prompt position: such a request computes its
+    // whole prompt, and so neither reuses nor offers cached blocks.
+    const cached = this.config.enablePrefixCaching && sampling.numPromptLogprobs === null;
+    const arrivalMs = this.now();
+    const sequence = new Sequence({
+      requestId,
+      promptTokenIds,
+      sampling,
+      priority,
+      arrivalIndex: this.numArrivals++,
+      arrivalMs,
+      cacheRoot: cached ? rootHash({ model: this.config.modelName, cacheSalt: request.cacheSalt }) : null,
+    });
     this.sequences.set(requestId, sequence);
-    this.waiting.push(sequence);
+    this.pushWaiting(sequence, false);
+    if (request.queueTimeoutMs !== undefined) this.addDeadline(arrivalMs + request.queueTimeoutMs, sequence, 'queue_timeout');
+    if (request.timeoutMs !== undefined) this.addDeadline(arrivalMs + request.timeoutMs, sequence, 'request_timeout');
     return null;
   }
 
@@ -109,18 +191,37 @@ export class Scheduler {
     return this.outputOf(sequence, 'abort');
   }
 
+  /** Ends the requests whose deadlines have passed (between steps only). */
+  expire(): RequestOutput[] {
+    const outputs: RequestOutput[] = [];
+    const nowMs = this.now();
+    while (this.deadlines.length > 0 && this.deadlines[0].atMs <= nowMs) {
+      const { sequence, code, atMs } = popDeadline(this.deadlines);
+      // Lazily deleted: the request may have finished, or started before its queue deadline.
+      if (this.sequences.get(sequence.requestId) !== sequence) continue;
+      if (code === 'queue_timeout' && sequence.wasAdmitted) continue;
+      this.finish(sequence);
+      const waitedMs = Math.round(atMs - sequence.arrivalMs);
+      const message =
+        code === 'queue_timeout'
+          ? `The request waited ${waitedMs} ms in the queue without starting, its queue deadline`
+          : `The request did not finish within its deadline of ${waitedMs} ms`;
+      outputs.push({ ...this.outputOf(sequence, 'error'), error: { code, message } });
+    }
+    return outputs;
+  }
+
   schedule(): SchedulerOutput {
     const scheduled: ScheduledSequence[] = [];
     const preemptedRequestIds: string[] = [];
     let tokenBudget = this.config.maxNumBatchedTokens;
 
-    for (let index = 0; index < this.running.length && tokenBudget > 0; ) {
-      const sequence = this.running[index];
+    for (let sequence = this.running.first; sequence !== null && tokenBudget > 0; ) {
       const numNewTokens = Math.min(sequence.numTokens - sequence.numComputedTokens, tokenBudget);
       let preemptedItself = false;
-      while (!this.allocateSlots(sequence, numNewTokens)) {
-        // Sequences before `index` are already scheduled, so the victim is this one or a later one.
-        const victim = this.running.pop()!;
+      while (!this.kv.allocateSlots(sequence, numNewTokens)) {
+        // Sequences before this one are scheduled already, so the victim is this one or a later one.
+        const victim = this.pickVictim(sequence);
         this.preempt(victim);
         preemptedRequestIds.push(victim.requestId);
         if (victim === sequence) {
@@ -129,20 +230,18 @@ export class Scheduler {
         }
       }
       if (preemptedItself) break;
-      scheduled.push(scheduledOf(sequence, numNewTokens));
+      scheduled.push(this.scheduleChunk(sequence, numNewTokens));
       tokenBudget -= numNewTokens;
-      index++;
+      sequence = this.running.after(sequence);
     }
 
     // Admitting while preempting would hand the freed blocks straight to a newcomer.
     if (preemptedRequestIds.length === 0) {
-      while (this.waiting.length > 0 && tokenBudget > 0 && this.running.length < this.config.maxNumSeqs) {
-        const sequence = this.waiting[0];
-        const numNewTokens = Math.min(sequence.numTokens - sequence.numComputedTokens, tokenBudget);
-        if (!this.allocateSlots(sequence, numNewTokens)) break;
-        this.waiting.shift();
-        this.running.push(sequence);
-        scheduled.push(scheduledOf(sequence, numNewTokens));
+      while (this.waiting.size > 0 && tokenBudget > 0 && this.running.size < this.config.maxNumSeqs) {
+        const sequence = this.waiting.peek()!;
+        const numNewTokens = this.admit(sequence, tokenBudget);
+        if (numNewTokens === 0) break;
+        scheduled.push(this.scheduleChunk(sequence, numNewTokens));
         tokenBudget -= numNewTokens;
       }
     }
@@ -156,14 +255,16 @@ export class Scheduler {
 
   /** Applies one step's sampled tokens; returns the news for every request that has some. */
   update(output: SchedulerOutput, result: RunnerResult): RequestOutput[] {
+    this.kv.commitStep();
     const outputs: RequestOutput[] = [];
     for (let index = 0; index < output.scheduled.length; index++) {
       const entry = output.scheduled[index];
       const sequence = this.sequences.get(entry.requestId)!;
       sequence.numComputedTokens += entry.numScheduledTokens;
+      if (sequence.numComputedTokens === sequence.numTokens) sequence.isRecomputing = false;
       if (!entry.sample) continue;
       const tokenId = result.sampledTokenIds[index];
-      sequence.tokenIds.push(tokenId);
+      sequence.appendOutputToken(tokenId);
       const finishReason = this.finishReasonOf(sequence, tokenId);
       if (finishReason !== null) this.finish(sequence);
       const news = this.outputOf(sequence, finishReason);
@@ -175,8 +276,9 @@ export class Scheduler {
     return outputs;
   }
 
-  /** Ends every request of a step the runner could not execute. */
+  /** Ends every request of a step the runner could not execute; the blocks it named hold no KV. */
   failStep(output: SchedulerOutput, error: EngineError): RequestOutput[] {
+    this.kv.forgetStep();
     const outputs: RequestOutput[] = [];
     for (const entry of output.scheduled) {
       const sequence = this.sequences.get(entry.requestId);
@@ -187,33 +289,110 @@ export class Scheduler {
     return outputs;
   }
 
-  /** Gives the sequence blocks for its next numNewTokens tokens, or changes nothing and says no. */
-  private allocateSlots(sequence: Sequence, numNewTokens: number): boolean {
-    const numBlocksNeeded = Math.ceil((sequence.numComputedTokens + numNewTokens) / this.config.blockSizeTokens);
-    const numNewBlocks = numBlocksNeeded - sequence.blockIds.length;
-    return numNewBlocks <= 0 || this.pool.allocate(numNewBlocks, sequence.blockIds);
+  /**
+   * Admits the waiting head: its cached prefix, then blocks for its first chunk; returns that
+   * chunk's tokens, or 0 when its blocks are not free (it stays at the head). A preempted
+   * sequence is readmitted only with blocks for everything it must recompute, so it never needs
+   * a block, and never preempts, before it has caught up.
+   */
+  private admit(sequence: Sequence, tokenBudget: number): number {
+    const prefixBlockIds = this.kv.findCachedPrefix(sequence);
+    const numPrefixTokens = prefixBlockIds.length * this.config.blockSizeTokens;
+    const numToCompute = sequence.numTokens - numPrefixTokens;
+    const numNewTokens = Math.min(numToCompute, tokenBudget);
+    if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return 0;
+    this.kv.recordLookup(sequence.numTokens, numPrefixTokens);
+    this.waiting.remove(sequence);
+    this.numQueuedPrefillTokens -= sequence.numTokens;
+    this.running.pushBack(sequence);
+    sequence.isRunning = true;
+    if (sequence.wasAdmitted) {
+      sequence.isRecomputing = true;
+    } else {
+      sequence.wasAdmitted = true;
+      sequence.numCachedTokens = numPrefixTokens;
+    }
+    return numNewTokens;
+  }
+
+  private scheduleChunk(sequence: Sequence, numNewTokens: number): ScheduledSequence {
+    this.kv.cacheScheduledBlocks(sequence, sequence.numComputedTokens + numNewTokens);
+    return {
+      requestId: sequence.requestId,
+      tokenIds: sequence.tokenIds,
+      startPosition: sequence.numComputedTokens,
+      numScheduledTokens: numNewTokens,
+      blockIds: sequence.blockIds,
+      sample: sequence.numComputedTokens + numNewTokens === sequence.numTokens,
+      numOutputTokens: sequence.numOutputTokens,
+      sampling: sequence.sampling,
+      penaltyHistory: sequence.penaltyHistory,
+      bannedTokenIds: sequence.numOutputTokens < sequence.sampling.minTokens ? this.stopTokenIdsOf(sequence) : NO_TOKENS,
+    };
+  }
+
+  /**
+   * The running sequence to preempt so that `needy` gets blocks: among it and those after it (not
+   * yet scheduled this step), the most recently admitted (FCFS) or the lowest-priority, latest
+   * one, sparing any that is still catching up after its own preemption while another will do.
+   */
+  private pickVictim(needy: Sequence): Sequence {
+    let victim: Sequence | null = null;
+    for (let sequence: Sequence | null = needy; sequence !== null; sequence = this.running.after(sequence)) {
+      if (sequence.isRecomputing && sequence !== needy) continue;
+      if (victim === null || this.preemptsBefore(sequence, victim)) victim = sequence;
+    }
+    return victim!;
+  }
+
+  private preemptsBefore(a: Sequence, b: Sequence): boolean {
+    if (this.config.policy === 'priority' && a.priority !== b.priority) return a.priority > b.priority;
+    return a.arrivalIndex > b.arrivalIndex;
   }
 
   private preempt(sequence: Sequence): void {
-    this.pool.free(sequence.blockIds);
-    sequence.blockIds.length = 0;
+    this.kv.free(sequence);
     sequence.numComputedTokens = 0;
-    this.waiting.unshift(sequence);
+    sequence.isRecomputing = false;
+    this.running.remove(sequence);
+    sequence.isRunning = false;
+    this.pushWaiting(sequence, true);
+    this.numPreempted++;
+  }
+
+  private pushWaiting(sequence: Sequence, preempted: boolean): void {
+    if (preempted) this.waiting.pushPreempted(sequence);
+    else this.waiting.push(sequence);
+    this.numQueuedPrefillTokens += sequence.numTokens;
   }
 
   private finish(sequence: Sequence): void {
-    this.pool.free(sequence.blockIds);
-    sequence.blockIds.length = 0;
+    this.kv.free(sequence);
     this.sequences.delete(sequence.requestId);
-    const runningIndex = this.running.indexOf(sequence);
-    if (runningIndex >= 0) this.running.splice(runningIndex, 1);
-    else this.waiting.splice(this.waiting.indexOf(sequence), 1);
+    if (sequence.isRunning) {
+      this.running.remove(sequence);
+    } else {
+      this.waiting.remove(sequence);
+      this.numQueuedPrefillTokens -= sequence.numTokens;
+    }
+  }
+
+  private addDeadline(atMs: number, sequence: Sequence, code: EngineErrorCode & Deadline['code']): void {
+    pushDeadline(this.deadlines, { atMs, sequence, code });
+  }
+
+  /** The tokens that would end the sequence: min_tokens bans them until it has enough. */
+  private stopTokenIdsOf(sequence: Sequence): readonly number[] {
+    const { sampling } = sequence;
+    return sampling.ignoreEos ? sampling.stopTokenIds : [...this.config.generationDefaults.eosTokenIds, ...sampling.stopTokenIds];
   }
 
   private finishReasonOf(sequence: Sequence, tokenId: number): FinishReason | null {
     const { sampling } = sequence;
-    if (!sampling.ignoreEos && this.config.generationDefaults.eosTokenIds.includes(tokenId)) return 'stop';
-    if (sampling.stopTokenIds.includes(tokenId)) return 'stop';
+    if (sequence.numOutputTokens > sampling.minTokens) {
+      if (!sampling.ignoreEos && this.config.generationDefaults.eosTokenIds.includes(tokenId)) return 'stop';
+      if (sampling.stopTokenIds.includes(tokenId)) return 'stop';
+    }
     if (sequence.numOutputTokens >= sampling.maxTokens) return 'length';
     if (sequence.numTokens >= this.config.maxModelLen) return 'length';
     return null;
@@ -226,20 +405,38 @@ export class Scheduler {
       newLogprobs: [],
       finishReason,
       numPromptTokens: sequence.numPromptTokens,
+      numCachedTokens: sequence.numCachedTokens,
       numOutputTokens: sequence.numOutputTokens,
     };
   }
 }
 
-function scheduledOf(sequence: Sequence, numScheduledTokens: number): ScheduledSequence {
-  return {
-    requestId: sequence.requestId,
-    tokenIds: sequence.tokenIds,
-    startPosition: sequence.numComputedTokens,
-    numScheduledTokens,
-    blockIds: sequence.blockIds,
-    sample: sequence.numComputedTokens + numScheduledTokens === sequence.numTokens,
-    numOutputTokens: sequence.numOutputTokens,
-    sampling: sequence.sampling,
-  };
+/** A binary min-heap of deadlines by time. */
+function pushDeadline(heap: Deadline[], deadline: Deadline): void {
+  let index = heap.length;
+  heap.push(deadline);
+  while (index > 0) {
+    const parent = (index - 1) >> 1;
+    if (heap[parent].atMs <= deadline.atMs) break;
+    heap[index] = heap[parent];
+    index = parent;
+  }
+  heap[index] = deadline;
+}
+
+function popDeadline(heap: Deadline[]): Deadline {
+  const top = heap[0];
+  const last = heap.pop()!;
+  if (heap.length === 0) return top;
+  let index = 0;
+  for (;;) {
+    let child = 2 * index + 1;
+    if (child >= heap.length) break;
+    if (child + 1 < heap.length && heap[child + 1].atMs < heap[child].atMs) child++;
+    if (heap[child].atMs >= last.atMs) break;
+    heap[index] = heap[child];
+    index = child;
+  }
+  heap[index] = last;
+  return top;
 }

@@ -1,23 +1,71 @@
 // One request's state inside the scheduler. There is no prefill or decode phase: a sequence
 // has numTokens known tokens (prompt, then output) of which numComputedTokens have their KV in
 // the cache, and every step closes some of that gap.
+import type { BlockHash } from './kv/block-hash.ts';
+import type { KvSequence } from './kv/kv-cache-manager.ts';
+import type { Queued } from './queues.ts';
 import type { ResolvedSampling } from './sampling.ts';
 
-export class Sequence {
+/** The distinct tokens the penalties weigh: the prompt's, and each output token's count. */
+export interface PenaltyHistory {
+  readonly promptTokenIds: ReadonlySet<number>;
+  readonly outputCounts: Map<number, number>;
+}
+
+export interface SequenceInit {
+  requestId: string;
+  promptTokenIds: readonly number[];
+  sampling: ResolvedSampling;
+  priority: number;
+  arrivalIndex: number;
+  arrivalMs: number;
+  /** Null: the sequence neither reuses nor offers cached blocks. */
+  cacheRoot: BlockHash | null;
+}
+
+export class Sequence implements KvSequence, Queued {
   readonly requestId: string;
   readonly numPromptTokens: number;
   /** Prompt tokens, then output tokens as they are sampled. */
   readonly tokenIds: number[];
   readonly sampling: ResolvedSampling;
+  readonly priority: number;
+  readonly arrivalIndex: number;
+  readonly arrivalMs: number;
+  readonly cacheRoot: BlockHash | null;
   /** Position-ordered KV blocks; block i holds positions [i * blockSize, (i + 1) * blockSize). */
   readonly blockIds: number[] = [];
+  readonly blockHashes: BlockHash[] = [];
   numComputedTokens = 0;
+  /** Prompt tokens found in the prefix cache when the sequence was first admitted. */
+  numCachedTokens = 0;
+  /** Admitted at least once (a waiting sequence that was admitted before was preempted). */
+  wasAdmitted = false;
+  /** In the running list (else in the waiting queue). */
+  isRunning = false;
+  /**
+   * Readmitted after a preemption and not yet caught up with its known tokens: not preempted
+   * again while another victim exists (vllm #25538).
+   */
+  isRecomputing = false;
+  /** What the penalties look at; null when none applies. */
+  readonly penaltyHistory: PenaltyHistory | null;
+  prev: Sequence | null = null;
+  next: Sequence | null = null;
+  heapIndex = -1;
 
-  constructor(requestId: string, promptTokenIds: readonly number[], sampling: ResolvedSampling) {
-    this.requestId = requestId;
-    this.numPromptTokens = promptTokenIds.length;
-    this.tokenIds = promptTokenIds.slice();
-    this.sampling = sampling;
+  constructor(init: SequenceInit) {
+    this.requestId = init.requestId;
+    this.numPromptTokens = init.promptTokenIds.length;
+    this.tokenIds = init.promptTokenIds.slice();
+    this.sampling = init.sampling;
+    this.priority = init.priority;
+    this.arrivalIndex = init.arrivalIndex;
+    this.arrivalMs = init.arrivalMs;
+    this.cacheRoot = init.cacheRoot;
+    const { presencePenalty, frequencyPenalty, repetitionPenalty } = init.sampling;
+    const penalized = presencePenalty !== 0 || frequencyPenalty !== 0 || repetitionPenalty !== 1;
+    this.penaltyHistory = penalized ? { promptTokenIds: new Set(init.promptTokenIds), outputCounts: new Map() } : null;
   }
 
   get numTokens(): number {
@@ -26,5 +74,11 @@ export class Sequence {
 
   get numOutputTokens(): number {
     return this.tokenIds.length - this.numPromptTokens;
+  }
+
+  appendOutputToken(tokenId: number): void {
+    this.tokenIds.push(tokenId);
+    const counts = this.penaltyHistory?.outputCounts;
+    counts?.set(tokenId, (counts.get(tokenId) ?? 0) + 1);
   }
 }

@@ -1,28 +1,58 @@
 // Plain data that crosses the engine boundary: token ids in, token ids out.
+import type { BlockHash } from './kv/block-hash.ts';
+import type { EngineError } from './errors.ts';
 
 /** Unset fields take the checkpoint's generation_config.json defaults, then the engine's. */
 export interface SamplingParams {
   temperature?: number;
   topP?: number;
   topK?: number;
+  /** Drop tokens less likely than minP times the likeliest (after temperature); 0 disables. */
+  minP?: number;
+  /** OpenAI's penalties on tokens already in the output: once, and per occurrence. */
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  /** vLLM's: logits of tokens in the prompt or the output are divided (positive) or multiplied by it; 1 disables. */
+  repetitionPenalty?: number;
+  /** Added to a token's logit before sampling; -Infinity bans it. */
+  logitBias?: ReadonlyMap<number, number>;
   seed?: bigint;
   maxTokens?: number;
+  /** No stop token or EOS ends the output before this many tokens. */
+  minTokens?: number;
   stopTokenIds?: number[];
   ignoreEos?: boolean;
+  /** The most likely alternatives reported with each output token, 0 to 20 (OpenAI's top_logprobs). */
+  numTopLogprobs?: number;
+  /**
+   * Report the prompt tokens' log-probabilities with this many alternatives each, 0 to 20
+   * (vLLM's prompt_logprobs); unset reports none. Such a request computes its whole prompt.
+   */
+  numPromptLogprobs?: number;
 }
 
 export interface GenerateRequest {
   requestId: string;
   promptTokenIds: number[];
   sampling: SamplingParams;
+  /** Lower runs first under the priority policy (vLLM's convention); 0 by default. */
+  priority?: number;
+  /** Only requests with the same salt share prefix-cache blocks (tenant isolation). */
+  cacheSalt?: string;
+  /** Ends the request with 'queue_timeout' if it has not started this long after it arrived. */
+  queueTimeoutMs?: number;
+  /** Ends the request with 'request_timeout' if it has not finished this long after it arrived. */
+  timeoutMs?: number;
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
 
-export interface EngineError {
-  /** A code from the error catalogue, e.g. 'context_length_exceeded'. */
-  code: string;
-  message: string;
+/** A token and its log-probability, with the likeliest alternatives when asked for. */
+export interface TokenLogprobs {
+  logprob: number;
+  /** Most likely first; ties to the lower id. */
+  topTokenIds: number[];
+  topLogprobs: number[];
 }
 
 /** One step's worth of news about one request. */
@@ -31,6 +61,13 @@ export interface RequestOutput {
   newTokenIds: number[];
   /** Log-probabilities of newTokenIds, same length. */
   newLogprobs: number[];
+  /** With numTopLogprobs > 0: the alternatives of each new token, same length. */
+  newTopLogprobs?: TokenLogprobs[];
+  /**
+   * With numPromptLogprobs set, in the first output: entry i scores prompt token i + 1 given
+   * the tokens before it (the first prompt token has no score).
+   */
+  promptLogprobs?: TokenLogprobs[];
   finishReason: FinishReason | null;
   /**
    * The stop token that ended the request, when finishReason is 'stop'. It is also the last of
@@ -39,15 +76,50 @@ export interface RequestOutput {
    */
   stopTokenId?: number;
   numPromptTokens: number;
+  /** Prompt tokens whose KV came from the prefix cache (usage's prompt_tokens_details.cached_tokens). */
+  numCachedTokens: number;
   numOutputTokens: number;
   error?: EngineError;
 }
 
+/** A worker's load, as routers weigh it: pushed with every step. */
 export interface WorkerLoad {
   numRunning: number;
   numWaiting: number;
   numFreeBlocks: number;
   numTotalBlocks: number;
+  /** Prompt tokens the waiting requests still have to compute. */
+  numQueuedPrefillTokens: number;
+}
+
+/** What the prefix cache learned, for the router's index (vLLM's KV events). */
+export type KvEvent =
+  | { kind: 'stored'; blockHashes: BlockHash[] }
+  | { kind: 'removed'; blockHashes: BlockHash[] }
+  /** Every block the listener knew of is gone (a new stream starts with it). */
+  | { kind: 'cleared' };
+
+/** What one engine step did, beside each request's news. */
+export interface StepStats {
+  numScheduledTokens: number;
+  numScheduledSeqs: number;
+  /** Sequences preempted by this step's scheduling. */
+  numPreempted: number;
+  /** Scheduling and bookkeeping around the forward pass, and the forward pass itself. */
+  scheduleMs: number;
+  forwardMs: number;
+  /** Prefix-cache lookups at admission this step: prompt tokens queried and found. */
+  numPrefixQueriedTokens: number;
+  numPrefixHitTokens: number;
+  kvUsage: number;
+}
+
+/** Everything a worker reports between two steps: each listener gets it once per step. */
+export interface StepReport {
+  events: KvEvent[];
+  load: WorkerLoad;
+  /** Null for a report without a step (a listener's first, or an idle worker's change). */
+  stats: StepStats | null;
 }
 
 export interface WorkerModelInfo {
@@ -56,6 +128,8 @@ export interface WorkerModelInfo {
   vocabSize: number;
   blockSizeTokens: number;
   eosTokenIds: number[];
+  /** How its KV events name blocks (kv/block-hash.ts HASH_SCHEME): a router must hash the same way. */
+  blockHashScheme: string;
 }
 
 /** How the gateway (or any client) talks to one engine worker, local or remote. */
@@ -64,6 +138,10 @@ export interface EngineClient {
   /** Streams outputs for one request; the last one has a finishReason. */
   generate(request: GenerateRequest, onOutput: (output: RequestOutput) => void): void;
   abort(requestId: string): void;
+  /** The load the worker last reported with a step; null while it is unreachable. */
+  readonly load: WorkerLoad | null;
+  /** Calls listener with every step report (the first of a connection lists the whole prefix cache). */
+  onReport(listener: (report: StepReport) => void): () => void;
   health(): Promise<{ serving: boolean; model: WorkerModelInfo; load: WorkerLoad }>;
   close(): void;
 }

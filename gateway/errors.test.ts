@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import type { EngineErrorCode } from '../engine/errors.ts';
 import { ApiError, fromEngineError, isErrorCode, toKServeBody, toOpenAIBody, toSseEvent } from './errors.ts';
 
 test('one error renders to every wire form from the catalogue', () => {
@@ -16,7 +17,8 @@ test('engine codes map through the catalogue; unknown codes become internal erro
   const tooSmall = fromEngineError({ code: 'kv_cache_too_small', message: 'needs 9 blocks' });
   assert.equal(tooSmall.code, 'kv_cache_too_small');
   assert.equal(tooSmall.httpStatus, 400);
-  const unknown = fromEngineError({ code: 'gpu_on_fire', message: 'hot' });
+  // A worker newer than this gateway may emit a code it does not know.
+  const unknown = fromEngineError({ code: 'gpu_on_fire' as EngineErrorCode, message: 'hot' });
   assert.equal(unknown.code, 'internal_error');
   assert.equal(unknown.httpStatus, 500);
   assert.equal(unknown.message, 'hot');
@@ -29,4 +31,6 @@ test('statuses of the codes clients see most', () => {
   assert.equal(statusOf('body_too_large'), 413);
   assert.equal(statusOf('engine_unavailable'), 503);
   assert.equal(statusOf('internal_error'), 500);
+  assert.equal(statusOf('queue_timeout'), 503);
+  assert.equal(statusOf('request_timeout'), 504);
 });

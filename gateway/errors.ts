@@ -1,12 +1,15 @@
 // The one error catalogue: every error the gateway reports, or relays from an engine worker,
 // has a stable code here with its HTTP status, OpenAI error type and gRPC status. Each wire
 // form (OpenAI JSON envelope, SSE error event, KServe body, gRPC status) is rendered from it.
+// Every code the engine emits (engine/errors.ts) has an entry: the compiler checks it below.
+import type { EngineError, EngineErrorCode } from '../engine/errors.ts';
 
 /** gRPC status codes (grpc/status.h), so this module needs no grpc import. */
 const GRPC = {
   CANCELLED: 1,
   UNKNOWN: 2,
   INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
   NOT_FOUND: 5,
   RESOURCE_EXHAUSTED: 8,
   UNIMPLEMENTED: 12,
@@ -39,10 +42,17 @@ const catalogue = {
   /** The worker ended the request on its own (shutdown, preempted for good). */
   request_aborted: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.CANCELLED },
   engine_unavailable: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
+  /** The request did not start within its queue deadline: the worker is too busy now. */
+  queue_timeout: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
+  /** The request did not finish within its deadline. */
+  request_timeout: { httpStatus: 504, type: 'server_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
   internal_error: { httpStatus: 500, type: 'server_error', grpcStatus: GRPC.INTERNAL },
 } satisfies Record<string, CatalogueEntry>;
 
 export type ErrorCode = keyof typeof catalogue;
+
+const everyEngineCodeIsRendered: EngineErrorCode extends ErrorCode ? true : never = true;
+void everyEngineCodeIsRendered;
 
 export function isErrorCode(code: string): code is ErrorCode {
   return Object.hasOwn(catalogue, code);
@@ -69,8 +79,8 @@ export class ApiError extends Error {
   }
 }
 
-/** An error a worker put in RequestOutput.error; codes outside the catalogue become internal errors. */
-export function fromEngineError(error: { code: string; message: string }): ApiError {
+/** An error a worker put in RequestOutput.error; a code this gateway does not know becomes an internal error. */
+export function fromEngineError(error: EngineError): ApiError {
   return new ApiError(isErrorCode(error.code) ? error.code : 'internal_error', error.message);
 }
 

@@ -1,30 +1,33 @@
-// EngineClient over gRPC: one shared bidirectional stream per worker carries every request,
-// and outputs are routed back by request id. If the stream dies, every pending request ends
-// at once with a 'engine_unavailable' error (never a hang); the next request opens a new
-// stream, and grpc-js reconnects the channel underneath.
+// EngineClient over gRPC: one shared bidirectional stream per worker carries every request out
+// and one message per engine step back, whose outputs are routed to their requests by id and
+// whose report (KV events, load, statistics) goes to the report listeners. The stream opens with
+// the client and reopens after it drops (backing off while the worker is away); a drop ends
+// every pending request at once with an 'engine_unavailable' error, never a hang.
 import * as grpc from '@grpc/grpc-js';
-import type { RoutedWorker } from '../../router/least-loaded.ts';
 import { errorOutput } from '../request-output.ts';
-import type { EngineClient, GenerateRequest, RequestOutput, WorkerLoad, WorkerModelInfo } from '../types.ts';
+import type { EngineClient, GenerateRequest, RequestOutput, StepReport, WorkerLoad, WorkerModelInfo } from '../types.ts';
 import {
   generateToWire,
+  healthFromWire,
   loadEngineService,
-  outputFromWire,
-  type WireClientMessage,
-  type WireHealthResponse,
-  type WireServerMessage,
+  stepFromWire,
+  type ClientMessage,
+  type HealthResponse__Output,
+  type StepOutput__Output,
 } from './wire.ts';
 
 const healthTimeoutMs = 5_000;
+const firstRetryMs = 100;
+const maxRetryMs = 5_000;
 
-type StreamCall = grpc.ClientDuplexStream<WireClientMessage, WireServerMessage>;
+type StreamCall = grpc.ClientDuplexStream<ClientMessage, StepOutput__Output>;
 
 interface EngineStub extends grpc.Client {
   Stream(): StreamCall;
   Health(
     request: Record<string, never>,
     options: grpc.CallOptions,
-    callback: grpc.requestCallback<WireHealthResponse>,
+    callback: grpc.requestCallback<HealthResponse__Output>,
   ): grpc.ClientUnaryCall;
 }
 
@@ -33,12 +36,18 @@ interface PendingRequest {
   numPromptTokens: number;
 }
 
-export class GrpcEngineClient implements EngineClient, RoutedWorker {
+export type ReportListener = (report: StepReport) => void;
+
+export class GrpcEngineClient implements EngineClient {
   /** 'HOST:PORT' or 'unix:PATH'. */
   readonly address: string;
   private readonly client: EngineStub;
   private stream: StreamCall | null = null;
   private readonly pending = new Map<string, PendingRequest>();
+  private readonly reportListeners = new Set<ReportListener>();
+  private latestLoad: WorkerLoad | null = null;
+  private retryMs = firstRetryMs;
+  private retryTimer: NodeJS.Timeout | null = null;
   private closed = false;
 
   constructor(address: string) {
@@ -49,10 +58,22 @@ export class GrpcEngineClient implements EngineClient, RoutedWorker {
       'grpc.keepalive_time_ms': 20_000,
       'grpc.keepalive_timeout_ms': 10_000,
     }) as unknown as EngineStub;
+    this.openStream();
   }
 
   get numInFlight(): number {
     return this.pending.size;
+  }
+
+  /** The load the worker last reported; null while no stream is up. */
+  get load(): WorkerLoad | null {
+    return this.latestLoad;
+  }
+
+  /** Calls listener with every report; each new stream begins with the whole prefix cache. */
+  onReport(listener: ReportListener): () => void {
+    this.reportListeners.add(listener);
+    return () => this.reportListeners.delete(listener);
   }
 
   generate(request: GenerateRequest, onOutput: (output: RequestOutput) => void): void {
@@ -60,8 +81,8 @@ export class GrpcEngineClient implements EngineClient, RoutedWorker {
     const numPromptTokens = request.promptTokenIds.length;
     if (this.closed || this.pending.has(requestId)) {
       const error = this.closed
-        ? { code: 'engine_unavailable', message: `The client of engine worker ${this.address} is closed` }
-        : { code: 'invalid_request', message: `Request ${requestId} is already in flight` };
+        ? ({ code: 'engine_unavailable', message: `The client of engine worker ${this.address} is closed` } as const)
+        : ({ code: 'invalid_request', message: `Request ${requestId} is already in flight` } as const);
       queueMicrotask(() => onOutput(errorOutput(requestId, numPromptTokens, error)));
       return;
     }
@@ -79,8 +100,12 @@ export class GrpcEngineClient implements EngineClient, RoutedWorker {
       this.client.Health({}, { deadline: Date.now() + healthTimeoutMs }, (err, response) => {
         if (err || response === undefined) {
           reject(new Error(`engine worker ${this.address}: ${err?.details || err?.message || 'no health response'}`));
-        } else {
-          resolve({ serving: response.serving, model: response.model!, load: response.load! });
+          return;
+        }
+        try {
+          resolve(healthFromWire(response));
+        } catch (malformed) {
+          reject(new Error(`engine worker ${this.address}: ${(malformed as Error).message}`));
         }
       });
     });
@@ -89,32 +114,62 @@ export class GrpcEngineClient implements EngineClient, RoutedWorker {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    if (this.retryTimer !== null) clearTimeout(this.retryTimer);
     this.failPending(`The client of engine worker ${this.address} was closed`);
     this.stream?.cancel();
     this.stream = null;
+    this.latestLoad = null;
     this.client.close();
   }
 
   private openStream(): StreamCall {
     if (this.stream !== null) return this.stream;
+    if (this.retryTimer !== null) {
+      clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+    }
     const stream = this.client.Stream();
-    stream.on('data', (message: WireServerMessage) => {
-      if (message.output === null) return;
-      const output = outputFromWire(message.output);
-      const request = this.pending.get(output.requestId);
-      if (request === undefined) return;
-      if (output.finishReason !== null) this.pending.delete(output.requestId);
-      request.onOutput(output);
+    stream.on('data', (message: StepOutput__Output) => {
+      let step;
+      try {
+        step = stepFromWire(message);
+      } catch (err) {
+        stream.cancel();
+        onDown(`a malformed message: ${(err as Error).message}`);
+        return;
+      }
+      this.retryMs = firstRetryMs;
+      for (const output of step.outputs) {
+        const request = this.pending.get(output.requestId);
+        if (request === undefined) continue;
+        if (output.finishReason !== null) this.pending.delete(output.requestId);
+        request.onOutput(output);
+      }
+      this.latestLoad = step.report.load;
+      for (const listener of this.reportListeners) listener(step.report);
     });
     const onDown = (reason: string) => {
       if (this.stream !== stream) return;
       this.stream = null;
+      this.latestLoad = null;
       this.failPending(`Lost the stream to engine worker ${this.address}: ${reason}`);
+      this.scheduleReopen();
     };
     stream.on('error', (err: grpc.ServiceError) => onDown(err.details || err.message));
     stream.on('end', () => onDown('the worker ended the stream'));
     this.stream = stream;
     return stream;
+  }
+
+  /** Reopens the stream after a pause that doubles while the worker stays away. */
+  private scheduleReopen(): void {
+    if (this.closed || this.retryTimer !== null) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      if (!this.closed) this.openStream();
+    }, this.retryMs);
+    this.retryTimer.unref();
+    this.retryMs = Math.min(maxRetryMs, 2 * this.retryMs);
   }
 
   private failPending(message: string): void {

@@ -1,16 +1,21 @@
 // The worker's gRPC face: a thin adapter from proto/engine.proto to the Engine. Each Stream
-// call gets its own request-id namespace, and when the call goes away every request it
+// call gets its own request-id namespace; its requests' outputs are gathered through a step and
+// sent in one message with the step's report (KV events, load, statistics), so the wire carries
+// one message per step, not one per request per token. When the call goes away every request it
 // started is aborted, so a vanished gateway never leaves blocks behind.
 import * as grpc from '@grpc/grpc-js';
 import type { Engine } from '../engine.ts';
 import { errorOutput } from '../request-output.ts';
 import {
   generateFromWire,
+  healthToWire,
   loadEngineService,
   outputToWire,
-  type WireClientMessage,
-  type WireHealthResponse,
-  type WireServerMessage,
+  stepToWire,
+  type ClientMessage__Output,
+  type HealthResponse,
+  type StepOutput,
+  type WireRequestOutput,
 } from './wire.ts';
 
 export interface EngineServer {
@@ -20,22 +25,31 @@ export interface EngineServer {
   close(): Promise<void>;
 }
 
-type StreamCall = grpc.ServerDuplexStream<WireClientMessage, WireServerMessage>;
+type StreamCall = grpc.ServerDuplexStream<ClientMessage__Output, StepOutput>;
 
 function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClosed: () => void): () => void {
   /** Wire request ids still in flight on this stream. */
   const inFlight = new Set<string>();
+  /** This stream's outputs since the last report. */
+  let pending: WireRequestOutput[] = [];
   let open = true;
+
+  const unsubscribe = engine.onReport((report) => {
+    if (!open) return;
+    call.write(stepToWire(pending, report));
+    pending = [];
+  });
 
   const close = () => {
     if (!open) return;
     open = false;
+    unsubscribe();
     for (const requestId of inFlight) engine.abort(streamKey + requestId);
     inFlight.clear();
     onClosed();
   };
 
-  call.on('data', (message: WireClientMessage) => {
+  call.on('data', (message: ClientMessage__Output) => {
     if (message.abort) {
       if (inFlight.has(message.abort.requestId)) engine.abort(streamKey + message.abort.requestId);
       return;
@@ -44,15 +58,16 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
     const request = generateFromWire(message.generate);
     const { requestId } = request;
     if (inFlight.has(requestId)) {
-      const refusal = { code: 'invalid_request', message: `Request ${requestId} is already in flight on this stream` };
-      call.write({ output: outputToWire(errorOutput(requestId, request.promptTokenIds.length, refusal), requestId) });
+      const refusal = { code: 'invalid_request', message: `Request ${requestId} is already in flight on this stream` } as const;
+      const output = outputToWire(errorOutput(requestId, request.promptTokenIds.length, refusal), requestId);
+      call.write(stepToWire([output], { events: [], load: engine.health().load, stats: null }));
       return;
     }
     inFlight.add(requestId);
     engine.generate({ ...request, requestId: streamKey + requestId }, (output) => {
       if (!open) return;
       if (output.finishReason !== null) inFlight.delete(requestId);
-      call.write({ output: outputToWire(output, requestId) });
+      pending.push(outputToWire(output, requestId));
     });
   });
   call.on('end', () => {
@@ -77,8 +92,8 @@ export async function serveEngine(engine: Engine, listen: string): Promise<Engin
       const endStream = serveStream(engine, call, `${numStreams++}/`, () => openStreams.delete(endStream));
       openStreams.add(endStream);
     },
-    Health(_call: grpc.ServerUnaryCall<unknown, WireHealthResponse>, callback: grpc.sendUnaryData<WireHealthResponse>) {
-      callback(null, engine.health());
+    Health(_call: grpc.ServerUnaryCall<unknown, HealthResponse>, callback: grpc.sendUnaryData<HealthResponse>) {
+      callback(null, healthToWire(engine.health()));
     },
   });
   const port = await new Promise<number>((resolve, reject) => {

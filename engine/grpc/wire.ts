@@ -1,17 +1,41 @@
-// The shapes @grpc/proto-loader gives proto/engine.proto messages (camelCase fields, uint64 as
-// decimal strings, enums as their names, unset `optional` fields absent), and their conversion
-// to and from the engine's plain types. Nothing outside engine/grpc/ sees a wire shape.
+// The engine's plain types to and from proto/engine.proto's messages, whose TypeScript shapes are
+// generated (generated/, `npm run gen:proto`) for the options loadEngineService loads them with:
+// camelCase fields, uint64 as decimal strings, enums as their names, unset `optional` fields
+// absent. Nothing outside engine/grpc/ sees a wire shape.
 import { fileURLToPath } from 'node:url';
 import * as protoLoader from '@grpc/proto-loader';
 import * as grpc from '@grpc/grpc-js';
+import { isEngineErrorCode, type EngineError } from '../errors.ts';
 import type {
-  EngineError,
   FinishReason,
   GenerateRequest,
+  KvEvent,
   RequestOutput,
+  StepReport,
+  StepStats,
+  TokenLogprobs,
   WorkerLoad,
   WorkerModelInfo,
 } from '../types.ts';
+import type { EngineError__Output as WireEngineError } from './generated/conduit/engine/v1/EngineError.ts';
+import type { FinishReason as WireFinishReason } from './generated/conduit/engine/v1/FinishReason.ts';
+import type {
+  GenerateRequest as WireGenerateRequest,
+  GenerateRequest__Output as WireGenerateRequestOutput,
+} from './generated/conduit/engine/v1/GenerateRequest.ts';
+import type { HealthResponse, HealthResponse__Output } from './generated/conduit/engine/v1/HealthResponse.ts';
+import type { KvEvent as WireKvEvent, KvEvent__Output as WireKvEventOutput } from './generated/conduit/engine/v1/KvEvent.ts';
+import type {
+  RequestOutput as WireRequestOutput,
+  RequestOutput__Output as WireRequestOutputOutput,
+} from './generated/conduit/engine/v1/RequestOutput.ts';
+import type { StepOutput, StepOutput__Output } from './generated/conduit/engine/v1/StepOutput.ts';
+import type { StepStats__Output as WireStepStats } from './generated/conduit/engine/v1/StepStats.ts';
+import type { TokenLogprobs__Output as WireTokenLogprobs } from './generated/conduit/engine/v1/TokenLogprobs.ts';
+import type { WorkerLoad__Output as WireWorkerLoad } from './generated/conduit/engine/v1/WorkerLoad.ts';
+
+export type { ClientMessage, ClientMessage__Output } from './generated/conduit/engine/v1/ClientMessage.ts';
+export type { HealthResponse, HealthResponse__Output, StepOutput, StepOutput__Output, WireRequestOutput };
 
 const protoFile = fileURLToPath(new URL('../../proto/engine.proto', import.meta.url));
 
@@ -30,63 +54,16 @@ export function loadEngineService(): grpc.ServiceClientConstructor {
   return root.conduit.engine.v1.Engine;
 }
 
-interface WireSamplingParams {
-  temperature?: number;
-  topP?: number;
-  topK?: number;
-  seed?: string;
-  maxTokens?: number;
-  stopTokenIds?: number[];
-  ignoreEos?: boolean;
-}
+type WireFinishReasonName = Exclude<WireFinishReason, number>;
 
-export interface WireGenerateRequest {
-  requestId: string;
-  promptTokenIds: number[];
-  sampling: WireSamplingParams | null;
-}
-
-export interface WireClientMessage {
-  generate?: WireGenerateRequest | null;
-  abort?: { requestId: string } | null;
-}
-
-type WireFinishReason =
-  | 'FINISH_REASON_UNSPECIFIED'
-  | 'FINISH_REASON_STOP'
-  | 'FINISH_REASON_LENGTH'
-  | 'FINISH_REASON_ABORT'
-  | 'FINISH_REASON_ERROR';
-
-export interface WireRequestOutput {
-  requestId: string;
-  newTokenIds: number[];
-  newLogprobs: number[];
-  finishReason: WireFinishReason;
-  stopTokenId?: number;
-  numPromptTokens: number;
-  numOutputTokens: number;
-  error: EngineError | null;
-}
-
-export interface WireServerMessage {
-  output: WireRequestOutput | null;
-}
-
-export interface WireHealthResponse {
-  serving: boolean;
-  model: WorkerModelInfo | null;
-  load: WorkerLoad | null;
-}
-
-const finishReasonToWire: Record<FinishReason, WireFinishReason> = {
+const finishReasonToWire: Record<FinishReason, WireFinishReasonName> = {
   stop: 'FINISH_REASON_STOP',
   length: 'FINISH_REASON_LENGTH',
   abort: 'FINISH_REASON_ABORT',
   error: 'FINISH_REASON_ERROR',
 };
 
-const finishReasonFromWire: Record<WireFinishReason, FinishReason | null> = {
+const finishReasonFromWire: Record<WireFinishReasonName, FinishReason | null> = {
   FINISH_REASON_UNSPECIFIED: null,
   FINISH_REASON_STOP: 'stop',
   FINISH_REASON_LENGTH: 'length',
@@ -107,26 +84,61 @@ export function generateToWire(request: GenerateRequest): WireGenerateRequest {
       maxTokens: sampling.maxTokens,
       stopTokenIds: sampling.stopTokenIds,
       ignoreEos: sampling.ignoreEos,
+      minP: sampling.minP,
+      presencePenalty: sampling.presencePenalty,
+      frequencyPenalty: sampling.frequencyPenalty,
+      repetitionPenalty: sampling.repetitionPenalty,
+      logitBias: sampling.logitBias === undefined ? undefined : Object.fromEntries(sampling.logitBias),
+      minTokens: sampling.minTokens,
+      numTopLogprobs: sampling.numTopLogprobs,
+      numPromptLogprobs: sampling.numPromptLogprobs,
     },
+    priority: request.priority,
+    cacheSalt: request.cacheSalt,
+    queueTimeoutMs: request.queueTimeoutMs,
+    timeoutMs: request.timeoutMs,
   };
 }
 
-export function generateFromWire(wire: WireGenerateRequest): GenerateRequest {
-  const sampling = wire.sampling ?? {};
+export function generateFromWire(wire: WireGenerateRequestOutput): GenerateRequest {
+  const sampling = wire.sampling;
+  const logitBias = sampling === null ? [] : Object.entries(sampling.logitBias).map(([tokenId, bias]) => [Number(tokenId), bias] as const);
   return {
     requestId: wire.requestId,
     promptTokenIds: wire.promptTokenIds,
     sampling: {
-      temperature: sampling.temperature,
-      topP: sampling.topP,
-      topK: sampling.topK,
-      seed: sampling.seed === undefined ? undefined : BigInt(sampling.seed),
-      maxTokens: sampling.maxTokens,
-      // proto3 cannot tell an empty repeated field from an unset one; both mean "none".
-      stopTokenIds: sampling.stopTokenIds,
-      ignoreEos: sampling.ignoreEos,
+      temperature: sampling?.temperature,
+      topP: sampling?.topP,
+      topK: sampling?.topK,
+      seed: sampling?.seed === undefined ? undefined : BigInt(sampling.seed),
+      maxTokens: sampling?.maxTokens,
+      // proto3 cannot tell an empty repeated field or map from an unset one; both mean "none".
+      stopTokenIds: sampling?.stopTokenIds,
+      ignoreEos: sampling?.ignoreEos,
+      minP: sampling?.minP,
+      presencePenalty: sampling?.presencePenalty,
+      frequencyPenalty: sampling?.frequencyPenalty,
+      repetitionPenalty: sampling?.repetitionPenalty,
+      logitBias: logitBias.length === 0 ? undefined : new Map(logitBias),
+      minTokens: sampling?.minTokens,
+      numTopLogprobs: sampling?.numTopLogprobs,
+      numPromptLogprobs: sampling?.numPromptLogprobs,
     },
+    priority: wire.priority,
+    cacheSalt: wire.cacheSalt,
+    queueTimeoutMs: wire.queueTimeoutMs,
+    timeoutMs: wire.timeoutMs,
   };
+}
+
+function logprobsFromWire(wire: WireTokenLogprobs): TokenLogprobs {
+  return { logprob: wire.logprob, topTokenIds: wire.topTokenIds, topLogprobs: wire.topLogprobs };
+}
+
+function errorFromWire(wire: WireEngineError): EngineError {
+  return isEngineErrorCode(wire.code)
+    ? { code: wire.code, message: wire.message }
+    : { code: 'internal_error', message: `The worker reported an unknown error ${wire.code}: ${wire.message}` };
 }
 
 /** requestId replaces output.requestId: the service keys engine requests per stream. */
@@ -138,21 +150,85 @@ export function outputToWire(output: RequestOutput, requestId: string): WireRequ
     finishReason: output.finishReason === null ? 'FINISH_REASON_UNSPECIFIED' : finishReasonToWire[output.finishReason],
     stopTokenId: output.stopTokenId,
     numPromptTokens: output.numPromptTokens,
+    numCachedTokens: output.numCachedTokens,
     numOutputTokens: output.numOutputTokens,
     error: output.error ?? null,
+    newTopLogprobs: output.newTopLogprobs,
+    promptLogprobs: output.promptLogprobs,
   };
 }
 
-export function outputFromWire(wire: WireRequestOutput): RequestOutput {
+export function outputFromWire(wire: WireRequestOutputOutput): RequestOutput {
   const output: RequestOutput = {
     requestId: wire.requestId,
     newTokenIds: wire.newTokenIds,
     newLogprobs: wire.newLogprobs,
-    finishReason: finishReasonFromWire[wire.finishReason],
+    finishReason: finishReasonFromWire[wire.finishReason as WireFinishReasonName],
     numPromptTokens: wire.numPromptTokens,
+    numCachedTokens: wire.numCachedTokens,
     numOutputTokens: wire.numOutputTokens,
   };
   if (wire.stopTokenId !== undefined) output.stopTokenId = wire.stopTokenId;
-  if (wire.error !== null) output.error = wire.error;
+  if (wire.error !== null) output.error = errorFromWire(wire.error);
+  if (wire.newTopLogprobs.length > 0) output.newTopLogprobs = wire.newTopLogprobs.map(logprobsFromWire);
+  if (wire.promptLogprobs.length > 0) output.promptLogprobs = wire.promptLogprobs.map(logprobsFromWire);
   return output;
+}
+
+const kvEventKindToWire = { stored: 'KIND_STORED', removed: 'KIND_REMOVED', cleared: 'KIND_CLEARED' } as const;
+
+function kvEventToWire(event: KvEvent): WireKvEvent {
+  return { kind: kvEventKindToWire[event.kind], blockHashes: event.kind === 'cleared' ? [] : event.blockHashes };
+}
+
+function kvEventFromWire(wire: WireKvEventOutput): KvEvent | null {
+  switch (wire.kind) {
+    case 'KIND_STORED': return { kind: 'stored', blockHashes: wire.blockHashes };
+    case 'KIND_REMOVED': return { kind: 'removed', blockHashes: wire.blockHashes };
+    case 'KIND_CLEARED': return { kind: 'cleared' };
+    default: return null;
+  }
+}
+
+function loadFromWire(wire: WireWorkerLoad): WorkerLoad {
+  return {
+    numRunning: wire.numRunning,
+    numWaiting: wire.numWaiting,
+    numFreeBlocks: wire.numFreeBlocks,
+    numTotalBlocks: wire.numTotalBlocks,
+    numQueuedPrefillTokens: wire.numQueuedPrefillTokens,
+  };
+}
+
+function statsFromWire(wire: WireStepStats): StepStats {
+  return { ...wire };
+}
+
+/** One message for a stream: its outputs of the step, and the step's report. */
+export function stepToWire(outputs: readonly WireRequestOutput[], report: StepReport): StepOutput {
+  return { outputs: [...outputs], kvEvents: report.events.map(kvEventToWire), load: report.load, stats: report.stats };
+}
+
+/** Throws on a message without load: the worker always sends one. */
+export function stepFromWire(wire: StepOutput__Output): { outputs: RequestOutput[]; report: StepReport } {
+  if (wire.load === null) throw new Error('a step output without load');
+  const events: KvEvent[] = [];
+  for (const event of wire.kvEvents) {
+    const converted = kvEventFromWire(event);
+    if (converted !== null) events.push(converted);
+  }
+  return {
+    outputs: wire.outputs.map(outputFromWire),
+    report: { events, load: loadFromWire(wire.load), stats: wire.stats === null ? null : statsFromWire(wire.stats) },
+  };
+}
+
+export function healthToWire(health: { serving: boolean; model: WorkerModelInfo; load: WorkerLoad }): HealthResponse {
+  return health;
+}
+
+/** Throws on a response without model or load. */
+export function healthFromWire(wire: HealthResponse__Output): { serving: boolean; model: WorkerModelInfo; load: WorkerLoad } {
+  if (wire.model === null || wire.load === null) throw new Error('a health response without model or load');
+  return { serving: wire.serving, model: wire.model, load: loadFromWire(wire.load) };
 }

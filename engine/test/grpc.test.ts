@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { HASH_SCHEME } from '../kv/block-hash.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -95,8 +96,8 @@ test('one stream carries several concurrent requests, each routed back by id', a
 
   const health = await client.health();
   assert.equal(health.serving, true);
-  assert.deepEqual(health.model, { modelName: 'fake', maxModelLen: 128, vocabSize: 500, blockSizeTokens: 4, eosTokenIds: [2] });
-  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks });
+  assert.deepEqual(health.model, { modelName: 'fake', maxModelLen: 128, vocabSize: 500, blockSizeTokens: 4, eosTokenIds: [2], blockHashScheme: HASH_SCHEME });
+  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0 });
 });
 
 test('abort mid-stream ends the request and frees its blocks on the worker', async (t) => {
@@ -118,7 +119,7 @@ test('abort mid-stream ends the request and frees its blocks on the worker', asy
   assert.ok(outputs.at(-1)!.numOutputTokens < 100);
   assert.equal(client.numInFlight, 0);
   const { load } = await client.health();
-  assert.deepEqual(load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks });
+  assert.deepEqual(load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0 });
 });
 
 test('a refused request comes back as one error output', async (t) => {

@@ -4,6 +4,7 @@
 // batch-invariant, so equality is exact.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { HASH_SCHEME } from '../kv/block-hash.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -186,7 +187,7 @@ test('a worker serves the checkpoint over gRPC and sizes its cache from a byte b
     await worker.close();
   });
   const health = await client.health();
-  assert.deepEqual(health.model, { modelName: 'tiny', maxModelLen: 80, vocabSize: 256, blockSizeTokens, eosTokenIds: [2] });
+  assert.deepEqual(health.model, { modelName: 'tiny', maxModelLen: 80, vocabSize: 256, blockSizeTokens, eosTokenIds: [2], blockHashScheme: HASH_SCHEME });
   assert.equal(health.load.numTotalBlocks, 20);
 
   const tokens = await new Promise<number[]>((resolve) => {

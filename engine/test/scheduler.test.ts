@@ -1,49 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Scheduler, type SchedulerConfig } from '../scheduler.ts';
-import type { SchedulerOutput } from '../scheduler-output.ts';
-import type { GenerateRequest, RequestOutput, SamplingParams } from '../types.ts';
-import { FakeRunner, type TokenScript } from './fake-runner.ts';
-
-const EOS = 2;
-
-function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenScript) {
-  const config: SchedulerConfig = {
-    numKvBlocks: 64,
-    blockSizeTokens: 4,
-    maxModelLen: 128,
-    vocabSize: 1000,
-    maxNumSeqs: 8,
-    maxNumBatchedTokens: 64,
-    generationDefaults: { eosTokenIds: [EOS] },
-    ...overrides,
-  };
-  const scheduler = new Scheduler(config);
-  const runner = new FakeRunner(
-    {
-      numKvBlocks: config.numKvBlocks,
-      blockSizeTokens: config.blockSizeTokens,
-      vocabSize: config.vocabSize,
-      maxModelLen: config.maxModelLen,
-    },
-    script,
-  );
-  /** One engine step: schedule, execute, update. */
-  async function step(): Promise<{ output: SchedulerOutput; news: RequestOutput[] }> {
-    const output = scheduler.schedule();
-    const news = scheduler.update(output, await runner.execute(output));
-    return { output, news };
-  }
-  return { scheduler, runner, step };
-}
-
-function request(requestId: string, numPromptTokens: number, sampling: SamplingParams = {}): GenerateRequest {
-  return { requestId, promptTokenIds: Array.from({ length: numPromptTokens }, (_, i) => 10 + i), sampling };
-}
-
-function plan(output: SchedulerOutput): string[] {
-  return output.scheduled.map((entry) => `${entry.requestId}:${entry.numScheduledTokens}${entry.sample ? '*' : ''}`);
-}
+import type { RequestOutput, SamplingParams } from '../types.ts';
+import type { TokenScript } from './fake-runner.ts';
+import { EOS, plan, request, setup } from './scheduler-harness.ts';
 
 test('a new request joins the running batch at the next step and a finished one leaves it', async () => {
   const { scheduler, step } = setup();
@@ -120,7 +79,7 @@ test('an abort of a waiting request takes it out of the queue', () => {
   scheduler.add(request('queued', 4));
   assert.equal(scheduler.load().numWaiting, 1);
   assert.equal(scheduler.abort('queued')?.finishReason, 'abort');
-  assert.deepEqual(scheduler.load(), { numRunning: 0, numWaiting: 0, numFreeBlocks: 64, numTotalBlocks: 64 });
+  assert.deepEqual(scheduler.load(), { numRunning: 0, numWaiting: 0, numFreeBlocks: 64, numTotalBlocks: 64, numQueuedPrefillTokens: 0 });
 });
 
 test('a request waits while the pool is full and runs once blocks come back', async () => {

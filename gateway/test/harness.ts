@@ -3,6 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import { HASH_SCHEME } from '../../engine/kv/block-hash.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../server.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
@@ -47,7 +48,9 @@ export async function startTestGateway(scriptFor: (request: GenerateRequest) => 
   writeModelDir(modelDir, true);
   writeModelDir(plainModelDir, false);
   const { tokenizer } = loadTokenizer(modelDir);
-  const modelInfo = { modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256] };
+  const modelInfo = {
+    modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256], blockHashScheme: HASH_SCHEME,
+  };
   const engine = new ScriptedEngine(modelInfo, scriptFor);
   const models: ServedModel[] = [
     { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },

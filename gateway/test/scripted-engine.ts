@@ -1,7 +1,8 @@
 // A test double for an engine worker: it answers each request with token ids from a script,
 // one step per event-loop turn, and records what it was asked and what was aborted.
 import { EventEmitter } from 'node:events';
-import type { EngineClient, EngineError, GenerateRequest, RequestOutput, WorkerModelInfo } from '../../engine/types.ts';
+import type { EngineError } from '../../engine/errors.ts';
+import type { EngineClient, GenerateRequest, RequestOutput, StepReport, WorkerLoad, WorkerModelInfo } from '../../engine/types.ts';
 import type { RoutedWorker } from '../../router/least-loaded.ts';
 
 export interface Script {
@@ -48,7 +49,7 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
       const isLastStep = stepIndex >= script.steps.length;
       if (isLastStep && script.hang) {
         if (newTokenIds.length > 0) {
-          onOutput({ requestId: request.requestId, newTokenIds, newLogprobs, finishReason: null, numPromptTokens, numOutputTokens });
+          onOutput({ requestId: request.requestId, newTokenIds, newLogprobs, finishReason: null, numPromptTokens, numCachedTokens: 0, numOutputTokens });
         }
         return;
       }
@@ -60,6 +61,7 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
         newLogprobs,
         finishReason,
         numPromptTokens,
+        numCachedTokens: 0,
         numOutputTokens,
         ...(finishReason === 'error' ? { error: script.error } : {}),
       });
@@ -75,12 +77,16 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
     this.emit('abort', requestId);
   }
 
+  get load(): WorkerLoad {
+    return { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100, numQueuedPrefillTokens: 0 };
+  }
+
+  onReport(_listener: (report: StepReport) => void): () => void {
+    return () => {};
+  }
+
   async health() {
-    return {
-      serving: this.serving,
-      model: this.modelInfo,
-      load: { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100 },
-    };
+    return { serving: this.serving, model: this.modelInfo, load: this.load };
   }
 
   close(): void {}

@@ -1,0 +1,10 @@
+// Original file: proto/engine.proto
+
+
+export interface AbortRequest {
+  'requestId'?: (string);
+}
+
+export interface AbortRequest__Output {
+  'requestId': (string);
+}

@@ -1,0 +1,243 @@
+// The KV manager: prefix hits, sharing by reference count, eviction, failed steps, and a
+// property test over thousands of random operations against a simulated cache that checks what
+// every block holds.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { blockHash, rootHash, type BlockHash } from '../kv/block-hash.ts';
+import { KvCacheManager, type KvSequence } from '../kv/kv-cache-manager.ts';
+
+const BLOCK_SIZE = 4;
+
+type TestSequence = KvSequence & { tokenIds: number[] };
+
+function sequenceOf(tokenIds: number[], cacheSalt?: string): TestSequence {
+  return { tokenIds, numComputedTokens: 0, blockIds: [], cacheRoot: rootHash({ model: 'm', cacheSalt }), blockHashes: [] };
+}
+
+/** Admits a sequence after its cached prefix and computes `numTokens` of it (default all but none left). */
+function admit(kv: KvCacheManager, sequence: KvSequence, numNewTokens?: number): boolean {
+  const prefix = kv.findCachedPrefix(sequence);
+  const numToCompute = sequence.tokenIds.length - prefix.length * BLOCK_SIZE;
+  const numTokens = numNewTokens ?? numToCompute;
+  if (!kv.allocateSlots(sequence, numTokens, prefix)) return false;
+  kv.cacheScheduledBlocks(sequence, sequence.numComputedTokens + numTokens);
+  kv.commitStep();
+  sequence.numComputedTokens += numTokens;
+  return true;
+}
+
+test('block hashes chain: the same block after a different prefix, model or salt hashes differently', () => {
+  const root = rootHash({ model: 'm' });
+  const tokens = [1, 2, 3, 4, 5, 6, 7, 8];
+  const first = blockHash(root, tokens, 0, 4);
+  assert.match(first, /^[0-9a-f]{32}$/);
+  assert.equal(blockHash(root, tokens, 0, 4), first, 'deterministic');
+  assert.notEqual(blockHash(first, tokens, 4, 4), blockHash(blockHash(root, [9, 2, 3, 4], 0, 4), tokens, 4, 4));
+  assert.notEqual(rootHash({ model: 'm' }), rootHash({ model: 'n' }));
+  assert.notEqual(rootHash({ model: 'm' }), rootHash({ model: 'm', cacheSalt: 'tenant' }));
+  // Length-prefixed parts: moving a character between model and salt changes the root.
+  assert.notEqual(rootHash({ model: 'ab', cacheSalt: 'c' }), rootHash({ model: 'a', cacheSalt: 'bc' }));
+});
+
+test('a second sequence reuses the full prompt blocks of the first and computes only the rest', () => {
+  const kv = new KvCacheManager(16, BLOCK_SIZE);
+  const first = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+  assert.ok(admit(kv, first));
+  const second = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 42]);
+  assert.ok(admit(kv, second));
+  assert.deepEqual(second.blockIds.slice(0, 2), first.blockIds.slice(0, 2));
+  assert.equal(kv.refCountOf(first.blockIds[0]), 2);
+  assert.equal(kv.refCountOf(first.blockIds[2]), 1, 'the partial block is not shared');
+  // Before admit() computed 1 token, the prefix covered 8 of 9.
+  assert.equal(second.numComputedTokens, 9);
+});
+
+test('a prompt entirely in the cache still computes its last token', () => {
+  const kv = new KvCacheManager(16, BLOCK_SIZE);
+  const tokens = [1, 2, 3, 4, 5, 6, 7, 8];
+  assert.ok(admit(kv, sequenceOf(tokens)));
+  const again = sequenceOf(tokens);
+  const prefix = kv.findCachedPrefix(again);
+  assert.equal(prefix.length, 1, 'the block holding the last token is recomputed');
+});
+
+test('a cache salt isolates tenants', () => {
+  const kv = new KvCacheManager(16, BLOCK_SIZE);
+  assert.ok(admit(kv, sequenceOf([1, 2, 3, 4, 5], 'a')));
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5], 'b')).length, 0);
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5])).length, 0);
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5], 'a')).length, 1);
+});
+
+test('freed blocks stay cached until reused; the least recently freed go first', () => {
+  const kv = new KvCacheManager(4, BLOCK_SIZE);
+  const old = sequenceOf([1, 2, 3, 4, 5]);
+  const recent = sequenceOf([6, 7, 8, 9, 10]);
+  assert.ok(admit(kv, old));
+  assert.ok(admit(kv, recent));
+  kv.free(old);
+  kv.free(recent);
+  assert.equal(kv.numFreeBlocks, 4);
+  assert.equal(kv.numCachedBlocks, 2);
+  // Two blocks: the unhashed partial blocks go first, so both prefixes survive.
+  const filler = sequenceOf([11, 12, 13]);
+  assert.ok(admit(kv, filler));
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 0])).length, 1);
+  // Two more blocks: the free unhashed one, then the least recently freed cached one.
+  const big = sequenceOf(Array.from({ length: 12 }, (_, i) => 100 + i));
+  assert.ok(admit(kv, big, 5));
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 0])).length, 0);
+  assert.equal(kv.findCachedPrefix(sequenceOf([6, 7, 8, 9, 0])).length, 1);
+  const [oldHash, recentHash] = [old.blockHashes[0], recent.blockHashes[0]];
+  assert.deepEqual(kv.takeEvents(), [
+    { kind: 'stored', blockHashes: [oldHash, recentHash] },
+    { kind: 'removed', blockHashes: [oldHash] },
+    { kind: 'stored', blockHashes: [big.blockHashes[0]] },
+  ]);
+});
+
+test('a failed step forgets the blocks it named; earlier blocks stay cached', () => {
+  const kv = new KvCacheManager(8, BLOCK_SIZE);
+  const sequence = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  assert.ok(admit(kv, sequence, 4));
+  assert.ok(kv.allocateSlots(sequence, 4));
+  kv.cacheScheduledBlocks(sequence, 8);
+  kv.forgetStep();
+  kv.free(sequence);
+  const again = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  assert.equal(kv.findCachedPrefix(again).length, 1);
+});
+
+test('allocation counts free cached prefix blocks it takes and changes nothing when short', () => {
+  const kv = new KvCacheManager(3, BLOCK_SIZE);
+  const first = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  assert.ok(admit(kv, first));
+  kv.free(first);
+  // 3 free blocks, 2 of them cached prefix blocks of the newcomer: it needs 2 more for 8 tokens.
+  const newcomer = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0]);
+  const prefix = kv.findCachedPrefix(newcomer);
+  assert.equal(prefix.length, 2);
+  assert.equal(kv.allocateSlots(newcomer, 8, prefix), false);
+  assert.deepEqual(newcomer.blockIds, []);
+  assert.equal(kv.numFreeBlocks, 3);
+  assert.equal(kv.allocateSlots(newcomer, 4, prefix), true);
+  assert.equal(kv.numFreeBlocks, 0);
+});
+
+/** Tiny deterministic PRNG, so a failing seed replays. */
+function rng(seed: number): () => number {
+  let state = seed >>> 0 || 1;
+  return () => {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return (state >>> 0) / 2 ** 32;
+  };
+}
+
+test('10,000 random operations keep every block free or held, held blocks counted exactly, and cached KV right', () => {
+  const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+  const random = rng(seed);
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];
+  const numBlocks = 24;
+  const kv = new KvCacheManager(numBlocks, BLOCK_SIZE);
+  /** What each slot holds: the token id whose KV a step computed into it. */
+  const slots = new Int32Array(numBlocks * BLOCK_SIZE).fill(-1);
+  /** The token ids a hash names, recorded when a block is cached under it. */
+  const contents = new Map<BlockHash, number[]>();
+  const prefixes = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9], [7, 7, 7, 7, 7]];
+  const live: TestSequence[] = [];
+  const label = () => `seed ${seed}`;
+
+  const write = (sequence: KvSequence, from: number, to: number) => {
+    for (let position = from; position < to; position++) {
+      slots[sequence.blockIds[Math.floor(position / BLOCK_SIZE)] * BLOCK_SIZE + (position % BLOCK_SIZE)] = sequence.tokenIds[position];
+    }
+  };
+  const schedule = (sequence: KvSequence, numNewTokens: number, fails: boolean): void => {
+    const from = sequence.numComputedTokens;
+    kv.cacheScheduledBlocks(sequence, from + numNewTokens);
+    for (let block = Math.floor(from / BLOCK_SIZE); block < Math.floor((from + numNewTokens) / BLOCK_SIZE); block++) {
+      const hash = sequence.blockHashes[block];
+      if (kv.cachedBlock(hash) === sequence.blockIds[block]) contents.set(hash, sequence.tokenIds.slice(block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE));
+    }
+    if (fails) {
+      kv.forgetStep();
+      return;
+    }
+    write(sequence, from, from + numNewTokens);
+    kv.commitStep();
+    sequence.numComputedTokens += numNewTokens;
+  };
+  const release = (sequence: TestSequence) => {
+    kv.free(sequence);
+    live.splice(live.indexOf(sequence), 1);
+  };
+
+  for (let operation = 0; operation < 10_000; operation++) {
+    const choice = random();
+    if (choice < 0.3 || live.length === 0) {
+      const tokenIds = [...pick(prefixes), ...Array.from({ length: Math.floor(random() * 10) }, () => Math.floor(random() * 5))];
+      const sequence = sequenceOf(tokenIds, random() < 0.2 ? 'salt' : undefined);
+      const prefix = kv.findCachedPrefix(sequence);
+      const numToCompute = tokenIds.length - prefix.length * BLOCK_SIZE;
+      const numNewTokens = 1 + Math.floor(random() * numToCompute);
+      if (kv.allocateSlots(sequence, numNewTokens, prefix)) {
+        live.push(sequence);
+        schedule(sequence, numNewTokens, false);
+      }
+    } else if (choice < 0.75) {
+      const sequence = pick(live);
+      if (sequence.numComputedTokens === sequence.tokenIds.length) {
+        if (sequence.tokenIds.length >= 40) {
+          release(sequence);
+          continue;
+        }
+        sequence.tokenIds.push(Math.floor(random() * 5));  // a decode step's sampled token
+      }
+      const numNewTokens = 1 + Math.floor(random() * (sequence.tokenIds.length - sequence.numComputedTokens));
+      if (!kv.allocateSlots(sequence, numNewTokens)) {
+        // Preempt a random sequence by recompute: its blocks go back, cached ones stay cached.
+        const victim = pick(live);
+        kv.free(victim);
+        victim.numComputedTokens = 0;
+        live.splice(live.indexOf(victim), 1);
+        continue;
+      }
+      const fails = random() < 0.02;
+      schedule(sequence, numNewTokens, fails);
+      if (fails) release(sequence);
+    } else {
+      release(pick(live));  // finished or aborted
+    }
+
+    // Every block is held exactly by the sequences whose tables list it, and no table lists a block twice.
+    const holders = new Int32Array(numBlocks);
+    for (const sequence of live) {
+      assert.equal(new Set(sequence.blockIds).size, sequence.blockIds.length, `${label()}: a table lists a block twice`);
+      for (const blockId of sequence.blockIds) holders[blockId]++;
+    }
+    let numFree = 0;
+    for (let blockId = 0; blockId < numBlocks; blockId++) {
+      assert.equal(kv.refCountOf(blockId), holders[blockId], `${label()}, operation ${operation}: block ${blockId}'s count`);
+      if (holders[blockId] === 0) numFree++;
+    }
+    assert.equal(kv.numFreeBlocks, numFree, `${label()}: free count`);
+    // A sequence reads its computed tokens back through its table, shared blocks included.
+    for (const sequence of live) {
+      for (let position = 0; position < sequence.numComputedTokens; position++) {
+        const slot = sequence.blockIds[Math.floor(position / BLOCK_SIZE)] * BLOCK_SIZE + (position % BLOCK_SIZE);
+        assert.equal(slots[slot], sequence.tokenIds[position], `${label()}, operation ${operation}: KV of a position`);
+      }
+    }
+  }
+  // Every cached hash names a block holding exactly the tokens it was cached for.
+  for (const [hash, tokens] of contents) {
+    const blockId = kv.cachedBlock(hash);
+    if (blockId === undefined) continue;
+    assert.deepEqual(Array.from(slots.subarray(blockId * BLOCK_SIZE, (blockId + 1) * BLOCK_SIZE)), tokens, `${label()}: cached block content`);
+  }
+  for (const sequence of [...live]) release(sequence);
+  assert.equal(kv.numFreeBlocks, numBlocks, `${label()}: every block ends free`);
+  for (let blockId = 0; blockId < numBlocks; blockId++) assert.equal(kv.refCountOf(blockId), 0);
+});

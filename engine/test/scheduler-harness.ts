@@ -1,0 +1,49 @@
+// The scheduler with the fake runner, one engine step at a time, for the scheduler's tests.
+import { Scheduler, type SchedulerConfig } from '../scheduler.ts';
+import type { SchedulerOutput } from '../scheduler-output.ts';
+import type { GenerateRequest, RequestOutput, SamplingParams } from '../types.ts';
+import { FakeRunner, type TokenScript } from './fake-runner.ts';
+
+export const EOS = 2;
+
+export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenScript) {
+  const config: SchedulerConfig = {
+    numKvBlocks: 64,
+    blockSizeTokens: 4,
+    maxModelLen: 128,
+    vocabSize: 1000,
+    maxNumSeqs: 8,
+    maxNumBatchedTokens: 64,
+    generationDefaults: { eosTokenIds: [EOS] },
+    modelName: 'test-model',
+    enablePrefixCaching: false,
+    policy: 'fcfs',
+    ...overrides,
+  };
+  const scheduler = new Scheduler(config);
+  const runner = new FakeRunner(
+    {
+      numKvBlocks: config.numKvBlocks,
+      blockSizeTokens: config.blockSizeTokens,
+      vocabSize: config.vocabSize,
+      maxModelLen: config.maxModelLen,
+    },
+    script,
+  );
+  /** One engine step: schedule, execute, update. */
+  async function step(): Promise<{ output: SchedulerOutput; news: RequestOutput[] }> {
+    const output = scheduler.schedule();
+    const news = scheduler.update(output, await runner.execute(output));
+    return { output, news };
+  }
+  return { scheduler, runner, step };
+}
+
+export function request(requestId: string, numPromptTokens: number, sampling: SamplingParams = {}): GenerateRequest {
+  return { requestId, promptTokenIds: Array.from({ length: numPromptTokens }, (_, i) => 10 + i), sampling };
+}
+
+export function plan(output: SchedulerOutput): string[] {
+  return output.scheduled.map((entry) => `${entry.requestId}:${entry.numScheduledTokens}${entry.sample ? '*' : ''}`);
+}
+
