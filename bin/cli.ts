@@ -14,6 +14,7 @@ const usage = `usage:
                  [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                  [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
                  [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
+                 [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority]
   conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]   (conduit loadtest --help)`;
 
 /** --model DIR adds a model with default settings to the file's (or replaces the default file). */

@@ -57,6 +57,8 @@ export async function serve(config: Config): Promise<RunningServer> {
         name: servedName(model),
         modelDir: model.path,
         maxModelLen: Math.min(...healths.map((h) => h.model.maxModelLen)),
+        queueTimeoutMs: model.queue_timeout_s === undefined ? undefined : model.queue_timeout_s * 1000,
+        requestTimeoutMs: model.request_timeout_s === undefined ? undefined : model.request_timeout_s * 1000,
         workers,
       });
     }

@@ -5,7 +5,10 @@ import { parseWorkerArgs, workerArgs, defaultKvCacheBytes } from './worker-flags
 
 test('a spawned worker gets exactly the settings its model configuration names', () => {
   const config = validateConfig(
-    { models: [{ path: '/m/llama', served_name: 'chat', dtype: 'bf16', quantization: 'int8', max_model_len: 4096, kv_cache_blocks: 100, max_num_seqs: 8, kernel: 'avx2' }] },
+    { models: [{
+        path: '/m/llama', served_name: 'chat', dtype: 'bf16', quantization: 'int8', max_model_len: 4096, kv_cache_blocks: 100,
+        max_num_seqs: 8, kernel: 'avx2', enable_prefix_caching: false, scheduling_policy: 'priority',
+      }] },
     'c.yaml',
   );
   const args = workerArgs(config.models[0], 3, 'unix:/tmp/w.sock');
@@ -25,6 +28,8 @@ test('a spawned worker gets exactly the settings its model configuration names',
     numThreads: 3,
     kernel: 'avx2',
     quantization: 'int8',
+    enablePrefixCaching: false,
+    schedulingPolicy: 'priority',
     listen: 'unix:/tmp/w.sock',
   });
 });
@@ -33,6 +38,10 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
   const settings = parseWorkerArgs(['--model', '/m/x', '--listen', '127.0.0.1:0']);
   assert.equal(settings.kvCacheBytes, defaultKvCacheBytes);
   assert.equal(settings.servedName, 'x');
+  assert.equal(settings.enablePrefixCaching, true);
+  assert.equal(settings.schedulingPolicy, 'fcfs');
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--enable-prefix-caching', 'yes']), /--enable-prefix-caching/);
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--scheduling-policy', 'lifo']), /--scheduling-policy/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--max-num-seqs', 'many']), /--max-num-seqs/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x']), /--listen/);
 });

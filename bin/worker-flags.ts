@@ -25,6 +25,8 @@ export const workerFlagOptions = {
   threads: { type: 'string' },
   kernel: { type: 'string' },
   quantization: { type: 'string' },
+  'enable-prefix-caching': { type: 'string' },
+  'scheduling-policy': { type: 'string' },
 } as const;
 
 const flagToField: Record<string, keyof ModelConfig> = {
@@ -40,11 +42,21 @@ const flagToField: Record<string, keyof ModelConfig> = {
   threads: 'threads_per_worker',
   kernel: 'kernel',
   quantization: 'quantization',
+  'enable-prefix-caching': 'enable_prefix_caching',
+  'scheduling-policy': 'scheduling_policy',
 };
 const numericFields = new Set<keyof ModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
   'max_num_batched_tokens', 'threads_per_worker',
 ]);
+const booleanFields = new Set<keyof ModelConfig>(['enable_prefix_caching']);
+
+/** A boolean flag reads `true` or `false`; anything else reaches the schema unchanged and fails there. */
+function parseFlagValue(field: keyof ModelConfig, value: string): unknown {
+  if (numericFields.has(field)) return Number(value);
+  if (booleanFields.has(field)) return value === 'true' ? true : value === 'false' ? false : value;
+  return value;
+}
 
 /** Flags that make `conduit worker` run `model` with `numThreads` threads on `listen`. */
 export function workerArgs(model: ModelConfig, numThreads: number, listen: string): string[] {
@@ -72,6 +84,8 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
     numThreads: model.threads_per_worker ?? os.availableParallelism(),
     kernel: model.kernel,
     quantization: model.quantization,
+    enablePrefixCaching: model.enable_prefix_caching,
+    schedulingPolicy: model.scheduling_policy,
     listen,
   };
 }
@@ -85,7 +99,7 @@ export function parseWorkerArgs(argv: string[]): WorkerSettings {
   for (const [flag, field] of Object.entries(flagToField)) {
     const value = values[flag as keyof typeof values];
     if (value === undefined) continue;
-    raw[field] = numericFields.has(field) ? Number(value) : value;
+    raw[field] = parseFlagValue(field, value);
   }
   const parsed = modelSchema.safeParse(raw);
   if (!parsed.success) {

@@ -38,6 +38,14 @@ export const modelSchema = z
     kernel: z.enum(['auto', 'avx512', 'avx2', 'scalar']).default('auto'),
     /** Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like Q8_0). */
     quantization: z.enum(['none', 'int8']).default('none'),
+    /** Reuse the KV of cached prompt prefixes (hashed per block, shared by reference count). */
+    enable_prefix_caching: z.boolean().default(true),
+    /** `fcfs`, or `priority`: lower `priority` values first, then arrival order. */
+    scheduling_policy: z.enum(['fcfs', 'priority']).default('fcfs'),
+    /** A request not started this long after it arrived ends with `queue_timeout` (503). */
+    queue_timeout_s: z.number().positive().optional(),
+    /** A request not finished this long after it arrived ends with `request_timeout` (504). */
+    request_timeout_s: z.number().positive().optional(),
   })
   .strict()
   .refine((m) => !(m.kv_cache_blocks !== undefined && m.kv_cache_bytes !== undefined), {

@@ -50,6 +50,8 @@ export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
 /** A token and its log-probability, with the likeliest alternatives when asked for. */
 export interface TokenLogprobs {
   logprob: number;
+  /** 1 + the number of tokens likelier than this one. */
+  rank: number;
   /** Most likely first; ties to the lower id. */
   topTokenIds: number[];
   topLogprobs: number[];

@@ -3,6 +3,7 @@
 import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
+import type { SchedulingPolicy } from './scheduler.ts';
 import { readGenerationDefaults } from './generation-config.ts';
 import { serveEngine } from './grpc/service.ts';
 import { kvBytesPerBlock } from './kv/cache-size.ts';
@@ -26,6 +27,8 @@ export interface WorkerSettings {
   kernel: KernelPath;
   /** Weight-only quantization made at load time (`int8`: Q8_0-style block scales). */
   quantization: Quantization;
+  enablePrefixCaching: boolean;
+  schedulingPolicy: SchedulingPolicy;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
   listen: string;
 }
@@ -79,6 +82,8 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       maxNumSeqs: settings.maxNumSeqs,
       maxNumBatchedTokens: settings.maxNumBatchedTokens,
       generationDefaults,
+      enablePrefixCaching: settings.enablePrefixCaching,
+      policy: settings.schedulingPolicy,
     });
   } catch (err) {
     runner.close();

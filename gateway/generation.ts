@@ -2,7 +2,7 @@
 // deltas and one finish (or one error) come back. The OpenAI renderers (and later WebSocket
 // and KServe) only format what this reports.
 import { randomUUID } from 'node:crypto';
-import type { RequestOutput, SamplingParams } from '../engine/types.ts';
+import type { RequestOutput, SamplingParams, TokenLogprobs } from '../engine/types.ts';
 import { pickLeastLoaded } from '../router/least-loaded.ts';
 import { ApiError, fromEngineError } from './errors.ts';
 import type { GatewayMetrics } from './metrics.ts';
@@ -15,8 +15,12 @@ export interface GenerationRequest {
   promptTokenIds: number[];
   sampling: SamplingParams;
   stopStrings: readonly string[];
-  /** Report each output token's log-probability along with the text. */
+  /** Report each output token's log-probability (and sampling.numTopLogprobs alternatives) along with the text. */
   wantsLogprobs: boolean;
+  /** Lower runs first under the priority policy. */
+  priority?: number;
+  /** Only requests with the same salt share cached prefixes. */
+  cacheSalt?: string;
   /** performance.now() when the request arrived, for latency metrics. */
   arrivalMs: number;
 }
@@ -25,11 +29,15 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
 }
 
+/** An output token's log-probability and its likeliest alternatives (empty unless asked for). */
 export interface TokenLogprob {
   tokenId: number;
   logprob: number;
+  topTokenIds: readonly number[];
+  topLogprobs: readonly number[];
 }
 
 export interface GenerationFinish {
@@ -37,6 +45,20 @@ export interface GenerationFinish {
   usage: Usage;
   /** Tokens not yet reported with text (held back, special, or cut by a stop); null without logprobs. */
   tokenLogprobs: TokenLogprob[] | null;
+  /** With sampling.numPromptLogprobs: entry i scores prompt token i + 1; otherwise null. */
+  promptLogprobs: TokenLogprobs[] | null;
+}
+
+const noAlternatives: readonly number[] = [];
+
+/** Usage of one prompt; choices that share it count it once. */
+export function usageOf(numPromptTokens: number, numCachedTokens: number, numCompletionTokens: number): Usage {
+  return {
+    prompt_tokens: numPromptTokens,
+    completion_tokens: numCompletionTokens,
+    total_tokens: numPromptTokens + numCompletionTokens,
+    prompt_tokens_details: { cached_tokens: numCachedTokens },
+  };
 }
 
 export interface GenerationHandlers {
@@ -65,6 +87,8 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   const detokenizer = new IncrementalDetokenizer((tokenIds) => model.tokenizer.decode(tokenIds, { skipSpecialTokens: true }));
   const stopMatcher = new StopMatcher(request.stopStrings);
   let numOutputTokens = 0;
+  let numCachedTokens = 0;
+  let promptLogprobs: TokenLogprobs[] | null = null;
   let isFinished = false;
   let pendingLogprobs: TokenLogprob[] | null = request.wantsLogprobs ? [] : null;
 
@@ -82,12 +106,9 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     metrics.observeFinished(model.name, (performance.now() - request.arrivalMs) / 1000, promptTokenIds.length, numOutputTokens);
     handlers.onFinish({
       finishReason,
-      usage: {
-        prompt_tokens: promptTokenIds.length,
-        completion_tokens: numOutputTokens,
-        total_tokens: promptTokenIds.length + numOutputTokens,
-      },
+      usage: usageOf(promptTokenIds.length, numCachedTokens, numOutputTokens),
       tokenLogprobs: takeLogprobs(),
+      promptLogprobs,
     });
   };
   const fail = (error: ApiError) => {
@@ -108,8 +129,18 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       metrics.observeFirstToken(model.name, (performance.now() - request.arrivalMs) / 1000);
     }
     numOutputTokens += output.newTokenIds.length;
+    numCachedTokens = output.numCachedTokens;
+    if (output.promptLogprobs !== undefined) promptLogprobs = output.promptLogprobs;
     if (pendingLogprobs !== null) {
-      for (const [i, tokenId] of output.newTokenIds.entries()) pendingLogprobs.push({ tokenId, logprob: output.newLogprobs[i] });
+      for (const [i, tokenId] of output.newTokenIds.entries()) {
+        const top = output.newTopLogprobs?.[i];
+        pendingLogprobs.push({
+          tokenId,
+          logprob: output.newLogprobs[i],
+          topTokenIds: top?.topTokenIds ?? noAlternatives,
+          topLogprobs: top?.topLogprobs ?? noAlternatives,
+        });
+      }
     }
     let text = detokenizer.push(output.newTokenIds);
     if (output.finishReason !== null) text += detokenizer.flush();
@@ -137,7 +168,18 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   };
 
   try {
-    worker.generate({ requestId, promptTokenIds, sampling: request.sampling }, onOutput);
+    worker.generate(
+      {
+        requestId,
+        promptTokenIds,
+        sampling: request.sampling,
+        priority: request.priority,
+        cacheSalt: request.cacheSalt,
+        queueTimeoutMs: model.queueTimeoutMs,
+        timeoutMs: model.requestTimeoutMs,
+      },
+      onOutput,
+    );
   } catch (err) {
     fail(new ApiError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
   }

@@ -1,12 +1,17 @@
 // Prometheus metrics on their own registry (so tests can build many servers in one process),
-// served by a separate fastify instance on the metrics port. Worker gauges are read from each
-// worker's health() at scrape time, never polled in the background.
+// served by a separate fastify instance on the metrics port. Worker metrics come from the step
+// reports each worker pushes on its engine stream: gauges hold the latest load, counters and
+// histograms add up every step. Nothing is polled.
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { StepStats } from '../engine/types.ts';
 import type { ServedModel } from './served-model.ts';
-import { probeWorker } from './worker-health.ts';
 
 const LATENCY_BUCKETS_SEC = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+const STEP_BUCKETS_SEC = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+const TOKENS_PER_STEP_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192];
+
+type WorkerLabel = 'model_name' | 'worker';
 
 export class GatewayMetrics {
   readonly registry = new Registry();
@@ -16,10 +21,18 @@ export class GatewayMetrics {
   private readonly e2eLatency: Histogram<'model_name'>;
   private readonly promptTokens: Counter<'model_name'>;
   private readonly generationTokens: Counter<'model_name'>;
-  private readonly numRunning: Gauge<'model_name' | 'worker'>;
-  private readonly numWaiting: Gauge<'model_name' | 'worker'>;
-  private readonly numKvBlocksUsed: Gauge<'model_name' | 'worker'>;
-  private readonly numKvBlocksTotal: Gauge<'model_name' | 'worker'>;
+  private readonly numRunning: Gauge<WorkerLabel>;
+  private readonly numWaiting: Gauge<WorkerLabel>;
+  private readonly numQueuedPrefillTokens: Gauge<WorkerLabel>;
+  private readonly numKvBlocksUsed: Gauge<WorkerLabel>;
+  private readonly numKvBlocksTotal: Gauge<WorkerLabel>;
+  private readonly kvCacheUsage: Gauge<WorkerLabel>;
+  private readonly numPreemptions: Counter<WorkerLabel>;
+  private readonly numPrefixQueriedTokens: Counter<WorkerLabel>;
+  private readonly numPrefixHitTokens: Counter<WorkerLabel>;
+  private readonly stepTime: Histogram<WorkerLabel>;
+  private readonly schedulingTime: Histogram<WorkerLabel>;
+  private readonly tokensPerStep: Histogram<WorkerLabel>;
 
   constructor(models: readonly ServedModel[]) {
     this.models = models;
@@ -57,12 +70,50 @@ export class GatewayMetrics {
       labelNames: ['model_name'],
       registers,
     });
-    const workerGauge = (name: string, help: string) =>
-      new Gauge({ name, help, labelNames: ['model_name', 'worker'], registers });
+    const labelNames: WorkerLabel[] = ['model_name', 'worker'];
+    const workerGauge = (name: string, help: string) => new Gauge({ name, help, labelNames, registers });
+    const workerCounter = (name: string, help: string) => new Counter({ name, help, labelNames, registers });
+    const workerHistogram = (name: string, help: string, buckets: number[]) =>
+      new Histogram({ name, help, labelNames, buckets, registers });
     this.numRunning = workerGauge('conduit_num_requests_running', 'Sequences in the running batch of a worker.');
     this.numWaiting = workerGauge('conduit_num_requests_waiting', 'Sequences waiting for a worker to schedule them.');
-    this.numKvBlocksUsed = workerGauge('conduit_kv_blocks_used', 'KV-cache blocks in use on a worker.');
+    this.numQueuedPrefillTokens = workerGauge(
+      'conduit_num_queued_prefill_tokens',
+      'Prompt tokens the waiting sequences of a worker still have to compute.',
+    );
+    this.numKvBlocksUsed = workerGauge('conduit_kv_blocks_used', 'KV-cache blocks in use on a worker (cached free blocks not counted).');
     this.numKvBlocksTotal = workerGauge('conduit_kv_blocks_total', 'KV-cache blocks of a worker.');
+    this.kvCacheUsage = workerGauge('conduit_kv_cache_usage_ratio', 'Fraction of a worker\'s KV-cache blocks in use, 0 to 1.');
+    this.numPreemptions = workerCounter('conduit_num_preemptions_total', 'Sequences preempted (their KV freed, recomputed later).');
+    this.numPrefixQueriedTokens = workerCounter(
+      'conduit_prefix_cache_queries_total',
+      'Prompt tokens looked up in the prefix cache at admission.',
+    );
+    this.numPrefixHitTokens = workerCounter('conduit_prefix_cache_hits_total', 'Prompt tokens found in the prefix cache at admission.');
+    this.stepTime = workerHistogram('conduit_engine_step_duration_seconds', 'One engine step: scheduling plus the forward pass.', STEP_BUCKETS_SEC);
+    this.schedulingTime = workerHistogram(
+      'conduit_engine_scheduling_duration_seconds',
+      'Engine-loop time of one step outside the forward pass (scheduling, bookkeeping, outputs).',
+      STEP_BUCKETS_SEC,
+    );
+    this.tokensPerStep = workerHistogram('conduit_engine_tokens_per_step', 'Tokens one engine step computed.', TOKENS_PER_STEP_BUCKETS);
+    for (const model of models) {
+      for (const worker of model.workers) {
+        const labels = { model_name: model.name, worker: worker.address };
+        worker.onReport((report) => {
+          if (report.stats !== null) this.observeStep(labels, report.stats);
+        });
+      }
+    }
+  }
+
+  private observeStep(labels: Record<WorkerLabel, string>, stats: StepStats) {
+    this.numPreemptions.inc(labels, stats.numPreempted);
+    this.numPrefixQueriedTokens.inc(labels, stats.numPrefixQueriedTokens);
+    this.numPrefixHitTokens.inc(labels, stats.numPrefixHitTokens);
+    this.stepTime.observe(labels, (stats.scheduleMs + stats.forwardMs) / 1000);
+    this.schedulingTime.observe(labels, stats.scheduleMs / 1000);
+    this.tokensPerStep.observe(labels, stats.numScheduledTokens);
   }
 
   observeRequest(endpoint: string, statusCode: number) {
@@ -79,26 +130,29 @@ export class GatewayMetrics {
     this.generationTokens.inc({ model_name: modelName }, numGenerationTokens);
   }
 
-  /** The Prometheus text exposition, with worker gauges fresh from every worker. */
+  /** The Prometheus text exposition, with each worker's gauges from the load it last pushed. */
   async render(): Promise<string> {
-    await this.refreshWorkerGauges();
+    this.setWorkerGauges();
     return this.registry.metrics();
   }
 
-  private async refreshWorkerGauges() {
-    const probes = this.models.flatMap((model) =>
-      model.workers.map(async (worker) => ({ model, worker, health: await probeWorker(worker) })),
-    );
-    const results = await Promise.all(probes);
-    // A worker that stopped answering drops out rather than reporting stale numbers.
-    for (const gauge of [this.numRunning, this.numWaiting, this.numKvBlocksUsed, this.numKvBlocksTotal]) gauge.reset();
-    for (const { model, worker, health } of results) {
-      if (health === null) continue;
-      const labels = { model_name: model.name, worker: worker.address };
-      this.numRunning.set(labels, health.load.numRunning);
-      this.numWaiting.set(labels, health.load.numWaiting);
-      this.numKvBlocksUsed.set(labels, health.load.numTotalBlocks - health.load.numFreeBlocks);
-      this.numKvBlocksTotal.set(labels, health.load.numTotalBlocks);
+  private setWorkerGauges() {
+    const gauges = [this.numRunning, this.numWaiting, this.numQueuedPrefillTokens, this.numKvBlocksUsed, this.numKvBlocksTotal, this.kvCacheUsage];
+    // A worker whose stream is down drops out rather than reporting stale numbers.
+    for (const gauge of gauges) gauge.reset();
+    for (const model of this.models) {
+      for (const worker of model.workers) {
+        const { load } = worker;
+        if (load === null) continue;
+        const labels = { model_name: model.name, worker: worker.address };
+        const numUsedBlocks = load.numTotalBlocks - load.numFreeBlocks;
+        this.numRunning.set(labels, load.numRunning);
+        this.numWaiting.set(labels, load.numWaiting);
+        this.numQueuedPrefillTokens.set(labels, load.numQueuedPrefillTokens);
+        this.numKvBlocksUsed.set(labels, numUsedBlocks);
+        this.numKvBlocksTotal.set(labels, load.numTotalBlocks);
+        this.kvCacheUsage.set(labels, load.numTotalBlocks === 0 ? 0 : numUsedBlocks / load.numTotalBlocks);
+      }
     }
   }
 }

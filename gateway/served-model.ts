@@ -17,6 +17,9 @@ export interface ServedModel {
   modelDir: string;
   /** Longest prompt + output in tokens. */
   maxModelLen: number;
+  /** Deadlines every request gets (the engine ends it with queue_timeout / request_timeout); undefined: none. */
+  queueTimeoutMs?: number;
+  requestTimeoutMs?: number;
   workers: ServedWorker[];
 }
 

@@ -132,7 +132,7 @@ export function generateFromWire(wire: WireGenerateRequestOutput): GenerateReque
 }
 
 function logprobsFromWire(wire: WireTokenLogprobs): TokenLogprobs {
-  return { logprob: wire.logprob, topTokenIds: wire.topTokenIds, topLogprobs: wire.topLogprobs };
+  return { logprob: wire.logprob, rank: wire.rank, topTokenIds: wire.topTokenIds, topLogprobs: wire.topLogprobs };
 }
 
 function errorFromWire(wire: WireEngineError): EngineError {

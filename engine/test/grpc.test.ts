@@ -5,9 +5,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createEngine } from '../engine.ts';
+import * as grpc from '@grpc/grpc-js';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
-import type { GenerateRequest, RequestOutput } from '../types.ts';
+import { generateToWire, loadEngineService, stepFromWire, type ClientMessage, type StepOutput__Output } from '../grpc/wire.ts';
+import type { GenerateRequest, RequestOutput, StepReport } from '../types.ts';
 import { FakeRunner } from './fake-runner.ts';
 
 const numKvBlocks = 64;
@@ -191,4 +193,95 @@ test('a worker listens on a unix socket', async (t) => {
   assert.equal(server.address, `unix:${path.join(dir, 'worker.sock')}`);
   const outputs = await collect(client, request('u', 2));
   assert.deepEqual(outputs.flatMap((output) => output.newTokenIds), [100, 101]);
+});
+
+/** A raw Stream call, as another implementation of the wire would open it. */
+function openRawStream(address: string) {
+  const Engine = loadEngineService();
+  const stub = new Engine(address, grpc.credentials.createInsecure()) as unknown as grpc.Client & {
+    Stream(): grpc.ClientDuplexStream<ClientMessage, StepOutput__Output>;
+  };
+  const call = stub.Stream();
+  const messages: { outputs: RequestOutput[]; report: StepReport }[] = [];
+  const waiters: { count: number; resolve: () => void }[] = [];
+  call.on('data', (message: StepOutput__Output) => {
+    messages.push(stepFromWire(message));
+    for (const waiter of waiters.splice(0)) {
+      if (messages.length >= waiter.count) waiter.resolve();
+      else waiters.push(waiter);
+    }
+  });
+  call.on('error', () => {});
+  return {
+    call,
+    messages,
+    /** Resolves once count messages have arrived in all. */
+    waitFor: (count: number) =>
+      new Promise<void>((resolve) => (messages.length >= count ? resolve() : waiters.push({ count, resolve }))),
+    close() {
+      call.cancel();
+      stub.close();
+    },
+  };
+}
+
+test('the worker sends one message per step with every request\'s outputs, its load and its statistics', async (t) => {
+  const { runner, server, client, stop } = await startWorker();
+  const gate = new StepGate();
+  runner.beforeStep = gate.wait;
+  const stream = openRawStream(server.address);
+  t.after(() => {
+    stream.close();
+    runner.beforeStep = null;
+    gate.open(1_000);
+    return stop();
+  });
+  // A stream opens with the prefix cache's contents: an empty cache is one 'cleared'.
+  await stream.waitFor(1);
+  assert.deepEqual(stream.messages[0].report.events, [{ kind: 'cleared' }]);
+  assert.equal(stream.messages[0].report.stats, null);
+
+  const maxTokensById = { a: 3, b: 5, c: 2, d: 4 };
+  for (const [requestId, maxTokens] of Object.entries(maxTokensById)) {
+    stream.call.write({ generate: generateToWire(request(requestId, maxTokens, { temperature: 0 })) });
+  }
+  // The first step holds the first request; the rest join the second, so four run together.
+  for (let load = (await client.health()).load; load.numRunning + load.numWaiting < 4; ) load = (await client.health()).load;
+  gate.open(1_000);
+  const numFinished = () => stream.messages.flatMap((message) => message.outputs).filter((output) => output.finishReason !== null).length;
+  while (numFinished() < 4) await stream.waitFor(stream.messages.length + 1);
+  const stepMessages = stream.messages.filter((message) => message.report.stats !== null);
+  assert.equal(stepMessages.length, runner.steps.length);
+  for (const [index, message] of stepMessages.entries()) {
+    const step = runner.steps[index];
+    // Every scheduled request that produced news is in its step's one message.
+    assert.deepEqual(
+      message.outputs.map((output) => output.requestId).sort(),
+      step.scheduled.map((entry) => entry.requestId.split('/').at(-1)).sort(),
+    );
+    assert.equal(message.report.stats!.numScheduledSeqs, step.scheduled.length);
+    assert.equal(message.report.stats!.numScheduledTokens, step.scheduled.reduce((sum, entry) => sum + entry.numScheduledTokens, 0));
+  }
+  const numOutputTokens = stepMessages.flatMap((message) => message.outputs).reduce((sum, output) => sum + output.newTokenIds.length, 0);
+  assert.equal(numOutputTokens, 3 + 5 + 2 + 4);
+  assert.equal(stepMessages.length, 6, 'one message per step (the longest request\'s 5 and the first alone), not one per token');
+  assert.equal(Math.max(...stepMessages.map((message) => message.outputs.length)), 4);
+  assert.deepEqual(stepMessages.at(-1)!.report.load, {
+    numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0,
+  });
+  // Their 6-token prompts fill one 4-token block each, the same block: stored once.
+  const stored = stepMessages.flatMap((message) => message.report.events).filter((event) => event.kind === 'stored');
+  assert.equal(stored.flatMap((event) => (event.kind === 'stored' ? event.blockHashes : [])).length, 2);
+
+  // A stream opened later learns the whole cache in its first message.
+  const late = openRawStream(server.address);
+  t.after(() => late.close());
+  await late.waitFor(1);
+  const [cleared, snapshot] = late.messages[0].report.events;
+  assert.deepEqual(cleared, { kind: 'cleared' });
+  assert.equal(snapshot.kind, 'stored');
+  assert.deepEqual(
+    new Set(snapshot.kind === 'stored' ? snapshot.blockHashes : []),
+    new Set(stored.flatMap((event) => (event.kind === 'stored' ? event.blockHashes : []))),
+  );
 });

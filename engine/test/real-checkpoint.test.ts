@@ -179,6 +179,8 @@ test('a worker serves the checkpoint over gRPC and sizes its cache from a byte b
     numThreads: 2,
     kernel: 'auto',
     quantization: 'none',
+    enablePrefixCaching: true,
+    schedulingPolicy: 'fcfs',
     listen: '127.0.0.1:0',
   });
   const client = new GrpcEngineClient(worker.address);

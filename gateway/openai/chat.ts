@@ -6,8 +6,8 @@ import type { TokenLogprob } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
-import { chatLogprobsOf } from './logprobs.ts';
-import { choiceRequestsOf, rejectUnsupported, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
+import { chatLogprobsOf, promptLogprobsOf } from './logprobs.ts';
+import { choiceRequestsOf, rejectStreamedPromptLogprobs, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
 import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
@@ -42,13 +42,9 @@ export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMe
 }
 
 function rejectUnsupportedChat(request: ChatRequest) {
-  rejectUnsupported(request);
-  if (request.logprobs === true && (request.top_logprobs ?? 0) > 0) {
-    throw new ApiError(
-      'unsupported_parameter',
-      "top_logprobs is not supported; the engine reports only the sampled token's log-probability.",
-      'top_logprobs',
-    );
+  rejectStreamedPromptLogprobs(request);
+  if (request.top_logprobs != null && request.logprobs !== true) {
+    throw new ApiError('invalid_request', 'logprobs must be true when top_logprobs is set.', 'top_logprobs');
   }
   if (request.tools && request.tools.length > 0) {
     throw new ApiError('unsupported_parameter', 'tools are not supported yet.', 'tools');
@@ -58,7 +54,7 @@ function rejectUnsupportedChat(request: ChatRequest) {
   }
 }
 
-function chatRenderer(model: LoadedModel): ResponseRenderer {
+function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[]): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const envelope = { id, object: 'chat.completion.chunk', created, model: model.name };
@@ -73,7 +69,7 @@ function chatRenderer(model: LoadedModel): ResponseRenderer {
     finishEvent: (index, finishReason, entries) =>
       frame(`{"index":${index},"delta":{},"logprobs":${logprobsJson(entries)},"finish_reason":"${finishReason}"}`),
     usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
-    response: (choices, usage) => ({
+    response: (choices, usage, promptLogprobs) => ({
       id,
       object: 'chat.completion',
       created,
@@ -85,6 +81,8 @@ function chatRenderer(model: LoadedModel): ResponseRenderer {
         finish_reason: choice.finishReason,
       })),
       usage,
+      // vLLM puts a chat's prompt log-probabilities beside its choices.
+      ...(promptLogprobs === null ? {} : { prompt_logprobs: promptLogprobsOf(model.tokenizer, promptTokenIds, promptLogprobs) }),
     }),
   };
 }
@@ -107,15 +105,17 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
     const generationRequest = {
       model,
       promptTokenIds,
-      sampling: samplingOf(request, maxTokens),
+      sampling: samplingOf(model, request, maxTokens, request.logprobs === true ? (request.top_logprobs ?? 0) : 0),
       stopStrings: stopStringsOf(request.stop),
       wantsLogprobs: request.logprobs === true,
+      priority: request.priority ?? undefined,
+      cacheSalt: request.cache_salt ?? undefined,
       arrivalMs,
     };
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),
-      chatRenderer(model),
+      chatRenderer(model, promptTokenIds),
       { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
       metrics,
     );

@@ -5,12 +5,12 @@ import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
-import { CompletionLogprobsBuilder } from './logprobs.ts';
+import { CompletionLogprobsBuilder, promptLogprobsOf } from './logprobs.ts';
 import {
   DEFAULT_COMPLETION_MAX_TOKENS,
   checkTokenIds,
   choiceRequestsOf,
-  rejectUnsupported,
+  rejectStreamedPromptLogprobs,
   resolveMaxTokens,
   samplingOf,
   stopStringsOf,
@@ -34,20 +34,13 @@ function promptTokenIdsOf(model: LoadedModel, prompt: CompletionRequest['prompt'
 }
 
 function rejectUnsupportedCompletion(request: CompletionRequest) {
-  rejectUnsupported(request);
+  rejectStreamedPromptLogprobs(request);
   if (request.echo === true) throw new ApiError('unsupported_parameter', 'echo is not supported yet.', 'echo');
-  if ((request.logprobs ?? 0) > 0) {
-    throw new ApiError(
-      'unsupported_parameter',
-      "Only logprobs: 0 is supported; the engine reports only the sampled token's log-probability.",
-      'logprobs',
-    );
-  }
   if (request.suffix) throw new ApiError('unsupported_parameter', 'suffix is not supported.', 'suffix');
   if ((request.best_of ?? 1) !== 1) throw new ApiError('unsupported_parameter', 'Only best_of=1 is supported.', 'best_of');
 }
 
-function completionRenderer(model: LoadedModel, numChoices: number): ResponseRenderer {
+function completionRenderer(model: LoadedModel, promptTokenIds: readonly number[], numChoices: number): ResponseRenderer {
   const id = `cmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const envelope = { id, object: 'text_completion', created, model: model.name };
@@ -64,16 +57,22 @@ function completionRenderer(model: LoadedModel, numChoices: number): ResponseRen
     finishEvent: (index, finishReason, entries) =>
       frame(`{"index":${index},"text":"","logprobs":${logprobsJson(index, entries)},"finish_reason":"${finishReason}"}`),
     usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
-    response: (choices, usage) => ({
-      ...envelope,
-      choices: choices.map((choice, index) => ({
-        index,
-        text: choice.text,
-        logprobs: logprobsOf(index, choice.tokenLogprobs),
-        finish_reason: choice.finishReason,
-      })),
-      usage,
-    }),
+    response: (choices, usage, promptLogprobs) => {
+      // vLLM puts a completion's prompt log-probabilities in every choice.
+      const promptFields =
+        promptLogprobs === null ? {} : { prompt_logprobs: promptLogprobsOf(model.tokenizer, promptTokenIds, promptLogprobs) };
+      return {
+        ...envelope,
+        choices: choices.map((choice, index) => ({
+          index,
+          text: choice.text,
+          logprobs: logprobsOf(index, choice.tokenLogprobs),
+          finish_reason: choice.finishReason,
+          ...promptFields,
+        })),
+        usage,
+      };
+    },
   };
 }
 
@@ -95,15 +94,17 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
     const generationRequest = {
       model,
       promptTokenIds,
-      sampling: samplingOf(request, maxTokens),
+      sampling: samplingOf(model, request, maxTokens, request.logprobs ?? 0),
       stopStrings: stopStringsOf(request.stop),
       wantsLogprobs: request.logprobs != null,
+      priority: request.priority ?? undefined,
+      cacheSalt: request.cache_salt ?? undefined,
       arrivalMs,
     };
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),
-      completionRenderer(model, request.n ?? 1),
+      completionRenderer(model, promptTokenIds, request.n ?? 1),
       { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
       metrics,
     );

@@ -1,5 +1,6 @@
-// Log-probabilities in OpenAI's two shapes. The engine reports the sampled token's log-probability
-// only, so top_logprobs are empty (chat) or hold just the sampled token (completions).
+// Log-probabilities in OpenAI's two shapes (chat and text completions), and prompt
+// log-probabilities in vLLM's.
+import type { TokenLogprobs } from '../../engine/types.ts';
 import type { TokenLogprob } from '../generation.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
 
@@ -17,16 +18,27 @@ function tokenText(bytes: Uint8Array): string {
   }
 }
 
+interface ChatTokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+}
+
 export interface ChatLogprobs {
-  content: { token: string; logprob: number; bytes: number[]; top_logprobs: [] }[];
+  content: (ChatTokenLogprob & { top_logprobs: ChatTokenLogprob[] })[];
+}
+
+function chatTokenLogprob(tokenizer: Tokenizer, tokenId: number, logprob: number): ChatTokenLogprob {
+  const bytes = tokenizer.tokenBytes(tokenId);
+  return { token: tokenText(bytes), logprob, bytes: Array.from(bytes) };
 }
 
 export function chatLogprobsOf(tokenizer: Tokenizer, tokenLogprobs: readonly TokenLogprob[]): ChatLogprobs {
   return {
-    content: tokenLogprobs.map(({ tokenId, logprob }) => {
-      const bytes = tokenizer.tokenBytes(tokenId);
-      return { token: tokenText(bytes), logprob, bytes: Array.from(bytes), top_logprobs: [] };
-    }),
+    content: tokenLogprobs.map(({ tokenId, logprob, topTokenIds, topLogprobs }) => ({
+      ...chatTokenLogprob(tokenizer, tokenId, logprob),
+      top_logprobs: topTokenIds.map((topTokenId, i) => chatTokenLogprob(tokenizer, topTokenId, topLogprobs[i])),
+    })),
   };
 }
 
@@ -48,16 +60,49 @@ export class CompletionLogprobsBuilder {
 
   next(tokenLogprobs: readonly TokenLogprob[]): CompletionLogprobs {
     const logprobs: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
-    for (const { tokenId, logprob } of tokenLogprobs) {
+    for (const { tokenId, logprob, topTokenIds, topLogprobs } of tokenLogprobs) {
       const bytes = this.tokenizer.tokenBytes(tokenId);
       const token = tokenText(bytes);
       logprobs.tokens.push(token);
       logprobs.token_logprobs.push(logprob);
-      logprobs.top_logprobs.push({ [token]: logprob });
+      // OpenAI: the likeliest alternatives, and always the sampled token.
+      const top: Record<string, number> = {};
+      for (const [i, topTokenId] of topTokenIds.entries()) top[tokenText(this.tokenizer.tokenBytes(topTokenId))] = topLogprobs[i];
+      top[token] = logprob;
+      logprobs.top_logprobs.push(top);
       logprobs.text_offset.push(this.numTextChars);
       // Special tokens are not part of the text.
       if (!this.tokenizer.specialTokenIds.has(tokenId)) this.numTextChars += lenientUtf8.decode(bytes).length;
     }
     return logprobs;
   }
+}
+
+export interface PromptTokenLogprob {
+  logprob: number;
+  /** 1 for the likeliest token. */
+  rank: number;
+  decoded_token: string;
+}
+
+/**
+ * vLLM's prompt_logprobs: null for the first prompt token (nothing scores it), then per token a
+ * map from token id to its entry: the prompt's own token and the requested alternatives.
+ */
+export function promptLogprobsOf(
+  tokenizer: Tokenizer,
+  promptTokenIds: readonly number[],
+  promptLogprobs: readonly TokenLogprobs[],
+): (Record<number, PromptTokenLogprob> | null)[] {
+  const entries: (Record<number, PromptTokenLogprob> | null)[] = [null];
+  for (const [i, scored] of promptLogprobs.entries()) {
+    const tokenId = promptTokenIds[i + 1];
+    const entry: Record<number, PromptTokenLogprob> = {};
+    for (const [rankIndex, topTokenId] of scored.topTokenIds.entries()) {
+      entry[topTokenId] = { logprob: scored.topLogprobs[rankIndex], rank: rankIndex + 1, decoded_token: tokenText(tokenizer.tokenBytes(topTokenId)) };
+    }
+    entry[tokenId] = { logprob: scored.logprob, rank: scored.rank, decoded_token: tokenText(tokenizer.tokenBytes(tokenId)) };
+    entries.push(entry);
+  }
+  return entries;
 }

@@ -11,20 +11,15 @@ export const DEFAULT_COMPLETION_MAX_TOKENS = 16;
 
 type GenerationFields = Pick<
   ChatRequest & CompletionRequest,
-  | 'temperature' | 'top_p' | 'top_k' | 'seed' | 'stop' | 'stop_token_ids' | 'ignore_eos'
-  | 'presence_penalty' | 'frequency_penalty' | 'logit_bias'
+  | 'temperature' | 'top_p' | 'top_k' | 'min_p' | 'seed' | 'stop' | 'stop_token_ids' | 'ignore_eos' | 'min_tokens'
+  | 'presence_penalty' | 'frequency_penalty' | 'repetition_penalty' | 'logit_bias'
+  | 'prompt_logprobs' | 'cache_salt' | 'priority' | 'stream'
 >;
 
-function unsupported(param: string, message: string): never {
-  throw new ApiError('unsupported_parameter', message, param);
-}
-
-/** Parameters OpenAI defines whose non-default values Conduit cannot honour yet. */
-export function rejectUnsupported(request: GenerationFields) {
-  if ((request.presence_penalty ?? 0) !== 0) unsupported('presence_penalty', 'presence_penalty is not supported.');
-  if ((request.frequency_penalty ?? 0) !== 0) unsupported('frequency_penalty', 'frequency_penalty is not supported.');
-  if (request.logit_bias && Object.keys(request.logit_bias).length > 0) {
-    unsupported('logit_bias', 'logit_bias is not supported.');
+/** vLLM's rule: prompt log-probabilities come with the whole response, never in a stream. */
+export function rejectStreamedPromptLogprobs(request: GenerationFields) {
+  if (request.stream === true && request.prompt_logprobs != null) {
+    throw new ApiError('invalid_request', 'prompt_logprobs are not available when stream is true.', 'prompt_logprobs');
   }
 }
 
@@ -70,17 +65,55 @@ export function resolveMaxTokens(
   return requestedMaxTokens;
 }
 
-export function samplingOf(request: GenerationFields, maxTokens: number): SamplingParams {
+/** numTopLogprobs: alternatives per output token (0 still reports the sampled token's logprob). */
+export function samplingOf(
+  model: LoadedModel,
+  request: GenerationFields,
+  maxTokens: number,
+  numTopLogprobs: number,
+): SamplingParams {
   const sampling: SamplingParams = { maxTokens };
   if (request.temperature != null) sampling.temperature = request.temperature;
   if (request.top_p != null) sampling.topP = request.top_p;
   // -1 is vLLM's spelling of "no top-k"; the engine's is 0.
   if (request.top_k != null) sampling.topK = Math.max(0, request.top_k);
+  if (request.min_p != null) sampling.minP = request.min_p;
+  if (request.presence_penalty != null) sampling.presencePenalty = request.presence_penalty;
+  if (request.frequency_penalty != null) sampling.frequencyPenalty = request.frequency_penalty;
+  if (request.repetition_penalty != null) sampling.repetitionPenalty = request.repetition_penalty;
+  if (request.logit_bias != null) sampling.logitBias = logitBiasOf(model, request.logit_bias);
   // OpenAI seeds are signed 64-bit; the engine's are unsigned, so wrap rather than refuse.
   if (request.seed != null) sampling.seed = BigInt.asUintN(64, BigInt(request.seed));
-  if (request.stop_token_ids != null) sampling.stopTokenIds = request.stop_token_ids;
+  if (request.stop_token_ids != null) {
+    checkTokenIds(model, request.stop_token_ids, 'stop_token_ids');
+    sampling.stopTokenIds = request.stop_token_ids;
+  }
   if (request.ignore_eos != null) sampling.ignoreEos = request.ignore_eos;
+  if (request.min_tokens != null) {
+    if (request.min_tokens > maxTokens) {
+      throw new ApiError('invalid_request', `min_tokens (${request.min_tokens}) is larger than max_tokens (${maxTokens}).`, 'min_tokens');
+    }
+    sampling.minTokens = request.min_tokens;
+  }
+  if (numTopLogprobs > 0) sampling.numTopLogprobs = numTopLogprobs;
+  if (request.prompt_logprobs != null) sampling.numPromptLogprobs = request.prompt_logprobs;
   return sampling;
+}
+
+function logitBiasOf(model: LoadedModel, logitBias: Record<string, number>): Map<number, number> {
+  const biasByTokenId = new Map<number, number>();
+  for (const [key, bias] of Object.entries(logitBias)) {
+    const tokenId = Number(key);
+    if (!Number.isSafeInteger(tokenId) || tokenId >= model.tokenizer.vocabSize) {
+      throw new ApiError(
+        'invalid_request',
+        `Invalid key in 'logit_bias': token id ${key} is outside the vocabulary (size ${model.tokenizer.vocabSize}).`,
+        'logit_bias',
+      );
+    }
+    biasByTokenId.set(tokenId, bias);
+  }
+  return biasByTokenId;
 }
 
 export function checkTokenIds(model: LoadedModel, tokenIds: readonly number[], param: string) {
@@ -96,13 +129,17 @@ export function checkTokenIds(model: LoadedModel, tokenIds: readonly number[], p
 
 /**
  * One generation request per choice. The engine's sampling is a pure function of (seed, output
- * index), so choices that shared a seed would be identical: choice i draws with seed + i.
+ * index), so choices that shared a seed would be identical: choice i draws with seed + i. The
+ * choices share the prompt's cached blocks in the worker.
  */
 export function choiceRequestsOf(request: GenerationRequest, numChoices: number): GenerationRequest[] {
   const { seed } = request.sampling;
-  return Array.from({ length: numChoices }, (_, index) =>
-    seed === undefined || index === 0
-      ? request
-      : { ...request, sampling: { ...request.sampling, seed: BigInt.asUintN(64, seed + BigInt(index)) } },
-  );
+  return Array.from({ length: numChoices }, (_, index) => {
+    if (index === 0) return request;
+    const sampling = { ...request.sampling };
+    if (seed !== undefined) sampling.seed = BigInt.asUintN(64, seed + BigInt(index));
+    // The prompt is one: its log-probabilities are computed once, by the first choice.
+    delete sampling.numPromptLogprobs;
+    return { ...request, sampling };
+  });
 }

@@ -11,7 +11,9 @@ import {
   type GenerationRequest,
   type TokenLogprob,
   type Usage,
+  usageOf,
 } from '../generation.ts';
+import type { TokenLogprobs } from '../../engine/types.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import { SSE_DONE } from './sse.ts';
 
@@ -32,8 +34,8 @@ export interface ResponseRenderer {
   finishEvent(choiceIndex: number, finishReason: FinishReason, tokenLogprobs: TokenLogprob[] | null): string;
   /** The include_usage event: empty choices, just usage. */
   usageEvent(usage: Usage): string;
-  /** The whole non-streamed body. */
-  response(choices: readonly ChoiceResult[], usage: Usage): object;
+  /** The whole non-streamed body; promptLogprobs when the request asked for them (never streamed). */
+  response(choices: readonly ChoiceResult[], usage: Usage, promptLogprobs: readonly TokenLogprobs[] | null): object;
 }
 
 export interface RespondOptions {
@@ -41,10 +43,10 @@ export interface RespondOptions {
   includeUsage: boolean;
 }
 
-/** The prompt is one, however many choices share it. */
+/** The prompt is one, however many choices share it: its cached tokens are the first choice's. */
 function totalUsage(numPromptTokens: number, finishes: readonly GenerationFinish[]): Usage {
   const numCompletionTokens = finishes.reduce((sum, finish) => sum + finish.usage.completion_tokens, 0);
-  return { prompt_tokens: numPromptTokens, completion_tokens: numCompletionTokens, total_tokens: numPromptTokens + numCompletionTokens };
+  return usageOf(numPromptTokens, finishes[0].usage.prompt_tokens_details.cached_tokens, numCompletionTokens);
 }
 
 /**
@@ -111,7 +113,7 @@ export function respond(
       const usage = totalUsage(numPromptTokens, finishes);
       if (!options.stream) {
         const choices = texts.map((text, i) => ({ text, finishReason: finishes[i].finishReason, tokenLogprobs: tokenLogprobs[i] }));
-        resolve(renderer.response(choices, usage));
+        resolve(renderer.response(choices, usage, finishes[0].promptLogprobs));
         return;
       }
       if (options.includeUsage) raw.write(renderer.usageEvent(usage));

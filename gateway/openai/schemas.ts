@@ -6,6 +6,8 @@ import { ApiError } from '../errors.ts';
 const MAX_STOP_STRINGS = 4;
 /** OpenAI's own limit on n. */
 const MAX_CHOICES = 128;
+/** OpenAI's limit on top_logprobs; the engine reports at most this many alternatives. */
+export const MAX_TOP_LOGPROBS = 20;
 
 const stop = z.union([z.string(), z.array(z.string()).max(MAX_STOP_STRINGS)], {
   error: `expected a string or an array of at most ${MAX_STOP_STRINGS} strings`,
@@ -29,9 +31,24 @@ const generationFields = {
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
   user: z.string().nullish(),
-  presence_penalty: z.number().nullish(),
-  frequency_penalty: z.number().nullish(),
-  logit_bias: z.record(z.string(), z.number()).nullish(),
+  presence_penalty: z.number().min(-2).max(2).nullish(),
+  frequency_penalty: z.number().min(-2).max(2).nullish(),
+  /** Token id (as a string key) to a bias in [-100, 100]; -100 bans the token. */
+  logit_bias: z
+    .record(z.string().regex(/^\d+$/, 'expected token ids as keys'), z.number().min(-100).max(100))
+    .nullish(),
+  /** Extension (vLLM). */
+  min_p: z.number().min(0).max(1).nullish(),
+  /** Extension (vLLM): > 1 discourages tokens already in the prompt or output. */
+  repetition_penalty: z.number().gt(0).nullish(),
+  /** Extension (vLLM). */
+  min_tokens: z.number().int().min(0).nullish(),
+  /** Extension (vLLM): alternatives reported with each prompt token; not with stream. */
+  prompt_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
+  /** Extension (vLLM): only requests with the same salt share cached prefixes. */
+  cache_salt: z.string().min(1).nullish(),
+  /** Extension (vLLM): lower runs first when the model is served with scheduling_policy: priority. */
+  priority: z.number().int().nullish(),
 };
 
 const contentPart = z.object({
@@ -50,7 +67,7 @@ export const chatRequestSchema = z.object({
   messages: z.array(message).min(1),
   max_completion_tokens: z.number().int().min(1).nullish(),
   logprobs: z.boolean().nullish(),
-  top_logprobs: z.number().int().min(0).nullish(),
+  top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
   tools: z.array(z.unknown()).nullish(),
   response_format: z.object({ type: z.string() }).nullish(),
 });
@@ -61,7 +78,7 @@ export const completionRequestSchema = z.object({
     error: 'expected a string, an array of token ids, or an array with one string',
   }),
   echo: z.boolean().nullish(),
-  logprobs: z.number().int().nullish(),
+  logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
   suffix: z.string().nullish(),
   best_of: z.number().int().nullish(),
 });

@@ -1,4 +1,5 @@
-// Sampled-token log-probabilities in chat and completions shapes, streamed and not.
+// Output and prompt log-probabilities in chat and completions shapes, streamed and not. The
+// scripted engine's k-th alternative of token t is t + k with log-probability logprob - k.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { MODEL_NAME, oneTokenPerStep, sseEvents, startTestGateway, type TestGateway } from './harness.ts';
@@ -74,4 +75,56 @@ test('without logprobs every choice says null', async () => {
   script = { steps: oneTokenPerStep(gateway.tokens(' a')), finishReason: 'length' };
   const body = await (await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x' })).json();
   assert.equal(body.choices[0].logprobs, null);
+});
+
+test('chat top_logprobs: each token carries the alternatives the worker reported, likeliest first', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens(' a b')), finishReason: 'length' };
+  const body = await (
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, logprobs: true, top_logprobs: 2 })
+  ).json();
+  const alternative = (tokenId: number, logprob: number) => {
+    const bytes = gateway.tokenizer.tokenBytes(tokenId);
+    return { token: Buffer.from(bytes).toString('utf8'), logprob, bytes: Array.from(bytes) };
+  };
+  const [a, b] = gateway.tokens(' a b');
+  assert.deepEqual(body.choices[0].logprobs.content, [
+    { ...alternative(a, -0.25), top_logprobs: [alternative(a, -0.25), alternative(a + 1, -1.25)] },
+    { ...alternative(b, -0.5), top_logprobs: [alternative(b, -0.5), alternative(b + 1, -1.5)] },
+  ]);
+  assert.equal(gateway.engine.requests.at(-1)!.sampling.numTopLogprobs, 2);
+});
+
+test('completion logprobs: N gives N alternatives and always the sampled token', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens(' a')), finishReason: 'length' };
+  const body = await (await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', logprobs: 3 })).json();
+  const text = (tokenId: number) => gateway.tokenizer.decode([tokenId], { skipSpecialTokens: false });
+  const [a] = gateway.tokens(' a');
+  assert.deepEqual(body.choices[0].logprobs.top_logprobs, [{ [text(a)]: -0.25, [text(a + 1)]: -1.25, [text(a + 2)]: -2.25 }]);
+});
+
+test('prompt_logprobs in vLLM shape: null first, then each prompt token with its alternatives', async () => {
+  script = { steps: [gateway.tokens(' a')], finishReason: 'length' };
+  const promptTokenIds = gateway.tokens('The fox jumps');
+  const body = await (
+    await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: promptTokenIds, prompt_logprobs: 1, n: 2, seed: 1 })
+  ).json();
+  const decoded = (tokenId: number) => gateway.tokenizer.decode([tokenId], { skipSpecialTokens: false });
+  const expected = [
+    null,
+    ...promptTokenIds.slice(1).map((tokenId, i) => ({ [tokenId]: { logprob: -(i + 1) / 8, rank: 1, decoded_token: decoded(tokenId) } })),
+  ];
+  assert.deepEqual(body.choices[0].prompt_logprobs, expected);
+  assert.deepEqual(body.choices[1].prompt_logprobs, expected);
+  // The prompt is scored once, by the first choice.
+  const [first, second] = gateway.engine.requests.slice(-2);
+  assert.deepEqual([first.sampling.numPromptLogprobs, second.sampling.numPromptLogprobs], [1, undefined]);
+
+  const chat = await (
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, prompt_logprobs: 0 })
+  ).json();
+  const chatPrompt = gateway.engine.requests.at(-1)!.promptTokenIds;
+  assert.equal(chat.prompt_logprobs.length, chatPrompt.length);
+  assert.equal(chat.prompt_logprobs[0], null);
+  assert.deepEqual(Object.keys(chat.prompt_logprobs[1]), [String(chatPrompt[1])]);
+  assert.equal(chat.choices[0].prompt_logprobs, undefined);
 });

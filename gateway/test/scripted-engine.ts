@@ -2,7 +2,9 @@
 // one step per event-loop turn, and records what it was asked and what was aborted.
 import { EventEmitter } from 'node:events';
 import type { EngineError } from '../../engine/errors.ts';
-import type { EngineClient, GenerateRequest, RequestOutput, StepReport, WorkerLoad, WorkerModelInfo } from '../../engine/types.ts';
+import type {
+  EngineClient, GenerateRequest, RequestOutput, StepReport, TokenLogprobs, WorkerLoad, WorkerModelInfo,
+} from '../../engine/types.ts';
 import type { RoutedWorker } from '../../router/least-loaded.ts';
 
 export interface Script {
@@ -13,6 +15,17 @@ export interface Script {
   error?: EngineError;
   /** Never finish after the steps: only an abort ends the request. */
   hang?: boolean;
+  /** Prompt tokens the worker claims it found in its prefix cache. */
+  numCachedTokens?: number;
+}
+
+/**
+ * Alternatives a test can predict: the k-th likeliest (from 0) is tokenId + k with
+ * log-probability logprob - k, so the token itself ranks first.
+ */
+function scriptedAlternatives(tokenId: number, logprob: number, numAlternatives: number): TokenLogprobs {
+  const ranks = Array.from({ length: numAlternatives }, (_, k) => k);
+  return { logprob, rank: 1, topTokenIds: ranks.map((k) => tokenId + k), topLogprobs: ranks.map((k) => logprob - k) };
 }
 
 export class ScriptedEngine extends EventEmitter implements EngineClient, RoutedWorker {
@@ -22,6 +35,7 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
   readonly requests: GenerateRequest[] = [];
   readonly abortedRequestIds: string[] = [];
   private readonly liveRequestIds = new Set<string>();
+  private readonly reportListeners = new Set<(report: StepReport) => void>();
   private readonly scriptFor: (request: GenerateRequest) => Script;
   private readonly modelInfo: WorkerModelInfo;
 
@@ -37,34 +51,37 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
     this.numInFlight++;
     this.emit('generate', request);
     const script = this.scriptFor(request);
-    const numPromptTokens = request.promptTokenIds.length;
+    const { promptTokenIds, sampling } = request;
+    const numPromptTokens = promptTokenIds.length;
+    const numCachedTokens = script.numCachedTokens ?? 0;
+    const numTopLogprobs = sampling.numTopLogprobs ?? 0;
     let numOutputTokens = 0;
     let stepIndex = 0;
     const step = () => {
       if (!this.liveRequestIds.has(request.requestId)) return;
+      const isFirstStep = stepIndex === 0;
       const newTokenIds = script.steps[stepIndex++] ?? [];
       // Output token k (from 1) has log-probability -k/4: exact in binary, distinct per token.
       const newLogprobs = newTokenIds.map((_, i) => -(numOutputTokens + i + 1) / 4);
       numOutputTokens += newTokenIds.length;
+      const news = { requestId: request.requestId, newTokenIds, newLogprobs, numPromptTokens, numCachedTokens, numOutputTokens };
+      const output: Omit<RequestOutput, 'finishReason'> = numTopLogprobs === 0
+        ? news
+        : { ...news, newTopLogprobs: newTokenIds.map((id, i) => scriptedAlternatives(id, newLogprobs[i], numTopLogprobs)) };
+      if (isFirstStep && sampling.numPromptLogprobs !== undefined) {
+        // Prompt token i (from 1) has log-probability -i/8.
+        output.promptLogprobs = promptTokenIds
+          .slice(1)
+          .map((id, i) => scriptedAlternatives(id, -(i + 1) / 8, sampling.numPromptLogprobs!));
+      }
       const isLastStep = stepIndex >= script.steps.length;
       if (isLastStep && script.hang) {
-        if (newTokenIds.length > 0) {
-          onOutput({ requestId: request.requestId, newTokenIds, newLogprobs, finishReason: null, numPromptTokens, numCachedTokens: 0, numOutputTokens });
-        }
+        if (newTokenIds.length > 0) onOutput({ ...output, finishReason: null });
         return;
       }
       const finishReason = !isLastStep ? null : script.error ? 'error' : (script.finishReason ?? 'length');
       if (finishReason !== null) this.end(request.requestId);
-      onOutput({
-        requestId: request.requestId,
-        newTokenIds,
-        newLogprobs,
-        finishReason,
-        numPromptTokens,
-        numCachedTokens: 0,
-        numOutputTokens,
-        ...(finishReason === 'error' ? { error: script.error } : {}),
-      });
+      onOutput({ ...output, finishReason, ...(finishReason === 'error' ? { error: script.error } : {}) });
       if (finishReason === null) setImmediate(step);
     };
     setImmediate(step);
@@ -81,8 +98,14 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
     return { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100, numQueuedPrefillTokens: 0 };
   }
 
-  onReport(_listener: (report: StepReport) => void): () => void {
-    return () => {};
+  onReport(listener: (report: StepReport) => void): () => void {
+    this.reportListeners.add(listener);
+    return () => this.reportListeners.delete(listener);
+  }
+
+  /** Pushes a step report to every listener, as a worker does after each step. */
+  report(stats: StepReport['stats']) {
+    for (const listener of this.reportListeners) listener({ events: [], load: this.load, stats });
   }
 
   async health() {

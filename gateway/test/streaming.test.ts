@@ -50,13 +50,13 @@ test('include_usage adds a usage chunk with empty choices before [DONE], countin
   });
   const events = sseEvents(await response.text());
   assert.equal(events.at(-1), '[DONE]');
-  const usageChunk = events.at(-2) as { choices: unknown[]; usage: Record<string, number> };
+  const usageChunk = events.at(-2) as { choices: unknown[]; usage: Record<string, unknown> };
   const finishChunk = events.at(-3) as { choices: { finish_reason: string }[] };
   assert.equal(finishChunk.choices[0].finish_reason, 'length');
   assert.deepEqual(usageChunk.choices, []);
   const renderedPrompt = '<|user|>Say hello<|endoftext|><|assistant|>';
   const numPromptTokens = gateway.tokens(renderedPrompt).length;
-  assert.deepEqual(usageChunk.usage, { prompt_tokens: numPromptTokens, completion_tokens: 3, total_tokens: numPromptTokens + 3 });
+  assert.deepEqual(usageChunk.usage, { prompt_tokens: numPromptTokens, completion_tokens: 3, total_tokens: numPromptTokens + 3, prompt_tokens_details: { cached_tokens: 0 } });
   assert.deepEqual(gateway.engine.requests.at(-1)?.promptTokenIds, gateway.tokens(renderedPrompt));
 });
 
@@ -79,7 +79,7 @@ test('a non-streamed chat completion has the OpenAI shape', async () => {
     { index: 0, message: { role: 'assistant', content: 'Hello there' }, logprobs: null, finish_reason: 'stop' },
   ]);
   const numPromptTokens = gateway.engine.requests.at(-1)!.promptTokenIds.length;
-  assert.deepEqual(body.usage, { prompt_tokens: numPromptTokens, completion_tokens: 2, total_tokens: numPromptTokens + 2 });
+  assert.deepEqual(body.usage, { prompt_tokens: numPromptTokens, completion_tokens: 2, total_tokens: numPromptTokens + 2, prompt_tokens_details: { cached_tokens: 0 } });
   assert.equal(gateway.engine.requests.at(-1)!.sampling.maxTokens, 10);
 });
 
@@ -95,16 +95,50 @@ test('sampling parameters and extensions reach the engine', async () => {
     stop_token_ids: [13],
     ignore_eos: true,
     user: 'someone',
+    min_p: 0.05,
+    presence_penalty: 0.5,
+    frequency_penalty: -0.25,
+    repetition_penalty: 1.1,
+    logit_bias: { '50256': -100, '13': 2.5 },
+    min_tokens: 3,
+    logprobs: 4,
+    prompt_logprobs: 2,
+    priority: -5,
+    cache_salt: 'tenant-a',
   });
-  assert.deepEqual(gateway.engine.requests.at(-1)!.sampling, {
+  const request = gateway.engine.requests.at(-1)!;
+  assert.deepEqual(request.sampling, {
     maxTokens: 16,
     temperature: 0.5,
     topP: 0.9,
     topK: 0,
+    minP: 0.05,
+    presencePenalty: 0.5,
+    frequencyPenalty: -0.25,
+    repetitionPenalty: 1.1,
+    logitBias: new Map([[50256, -100], [13, 2.5]]),
     seed: 2n ** 64n - 1n,
     stopTokenIds: [13],
     ignoreEos: true,
+    minTokens: 3,
+    numTopLogprobs: 4,
+    numPromptLogprobs: 2,
   });
+  assert.equal(request.priority, -5);
+  assert.equal(request.cacheSalt, 'tenant-a');
+  // The harness serves its models without deadlines.
+  assert.equal(request.queueTimeoutMs, undefined);
+  assert.equal(request.timeoutMs, undefined);
+});
+
+test('usage reports the prompt tokens the worker found cached, once for all choices', async () => {
+  script = { steps: [gateway.tokens(' a')], numCachedTokens: 16 };
+  const body = await (await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }], n: 2 })).json();
+  assert.deepEqual(body.usage.prompt_tokens_details, { cached_tokens: 16 });
+  const events = sseEvents(
+    await (await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', stream: true, stream_options: { include_usage: true } })).text(),
+  ) as { usage?: { prompt_tokens_details: unknown } }[];
+  assert.deepEqual(events.at(-2)!.usage!.prompt_tokens_details, { cached_tokens: 16 });
 });
 
 test('a text completion, streamed and not, from a string or from token ids', async () => {
@@ -113,7 +147,7 @@ test('a text completion, streamed and not, from a string or from token ids', asy
   assert.match(whole.id, /^cmpl-/);
   assert.equal(whole.object, 'text_completion');
   assert.deepEqual(whole.choices, [{ index: 0, text: ' jumps over', logprobs: null, finish_reason: 'length' }]);
-  assert.deepEqual(whole.usage, { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 });
+  assert.deepEqual(whole.usage, { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4, prompt_tokens_details: { cached_tokens: 0 } });
 
   const promptIds = gateway.tokens('The fox');
   const response = await gateway.post('/v1/completions', {
@@ -127,7 +161,7 @@ test('a text completion, streamed and not, from a string or from token ids', asy
   const events = sseEvents(await response.text()) as { object: string; choices: { text: string; finish_reason: string | null }[]; usage?: unknown }[];
   assert.equal(events.pop(), '[DONE]');
   assert.ok(events.every((event) => event.object === 'text_completion'));
-  assert.deepEqual(events.at(-1)!.usage, { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4 });
+  assert.deepEqual(events.at(-1)!.usage, { prompt_tokens: 2, completion_tokens: 2, total_tokens: 4, prompt_tokens_details: { cached_tokens: 0 } });
   assert.deepEqual(events.slice(0, -1).map((event) => event.choices[0]), [
     { index: 0, text: ' jumps', logprobs: null, finish_reason: null },
     { index: 0, text: ' over', logprobs: null, finish_reason: null },
@@ -191,7 +225,7 @@ test('n choices: one generation each with distinct seeds, the prompt counted onc
     [[0, 'Same words'], [1, 'Same words']],
   );
   const numPromptTokens = engineRequests[0].promptTokenIds.length;
-  assert.deepEqual(whole.usage, { prompt_tokens: numPromptTokens, completion_tokens: 4, total_tokens: numPromptTokens + 4 });
+  assert.deepEqual(whole.usage, { prompt_tokens: numPromptTokens, completion_tokens: 4, total_tokens: numPromptTokens + 4, prompt_tokens_details: { cached_tokens: 0 } });
 
   const response = await gateway.post('/v1/completions', {
     model: MODEL_NAME,

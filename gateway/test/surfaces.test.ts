@@ -79,6 +79,12 @@ test('the metrics server exposes request, latency, token and worker families', a
   script = { steps: oneTokenPerStep(gateway.tokens('a b c')), finishReason: 'stop' };
   await (await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }], stream: true })).text();
   await (await gateway.post('/v1/chat/completions', { model: 'missing', messages: [] })).text();
+  const stats = {
+    numScheduledTokens: 48, numScheduledSeqs: 3, numPreempted: 2, scheduleMs: 0.2, forwardMs: 3.8,
+    numPrefixQueriedTokens: 64, numPrefixHitTokens: 32, kvUsage: 0.1,
+  };
+  gateway.engine.report(stats);
+  gateway.engine.report({ ...stats, numPreempted: 0, numPrefixQueriedTokens: 0, numPrefixHitTokens: 0, numScheduledTokens: 3 });
   const response = await fetch(`${gateway.metricsUrl}/metrics`);
   assert.equal(response.status, 200);
   assert.match(response.headers.get('content-type') ?? '', /^text\/plain/);
@@ -95,6 +101,15 @@ test('the metrics server exposes request, latency, token and worker families', a
     `conduit_num_requests_waiting{model_name="${MODEL_NAME}",worker="scripted:0"} 0`,
     `conduit_kv_blocks_used{model_name="${MODEL_NAME}",worker="scripted:0"} 10`,
     `conduit_kv_blocks_total{model_name="${MODEL_NAME}",worker="scripted:0"} 100`,
+    `conduit_kv_cache_usage_ratio{model_name="${MODEL_NAME}",worker="scripted:0"} 0.1`,
+    `conduit_num_queued_prefill_tokens{model_name="${MODEL_NAME}",worker="scripted:0"} 0`,
+    `conduit_num_preemptions_total{model_name="${MODEL_NAME}",worker="scripted:0"} 2`,
+    `conduit_prefix_cache_queries_total{model_name="${MODEL_NAME}",worker="scripted:0"} 64`,
+    `conduit_prefix_cache_hits_total{model_name="${MODEL_NAME}",worker="scripted:0"} 32`,
+    `conduit_engine_step_duration_seconds_bucket{le="0.005",model_name="${MODEL_NAME}",worker="scripted:0"} 2`,
+    `conduit_engine_scheduling_duration_seconds_bucket{le="0.00025",model_name="${MODEL_NAME}",worker="scripted:0"} 2`,
+    `conduit_engine_tokens_per_step_bucket{le="4",model_name="${MODEL_NAME}",worker="scripted:0"} 1`,
+    `conduit_engine_tokens_per_step_bucket{le="64",model_name="${MODEL_NAME}",worker="scripted:0"} 2`,
   ]) {
     assert.ok(text.includes(family), `metrics lack ${family}`);
   }
