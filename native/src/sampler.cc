@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace conduit {
 
@@ -14,7 +15,45 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Temperature, then top-k, then top-p over the survivors, then one inverse-CDF draw.
+// A copy of the logits with the bias added, then the penalties applied, each an fp32 operation
+// as vLLM does it.
+const float* adjust_logits(const float* logits, int32_t vocab_size, const LogitAdjustments& adjustments,
+                           std::vector<float>& adjusted) {
+  adjusted.resize(size_t(vocab_size));
+  std::copy_n(logits, vocab_size, adjusted.begin());
+  for (int32_t i = 0; i < adjustments.num_bias_tokens; ++i) {
+    adjusted[size_t(adjustments.bias_token_ids[i])] += adjustments.bias_values[i];
+  }
+  const float repetition = adjustments.repetition_penalty;
+  for (int32_t i = 0; i < adjustments.num_penalty_tokens; ++i) {
+    float& logit = adjusted[size_t(adjustments.penalty_token_ids[i])];
+    const int32_t output_count = adjustments.penalty_output_counts[i];
+    if (output_count > 0 || adjustments.penalty_in_prompt[i] != 0) {
+      logit = logit > 0.0f ? logit / repetition : logit * repetition;
+    }
+    if (output_count > 0) {
+      logit -= adjustments.frequency_penalty * float(output_count);
+      logit -= adjustments.presence_penalty;
+    }
+  }
+  return adjusted.data();
+}
+
+// Keeps, in order, the candidates whose probability relative to the largest (exactly 1) is at
+// least min_p; returns their number.
+int32_t keep_min_p(float min_p, int32_t num_candidates, std::vector<int32_t>& ids, std::vector<double>& probs) {
+  int32_t kept = 0;
+  for (int32_t i = 0; i < num_candidates; ++i) {
+    if (!(probs[size_t(i)] >= double(min_p))) continue;
+    ids[size_t(kept)] = ids[size_t(i)];
+    probs[size_t(kept)] = probs[size_t(i)];
+    ++kept;
+  }
+  return kept;
+}
+
+// Temperature, then min-p, then top-k, then top-p over the survivors, then one inverse-CDF draw.
+// (Min-p and top-k both keep a most likely prefix, so top-k's partial sort may come first.)
 int32_t sample_stochastic(const float* logits, int32_t vocab_size, const SamplingParams& params,
                           std::vector<int32_t>& ids, std::vector<double>& probs) {
   ids.resize(size_t(vocab_size));
@@ -41,6 +80,11 @@ int32_t sample_stochastic(const float* logits, int32_t vocab_size, const Samplin
     probs[size_t(i)] = p;
     total += p;
   }
+  if (params.min_p > 0.0f) {
+    num_candidates = keep_min_p(params.min_p, num_candidates, ids, probs);
+    total = 0;
+    for (int32_t i = 0; i < num_candidates; ++i) total += probs[size_t(i)];
+  }
   if (top_p_active) {
     const double threshold = double(params.top_p) * total;
     double cumulative = 0;
@@ -55,11 +99,14 @@ int32_t sample_stochastic(const float* logits, int32_t vocab_size, const Samplin
   }
   const double target = uniform_from_counter(params.seed, uint64_t(uint32_t(params.output_index))) * total;
   double cumulative = 0;
+  int32_t last_possible = 0;
   for (int32_t i = 0; i < num_candidates; ++i) {
+    if (probs[size_t(i)] > 0) last_possible = i;
     cumulative += probs[size_t(i)];
     if (target < cumulative) return ids[size_t(i)];
   }
-  return ids[size_t(num_candidates - 1)];
+  // u * total may round up to total itself; a banned (probability 0) token is still never drawn.
+  return ids[size_t(last_possible)];
 }
 
 }  // namespace
@@ -69,15 +116,21 @@ double uniform_from_counter(uint64_t seed, uint64_t counter) {
   return double(bits >> 11) * 0x1.0p-53;
 }
 
-SampledToken sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size,
-                          const SamplingParams& params, std::vector<int32_t>& id_scratch, std::vector<double>& prob_scratch) {
+int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size, ArgMax raw_best,
+                     const SamplingParams& params, const LogitAdjustments& adjustments, SamplerScratch& scratch) {
+  ArgMax best = raw_best;
+  if (adjustments.any()) {
+    logits = adjust_logits(logits, vocab_size, adjustments, scratch.adjusted_logits);
+    best = kernels.argmax(logits, vocab_size);
+    // Every token banned leaves nothing to sample from: fall back, deterministically, to the raw
+    // argmax, the model's own first choice.
+    if (best.value == -std::numeric_limits<float>::infinity()) return raw_best.index;
+  }
   const bool greedy = params.temperature <= 0.0f || params.top_k == 1;
-  // Ties go to the lowest id. The log-softmax's denominator runs in the kernels' vectorized
-  // exponentials (a libm exp per vocabulary entry was ~2% of a batch-1 decode step).
-  const ArgMax best = kernels.argmax(logits, vocab_size);
-  const int32_t id = greedy ? best.index : sample_stochastic(logits, vocab_size, params, id_scratch, prob_scratch);
-  const double sum = kernels.sum_exp(logits, vocab_size, best.value);
-  return SampledToken{id, float(double(logits[id]) - best.value - std::log(sum))};
+  // Ties go to the lowest id. An infinite logit (a repetition penalty so small that a division
+  // overflowed) takes all the probability, which the draw's e^(logit - max) cannot express.
+  if (greedy || best.value == std::numeric_limits<float>::infinity()) return best.index;
+  return sample_stochastic(logits, vocab_size, params, scratch.ids, scratch.probs);
 }
 
 }  // namespace conduit
