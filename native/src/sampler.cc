@@ -39,51 +39,49 @@ const float* adjust_logits(const float* logits, int32_t vocab_size, const LogitA
   return adjusted.data();
 }
 
-// Keeps, in order, the candidates whose probability relative to the largest (exactly 1) is at
-// least min_p; returns their number.
-int32_t keep_min_p(float min_p, int32_t num_candidates, std::vector<int32_t>& ids, std::vector<double>& probs) {
+// The ids, in order, whose probability is at least min_p times the largest: a logit at least
+// max + temperature * ln(min_p), one comparison per token instead of an exponential. Returns their
+// number; the largest is always among them.
+int32_t keep_min_p(const float* logits, int32_t vocab_size, float max_logit, const SamplingParams& params,
+                   std::vector<int32_t>& ids) {
+  const double threshold = double(max_logit) + double(params.temperature) * std::log(double(params.min_p));
   int32_t kept = 0;
-  for (int32_t i = 0; i < num_candidates; ++i) {
-    if (!(probs[size_t(i)] >= double(min_p))) continue;
-    ids[size_t(kept)] = ids[size_t(i)];
-    probs[size_t(kept)] = probs[size_t(i)];
-    ++kept;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (double(logits[id]) >= threshold) ids[size_t(kept++)] = id;
   }
   return kept;
 }
 
 // Temperature, then min-p, then top-k, then top-p over the survivors, then one inverse-CDF draw.
-// (Min-p and top-k both keep a most likely prefix, so top-k's partial sort may come first.)
-int32_t sample_stochastic(const float* logits, int32_t vocab_size, const SamplingParams& params,
+// Min-p goes first because it needs no sort and often leaves a few dozen tokens to sort.
+int32_t sample_stochastic(const float* logits, int32_t vocab_size, float max_logit, const SamplingParams& params,
                           std::vector<int32_t>& ids, std::vector<double>& probs) {
   ids.resize(size_t(vocab_size));
   probs.resize(size_t(vocab_size));
-  for (int32_t id = 0; id < vocab_size; ++id) ids[size_t(id)] = id;
+  int32_t num_candidates = vocab_size;
+  if (params.min_p > 0.0f) {
+    num_candidates = keep_min_p(logits, vocab_size, max_logit, params, ids);
+  } else {
+    for (int32_t id = 0; id < vocab_size; ++id) ids[size_t(id)] = id;
+  }
   const auto by_logit = [logits](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  int32_t num_candidates = vocab_size;
   const bool top_p_active = params.top_p < 1.0f;
-  if (params.top_k > 0 && params.top_k < vocab_size) {
+  if (params.top_k > 0 && params.top_k < num_candidates) {
+    std::partial_sort(ids.begin(), ids.begin() + params.top_k, ids.begin() + num_candidates, by_logit);
     num_candidates = params.top_k;
-    std::partial_sort(ids.begin(), ids.begin() + num_candidates, ids.end(), by_logit);
   } else if (top_p_active) {
-    std::sort(ids.begin(), ids.end(), by_logit);
+    std::sort(ids.begin(), ids.begin() + num_candidates, by_logit);
   }
-  // Without truncation the candidates stay in id order and need no sort.
-  float max_logit = logits[ids[0]];
-  for (int32_t i = 1; i < num_candidates; ++i) max_logit = std::max(max_logit, logits[ids[size_t(i)]]);
+  // Without truncation the candidates stay in id order and need no sort. Every truncation keeps
+  // the largest logit, so probabilities are relative to it.
   const double inverse_temperature = 1.0 / double(params.temperature);
   double total = 0;
   for (int32_t i = 0; i < num_candidates; ++i) {
     const double p = std::exp((double(logits[ids[size_t(i)]]) - max_logit) * inverse_temperature);
     probs[size_t(i)] = p;
     total += p;
-  }
-  if (params.min_p > 0.0f) {
-    num_candidates = keep_min_p(params.min_p, num_candidates, ids, probs);
-    total = 0;
-    for (int32_t i = 0; i < num_candidates; ++i) total += probs[size_t(i)];
   }
   if (top_p_active) {
     const double threshold = double(params.top_p) * total;
@@ -130,7 +128,7 @@ int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vo
   // Ties go to the lowest id. An infinite logit (a repetition penalty so small that a division
   // overflowed) takes all the probability, which the draw's e^(logit - max) cannot express.
   if (greedy || best.value == std::numeric_limits<float>::infinity()) return best.index;
-  return sample_stochastic(logits, vocab_size, params, scratch.ids, scratch.probs);
+  return sample_stochastic(logits, vocab_size, best.value, params, scratch.ids, scratch.probs);
 }
 
 }  // namespace conduit
