@@ -2,7 +2,7 @@
 // The batch's typed arrays are sized once for the largest step the scheduler can produce
 // (maxNumSeqs sequences, maxNumBatchedTokens tokens) and refilled in place every step.
 import type { ForwardBatch, NativeModel } from '../native/api.ts';
-import { SEQ_SAMPLE } from '../native/api.ts';
+import { SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
 import type { ModelRunner, RunnerInfo } from './runner.ts';
 import type { RunnerResult, SchedulerOutput } from './scheduler-output.ts';
 
@@ -37,6 +37,8 @@ export class NativeRunner implements ModelRunner {
       topKs: new Int32Array(maxNumSeqs),
       seeds: new BigUint64Array(maxNumSeqs),
       outputIndices: new Int32Array(maxNumSeqs),
+      // Until the engine sends min-p, penalties, bias or logprobs: set once, never refilled.
+      ...neutralSamplingExtensions(maxNumSeqs),
     };
   }
 

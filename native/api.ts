@@ -56,6 +56,11 @@ export interface ModelInfo extends ModelDimensions {
 /** Bits of ForwardBatch.seqFlags. */
 export const SEQ_SAMPLE = 1;
 export const SEQ_RETURN_LOGITS = 2;
+/** Log-probabilities of every known next token in this sequence's chunk (prompt logprobs). */
+export const SEQ_PROMPT_LOGPROBS = 4;
+
+/** The most alternatives a sampled or prompt position reports; the row stride of the top-logprob outputs. */
+export const MAX_TOP_LOGPROBS = 20;
 
 /**
  * One forward pass over a flattened batch of tokens from many sequences: prompt chunks and
@@ -64,7 +69,13 @@ export const SEQ_RETURN_LOGITS = 2;
  * blockTables[i * maxBlocksPerSeq + pos / blockSize] * blockSize + pos % blockSize
  * before attention reads it, so a token attends to positions [0, pos] of its sequence
  * (or the last slidingWindowTokens of them) wherever they were computed.
- * Sampling and logits refer to the last token of each sequence.
+ * Sampling, logits and top logprobs refer to the last token of each sequence; prompt logprobs
+ * to every token of a flagged sequence's chunk.
+ *
+ * Sampling a sequence (vLLM v1's order): raw logits → logit bias → repetition penalty →
+ * frequency and presence penalties → argmax when temperature is 0 or topK is 1, otherwise
+ * temperature → min-p → top-k → top-p → one inverse-CDF draw. sampledLogprobs, topLogprobs and
+ * promptLogprobs are all taken from the raw logits.
  */
 export interface ForwardBatch {
   numSeqs: number;
@@ -74,13 +85,97 @@ export interface ForwardBatch {
   queryStarts: Int32Array; // [numSeqs + 1]
   maxBlocksPerSeq: number;
   blockTables: Int32Array; // [numSeqs * maxBlocksPerSeq], unused entries -1
-  seqFlags: Uint8Array; // [numSeqs] SEQ_SAMPLE | SEQ_RETURN_LOGITS
+  seqFlags: Uint8Array; // [numSeqs] SEQ_SAMPLE | SEQ_RETURN_LOGITS | SEQ_PROMPT_LOGPROBS
   temperatures: Float32Array; // [numSeqs] 0 means greedy
   topPs: Float32Array; // [numSeqs] 1 disables
   topKs: Int32Array; // [numSeqs] 0 disables
   /** Counter-based sampling: the draw depends only on (seed, outputIndex). */
   seeds: BigUint64Array; // [numSeqs]
   outputIndices: Int32Array; // [numSeqs] index of the token being sampled within the output
+  /**
+   * [numSeqs] in [0, 1], 0 disables. After temperature, tokens whose probability is below
+   * minP × the largest probability are dropped.
+   */
+  minPs: Float32Array;
+  /**
+   * [numSeqs] in [-2, 2], 0 disables (OpenAI semantics): logit -= frequencyPenalty × count +
+   * presencePenalty × (count > 0), count = the token's occurrences among the output tokens so far
+   * (penaltyOutputCounts).
+   */
+  presencePenalties: Float32Array;
+  frequencyPenalties: Float32Array;
+  /**
+   * [numSeqs] finite and > 0, 1 disables (Hugging Face / vLLM semantics): every token that occurs
+   * in the prompt or the output so far gets logit > 0 ? logit / penalty : logit × penalty.
+   */
+  repetitionPenalties: Float32Array;
+  /**
+   * The penalties' history, CSR over sequences: sequence i's distinct tokens are entries
+   * [penaltyStarts[i], penaltyStarts[i+1]), each token id at most once per sequence. A sequence
+   * whose penalties are all neutral may have an empty range.
+   */
+  penaltyStarts: Int32Array; // [numSeqs + 1], from 0, non-decreasing
+  penaltyTokenIds: Int32Array; // [penaltyStarts[numSeqs]]
+  /** Occurrences among the output tokens; 0 for a token seen only in the prompt. */
+  penaltyOutputCounts: Int32Array; // [penaltyStarts[numSeqs]]
+  /** 1 where the token occurs in the prompt, else 0. */
+  penaltyInPrompt: Uint8Array; // [penaltyStarts[numSeqs]]
+  /**
+   * Logit bias, CSR over sequences like the penalties: biasValues are added to the logits of
+   * biasTokenIds (each id at most once per sequence); finite, or -Infinity to ban a token (how the
+   * engine keeps stop tokens out before min_tokens).
+   */
+  biasStarts: Int32Array; // [numSeqs + 1], from 0, non-decreasing
+  biasTokenIds: Int32Array; // [biasStarts[numSeqs]]
+  biasValues: Float32Array; // [biasStarts[numSeqs]]
+  /** [numSeqs] 0..MAX_TOP_LOGPROBS: the most likely tokens to report for the sampled position. */
+  numTopLogprobs: Int32Array;
+  /** [numSeqs] 0..MAX_TOP_LOGPROBS: alternatives to report per prompt position (SEQ_PROMPT_LOGPROBS). */
+  numPromptTopLogprobs: Int32Array;
+  /**
+   * [numSeqs] for SEQ_PROMPT_LOGPROBS: the token that follows this chunk's last token, or -1 when
+   * the chunk ends the known tokens (nothing is then reported at the chunk's last position).
+   */
+  promptNextTokenIds: Int32Array;
+}
+
+/** The ForwardBatch fields a caller that uses none of min-p, penalties, bias or logprobs fills with neutral values. */
+export type SamplingExtensions = Pick<
+  ForwardBatch,
+  | 'minPs'
+  | 'presencePenalties'
+  | 'frequencyPenalties'
+  | 'repetitionPenalties'
+  | 'penaltyStarts'
+  | 'penaltyTokenIds'
+  | 'penaltyOutputCounts'
+  | 'penaltyInPrompt'
+  | 'biasStarts'
+  | 'biasTokenIds'
+  | 'biasValues'
+  | 'numTopLogprobs'
+  | 'numPromptTopLogprobs'
+  | 'promptNextTokenIds'
+>;
+
+/** SamplingExtensions at their neutral values for up to maxNumSeqs sequences: nothing changes the plain sampling. */
+export function neutralSamplingExtensions(maxNumSeqs: number): SamplingExtensions {
+  return {
+    minPs: new Float32Array(maxNumSeqs),
+    presencePenalties: new Float32Array(maxNumSeqs),
+    frequencyPenalties: new Float32Array(maxNumSeqs),
+    repetitionPenalties: new Float32Array(maxNumSeqs).fill(1),
+    penaltyStarts: new Int32Array(maxNumSeqs + 1),
+    penaltyTokenIds: new Int32Array(0),
+    penaltyOutputCounts: new Int32Array(0),
+    penaltyInPrompt: new Uint8Array(0),
+    biasStarts: new Int32Array(maxNumSeqs + 1),
+    biasTokenIds: new Int32Array(0),
+    biasValues: new Float32Array(0),
+    numTopLogprobs: new Int32Array(maxNumSeqs),
+    numPromptTopLogprobs: new Int32Array(maxNumSeqs),
+    promptNextTokenIds: new Int32Array(maxNumSeqs).fill(-1),
+  };
 }
 
 export interface ForwardResult {
@@ -88,8 +183,30 @@ export interface ForwardResult {
   sampledTokenIds: Int32Array;
   /** [numSeqs] log-probability of the sampled token under the unmodified distribution. */
   sampledLogprobs: Float32Array;
-  /** [numLogitSeqs * vocabSize] for the sequences flagged SEQ_RETURN_LOGITS, in batch order. */
+  /** [numLogitSeqs * vocabSize] raw (unprocessed) logits of the sequences flagged SEQ_RETURN_LOGITS, in batch order. */
   logits: Float32Array;
+  /**
+   * [numSeqs * MAX_TOP_LOGPROBS]: row seq of a sampled sequence starts with its numTopLogprobs[seq]
+   * most likely tokens under the raw logits, descending, ties to the lower id; the rest of every
+   * row is -1.
+   */
+  topTokenIds: Int32Array;
+  /** [numSeqs * MAX_TOP_LOGPROBS] the raw log-softmax at topTokenIds; NaN where the id is -1. */
+  topLogprobs: Float32Array;
+  /**
+   * [numTokens] when some sequence is flagged SEQ_PROMPT_LOGPROBS, else empty. At a flagged
+   * sequence's token, the raw log-probability of the next known token (the chunk's next token, or
+   * promptNextTokenIds after its last); NaN where there is none or the sequence is not flagged.
+   */
+  promptLogprobs: Float32Array;
+  /**
+   * [numTokens * MAX_TOP_LOGPROBS] when some flagged sequence asks for numPromptTopLogprobs > 0,
+   * else empty. Row t holds the top alternatives at token t wherever promptLogprobs[t] is reported,
+   * in the order of topTokenIds; -1 elsewhere.
+   */
+  promptTopTokenIds: Int32Array;
+  /** Shaped like promptTopTokenIds: the raw log-softmax at its ids; NaN where the id is -1. */
+  promptTopLogprobs: Float32Array;
 }
 
 export interface NativeModel {

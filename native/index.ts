@@ -13,7 +13,7 @@ import type {
   Quantization,
   WeightDtype,
 } from './api.ts';
-import { SEQ_RETURN_LOGITS } from './api.ts';
+import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS } from './api.ts';
 import { readCheckpoint, type ModelSpec } from './checkpoint.ts';
 import { validateForwardBatch } from './forward-batch.ts';
 
@@ -21,12 +21,6 @@ type ConcreteKernel = Exclude<KernelPath, 'auto'>;
 
 interface ModelHandle {
   readonly __brand: 'ModelHandle';
-}
-
-interface NativeForwardOutputs {
-  sampledTokenIds: Int32Array;
-  sampledLogprobs: Float32Array;
-  logits: Float32Array;
 }
 
 /** The surface of native/src/binding.cc. */
@@ -43,7 +37,7 @@ interface Binding {
       kernel: KernelPath;
     },
   ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number }>;
-  forward(handle: ModelHandle, batch: ForwardBatch, outputs: NativeForwardOutputs): Promise<void>;
+  forward(handle: ModelHandle, batch: ForwardBatch, outputs: ForwardResult): Promise<void>;
   freeModel(handle: ModelHandle): void;
   kernelSupported(kernel: KernelPath): boolean;
   probeStreamRead(sizeBytes: number, numThreads: number, numRepeats: number): number;
@@ -176,6 +170,30 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
   return new LoadedModel(loaded.handle, Object.freeze(info));
 }
 
+/** Every output C++ writes, the prompt logprobs' only when some sequence asks for them (see ForwardResult). */
+function allocateOutputs(batch: ForwardBatch, vocabSize: number): ForwardResult {
+  const { numSeqs, numTokens } = batch;
+  let numLogitSeqs = 0;
+  let promptLogprobTokens = 0;
+  let promptTopTokens = 0;
+  for (let seq = 0; seq < numSeqs; seq++) {
+    if (batch.seqFlags[seq] & SEQ_RETURN_LOGITS) numLogitSeqs++;
+    if (!(batch.seqFlags[seq] & SEQ_PROMPT_LOGPROBS)) continue;
+    promptLogprobTokens = numTokens;
+    if (batch.numPromptTopLogprobs[seq] > 0) promptTopTokens = numTokens;
+  }
+  return {
+    sampledTokenIds: new Int32Array(numSeqs),
+    sampledLogprobs: new Float32Array(numSeqs),
+    logits: new Float32Array(numLogitSeqs * vocabSize),
+    topTokenIds: new Int32Array(numSeqs * MAX_TOP_LOGPROBS),
+    topLogprobs: new Float32Array(numSeqs * MAX_TOP_LOGPROBS),
+    promptLogprobs: new Float32Array(promptLogprobTokens),
+    promptTopTokenIds: new Int32Array(promptTopTokens * MAX_TOP_LOGPROBS),
+    promptTopLogprobs: new Float32Array(promptTopTokens * MAX_TOP_LOGPROBS),
+  };
+}
+
 /**
  * One forward at a time: a second call while one is in flight is rejected rather than queued,
  * since the engine loop never overlaps steps and an overlap means a bug upstream.
@@ -194,15 +212,7 @@ class LoadedModel implements NativeModel {
     if (this.closed) throw new Error('forward() after close()');
     if (this.inFlight !== null) throw new Error('forward() while another forward() is in flight; one call at a time per model');
     validateForwardBatch(batch, this.info);
-    let numLogitSeqs = 0;
-    for (let seq = 0; seq < batch.numSeqs; seq++) {
-      if (batch.seqFlags[seq] & SEQ_RETURN_LOGITS) numLogitSeqs++;
-    }
-    const outputs: NativeForwardOutputs = {
-      sampledTokenIds: new Int32Array(batch.numSeqs),
-      sampledLogprobs: new Float32Array(batch.numSeqs),
-      logits: new Float32Array(numLogitSeqs * this.info.vocabSize),
-    };
+    const outputs = allocateOutputs(batch, this.info.vocabSize);
     const call = binding.forward(this.handle, batch, outputs);
     this.inFlight = call;
     try {

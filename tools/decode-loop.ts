@@ -1,6 +1,6 @@
 // Greedy decode on the native runtime with one preallocated batch reused every step, so the
 // JavaScript per step is no more than an engine's: shared by bench:decode and bench:native.
-import { SEQ_SAMPLE, type ForwardBatch, type NativeModel } from '../native/api.ts';
+import { SEQ_SAMPLE, neutralSamplingExtensions, type ForwardBatch, type NativeModel } from '../native/api.ts';
 
 export interface DecodeShape {
   numSeqs: number;
@@ -31,6 +31,7 @@ function makeBatch(model: NativeModel, shape: DecodeShape, numTokensPerSeq: numb
     topKs: new Int32Array(numSeqs),
     seeds: new BigUint64Array(numSeqs),
     outputIndices: new Int32Array(numSeqs),
+    ...neutralSamplingExtensions(numSeqs),
   };
 }
 

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
 import type { ForwardBatch, NativeModel } from '../../native/api.ts';
-import { SEQ_SAMPLE } from '../../native/api.ts';
+import { SEQ_SAMPLE, neutralSamplingExtensions } from '../../native/api.ts';
 import { loadModel } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
@@ -74,6 +74,7 @@ async function referenceDecode(model: NativeModel, prompt: readonly number[]): P
       topKs: Int32Array.of(0),
       seeds: BigUint64Array.of(0n),
       outputIndices: Int32Array.of(outputs.length),
+      ...neutralSamplingExtensions(1),
     };
     const tokenId = (await model.forward(batch)).sampledTokenIds[0];
     outputs.push(tokenId);

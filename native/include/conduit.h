@@ -109,11 +109,18 @@ typedef struct cd_model_info {
 /* Bits of cd_batch.seq_flags. */
 #define CD_SEQ_SAMPLE 1
 #define CD_SEQ_RETURN_LOGITS 2
+#define CD_SEQ_PROMPT_LOGPROBS 4
+
+/* The row stride of the top-logprob outputs: the most alternatives a position reports. */
+#define CD_MAX_TOP_LOGPROBS 20
 
 /*
  * One forward pass over a flattened batch; see native/api.ts (ForwardBatch) for the contract.
  * Sequence i owns tokens [query_starts[i], query_starts[i + 1]); its last token is sampled and/or
- * returns logits according to seq_flags[i].
+ * returns logits according to seq_flags[i], and with CD_SEQ_PROMPT_LOGPROBS each of its tokens
+ * reports the next token's logprob. Penalty and bias entries are CSR: sequence i's are
+ * [penalty_starts[i], penalty_starts[i + 1]) and [bias_starts[i], bias_starts[i + 1]), token ids
+ * unique within a sequence.
  */
 typedef struct cd_batch {
   int32_t num_seqs;
@@ -129,13 +136,35 @@ typedef struct cd_batch {
   const int32_t* top_ks;         /* [num_seqs] 0 disables */
   const uint64_t* seeds;         /* [num_seqs] */
   const int32_t* output_indices; /* [num_seqs] */
+  const float* min_ps;               /* [num_seqs] 0 disables */
+  const float* presence_penalties;   /* [num_seqs] 0 disables */
+  const float* frequency_penalties;  /* [num_seqs] 0 disables */
+  const float* repetition_penalties; /* [num_seqs] 1 disables */
+  const int32_t* penalty_starts;        /* [num_seqs + 1] */
+  const int32_t* penalty_token_ids;     /* [penalty_starts[num_seqs]] */
+  const int32_t* penalty_output_counts; /* occurrences among the output tokens */
+  const uint8_t* penalty_in_prompt;     /* 1 where the token occurs in the prompt */
+  const int32_t* bias_starts;           /* [num_seqs + 1] */
+  const int32_t* bias_token_ids;        /* [bias_starts[num_seqs]] */
+  const float* bias_values;             /* finite, or -INFINITY to ban */
+  const int32_t* num_top_logprobs;        /* [num_seqs] 0..CD_MAX_TOP_LOGPROBS */
+  const int32_t* num_prompt_top_logprobs; /* [num_seqs] 0..CD_MAX_TOP_LOGPROBS */
+  const int32_t* prompt_next_token_ids;   /* [num_seqs] the token after the chunk, or -1 */
 } cd_batch;
 
-/* Caller-owned outputs. */
+/* Caller-owned outputs, every entry written by the pass. */
 typedef struct cd_forward_output {
   int32_t* sampled_token_ids; /* [num_seqs]; -1 where not sampled */
   float* sampled_logprobs;    /* [num_seqs]; 0 where not sampled */
   float* logits;              /* [num_logit_seqs * vocab_size], flagged sequences in batch order */
+  int32_t* top_token_ids;     /* [num_seqs * CD_MAX_TOP_LOGPROBS]; -1 past a row's numTopLogprobs */
+  float* top_logprobs;        /* [num_seqs * CD_MAX_TOP_LOGPROBS]; NaN where the id is -1 */
+  /* [num_tokens] when a sequence has CD_SEQ_PROMPT_LOGPROBS, else NULL; NaN where not reported. */
+  float* prompt_logprobs;
+  /* [num_tokens * CD_MAX_TOP_LOGPROBS] when a flagged sequence has num_prompt_top_logprobs > 0,
+     else NULL; -1 / NaN where not reported. */
+  int32_t* prompt_top_token_ids;
+  float* prompt_top_logprobs;
 } cd_forward_output;
 
 /* Returns nonzero when this build and CPU can run the kernel path. */

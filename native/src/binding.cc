@@ -83,6 +83,13 @@ std::vector<T> copy_of(const Napi::Value& value) {
   return std::vector<T>(array.Data(), array.Data() + array.ElementLength());
 }
 
+// An output typed array's storage; null when it is empty (an output nothing asked for).
+template <typename T>
+T* data_of(const Napi::Object& outputs, const char* key) {
+  Napi::TypedArrayOf<T> array = outputs.Get(key).As<Napi::TypedArrayOf<T>>();
+  return array.ElementLength() == 0 ? nullptr : array.Data();
+}
+
 void reject(Napi::Promise::Deferred& deferred, Napi::Env env, cd_status status, const char* message) {
   Napi::Error error = Napi::Error::New(env, message);
   error.Set("code", Napi::String::New(env, status_code(status)));
@@ -188,6 +195,20 @@ class LoadWorker : public Napi::AsyncWorker {
 struct ForwardRequest {
   ForwardRequest(Napi::Env env, ModelHandle* model_handle, const Napi::Object& batch_object, const Napi::Object& outputs_object)
       : handle(model_handle), deferred(Napi::Promise::Deferred::New(env)) {
+    copy_inputs(batch_object);
+    point_batch_at_inputs(batch_object);
+    output = cd_forward_output{data_of<int32_t>(outputs_object, "sampledTokenIds"),
+                               data_of<float>(outputs_object, "sampledLogprobs"),
+                               data_of<float>(outputs_object, "logits"),
+                               data_of<int32_t>(outputs_object, "topTokenIds"),
+                               data_of<float>(outputs_object, "topLogprobs"),
+                               data_of<float>(outputs_object, "promptLogprobs"),
+                               data_of<int32_t>(outputs_object, "promptTopTokenIds"),
+                               data_of<float>(outputs_object, "promptTopLogprobs")};
+    outputs = Napi::Persistent(outputs_object);
+  }
+
+  void copy_inputs(const Napi::Object& batch_object) {
     token_ids = copy_of<int32_t>(batch_object.Get("tokenIds"));
     positions = copy_of<int32_t>(batch_object.Get("positions"));
     query_starts = copy_of<int32_t>(batch_object.Get("queryStarts"));
@@ -198,23 +219,61 @@ struct ForwardRequest {
     top_ks = copy_of<int32_t>(batch_object.Get("topKs"));
     seeds = copy_of<uint64_t>(batch_object.Get("seeds"));
     output_indices = copy_of<int32_t>(batch_object.Get("outputIndices"));
-    batch = cd_batch{int_of(batch_object, "numSeqs"), int_of(batch_object, "numTokens"), token_ids.data(),
-                     positions.data(), query_starts.data(), int_of(batch_object, "maxBlocksPerSeq"),
-                     block_tables.data(), seq_flags.data(), temperatures.data(), top_ps.data(),
-                     top_ks.data(), seeds.data(), output_indices.data()};
-    Napi::Int32Array sampled_ids = outputs_object.Get("sampledTokenIds").As<Napi::Int32Array>();
-    Napi::Float32Array sampled_logprobs = outputs_object.Get("sampledLogprobs").As<Napi::Float32Array>();
-    Napi::Float32Array logits = outputs_object.Get("logits").As<Napi::Float32Array>();
-    output = cd_forward_output{sampled_ids.Data(), sampled_logprobs.Data(), logits.Data()};
-    outputs = Napi::Persistent(outputs_object);
+    min_ps = copy_of<float>(batch_object.Get("minPs"));
+    presence_penalties = copy_of<float>(batch_object.Get("presencePenalties"));
+    frequency_penalties = copy_of<float>(batch_object.Get("frequencyPenalties"));
+    repetition_penalties = copy_of<float>(batch_object.Get("repetitionPenalties"));
+    penalty_starts = copy_of<int32_t>(batch_object.Get("penaltyStarts"));
+    penalty_token_ids = copy_of<int32_t>(batch_object.Get("penaltyTokenIds"));
+    penalty_output_counts = copy_of<int32_t>(batch_object.Get("penaltyOutputCounts"));
+    penalty_in_prompt = copy_of<uint8_t>(batch_object.Get("penaltyInPrompt"));
+    bias_starts = copy_of<int32_t>(batch_object.Get("biasStarts"));
+    bias_token_ids = copy_of<int32_t>(batch_object.Get("biasTokenIds"));
+    bias_values = copy_of<float>(batch_object.Get("biasValues"));
+    num_top_logprobs = copy_of<int32_t>(batch_object.Get("numTopLogprobs"));
+    num_prompt_top_logprobs = copy_of<int32_t>(batch_object.Get("numPromptTopLogprobs"));
+    prompt_next_token_ids = copy_of<int32_t>(batch_object.Get("promptNextTokenIds"));
+  }
+
+  void point_batch_at_inputs(const Napi::Object& batch_object) {
+    batch.num_seqs = int_of(batch_object, "numSeqs");
+    batch.num_tokens = int_of(batch_object, "numTokens");
+    batch.token_ids = token_ids.data();
+    batch.positions = positions.data();
+    batch.query_starts = query_starts.data();
+    batch.max_blocks_per_seq = int_of(batch_object, "maxBlocksPerSeq");
+    batch.block_tables = block_tables.data();
+    batch.seq_flags = seq_flags.data();
+    batch.temperatures = temperatures.data();
+    batch.top_ps = top_ps.data();
+    batch.top_ks = top_ks.data();
+    batch.seeds = seeds.data();
+    batch.output_indices = output_indices.data();
+    batch.min_ps = min_ps.data();
+    batch.presence_penalties = presence_penalties.data();
+    batch.frequency_penalties = frequency_penalties.data();
+    batch.repetition_penalties = repetition_penalties.data();
+    batch.penalty_starts = penalty_starts.data();
+    batch.penalty_token_ids = penalty_token_ids.data();
+    batch.penalty_output_counts = penalty_output_counts.data();
+    batch.penalty_in_prompt = penalty_in_prompt.data();
+    batch.bias_starts = bias_starts.data();
+    batch.bias_token_ids = bias_token_ids.data();
+    batch.bias_values = bias_values.data();
+    batch.num_top_logprobs = num_top_logprobs.data();
+    batch.num_prompt_top_logprobs = num_prompt_top_logprobs.data();
+    batch.prompt_next_token_ids = prompt_next_token_ids.data();
   }
 
   ModelHandle* handle;
   Napi::Promise::Deferred deferred;
   Napi::ObjectReference outputs;
-  std::vector<int32_t> token_ids, positions, query_starts, block_tables, top_ks, output_indices;
-  std::vector<uint8_t> seq_flags;
-  std::vector<float> temperatures, top_ps;
+  std::vector<int32_t> token_ids, positions, query_starts, block_tables, top_ks, output_indices, penalty_starts,
+      penalty_token_ids, penalty_output_counts, bias_starts, bias_token_ids, num_top_logprobs, num_prompt_top_logprobs,
+      prompt_next_token_ids;
+  std::vector<uint8_t> seq_flags, penalty_in_prompt;
+  std::vector<float> temperatures, top_ps, min_ps, presence_penalties, frequency_penalties, repetition_penalties,
+      bias_values;
   std::vector<uint64_t> seeds;
   cd_batch batch{};
   cd_forward_output output{};

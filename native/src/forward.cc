@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 
 #include "dtype.h"
+#include "logprobs.h"
 #include "matmul.h"
 #include "model.h"
 #include "sampler.h"
@@ -12,6 +14,12 @@
 namespace conduit {
 
 namespace {
+
+// Prompt logprobs run the LM head over slabs of rows whose logits fit this many floats (16 MiB),
+// so a long prompt chunk never needs a [tokens, vocab] buffer.
+constexpr size_t kPromptLogitsBudget = size_t(1) << 22;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 template <typename T>
 void grow(std::vector<T>& buffer, size_t size) {
@@ -92,15 +100,22 @@ class ForwardPass {
     grow(ws_.rope_cos, num_tokens * (dims_.head_dim / 2));
     grow(ws_.rope_sin, num_tokens * (dims_.head_dim / 2));
     ws_.token_seqs.resize(num_tokens);
-    ws_.output_seqs.clear();
+    ws_.output_tokens.clear();
+    ws_.prompt_tokens.clear();
     int32_t max_context = 1;
     for (int32_t seq = 0; seq < batch_.num_seqs; ++seq) {
-      for (int32_t t = batch_.query_starts[seq]; t < batch_.query_starts[seq + 1]; ++t) {
+      const int32_t begin = batch_.query_starts[seq];
+      const int32_t end = batch_.query_starts[seq + 1];
+      for (int32_t t = begin; t < end; ++t) {
         ws_.token_seqs[size_t(t)] = seq;
         const int32_t position = batch_.positions[t];
         max_context = std::max(max_context, position - first_visible_position(position) + 1);
       }
-      if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) ws_.output_seqs.push_back(seq);
+      if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) ws_.output_tokens.push_back(end - 1);
+      if (batch_.seq_flags[seq] & CD_SEQ_PROMPT_LOGPROBS) {
+        const int32_t reported_end = batch_.prompt_next_token_ids[seq] >= 0 ? end : end - 1;
+        for (int32_t t = begin; t < reported_end; ++t) ws_.prompt_tokens.push_back(t);
+      }
     }
     // kBf16Pairs attention works in whole groups of 16 keys from the one holding the first.
     const size_t num_threads = size_t(model_.pool.num_threads());
@@ -338,49 +353,128 @@ class ForwardPass {
                      ws_.packed);
   }
 
-  // Final norm and LM head for the last token of each sequence that samples or returns logits.
   void produce_outputs(cd_forward_output& output) {
-    const int32_t num_outputs = int32_t(ws_.output_seqs.size());
+    clear_sequence_outputs(output);
+    const int32_t num_outputs = int32_t(ws_.output_tokens.size());
+    if (num_outputs > 0) {
+      final_logits(ws_.output_tokens.data(), num_outputs);
+      copy_returned_logits(output);
+      sample_sequences(output);
+    }
+    produce_prompt_logprobs(output);
+  }
+
+  // What a sequence reports when it does not sample.
+  void clear_sequence_outputs(cd_forward_output& output) const {
     for (int32_t seq = 0; seq < batch_.num_seqs; ++seq) {
       output.sampled_token_ids[seq] = -1;
       output.sampled_logprobs[seq] = 0.0f;
     }
-    if (num_outputs == 0) return;
+    const size_t num_top_entries = size_t(batch_.num_seqs) * CD_MAX_TOP_LOGPROBS;
+    std::fill_n(output.top_token_ids, num_top_entries, -1);
+    std::fill_n(output.top_logprobs, num_top_entries, kNaN);
+  }
+
+  // Final norm and LM head for num_rows tokens, into the first num_rows rows of ws_.output_logits.
+  void final_logits(const int32_t* tokens, int32_t num_rows) {
     const size_t hidden_size = size_t(dims_.hidden_size);
-    const size_t vocab_size = size_t(dims_.vocab_size);
-    grow(ws_.output_hidden, size_t(num_outputs) * hidden_size);
-    grow(ws_.output_logits, size_t(num_outputs) * vocab_size);
-    parallel_tasks(num_outputs, [&](int32_t, int32_t begin, int32_t end) {
+    grow(ws_.output_hidden, size_t(num_rows) * hidden_size);
+    grow(ws_.output_logits, size_t(num_rows) * size_t(dims_.vocab_size));
+    parallel_tasks(num_rows, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
-        const int32_t last_token = batch_.query_starts[ws_.output_seqs[size_t(i)] + 1] - 1;
-        rms_norm(model_.kernels, &ws_.hidden[size_t(last_token) * hidden_size], model_.final_norm,
-                 dims_.hidden_size, dims_.rms_norm_eps, &ws_.output_hidden[size_t(i) * hidden_size]);
+        rms_norm(model_.kernels, &ws_.hidden[size_t(tokens[i]) * hidden_size], model_.final_norm, dims_.hidden_size,
+                 dims_.rms_norm_eps, &ws_.output_hidden[size_t(i) * hidden_size]);
       }
     });
-    matmuls(ws_.output_hidden.data(), num_outputs, dims_.hidden_size,
+    matmuls(ws_.output_hidden.data(), num_rows, dims_.hidden_size,
             {{model_.lm_head, dims_.vocab_size, ws_.output_logits.data()}});
+  }
 
+  void copy_returned_logits(cd_forward_output& output) const {
+    const size_t vocab_size = size_t(dims_.vocab_size);
     int32_t num_logit_rows = 0;
-    for (int32_t i = 0; i < num_outputs; ++i) {
-      const int32_t seq = ws_.output_seqs[size_t(i)];
+    for (size_t i = 0; i < ws_.output_tokens.size(); ++i) {
+      const int32_t seq = ws_.token_seqs[size_t(ws_.output_tokens[i])];
       if (!(batch_.seq_flags[seq] & CD_SEQ_RETURN_LOGITS)) continue;
-      std::copy_n(&ws_.output_logits[size_t(i) * vocab_size], vocab_size,
-                  output.logits + size_t(num_logit_rows) * vocab_size);
+      std::copy_n(&ws_.output_logits[i * vocab_size], vocab_size, output.logits + size_t(num_logit_rows) * vocab_size);
       ++num_logit_rows;
     }
-    parallel_tasks(num_outputs, [&](int32_t thread_index, int32_t begin, int32_t end) {
+  }
+
+  // Each sampled sequence on one thread, with that thread's scratch.
+  void sample_sequences(cd_forward_output& output) {
+    const size_t vocab_size = size_t(dims_.vocab_size);
+    parallel_tasks(int32_t(ws_.output_tokens.size()), [&](int32_t thread_index, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
-        const int32_t seq = ws_.output_seqs[size_t(i)];
+        const int32_t seq = ws_.token_seqs[size_t(ws_.output_tokens[size_t(i)])];
         if (!(batch_.seq_flags[seq] & CD_SEQ_SAMPLE)) continue;
-        const SamplingParams params{batch_.temperatures[seq], batch_.top_ps[seq], batch_.top_ks[seq],
-                                    batch_.seeds[seq], batch_.output_indices[seq]};
-        const SampledToken sampled =
-            sample_token(model_.kernels, &ws_.output_logits[size_t(i) * vocab_size], dims_.vocab_size, params,
-                         ws_.sample_ids[size_t(thread_index)], ws_.sample_probs[size_t(thread_index)]);
-        output.sampled_token_ids[seq] = sampled.token_id;
-        output.sampled_logprobs[seq] = sampled.logprob;
+        const float* logits = &ws_.output_logits[size_t(i) * vocab_size];
+        const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
+        const int32_t token_id = sample_token(model_.kernels, logits, dims_.vocab_size, raw.best, sampling_params(seq),
+                                              logit_adjustments(seq), ws_.samplers[size_t(thread_index)]);
+        output.sampled_token_ids[seq] = token_id;
+        output.sampled_logprobs[seq] = raw.at(logits, token_id);
+        const size_t row = size_t(seq) * CD_MAX_TOP_LOGPROBS;
+        top_logprobs(logits, dims_.vocab_size, raw, batch_.num_top_logprobs[seq], output.top_token_ids + row,
+                     output.top_logprobs + row);
       }
     });
+  }
+
+  SamplingParams sampling_params(int32_t seq) const {
+    return SamplingParams{batch_.temperatures[seq], batch_.top_ps[seq],  batch_.top_ks[seq],
+                          batch_.min_ps[seq],       batch_.seeds[seq],   batch_.output_indices[seq]};
+  }
+
+  LogitAdjustments logit_adjustments(int32_t seq) const {
+    const int32_t bias_begin = batch_.bias_starts[seq];
+    const int32_t penalty_begin = batch_.penalty_starts[seq];
+    return LogitAdjustments{batch_.bias_token_ids + bias_begin,
+                            batch_.bias_values + bias_begin,
+                            batch_.bias_starts[seq + 1] - bias_begin,
+                            batch_.repetition_penalties[seq],
+                            batch_.frequency_penalties[seq],
+                            batch_.presence_penalties[seq],
+                            batch_.penalty_token_ids + penalty_begin,
+                            batch_.penalty_output_counts + penalty_begin,
+                            batch_.penalty_in_prompt + penalty_begin,
+                            batch_.penalty_starts[seq + 1] - penalty_begin};
+  }
+
+  // At each token of a SEQ_PROMPT_LOGPROBS sequence whose next token is known: the raw log-softmax
+  // of that next token and the top alternatives. Runs after sampling, reusing its buffers.
+  void produce_prompt_logprobs(cd_forward_output& output) {
+    if (output.prompt_logprobs == nullptr) return;
+    const size_t num_tokens = size_t(batch_.num_tokens);
+    std::fill_n(output.prompt_logprobs, num_tokens, kNaN);
+    if (output.prompt_top_token_ids != nullptr) {
+      std::fill_n(output.prompt_top_token_ids, num_tokens * CD_MAX_TOP_LOGPROBS, -1);
+      std::fill_n(output.prompt_top_logprobs, num_tokens * CD_MAX_TOP_LOGPROBS, kNaN);
+    }
+    const int32_t num_rows = int32_t(ws_.prompt_tokens.size());
+    const int32_t rows_per_slab = int32_t(std::max<size_t>(1, kPromptLogitsBudget / size_t(dims_.vocab_size)));
+    for (int32_t first = 0; first < num_rows; first += rows_per_slab) {
+      const int32_t slab_rows = std::min(rows_per_slab, num_rows - first);
+      const int32_t* tokens = &ws_.prompt_tokens[size_t(first)];
+      final_logits(tokens, slab_rows);
+      parallel_tasks(slab_rows, [&](int32_t, int32_t begin, int32_t end) {
+        for (int32_t i = begin; i < end; ++i) report_prompt_logprobs(tokens[i], i, output);
+      });
+    }
+  }
+
+  void report_prompt_logprobs(int32_t token, int32_t row, cd_forward_output& output) const {
+    const int32_t seq = ws_.token_seqs[size_t(token)];
+    const bool last_of_chunk = token + 1 == batch_.query_starts[seq + 1];
+    const int32_t next_token_id = last_of_chunk ? batch_.prompt_next_token_ids[seq] : batch_.token_ids[token + 1];
+    const float* logits = &ws_.output_logits[size_t(row) * size_t(dims_.vocab_size)];
+    const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
+    output.prompt_logprobs[token] = raw.at(logits, next_token_id);
+    const int32_t num_top = batch_.num_prompt_top_logprobs[seq];
+    if (num_top == 0) return;
+    const size_t top_row = size_t(token) * CD_MAX_TOP_LOGPROBS;
+    top_logprobs(logits, dims_.vocab_size, raw, num_top, output.prompt_top_token_ids + top_row,
+                 output.prompt_top_logprobs + top_row);
   }
 
   Model& model_;

@@ -99,8 +99,7 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   }
   weights.release_unborrowed_files();
   workspace.scores.resize(size_t(options.num_threads));
-  workspace.sample_ids.resize(size_t(options.num_threads));
-  workspace.sample_probs.resize(size_t(options.num_threads));
+  workspace.samplers.resize(size_t(options.num_threads));
 }
 
 }  // namespace conduit

@@ -9,6 +9,7 @@
 #include "conduit.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "sampler.h"
 #include "thread_pool.h"
 #include "weights.h"
 
@@ -100,9 +101,10 @@ struct Workspace {
   std::vector<float> gate, up;      // [tokens, intermediate]
   std::vector<float> rope_cos, rope_sin;  // [tokens, head_dim / 2]
   std::vector<int32_t> token_seqs;  // [tokens] the sequence owning each token
-  std::vector<int32_t> output_seqs; // sequences needing logits, batch order
-  std::vector<float> output_hidden; // [outputs, hidden]
-  std::vector<float> output_logits; // [outputs, vocab]
+  std::vector<int32_t> output_tokens; // last tokens of the sequences needing logits, batch order
+  std::vector<int32_t> prompt_tokens; // tokens reporting the next token's prompt logprob, batch order
+  std::vector<float> output_hidden; // [output or prompt rows, hidden]
+  std::vector<float> output_logits; // [output or prompt rows, vocab]
   MatmulScratch packed;             // a matmul's activations as its kernel reads them
   std::vector<std::vector<float>> scores;  // [threads][heads per kv head][scores_stride] attention scores
   size_t scores_stride = 0;                // the context one head's scores hold
@@ -110,8 +112,7 @@ struct Workspace {
   std::vector<std::vector<uint16_t>> query_bf16;  // [threads][2 x head_dim] (kBf16Pairs)
   std::vector<std::vector<uint16_t>> probs_bf16;  // [threads][2 x context] (kBf16Pairs)
   std::vector<std::vector<const uint16_t*>> key_groups, value_groups;  // [threads][context / 16]
-  std::vector<std::vector<int32_t>> sample_ids;  // [threads][vocab]
-  std::vector<std::vector<double>> sample_probs; // [threads][vocab]
+  std::vector<SamplerScratch> samplers;  // [threads]
 };
 
 struct Model {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace conduit {
 
@@ -14,26 +15,67 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Temperature, then top-k, then top-p over the survivors, then one inverse-CDF draw.
-int32_t sample_stochastic(const float* logits, int32_t vocab_size, const SamplingParams& params,
+// A copy of the logits with the bias added, then the penalties applied, each an fp32 operation
+// as vLLM does it.
+const float* adjust_logits(const float* logits, int32_t vocab_size, const LogitAdjustments& adjustments,
+                           std::vector<float>& adjusted) {
+  adjusted.resize(size_t(vocab_size));
+  std::copy_n(logits, vocab_size, adjusted.begin());
+  for (int32_t i = 0; i < adjustments.num_bias_tokens; ++i) {
+    adjusted[size_t(adjustments.bias_token_ids[i])] += adjustments.bias_values[i];
+  }
+  const float repetition = adjustments.repetition_penalty;
+  for (int32_t i = 0; i < adjustments.num_penalty_tokens; ++i) {
+    float& logit = adjusted[size_t(adjustments.penalty_token_ids[i])];
+    const int32_t output_count = adjustments.penalty_output_counts[i];
+    if (output_count > 0 || adjustments.penalty_in_prompt[i] != 0) {
+      logit = logit > 0.0f ? logit / repetition : logit * repetition;
+    }
+    if (output_count > 0) {
+      logit -= adjustments.frequency_penalty * float(output_count);
+      logit -= adjustments.presence_penalty;
+    }
+  }
+  return adjusted.data();
+}
+
+// The ids, in order, whose probability is at least min_p times the largest: a logit at least
+// max + temperature * ln(min_p), one comparison per token instead of an exponential. Returns their
+// number; the largest is always among them.
+int32_t keep_min_p(const float* logits, int32_t vocab_size, float max_logit, const SamplingParams& params,
+                   std::vector<int32_t>& ids) {
+  const double threshold = double(max_logit) + double(params.temperature) * std::log(double(params.min_p));
+  int32_t kept = 0;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (double(logits[id]) >= threshold) ids[size_t(kept++)] = id;
+  }
+  return kept;
+}
+
+// Temperature, then min-p, then top-k, then top-p over the survivors, then one inverse-CDF draw.
+// Min-p goes first because it needs no sort and often leaves a few dozen tokens to sort.
+int32_t sample_stochastic(const float* logits, int32_t vocab_size, float max_logit, const SamplingParams& params,
                           std::vector<int32_t>& ids, std::vector<double>& probs) {
   ids.resize(size_t(vocab_size));
   probs.resize(size_t(vocab_size));
-  for (int32_t id = 0; id < vocab_size; ++id) ids[size_t(id)] = id;
+  int32_t num_candidates = vocab_size;
+  if (params.min_p > 0.0f) {
+    num_candidates = keep_min_p(logits, vocab_size, max_logit, params, ids);
+  } else {
+    for (int32_t id = 0; id < vocab_size; ++id) ids[size_t(id)] = id;
+  }
   const auto by_logit = [logits](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  int32_t num_candidates = vocab_size;
   const bool top_p_active = params.top_p < 1.0f;
-  if (params.top_k > 0 && params.top_k < vocab_size) {
+  if (params.top_k > 0 && params.top_k < num_candidates) {
+    std::partial_sort(ids.begin(), ids.begin() + params.top_k, ids.begin() + num_candidates, by_logit);
     num_candidates = params.top_k;
-    std::partial_sort(ids.begin(), ids.begin() + num_candidates, ids.end(), by_logit);
   } else if (top_p_active) {
-    std::sort(ids.begin(), ids.end(), by_logit);
+    std::sort(ids.begin(), ids.begin() + num_candidates, by_logit);
   }
-  // Without truncation the candidates stay in id order and need no sort.
-  float max_logit = logits[ids[0]];
-  for (int32_t i = 1; i < num_candidates; ++i) max_logit = std::max(max_logit, logits[ids[size_t(i)]]);
+  // Without truncation the candidates stay in id order and need no sort. Every truncation keeps
+  // the largest logit, so probabilities are relative to it.
   const double inverse_temperature = 1.0 / double(params.temperature);
   double total = 0;
   for (int32_t i = 0; i < num_candidates; ++i) {
@@ -55,11 +97,14 @@ int32_t sample_stochastic(const float* logits, int32_t vocab_size, const Samplin
   }
   const double target = uniform_from_counter(params.seed, uint64_t(uint32_t(params.output_index))) * total;
   double cumulative = 0;
+  int32_t last_possible = 0;
   for (int32_t i = 0; i < num_candidates; ++i) {
+    if (probs[size_t(i)] > 0) last_possible = i;
     cumulative += probs[size_t(i)];
     if (target < cumulative) return ids[size_t(i)];
   }
-  return ids[size_t(num_candidates - 1)];
+  // u * total may round up to total itself; a banned (probability 0) token is still never drawn.
+  return ids[size_t(last_possible)];
 }
 
 }  // namespace
@@ -69,15 +114,21 @@ double uniform_from_counter(uint64_t seed, uint64_t counter) {
   return double(bits >> 11) * 0x1.0p-53;
 }
 
-SampledToken sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size,
-                          const SamplingParams& params, std::vector<int32_t>& id_scratch, std::vector<double>& prob_scratch) {
+int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size, ArgMax raw_best,
+                     const SamplingParams& params, const LogitAdjustments& adjustments, SamplerScratch& scratch) {
+  ArgMax best = raw_best;
+  if (adjustments.any()) {
+    logits = adjust_logits(logits, vocab_size, adjustments, scratch.adjusted_logits);
+    best = kernels.argmax(logits, vocab_size);
+    // Every token banned leaves nothing to sample from: fall back, deterministically, to the raw
+    // argmax, the model's own first choice.
+    if (best.value == -std::numeric_limits<float>::infinity()) return raw_best.index;
+  }
   const bool greedy = params.temperature <= 0.0f || params.top_k == 1;
-  // Ties go to the lowest id. The log-softmax's denominator runs in the kernels' vectorized
-  // exponentials (a libm exp per vocabulary entry was ~2% of a batch-1 decode step).
-  const ArgMax best = kernels.argmax(logits, vocab_size);
-  const int32_t id = greedy ? best.index : sample_stochastic(logits, vocab_size, params, id_scratch, prob_scratch);
-  const double sum = kernels.sum_exp(logits, vocab_size, best.value);
-  return SampledToken{id, float(double(logits[id]) - best.value - std::log(sum))};
+  // Ties go to the lowest id. An infinite logit (a repetition penalty so small that a division
+  // overflowed) takes all the probability, which the draw's e^(logit - max) cannot express.
+  if (greedy || best.value == std::numeric_limits<float>::infinity()) return best.index;
+  return sample_stochastic(logits, vocab_size, best.value, params, scratch.ids, scratch.probs);
 }
 
 }  // namespace conduit

@@ -1,5 +1,7 @@
-// Token sampling from one row of logits. Counter-based: the random draw depends only on
-// (seed, output_index), so a seeded request samples the same tokens whatever shares its batch.
+// Token sampling from one row of logits, in vLLM v1's order: logit bias, repetition penalty,
+// frequency and presence penalties, then the argmax, or temperature, min-p, top-k, top-p and one
+// inverse-CDF draw. Counter-based: the draw depends only on (seed, output_index), so a seeded
+// request samples the same tokens whatever shares its batch.
 #pragma once
 
 #include <cstdint>
@@ -13,19 +15,41 @@ struct SamplingParams {
   float temperature;  // 0 = greedy
   float top_p;        // 1 disables
   int32_t top_k;      // 0 disables
+  float min_p;        // 0 disables
   uint64_t seed;
   int32_t output_index;
 };
 
-struct SampledToken {
-  int32_t token_id;
-  float logprob;  // log-softmax of the raw logits at token_id
+// What a sequence's logit bias and history do to its logits before sampling (cd_batch's entries).
+struct LogitAdjustments {
+  const int32_t* bias_token_ids;
+  const float* bias_values;  // finite, or -infinity to ban
+  int32_t num_bias_tokens;
+  float repetition_penalty;  // 1 disables
+  float frequency_penalty;   // 0 disables
+  float presence_penalty;    // 0 disables
+  const int32_t* penalty_token_ids;
+  const int32_t* penalty_output_counts;
+  const uint8_t* penalty_in_prompt;
+  int32_t num_penalty_tokens;
+
+  // Neutral adjustments leave the logits as they are, so the sampler reads the raw row.
+  bool any() const {
+    const bool penalized = repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+    return num_bias_tokens > 0 || (penalized && num_penalty_tokens > 0);
+  }
 };
 
-// Scratch vectors grow to vocab_size and are reused across calls. The logprob's denominator
-// runs in the kernels' exponentials.
-SampledToken sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size,
-                          const SamplingParams& params, std::vector<int32_t>& id_scratch, std::vector<double>& prob_scratch);
+// One thread's scratch: each vector grows to the vocabulary once and is reused.
+struct SamplerScratch {
+  std::vector<float> adjusted_logits;
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+};
+
+// The sampled token id. raw_best is the argmax of the raw logits (ties to the lowest id).
+int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size, ArgMax raw_best,
+                     const SamplingParams& params, const LogitAdjustments& adjustments, SamplerScratch& scratch);
 
 // A uniform draw in [0, 1) keyed by (seed, counter).
 double uniform_from_counter(uint64_t seed, uint64_t counter);

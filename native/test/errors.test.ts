@@ -4,7 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, truncateSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { SEQ_SAMPLE } from '../api.ts';
+import type { ForwardBatch } from '../api.ts';
+import { SEQ_PROMPT_LOGPROBS, SEQ_SAMPLE } from '../api.ts';
 import { kernelSupported, loadModel } from '../index.ts';
 import { buildBatch, loadOptions, makeTempDir, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
 
@@ -126,5 +127,67 @@ test('forward() rejects bad batches in TypeScript and stays usable; one call at 
     const result = await first;
     assert.ok(result.sampledTokenIds[0] >= 0 && result.sampledTokenIds[0] < 40);
     assert.equal(result.logits.length, 0);
+  });
+});
+
+/** A batch of two sequences using every sampling extension, broken one field at a time. */
+const BATCH_EDITS: ReadonlyArray<[string, (batch: ForwardBatch) => void, RegExp]> = [
+  ['minPs too short', (b) => (b.minPs = new Float32Array(1)), /minPs: holds 1 entries, needs 2/],
+  ['numTopLogprobs too short', (b) => (b.numTopLogprobs = new Int32Array(1)), /numTopLogprobs: holds 1 entries, needs 2/],
+  ['promptNextTokenIds too short', (b) => (b.promptNextTokenIds = new Int32Array(0)), /promptNextTokenIds: holds 0 entries, needs 2/],
+  ['minP above 1', (b) => (b.minPs[1] = 1.5), /minPs: sequence 1 has 1\.5; expected \[0, 1\]/],
+  ['minP NaN', (b) => (b.minPs[0] = NaN), /minPs: sequence 0 has NaN/],
+  ['presence penalty above 2', (b) => (b.presencePenalties[0] = 2.5), /presencePenalties: sequence 0 has 2\.5; expected \[-2, 2\]/],
+  ['frequency penalty below -2', (b) => (b.frequencyPenalties[1] = -3), /frequencyPenalties: sequence 1 has -3; expected \[-2, 2\]/],
+  ['repetition penalty 0', (b) => (b.repetitionPenalties[1] = 0), /repetitionPenalties: sequence 1 has 0; expected a finite number > 0/],
+  ['repetition penalty infinite', (b) => (b.repetitionPenalties[0] = Infinity), /repetitionPenalties: sequence 0 has Infinity/],
+  ['penaltyStarts too short', (b) => (b.penaltyStarts = Int32Array.of(0, 2)), /penaltyStarts: holds 2 entries, needs 3/],
+  ['penaltyStarts not from 0', (b) => (b.penaltyStarts[0] = 1), /penaltyStarts: must start at 0, got 1/],
+  ['penaltyStarts decreasing', (b) => b.penaltyStarts.set([0, 3, 2]), /penaltyStarts: sequence 1 ends at 2, before it starts \(3\); offsets must not decrease/],
+  ['penalty entries past the arrays', (b) => (b.penaltyStarts[2] = 9), /penaltyTokenIds: holds 4 entries, needs 9/],
+  ['penaltyInPrompt shorter than the ranges', (b) => (b.penaltyInPrompt = new Uint8Array(3)), /penaltyInPrompt: holds 3 entries, needs 4/],
+  ['penalty token outside the vocabulary', (b) => (b.penaltyTokenIds[3] = 40), /penaltyTokenIds: sequence 1 entry 3 is 40, outside \[0, 40\)/],
+  ['penalty token twice in a sequence', (b) => (b.penaltyTokenIds[1] = b.penaltyTokenIds[0]), /penaltyTokenIds: sequence 0 lists token 5 twice \(again at entry 1\)/],
+  ['negative output count', (b) => (b.penaltyOutputCounts[2] = -1), /penaltyOutputCounts: sequence 1 entry 2 has -1; expected >= 0/],
+  ['penaltyInPrompt not 0 or 1', (b) => (b.penaltyInPrompt[0] = 2), /penaltyInPrompt: sequence 0 entry 0 has 2; expected 0 or 1/],
+  ['biasStarts not from 0', (b) => (b.biasStarts[0] = -1), /biasStarts: must start at 0, got -1/],
+  ['biasStarts decreasing', (b) => b.biasStarts.set([0, 2, 1]), /biasStarts: sequence 1 ends at 1, before it starts \(2\)/],
+  ['biasValues shorter than the ranges', (b) => (b.biasValues = new Float32Array(2)), /biasValues: holds 2 entries, needs 3/],
+  ['bias token negative', (b) => (b.biasTokenIds[0] = -1), /biasTokenIds: sequence 0 entry 0 is -1, outside \[0, 40\)/],
+  ['bias token twice in a sequence', (b) => (b.biasTokenIds[1] = b.biasTokenIds[0]), /biasTokenIds: sequence 0 lists token 7 twice \(again at entry 1\)/],
+  ['bias +Infinity', (b) => (b.biasValues[2] = Infinity), /biasValues: sequence 1 entry 2 has Infinity; expected a finite number or -Infinity/],
+  ['bias NaN', (b) => (b.biasValues[0] = NaN), /biasValues: sequence 0 entry 0 has NaN/],
+  ['numTopLogprobs above 20', (b) => (b.numTopLogprobs[0] = 21), /numTopLogprobs: sequence 0 has 21; expected 0\.\.20/],
+  ['numPromptTopLogprobs negative', (b) => (b.numPromptTopLogprobs[1] = -1), /numPromptTopLogprobs: sequence 1 has -1; expected 0\.\.20/],
+  ['promptNextTokenIds outside the vocabulary', (b) => (b.promptNextTokenIds[1] = 40), /promptNextTokenIds: sequence 1 has 40; expected -1 or a token id in \[0, 40\)/],
+  ['promptNextTokenIds below -1', (b) => (b.promptNextTokenIds[1] = -2), /promptNextTokenIds: sequence 1 has -2/],
+  ['an unknown seqFlags bit', (b) => (b.seqFlags[0] |= 8), /seqFlags: sequence 0 has 9; known bits are 7/],
+];
+
+test('forward() rejects bad sampling extensions, naming the field, the sequence and the value', async () => {
+  using temp = makeTempDir('errors');
+  const modelDir = writeCheckpoint(temp.dir, 'sampling', SHAPE);
+  await withModel(loadOptions(modelDir, { numKvBlocks: 4 }), async (model) => {
+    const goodBatch = () =>
+      buildBatch([
+        {
+          tokenIds: [1, 2], startPosition: 0, blockIds: [0], flags: SEQ_SAMPLE, temperature: 1, minP: 0.1, numTopLogprobs: 3,
+          penaltyHistory: [{ tokenId: 5, outputCount: 1, inPrompt: true }, { tokenId: 6, outputCount: 0, inPrompt: true }],
+          presencePenalty: 0.5, logitBias: [[7, -Infinity], [8, 2]],
+        },
+        {
+          tokenIds: [3], startPosition: 0, blockIds: [1], flags: SEQ_SAMPLE | SEQ_PROMPT_LOGPROBS, numPromptTopLogprobs: 2, promptNextTokenId: 4,
+          penaltyHistory: [{ tokenId: 5, outputCount: 2, inPrompt: false }, { tokenId: 9, outputCount: 1, inPrompt: false }],
+          repetitionPenalty: 1.2, frequencyPenalty: -0.5, logitBias: [[5, 1]],
+        },
+      ]);
+    await model.forward(goodBatch());
+    for (const [name, edit, message] of BATCH_EDITS) {
+      const batch = goodBatch();
+      edit(batch);
+      await assert.rejects(model.forward(batch), message, name);
+    }
+    const result = await model.forward(goodBatch());
+    assert.ok(result.sampledTokenIds.every((id) => id >= 0 && id < 40), 'the model stays usable');
   });
 });

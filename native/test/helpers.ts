@@ -52,6 +52,13 @@ export async function withModel<T>(options: LoadOptions, fn: (model: NativeModel
   }
 }
 
+/** One distinct token of a sequence's history, as the penalties see it. */
+export interface PenaltyEntry {
+  tokenId: number;
+  outputCount: number;
+  inPrompt: boolean;
+}
+
 /** One sequence's share of a step: its next tokens from startPosition on, and its block table. */
 export interface SeqChunk {
   tokenIds: readonly number[];
@@ -63,12 +70,37 @@ export interface SeqChunk {
   topK?: number;
   seed?: bigint;
   outputIndex?: number;
+  minP?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  repetitionPenalty?: number;
+  penaltyHistory?: readonly PenaltyEntry[];
+  /** [tokenId, value] pairs added to the logits. */
+  logitBias?: ReadonlyArray<readonly [number, number]>;
+  numTopLogprobs?: number;
+  numPromptTopLogprobs?: number;
+  promptNextTokenId?: number;
+}
+
+/** The penalty history of a sequence: one entry per distinct token of its prompt and output, in first-seen order. */
+export function penaltyHistory(promptTokenIds: readonly number[], outputTokenIds: readonly number[]): PenaltyEntry[] {
+  const entries = new Map<number, PenaltyEntry>();
+  const entryOf = (tokenId: number): PenaltyEntry => {
+    let entry = entries.get(tokenId);
+    if (entry === undefined) entries.set(tokenId, (entry = { tokenId, outputCount: 0, inPrompt: false }));
+    return entry;
+  };
+  for (const tokenId of promptTokenIds) entryOf(tokenId).inPrompt = true;
+  for (const tokenId of outputTokenIds) entryOf(tokenId).outputCount++;
+  return [...entries.values()];
 }
 
 export function buildBatch(chunks: readonly SeqChunk[]): ForwardBatch {
   const numSeqs = chunks.length;
   const numTokens = chunks.reduce((sum, c) => sum + c.tokenIds.length, 0);
   const maxBlocksPerSeq = Math.max(1, ...chunks.map((c) => c.blockIds.length));
+  const numPenaltyEntries = chunks.reduce((sum, c) => sum + (c.penaltyHistory?.length ?? 0), 0);
+  const numBiasEntries = chunks.reduce((sum, c) => sum + (c.logitBias?.length ?? 0), 0);
   const batch: ForwardBatch = {
     numSeqs,
     numTokens,
@@ -83,6 +115,20 @@ export function buildBatch(chunks: readonly SeqChunk[]): ForwardBatch {
     topKs: new Int32Array(numSeqs),
     seeds: new BigUint64Array(numSeqs),
     outputIndices: new Int32Array(numSeqs),
+    minPs: new Float32Array(numSeqs),
+    presencePenalties: new Float32Array(numSeqs),
+    frequencyPenalties: new Float32Array(numSeqs),
+    repetitionPenalties: new Float32Array(numSeqs),
+    penaltyStarts: new Int32Array(numSeqs + 1),
+    penaltyTokenIds: new Int32Array(numPenaltyEntries),
+    penaltyOutputCounts: new Int32Array(numPenaltyEntries),
+    penaltyInPrompt: new Uint8Array(numPenaltyEntries),
+    biasStarts: new Int32Array(numSeqs + 1),
+    biasTokenIds: new Int32Array(numBiasEntries),
+    biasValues: new Float32Array(numBiasEntries),
+    numTopLogprobs: new Int32Array(numSeqs),
+    numPromptTopLogprobs: new Int32Array(numSeqs),
+    promptNextTokenIds: new Int32Array(numSeqs),
   };
   let t = 0;
   chunks.forEach((chunk, seq) => {
@@ -99,9 +145,49 @@ export function buildBatch(chunks: readonly SeqChunk[]): ForwardBatch {
     batch.topKs[seq] = chunk.topK ?? 0;
     batch.seeds[seq] = chunk.seed ?? 0n;
     batch.outputIndices[seq] = chunk.outputIndex ?? 0;
+    batch.minPs[seq] = chunk.minP ?? 0;
+    batch.presencePenalties[seq] = chunk.presencePenalty ?? 0;
+    batch.frequencyPenalties[seq] = chunk.frequencyPenalty ?? 0;
+    batch.repetitionPenalties[seq] = chunk.repetitionPenalty ?? 1;
+    batch.numTopLogprobs[seq] = chunk.numTopLogprobs ?? 0;
+    batch.numPromptTopLogprobs[seq] = chunk.numPromptTopLogprobs ?? 0;
+    batch.promptNextTokenIds[seq] = chunk.promptNextTokenId ?? -1;
+    fillPenaltyRange(batch, seq, chunk.penaltyHistory ?? []);
+    fillBiasRange(batch, seq, chunk.logitBias ?? []);
   });
   batch.queryStarts[numSeqs] = t;
   return batch;
+}
+
+function fillPenaltyRange(batch: ForwardBatch, seq: number, entries: readonly PenaltyEntry[]): void {
+  const begin = batch.penaltyStarts[seq];
+  entries.forEach((entry, i) => {
+    batch.penaltyTokenIds[begin + i] = entry.tokenId;
+    batch.penaltyOutputCounts[begin + i] = entry.outputCount;
+    batch.penaltyInPrompt[begin + i] = entry.inPrompt ? 1 : 0;
+  });
+  batch.penaltyStarts[seq + 1] = begin + entries.length;
+}
+
+function fillBiasRange(batch: ForwardBatch, seq: number, bias: ReadonlyArray<readonly [number, number]>): void {
+  const begin = batch.biasStarts[seq];
+  bias.forEach(([tokenId, value], i) => {
+    batch.biasTokenIds[begin + i] = tokenId;
+    batch.biasValues[begin + i] = value;
+  });
+  batch.biasStarts[seq + 1] = begin + bias.length;
+}
+
+/** A deterministic uniform source in [0, 1) (mulberry32). */
+export function uniformSource(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let x = state;
+    x = Math.imul(x ^ (x >>> 15), x | 1);
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
+    return ((x ^ (x >>> 14)) >>> 0) / 2 ** 32;
+  };
 }
 
 /** Deterministic pseudo-random token ids in [0, vocabSize). */
