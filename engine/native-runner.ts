@@ -1,10 +1,11 @@
 // The model runner over the native runtime: lays a SchedulerOutput out as a ForwardBatch.
-// The batch's typed arrays are sized once for the largest step the scheduler can produce
-// (maxNumSeqs sequences, maxNumBatchedTokens tokens) and refilled in place every step.
+// The batch's fixed-shape arrays are sized once for the largest step the scheduler can produce
+// (maxNumSeqs sequences, maxNumBatchedTokens tokens) and refilled in place every step; the
+// penalty and bias entries, whose count varies, live in arrays that only grow.
 import type { ForwardBatch, NativeModel } from '../native/api.ts';
-import { SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
+import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
 import type { ModelRunner, RunnerInfo } from './runner.ts';
-import type { RunnerResult, SchedulerOutput } from './scheduler-output.ts';
+import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
 
 export interface NativeRunnerLimits {
   maxModelLen: number;
@@ -12,16 +13,24 @@ export interface NativeRunnerLimits {
   maxNumBatchedTokens: number;
 }
 
+const NO_BIAS = -1;
+
 export class NativeRunner implements ModelRunner {
   readonly info: RunnerInfo;
   private readonly model: NativeModel;
   private readonly batch: ForwardBatch;
+  /** biasSlots[tokenId]: a sequence's bias entry for the token while its entries are written, else NO_BIAS. */
+  private readonly biasSlots: Int32Array;
 
   constructor(model: NativeModel, limits: NativeRunnerLimits) {
+    if (MAX_TOP_LOGPROBS !== TOP_LOGPROBS_STRIDE) {
+      throw new Error(`native top-logprob rows are ${MAX_TOP_LOGPROBS} wide; the engine's are ${TOP_LOGPROBS_STRIDE}`);
+    }
     const { numKvBlocks, blockSizeTokens, vocabSize } = model.info;
     const { maxModelLen, maxNumSeqs, maxNumBatchedTokens } = limits;
     this.model = model;
     this.info = { numKvBlocks, blockSizeTokens, vocabSize, maxModelLen };
+    this.biasSlots = new Int32Array(vocabSize).fill(NO_BIAS);
     const maxBlocksPerSeq = Math.ceil(maxModelLen / blockSizeTokens);
     this.batch = {
       numSeqs: 0,
@@ -37,7 +46,6 @@ export class NativeRunner implements ModelRunner {
       topKs: new Int32Array(maxNumSeqs),
       seeds: new BigUint64Array(maxNumSeqs),
       outputIndices: new Int32Array(maxNumSeqs),
-      // Until the engine sends min-p, penalties, bias or logprobs: set once, never refilled.
       ...neutralSamplingExtensions(maxNumSeqs),
     };
   }
@@ -63,6 +71,8 @@ export class NativeRunner implements ModelRunner {
     batch.blockTables.fill(-1, 0, scheduled.length * maxBlocksPerSeq);
 
     let tokenIndex = 0;
+    let numPenaltyEntries = 0;
+    let numBiasEntries = 0;
     for (let seq = 0; seq < scheduled.length; seq++) {
       const entry = scheduled[seq];
       batch.queryStarts[seq] = tokenIndex;
@@ -74,13 +84,105 @@ export class NativeRunner implements ModelRunner {
       const row = seq * maxBlocksPerSeq;
       for (let block = 0; block < entry.blockIds.length; block++) batch.blockTables[row + block] = entry.blockIds[block];
       const { sampling } = entry;
-      batch.seqFlags[seq] = entry.sample ? SEQ_SAMPLE : 0;
+      batch.seqFlags[seq] = (entry.sample ? SEQ_SAMPLE : 0) | (entry.scoresPrompt ? SEQ_PROMPT_LOGPROBS : 0);
       batch.temperatures[seq] = sampling.temperature;
       batch.topPs[seq] = sampling.topP;
       batch.topKs[seq] = sampling.topK;
       batch.seeds[seq] = sampling.seed;
       batch.outputIndices[seq] = entry.numOutputTokens;
+      batch.minPs[seq] = sampling.minP;
+      batch.presencePenalties[seq] = sampling.presencePenalty;
+      batch.frequencyPenalties[seq] = sampling.frequencyPenalty;
+      batch.repetitionPenalties[seq] = sampling.repetitionPenalty;
+      batch.numTopLogprobs[seq] = entry.sample ? sampling.numTopLogprobs : 0;
+      batch.numPromptTopLogprobs[seq] = entry.scoresPrompt ? sampling.numPromptLogprobs! : 0;
+      batch.promptNextTokenIds[seq] = entry.scoresPrompt && end < entry.tokenIds.length ? entry.tokenIds[end] : -1;
+      // Penalties and bias only shape a sample.
+      batch.penaltyStarts[seq] = numPenaltyEntries;
+      batch.biasStarts[seq] = numBiasEntries;
+      if (!entry.sample) continue;
+      numPenaltyEntries = this.fillPenalties(entry, numPenaltyEntries);
+      numBiasEntries = this.fillBias(entry, numBiasEntries);
     }
     batch.queryStarts[scheduled.length] = tokenIndex;
+    batch.penaltyStarts[scheduled.length] = numPenaltyEntries;
+    batch.biasStarts[scheduled.length] = numBiasEntries;
   }
+
+  /** Appends the sequence's penalty entries from index `first`; returns the end. */
+  private fillPenalties(entry: ScheduledSequence, first: number): number {
+    const history = entry.penaltyHistory;
+    if (history === null) return first;
+    const { batch } = this;
+    const { promptTokenIds, outputCounts } = history;
+    // Prompt tokens matter only to the repetition penalty.
+    const withPrompt = entry.sampling.repetitionPenalty !== 1;
+    this.reservePenalties(first + (withPrompt ? promptTokenIds.size : 0) + outputCounts.size);
+    let index = first;
+    if (withPrompt) {
+      for (const tokenId of promptTokenIds) {
+        batch.penaltyTokenIds[index] = tokenId;
+        batch.penaltyOutputCounts[index] = outputCounts.get(tokenId) ?? 0;
+        batch.penaltyInPrompt[index++] = 1;
+      }
+    }
+    for (const [tokenId, count] of outputCounts) {
+      const inPrompt = promptTokenIds.has(tokenId);
+      if (withPrompt && inPrompt) continue;
+      batch.penaltyTokenIds[index] = tokenId;
+      batch.penaltyOutputCounts[index] = count;
+      batch.penaltyInPrompt[index++] = inPrompt ? 1 : 0;
+    }
+    return index;
+  }
+
+  /** Appends the request's logit bias and the banned tokens (-Infinity, which wins) from index `first`; returns the end. */
+  private fillBias(entry: ScheduledSequence, first: number): number {
+    const { logitBias } = entry.sampling;
+    const banned = entry.bannedTokenIds;
+    if (logitBias.size === 0 && banned.length === 0) return first;
+    const { batch, biasSlots } = this;
+    this.reserveBias(first + logitBias.size + banned.length);
+    let index = first;
+    for (const [tokenId, bias] of logitBias) {
+      biasSlots[tokenId] = index;
+      batch.biasTokenIds[index] = tokenId;
+      batch.biasValues[index++] = bias;
+    }
+    for (const tokenId of banned) {
+      // Each id at most once per sequence: a banned token already biased is banned in place.
+      const slot = biasSlots[tokenId];
+      if (slot !== NO_BIAS) {
+        batch.biasValues[slot] = -Infinity;
+        continue;
+      }
+      biasSlots[tokenId] = index;
+      batch.biasTokenIds[index] = tokenId;
+      batch.biasValues[index++] = -Infinity;
+    }
+    for (let i = first; i < index; i++) biasSlots[batch.biasTokenIds[i]] = NO_BIAS;
+    return index;
+  }
+
+  private reservePenalties(numEntries: number): void {
+    const { batch } = this;
+    if (numEntries <= batch.penaltyTokenIds.length) return;
+    const capacity = Math.max(numEntries, 2 * batch.penaltyTokenIds.length);
+    batch.penaltyTokenIds = grown(batch.penaltyTokenIds, new Int32Array(capacity));
+    batch.penaltyOutputCounts = grown(batch.penaltyOutputCounts, new Int32Array(capacity));
+    batch.penaltyInPrompt = grown(batch.penaltyInPrompt, new Uint8Array(capacity));
+  }
+
+  private reserveBias(numEntries: number): void {
+    const { batch } = this;
+    if (numEntries <= batch.biasTokenIds.length) return;
+    const capacity = Math.max(numEntries, 2 * batch.biasTokenIds.length);
+    batch.biasTokenIds = grown(batch.biasTokenIds, new Int32Array(capacity));
+    batch.biasValues = grown(batch.biasValues, new Float32Array(capacity));
+  }
+}
+
+function grown<T extends Int32Array | Uint8Array | Float32Array>(old: T, larger: T): T {
+  larger.set(old);
+  return larger;
 }

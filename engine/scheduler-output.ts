@@ -24,6 +24,11 @@ export interface ScheduledSequence {
   penaltyHistory: PenaltyHistory | null;
   /** Tokens the sample must not be (EOS and stop tokens before min_tokens). */
   bannedTokenIds: readonly number[];
+  /**
+   * Score this chunk's prompt positions (prompt logprobs, sampling.numPromptLogprobs
+   * alternatives each): set on the chunks that reach positions not yet scored.
+   */
+  scoresPrompt: boolean;
 }
 
 export interface SchedulerOutput {
@@ -35,10 +40,28 @@ export interface SchedulerOutput {
   preemptedRequestIds: string[];
 }
 
-/** What the runner returns for one SchedulerOutput, indexed like output.scheduled. */
+/** Rows of top-logprob outputs are this wide: the most alternatives a request may ask for. */
+export { MAX_TOP_LOGPROBS as TOP_LOGPROBS_STRIDE } from './sampling.ts';
+
+/**
+ * What the runner returns for one SchedulerOutput. Per-sequence arrays are indexed like
+ * output.scheduled; per-token arrays like the step's tokens, the sequences' chunks one after
+ * another in scheduled order. Log-probabilities are under the raw logits.
+ */
 export interface RunnerResult {
   /** -1 where the sequence was not sampled. */
   sampledTokenIds: Int32Array;
-  /** Log-probability of each sampled token under the unmodified distribution. */
   sampledLogprobs: Float32Array;
+  /** [sequences × TOP_LOGPROBS_STRIDE]: a sampled row's first sampling.numTopLogprobs entries are its likeliest tokens. */
+  topTokenIds: Int32Array;
+  topLogprobs: Float32Array;
+  /**
+   * [tokens] when a chunk scores its prompt, else empty: at each of its tokens, the log-probability
+   * and rank of the token that follows it (NaN and 0 past the known tokens).
+   */
+  promptLogprobs: Float32Array;
+  promptRanks: Int32Array;
+  /** [tokens × TOP_LOGPROBS_STRIDE] when a scoring chunk asks for alternatives, else empty. */
+  promptTopTokenIds: Int32Array;
+  promptTopLogprobs: Float32Array;
 }

@@ -11,9 +11,9 @@ import { rootHash } from './kv/block-hash.ts';
 import { KvCacheManager } from './kv/kv-cache-manager.ts';
 import { FcfsQueue, PriorityQueue, SequenceList, type WaitingQueue } from './queues.ts';
 import { resolveSampling } from './sampling.ts';
-import type { RunnerResult, ScheduledSequence, SchedulerOutput } from './scheduler-output.ts';
+import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
 import { Sequence } from './sequence.ts';
-import type { FinishReason, GenerateRequest, KvEvent, RequestOutput, WorkerLoad } from './types.ts';
+import type { FinishReason, GenerateRequest, KvEvent, RequestOutput, TokenLogprobs, WorkerLoad } from './types.ts';
 
 export type SchedulingPolicy = 'fcfs' | 'priority';
 
@@ -257,9 +257,12 @@ export class Scheduler {
   update(output: SchedulerOutput, result: RunnerResult): RequestOutput[] {
     this.kv.commitStep();
     const outputs: RequestOutput[] = [];
+    let firstTokenIndex = 0;
     for (let index = 0; index < output.scheduled.length; index++) {
       const entry = output.scheduled[index];
       const sequence = this.sequences.get(entry.requestId)!;
+      if (entry.scoresPrompt) collectPromptLogprobs(sequence, entry, result, firstTokenIndex);
+      firstTokenIndex += entry.numScheduledTokens;
       sequence.numComputedTokens += entry.numScheduledTokens;
       if (sequence.numComputedTokens === sequence.numTokens) sequence.isRecomputing = false;
       if (!entry.sample) continue;
@@ -270,6 +273,15 @@ export class Scheduler {
       const news = this.outputOf(sequence, finishReason);
       news.newTokenIds.push(tokenId);
       news.newLogprobs.push(result.sampledLogprobs[index]);
+      const { numTopLogprobs } = sequence.sampling;
+      if (numTopLogprobs > 0) {
+        const row = index * TOP_LOGPROBS_STRIDE;
+        news.newTopLogprobs = [topRowOf(result.sampledLogprobs[index], result.topTokenIds, result.topLogprobs, row, numTopLogprobs)];
+      }
+      if (sequence.promptLogprobs !== null && !sequence.hasSentPromptLogprobs) {
+        news.promptLogprobs = sequence.promptLogprobs;
+        sequence.hasSentPromptLogprobs = true;
+      }
       if (finishReason === 'stop') news.stopTokenId = tokenId;
       outputs.push(news);
     }
@@ -328,6 +340,7 @@ export class Scheduler {
       sampling: sequence.sampling,
       penaltyHistory: sequence.penaltyHistory,
       bannedTokenIds: sequence.numOutputTokens < sequence.sampling.minTokens ? this.stopTokenIdsOf(sequence) : NO_TOKENS,
+      scoresPrompt: scoresPrompt(sequence, numNewTokens),
     };
   }
 
@@ -409,6 +422,38 @@ export class Scheduler {
       numOutputTokens: sequence.numOutputTokens,
     };
   }
+}
+
+/** Prompt positions score the token after them: the last prompt position predicts the output. */
+function numScoredPositions(sequence: Sequence): number {
+  return Math.max(0, sequence.numPromptTokens - 1);
+}
+
+/** Whether a chunk of numNewTokens from numComputedTokens on reaches prompt positions not yet scored. */
+function scoresPrompt(sequence: Sequence, numNewTokens: number): boolean {
+  const scored = sequence.promptLogprobs;
+  if (scored === null || scored.length === numScoredPositions(sequence)) return false;
+  return sequence.numComputedTokens <= scored.length && scored.length < sequence.numComputedTokens + numNewTokens;
+}
+
+/** Appends the scores of the chunk's positions that are not yet scored; entry is from this step. */
+function collectPromptLogprobs(sequence: Sequence, entry: ScheduledSequence, result: RunnerResult, firstTokenIndex: number): void {
+  const scored = sequence.promptLogprobs!;
+  const numTop = sequence.sampling.numPromptLogprobs!;
+  const end = Math.min(entry.startPosition + entry.numScheduledTokens, numScoredPositions(sequence));
+  for (let position = scored.length; position < end; position++) {
+    const token = firstTokenIndex + position - entry.startPosition;
+    const top = topRowOf(result.promptLogprobs[token], result.promptTopTokenIds, result.promptTopLogprobs, token * TOP_LOGPROBS_STRIDE, numTop);
+    scored.push({ ...top, rank: result.promptRanks[token] });
+  }
+}
+
+function topRowOf(logprob: number, ids: Int32Array, logprobs: Float32Array, rowStart: number, numTop: number): TokenLogprobs {
+  return {
+    logprob,
+    topTokenIds: Array.from(ids.subarray(rowStart, rowStart + numTop)),
+    topLogprobs: Array.from(logprobs.subarray(rowStart, rowStart + numTop)),
+  };
 }
 
 /** A binary min-heap of deadlines by time. */

@@ -5,6 +5,7 @@ import type { BlockHash } from './kv/block-hash.ts';
 import type { KvSequence } from './kv/kv-cache-manager.ts';
 import type { Queued } from './queues.ts';
 import type { ResolvedSampling } from './sampling.ts';
+import type { PromptTokenLogprobs } from './types.ts';
 
 /** The distinct tokens the penalties weigh: the prompt's, and each output token's count. */
 export interface PenaltyHistory {
@@ -50,6 +51,13 @@ export class Sequence implements KvSequence, Queued {
   isRecomputing = false;
   /** What the penalties look at; null when none applies. */
   readonly penaltyHistory: PenaltyHistory | null;
+  /**
+   * With prompt logprobs: entry i scores prompt token i + 1, filled chunk by chunk (a
+   * recomputation after a preemption skips what is here); null without.
+   */
+  readonly promptLogprobs: PromptTokenLogprobs[] | null;
+  /** The first output carried promptLogprobs. */
+  hasSentPromptLogprobs = false;
   prev: Sequence | null = null;
   next: Sequence | null = null;
   heapIndex = -1;
@@ -66,6 +74,7 @@ export class Sequence implements KvSequence, Queued {
     const { presencePenalty, frequencyPenalty, repetitionPenalty } = init.sampling;
     const penalized = presencePenalty !== 0 || frequencyPenalty !== 0 || repetitionPenalty !== 1;
     this.penaltyHistory = penalized ? { promptTokenIds: new Set(init.promptTokenIds), outputCounts: new Map() } : null;
+    this.promptLogprobs = init.sampling.numPromptLogprobs === null ? null : [];
   }
 
   get numTokens(): number {

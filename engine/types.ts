@@ -47,14 +47,17 @@ export interface GenerateRequest {
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
 
-/** A token and its log-probability, with the likeliest alternatives when asked for. */
+/** A token's log-probability (under the raw logits), with the likeliest alternatives when asked for. */
 export interface TokenLogprobs {
   logprob: number;
-  /** 1 + the number of tokens likelier than this one. */
-  rank: number;
   /** Most likely first; ties to the lower id. */
   topTokenIds: number[];
   topLogprobs: number[];
+}
+
+export interface PromptTokenLogprobs extends TokenLogprobs {
+  /** 1 + the tokens ranked before this one (a larger logit, or an equal one with a lower id). */
+  rank: number;
 }
 
 /** One step's worth of news about one request. */
@@ -69,7 +72,7 @@ export interface RequestOutput {
    * With numPromptLogprobs set, in the first output: entry i scores prompt token i + 1 given
    * the tokens before it (the first prompt token has no score).
    */
-  promptLogprobs?: TokenLogprobs[];
+  promptLogprobs?: PromptTokenLogprobs[];
   finishReason: FinishReason | null;
   /**
    * The stop token that ended the request, when finishReason is 'stop'. It is also the last of

@@ -2,7 +2,7 @@
 // deltas and one finish (or one error) come back. The OpenAI renderers (and later WebSocket
 // and KServe) only format what this reports.
 import { randomUUID } from 'node:crypto';
-import type { RequestOutput, SamplingParams, TokenLogprobs } from '../engine/types.ts';
+import type { PromptTokenLogprobs, RequestOutput, SamplingParams } from '../engine/types.ts';
 import { pickLeastLoaded } from '../router/least-loaded.ts';
 import { ApiError, fromEngineError } from './errors.ts';
 import type { GatewayMetrics } from './metrics.ts';
@@ -46,7 +46,7 @@ export interface GenerationFinish {
   /** Tokens not yet reported with text (held back, special, or cut by a stop); null without logprobs. */
   tokenLogprobs: TokenLogprob[] | null;
   /** With sampling.numPromptLogprobs: entry i scores prompt token i + 1; otherwise null. */
-  promptLogprobs: TokenLogprobs[] | null;
+  promptLogprobs: PromptTokenLogprobs[] | null;
 }
 
 const noAlternatives: readonly number[] = [];
@@ -88,7 +88,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   const stopMatcher = new StopMatcher(request.stopStrings);
   let numOutputTokens = 0;
   let numCachedTokens = 0;
-  let promptLogprobs: TokenLogprobs[] | null = null;
+  let promptLogprobs: PromptTokenLogprobs[] | null = null;
   let isFinished = false;
   let pendingLogprobs: TokenLogprob[] | null = request.wantsLogprobs ? [] : null;
 

@@ -207,6 +207,12 @@ export interface ForwardResult {
   promptTopTokenIds: Int32Array;
   /** Shaped like promptTopTokenIds: the raw log-softmax at its ids; NaN where the id is -1. */
   promptTopLogprobs: Float32Array;
+  /**
+   * Shaped like promptLogprobs: the next token's rank under the raw logits, 1 + the tokens that
+   * come before it in topTokenIds' order (a larger logit, or an equal one with a lower id); 0 where
+   * promptLogprobs is NaN. vLLM reports it beside each prompt logprob.
+   */
+  promptRanks: Int32Array;
 }
 
 export interface NativeModel {

@@ -191,6 +191,7 @@ function allocateOutputs(batch: ForwardBatch, vocabSize: number): ForwardResult 
     promptLogprobs: new Float32Array(promptLogprobTokens),
     promptTopTokenIds: new Int32Array(promptTopTokens * MAX_TOP_LOGPROBS),
     promptTopLogprobs: new Float32Array(promptTopTokens * MAX_TOP_LOGPROBS),
+    promptRanks: new Int32Array(promptLogprobTokens),
   };
 }
 

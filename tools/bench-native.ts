@@ -13,10 +13,7 @@
 //
 // Decode and prefill run in rounds, the modes taking turns; the table shows medians.
 //
-// The 125 M-parameter checkpoint (Llama: hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048,
-// vocab 32000, untied, bf16) is written under .bench/ on first use.
-import { existsSync, readFileSync } from 'node:fs';
-import os from 'node:os';
+// The 125 M-parameter checkpoint (tools/bench-model.ts) is written under .bench/ on first use.
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
@@ -25,10 +22,9 @@ import { kernelSupported, loadModel, probes } from '../native/index.ts';
 import { buildBatch } from '../native/test/helpers.ts';
 import { relativeError } from '../test/reference/llama-reference.ts';
 import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
-import { DEFAULT_OPTIONS, writeRandomCheckpoint } from './make-checkpoint.ts';
+import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
 
-const SHAPE = { hiddenSize: 768, numLayers: 12, numHeads: 12, numKvHeads: 4, intermediateSize: 2048, vocabSize: 32000 };
-const HEAD_DIM = SHAPE.hiddenSize / SHAPE.numHeads;
+const HEAD_DIM = BENCH_SHAPE.hiddenSize / BENCH_SHAPE.numHeads;
 const BLOCK_SIZE_TOKENS = 16;
 const PROMPT_TOKENS = 128;
 const PREFILL_TOKENS = 512;
@@ -51,11 +47,11 @@ const MODES: readonly Mode[] = [
 
 /** Weights every decoded token multiplies: the layers' matrices and the LM head (not the embedding table). */
 function matmulWeightsPerToken(): number {
-  return layerWeightsPerToken() + SHAPE.vocabSize * SHAPE.hiddenSize;
+  return layerWeightsPerToken() + BENCH_SHAPE.vocabSize * BENCH_SHAPE.hiddenSize;
 }
 
 function layerWeightsPerToken(): number {
-  const { hiddenSize: h, numLayers, numKvHeads, intermediateSize: f } = SHAPE;
+  const { hiddenSize: h, numLayers, numKvHeads, intermediateSize: f } = BENCH_SHAPE;
   const kv = numKvHeads * HEAD_DIM;
   return numLayers * (2 * h * h + 2 * h * kv + 3 * h * f);
 }
@@ -63,7 +59,7 @@ function layerWeightsPerToken(): number {
 /** Flops per decoded token: the matmuls and attention over the average context of a decode of newTokens after the prompt. */
 function decodeFlopsPerToken(newTokens: number): number {
   const averageContext = PROMPT_TOKENS + newTokens / 2;
-  return 2 * matmulWeightsPerToken() + SHAPE.numLayers * 4 * SHAPE.hiddenSize * averageContext;
+  return 2 * matmulWeightsPerToken() + BENCH_SHAPE.numLayers * 4 * BENCH_SHAPE.hiddenSize * averageContext;
 }
 
 /**
@@ -72,21 +68,12 @@ function decodeFlopsPerToken(newTokens: number): number {
  * head once, for the last token only.
  */
 function prefillFlopsPerToken(): number {
-  const attention = SHAPE.numLayers * 4 * SHAPE.hiddenSize * ((PREFILL_TOKENS + 1) / 2);
-  return 2 * layerWeightsPerToken() + attention + (2 * SHAPE.vocabSize * SHAPE.hiddenSize) / PREFILL_TOKENS;
-}
-
-function ensureCheckpoint(): string {
-  const modelDir = path.resolve('.bench', 'llama-125m-bf16');
-  if (!existsSync(path.join(modelDir, 'model.safetensors'))) {
-    console.log(`writing the benchmark checkpoint to ${modelDir} ...`);
-    writeRandomCheckpoint({ ...DEFAULT_OPTIONS, ...SHAPE, outDir: modelDir, dtype: 'bf16', tieWordEmbeddings: false });
-  }
-  return modelDir;
+  const attention = BENCH_SHAPE.numLayers * 4 * BENCH_SHAPE.hiddenSize * ((PREFILL_TOKENS + 1) / 2);
+  return 2 * layerWeightsPerToken() + attention + (2 * BENCH_SHAPE.vocabSize * BENCH_SHAPE.hiddenSize) / PREFILL_TOKENS;
 }
 
 function promptTokens(count: number, salt: number): number[] {
-  return Array.from({ length: count }, (_, i) => (salt * 7919 + i * 104729) % SHAPE.vocabSize);
+  return Array.from({ length: count }, (_, i) => (salt * 7919 + i * 104729) % BENCH_SHAPE.vocabSize);
 }
 
 /**
@@ -146,26 +133,6 @@ async function promptLogits(modelDir: string, kernel: KernelPath, mode: Mode, nu
   }
 }
 
-/** The CPU's model name and the instruction sets the kernel paths need, as the OS reports them. */
-function describeCpu(): string {
-  const model = os.cpus()[0]?.model.trim() ?? 'unknown CPU';
-  let flags = new Set<string>();
-  try {
-    const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
-    flags = new Set(/^flags\s*:\s*(.*)$/m.exec(cpuinfo)?.[1].split(/\s+/) ?? []);
-  } catch {
-    return `${model} (${os.arch()})`;
-  }
-  const has = (names: string[]) => names.every((name) => flags.has(name));
-  const sets = [
-    ['AVX2+FMA+F16C', has(['avx2', 'fma', 'f16c'])],
-    ['AVX-512 F/BW/VL', has(['avx512f', 'avx512bw', 'avx512vl'])],
-    ['AVX512_VNNI', has(['avx512_vnni'])],
-    ['AVX512_BF16', has(['avx512_bf16'])],
-  ] as const;
-  return `${model}, ${os.availableParallelism()} CPUs; ${sets.map(([name, present]) => `${name} ${present ? 'yes' : 'no'}`).join(', ')}`;
-}
-
 /**
  * Batch-1 decode of a checkpoint on 1 thread and on numThreads, one model loaded for each, in
  * alternating rounds: the medians and the median of the rounds' ratios.
@@ -196,7 +163,7 @@ function median(values: readonly number[]): number {
   return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
-const matmulFlops = (numRows: number): number => 2 * numRows * SHAPE.hiddenSize * SHAPE.intermediateSize;
+const matmulFlops = (numRows: number): number => 2 * numRows * BENCH_SHAPE.hiddenSize * BENCH_SHAPE.intermediateSize;
 
 const fmt = (value: number, digits = 1): string => value.toFixed(digits);
 const pct = (fraction: number): string => `${(fraction * 100).toFixed(0)}%`;
@@ -221,7 +188,7 @@ async function main(): Promise<void> {
   if (!kernelSupported('avx2')) throw new Error('bench:native measures x86-64 CPUs with AVX2, FMA and F16C; this CPU lacks them');
   const unavailable = kernelNames.filter((kernel) => !kernels.includes(kernel as (typeof kernels)[number]));
   console.log(`kernel paths: ${kernels.join(', ')}${unavailable.length > 0 ? ` (not on this CPU: ${unavailable.join(', ')})` : ''}`);
-  const modelDir = ensureCheckpoint();
+  const modelDir = ensureBenchCheckpoint();
   const started = performance.now();
 
   const bandwidth = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
@@ -266,7 +233,7 @@ async function main(): Promise<void> {
     // models resident, they read about half as fast.
     const matmulProbes = new Map(modes.map((mode) => {
       const seconds = (numRows: number) =>
-        probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.quantization, numRows, k: SHAPE.hiddenSize, n: SHAPE.intermediateSize, numThreads, numRepeats: 5 });
+        probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.quantization, numRows, k: BENCH_SHAPE.hiddenSize, n: BENCH_SHAPE.intermediateSize, numThreads, numRepeats: 5 });
       return [mode, { gemvSeconds: seconds(1), gemmSeconds: seconds(PREFILL_TOKENS) }];
     }));
     const models = new Map<Mode, NativeModel>();
@@ -333,7 +300,7 @@ async function main(): Promise<void> {
   const header = ['path', 'mode', 'gemv GF/s', '(GB/s, of BW)', 'gemm GF/s', '(of peak)', 'b1 tok/s', '(of bound)', 'b8 tok/s', 'b32 tok/s', '(of peak)', 'b32/b1', 'prefill tok/s', '(of peak)'];
   const rows = results.map(({ kernel, mode, gemvSeconds, gemmSeconds, decode: [b1, b8, b32], prefill }) => {
     const peak = Math.max(peaks.get(kernel)!, peaksAfter.get(kernel)!);
-    const gemvBytesPerSecond = (SHAPE.hiddenSize * SHAPE.intermediateSize * mode.bytesPerWeight) / gemvSeconds;
+    const gemvBytesPerSecond = (BENCH_SHAPE.hiddenSize * BENCH_SHAPE.intermediateSize * mode.bytesPerWeight) / gemvSeconds;
     const boundTokensPerSecond = bestBandwidth / (weightsPerToken * mode.bytesPerWeight);
     return [
       kernel, mode.label,

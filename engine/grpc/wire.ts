@@ -10,6 +10,7 @@ import type {
   FinishReason,
   GenerateRequest,
   KvEvent,
+  PromptTokenLogprobs,
   RequestOutput,
   StepReport,
   StepStats,
@@ -132,7 +133,11 @@ export function generateFromWire(wire: WireGenerateRequestOutput): GenerateReque
 }
 
 function logprobsFromWire(wire: WireTokenLogprobs): TokenLogprobs {
-  return { logprob: wire.logprob, rank: wire.rank, topTokenIds: wire.topTokenIds, topLogprobs: wire.topLogprobs };
+  return { logprob: wire.logprob, topTokenIds: wire.topTokenIds, topLogprobs: wire.topLogprobs };
+}
+
+function promptLogprobsFromWire(wire: WireTokenLogprobs): PromptTokenLogprobs {
+  return { ...logprobsFromWire(wire), rank: wire.rank };
 }
 
 function errorFromWire(wire: WireEngineError): EngineError {
@@ -171,7 +176,7 @@ export function outputFromWire(wire: WireRequestOutputOutput): RequestOutput {
   if (wire.stopTokenId !== undefined) output.stopTokenId = wire.stopTokenId;
   if (wire.error !== null) output.error = errorFromWire(wire.error);
   if (wire.newTopLogprobs.length > 0) output.newTopLogprobs = wire.newTopLogprobs.map(logprobsFromWire);
-  if (wire.promptLogprobs.length > 0) output.promptLogprobs = wire.promptLogprobs.map(logprobsFromWire);
+  if (wire.promptLogprobs.length > 0) output.promptLogprobs = wire.promptLogprobs.map(promptLogprobsFromWire);
   return output;
 }
 

@@ -8,20 +8,16 @@ import { HASH_SCHEME } from '../kv/block-hash.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
 import type { ForwardBatch, NativeModel } from '../../native/api.ts';
 import { SEQ_SAMPLE, neutralSamplingExtensions } from '../../native/api.ts';
-import { loadModel } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { NativeRunner } from '../native-runner.ts';
-import type { ModelRunner } from '../runner.ts';
-import type { SchedulerOutput } from '../scheduler-output.ts';
 import { kvBytesPerBlock } from '../kv/cache-size.ts';
 import type { RequestOutput, SamplingParams } from '../types.ts';
 import { startWorker } from '../worker.ts';
+import { RecordingRunner, blockSizeTokens, load, tinyCheckpoint } from './tiny-model.ts';
 
-const blockSizeTokens = 4;
 const numOutputTokens = 8;
 const prompts = [
   [5, 17, 99, 3, 42, 7, 8, 150, 33, 21, 64],
@@ -30,28 +26,6 @@ const prompts = [
   [11, 250, 6, 60, 120, 240, 13],
   [3, 3, 3, 3, 3],
 ];
-
-function tinyCheckpoint(dir: string): string {
-  const outDir = path.join(dir, 'tiny');
-  writeRandomCheckpoint({
-    ...DEFAULT_OPTIONS,
-    outDir,
-    hiddenSize: 64,
-    numLayers: 2,
-    numHeads: 4,
-    numKvHeads: 2,
-    intermediateSize: 128,
-    vocabSize: 256,
-    dtype: 'fp32',
-    maxPositionEmbeddings: 128,
-    seed: 7,
-  });
-  return outDir;
-}
-
-function load(modelDir: string, numKvBlocks: number): Promise<NativeModel> {
-  return loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks, blockSizeTokens, numThreads: 2, kernel: 'auto' });
-}
 
 /** Greedy decoding of one prompt with hand-built batches: the whole prompt, then one token per call. */
 async function referenceDecode(model: NativeModel, prompt: readonly number[]): Promise<number[]> {
@@ -81,22 +55,6 @@ async function referenceDecode(model: NativeModel, prompt: readonly number[]): P
     tokens.push(tokenId);
   }
   return outputs;
-}
-
-/** Records every SchedulerOutput the engine runs, to show what the scheduler did. */
-class RecordingRunner implements ModelRunner {
-  readonly steps: SchedulerOutput[] = [];
-  constructor(private readonly inner: ModelRunner) {}
-  get info() {
-    return this.inner.info;
-  }
-  execute(output: SchedulerOutput) {
-    this.steps.push(structuredClone(output));
-    return this.inner.execute(output);
-  }
-  close() {
-    this.inner.close();
-  }
 }
 
 const greedy: SamplingParams = { temperature: 0 };

@@ -1,6 +1,6 @@
 // Log-probabilities in OpenAI's two shapes (chat and text completions), and prompt
 // log-probabilities in vLLM's.
-import type { TokenLogprobs } from '../../engine/types.ts';
+import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import type { TokenLogprob } from '../generation.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
 
@@ -92,7 +92,7 @@ export interface PromptTokenLogprob {
 export function promptLogprobsOf(
   tokenizer: Tokenizer,
   promptTokenIds: readonly number[],
-  promptLogprobs: readonly TokenLogprobs[],
+  promptLogprobs: readonly PromptTokenLogprobs[],
 ): (Record<number, PromptTokenLogprob> | null)[] {
   const entries: (Record<number, PromptTokenLogprob> | null)[] = [null];
   for (const [i, scored] of promptLogprobs.entries()) {

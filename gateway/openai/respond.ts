@@ -13,7 +13,7 @@ import {
   type Usage,
   usageOf,
 } from '../generation.ts';
-import type { TokenLogprobs } from '../../engine/types.ts';
+import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import { SSE_DONE } from './sse.ts';
 
@@ -35,7 +35,7 @@ export interface ResponseRenderer {
   /** The include_usage event: empty choices, just usage. */
   usageEvent(usage: Usage): string;
   /** The whole non-streamed body; promptLogprobs when the request asked for them (never streamed). */
-  response(choices: readonly ChoiceResult[], usage: Usage, promptLogprobs: readonly TokenLogprobs[] | null): object;
+  response(choices: readonly ChoiceResult[], usage: Usage, promptLogprobs: readonly PromptTokenLogprobs[] | null): object;
 }
 
 export interface RespondOptions {

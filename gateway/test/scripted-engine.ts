@@ -3,7 +3,7 @@
 import { EventEmitter } from 'node:events';
 import type { EngineError } from '../../engine/errors.ts';
 import type {
-  EngineClient, GenerateRequest, RequestOutput, StepReport, TokenLogprobs, WorkerLoad, WorkerModelInfo,
+  EngineClient, GenerateRequest, PromptTokenLogprobs, RequestOutput, StepReport, WorkerLoad, WorkerModelInfo,
 } from '../../engine/types.ts';
 import type { RoutedWorker } from '../../router/least-loaded.ts';
 
@@ -23,7 +23,7 @@ export interface Script {
  * Alternatives a test can predict: the k-th likeliest (from 0) is tokenId + k with
  * log-probability logprob - k, so the token itself ranks first.
  */
-function scriptedAlternatives(tokenId: number, logprob: number, numAlternatives: number): TokenLogprobs {
+function scriptedAlternatives(tokenId: number, logprob: number, numAlternatives: number): PromptTokenLogprobs {
   const ranks = Array.from({ length: numAlternatives }, (_, k) => k);
   return { logprob, rank: 1, topTokenIds: ranks.map((k) => tokenId + k), topLogprobs: ranks.map((k) => logprob - k) };
 }

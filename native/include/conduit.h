@@ -165,6 +165,9 @@ typedef struct cd_forward_output {
      else NULL; -1 / NaN where not reported. */
   int32_t* prompt_top_token_ids;
   float* prompt_top_logprobs;
+  /* [num_tokens] with prompt_logprobs: the next token's rank, 1 + the tokens before it in the
+     order of top ids (a larger logit, or an equal one with a lower id); 0 where not reported. */
+  int32_t* prompt_ranks;
 } cd_forward_output;
 
 /* Returns nonzero when this build and CPU can run the kernel path. */

@@ -204,7 +204,8 @@ struct ForwardRequest {
                                data_of<float>(outputs_object, "topLogprobs"),
                                data_of<float>(outputs_object, "promptLogprobs"),
                                data_of<int32_t>(outputs_object, "promptTopTokenIds"),
-                               data_of<float>(outputs_object, "promptTopLogprobs")};
+                               data_of<float>(outputs_object, "promptTopLogprobs"),
+                               data_of<int32_t>(outputs_object, "promptRanks")};
     outputs = Napi::Persistent(outputs_object);
   }
 

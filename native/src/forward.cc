@@ -447,6 +447,7 @@ class ForwardPass {
     if (output.prompt_logprobs == nullptr) return;
     const size_t num_tokens = size_t(batch_.num_tokens);
     std::fill_n(output.prompt_logprobs, num_tokens, kNaN);
+    std::fill_n(output.prompt_ranks, num_tokens, 0);
     if (output.prompt_top_token_ids != nullptr) {
       std::fill_n(output.prompt_top_token_ids, num_tokens * CD_MAX_TOP_LOGPROBS, -1);
       std::fill_n(output.prompt_top_logprobs, num_tokens * CD_MAX_TOP_LOGPROBS, kNaN);
@@ -470,6 +471,7 @@ class ForwardPass {
     const float* logits = &ws_.output_logits[size_t(row) * size_t(dims_.vocab_size)];
     const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
     output.prompt_logprobs[token] = raw.at(logits, next_token_id);
+    output.prompt_ranks[token] = rank_of(logits, dims_.vocab_size, next_token_id);
     const int32_t num_top = batch_.num_prompt_top_logprobs[seq];
     if (num_top == 0) return;
     const size_t top_row = size_t(token) * CD_MAX_TOP_LOGPROBS;

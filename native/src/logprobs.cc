@@ -33,4 +33,13 @@ void top_logprobs(const float* logits, int32_t vocab_size, const LogSoftmax& log
   for (int32_t i = 0; i < n; ++i) logprobs[i] = log_softmax.at(logits, ids[i]);
 }
 
+int32_t rank_of(const float* logits, int32_t vocab_size, int32_t id) {
+  const float value = logits[id];
+  // Branch-free counts, which the compiler vectorizes.
+  int32_t num_before = 0;
+  for (int32_t j = 0; j < id; ++j) num_before += logits[j] >= value;
+  for (int32_t j = id + 1; j < vocab_size; ++j) num_before += logits[j] > value;
+  return 1 + num_before;
+}
+
 }  // namespace conduit

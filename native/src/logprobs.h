@@ -25,4 +25,8 @@ LogSoftmax log_softmax_of(const KernelTable& kernels, const float* logits, int32
 void top_logprobs(const float* logits, int32_t vocab_size, const LogSoftmax& log_softmax, int32_t num_top, int32_t* ids,
                   float* logprobs);
 
+// 1 + the ids that come before id in top_logprobs' order: a larger logit, or an equal one with a
+// lower id.
+int32_t rank_of(const float* logits, int32_t vocab_size, int32_t id);
+
 }  // namespace conduit

@@ -22,7 +22,7 @@ import {
   type SeqChunk,
   type ShapeOptions,
 } from './helpers.ts';
-import { logSoftmax, topLogprobs } from './sampling-reference.ts';
+import { idsByValue, logSoftmax, topLogprobs } from './sampling-reference.ts';
 
 /**
  * The runtime's log-softmax takes its denominator from fp32 exponentials (~2 ulp) summed in fp32
@@ -155,11 +155,13 @@ function assertPromptChunk(result: ForwardResult, check: PromptCheck, start: num
     const at = `${label}, position ${position}`;
     if (position + 1 === check.prompt.length) {
       assert.ok(Number.isNaN(result.promptLogprobs[t]), `${at}: nothing follows the last known token`);
+      assert.equal(result.promptRanks[t], 0, `${at}: no rank without a next token`);
       if (result.promptTopTokenIds.length > 0) assertUnusedTail(result.promptTopTokenIds, result.promptTopLogprobs, t, 0, at);
       continue;
     }
     const logprobs = logSoftmax(check.reference[position]);
     assertClose(result.promptLogprobs[t], logprobs[check.prompt[position + 1]], at);
+    assert.equal(result.promptRanks[t], idsByValue(check.reference[position]).indexOf(check.prompt[position + 1]) + 1, `${at}: rank`);
     if (check.numTop > 0) assertTopRow(result.promptTopTokenIds, result.promptTopLogprobs, t, check.reference[position], check.numTop, at);
     else if (result.promptTopTokenIds.length > 0) assertUnusedTail(result.promptTopTokenIds, result.promptTopLogprobs, t, 0, at);
   }
@@ -215,9 +217,12 @@ test('prompt logprob outputs are empty unless a sequence asks for them', async (
     const plain = await model.forward(buildBatch([chunk]));
     assert.equal(plain.promptLogprobs.length, 0);
     assert.equal(plain.promptTopTokenIds.length, 0);
+    assert.equal(plain.promptRanks.length, 0);
     const withoutAlternatives = await model.forward(buildBatch([{ ...chunk, flags: SEQ_SAMPLE | SEQ_PROMPT_LOGPROBS }]));
     assert.equal(withoutAlternatives.promptLogprobs.length, 3);
     assert.equal(withoutAlternatives.promptTopLogprobs.length, 0);
     assert.deepEqual(Array.from(withoutAlternatives.promptLogprobs, Number.isNaN), [false, false, true]);
+    assert.equal(withoutAlternatives.promptRanks[2], 0);
+    assert.ok(withoutAlternatives.promptRanks[0] >= 1 && withoutAlternatives.promptRanks[1] >= 1);
   });
 });

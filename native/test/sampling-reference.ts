@@ -57,8 +57,8 @@ export function argmax(values: ArrayLike<number>): number {
   return best;
 }
 
-/** Ids by value, descending, ties to the lower id. */
-function idsByValue(values: ArrayLike<number>): number[] {
+/** Ids from the largest value down, ties to the lower id (the runtime's order of top ids and ranks). */
+export function idsByValue(values: ArrayLike<number>): number[] {
   return Array.from({ length: values.length }, (_, i) => i).sort((a, b) => values[b] - values[a] || a - b);
 }
 

@@ -1,0 +1,49 @@
+// A tiny random checkpoint on the native runtime, for engine tests that run a real model.
+import path from 'node:path';
+import type { NativeModel } from '../../native/api.ts';
+import { loadModel } from '../../native/index.ts';
+import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
+import type { ModelRunner } from '../runner.ts';
+import type { SchedulerOutput } from '../scheduler-output.ts';
+
+export const blockSizeTokens = 4;
+export const TINY_VOCAB_SIZE = 256;
+export const TINY_EOS = 2;
+
+export function tinyCheckpoint(dir: string): string {
+  const outDir = path.join(dir, 'tiny');
+  writeRandomCheckpoint({
+    ...DEFAULT_OPTIONS,
+    outDir,
+    hiddenSize: 64,
+    numLayers: 2,
+    numHeads: 4,
+    numKvHeads: 2,
+    intermediateSize: 128,
+    vocabSize: TINY_VOCAB_SIZE,
+    dtype: 'fp32',
+    maxPositionEmbeddings: 128,
+    seed: 7,
+  });
+  return outDir;
+}
+
+export function load(modelDir: string, numKvBlocks: number): Promise<NativeModel> {
+  return loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks, blockSizeTokens, numThreads: 2, kernel: 'auto' });
+}
+
+/** Records every SchedulerOutput the engine runs, to show what the scheduler did. */
+export class RecordingRunner implements ModelRunner {
+  readonly steps: SchedulerOutput[] = [];
+  constructor(private readonly inner: ModelRunner) {}
+  get info() {
+    return this.inner.info;
+  }
+  execute(output: SchedulerOutput) {
+    this.steps.push(structuredClone(output));
+    return this.inner.execute(output);
+  }
+  close() {
+    this.inner.close();
+  }
+}
