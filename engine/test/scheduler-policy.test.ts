@@ -170,3 +170,28 @@ test('min_tokens keeps EOS and stop tokens from ending the output early and bans
   assert.deepEqual(news.flatMap((item) => item.newTokenIds), [2, 7, 2]);
   assert.equal(news.at(-1)?.finishReason, 'stop');
 });
+
+test('fairness: equal requests start in arrival order, and a long prompt at the head is not overtaken for blocks', async () => {
+  for (const policy of ['fcfs', 'priority'] as const) {
+    const { scheduler, step } = setup({ policy, maxNumSeqs: 2 });
+    for (const id of ['r0', 'r1', 'r2', 'r3', 'r4']) scheduler.add(request(id, 3, { maxTokens: 2 }));
+    const started: string[] = [];
+    while (scheduler.hasUnfinished) {
+      for (const entry of (await step()).output.scheduled) if (entry.startPosition === 0) started.push(entry.requestId);
+    }
+    assert.deepEqual(started, ['r0', 'r1', 'r2', 'r3', 'r4'], policy);
+  }
+  // 6 blocks of 4: 'long' (20 tokens, 5 blocks) waits for 'first' to finish; the short ones
+  // behind it would fit at once but wait their turn instead of starving it.
+  const { scheduler, step } = setup({ numKvBlocks: 6 });
+  scheduler.add(request('first', 6, { maxTokens: 3 }));
+  await step();
+  scheduler.add(request('long', 20, { maxTokens: 1 }));
+  scheduler.add(request('short-1', 2, { maxTokens: 1 }));
+  scheduler.add(request('short-2', 2, { maxTokens: 1 }));
+  const started: string[] = [];
+  while (scheduler.hasUnfinished) {
+    for (const entry of (await step()).output.scheduled) if (entry.startPosition === 0) started.push(entry.requestId);
+  }
+  assert.deepEqual(started, ['long', 'short-1', 'short-2']);
+});

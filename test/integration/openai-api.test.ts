@@ -156,3 +156,86 @@ test('a stream the client abandons frees its KV blocks in the worker', async () 
   assert.equal(blocksInUse, 0);
   assert.equal(await scrapeGauge('conduit_num_requests_running'), 0);
 });
+
+test('a second chat turn reports its history as cached; the prefix-cache counters and step histograms fill', async () => {
+  const history: OpenAI.Chat.ChatCompletionMessageParam[] = [
+    { role: 'system', content: 'You are a patient assistant who answers every question at length. '.repeat(4) },
+    { role: 'user', content: 'Tell me about the sea.' },
+  ];
+  const first = await client.chat.completions.create({ model: modelName, messages: history, max_tokens: 8, temperature: 0 });
+  assert.equal(first.usage?.prompt_tokens_details?.cached_tokens, 0);
+  const second = await client.chat.completions.create({
+    model: modelName,
+    messages: [...history, first.choices[0].message as OpenAI.Chat.ChatCompletionMessageParam, { role: 'user', content: 'And the sky?' }],
+    max_tokens: 8,
+    temperature: 0,
+  });
+  const cachedTokens = second.usage?.prompt_tokens_details?.cached_tokens ?? 0;
+  // Block size 16: every full block of the first prompt is reused.
+  assert.ok(cachedTokens >= Math.floor(first.usage!.prompt_tokens / 16) * 16 && cachedTokens > 0, `${cachedTokens} cached`);
+  assert.ok(cachedTokens < second.usage!.prompt_tokens);
+  // A different salt shares nothing.
+  const salted = await client.chat.completions.create({ model: modelName, messages: history, max_tokens: 1, cache_salt: 'tenant-b' } as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming);
+  assert.equal(salted.usage?.prompt_tokens_details?.cached_tokens, 0);
+
+  assert.ok((await scrapeGauge('conduit_prefix_cache_hits_total')) >= cachedTokens);
+  assert.ok((await scrapeGauge('conduit_prefix_cache_queries_total')) > (await scrapeGauge('conduit_prefix_cache_hits_total')));
+  assert.ok((await scrapeGauge('conduit_engine_step_duration_seconds_count')) > 0);
+});
+
+test('top logprobs, logit bias and penalties through the SDK, on the real model', async () => {
+  const completion = await client.chat.completions.create({
+    model: modelName,
+    messages: [{ role: 'user', content: 'Count with me' }],
+    max_tokens: 6,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 5,
+    ignore_eos: true,
+  } as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming);
+  const content = completion.choices[0].logprobs!.content!;
+  assert.equal(content.length, 6);
+  for (const entry of content) {
+    assert.equal(entry.top_logprobs.length, 5);
+    // Greedy: the sampled token is the likeliest, and the alternatives descend.
+    assert.deepEqual([entry.top_logprobs[0].token, entry.top_logprobs[0].logprob], [entry.token, entry.logprob]);
+    for (let k = 1; k < 5; k++) assert.ok(entry.top_logprobs[k].logprob <= entry.top_logprobs[k - 1].logprob);
+  }
+  // A bias of +100 on the greedy second choice of the first token makes it the answer, every time.
+  const tokenized = await (
+    await fetch(`${server.httpAddress}/tokenize`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: modelName, prompt: content[0].top_logprobs[1].token, add_special_tokens: false }),
+    })
+  ).json();
+  assert.equal(tokenized.count, 1);
+  const biased = await client.completions.create({
+    model: modelName,
+    prompt: 'Count with me',
+    max_tokens: 4,
+    temperature: 0,
+    logit_bias: { [String(tokenized.tokens[0])]: 100 },
+    ignore_eos: true,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
+  const detokenized = await (
+    await fetch(`${server.httpAddress}/detokenize`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: modelName, tokens: Array(4).fill(tokenized.tokens[0]) }),
+    })
+  ).json();
+  assert.equal(biased.choices[0].text, detokenized.prompt);
+  // A strong frequency penalty forbids the repetition the bias forced.
+  const penalized = await client.completions.create({
+    model: modelName,
+    prompt: 'Count with me',
+    max_tokens: 4,
+    temperature: 0,
+    logit_bias: { [String(tokenized.tokens[0])]: 5 },
+    frequency_penalty: 2,
+    presence_penalty: 2,
+    ignore_eos: true,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
+  assert.notEqual(penalized.choices[0].text, detokenized.prompt);
+});
