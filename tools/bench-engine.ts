@@ -30,6 +30,7 @@ import { GrpcEngineClient } from '../engine/grpc/client.ts';
 import { serveEngine } from '../engine/grpc/service.ts';
 import { NativeRunner } from '../engine/native-runner.ts';
 import type { GenerateRequest, StepStats } from '../engine/types.ts';
+import { createRng } from '../loadtest/random.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
 
 const BLOCK_SIZE_TOKENS = 16;
@@ -121,14 +122,8 @@ async function prefixCaching(modelDir: string, numThreads: number, numRounds: nu
 
 /** Output lengths: exponential with the given mean, rounded, clamped to [8, 512]; a fixed seed. */
 function mixedOutputLengths(count: number, meanTokens: number): number[] {
-  let state = 0x9e3779b9;
-  const uniform = () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return Array.from({ length: count }, () => Math.min(512, Math.max(8, Math.round(-meanTokens * Math.log(1 - uniform())))));
+  const rng = createRng(1);
+  return Array.from({ length: count }, () => Math.min(512, Math.max(8, Math.round(-meanTokens * Math.log(1 - rng())))));
 }
 
 async function batching(modelDir: string, numThreads: number, numRequests: number, maxNumSeqs: number) {
