@@ -371,3 +371,11 @@ test('each WebSocket connection counts once in conduit_http_requests_total, as a
   }
   assert.equal(after, before + 1);
 });
+
+test('a message over the body limit closes the socket with 1009', async () => {
+  const rws = connect();
+  const whenClosed = closed(rws);
+  rws.send({ type: 'response.create', model: MODEL_NAME, input: 'x'.repeat(5000) });
+  const [code] = await whenClosed;
+  assert.equal(code, 1009);
+});

@@ -27,11 +27,6 @@ export class ResponseStore {
     this.ttlMs = ttlMs;
   }
 
-  get size(): number {
-    this.evictExpired();
-    return this.entries.size;
-  }
-
   put(stored: StoredResponse) {
     this.evictExpired();
     this.entries.set(stored.response.id, { stored, expiresAtMs: Date.now() + this.ttlMs });

@@ -15,9 +15,9 @@ import type { StoredResponse } from './store.ts';
 import { startTurn, type Turn, type TurnOutcome } from './turn.ts';
 
 /** Going away: clients that reconnect on their own (the SDK's reconnect option) open a new connection. */
-export const CLOSE_TIME_LIMIT = 1001;
+const CLOSE_TIME_LIMIT = 1001;
 /** Policy violation: the reader let more than the buffer bound pile up. */
-export const CLOSE_TOO_SLOW = 1008;
+const CLOSE_TOO_SLOW = 1008;
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return value !== null && typeof value === 'object' && !Array.isArray(value);
