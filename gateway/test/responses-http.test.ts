@@ -2,6 +2,7 @@
 // and a raw reader, over a real gateway on a scripted engine.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import http from 'node:http';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 import type { ResponseStreamEvent } from 'openai/resources/responses/responses';
@@ -410,5 +411,46 @@ test('the store holds at most its number of responses, each for its time', async
     );
   } finally {
     await small.close();
+  }
+});
+
+test('an empty answer still takes its turn in the conversation', async () => {
+  script = { steps: [[]], finishReason: 'stop' };
+  const first = await client.responses.create({ model: MODEL_NAME, input: 'Say nothing' });
+  assert.equal(first.output_text, '');
+  script = { steps: [gateway.tokens('ok')], finishReason: 'stop' };
+  await client.responses.create({ model: MODEL_NAME, input: 'Now?', previous_response_id: first.id });
+  assert.equal(lastPrompt(), '<|user|>Say nothing<|endoftext|><|assistant|><|endoftext|><|user|>Now?<|endoftext|><|assistant|>');
+});
+
+test("a slow SSE reader's response is cancelled at the buffer bound, ending with client_too_slow", { timeout: 60_000 }, async () => {
+  const maxBufferedBytes = 64 * 1024;
+  // Far more than the socket buffers on both ends hold: about 30 MB of events.
+  const flood: Script = { steps: Array<number[]>(40_000).fill(Array<number>(100).fill(15496)) };
+  const slowGateway = await startTestGateway(() => flood, { responses: { maxBufferedBytes } });
+  try {
+    const aborted = once(slowGateway.engine, 'abort');
+    const request = http.request(`${slowGateway.baseUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    request.end(JSON.stringify({ model: MODEL_NAME, input: 'flood', stream: true }));
+    const [response] = (await once(request, 'response')) as [http.IncomingMessage];
+    await once(response, 'data');
+    response.pause();
+    const [requestId] = await aborted;
+    assert.equal(requestId, slowGateway.engine.requests[0].requestId);
+
+    // Reading again: what was queued, then the error, then the end.
+    let numBytes = 0;
+    let tail = '';
+    response.on('data', (chunk: Buffer) => {
+      numBytes += chunk.length;
+      tail = (tail + chunk.toString()).slice(-2000);
+    });
+    response.resume();
+    await once(response, 'end');
+    const lastEvent = tail.slice(tail.lastIndexOf('event: '));
+    assert.match(lastEvent, /^event: error\ndata: \{"type":"error","sequence_number":\d+,"status":408,"code":"client_too_slow"/);
+    assert.ok(numBytes < 15_000_000, `bytes received: ${numBytes}`);
+  } finally {
+    await slowGateway.close();
   }
 });

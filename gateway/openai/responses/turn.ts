@@ -73,7 +73,9 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     events.event('response.output_item.added', { output_index: 0, item: outputMessage(itemId, 'in_progress', []) });
     events.event('response.content_part.added', { item_id: itemId, output_index: 0, content_index: 0, part: outputText('', []) });
   };
-  const conversationAfter = () => (isWarmUp || text === '' ? prepared.messages : [...prepared.messages, assistantMessage(text)]);
+  /** An answer, even an empty one, keeps the turns alternating; a failure before any text added nothing. */
+  const conversationAfter = (isFailed: boolean) =>
+    isWarmUp || (isFailed && text === '') ? prepared.messages : [...prepared.messages, assistantMessage(text)];
 
   const onText = (delta: string, entries: TokenLogprob[] | null) => {
     if (isEnded || isWarmUp) return;
@@ -112,7 +114,7 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
       }
       events.event(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response });
     }
-    end({ kind: 'done', stored: { response, messages: conversationAfter() } });
+    end({ kind: 'done', stored: { response, messages: conversationAfter(false) } });
   };
 
   const onError = (error: ApiError) => {
@@ -125,7 +127,7 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     const output = text === '' ? [] : [outputMessage(itemId, 'incomplete', [outputText(text, logprobs ?? [])])];
     const response = responseObject(echo, { status: 'failed', output, usage: null, error });
     events.event('response.failed', { response });
-    end({ kind: 'done', stored: { response, messages: conversationAfter() } });
+    end({ kind: 'done', stored: { response, messages: conversationAfter(true) } });
   };
 
   try {
