@@ -2,6 +2,7 @@
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
 import websocketPlugin from '@fastify/websocket';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
@@ -59,5 +60,6 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes } });
   await app.register(openaiPlugin, { registry, metrics, responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses } });
   await app.register(healthPlugin, { models: options.models });
+  await app.register(chatPagePlugin);
   return app;
 }
