@@ -3,7 +3,8 @@
 // that returns a token per sequence every --step-ms, no model), `conduit serve` in front of it,
 // and the clients (this process). The figure is the gateway process's own CPU time (utime +
 // stime from /proc) over the run, divided by the tokens its clients received; each scenario also
-// states the p99 gap between two tokens of one stream, so a starved stream shows.
+// states the p99 gap between two tokens of one stream, so a starved stream shows. Clients stream
+// chat completions over SSE, or turns of the Responses API's WebSocket mode (one connection each).
 //
 // The reference, measured in the same run: a bare node:http server (no framework, no engine)
 // that writes precomputed chat chunks of the same shape to the same clients at the same pace:
@@ -12,7 +13,7 @@
 // A scenario streams at least --min-tokens in all (a stream gets more tokens when there are few
 // clients, up to the context), so that fixed costs and the clock's 10 ms ticks do not dominate.
 //
-//   npm run bench:gateway [-- --tokens 200 --min-tokens 40000 --step-ms 2 --sse-clients 1,100,1000]
+//   npm run bench:gateway [-- --tokens 200 --min-tokens 40000 --step-ms 2 --sse-clients 1,16,100,1000 --websocket-clients 1000]
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -22,6 +23,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
 import { createEngine } from '../engine/engine.ts';
 import { serveEngine } from '../engine/grpc/service.ts';
 import type { ModelRunner, RunnerInfo } from '../engine/runner.ts';
@@ -182,6 +184,41 @@ function streamChat(port: number, numTokens: number, agent: http.Agent): Promise
   });
 }
 
+/** One turn of the Responses API's WebSocket mode, on its own connection; a token is an output_text.delta. */
+function streamResponsesTurn(port: number, numTokens: number): Promise<StreamResult> {
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(`ws://127.0.0.1:${port}/v1/responses`);
+    const result: StreamResult = { numTokens: 0, gapsMs: [] };
+    let lastMs = -1;
+    socket.on('open', () => {
+      socket.send(JSON.stringify({
+        type: 'response.create',
+        model: MODEL_NAME,
+        input: 'Tell me a story',
+        max_output_tokens: numTokens,
+        ignore_eos: true,
+        store: false,
+      }));
+    });
+    socket.on('message', (data: Buffer) => {
+      const text = data.toString('utf8');
+      if (text.includes('"type":"response.output_text.delta"')) {
+        const nowMs = performance.now();
+        if (lastMs >= 0) result.gapsMs.push(nowMs - lastMs);
+        lastMs = nowMs;
+        result.numTokens++;
+      } else if (text.includes('"type":"response.completed"') || text.includes('"type":"response.incomplete"')) {
+        socket.close();
+        resolve(result);
+      } else if (text.includes('"type":"error"') || text.includes('"type":"response.failed"')) {
+        socket.close();
+        reject(new Error(text));
+      }
+    });
+    socket.on('error', reject);
+  });
+}
+
 interface ScenarioResult {
   cpuMicrosPerToken: number;
   numTokens: number;
@@ -189,11 +226,14 @@ interface ScenarioResult {
   p99GapMs: number;
 }
 
-async function runScenario(port: number, serverPid: number, numClients: number, numTokens: number): Promise<ScenarioResult> {
+type Transport = 'sse' | 'websocket';
+
+async function runScenario(port: number, serverPid: number, transport: Transport, numClients: number, numTokens: number): Promise<ScenarioResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
   const cpuBefore = cpuSeconds(serverPid);
   const start = performance.now();
-  const results = await Promise.all(Array.from({ length: numClients }, () => streamChat(port, numTokens, agent)));
+  const stream = () => (transport === 'sse' ? streamChat(port, numTokens, agent) : streamResponsesTurn(port, numTokens));
+  const results = await Promise.all(Array.from({ length: numClients }, stream));
   const seconds = (performance.now() - start) / 1000;
   const cpu = cpuSeconds(serverPid) - cpuBefore;
   agent.destroy();
@@ -225,7 +265,8 @@ async function main() {
       'step-ms': { type: 'string', default: '2' },
       tokens: { type: 'string', default: '200' },
       'min-tokens': { type: 'string', default: '40000' },
-      'sse-clients': { type: 'string', default: '1,100,1000' },
+      'sse-clients': { type: 'string', default: '1,16,100,1000' },
+      'websocket-clients': { type: 'string', default: '1000' },
     },
   });
   const stepMs = Number(values['step-ms']);
@@ -234,7 +275,10 @@ async function main() {
 
   const numTokens = Number(values.tokens);
   const minTotalTokens = Number(values['min-tokens']);
-  const clientCounts = values['sse-clients'].split(',').map(Number);
+  const scenarios: [Transport, number][] = [
+    ...values['sse-clients'].split(',').map((count): [Transport, number] => ['sse', Number(count)]),
+    ...values['websocket-clients'].split(',').map((count): [Transport, number] => ['websocket', Number(count)]),
+  ];
   console.log(`CPU: ${describeCpu()}`);
   console.log(`at least ${numTokens} tokens per stream, one every ${stepMs} ms; gateway CPU from /proc, per token received`);
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-gateway-'));
@@ -263,19 +307,24 @@ async function main() {
     children.push(bare);
     const { port: barePort } = await messageFrom<{ port: number }>(bare);
 
-    for (const numClients of clientCounts) {
+    for (const [transport, numClients] of scenarios) {
       const numStreamTokens = Math.min(MAX_STREAM_TOKENS, Math.max(numTokens, Math.ceil(minTotalTokens / numClients)));
-      // Warm both (JIT, connection pools) at this scale before measuring.
-      await runScenario(httpPort, gateway.pid!, Math.min(numClients, 16), 8);
-      const measured = await runScenario(httpPort, gateway.pid!, numClients, numStreamTokens);
-      await runScenario(barePort, bare.pid!, Math.min(numClients, 16), 8);
-      const floor = await runScenario(barePort, bare.pid!, numClients, numStreamTokens);
+      // Warm the gateway (JIT, connection pools) at this scale before measuring.
+      await runScenario(httpPort, gateway.pid!, transport, Math.min(numClients, 16), 8);
+      const measured = await runScenario(httpPort, gateway.pid!, transport, numClients, numStreamTokens);
+      const label = `${transport === 'sse' ? 'SSE chat' : 'WebSocket responses'}, ${numClients} clients: gateway ` +
+        `${measured.cpuMicrosPerToken.toFixed(1)} us/token (${measured.numTokens} tokens in ${measured.seconds.toFixed(1)} s, ` +
+        `p99 gap ${measured.p99GapMs.toFixed(1)} ms)`;
+      const versusTarget = `target <= 25 us/token: ${(measured.cpuMicrosPerToken / 25).toFixed(2)} x`;
+      if (transport === 'websocket') {
+        console.log(`${label}; ${versusTarget}`);
+        continue;
+      }
+      await runScenario(barePort, bare.pid!, 'sse', Math.min(numClients, 16), 8);
+      const floor = await runScenario(barePort, bare.pid!, 'sse', numClients, numStreamTokens);
       console.log(
-        `SSE, ${numClients} clients: gateway ${measured.cpuMicrosPerToken.toFixed(1)} us/token ` +
-          `(${measured.numTokens} tokens in ${measured.seconds.toFixed(1)} s, p99 gap ${measured.p99GapMs.toFixed(1)} ms); ` +
-          `bare node:http ${floor.cpuMicrosPerToken.toFixed(1)} us/token (p99 gap ${floor.p99GapMs.toFixed(1)} ms): ` +
-          `${(measured.cpuMicrosPerToken / floor.cpuMicrosPerToken).toFixed(2)} x the floor; target <= 25 us/token: ` +
-          `${(measured.cpuMicrosPerToken / 25).toFixed(2)} x`,
+        `${label}; bare node:http ${floor.cpuMicrosPerToken.toFixed(1)} us/token (p99 gap ${floor.p99GapMs.toFixed(1)} ms): ` +
+          `${(measured.cpuMicrosPerToken / floor.cpuMicrosPerToken).toFixed(2)} x the floor; ${versusTarget}`,
       );
     }
   } finally {
