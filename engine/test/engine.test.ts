@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createEngine, type Engine } from '../engine.ts';
 import type { GenerateRequest, RequestOutput } from '../types.ts';
-import { FakeRunner } from './fake-runner.ts';
+import { FakeRunner, distinctPrompt } from './fake-runner.ts';
 
 function setup(numKvBlocks = 32) {
   const runner = new FakeRunner({ numKvBlocks, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 64 });
@@ -16,7 +16,7 @@ function setup(numKvBlocks = 32) {
 }
 
 function request(requestId: string, maxTokens: number): GenerateRequest {
-  return { requestId, promptTokenIds: [5, 6, 7, 8, 9], sampling: { maxTokens, seed: 1n } };
+  return { requestId, promptTokenIds: distinctPrompt(requestId, 5), sampling: { maxTokens, seed: 1n } };
 }
 
 /** Resolves with every output of one request once its last one arrives. */
@@ -35,8 +35,8 @@ test('the loop streams one output per request per step and idles when done', asy
   const { engine, runner } = setup();
   t.after(() => engine.close());
   const [a, b] = await Promise.all([collect(engine, request('a', 3)), collect(engine, request('b', 5))]);
-  assert.deepEqual(a.map((output) => output.newTokenIds[0]), [100, 101, 102]);
-  assert.deepEqual(b.map((output) => output.newTokenIds[0]), [100, 101, 102, 103, 104]);
+  assert.deepEqual(a.map((output) => output.newTokenIds[0]), runner.scriptedTokenIds('a', 3));
+  assert.deepEqual(b.map((output) => output.newTokenIds[0]), runner.scriptedTokenIds('b', 5));
   assert.equal(b.at(-1)?.finishReason, 'length');
   const numSteps = runner.steps.length;
   // An idle engine wakes for the next request.

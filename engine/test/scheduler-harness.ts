@@ -2,7 +2,7 @@
 import { Scheduler, type SchedulerConfig } from '../scheduler.ts';
 import type { SchedulerOutput } from '../scheduler-output.ts';
 import type { GenerateRequest, RequestOutput, SamplingParams } from '../types.ts';
-import { FakeRunner, type TokenScript } from './fake-runner.ts';
+import { FakeRunner, distinctPrompt, type TokenScript } from './fake-runner.ts';
 
 export const EOS = 2;
 
@@ -39,8 +39,9 @@ export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenSc
   return { scheduler, runner, step };
 }
 
+/** A request with a prompt of its own (distinctPrompt), so that no two requests share a block by accident. */
 export function request(requestId: string, numPromptTokens: number, sampling: SamplingParams = {}): GenerateRequest {
-  return { requestId, promptTokenIds: Array.from({ length: numPromptTokens }, (_, i) => 10 + i), sampling };
+  return { requestId, promptTokenIds: distinctPrompt(requestId, numPromptTokens), sampling };
 }
 
 export function plan(output: SchedulerOutput): string[] {
