@@ -46,6 +46,29 @@ test('the loop streams one output per request per step and idles when done', asy
   assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0 });
 });
 
+test('requests sharing a cached prefix share its blocks while any holds them, each its own tokens after it', async (t) => {
+  // 14 blocks of 4 for 4 running requests of 8 shared + 3 own prompt tokens and up to 12 outputs:
+  // blocks are short, so one freed too early (while another request still reads it) is handed
+  // to a newcomer and overwritten, which the fake runner's read-back sees.
+  const runner = new FakeRunner({ numKvBlocks: 14, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 64 });
+  const engine = createEngine(runner, { servedName: 'fake', maxNumSeqs: 4, maxNumBatchedTokens: 16, generationDefaults: { eosTokenIds: [2] } });
+  t.after(() => engine.close());
+  const sharedPrefix = distinctPrompt('shared', 8);
+  const requests = Array.from({ length: 10 }, (_, i): GenerateRequest => ({
+    requestId: `r${i}`,
+    promptTokenIds: [...sharedPrefix, ...distinctPrompt(`r${i}`, 3)],
+    sampling: { maxTokens: 2 + ((i * 5) % 11) },
+  }));
+  const outputs = await Promise.all(requests.map((req) => collect(engine, req)));
+  for (const [i, req] of requests.entries()) {
+    const tokenIds = outputs[i].flatMap((output) => output.newTokenIds);
+    assert.equal(outputs[i].at(-1)?.finishReason, 'length', `${req.requestId}: ${outputs[i].at(-1)?.error?.message}`);
+    assert.deepEqual(tokenIds, runner.scriptedTokenIds(req.requestId, req.sampling.maxTokens!), req.requestId);
+  }
+  assert.ok(outputs.slice(1).some((each) => each.some((output) => output.numCachedTokens === 8)), 'later requests hit the shared prefix');
+  assert.equal(engine.health().load.numFreeBlocks, 14);
+});
+
 test('a refused request gets one error output', async (t) => {
   const { engine } = setup();
   t.after(() => engine.close());

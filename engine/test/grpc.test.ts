@@ -10,6 +10,7 @@ import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
 import { generateToWire, loadEngineService, stepFromWire, type ClientMessage, type StepOutput__Output } from '../grpc/wire.ts';
 import type { GenerateRequest, RequestOutput, StepReport } from '../types.ts';
+import { pollUntil, within } from '../../test/wait.ts';
 import { FakeRunner, distinctPrompt, scriptedTokenId } from './fake-runner.ts';
 
 const numKvBlocks = 64;
@@ -140,9 +141,10 @@ test('pending requests fail cleanly when the worker goes away, and later ones fa
   runner.beforeStep = gate.wait;
   const pending = Promise.all([collect(client, request('a', 10)), collect(client, request('b', 10))]);
   // Wait until the worker holds both requests, then take it away.
-  for (let load = (await client.health()).load; load.numRunning + load.numWaiting < 2; ) {
-    load = (await client.health()).load;
-  }
+  await pollUntil(async () => {
+    const { load } = await client.health();
+    return load.numRunning + load.numWaiting >= 2;
+  }, 'the worker holds both requests');
   await server.close();
   const failed = await pending;
   for (const outputs of failed) {
@@ -171,16 +173,19 @@ test('a client that goes away has its requests aborted on the worker', { timeout
     return stop();
   });
   const pending = collect(client, request('orphan', 100));
-  for (let load = (await observer.health()).load; load.numRunning + load.numWaiting < 1; ) {
-    load = (await observer.health()).load;
-  }
+  await pollUntil(async () => {
+    const { load } = await observer.health();
+    return load.numRunning + load.numWaiting >= 1;
+  }, 'the worker holds the request');
   client.close();
   assert.equal((await pending).at(-1)!.error?.code, 'engine_unavailable');
   // One step per health round trip: the cancel overtakes the 100 steps the request would need.
-  for (let load = (await observer.health()).load; load.numFreeBlocks < numKvBlocks || load.numRunning > 0; ) {
+  await pollUntil(async () => {
+    const { load } = await observer.health();
+    if (load.numFreeBlocks === numKvBlocks && load.numRunning === 0) return true;
     gate.open();
-    load = (await observer.health()).load;
-  }
+    return false;
+  }, 'the worker frees the orphaned request');
   const numOutputTokens = runner.steps.flatMap((step) => step.scheduled).map((entry) => entry.numOutputTokens);
   assert.ok(Math.max(...numOutputTokens) < 99);
 });
@@ -219,7 +224,7 @@ function openRawStream(address: string) {
     messages,
     /** Resolves once count messages have arrived in all. */
     waitFor: (count: number) =>
-      new Promise<void>((resolve) => (messages.length >= count ? resolve() : waiters.push({ count, resolve }))),
+      within(new Promise<void>((resolve) => (messages.length >= count ? resolve() : waiters.push({ count, resolve }))), `${count} messages`),
     close() {
       call.cancel();
       stub.close();
@@ -250,7 +255,10 @@ test('the worker sends one message per step with every request\'s outputs, its l
     stream.call.write({ generate: generateToWire({ ...request(requestId, maxTokens, { temperature: 0 }), promptTokenIds: sharedPrompt }) });
   }
   // The first step holds the first request; the rest join the second, so four run together.
-  for (let load = (await client.health()).load; load.numRunning + load.numWaiting < 4; ) load = (await client.health()).load;
+  await pollUntil(async () => {
+    const { load } = await client.health();
+    return load.numRunning + load.numWaiting >= 4;
+  }, 'the worker holds all four requests');
   gate.open(1_000);
   const numFinished = () => stream.messages.flatMap((message) => message.outputs).filter((output) => output.finishReason !== null).length;
   while (numFinished() < 4) await stream.waitFor(stream.messages.length + 1);

@@ -5,6 +5,8 @@ import type { GenerateRequest, RequestOutput, SamplingParams } from '../types.ts
 import { FakeRunner, distinctPrompt, type TokenScript } from './fake-runner.ts';
 
 export const EOS = 2;
+/** More steps than any scheduler test needs. */
+const MAX_STEPS = 10_000;
 
 export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenScript) {
   const config: SchedulerConfig = {
@@ -30,8 +32,12 @@ export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenSc
     },
     script,
   );
+  let numSteps = 0;
   /** One engine step: schedule, execute, update. */
   async function step(): Promise<{ output: SchedulerOutput; news: RequestOutput[] }> {
+    // Tests step until the scheduler is done; one that never is would spin on microtasks, where
+    // no test timeout can interrupt it.
+    if (++numSteps > MAX_STEPS) throw new Error(`more than ${MAX_STEPS} steps: the scheduler never finishes`);
     const output = scheduler.schedule();
     const news = scheduler.update(output, await runner.execute(output));
     return { output, news };

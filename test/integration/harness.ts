@@ -5,6 +5,9 @@ import OpenAI from 'openai';
 import { fileURLToPath } from 'node:url';
 import { validateConfig } from '../../configs/schema.ts';
 import { serve, type RunningServer } from '../../bin/serve.ts';
+import { WAIT_BOUND_MS } from '../wait.ts';
+
+export { WAIT_BOUND_MS, within } from '../wait.ts';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const defaultModelDir = path.join(repoRoot, 'models', 'conduit-tiny');
@@ -17,9 +20,6 @@ export async function startServer(models: Record<string, unknown>[]): Promise<Ru
   return serve(config);
 }
 
-/** The most any one request, exit or wait of an integration test may take: a hang fails here, not at the suite's timeout. */
-export const WAIT_BOUND_MS = 30_000;
-
 /** The official client on a base URL, each request bounded by WAIT_BOUND_MS and never retried. */
 export function openaiClient(baseURL: string): OpenAI {
   return new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: WAIT_BOUND_MS });
@@ -28,13 +28,4 @@ export function openaiClient(baseURL: string): OpenAI {
 /** fetch, aborted after WAIT_BOUND_MS. */
 export function boundedFetch(url: string, init: RequestInit = {}): Promise<Response> {
   return fetch(url, { ...init, signal: AbortSignal.timeout(WAIT_BOUND_MS) });
-}
-
-/** The promise's value, or a rejection naming what did not happen within WAIT_BOUND_MS. */
-export function within<T>(promise: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const bound = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${WAIT_BOUND_MS} ms`)), WAIT_BOUND_MS);
-  });
-  return Promise.race([promise, bound]).finally(() => clearTimeout(timer));
 }
