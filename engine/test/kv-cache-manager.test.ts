@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { blockHash, rootHash, type BlockHash } from '../kv/block-hash.ts';
 import { KvCacheManager, type KvSequence } from '../kv/kv-cache-manager.ts';
+import { testSeed } from '../../test/seed.ts';
 
 const BLOCK_SIZE = 4;
 
@@ -135,8 +136,8 @@ function rng(seed: number): () => number {
   };
 }
 
-test('10,000 random operations keep every block free or held, held blocks counted exactly, and cached KV right', () => {
-  const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+test('10,000 random operations keep every block free or held, held blocks counted exactly, and cached KV right', (t) => {
+  const seed = testSeed(t);
   const random = rng(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];
   const numBlocks = 24;
