@@ -95,7 +95,7 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
   }
 
   get load(): WorkerLoad {
-    return { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100, numQueuedPrefillTokens: 0 };
+    return { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100, numQueuedPrefillTokens: 0, numCachedBlocks: 0 };
   }
 
   onReport(listener: (report: StepReport) => void): () => void {
