@@ -34,6 +34,7 @@ export function resolveServeConfig(argv: string[]): Config {
   const base: Config = configFile ? loadConfigFile(configFile) : validateConfig({ models: [{ path: '.' }] }, 'command line');
   const raw = {
     server: { ...base.server },
+    router: base.router,
     models: [...(configFile ? base.models : []), ...modelDirs.map((dir) => ({ path: path.resolve(dir) }))],
   };
   if (values['http-port'] !== undefined) raw.server.http_port = Number(values['http-port']);

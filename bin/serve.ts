@@ -5,6 +5,7 @@ import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
+import { createRouter } from './routing.ts';
 import { workerArgs } from './worker-flags.ts';
 
 const workerReadyTimeoutMs = 300_000;
@@ -51,6 +52,9 @@ export async function serve(config: Config): Promise<RunningServer> {
       }
       const workers = addresses.map((address) => new GrpcEngineClient(address));
       clients.push(...workers);
+      // Added before any stream message arrives: a stream's first lists the worker's cache.
+      const router = createRouter(model, config.router);
+      for (const worker of workers) router.addWorker(worker);
       const deadlineMs = Date.now() + workerReadyTimeoutMs;
       const healths = await Promise.all(workers.map((client) => waitUntilServing(client, deadlineMs)));
       models.push({
@@ -59,7 +63,8 @@ export async function serve(config: Config): Promise<RunningServer> {
         maxModelLen: Math.min(...healths.map((h) => h.model.maxModelLen)),
         queueTimeoutMs: model.queue_timeout_s === undefined ? undefined : model.queue_timeout_s * 1000,
         requestTimeoutMs: model.request_timeout_s === undefined ? undefined : model.request_timeout_s * 1000,
-        workers,
+        workers: router.workers,
+        router,
       });
     }
     const gatewayMetrics = new GatewayMetrics(models);

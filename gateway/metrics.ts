@@ -5,7 +5,8 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { StepStats } from '../engine/types.ts';
-import type { ServedModel } from './served-model.ts';
+import { RouterMetrics } from '../router/metrics.ts';
+import { routerOf, type ServedModel } from './served-model.ts';
 
 const LATENCY_BUCKETS_SEC = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const STEP_BUCKETS_SEC = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
@@ -97,13 +98,17 @@ export class GatewayMetrics {
       STEP_BUCKETS_SEC,
     );
     this.tokensPerStep = workerHistogram('conduit_engine_tokens_per_step', 'Tokens one engine step computed.', TOKENS_PER_STEP_BUCKETS);
+    const routing = new RouterMetrics(this.registry);
     for (const model of models) {
-      for (const worker of model.workers) {
+      const router = routerOf(model);
+      routing.watch(router);
+      // Workers may join and leave (discovered in Redis): each is watched while it serves.
+      router.watchWorkers((worker) => {
         const labels = { model_name: model.name, worker: worker.address };
-        worker.onReport((report) => {
+        return worker.onReport((report) => {
           if (report.stats !== null) this.observeStep(labels, report.stats);
         });
-      }
+      });
     }
   }
 
@@ -141,7 +146,7 @@ export class GatewayMetrics {
     // A worker whose stream is down drops out rather than reporting stale numbers.
     for (const gauge of gauges) gauge.reset();
     for (const model of this.models) {
-      for (const worker of model.workers) {
+      for (const worker of routerOf(model).workers) {
         const { load } = worker;
         if (load === null) continue;
         const labels = { model_name: model.name, worker: worker.address };

@@ -20,6 +20,8 @@ export interface TestGateway {
   baseUrl: string;
   metricsUrl: string;
   engine: ScriptedEngine;
+  /** Every worker of both models: engine, then any more that numWorkers asked for. */
+  engines: ScriptedEngine[];
   tokenizer: Tokenizer;
   /** Token ids of text, as the model would generate them. */
   tokens(text: string): number[];
@@ -41,7 +43,10 @@ function writeModelDir(dir: string, withChatTemplate: boolean) {
   );
 }
 
-export async function startTestGateway(scriptFor: (request: GenerateRequest) => Script): Promise<TestGateway> {
+export async function startTestGateway(
+  scriptFor: (request: GenerateRequest) => Script,
+  options: { numWorkers?: number } = {},
+): Promise<TestGateway> {
   const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
   const modelDir = path.join(tmpDir, MODEL_NAME);
   const plainModelDir = path.join(tmpDir, 'plain');
@@ -51,10 +56,11 @@ export async function startTestGateway(scriptFor: (request: GenerateRequest) => 
   const modelInfo = {
     modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256], blockHashScheme: HASH_SCHEME,
   };
-  const engine = new ScriptedEngine(modelInfo, scriptFor);
+  const engines = Array.from({ length: options.numWorkers ?? 1 }, (_, i) => new ScriptedEngine(modelInfo, scriptFor, `scripted:${i}`));
+  const engine = engines[0];
   const models: ServedModel[] = [
-    { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
-    { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
+    { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [...engines] },
+    { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [...engines] },
   ];
   const metrics = new GatewayMetrics(models);
   const gateway: FastifyInstance = await createGateway({ models, bodyLimitBytes: BODY_LIMIT_BYTES, metrics });
@@ -65,6 +71,7 @@ export async function startTestGateway(scriptFor: (request: GenerateRequest) => 
     baseUrl,
     metricsUrl,
     engine,
+    engines,
     tokenizer,
     tokens: (text) => tokenizer.encode(text, { addSpecialTokens: false }),
     post: (route, body) =>
