@@ -16,6 +16,8 @@ type WorkerLabel = 'model_name' | 'worker';
 
 export class GatewayMetrics {
   readonly registry = new Registry();
+  /** The routers' metrics (router/metrics.ts), on this registry. */
+  readonly routing: RouterMetrics;
   private readonly models: readonly ServedModel[];
   private readonly requests: Counter<'endpoint' | 'status_code'>;
   private readonly timeToFirstToken: Histogram<'model_name'>;
@@ -98,10 +100,10 @@ export class GatewayMetrics {
       STEP_BUCKETS_SEC,
     );
     this.tokensPerStep = workerHistogram('conduit_engine_tokens_per_step', 'Tokens one engine step computed.', TOKENS_PER_STEP_BUCKETS);
-    const routing = new RouterMetrics(this.registry);
+    this.routing = new RouterMetrics(this.registry);
     for (const model of models) {
       const router = routerOf(model);
-      routing.watch(router);
+      this.routing.watch(router);
       // Workers may join and leave (discovered in Redis): each is watched while it serves.
       router.watchWorkers((worker) => {
         const labels = { model_name: model.name, worker: worker.address };

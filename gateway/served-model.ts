@@ -8,7 +8,11 @@ import { loadChatTemplate, type ChatTemplate } from './tokenizer/chat-template.t
 import { loadTokenizer } from './tokenizer/load.ts';
 import type { Tokenizer } from './tokenizer/tokenizer.ts';
 
-export type ServedWorker = EngineClient;
+/**
+ * A worker counts its own requests in flight (from generate until its last output or abort):
+ * one that left the registry is closed once they are done.
+ */
+export type ServedWorker = EngineClient & { readonly numInFlight: number };
 
 export interface ServedModel {
   /** What clients put in `model`. */

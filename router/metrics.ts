@@ -22,7 +22,7 @@ export class RouterMetrics implements RouterObserver {
   private readonly decisionTime: Histogram<'model_name'>;
   private readonly eventLag: Histogram<'model_name'>;
 
-  constructor(registry: Registry) {
+  constructor(private readonly registry: Registry) {
     const registers = [registry];
     const labelNames: WorkerLabel[] = ['model_name', 'worker'];
     const counter = (name: string, help: string) => new Counter({ name, help, labelNames, registers });
@@ -86,6 +86,18 @@ export class RouterMetrics implements RouterObserver {
       collect() {
         this.reset();
         for (const router of routers) this.set({ model_name: router.modelName }, router.numIndexedBlocks);
+      },
+    });
+  }
+
+  /** A gauge of the connection to Redis (router/redis-state.ts). */
+  watchSharedState(state: { readonly isConnected: boolean }): void {
+    new Gauge({
+      name: 'conduit_router_redis_connected',
+      help: 'Whether the gateway is connected to the Redis that shares workers and KV events (1) or routes on its last state (0).',
+      registers: [this.registry],
+      collect() {
+        this.set(state.isConnected ? 1 : 0);
       },
     });
   }

@@ -279,7 +279,8 @@ export class ModelRouter<W extends RoutableWorker> {
     const numPromptTokens = request.promptTokenIds.length;
     let chosen: WorkerState<W>;
     let numPredictedCachedTokens: number | null = null;
-    if (candidates.length === 1) chosen = candidates[0];
+    // kv-aware looks even at one worker: its predicted hits are a metric.
+    if (candidates.length === 1 && this.settings.policy !== 'kv-aware') chosen = candidates[0];
     else {
       switch (this.settings.policy) {
         case 'kv-aware':
