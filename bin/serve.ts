@@ -79,7 +79,19 @@ export async function serve(config: Config): Promise<RunningServer> {
     }
     const gatewayMetrics = new GatewayMetrics(models);
     if (sharedState !== null) gatewayMetrics.routing.watchSharedState(sharedState);
-    const gateway = await createGateway({ models, bodyLimitBytes: config.server.body_limit_bytes, metrics: gatewayMetrics });
+    const { server } = config;
+    const gateway = await createGateway({
+      models,
+      bodyLimitBytes: server.body_limit_bytes,
+      metrics: gatewayMetrics,
+      responses: {
+        storeMaxResponses: server.response_store_max_responses,
+        storeTtlMs: server.response_store_ttl_s * 1000,
+        websocketMaxConnectionMs: server.websocket_max_connection_s * 1000,
+        websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
+        maxBufferedBytes: server.stream_max_buffered_bytes,
+      },
+    });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });

@@ -47,3 +47,14 @@ test('the router section: defaults, its checks, and workers that may come from R
   assert.throws(() => validateConfig({ router: { heartbeat_ttl_s: 1 }, models: [{ path: 'm' }] }, 'e.yaml'), /e\.yaml: router\.heartbeat_ttl_s/);
   assert.throws(() => validateConfig({ models: [{ path: 'm', routing_policy: 'fastest' }] }, 'f.yaml'), /f\.yaml: models\.0\.routing_policy/);
 });
+
+test('the Responses API settings: defaults (a 60-minute WebSocket, as OpenAI), positive values only', () => {
+  const { server } = validateConfig({ models: [{ path: 'm' }] }, 'r.yaml');
+  assert.equal(server.response_store_max_responses, 1000);
+  assert.equal(server.response_store_ttl_s, 3600);
+  assert.equal(server.websocket_max_connection_s, 3600);
+  assert.equal(server.websocket_ping_interval_s, 30);
+  assert.equal(server.stream_max_buffered_bytes, 4 * 1024 * 1024);
+  assert.throws(() => validateConfig({ server: { response_store_max_responses: 0 }, models: [{ path: 'm' }] }, 's.yaml'), /s\.yaml: server\.response_store_max_responses/);
+  assert.throws(() => validateConfig({ server: { websocket_ping_interval_s: -1 }, models: [{ path: 'm' }] }, 's.yaml'), /s\.yaml: server\.websocket_ping_interval_s/);
+});

@@ -7,7 +7,7 @@ import type { PromptTokenLogprobs, RequestOutput, SamplingParams } from '../engi
 import { ApiError, fromEngineError } from './errors.ts';
 import type { GatewayMetrics } from './metrics.ts';
 import type { LoadedModel } from './served-model.ts';
-import { IncrementalDetokenizer } from './tokenizer/incremental-detokenizer.ts';
+import { createDetokenizer } from './tokenizer/incremental-detokenizer.ts';
 import { StopMatcher } from './tokenizer/stop-matcher.ts';
 
 export interface GenerationRequest {
@@ -101,7 +101,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   // A worker that fails the request before it starts hands it to the next one (route.retry).
   let route = firstRoute;
   const requestId = randomUUID();
-  const detokenizer = new IncrementalDetokenizer((tokenIds) => model.tokenizer.decode(tokenIds, { skipSpecialTokens: true }));
+  const detokenizer = createDetokenizer(model.tokenizer);
   const stopMatcher = new StopMatcher(request.stopStrings);
   let numOutputTokens = 0;
   let numCachedTokens = 0;

@@ -1,15 +1,19 @@
 // The HTTP gateway: one fastify instance with one plugin per API surface, every error rendered
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
+import websocketPlugin from '@fastify/websocket';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
+import { DEFAULT_RESPONSES_SETTINGS, type ResponsesSettings } from './openai/responses/index.ts';
 import { ModelRegistry, type ServedModel } from './served-model.ts';
 
 export { createMetricsServer, GatewayMetrics } from './metrics.ts';
 export type { ServedModel, ServedWorker } from './served-model.ts';
+export type { ResponsesSettings } from './openai/responses/index.ts';
 
 export interface GatewayOptions {
   models: ServedModel[];
@@ -17,6 +21,8 @@ export interface GatewayOptions {
   logger?: boolean;
   /** Shared with createMetricsServer; a private set when omitted. */
   metrics?: GatewayMetrics;
+  /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
+  responses?: Partial<ResponsesSettings>;
 }
 
 /** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
@@ -50,7 +56,10 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     reply.raw.once('close', () => metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.raw.statusCode));
   });
 
-  await app.register(openaiPlugin, { registry, metrics });
+  // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
+  await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes } });
+  await app.register(openaiPlugin, { registry, metrics, responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses } });
   await app.register(healthPlugin, { models: options.models });
+  await app.register(chatPagePlugin);
   return app;
 }
