@@ -26,6 +26,8 @@ export interface GenerationRequest {
    * `x-session-id` header, router/affinity.ts; a Responses request's previous_response_id).
    */
   affinityKey?: string;
+  /** The affinityKey of the conversation's next turn when it differs (a Responses turn's own id). */
+  nextTurnKey?: string;
   /** performance.now() when the request arrived, for latency metrics. */
   arrivalMs: number;
 }
@@ -93,6 +95,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     promptTokenIds,
     cacheSalt: request.cacheSalt,
     affinityKey: request.affinityKey,
+    nextTurnKey: request.nextTurnKey,
     usesPrefixCache: request.sampling.numPromptLogprobs === undefined,
   });
   if (firstRoute === null) {

@@ -34,6 +34,11 @@ export interface RouteRequest {
   cacheSalt?: string;
   /** A conversation's key: its turns prefer the worker that served the previous one. */
   affinityKey?: string;
+  /**
+   * The key the conversation's next turn will send as its affinityKey, when it differs from this
+   * one's (a Responses turn's own id, which the next names as previous_response_id).
+   */
+  nextTurnKey?: string;
   /** False when the worker will compute the whole prompt anyway (prompt logprobs). */
   usesPrefixCache?: boolean;
 }
@@ -298,8 +303,9 @@ export class ModelRouter<W extends RoutableWorker> {
           break;
       }
     }
-    if (request.affinityKey !== undefined && this.settings.policy === 'kv-aware') {
-      this.affinity.set(request.affinityKey, chosen.worker.address);
+    if (this.settings.policy === 'kv-aware') {
+      if (request.affinityKey !== undefined) this.affinity.set(request.affinityKey, chosen.worker.address);
+      if (request.nextTurnKey !== undefined) this.affinity.set(request.nextTurnKey, chosen.worker.address);
     }
     const numPendingPrefillTokens = numPromptTokens - (numPredictedCachedTokens ?? 0);
     chosen.numLocalRequests++;

@@ -51,6 +51,20 @@ test('the turns of a session (x-session-id) go to one worker', async () => {
   assert.equal(new Set(turns.flatMap(workerOf)).size, 1, 'every turn on the worker of the first');
 });
 
+test('chained Responses turns (previous_response_id) go to the worker of the turn they continue', async () => {
+  scriptFor = () => ({ steps: [gateway.tokens(' ok')], finishReason: 'stop' });
+  const client = new OpenAI({ baseURL: `${gateway.baseUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const before = new Set(lastRequestIds());
+  let previousResponseId: string | undefined;
+  for (let turn = 0; turn < 4; turn++) {
+    const response = await client.responses.create({ model: MODEL_NAME, input: 'hi', previous_response_id: previousResponseId });
+    previousResponseId = response.id;
+  }
+  const turns = lastRequestIds().filter((id) => !before.has(id));
+  assert.equal(turns.length, 4);
+  assert.equal(new Set(turns.flatMap(workerOf)).size, 1, 'every turn on the worker of the first');
+});
+
 test('requests in flight spread over the workers, counted at routing before any worker reports them', { timeout: 10_000 }, async () => {
   scriptFor = () => ({ steps: [], hang: true });
   const controllers = Array.from({ length: 9 }, () => new AbortController());
