@@ -14,7 +14,7 @@
 // Load is what the worker last reported, or what this gateway has sent it since if that is
 // more: a report lags the requests routed since it was made, and a burst decided between two
 // reports must not all land on one worker (llm-d-router #2515, dynamo #589).
-import { extendBlockHashes, HASH_SCHEME, rootHash, type BlockHash } from '../engine/kv/block-hash.ts';
+import { blockHash, HASH_SCHEME, rootHash, type BlockHash } from '../engine/kv/block-hash.ts';
 import type { KvEvent, StepReport, WorkerLoad, WorkerModelInfo } from '../engine/types.ts';
 import { AffinityTable } from './affinity.ts';
 import { PrefixIndex } from './prefix-index.ts';
@@ -335,9 +335,7 @@ export class ModelRouter<W extends RoutableWorker> {
 
   private pickKvAware(candidates: WorkerState<W>[], request: RouteRequest): WorkerState<W> {
     const { settings } = this;
-    const hashes = this.promptHashes(request);
-    if (hashes.length > 0) this.index.match(hashes, this.matchedBlocks);
-    else this.matchedBlocks.fill(0);
+    this.matchPrompt(request);
     let meanRequests = 0;
     for (const state of candidates) meanRequests += state.numRequests;
     meanRequests /= candidates.length;
@@ -400,21 +398,27 @@ export class ModelRouter<W extends RoutableWorker> {
     return state.numQueuedPrefillTokens + this.settings.requestLoadTokens * state.numRequests;
   }
 
-  /** Tokens of the current lookup's prompt the worker holds (after promptHashes and match). */
+  /** Tokens of the current lookup's prompt the worker holds (after matchPrompt). */
   private numCachedTokensOn(state: WorkerState<W>): number {
     return state.hashesMatch ? this.matchedBlocks[state.slot] * (this.blockSizeTokens ?? 0) : 0;
   }
 
   /**
-   * The hashes of the blocks the worker would look up: every full block but one that holds the
-   * last token (the engine always computes it, for its logits).
+   * Writes into matchedBlocks each worker's cached prefix of the blocks the worker would look up:
+   * every full block but one that holds the last token (the engine always computes it, for its
+   * logits). Hashes block by block, and stops at the first block no worker holds: the prompt's
+   * uncached tail costs no hashing.
    */
-  private promptHashes(request: RouteRequest): BlockHash[] {
+  private matchPrompt(request: RouteRequest): void {
+    this.matchedBlocks.fill(0);
     const blockSizeTokens = this.blockSizeTokens;
-    if (blockSizeTokens === null || request.usesPrefixCache === false) return [];
+    if (blockSizeTokens === null || request.usesPrefixCache === false) return;
     const numBlocks = Math.floor((request.promptTokenIds.length - 1) / blockSizeTokens);
-    if (numBlocks <= 0) return [];
-    return extendBlockHashes([], this.rootOf(request.cacheSalt), request.promptTokenIds, blockSizeTokens, numBlocks);
+    let hash = this.rootOf(request.cacheSalt);
+    for (let block = 0; block < numBlocks; block++) {
+      hash = blockHash(hash, request.promptTokenIds, block * blockSizeTokens, blockSizeTokens);
+      if (!this.index.matchNext(hash, block, this.matchedBlocks)) return;
+    }
   }
 
   private rootOf(cacheSalt: string | undefined): BlockHash {

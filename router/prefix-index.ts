@@ -48,21 +48,27 @@ export class PrefixIndex {
   match(hashes: readonly BlockHash[], matchedBlocks: Int32Array): number {
     matchedBlocks.fill(0);
     let numMatched = 0;
-    for (let block = 0; block < hashes.length; block++) {
-      const slots = this.holders.get(hashes[block]);
-      if (slots === undefined) break;
-      let numAdvanced = 0;
-      for (let i = 0; i < slots.length; i++) {
-        const slot = slots[i];
-        if (slot < matchedBlocks.length && matchedBlocks[slot] === block) {
-          matchedBlocks[slot] = block + 1;
-          numAdvanced++;
-        }
-      }
-      if (numAdvanced === 0) break;
-      numMatched = block + 1;
-    }
+    while (numMatched < hashes.length && this.matchNext(hashes[numMatched], numMatched, matchedBlocks)) numMatched++;
     return numMatched;
+  }
+
+  /**
+   * One step of match, for a caller that hashes block by block and stops at the first block no
+   * worker holds: advances every slot that holds blocks 0..block-1 and this one (matchedBlocks
+   * zeroed before block 0). False when none does: no later block can match.
+   */
+  matchNext(hash: BlockHash, block: number, matchedBlocks: Int32Array): boolean {
+    const slots = this.holders.get(hash);
+    if (slots === undefined) return false;
+    let numAdvanced = 0;
+    for (let i = 0; i < slots.length; i++) {
+      const slot = slots[i];
+      if (slot < matchedBlocks.length && matchedBlocks[slot] === block) {
+        matchedBlocks[slot] = block + 1;
+        numAdvanced++;
+      }
+    }
+    return numAdvanced > 0;
   }
 
   private store(slot: number, hash: BlockHash): void {
