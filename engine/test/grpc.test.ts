@@ -102,7 +102,7 @@ test('one stream carries several concurrent requests, each routed back by id', a
   const health = await client.health();
   assert.equal(health.serving, true);
   assert.deepEqual(health.model, { modelName: 'fake', maxModelLen: 128, vocabSize: 500, blockSizeTokens: 4, eosTokenIds: [2], blockHashScheme: HASH_SCHEME });
-  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0 });
+  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
 });
 
 test('abort mid-stream ends the request and frees its blocks on the worker', async (t) => {
@@ -124,7 +124,7 @@ test('abort mid-stream ends the request and frees its blocks on the worker', asy
   assert.ok(outputs.at(-1)!.numOutputTokens < 100);
   assert.equal(client.numInFlight, 0);
   const { load } = await client.health();
-  assert.deepEqual(load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0 });
+  assert.deepEqual(load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
 });
 
 test('a refused request comes back as one error output', async (t) => {
@@ -279,7 +279,7 @@ test('the worker sends one message per step with every request\'s outputs, its l
   assert.equal(stepMessages.length, 6, 'one message per step (the longest request\'s 5 and the first alone), not one per token');
   assert.equal(Math.max(...stepMessages.map((message) => message.outputs.length)), 4);
   assert.deepEqual(stepMessages.at(-1)!.report.load, {
-    numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0,
+    numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2,
   });
   // Their 6-token prompts fill one 4-token block each, the same block: stored once. Each samples
   // its own tokens, so a second block (prompt tail and outputs, full once 8 tokens are computed:

@@ -79,7 +79,7 @@ test('an abort of a waiting request takes it out of the queue', () => {
   scheduler.add(request('queued', 4));
   assert.equal(scheduler.load().numWaiting, 1);
   assert.equal(scheduler.abort('queued')?.finishReason, 'abort');
-  assert.deepEqual(scheduler.load(), { numRunning: 0, numWaiting: 0, numFreeBlocks: 64, numTotalBlocks: 64, numQueuedPrefillTokens: 0 });
+  assert.deepEqual(scheduler.load(), { numRunning: 0, numWaiting: 0, numFreeBlocks: 64, numTotalBlocks: 64, numQueuedPrefillTokens: 0, numCachedBlocks: 0 });
 });
 
 test('a request waits while the pool is full and runs once blocks come back', async () => {

@@ -12,9 +12,10 @@ export { WAIT_BOUND_MS, within } from '../wait.ts';
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const defaultModelDir = path.join(repoRoot, 'models', 'conduit-tiny');
 
-export async function startServer(models: Record<string, unknown>[]): Promise<RunningServer> {
+/** router: the configuration's `router:` section (defaults without it). */
+export async function startServer(models: Record<string, unknown>[], router?: Record<string, unknown>): Promise<RunningServer> {
   const config = validateConfig(
-    { server: { host: '127.0.0.1', http_port: 0, metrics_port: 0 }, models },
+    { server: { host: '127.0.0.1', http_port: 0, metrics_port: 0 }, ...(router === undefined ? {} : { router }), models },
     path.join(repoRoot, 'test', 'integration', 'inline.yaml'),
   );
   return serve(config);
