@@ -43,7 +43,8 @@ test('the loop streams one output per request per step and idles when done', asy
   const c = await collect(engine, request('c', 1));
   assert.equal(c.length, 1);
   assert.equal(runner.steps.length, numSteps + 1);
-  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
+  // Each request's own full blocks stay cached: a computes 5 + 3 - 1 tokens (1 block of 4), b 9 (2), c 5 (1).
+  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 4 });
 });
 
 test('requests sharing a cached prefix share its blocks while any holds them, each its own tokens after it', async (t) => {
@@ -124,7 +125,8 @@ test('a listener that throws loses its own request and the engine serves on', as
   const other = await collect(engine, request('other', 3));
   assert.equal(other.at(-1)?.finishReason, 'length');
   assert.equal(numCalls, 1);
-  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 1 });
+  // The thrower's prompt and the other's prompt and outputs fill one 4-token block each.
+  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
   await new Promise((resolve) => setImmediate(resolve));
   assert.match(warnings.join('\n'), /request thrower threw: listener bug/);
 });

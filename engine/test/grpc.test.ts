@@ -102,7 +102,8 @@ test('one stream carries several concurrent requests, each routed back by id', a
   const health = await client.health();
   assert.equal(health.serving, true);
   assert.deepEqual(health.model, { modelName: 'fake', maxModelLen: 128, vocabSize: 500, blockSizeTokens: 4, eosTokenIds: [2], blockHashScheme: HASH_SCHEME });
-  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
+  // Each request's own full blocks stay cached: 6-token prompts and 3, 5, 1 and 4 outputs compute 8, 10, 6 and 9 tokens.
+  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2 + 2 + 1 + 2 });
 });
 
 test('abort mid-stream ends the request and frees its blocks on the worker', async (t) => {
@@ -279,7 +280,7 @@ test('the worker sends one message per step with every request\'s outputs, its l
   assert.equal(stepMessages.length, 6, 'one message per step (the longest request\'s 5 and the first alone), not one per token');
   assert.equal(Math.max(...stepMessages.map((message) => message.outputs.length)), 4);
   assert.deepEqual(stepMessages.at(-1)!.report.load, {
-    numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2,
+    numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 1 + 3,
   });
   // Their 6-token prompts fill one 4-token block each, the same block: stored once. Each samples
   // its own tokens, so a second block (prompt tail and outputs, full once 8 tokens are computed:
