@@ -63,10 +63,16 @@ async function runWorker(argv: string[]): Promise<number> {
   const worker = await startWorker(settings);
   console.error(`conduit worker: ${settings.modelDir} on ${worker.address}`);
   await new Promise<void>((resolve) => {
-    process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());
-    // Spawned by a gateway (`conduit serve`): its end is ours.
-    if (process.send) process.once('disconnect', () => resolve());
+    if (process.send) {
+      // Spawned by a gateway (`conduit serve`): its end is ours. Ctrl-C in a terminal reaches the
+      // whole process group; the gateway drains its streams first and then stops us, so the
+      // signal is not ours to act on (acting on it cut streams and made the gateway respawn us).
+      process.once('disconnect', () => resolve());
+      process.on('SIGINT', () => {});
+    } else {
+      process.once('SIGINT', () => resolve());
+    }
   });
   await worker.close();
   // The lifeline to a spawning gateway would keep the event loop, and so the process, alive.

@@ -1,5 +1,7 @@
 // Spawns and supervises the engine workers a configuration asks for on this machine: each a
-// child process serving engine.proto on a local socket, restarted with backoff if it dies.
+// child process serving engine.proto on a local socket, restarted with backoff if it dies. The
+// backoff doubles while a worker keeps dying soon after it starts and starts over once one has
+// run well for a while, so a crash hours after the last costs half a second, not the cap.
 import { spawn, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -7,13 +9,33 @@ import { fileURLToPath } from 'node:url';
 import { rmSync } from 'node:fs';
 
 const conduitBin = path.join(path.dirname(fileURLToPath(import.meta.url)), 'conduit.js');
+const firstRestartDelayMs = 500;
 const maxRestartDelayMs = 30_000;
+/** A worker up this long before it died was healthy: its restart starts the backoff over. */
+const healthyUptimeMs = 60_000;
+
+/** The delay before each restart of one worker, from how long each run lasted. */
+export class RestartBackoff {
+  private numQuickRestarts = 0;
+
+  constructor(
+    private readonly firstDelayMs = firstRestartDelayMs,
+    private readonly maxDelayMs = maxRestartDelayMs,
+    private readonly healthyMs = healthyUptimeMs,
+  ) {}
+
+  /** The worker exited after uptimeMs; returns how long to wait before starting it again. */
+  nextDelayMs(uptimeMs: number): number {
+    if (uptimeMs >= this.healthyMs) this.numQuickRestarts = 0;
+    return Math.min(this.maxDelayMs, this.firstDelayMs * 2 ** this.numQuickRestarts++);
+  }
+}
 
 export class LocalWorker {
   readonly address: string;
   private child: ChildProcess | null = null;
   private stopping = false;
-  private numRestarts = 0;
+  private readonly backoff = new RestartBackoff();
   private restartTimer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -32,10 +54,11 @@ export class LocalWorker {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.child = child;
+    const startedAtMs = performance.now();
     child.once('exit', (code, signal) => {
       this.child = null;
       if (this.stopping) return;
-      const delayMs = Math.min(maxRestartDelayMs, 500 * 2 ** this.numRestarts++);
+      const delayMs = this.backoff.nextDelayMs(performance.now() - startedAtMs);
       console.error(`worker ${this.name} exited (${signal ?? `code ${code}`}); restarting in ${delayMs} ms`);
       this.restartTimer = setTimeout(() => this.start(), delayMs);
     });

@@ -89,3 +89,57 @@ test('conduit serve with a bad configuration names the file and the field', asyn
     rmSync(workDir, { recursive: true, force: true });
   }
 });
+
+test('Ctrl-C to the process group stops the server and its worker, with no respawn', { timeout: 120_000 }, async (t) => {
+  // A terminal's Ctrl-C signals the whole foreground process group: gateway and worker at once.
+  const server = spawn(
+    process.execPath,
+    [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', path.join(repoRoot, 'models', 'conduit-tiny'), '--http-port', '0', '--metrics-port', '0'],
+    { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
+  );
+  const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
+  t.after(() => {
+    try {
+      process.kill(-server.pid!, 'SIGKILL');
+    } catch {
+      // The group is gone already.
+    }
+  });
+  let stderr = '';
+  const httpAddress = await within(new Promise<string>((resolve, reject) => {
+    server.stderr.on('data', (data: Buffer) => {
+      stderr += data.toString();
+      const match = /serving on (http:\/\/\S+)/.exec(stderr);
+      if (match) resolve(match[1]);
+    });
+    server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
+  }), 'serving');
+  const client = openaiClient(`${httpAddress.replace('0.0.0.0', '127.0.0.1')}/v1`);
+  assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 })).choices.length, 1);
+
+  // A stream in flight when Ctrl-C comes runs to its end.
+  const stream = await client.completions.create({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 64, ignore_eos: true, stream: true } as OpenAI.Completions.CompletionCreateParamsStreaming);
+  const iterator = stream[Symbol.asyncIterator]();
+  await iterator.next();
+  process.kill(-server.pid!, 'SIGINT');
+  let finishReason: string | null = null;
+  for (let chunk = await iterator.next(); !chunk.done; chunk = await iterator.next()) finishReason = chunk.value.choices[0]?.finish_reason ?? finishReason;
+  assert.equal(finishReason, 'length', 'the stream in flight finished');
+  assert.equal(await within(exited, 'exit after SIGINT to the group'), 0);
+  assert.doesNotMatch(stderr, /restarting in/, 'no worker is respawned during shutdown');
+  assert.doesNotMatch(stderr, /killed/, 'the worker exits on its own');
+  // Nothing of the group is left: signalling it finds no process.
+  await within(
+    (async () => {
+      for (;;) {
+        try {
+          process.kill(-server.pid!, 0);
+        } catch {
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    })(),
+    'the process group to empty',
+  );
+});
