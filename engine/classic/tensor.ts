@@ -184,17 +184,23 @@ export function toJson(tensor: Tensor): Array<number | boolean | string> {
   return Array.from(data as Float32Array);
 }
 
-/** Joins tensors of one datatype along dim 0; the other dims are the first's (ragged inputs join flat). */
+/**
+ * Joins tensors of one datatype along dim 0. Tensors whose other dims differ (a ragged input)
+ * join flat, into one dim of all their elements, as Triton hands ragged batches to a backend.
+ */
 export function concatBatch(tensors: readonly Tensor[]): Tensor {
   if (tensors.length === 1) return tensors[0];
   const first = tensors[0];
+  const rowShape = first.shape.slice(1).join(',');
   let batchSize = 0;
   let numElements = 0;
+  let ragged = false;
   for (const tensor of tensors) {
     batchSize += tensor.shape[0];
     numElements += tensor.data.length;
+    if (tensor.shape.slice(1).join(',') !== rowShape) ragged = true;
   }
-  const shape = [batchSize, ...first.shape.slice(1)];
+  const shape = ragged ? [numElements] : [batchSize, ...first.shape.slice(1)];
   if (first.datatype === 'BYTES') {
     return { datatype: first.datatype, shape, data: tensors.flatMap((tensor) => tensor.data as Uint8Array[]) };
   }
