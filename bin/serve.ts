@@ -2,12 +2,15 @@
 // configuration names, spawned here or already running elsewhere.
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
+import { ModelRepository } from '../engine/classic/index.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
 import { workerArgs } from './worker-flags.ts';
 
 const workerReadyTimeoutMs = 300_000;
+/** The version /v2 reports. */
+const CONDUIT_VERSION = '0.1.0';
 const healthPollIntervalMs = 200;
 
 export interface RunningServer {
@@ -38,6 +41,7 @@ export async function serve(config: Config): Promise<RunningServer> {
     for (const client of clients) client.close();
     await Promise.all(localWorkers.map((worker) => worker.stop()));
   };
+  let repository: ModelRepository | null = null;
   try {
     const models: ServedModel[] = [];
     for (const [modelIndex, model] of config.models.entries()) {
@@ -62,6 +66,11 @@ export async function serve(config: Config): Promise<RunningServer> {
         workers,
       });
     }
+    if (config.model_repository !== undefined) {
+      const { path: repoDir, model_control_mode: mode, repository_poll_s: pollS, load_models: startupModels } = config.model_repository;
+      repository = new ModelRepository({ repoDir, mode, pollIntervalMs: pollS * 1000, startupModels });
+      await repository.start();
+    }
     const gatewayMetrics = new GatewayMetrics(models);
     const { server } = config;
     const gateway = await createGateway({
@@ -75,6 +84,7 @@ export async function serve(config: Config): Promise<RunningServer> {
         websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
         maxBufferedBytes: server.stream_max_buffered_bytes,
       },
+      classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION },
     });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
@@ -85,10 +95,12 @@ export async function serve(config: Config): Promise<RunningServer> {
       async close() {
         await gateway.close();
         await metrics.close();
+        await repository?.close();
         await closeWorkers();
       },
     };
   } catch (err) {
+    await repository?.close();
     await closeWorkers();
     throw err;
   }
