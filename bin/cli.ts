@@ -56,7 +56,7 @@ export function resolveServeConfig(argv: string[]): Config {
 async function runServe(argv: string[]): Promise<number> {
   const { serve } = await import('./serve.ts');
   const server = await serve(resolveServeConfig(argv));
-  console.error(`conduit: serving on ${server.httpAddress} (metrics ${server.metricsAddress})`);
+  console.error(`conduit: serving on ${server.httpAddress} (metrics ${server.metricsAddress}${server.grpcAddress === null ? '' : `, KServe gRPC ${server.grpcAddress}`})`);
   await new Promise<void>((resolve) => {
     const shutdown = () => resolve();
     process.once('SIGINT', shutdown);

@@ -4,6 +4,7 @@ import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { ModelRepository } from '../engine/classic/index.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
 import { workerArgs } from './worker-flags.ts';
@@ -16,6 +17,8 @@ const healthPollIntervalMs = 200;
 export interface RunningServer {
   httpAddress: string;
   metricsAddress: string;
+  /** KServe v2 gRPC, when a model repository is configured. */
+  grpcAddress: string | null;
   close(): Promise<void>;
 }
 
@@ -42,6 +45,7 @@ export async function serve(config: Config): Promise<RunningServer> {
     await Promise.all(localWorkers.map((worker) => worker.stop()));
   };
   let repository: ModelRepository | null = null;
+  let grpcServer: KServeGrpcServer | null = null;
   try {
     const models: ServedModel[] = [];
     for (const [modelIndex, model] of config.models.entries()) {
@@ -89,10 +93,15 @@ export async function serve(config: Config): Promise<RunningServer> {
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });
+    if (repository !== null) {
+      grpcServer = await startKServeGrpc({ repository, version: CONDUIT_VERSION, host: config.server.host, port: config.server.grpc_port });
+    }
     return {
       httpAddress,
       metricsAddress,
+      grpcAddress: grpcServer === null ? null : `${config.server.host}:${grpcServer.port}`,
       async close() {
+        await grpcServer?.close();
         await gateway.close();
         await metrics.close();
         await repository?.close();

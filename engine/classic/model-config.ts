@@ -148,8 +148,8 @@ export class ModelConfigError extends Error {
 
 /** The field shape pbtxt cannot express by itself. */
 const PBTXT_SHAPE = {
-  repeatedFields: new Set(['input', 'output', 'dims', 'shape', 'instance_group', 'gpus', 'preferred_batch_size', 'step', 'versions', 'model_warmup', 'metric_tags']),
-  mapFields: new Set(['input_map', 'output_map', 'parameters', 'priority_queue_policy']),
+  repeatedFields: new Set(['input', 'output', 'dims', 'shape', 'instance_group', 'gpus', 'preferred_batch_size', 'step', 'versions', 'model_warmup']),
+  mapFields: new Set(['input_map', 'output_map', 'parameters', 'priority_queue_policy', 'metric_tags', 'cc_model_filenames']),
 };
 
 /** `input[0].data_type`, the way users write it. */
