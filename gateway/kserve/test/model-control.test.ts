@@ -6,8 +6,9 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { makeTestRepo, startKServeServer, type KServeTestServer } from './harness.ts';
 
+// 400 ms per batch: long enough that every request of a test arrives before the first finish, on a loaded machine too.
 const SLOW_TS = `export async function execute(inputs) {
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  await new Promise((resolve) => setTimeout(resolve, 400));
   return { OUTPUT: inputs.INPUT };
 }
 `;
