@@ -100,9 +100,9 @@ describe('ONNX Runtime off the event loop', () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-heavy-'));
   let repo: ModelRepository;
   before(async () => {
-    // 24 chained 384x384 MatMuls: long enough that a session run on the loop would stall it visibly.
+    // 64 chained 384x384 MatMuls (about 7 GFLOP at batch 1024): long enough that a session run on the loop would stall it visibly.
     const width = 384;
-    const numLayers = 24;
+    const numLayers = 64;
     const weights = new Float32Array(width * width).map((_, i) => ((i * 7919) % 13 - 6) / (13 * width));
     mkdirSync(path.join(dir, 'heavy', '1'), { recursive: true });
     writeModel(path.join(dir, 'heavy', '1', 'model.onnx'), {
