@@ -5,6 +5,7 @@ import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { ModelRepository } from '../engine/classic/index.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
+import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
 import { workerArgs } from './worker-flags.ts';
@@ -76,6 +77,7 @@ export async function serve(config: Config): Promise<RunningServer> {
       await repository.start();
     }
     const gatewayMetrics = new GatewayMetrics(models);
+    if (repository !== null) registerTritonMetrics(gatewayMetrics.registry, repository);
     const { server } = config;
     const gateway = await createGateway({
       models,
