@@ -92,6 +92,8 @@ export class Batcher {
   private timer: NodeJS.Timeout | null = null;
   private timerAtMs = Infinity;
   private numPending = 0;
+  /** Queued requests with a finite deadline: when none, nothing can expire and no scan is needed. */
+  private numWithDeadline = 0;
   private nextSequence = 0;
   private nextRelease = 0;
   private readonly finishedOutOfOrder = new Map<number, () => void>();
@@ -145,6 +147,7 @@ export class Batcher {
         reject,
       };
       level.queue.push(queued);
+      if (queued.deadlineMs !== Infinity) this.numWithDeadline++;
       this.setPending(this.numPending + 1);
       this.schedule();
     });
@@ -170,11 +173,18 @@ export class Batcher {
   }
 
   private expire(nowMs: number) {
+    if (this.numWithDeadline === 0) return;
     for (const level of this.levels) {
       const kept: Queued[] = [];
       for (const queued of level.queue) {
-        if (queued.deadlineMs > nowMs) kept.push(queued);
-        else if (level.policy.rejectOnTimeout) this.finish(queued, () => queued.reject(new ClassicError('UNAVAILABLE', 'Request timeout expired')), true);
+        if (queued.deadlineMs > nowMs) {
+          kept.push(queued);
+          continue;
+        }
+        this.numWithDeadline--;
+        // A delayed request has had its deadline: it now waits like one without.
+        queued.deadlineMs = Infinity;
+        if (level.policy.rejectOnTimeout) this.finish(queued, () => queued.reject(new ClassicError('UNAVAILABLE', 'Request timeout expired')), true);
         else level.delayed.push(queued);
       }
       level.queue = kept;
@@ -225,18 +235,23 @@ export class Batcher {
       level.queue = level.queue.filter((queued) => !takenSet.has(queued));
       level.delayed = level.delayed.filter((queued) => !takenSet.has(queued));
     }
+    for (const queued of taken) if (queued.deadlineMs !== Infinity) this.numWithDeadline--;
     this.setPending(this.numPending - taken.length);
     return taken;
   }
 
   private armTimer(nowMs: number) {
     let wakeMs = Infinity;
-    for (const [, queue, index] of this.scanOrder()) {
-      const queued = queue[index];
-      wakeMs = Math.min(wakeMs, queued.deadlineMs);
-      if (this.batching && this.maxQueueDelayMs > 0 && this.freeInstances.length > 0) {
-        wakeMs = Math.min(wakeMs, queued.enqueuedMs + this.maxQueueDelayMs);
+    // The oldest request of a level is the first of its queue or of its delayed list (FIFO).
+    if (this.batching && this.maxQueueDelayMs > 0 && this.freeInstances.length > 0) {
+      for (const level of this.levels) {
+        for (const list of [level.queue, level.delayed]) {
+          if (list.length > 0) wakeMs = Math.min(wakeMs, list[0].enqueuedMs + this.maxQueueDelayMs);
+        }
       }
+    }
+    if (this.numWithDeadline > 0) {
+      for (const level of this.levels) for (const queued of level.queue) wakeMs = Math.min(wakeMs, queued.deadlineMs);
     }
     if (wakeMs === Infinity || wakeMs === this.timerAtMs) return;
     if (this.timer !== null) clearTimeout(this.timer);
