@@ -25,7 +25,7 @@ export interface GatewayOptions {
   metrics?: GatewayMetrics;
   /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
   responses?: Partial<ResponsesSettings>;
-  /** Ordinary models, served over KServe v2 at /v2 when given. */
+  /** Ordinary models, served over KServe v2 at /v2 (where the LLMs answer Triton's generate too). */
   classic?: { repository: ModelRepository; version: string };
 }
 
@@ -65,8 +65,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(openaiPlugin, { registry, metrics, responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses } });
   await app.register(healthPlugin, { models: options.models });
   await app.register(chatPagePlugin);
-  if (options.classic !== undefined) {
-    await app.register(kservePlugin, { prefix: '/v2', repository: options.classic.repository, version: options.classic.version });
-  }
+  await app.register(kservePlugin, {
+    prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
+  });
   return app;
 }

@@ -5,13 +5,18 @@ import { gunzipSync, gzipSync, inflateSync } from 'node:zlib';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
+import type { GatewayMetrics } from '../metrics.ts';
+import type { ModelRegistry } from '../served-model.ts';
 import { toKServeError } from './errors.ts';
+import { registerGenerateRoutes } from './generate.ts';
 import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
 
 export interface KServePluginOptions {
-  repository: ModelRepository;
-  /** Ready also needs the LLMs' workers: the caller's check, or none. */
-  isServerReady?: () => Promise<boolean>;
+  /** The ordinary models; null when the server has no model repository. */
+  repository: ModelRepository | null;
+  /** The LLMs, for the generate extension. */
+  registry: ModelRegistry;
+  metrics: GatewayMetrics;
   version: string;
 }
 
@@ -82,8 +87,24 @@ function configJson(served: ServedVersion) {
   return { ...config, platform: config.platform ?? '', backend: config.backend === 'ensemble' ? '' : config.backend };
 }
 
+/** Stands in when no repository is configured: every model is unknown, nothing to load. */
+const NO_REPOSITORY = {
+  isReady: () => true,
+  index: () => [],
+  loadedVersions: () => [],
+  get(name: string): never {
+    throw new ClassicError('NOT_FOUND', `Request for unknown model: '${name}' is not found`);
+  },
+  async load(): Promise<never> {
+    throw new ClassicError('UNAVAILABLE', 'no model repository is configured (server model_repository)');
+  },
+  async unload(): Promise<never> {
+    throw new ClassicError('UNAVAILABLE', 'no model repository is configured (server model_repository)');
+  },
+} as unknown as ModelRepository;
+
 export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app, options) => {
-  const { repository } = options;
+  const repository = options.repository ?? NO_REPOSITORY;
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -99,10 +120,9 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
 
   // Health: Triton answers 400 when not live or ready, with an empty body.
   app.get('/health/live', async (_request, reply) => reply.code(200).send());
-  app.get('/health/ready', async (_request, reply) => {
-    const ready = repository.isReady() && (options.isServerReady === undefined || await options.isServerReady());
-    return reply.code(ready ? 200 : 400).send();
-  });
+  app.get('/health/ready', async (_request, reply) => reply.code(repository.isReady() ? 200 : 400).send());
+
+  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics });
 
   app.get('', async (request, reply) => send(request, reply, JSON.stringify({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS }), 'application/json'));
 
