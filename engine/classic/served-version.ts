@@ -96,9 +96,11 @@ class EnsembleVersion implements ServedVersion {
     const startMs = performance.now();
     this.numRunning++;
     try {
-      validateRequest(this.config, request.inputs, request.requestedOutputs);
+      const batchSize = validateRequest(this.config, request.inputs, request.requestedOutputs);
       const outputs = await runEnsemble(this.config, request, this.runStep);
       const requestNs = Math.round((performance.now() - startMs) * 1e6);
+      // An ensemble's execution is its whole DAG, once per request; its steps count on their own models.
+      this.stats.recordExecution(batchSize, 0, requestNs, 0);
       this.stats.recordSuccess(requestNs, 0, 0, requestNs, 0);
       return pickOutputs(outputs, request.requestedOutputs);
     } catch (err) {
