@@ -20,6 +20,7 @@ describe('dynamic batcher', () => {
       delayed_policy: 'max_batch_size: 1\ndynamic_batching { default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 250000 } priority_levels: 1 default_priority_level: 1 }',
       bounded: 'max_batch_size: 1\ndynamic_batching { default_queue_policy { max_queue_size: 2 } }',
       shapes: 'max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 0 }',
+      ragged: 'max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 0 }',
       concurrent: 'max_batch_size: 8\ninstance_group [ { count: 2 } ]',
       ordered: 'max_batch_size: 1\ninstance_group [ { count: 2 } ]\ndynamic_batching { preserve_ordering: true }',
       unordered: 'max_batch_size: 1\ninstance_group [ { count: 2 } ]\ndynamic_batching { }',
@@ -136,6 +137,14 @@ describe('dynamic batcher', () => {
     const queued = [slow.infer('shapes', { width: 3 }), slow.infer('shapes', { width: 3 }), slow.infer('shapes', { width: 5 }), slow.infer('shapes', { width: 5 })];
     const results = await Promise.all([busy, ...queued]);
     assert.deepEqual(results.map((r) => r.batchRows), [1, 2, 2, 2, 2]);
+  });
+
+  test('a ragged input (allow_ragged_batch) does not split the batch', async () => {
+    const busy = slow.infer('ragged', { delayMs: 150 });
+    await tick();
+    const queued = [slow.infer('ragged', { width: 3 }), slow.infer('ragged', { width: 5 }), slow.infer('ragged', { width: 2 })];
+    const results = await Promise.all([busy, ...queued]);
+    assert.deepEqual(results.map((r) => r.batchRows), [1, 3, 3, 3]);
   });
 
   test('N instances execute concurrently', async () => {

@@ -30,14 +30,18 @@ export interface SlowRepo {
 
 export interface SlowResult { batchRows: number; instance: number; startMs: number; endMs: number }
 
-/** A repository of slow models, one per config body (the part after the common header). */
+/**
+ * A repository of slow models, one per config body (the part after the common header). Names
+ * starting with `ragged` declare X with allow_ragged_batch.
+ */
 export async function startSlowRepo(models: Record<string, string>): Promise<SlowRepo> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-slow-'));
   for (const [name, body] of Object.entries(models)) {
     mkdirSync(path.join(dir, name, '1'), { recursive: true });
     writeFileSync(path.join(dir, name, '1', 'model.ts'), SLOW_MODEL_TS);
+    const ragged = name.startsWith('ragged') ? ' allow_ragged_batch: true' : '';
     writeFileSync(path.join(dir, name, 'config.pbtxt'), `backend: "script"
-input [ { name: "DELAY_MS" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "X" data_type: TYPE_FP32 dims: [ -1 ] optional: true } ]
+input [ { name: "DELAY_MS" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "X" data_type: TYPE_FP32 dims: [ -1 ] optional: true${ragged} } ]
 output [
   { name: "BATCH_ROWS" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "INSTANCE" data_type: TYPE_INT32 dims: [ 1 ] },
   { name: "START_MS" data_type: TYPE_FP64 dims: [ 1 ] }, { name: "END_MS" data_type: TYPE_FP64 dims: [ 1 ] }
