@@ -135,3 +135,43 @@ describe('poll model control', () => {
     assert.equal((await post(`${server.baseUrl}/v2/repository/models/slow/load`)).status, 503);
   });
 });
+
+describe('version policies over HTTP', () => {
+  let server: KServeTestServer;
+  let repo: ReturnType<typeof makeTestRepo>;
+  const VERSION_TS = `let version = 0;
+export function initialize(args) { version = args.modelVersion; }
+export function execute(inputs) { return { OUTPUT: { datatype: 'INT32', shape: inputs.INPUT.shape, data: new Int32Array(inputs.INPUT.data.length).fill(version) } }; }
+`;
+  const config = (policy: string) => `backend: "script"\nmax_batch_size: 4\nversion_policy: ${policy}\ninput [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n`;
+  before(async () => {
+    repo = makeTestRepo();
+    for (const [name, policy] of [['every', '{ all: { } }'], ['latest', '{ latest: { num_versions: 1 } }'], ['picked', '{ specific: { versions: [ 1, 3 ] } }']]) {
+      for (const version of ['1', '2', '3']) {
+        mkdirSync(path.join(repo.dir, name, version), { recursive: true });
+        writeFileSync(path.join(repo.dir, name, version, 'model.ts'), VERSION_TS);
+      }
+      writeFileSync(path.join(repo.dir, name, 'config.pbtxt'), config(policy));
+    }
+    server = await startKServeServer(repo.dir);
+  });
+  after(async () => {
+    await server.close();
+    repo.remove();
+  });
+
+  const answer = async (url: string) => {
+    const response = await post(url, { inputs: [{ name: 'INPUT', shape: [1, 1], datatype: 'INT32', data: [0] }] });
+    return response.status === 200 ? (await response.json() as any).outputs[0].data[0] : response.status;
+  };
+
+  test('each served version answers at its own URL; no version means the highest', async () => {
+    const base = `${server.baseUrl}/v2/models`;
+    assert.deepEqual((await (await fetch(`${base}/every`)).json() as any).versions, ['1', '2', '3']);
+    assert.deepEqual(await Promise.all(['1', '2', '3'].map((v) => answer(`${base}/every/versions/${v}/infer`))), [1, 2, 3]);
+    assert.equal(await answer(`${base}/every/infer`), 3);
+    assert.deepEqual(await Promise.all(['1', '2', '3'].map((v) => answer(`${base}/latest/versions/${v}/infer`))), [404, 404, 3]);
+    assert.deepEqual(await Promise.all(['1', '2', '3'].map((v) => answer(`${base}/picked/versions/${v}/infer`))), [1, 404, 3]);
+    assert.equal((await fetch(`${base}/picked/versions/2/ready`)).status, 400);
+  });
+});
