@@ -128,20 +128,36 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
 
   const versioned = (suffix: string) => [`/models/:model${suffix}`, `/models/:model/versions/:version(^\\d+)${suffix}`];
 
+  /** An LLM of the registry (version 1 only), for metadata and readiness; null when the name is not one. */
+  const llmOf = (params: ModelParams) =>
+    options.registry.models.find((model) => model.name === params.model && (params.version === undefined || params.version === '1')) ?? null;
+
   for (const url of versioned('')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
-      const served = repository.get(request.params.model, versionOf(request.params));
-      return send(request, reply, JSON.stringify(metadataOf(repository, served)), 'application/json');
+      const llm = llmOf(request.params);
+      // The LLMs take Triton's generate extension's tensors.
+      const metadata = llm === null ? metadataOf(repository, repository.get(request.params.model, versionOf(request.params))) : {
+        name: llm.name, versions: ['1'], platform: 'conduit_llm',
+        inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1] }],
+        outputs: [{ name: 'text_output', datatype: 'BYTES', shape: [-1] }],
+      };
+      return send(request, reply, JSON.stringify(metadata), 'application/json');
     });
   }
 
   for (const url of versioned('/ready')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
-      try {
-        repository.get(request.params.model, versionOf(request.params));
-      } catch {
-        return reply.code(400).type('application/json').send({ error: 'Model version not ready' });
+      const llm = llmOf(request.params);
+      let ready = llm !== null && llm.workers.length > 0;
+      if (llm === null) {
+        try {
+          repository.get(request.params.model, versionOf(request.params));
+          ready = true;
+        } catch {
+          ready = false;
+        }
       }
+      if (!ready) return reply.code(400).type('application/json').send({ error: 'Model version not ready' });
       return reply.code(200).send();
     });
   }

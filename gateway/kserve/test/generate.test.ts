@@ -61,3 +61,13 @@ test("errors are Triton's bodies: unknown model, bad body, a worker error before
   const events = sseEvents(await late.text());
   assert.deepEqual(events.at(-1), { error: 'worker fell over' });
 });
+
+test('an LLM has metadata and readiness under /v2 too', async () => {
+  assert.deepEqual(await (await fetch(`${gateway.baseUrl}/v2/models/tiny`)).json(), {
+    name: 'tiny', versions: ['1'], platform: 'conduit_llm',
+    inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1] }],
+    outputs: [{ name: 'text_output', datatype: 'BYTES', shape: [-1] }],
+  });
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/ready`)).status, 200);
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/versions/2/ready`)).status, 400);
+});
