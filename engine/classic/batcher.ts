@@ -25,8 +25,6 @@ export interface RequestTimings {
   computeInputNs: number;
   computeInferNs: number;
   computeOutputNs: number;
-  /** Rows in the batch this request ran in. */
-  executedBatchSize: number;
 }
 
 export interface BatchResult {
@@ -35,8 +33,8 @@ export interface BatchResult {
 }
 
 export interface BatcherObserver {
-  /** One execution of `batchSize` rows over `numRequests` requests. */
-  onExecution(batchSize: number, numRequests: number, timings: Omit<RequestTimings, 'queueNs' | 'executedBatchSize'>): void;
+  /** One execution of `batchSize` rows. */
+  onExecution(batchSize: number, timings: Omit<RequestTimings, 'queueNs'>): void;
   onPendingChange(numPending: number): void;
 }
 
@@ -165,10 +163,10 @@ export class Batcher {
   }
 
   /** Requests in scan order: by level, each level's queue then its delayed requests. */
-  private *scanOrder(): Generator<[Level, Queued[], number]> {
+  private *scanOrder(): Generator<[Queued[], number]> {
     for (const level of this.levels) {
-      for (let i = 0; i < level.queue.length; i++) yield [level, level.queue, i];
-      for (let i = 0; i < level.delayed.length; i++) yield [level, level.delayed, i];
+      for (let i = 0; i < level.queue.length; i++) yield [level.queue, i];
+      for (let i = 0; i < level.delayed.length; i++) yield [level.delayed, i];
     }
   }
 
@@ -210,7 +208,7 @@ export class Batcher {
     let mustSend = false;
     let oldestMs = Infinity;
     let shapeKey: string | null = null;
-    for (const [, queue, index] of this.scanOrder()) {
+    for (const [queue, index] of this.scanOrder()) {
       const queued = queue[index];
       if (!this.batching && candidates.length === 1) { mustSend = true; break; }
       if (totalSize + queued.request.batchSize > this.maxBatchSize) { mustSend = true; break; }
@@ -290,9 +288,9 @@ export class Batcher {
         computeInferNs: Math.round((inferEndMs - inferStartMs) * 1e6),
         computeOutputNs: Math.round((endMs - inferEndMs) * 1e6),
       };
-      this.observer.onExecution(batchSize, batch.length, timings);
+      this.observer.onExecution(batchSize, timings);
       batch.forEach((queued, i) => {
-        const result = { outputs: results[i], timings: { ...timings, queueNs: Math.round((startMs - queued.enqueuedMs) * 1e6), executedBatchSize: batchSize } };
+        const result = { outputs: results[i], timings: { ...timings, queueNs: Math.round((startMs - queued.enqueuedMs) * 1e6) } };
         this.finish(queued, () => queued.resolve(result), false);
       });
     } catch (err) {

@@ -151,7 +151,7 @@ class Parser {
     for (const [field, values] of entries) {
       const fieldPath = path === '' ? field : `${path}.${field}`;
       if (this.shape.mapFields.has(field)) {
-        message[field] = this.toMap(field, fieldPath, values);
+        message[field] = this.toMap(fieldPath, values);
       } else if (this.shape.repeatedFields.has(field)) {
         message[field] = values;
       } else {
@@ -174,7 +174,7 @@ class Parser {
     }
   }
 
-  private toMap(field: string, fieldPath: string, values: unknown[]): Record<string, unknown> {
+  private toMap(fieldPath: string, values: unknown[]): Record<string, unknown> {
     const map: Record<string, unknown> = {};
     values.forEach((entry, i) => {
       const line = this.lines.get(`${fieldPath}#${i}`) ?? 1;
@@ -190,7 +190,6 @@ class Parser {
         }
       }
     });
-    void field;
     return map;
   }
 

@@ -52,10 +52,6 @@ export class ModelRepository {
     this.log = options.log ?? ((message) => process.stderr.write(`${message}\n`));
   }
 
-  get mode(): ModelControlMode {
-    return this.options.mode;
-  }
-
   async start(): Promise<void> {
     const { mode, startupModels } = this.options;
     const names = mode === 'explicit'

@@ -52,7 +52,7 @@ class BatchedVersion implements ServedVersion {
   constructor(readonly config: ModelConfig, readonly version: number, private readonly instances: ModelInstance[]) {
     this.stats = new StatsRecorder(config.name, version);
     this.batcher = new Batcher(config, instances, {
-      onExecution: (batchSize, _numRequests, t) => this.stats.recordExecution(batchSize, t.computeInputNs, t.computeInferNs, t.computeOutputNs),
+      onExecution: (batchSize, t) => this.stats.recordExecution(batchSize, t.computeInputNs, t.computeInferNs, t.computeOutputNs),
       onPendingChange: (numPending) => { this.stats.numPending = numPending; },
     });
   }

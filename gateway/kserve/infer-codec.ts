@@ -3,10 +3,9 @@
 // outputs; a header length of 0 is a raw binary request of the model's one input).
 import { z } from 'zod';
 import {
-  bytesPerElement, ClassicError, elementCount, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
+  bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
   type ModelConfig, type Tensor, type TensorMap,
 } from '../../engine/classic/index.ts';
-import { fromConfigDataType } from '../../engine/classic/index.ts';
 
 const parameterValue = z.union([z.string(), z.number(), z.boolean()]);
 const parameters = z.record(z.string(), parameterValue);

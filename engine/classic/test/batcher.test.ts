@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { ClassicError } from '../errors.ts';
-import { startSlowRepo, tick, type SlowRepo, type SlowResult } from './slow-model.ts';
+import { startSlowRepo, tick, type SlowRepo } from './slow-model.ts';
 
 const isUnavailable = (message: string) => (err: unknown) => err instanceof ClassicError && err.status === 'UNAVAILABLE' && err.message === message;
 
@@ -173,5 +173,3 @@ describe('dynamic batcher', () => {
     assert.deepEqual(stats.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[1, 2]]);
   });
 });
-
-void (null as unknown as SlowResult);

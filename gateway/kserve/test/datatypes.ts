@@ -18,7 +18,8 @@ const le = (bytesPerElement: number, write: (buf: Buffer, value: number, offset:
   return buf;
 };
 
-function serializeBytes(elements: string[]): Buffer {
+/** BYTES elements as the wire writes them: uint32 little-endian length, then the bytes. */
+export function serializeBytes(elements: string[]): Buffer {
   return Buffer.concat(elements.flatMap((element) => {
     const bytes = Buffer.from(element);
     const length = Buffer.alloc(4);

@@ -6,6 +6,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { CONFIG_DATATYPE_NAMES } from './datatypes.ts';
+
+export { serializeBytes } from './datatypes.ts';
 import { ModelRepository, type ModelControlMode } from '../../../engine/classic/index.ts';
 import { createGateway } from '../../server.ts';
 
@@ -65,14 +67,4 @@ export async function readBinaryResponse(response: Response): Promise<{ json: an
   const headerLength = response.headers.get('inference-header-content-length');
   const jsonLength = headerLength === null ? body.byteLength : Number(headerLength);
   return { json: JSON.parse(body.subarray(0, jsonLength).toString('utf8')), binary: body.subarray(jsonLength) };
-}
-
-/** BYTES elements as the wire writes them: uint32 little-endian length, then the bytes. */
-export function serializeBytes(elements: string[]): Buffer {
-  return Buffer.concat(elements.flatMap((element) => {
-    const bytes = Buffer.from(element);
-    const length = Buffer.alloc(4);
-    length.writeUInt32LE(bytes.byteLength);
-    return [length, bytes];
-  }));
 }
