@@ -9,7 +9,8 @@ const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..'
 const defaultConfigFile = path.join(repoRoot, 'configs', 'default.yaml');
 
 const usage = `usage:
-  conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--metrics-port N]
+  conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--grpc-port N] [--metrics-port N]
+                [--model-repository DIR] [--model-control-mode none|poll|explicit] [--load-model NAME ...]
   conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
                  [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                  [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
@@ -29,6 +30,11 @@ export function resolveServeConfig(argv: string[]): Config {
       model: { type: 'string', multiple: true },
       'http-port': { type: 'string' },
       'metrics-port': { type: 'string' },
+      'grpc-port': { type: 'string' },
+      // Triton's flags for the model repository of ordinary models.
+      'model-repository': { type: 'string' },
+      'model-control-mode': { type: 'string' },
+      'load-model': { type: 'string', multiple: true },
     },
   });
   const modelDirs = values.model ?? [];
@@ -38,7 +44,13 @@ export function resolveServeConfig(argv: string[]): Config {
     server: { ...base.server },
     router: base.router,
     models: [...(configFile ? base.models : []), ...modelDirs.map((dir) => ({ path: path.resolve(dir) }))],
+    model_repository: values['model-repository'] === undefined ? base.model_repository : { ...base.model_repository, path: path.resolve(values['model-repository']) },
   };
+  if (values['grpc-port'] !== undefined) raw.server.grpc_port = Number(values['grpc-port']);
+  if (raw.model_repository !== undefined && values['model-control-mode'] !== undefined) {
+    raw.model_repository = { ...raw.model_repository, model_control_mode: values['model-control-mode'] as 'none' };
+  }
+  if (raw.model_repository !== undefined && values['load-model'] !== undefined) raw.model_repository = { ...raw.model_repository, load_models: values['load-model'] };
   if (values['http-port'] !== undefined) raw.server.http_port = Number(values['http-port']);
   if (values['metrics-port'] !== undefined) raw.server.metrics_port = Number(values['metrics-port']);
   return validateConfig(raw, configFile ?? 'command line');
@@ -47,7 +59,7 @@ export function resolveServeConfig(argv: string[]): Config {
 async function runServe(argv: string[]): Promise<number> {
   const { serve } = await import('./serve.ts');
   const server = await serve(resolveServeConfig(argv));
-  console.error(`conduit: serving on ${server.httpAddress} (metrics ${server.metricsAddress})`);
+  console.error(`conduit: serving on ${server.httpAddress} (metrics ${server.metricsAddress}${server.grpcAddress === null ? '' : `, KServe gRPC ${server.grpcAddress}`})`);
   await new Promise<void>((resolve) => {
     const shutdown = () => resolve();
     process.once('SIGINT', shutdown);

@@ -2,7 +2,10 @@
 // configuration names, spawned here or already running elsewhere.
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
+import { ModelRepository } from '../engine/classic/index.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
+import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
 import type { ModelRouter } from '../router/model-router.ts';
@@ -10,11 +13,15 @@ import { createRouter, startSharedState } from './routing.ts';
 import { workerArgs } from './worker-flags.ts';
 
 const workerReadyTimeoutMs = 300_000;
+/** The version /v2 reports. */
+const CONDUIT_VERSION = '0.1.0';
 const healthPollIntervalMs = 200;
 
 export interface RunningServer {
   httpAddress: string;
   metricsAddress: string;
+  /** KServe v2 gRPC, when a model repository is configured. */
+  grpcAddress: string | null;
   close(): Promise<void>;
 }
 
@@ -44,6 +51,8 @@ export async function serve(config: Config): Promise<RunningServer> {
     for (const client of clients) client.close();
     await Promise.all(localWorkers.map((worker) => worker.stop()));
   };
+  let repository: ModelRepository | null = null;
+  let grpcServer: KServeGrpcServer | null = null;
   try {
     const models: ServedModel[] = [];
     for (const [modelIndex, model] of config.models.entries()) {
@@ -77,8 +86,14 @@ export async function serve(config: Config): Promise<RunningServer> {
         router,
       });
     }
+    if (config.model_repository !== undefined) {
+      const { path: repoDir, model_control_mode: mode, repository_poll_s: pollS, load_models: startupModels } = config.model_repository;
+      repository = new ModelRepository({ repoDir, mode, pollIntervalMs: pollS * 1000, startupModels });
+      await repository.start();
+    }
     const gatewayMetrics = new GatewayMetrics(models);
     if (sharedState !== null) gatewayMetrics.routing.watchSharedState(sharedState);
+    if (repository !== null) registerTritonMetrics(gatewayMetrics.registry, repository);
     const { server } = config;
     const gateway = await createGateway({
       models,
@@ -91,20 +106,28 @@ export async function serve(config: Config): Promise<RunningServer> {
         websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
         maxBufferedBytes: server.stream_max_buffered_bytes,
       },
+      classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION },
     });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });
+    if (repository !== null) {
+      grpcServer = await startKServeGrpc({ repository, version: CONDUIT_VERSION, host: config.server.host, port: config.server.grpc_port });
+    }
     return {
       httpAddress,
       metricsAddress,
+      grpcAddress: grpcServer === null ? null : `${config.server.host}:${grpcServer.port}`,
       async close() {
+        await grpcServer?.close();
         await gateway.close();
         await metrics.close();
+        await repository?.close();
         await closeWorkers();
       },
     };
   } catch (err) {
+    await repository?.close();
     await closeWorkers();
     throw err;
   }

@@ -111,11 +111,26 @@ export const serverSchema = z
   })
   .strict();
 
+/** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see engine/classic/README.md. */
+export const modelRepositorySchema = z
+  .object({
+    /** A Triton-layout model repository; relative paths resolve against the config file. */
+    path: z.string().min(1),
+    /** `none`: load all at start; `poll`: also reload what changes on disk; `explicit`: load through the API. */
+    model_control_mode: z.enum(['none', 'poll', 'explicit']).default('none'),
+    /** poll mode: seconds between rescans of the repository. */
+    repository_poll_s: z.number().positive().default(15),
+    /** explicit mode: models loaded at start (`*` for every model). */
+    load_models: z.array(z.string().min(1)).default([]),
+  })
+  .strict();
+
 export const configSchema = z
   .object({
     server: serverSchema.default(serverSchema.parse({})),
     router: routerSchema.default(routerSchema.parse({})),
     models: z.array(modelSchema).min(1),
+    model_repository: modelRepositorySchema.optional(),
   })
   .strict()
   .superRefine((config, context) => {
@@ -133,6 +148,7 @@ export const configSchema = z
 export type ModelConfig = z.infer<typeof modelSchema>;
 export type ServerConfig = z.infer<typeof serverSchema>;
 export type RouterConfig = z.infer<typeof routerSchema>;
+export type ModelRepositoryConfig = z.infer<typeof modelRepositorySchema>;
 export type Config = z.infer<typeof configSchema>;
 
 export class ConfigError extends Error {
@@ -152,6 +168,7 @@ export function validateConfig(raw: unknown, source: string): Config {
   const config = result.data;
   const baseDir = path.dirname(path.resolve(source));
   for (const model of config.models) model.path = path.resolve(baseDir, model.path);
+  if (config.model_repository !== undefined) config.model_repository.path = path.resolve(baseDir, config.model_repository.path);
   return config;
 }
 

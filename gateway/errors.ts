@@ -60,6 +60,12 @@ const catalogue = {
   websocket_connection_limit_reached: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
   /** The client read a stream so slowly that its unsent events passed the buffer bound; the response was cancelled. */
   client_too_slow: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+
+  // KServe v2 / Triton (gateway/kserve/), for Triton's UNAVAILABLE and UNSUPPORTED statuses.
+  /** A model that is loading, unloading or not ready; a full queue; a queue timeout; load/unload outside explicit mode. */
+  model_unavailable: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
+  /** A protocol feature Conduit does not implement (classification, sequence batching, shared memory). */
+  not_implemented: { httpStatus: 501, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
 } satisfies Record<string, CatalogueEntry>;
 
 export type ErrorCode = keyof typeof catalogue;

@@ -6,6 +6,8 @@ import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
+import { kservePlugin } from './kserve/index.ts';
+import type { ModelRepository } from '../engine/classic/index.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
 import { DEFAULT_RESPONSES_SETTINGS, type ResponsesSettings } from './openai/responses/index.ts';
@@ -23,6 +25,8 @@ export interface GatewayOptions {
   metrics?: GatewayMetrics;
   /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
   responses?: Partial<ResponsesSettings>;
+  /** Ordinary models, served over KServe v2 at /v2 (where the LLMs answer Triton's generate too). */
+  classic?: { repository: ModelRepository; version: string };
 }
 
 /** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
@@ -61,5 +65,8 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(openaiPlugin, { registry, metrics, responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses } });
   await app.register(healthPlugin, { models: options.models });
   await app.register(chatPagePlugin);
+  await app.register(kservePlugin, {
+    prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
+  });
   return app;
 }

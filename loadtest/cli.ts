@@ -18,6 +18,7 @@ import { WorkloadError, hasTimestamps, readWorkloadFile, writeWorkloadFile } fro
 const USAGE = `usage:
   conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]
   conduit loadtest compare A/results.json B/results.json [--out DIR]
+  conduit loadtest kserve --url URL --model NAME [--protocol http|grpc]   (ordinary models; conduit loadtest kserve --help)
 
 scenarios: ${SCENARIO_NAMES.join(', ')}, or a JSONL workload file (see loadtest/README.md)
   --input-tokens N         user text per request (fixed, shared-prefix question, multi-turn turn); default 128
@@ -240,6 +241,8 @@ async function compareCommand(files: string[], values: Values): Promise<number> 
 }
 
 export async function main(argv: string[]): Promise<number> {
+  // Ordinary models over KServe v2 take their own flags.
+  if (argv[0] === 'kserve') return await (await import('./kserve.ts')).kserveMain(argv.slice(1));
   try {
     const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
     if (values.help) {

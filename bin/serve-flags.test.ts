@@ -1,0 +1,22 @@
+// `conduit serve`'s flags for the model repository and gRPC port (Triton's names).
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { test } from 'node:test';
+import { resolveServeConfig } from './cli.ts';
+
+test('the default config serves models/ as a model repository in none mode', () => {
+  const config = resolveServeConfig([]);
+  assert.equal(config.model_repository?.path, path.resolve('models'));
+  assert.equal(config.model_repository?.model_control_mode, 'none');
+  assert.equal(config.server.grpc_port, 8001);
+});
+
+test('--model-repository, --model-control-mode, --load-model and --grpc-port', () => {
+  const config = resolveServeConfig(['--model-repository', 'some/repo', '--model-control-mode', 'explicit', '--load-model', 'a', '--load-model', 'b', '--grpc-port', '9001']);
+  assert.deepEqual(config.model_repository, { path: path.resolve('some/repo'), model_control_mode: 'explicit', repository_poll_s: 15, load_models: ['a', 'b'] });
+  assert.equal(config.server.grpc_port, 9001);
+});
+
+test('a bad control mode is a config error naming the field', () => {
+  assert.throws(() => resolveServeConfig(['--model-control-mode', 'sometimes']), /model_repository\.model_control_mode: /);
+});

@@ -1,0 +1,234 @@
+// A model's configuration: Triton's ModelConfig fields that Conduit implements, read from
+// config.pbtxt (protobuf text format) or config.yaml (the same fields), validated with zod.
+// Every error names the file, the line and the field: `digits/config.pbtxt:7: input[0].data_type: ...`.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { LineCounter, parseDocument, isNode } from 'yaml';
+import { z } from 'zod';
+import { CONFIG_DATATYPES } from './datatype.ts';
+import { parsePbtxt, PbtxtError } from './pbtxt.ts';
+
+const int = z.number().int();
+const dims = z.array(int.min(-1));
+
+const inputSchema = z.object({
+  name: z.string().min(1),
+  data_type: z.enum(CONFIG_DATATYPES),
+  dims,
+  reshape: z.object({ shape: z.array(int.min(-1)).default([]) }).strict().optional(),
+  allow_ragged_batch: z.boolean().default(false),
+  optional: z.boolean().default(false),
+}).strict();
+
+const outputSchema = z.object({
+  name: z.string().min(1),
+  data_type: z.enum(CONFIG_DATATYPES),
+  dims,
+  reshape: z.object({ shape: z.array(int.min(-1)).default([]) }).strict().optional(),
+  label_filename: z.string().optional(),
+}).strict();
+
+const queuePolicySchema = z.object({
+  timeout_action: z.enum(['REJECT', 'DELAY']).default('REJECT'),
+  default_timeout_microseconds: int.nonnegative().default(0),
+  allow_timeout_override: z.boolean().default(false),
+  max_queue_size: int.nonnegative().default(0),
+}).strict();
+
+const dynamicBatchingSchema = z.object({
+  preferred_batch_size: z.array(int.positive()).default([]),
+  max_queue_delay_microseconds: int.nonnegative().default(0),
+  preserve_ordering: z.boolean().default(false),
+  priority_levels: int.nonnegative().default(0),
+  default_priority_level: int.nonnegative().default(0),
+  default_queue_policy: queuePolicySchema.default(queuePolicySchema.parse({})),
+  priority_queue_policy: z.record(z.string().regex(/^\d+$/, 'expected a priority level'), queuePolicySchema).default({}),
+}).strict();
+
+const versionPolicySchema = z.union([
+  z.object({ latest: z.object({ num_versions: int.positive().default(1) }).strict() }).strict(),
+  z.object({ all: z.object({}).strict() }).strict(),
+  z.object({ specific: z.object({ versions: z.array(int.positive()).min(1) }).strict() }).strict(),
+]);
+
+const stepSchema = z.object({
+  model_name: z.string().min(1),
+  model_version: int.min(-1).default(-1),
+  input_map: z.record(z.string(), z.string()).default({}),
+  output_map: z.record(z.string(), z.string()).default({}),
+}).strict();
+
+const instanceGroupSchema = z.object({
+  name: z.string().optional(),
+  count: int.positive().default(1),
+  kind: z.enum(['KIND_AUTO', 'KIND_CPU', 'KIND_GPU', 'KIND_MODEL']).default('KIND_AUTO'),
+  gpus: z.array(int.nonnegative()).default([]),
+}).strict();
+
+/** Triton fields Conduit accepts and ignores, so existing repositories load unchanged. */
+const ignored = z.unknown().optional();
+
+export const BACKENDS = ['onnxruntime', 'script', 'ensemble'] as const;
+export type BackendName = (typeof BACKENDS)[number];
+const PLATFORM_BACKENDS: Record<string, BackendName> = { onnxruntime_onnx: 'onnxruntime', ensemble: 'ensemble' };
+
+export const modelConfigSchema = z.object({
+  name: z.string().min(1).optional(),
+  platform: z.string().optional(),
+  backend: z.string().optional(),
+  max_batch_size: int.nonnegative().default(0),
+  input: z.array(inputSchema).default([]),
+  output: z.array(outputSchema).default([]),
+  instance_group: z.array(instanceGroupSchema).default([]),
+  version_policy: versionPolicySchema.default({ latest: { num_versions: 1 } }),
+  dynamic_batching: dynamicBatchingSchema.optional(),
+  ensemble_scheduling: z.object({ step: z.array(stepSchema).min(1) }).strict().optional(),
+  default_model_filename: z.string().optional(),
+  parameters: z.record(z.string(), z.object({ string_value: z.string() }).strict()).default({}),
+  optimization: ignored, model_warmup: ignored, model_transaction_policy: ignored, response_cache: ignored,
+  metric_tags: ignored, cc_model_filenames: ignored, model_operations: ignored, model_repository_agents: ignored,
+}).strict().superRefine((config, ctx) => {
+  const issue = (message: string, at: (string | number)[]) => ctx.addIssue({ code: 'custom', message, path: at });
+  const backend = resolveBackend(config);
+  if (backend === null) {
+    issue(`unknown backend ${JSON.stringify(config.backend ?? config.platform ?? '')}: expected backend ${BACKENDS.filter((b) => b !== 'ensemble').join(' or ')}, or platform onnxruntime_onnx or ensemble`, [config.backend === undefined ? 'platform' : 'backend']);
+  }
+  if (backend === 'ensemble' && config.ensemble_scheduling === undefined) issue('an ensemble needs ensemble_scheduling', ['platform']);
+  if (backend !== 'ensemble' && config.ensemble_scheduling !== undefined) issue('ensemble_scheduling needs platform: "ensemble"', ['ensemble_scheduling']);
+  if (backend === 'ensemble' && config.instance_group.length > 0) issue('an ensemble has no instance groups: its steps run on their own models', ['instance_group']);
+  if (backend === 'ensemble' && config.dynamic_batching !== undefined) issue('an ensemble has no dynamic batcher: its steps batch on their own models', ['dynamic_batching']);
+  const names = new Set<string>();
+  for (const [kind, tensors] of [['input', config.input], ['output', config.output]] as const) {
+    tensors.forEach((tensor, i) => {
+      if (names.has(`${kind}:${tensor.name}`)) issue(`duplicate ${kind} name ${JSON.stringify(tensor.name)}`, [kind, i, 'name']);
+      names.add(`${kind}:${tensor.name}`);
+    });
+  }
+  const batching = config.dynamic_batching;
+  if (batching === undefined) return;
+  if (config.max_batch_size === 0) issue('dynamic_batching needs max_batch_size > 0', ['dynamic_batching']);
+  batching.preferred_batch_size.forEach((size, i) => {
+    if (config.max_batch_size > 0 && size > config.max_batch_size) {
+      issue(`preferred batch size ${size} is larger than max_batch_size ${config.max_batch_size}`, ['dynamic_batching', 'preferred_batch_size', i]);
+    }
+  });
+  if (batching.priority_levels > 0 && (batching.default_priority_level < 1 || batching.default_priority_level > batching.priority_levels)) {
+    issue(`must be in [1, ${batching.priority_levels}]`, ['dynamic_batching', 'default_priority_level']);
+  }
+  if (batching.priority_levels === 0 && batching.default_priority_level !== 0) {
+    issue('default_priority_level needs priority_levels', ['dynamic_batching', 'default_priority_level']);
+  }
+  if (batching.preserve_ordering && batching.priority_levels > 1) {
+    issue('preserve_ordering allows at most one priority level', ['dynamic_batching', 'preserve_ordering']);
+  }
+  if (batching.preserve_ordering && batching.default_queue_policy.timeout_action === 'DELAY') {
+    issue('preserve_ordering does not allow timeout_action DELAY', ['dynamic_batching', 'default_queue_policy', 'timeout_action']);
+  }
+  for (const level of Object.keys(batching.priority_queue_policy)) {
+    if (Number(level) < 1 || Number(level) > batching.priority_levels) {
+      issue(`priority_queue_policy level ${level} is not in [1, ${batching.priority_levels}]`, ['dynamic_batching', 'priority_queue_policy', level]);
+    }
+  }
+});
+
+type ParsedConfig = z.infer<typeof modelConfigSchema>;
+
+/** A validated config, normalized as Triton does: name set, backend resolved, defaults filled. */
+export type ModelConfig = Omit<ParsedConfig, 'name'> & { name: string; backend: BackendName };
+
+function resolveBackend(config: { backend?: string; platform?: string }): BackendName | null {
+  if (config.backend !== undefined) return (BACKENDS as readonly string[]).includes(config.backend) ? config.backend as BackendName : null;
+  if (config.platform !== undefined) return PLATFORM_BACKENDS[config.platform] ?? null;
+  return null;
+}
+
+export class ModelConfigError extends Error {
+  override name = 'ModelConfigError';
+}
+
+/** The field shape pbtxt cannot express by itself. */
+const PBTXT_SHAPE = {
+  repeatedFields: new Set(['input', 'output', 'dims', 'shape', 'instance_group', 'gpus', 'preferred_batch_size', 'step', 'versions', 'model_warmup']),
+  mapFields: new Set(['input_map', 'output_map', 'parameters', 'priority_queue_policy', 'metric_tags', 'cc_model_filenames']),
+};
+
+/** `input[0].data_type`, the way users write it. */
+function fieldName(at: readonly PropertyKey[]): string {
+  let name = '';
+  for (const segment of at) {
+    if (typeof segment === 'number') name += `[${segment}]`;
+    else name += name === '' ? String(segment) : `.${String(segment)}`;
+  }
+  return name === '' ? '(root)' : name;
+}
+
+/** Validates raw config data; lineOf gives the line of a field path (or its nearest parent). */
+export function validateModelConfig(raw: unknown, dirName: string, file: string, lineOf: (at: readonly PropertyKey[]) => number): ModelConfig {
+  const result = modelConfigSchema.safeParse(raw ?? {});
+  if (!result.success) {
+    throw new ModelConfigError(result.error.issues.map((issue) => {
+      // An unknown field is reported at its parent; point at the field itself.
+      const at = issue.code === 'unrecognized_keys' ? [...issue.path, issue.keys[0]] : issue.path;
+      return `${file}:${lineOf(at)}: ${fieldName(at)}: ${issue.message}`;
+    }).join('\n'));
+  }
+  const config = result.data;
+  if (config.name !== undefined && config.name !== dirName) {
+    throw new ModelConfigError(`${file}:${lineOf(['name'])}: name: ${JSON.stringify(config.name)} must equal the model's folder name ${JSON.stringify(dirName)}`);
+  }
+  const backend = resolveBackend(config)!;
+  const dynamicBatching = config.dynamic_batching;
+  if (dynamicBatching !== undefined && dynamicBatching.preferred_batch_size.length === 0) {
+    dynamicBatching.preferred_batch_size = [config.max_batch_size];
+  }
+  const instanceGroup = backend === 'ensemble' || config.instance_group.length > 0
+    ? config.instance_group
+    : [{ count: 1, kind: 'KIND_CPU' as const, gpus: [] }];
+  return { ...config, name: dirName, backend, instance_group: instanceGroup };
+}
+
+export function parseConfigText(text: string, file: string, dirName: string): ModelConfig {
+  if (file.endsWith('.pbtxt')) {
+    let parsed;
+    try {
+      parsed = parsePbtxt(text, PBTXT_SHAPE);
+    } catch (err) {
+      if (err instanceof PbtxtError) throw new ModelConfigError(`${file}:${err.line}: ${err.message}`);
+      throw err;
+    }
+    return validateModelConfig(parsed.value, dirName, file, (at) => {
+      for (let n = at.length; n > 0; n--) {
+        const line = parsed.lines.get(at.slice(0, n).map(String).join('.'));
+        if (line !== undefined) return line;
+      }
+      return 1;
+    });
+  }
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter });
+  if (doc.errors.length > 0) {
+    const error = doc.errors[0];
+    throw new ModelConfigError(`${file}:${error.linePos?.[0].line ?? 1}: invalid YAML: ${error.message.split('\n')[0]}`);
+  }
+  return validateModelConfig(doc.toJS(), dirName, file, (at) => {
+    for (let n = at.length; n > 0; n--) {
+      const node = doc.getIn(at.slice(0, n) as unknown[], true);
+      if (isNode(node) && node.range) return lineCounter.linePos(node.range[0]).line;
+      // A key whose value is missing: find the pair's key.
+    }
+    return 1;
+  });
+}
+
+export const CONFIG_FILES = ['config.pbtxt', 'config.yaml'] as const;
+
+/** Reads <modelDir>/config.pbtxt or config.yaml (exactly one of them). */
+export function readModelConfig(modelDir: string, configFile: string): ModelConfig {
+  let text: string;
+  try {
+    text = readFileSync(configFile, 'utf8');
+  } catch (err) {
+    throw new ModelConfigError(`${configFile}: cannot read: ${(err as Error).message}`);
+  }
+  return parseConfigText(text, configFile, path.basename(modelDir));
+}

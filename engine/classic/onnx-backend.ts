@@ -1,0 +1,99 @@
+// ONNX Runtime instances: each one a session on a worker thread (onnx-worker.js), so N instances
+// run N batches at once and never block the event loop.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { Worker } from 'node:worker_threads';
+import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
+import { fromConfigDataType, type DataType } from './datatype.ts';
+import { ClassicError } from './errors.ts';
+import type { Tensor } from './tensor.ts';
+
+const ORT_TYPES: Partial<Record<DataType, string>> = {
+  BOOL: 'bool', UINT8: 'uint8', UINT16: 'uint16', UINT32: 'uint32', UINT64: 'uint64',
+  INT8: 'int8', INT16: 'int16', INT32: 'int32', INT64: 'int64', FP16: 'float16', FP32: 'float32', FP64: 'float64', BYTES: 'string',
+};
+
+interface WorkerOutput { name: string; type: string; data: ArrayLike<unknown>; dims: number[] }
+type Pending = { resolve: (outputs: WorkerOutput[]) => void; reject: (err: Error) => void };
+
+/** Triton's reshape: the model sees [batch, ...reshape.shape] where clients send [batch, ...dims]. */
+function reshapeFor(batched: boolean, shape: number[], reshape: number[] | undefined): number[] {
+  if (reshape === undefined) return shape;
+  return batched ? [shape[0], ...reshape] : reshape;
+}
+
+class OnnxInstance implements ModelInstance {
+  private nextId = 0;
+  private readonly pending = new Map<number, Pending>();
+  private failure: Error | null = null;
+  private readonly outputNames: string[];
+
+  constructor(private readonly worker: Worker, private readonly spec: InstanceSpec) {
+    this.outputNames = spec.config.output.map((output) => output.name);
+    worker.on('message', (message: { type: string; id: number; outputs?: WorkerOutput[]; message?: string }) => {
+      const entry = this.pending.get(message.id);
+      if (entry === undefined) return;
+      this.pending.delete(message.id);
+      if (message.type === 'result') entry.resolve(message.outputs!);
+      else entry.reject(new ClassicError('INTERNAL', `onnxruntime: ${message.message}`));
+    });
+    const fail = (err: Error) => {
+      this.failure = err;
+      for (const entry of this.pending.values()) entry.reject(new ClassicError('INTERNAL', `onnxruntime worker failed: ${err.message}`));
+      this.pending.clear();
+    };
+    worker.on('error', fail);
+    worker.on('exit', (code) => fail(new Error(`exited with code ${code}`)));
+  }
+
+  async execute(inputs: TensorMap): Promise<TensorMap> {
+    if (this.failure !== null) throw new ClassicError('INTERNAL', `onnxruntime worker failed: ${this.failure.message}`);
+    const { config } = this.spec;
+    const batched = config.max_batch_size > 0;
+    const decoder = new TextDecoder();
+    const feeds = config.input.filter((input) => inputs[input.name] !== undefined).map((input) => {
+      const tensor = inputs[input.name];
+      const type = ORT_TYPES[tensor.datatype];
+      if (type === undefined) throw new ClassicError('UNSUPPORTED', `onnxruntime does not take ${tensor.datatype} input '${input.name}'`);
+      const data = tensor.datatype === 'BYTES' ? (tensor.data as Uint8Array[]).map((element) => decoder.decode(element)) : tensor.data;
+      return { name: input.name, type, data, dims: reshapeFor(batched, tensor.shape, input.reshape?.shape) };
+    });
+    const id = this.nextId++;
+    const outputs = await new Promise<WorkerOutput[]>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ type: 'run', id, feeds, outputNames: this.outputNames });
+    });
+    const encoder = new TextEncoder();
+    const result: TensorMap = {};
+    outputs.forEach((output, i) => {
+      const declared = config.output[i];
+      const datatype = fromConfigDataType(declared.data_type);
+      const data = output.type === 'string' ? (output.data as string[]).map((s) => encoder.encode(s)) : output.data;
+      // Clients see the config's dims; the model may produce the reshape's.
+      const shape = declared.reshape === undefined ? output.dims : batched ? [output.dims[0], ...declared.dims] : declared.dims;
+      result[declared.name] = { datatype, shape, data } as Tensor;
+    });
+    return result;
+  }
+
+  async close(): Promise<void> {
+    this.worker.postMessage({ type: 'close' });
+    await new Promise((resolve) => this.worker.once('exit', resolve));
+  }
+}
+
+export async function createOnnxInstance(spec: InstanceSpec): Promise<ModelInstance> {
+  const file = path.join(spec.modelDir, String(spec.version), spec.config.default_model_filename ?? 'model.onnx');
+  if (!existsSync(file)) throw new ClassicError('NOT_FOUND', `${file}: no such model file`);
+  const numThreads = Number(spec.config.parameters.intra_op_thread_count?.string_value ?? 1);
+  const worker = new Worker(new URL('./onnx-worker.js', import.meta.url), { workerData: { file, numThreads }, execArgv: [] });
+  await new Promise<void>((resolve, reject) => {
+    const onError = (err: Error) => reject(new ClassicError('INTERNAL', `${file}: cannot load: ${err.message}`));
+    worker.once('error', onError);
+    worker.once('message', (message: { type: string }) => {
+      worker.off('error', onError);
+      if (message.type === 'ready') resolve();
+    });
+  });
+  return new OnnxInstance(worker, spec);
+}

@@ -1,0 +1,139 @@
+// One loaded version of a model: its instances behind a batcher, or an ensemble's DAG, with
+// request validation and statistics. Requests in flight hold the version they started on, so a
+// reload or unload lets them finish there.
+import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
+import { Batcher } from './batcher.ts';
+import { runEnsemble, type StepRunner } from './ensemble.ts';
+import { ClassicError } from './errors.ts';
+import type { ModelConfig } from './model-config.ts';
+import { createOnnxInstance } from './onnx-backend.ts';
+import { createScriptInstance } from './script-backend.ts';
+import { StatsRecorder, type FailureReason } from './stats.ts';
+import { validateRequest } from './validate.ts';
+
+export interface InferRequest {
+  inputs: TensorMap;
+  /** Output names to return; null for all. */
+  requestedOutputs: string[] | null;
+  /** 0 = the model's default priority level; 1 is highest. */
+  priority: number;
+  /** Queue timeout in µs (Triton's `timeout` parameter); 0 for the model's policy. */
+  timeoutUs: number;
+}
+
+export interface ServedVersion {
+  readonly config: ModelConfig;
+  readonly version: number;
+  readonly stats: StatsRecorder;
+  infer(request: InferRequest): Promise<TensorMap>;
+  /** Resolves when nothing is queued or running. */
+  drain(): Promise<void>;
+  close(): Promise<void>;
+}
+
+function failureReason(err: unknown): FailureReason {
+  if (!(err instanceof ClassicError)) return 'OTHER';
+  if (err.status === 'UNAVAILABLE') return 'REJECTED';
+  if (err.status === 'INTERNAL') return 'BACKEND';
+  return 'OTHER';
+}
+
+function pickOutputs(outputs: TensorMap, requested: readonly string[] | null): TensorMap {
+  if (requested === null) return outputs;
+  const picked: TensorMap = {};
+  for (const name of requested) picked[name] = outputs[name];
+  return picked;
+}
+
+class BatchedVersion implements ServedVersion {
+  readonly stats: StatsRecorder;
+  private readonly batcher: Batcher;
+
+  constructor(readonly config: ModelConfig, readonly version: number, private readonly instances: ModelInstance[]) {
+    this.stats = new StatsRecorder(config.name, version);
+    this.batcher = new Batcher(config, instances, {
+      onExecution: (batchSize, t) => this.stats.recordExecution(batchSize, t.computeInputNs, t.computeInferNs, t.computeOutputNs),
+      onPendingChange: (numPending) => { this.stats.numPending = numPending; },
+    });
+  }
+
+  async infer(request: InferRequest): Promise<TensorMap> {
+    const startMs = performance.now();
+    try {
+      const batchSize = validateRequest(this.config, request.inputs, request.requestedOutputs);
+      const { outputs, timings } = await this.batcher.enqueue({ inputs: request.inputs, batchSize, priority: request.priority, timeoutUs: request.timeoutUs });
+      for (const output of this.config.output) {
+        if (outputs[output.name] === undefined) throw new ClassicError('INTERNAL', `model '${this.config.name}' did not produce output '${output.name}'`);
+      }
+      this.stats.recordSuccess(Math.round((performance.now() - startMs) * 1e6), timings.queueNs, timings.computeInputNs, timings.computeInferNs, timings.computeOutputNs);
+      return pickOutputs(outputs, request.requestedOutputs);
+    } catch (err) {
+      this.stats.recordFailure(Math.round((performance.now() - startMs) * 1e6), failureReason(err));
+      throw err;
+    }
+  }
+
+  drain(): Promise<void> {
+    return this.batcher.drain();
+  }
+
+  async close(): Promise<void> {
+    await this.batcher.drain();
+    await Promise.all(this.instances.map((instance) => instance.close()));
+  }
+}
+
+class EnsembleVersion implements ServedVersion {
+  readonly stats: StatsRecorder;
+  private numRunning = 0;
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(readonly config: ModelConfig, readonly version: number, private readonly runStep: StepRunner) {
+    this.stats = new StatsRecorder(config.name, version);
+  }
+
+  async infer(request: InferRequest): Promise<TensorMap> {
+    const startMs = performance.now();
+    this.numRunning++;
+    try {
+      const batchSize = validateRequest(this.config, request.inputs, request.requestedOutputs);
+      const outputs = await runEnsemble(this.config, request, this.runStep);
+      const requestNs = Math.round((performance.now() - startMs) * 1e6);
+      // An ensemble's execution is its whole DAG, once per request; its steps count on their own models.
+      this.stats.recordExecution(batchSize, 0, requestNs, 0);
+      this.stats.recordSuccess(requestNs, 0, 0, requestNs, 0);
+      return pickOutputs(outputs, request.requestedOutputs);
+    } catch (err) {
+      this.stats.recordFailure(Math.round((performance.now() - startMs) * 1e6), failureReason(err));
+      throw err;
+    } finally {
+      if (--this.numRunning === 0) {
+        for (const resolve of this.idleWaiters.splice(0)) resolve();
+      }
+    }
+  }
+
+  drain(): Promise<void> {
+    if (this.numRunning === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  close(): Promise<void> {
+    return this.drain();
+  }
+}
+
+export async function loadVersion(spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner): Promise<ServedVersion> {
+  const { config } = spec;
+  if (config.backend === 'ensemble') return new EnsembleVersion(config, spec.version, runStep);
+  const create = config.backend === 'onnxruntime' ? createOnnxInstance : createScriptInstance;
+  const numInstances = config.instance_group.reduce((sum, group) => sum + group.count, 0);
+  const instances: ModelInstance[] = [];
+  try {
+    for (let i = 0; i < numInstances; i++) instances.push(await create({ ...spec, instanceIndex: i }));
+  } catch (err) {
+    await Promise.all(instances.map((instance) => instance.close()));
+    throw err;
+  }
+  return new BatchedVersion(config, spec.version, instances);
+}

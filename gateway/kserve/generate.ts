@@ -1,0 +1,140 @@
+// Triton's generate extension for the LLMs (server docs/protocol/extension_generate.md):
+// POST /v2/models/{m}[/versions/{v}]/generate answers once with the whole text;
+// /generate_stream answers with Server-Sent Events, one `data: {...}` per text delta, and an
+// error after the first event as a `data: {"error": "..."}` event inside the 200 response.
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import type { SamplingParams } from '../../engine/types.ts';
+import { ApiError, toKServeBody } from '../errors.ts';
+import { startGeneration, type GenerationFinish } from '../generation.ts';
+import type { GatewayMetrics } from '../metrics.ts';
+import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+
+/** Fields are read at the top level or under `parameters`, as Triton maps either onto the model's inputs. */
+const fieldsSchema = z.object({
+  max_tokens: z.number().int().positive().optional(),
+  temperature: z.number().min(0).max(2).optional(),
+  top_p: z.number().gt(0).max(1).optional(),
+  top_k: z.number().int().min(-1).optional(),
+  seed: z.number().int().optional(),
+  stop: z.union([z.string(), z.array(z.string()).max(4)]).optional(),
+  ignore_eos: z.boolean().optional(),
+  stream: z.boolean().optional(),
+});
+
+const requestSchema = fieldsSchema.extend({
+  id: z.string().optional(),
+  text_input: z.string(),
+  parameters: fieldsSchema.optional(),
+});
+
+type Fields = z.infer<typeof fieldsSchema>;
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+/** Without max_tokens, as vLLM's Triton backend. */
+const DEFAULT_MAX_TOKENS = 16;
+
+function parse(request: FastifyRequest): z.infer<typeof requestSchema> {
+  const body = request.body as Buffer | undefined;
+  let json: unknown;
+  try {
+    json = JSON.parse(strictUtf8.decode(body ?? Buffer.alloc(0)));
+  } catch (err) {
+    throw new ApiError('invalid_request', `failed to parse the request JSON buffer: ${(err as Error).message}`);
+  }
+  const parsed = requestSchema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ApiError('invalid_request', `${issue.path.join('.') || 'request'}: ${issue.message}`);
+  }
+  return parsed.data;
+}
+
+function samplingOf(fields: Fields, maxTokens: number): SamplingParams {
+  const sampling: SamplingParams = { maxTokens };
+  if (fields.temperature !== undefined) sampling.temperature = fields.temperature;
+  if (fields.top_p !== undefined) sampling.topP = fields.top_p;
+  if (fields.top_k !== undefined) sampling.topK = Math.max(0, fields.top_k);
+  if (fields.seed !== undefined) sampling.seed = BigInt.asUintN(64, BigInt(fields.seed));
+  if (fields.ignore_eos !== undefined) sampling.ignoreEos = fields.ignore_eos;
+  return sampling;
+}
+
+export interface GenerateRoutesOptions {
+  registry: ModelRegistry;
+  metrics: GatewayMetrics;
+}
+
+/** Registers generate and generate_stream for the LLMs of the registry. */
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics }: GenerateRoutesOptions) {
+  const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
+    const arrivalMs = performance.now();
+    let model: LoadedModel;
+    try {
+      model = registry.get(request.params.model);
+    } catch {
+      throw new ApiError('model_not_found', `Request for unknown model: '${request.params.model}' is not found`);
+    }
+    if (request.params.version !== undefined && request.params.version !== '1') {
+      throw new ApiError('model_not_found', `Request for unknown model: '${model.name}' version ${request.params.version} is not found`);
+    }
+    const body = parse(request);
+    const fields: Fields = { ...body, ...body.parameters };
+    const promptTokenIds = model.tokenizer.encode(body.text_input, { addSpecialTokens: true });
+    const maxTokens = Math.min(fields.max_tokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
+    if (maxTokens < 1) {
+      throw new ApiError('context_length_exceeded', `the prompt has ${promptTokenIds.length} tokens; the model's context is ${model.maxModelLen}`);
+    }
+    const head = { ...(body.id === undefined ? {} : { id: body.id }), model_name: model.name, model_version: '1' };
+    const stopStrings = fields.stop === undefined ? [] : typeof fields.stop === 'string' ? [fields.stop] : fields.stop;
+    const generationRequest = { model, promptTokenIds, sampling: samplingOf(fields, maxTokens), stopStrings, wantsLogprobs: false, arrivalMs };
+
+    if (!streamed) {
+      let text = '';
+      const finish = await new Promise<GenerationFinish>((resolve, reject) => {
+        const generation = startGeneration(generationRequest, { onText: (delta) => { text += delta; }, onFinish: resolve, onError: reject }, metrics);
+        // The response closing before it was written means the client left.
+        reply.raw.once('close', () => { if (!reply.raw.writableEnded) generation.abort(); });
+      });
+      return reply.type('application/json').send({ ...head, text_output: text, finish_reason: finish.finishReason, usage: finish.usage });
+    }
+
+    // Headers wait for the first text, so an error before it is a plain HTTP error.
+    return new Promise<void>((resolve, reject) => {
+      let started = false;
+      const start = () => {
+        if (started) return;
+        started = true;
+        reply.hijack();
+        reply.raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+      };
+      const write = (event: unknown) => reply.raw.write(`data: ${JSON.stringify(event)}\n\n`);
+      const generation = startGeneration(generationRequest, {
+        onText: (delta) => {
+          start();
+          write({ ...head, text_output: delta });
+        },
+        onFinish: (finish) => {
+          start();
+          write({ ...head, text_output: '', finish_reason: finish.finishReason, usage: finish.usage });
+          reply.raw.end();
+          resolve();
+        },
+        onError: (error) => {
+          if (!started) { reject(error); return; }
+          write(toKServeBody(error));
+          reply.raw.end();
+          resolve();
+        },
+      }, metrics);
+      reply.raw.once('close', () => {
+        if (!reply.raw.writableEnded) generation.abort();
+        resolve();
+      });
+    });
+  };
+  for (const prefix of ['/models/:model', '/models/:model/versions/:version(^\\d+)']) {
+    app.post<{ Params: { model: string; version?: string } }>(`${prefix}/generate`, (request, reply) => handle(request, reply, false));
+    app.post<{ Params: { model: string; version?: string } }>(`${prefix}/generate_stream`, (request, reply) => handle(request, reply, true));
+  }
+}

@@ -1,0 +1,205 @@
+// KServe v2 over gRPC (`inference.GRPCInferenceService` from proto/grpc_service.proto) on its
+// own port (8001), for the model repository's models. Unary errors are gRPC statuses from the
+// error catalogue; ModelStreamInfer reports a request's error in `error_message` and keeps going.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { toKServeError } from './errors.ts';
+import { decodeInputs, type WireInputTensor } from './grpc-tensors.ts';
+import { EXTENSIONS, SERVER_NAME } from './index.ts';
+
+const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../proto');
+
+/** Triton's own Node client loads the protos with these options; so do we. */
+export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true, includeDirs: [PROTO_DIR] };
+
+export function loadInferenceService(): grpc.ServiceClientConstructor {
+  const definition = protoLoader.loadSync(path.join(PROTO_DIR, 'grpc_service.proto'), LOADER_OPTIONS);
+  const root = grpc.loadPackageDefinition(definition) as unknown as { inference: { GRPCInferenceService: grpc.ServiceClientConstructor } };
+  return root.inference.GRPCInferenceService;
+}
+
+type Parameter = { parameter_choice?: string; bool_param?: boolean; int64_param?: string; string_param?: string; double_param?: number; uint64_param?: string };
+
+interface WireInferRequest {
+  model_name: string;
+  model_version: string;
+  id: string;
+  parameters: Record<string, Parameter>;
+  inputs: WireInputTensor[];
+  outputs: Array<{ name: string; parameters: Record<string, Parameter> }>;
+  raw_input_contents: Buffer[];
+}
+
+function parameterNumber(parameter: Parameter | undefined, name: string): number {
+  if (parameter === undefined) return 0;
+  const value = parameter.int64_param ?? parameter.uint64_param;
+  const number = Number(value);
+  if (parameter.parameter_choice !== 'int64_param' && parameter.parameter_choice !== 'uint64_param' || !Number.isSafeInteger(number) || number < 0) {
+    throw new ClassicError('INVALID_ARG', `parameter '${name}' must be a non-negative integer`);
+  }
+  return number;
+}
+
+function versionOf(version: string): number | null {
+  if (version === '') return null;
+  if (!/^\d+$/.test(version)) throw new ClassicError('INVALID_ARG', `invalid model version '${version}'`);
+  return Number(version);
+}
+
+async function runInfer(repository: ModelRepository, request: WireInferRequest) {
+  const served = repository.get(request.model_name, versionOf(request.model_version));
+  for (const name of ['sequence_id', 'sequence_start', 'sequence_end']) {
+    if (request.parameters[name] !== undefined) throw new ClassicError('UNSUPPORTED', `sequence batching is not supported ('${name}')`);
+  }
+  const inputs = decodeInputs(request.inputs, request.raw_input_contents);
+  const names = request.outputs.length > 0 ? request.outputs.map((output) => output.name) : served.config.output.map((output) => output.name);
+  const outputs = await served.infer({
+    inputs,
+    requestedOutputs: names,
+    priority: parameterNumber(request.parameters.priority, 'priority'),
+    timeoutUs: parameterNumber(request.parameters.timeout, 'timeout'),
+  });
+  return {
+    model_name: served.config.name,
+    model_version: String(served.version),
+    id: request.id,
+    outputs: names.map((name) => ({ name, datatype: outputs[name].datatype, shape: outputs[name].shape })),
+    raw_output_contents: names.map((name) => toRaw(outputs[name])),
+  };
+}
+
+function tensorMetadata(config: ModelConfig, list: ModelConfig['input'] | ModelConfig['output']) {
+  return list.map((t) => ({ name: t.name, datatype: fromConfigDataType(t.data_type), shape: config.max_batch_size > 0 ? [-1, ...t.dims] : t.dims }));
+}
+
+/** Our config in ModelConfig's proto shape (oneofs as their set field). */
+function configMessage(config: ModelConfig) {
+  const { dynamic_batching: batching, ensemble_scheduling: ensemble } = config;
+  return {
+    name: config.name,
+    platform: config.platform ?? '',
+    backend: config.backend === 'ensemble' ? '' : config.backend,
+    version_policy: config.version_policy,
+    max_batch_size: config.max_batch_size,
+    input: config.input,
+    output: config.output,
+    instance_group: config.instance_group,
+    default_model_filename: config.default_model_filename ?? '',
+    parameters: config.parameters,
+    ...(batching === undefined ? {} : { dynamic_batching: batching }),
+    ...(ensemble === undefined ? {} : { ensemble_scheduling: ensemble }),
+  };
+}
+
+function stringParameter(parameters: Record<string, Parameter & { bytes_param?: Buffer }>, name: string): string | null {
+  const parameter = parameters[name];
+  if (parameter === undefined) return null;
+  if (parameter.parameter_choice !== 'string_param') throw new ClassicError('INVALID_ARG', `parameter '${name}' must be a string`);
+  return parameter.string_param!;
+}
+
+type Unary<Req> = (call: grpc.ServerUnaryCall<Req, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
+
+/** Wraps a handler so every failure is a gRPC status from the catalogue. */
+function unary<Req>(handler: (request: Req) => unknown): Unary<Req> {
+  return (call, callback) => {
+    Promise.resolve()
+      .then(() => handler(call.request))
+      .then((response) => callback(null, response), (err: unknown) => {
+        const error = toKServeError(err);
+        callback({ code: error.grpcStatus, details: error.message });
+      });
+  };
+}
+
+export interface KServeGrpcServer {
+  port: number;
+  close(): Promise<void>;
+}
+
+export async function startKServeGrpc(options: { repository: ModelRepository; version: string; host: string; port: number }): Promise<KServeGrpcServer> {
+  const { repository } = options;
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
+  server.addService(loadInferenceService().service, {
+    ServerLive: unary(() => ({ live: true })),
+    ServerReady: unary(() => ({ ready: repository.isReady() })),
+    ModelReady: unary((request: { name: string; version: string }) => {
+      try {
+        served(request.name, request.version);
+        return { ready: true };
+      } catch {
+        return { ready: false };
+      }
+    }),
+    ServerMetadata: unary(() => ({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS })),
+    ModelMetadata: unary((request: { name: string; version: string }) => {
+      const { config } = served(request.name, request.version);
+      return {
+        name: config.name,
+        versions: repository.index(true).filter((entry) => entry.name === config.name).map((entry) => entry.version),
+        platform: config.platform ?? config.backend,
+        inputs: tensorMetadata(config, config.input),
+        outputs: tensorMetadata(config, config.output),
+      };
+    }),
+    ModelConfig: unary((request: { name: string; version: string }) => ({ config: configMessage(served(request.name, request.version).config) })),
+    ModelStatistics: unary((request: { name: string; version: string }) => {
+      const version = versionOf(request.version);
+      if (request.name !== '') served(request.name, request.version);
+      const modelStats = repository.loadedVersions()
+        .filter((v) => request.name === '' || (v.config.name === request.name && (version === null || v.version === version)))
+        .map((v) => v.stats.stats);
+      return { model_stats: modelStats };
+    }),
+    RepositoryIndex: unary((request: { ready: boolean }) => ({ models: repository.index(request.ready) })),
+    RepositoryModelLoad: unary(async (request: { model_name: string; parameters: Record<string, Parameter> }) => {
+      if (Object.keys(request.parameters).some((key) => key.startsWith('file:'))) {
+        throw new ClassicError('UNSUPPORTED', "loading model files through 'file:' parameters is not supported; put them in the repository");
+      }
+      await repository.load(request.model_name, stringParameter(request.parameters, 'config'));
+      return {};
+    }),
+    RepositoryModelUnload: unary(async (request: { model_name: string; parameters: Record<string, Parameter> }) => {
+      const parameter = request.parameters.unload_dependents;
+      if (parameter !== undefined && parameter.parameter_choice !== 'bool_param') throw new ClassicError('INVALID_ARG', "parameter 'unload_dependents' must be a bool");
+      await repository.unload(request.model_name, parameter?.bool_param === true);
+      return {};
+    }),
+    ModelInfer: unary((request: WireInferRequest) => runInfer(repository, request)),
+    ModelStreamInfer: (call: grpc.ServerDuplexStream<WireInferRequest, unknown>) => {
+      const statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true';
+      let numInFlight = 0;
+      let ended = false;
+      let failed = false;
+      const maybeEnd = () => { if (ended && numInFlight === 0 && !failed) call.end(); };
+      call.on('data', (request: WireInferRequest) => {
+        if (failed) return;
+        numInFlight++;
+        runInfer(repository, request).then(
+          (response) => { if (!failed) call.write({ error_message: '', infer_response: response }); },
+          (err: unknown) => {
+            const error = toKServeError(err);
+            if (!statusOnError) {
+              call.write({ error_message: error.message, infer_response: null });
+              return;
+            }
+            failed = true;
+            call.emit('error', { code: error.grpcStatus, details: error.message });
+          },
+        ).finally(() => { numInFlight--; maybeEnd(); });
+      });
+      call.on('end', () => { ended = true; maybeEnd(); });
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(`${options.host}:${options.port}`, grpc.ServerCredentials.createInsecure(), (err, boundPort) => (err ? reject(err) : resolve(boundPort)));
+  });
+  return {
+    port,
+    close: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
+  };
+}

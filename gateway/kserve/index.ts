@@ -1,0 +1,243 @@
+// The KServe v2 / Triton HTTP surface (`/v2/...`) for the models of the model repository:
+// health, server and model metadata, readiness, config, infer (JSON and binary), statistics and
+// the repository extension. Errors are Triton's `{"error": "..."}` with Triton's status codes.
+import { gunzipSync, gzipSync, inflateSync } from 'node:zlib';
+import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { ApiError, toKServeBody } from '../errors.ts';
+import type { GatewayMetrics } from '../metrics.ts';
+import type { ModelRegistry } from '../served-model.ts';
+import { toKServeError } from './errors.ts';
+import { registerGenerateRoutes } from './generate.ts';
+import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
+
+export interface KServePluginOptions {
+  /** The ordinary models; null when the server has no model repository. */
+  repository: ModelRepository | null;
+  /** The LLMs, for the generate extension. */
+  registry: ModelRegistry;
+  metrics: GatewayMetrics;
+  version: string;
+}
+
+export const SERVER_NAME = 'conduit';
+/** Triton's extensions that Conduit implements. */
+export const EXTENSIONS = ['model_repository', 'model_repository(unload_dependents)', 'schedule_policy', 'model_configuration', 'binary_tensor_data', 'parameters', 'statistics', 'generate'];
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+type ModelParams = { model: string; version?: string };
+
+function versionOf(params: ModelParams): number | null {
+  return params.version === undefined ? null : Number(params.version);
+}
+
+function decompress(request: FastifyRequest, body: Buffer): Buffer {
+  const encoding = request.headers['content-encoding'];
+  if (encoding === undefined || encoding === 'identity') return body;
+  try {
+    if (encoding === 'gzip') return gunzipSync(body);
+    if (encoding === 'deflate') return inflateSync(body);
+  } catch (err) {
+    throw new ClassicError('INVALID_ARG', `cannot decompress the ${encoding} body: ${(err as Error).message}`);
+  }
+  throw new ClassicError('UNSUPPORTED', `unsupported Content-Encoding '${encoding}'`);
+}
+
+function jsonBody(request: FastifyRequest): Record<string, unknown> {
+  const body = request.body as Buffer | undefined;
+  if (body === undefined || body.byteLength === 0) return {};
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(strictUtf8.decode(decompress(request, body)));
+  } catch (err) {
+    if (err instanceof ClassicError) throw err;
+    throw new ClassicError('INVALID_ARG', `failed to parse the request JSON buffer: ${(err as Error).message}`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new ClassicError('INVALID_ARG', 'the request body must be a JSON object');
+  return parsed as Record<string, unknown>;
+}
+
+/** Sends JSON (or bytes), gzip- or deflate-compressed when the client accepts it, as Triton does. */
+function send(request: FastifyRequest, reply: FastifyReply, body: Buffer | string, contentType: string) {
+  const accept = request.headers['accept-encoding'] ?? '';
+  reply.header('content-type', contentType);
+  if (/\bgzip\b/.test(accept)) return reply.header('content-encoding', 'gzip').send(gzipSync(body));
+  return reply.send(body);
+}
+
+function metadataOf(repository: ModelRepository, served: ServedVersion) {
+  const { config } = served;
+  const batched = config.max_batch_size > 0;
+  const tensors = (list: ReadonlyArray<{ name: string; data_type: Parameters<typeof fromConfigDataType>[0]; dims: number[] }>) =>
+    list.map((t) => ({ name: t.name, datatype: fromConfigDataType(t.data_type), shape: batched ? [-1, ...t.dims] : t.dims }));
+  const versions = repository.index(true).filter((entry) => entry.name === config.name).map((entry) => entry.version);
+  return {
+    name: config.name,
+    versions,
+    platform: config.platform ?? config.backend,
+    inputs: tensors(config.input),
+    outputs: tensors(config.output),
+  };
+}
+
+/** The config as Triton's /config returns it: ModelConfig's fields, snake_case. */
+function configJson(served: ServedVersion) {
+  const { config } = served;
+  return { ...config, platform: config.platform ?? '', backend: config.backend === 'ensemble' ? '' : config.backend };
+}
+
+/** Stands in when no repository is configured: every model is unknown, nothing to load. */
+const NO_REPOSITORY = {
+  isReady: () => true,
+  index: () => [],
+  loadedVersions: () => [],
+  get(name: string): never {
+    throw new ClassicError('NOT_FOUND', `Request for unknown model: '${name}' is not found`);
+  },
+  async load(): Promise<never> {
+    throw new ClassicError('UNAVAILABLE', 'no model repository is configured (server model_repository)');
+  },
+  async unload(): Promise<never> {
+    throw new ClassicError('UNAVAILABLE', 'no model repository is configured (server model_repository)');
+  },
+} as unknown as ModelRepository;
+
+export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app, options) => {
+  const repository = options.repository ?? NO_REPOSITORY;
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    let apiError = toKServeError(error);
+    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') apiError = new ApiError('body_too_large', error.message);
+    else if (!(error instanceof ApiError) && !(error instanceof ClassicError) && error.statusCode !== undefined && error.statusCode < 500) {
+      apiError = new ApiError('invalid_request', error.message);
+    }
+    if (apiError.httpStatus >= 500 && apiError.code === 'internal_error') request.log.error({ err: error }, 'kserve request failed');
+    return reply.code(apiError.httpStatus).type('application/json').send(toKServeBody(apiError));
+  });
+  app.setNotFoundHandler((_request, reply) => reply.code(404).type('application/json').send({ error: 'Not Found' }));
+
+  // Health: Triton answers 400 when not live or ready, with an empty body.
+  app.get('/health/live', async (_request, reply) => reply.code(200).send());
+  app.get('/health/ready', async (_request, reply) => reply.code(repository.isReady() ? 200 : 400).send());
+
+  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics });
+
+  app.get('', async (request, reply) => send(request, reply, JSON.stringify({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS }), 'application/json'));
+
+  const versioned = (suffix: string) => [`/models/:model${suffix}`, `/models/:model/versions/:version(^\\d+)${suffix}`];
+
+  /** An LLM of the registry (version 1 only), for metadata and readiness; null when the name is not one. */
+  const llmOf = (params: ModelParams) =>
+    options.registry.models.find((model) => model.name === params.model && (params.version === undefined || params.version === '1')) ?? null;
+
+  for (const url of versioned('')) {
+    app.get<{ Params: ModelParams }>(url, async (request, reply) => {
+      const llm = llmOf(request.params);
+      // The LLMs take Triton's generate extension's tensors.
+      const metadata = llm === null ? metadataOf(repository, repository.get(request.params.model, versionOf(request.params))) : {
+        name: llm.name, versions: ['1'], platform: 'conduit_llm',
+        inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1] }],
+        outputs: [{ name: 'text_output', datatype: 'BYTES', shape: [-1] }],
+      };
+      return send(request, reply, JSON.stringify(metadata), 'application/json');
+    });
+  }
+
+  for (const url of versioned('/ready')) {
+    app.get<{ Params: ModelParams }>(url, async (request, reply) => {
+      const llm = llmOf(request.params);
+      let ready = llm !== null && llm.workers.length > 0;
+      if (llm === null) {
+        try {
+          repository.get(request.params.model, versionOf(request.params));
+          ready = true;
+        } catch {
+          ready = false;
+        }
+      }
+      if (!ready) return reply.code(400).type('application/json').send({ error: 'Model version not ready' });
+      return reply.code(200).send();
+    });
+  }
+
+  for (const url of versioned('/config')) {
+    app.get<{ Params: ModelParams }>(url, async (request, reply) => {
+      const served = repository.get(request.params.model, versionOf(request.params));
+      return send(request, reply, JSON.stringify(configJson(served)), 'application/json');
+    });
+  }
+
+  for (const url of versioned('/infer')) {
+    app.post<{ Params: ModelParams }>(url, async (request, reply) => {
+      const served = repository.get(request.params.model, versionOf(request.params));
+      const headerValue = request.headers['inference-header-content-length'];
+      let headerLength: number | null = null;
+      if (headerValue !== undefined) {
+        headerLength = Number(headerValue);
+        if (!/^\d+$/.test(String(headerValue))) throw new ClassicError('INVALID_ARG', `Inference-Header-Content-Length '${String(headerValue)}' is not a byte count`);
+      }
+      const body = decompress(request, (request.body as Buffer | undefined) ?? Buffer.alloc(0));
+      const decoded = decodeInferRequest(body, headerLength, served.config);
+      const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault }));
+      const outputs = await served.infer({
+        inputs: decoded.inputs,
+        requestedOutputs: order.map((output) => output.name),
+        priority: decoded.priority,
+        timeoutUs: decoded.timeoutUs,
+      });
+      const encoded = encodeInferResponse(served.config.name, served.version, decoded.id, outputs, order);
+      if (encoded.jsonLength === null) return send(request, reply, encoded.body, 'application/json');
+      reply.header('inference-header-content-length', String(encoded.jsonLength));
+      return send(request, reply, encoded.body, 'application/octet-stream');
+    });
+  }
+
+  app.get('/models/stats', async (request, reply) => {
+    const modelStats = repository.loadedVersions().map((served) => served.stats.stats);
+    return send(request, reply, JSON.stringify({ model_stats: modelStats }), 'application/json');
+  });
+  for (const url of versioned('/stats')) {
+    app.get<{ Params: ModelParams }>(url, async (request, reply) => {
+      const version = versionOf(request.params);
+      repository.get(request.params.model, version);
+      const modelStats = repository.loadedVersions()
+        .filter((served) => served.config.name === request.params.model && (version === null || served.version === version))
+        .map((served) => served.stats.stats);
+      return send(request, reply, JSON.stringify({ model_stats: modelStats }), 'application/json');
+    });
+  }
+
+  for (const url of ['/repository/index', '/repository/:repository/index']) {
+    app.post(url, async (request, reply) => {
+      const ready = jsonBody(request).ready;
+      if (ready !== undefined && typeof ready !== 'boolean') throw new ClassicError('INVALID_ARG', "'ready' must be a boolean");
+      return send(request, reply, JSON.stringify(repository.index(ready === true)), 'application/json');
+    });
+  }
+
+  const parametersOf = (request: FastifyRequest): Record<string, unknown> => {
+    const parameters = jsonBody(request).parameters ?? {};
+    if (typeof parameters !== 'object' || parameters === null || Array.isArray(parameters)) throw new ClassicError('INVALID_ARG', "'parameters' must be an object");
+    return parameters as Record<string, unknown>;
+  };
+
+  app.post<{ Params: { model: string } }>('/repository/models/:model/load', async (request, reply) => {
+    const parameters = parametersOf(request);
+    if (Object.keys(parameters).some((key) => key.startsWith('file:'))) {
+      throw new ClassicError('UNSUPPORTED', "loading model files through 'file:' parameters is not supported; put them in the repository");
+    }
+    const config = parameters.config;
+    if (config !== undefined && typeof config !== 'string') throw new ClassicError('INVALID_ARG', "'config' must be a string holding the model config JSON");
+    await repository.load(request.params.model, config ?? null);
+    return reply.code(200).send();
+  });
+
+  app.post<{ Params: { model: string } }>('/repository/models/:model/unload', async (request, reply) => {
+    const unloadDependents = parametersOf(request).unload_dependents;
+    if (unloadDependents !== undefined && typeof unloadDependents !== 'boolean') throw new ClassicError('INVALID_ARG', "'unload_dependents' must be a boolean");
+    await repository.unload(request.params.model, unloadDependents === true);
+    return reply.code(200).send();
+  });
+};

@@ -1,0 +1,172 @@
+// The HTTP infer body in both forms: JSON, and JSON followed by raw tensors (the binary tensor
+// data extension: Inference-Header-Content-Length, binary_data_size on inputs, binary_data on
+// outputs; a header length of 0 is a raw binary request of the model's one input).
+import { z } from 'zod';
+import {
+  bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
+  type ModelConfig, type Tensor, type TensorMap,
+} from '../../engine/classic/index.ts';
+
+const parameterValue = z.union([z.string(), z.number(), z.boolean()]);
+const parameters = z.record(z.string(), parameterValue);
+
+const requestSchema = z.object({
+  id: z.string().optional(),
+  parameters: parameters.optional(),
+  inputs: z.array(z.object({
+    name: z.string(),
+    shape: z.array(z.number().int().nonnegative()),
+    datatype: z.string(),
+    parameters: parameters.optional(),
+    data: z.unknown().optional(),
+  })).min(1),
+  outputs: z.array(z.object({ name: z.string(), parameters: parameters.optional() })).optional(),
+});
+
+export interface RequestedOutput { name: string; binary: boolean }
+
+export interface DecodedInferRequest {
+  id: string;
+  inputs: TensorMap;
+  /** null: every output, in the config's order. */
+  outputs: RequestedOutput[] | null;
+  binaryByDefault: boolean;
+  priority: number;
+  timeoutUs: number;
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+const invalid = (message: string) => new ClassicError('INVALID_ARG', message);
+
+function parseJsonHeader(bytes: Uint8Array): unknown {
+  let text: string;
+  try {
+    text = strictUtf8.decode(bytes);
+  } catch {
+    throw invalid('the request JSON is not valid UTF-8');
+  }
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw invalid(`failed to parse the request JSON buffer: ${(err as Error).message}`);
+  }
+}
+
+function zodMessage(error: z.ZodError): string {
+  const issue = error.issues[0];
+  return `${issue.path.length > 0 ? issue.path.join('.') : 'request'}: ${issue.message}`;
+}
+
+function nonNegativeInteger(value: unknown, name: string): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) throw invalid(`parameter '${name}' must be a non-negative integer`);
+  return value;
+}
+
+/** A raw binary request: the body is the model's only input, batch 1, all outputs binary. */
+function decodeRawRequest(body: Uint8Array, config: ModelConfig): DecodedInferRequest {
+  if (config.input.length !== 1) {
+    throw invalid(`raw binary request requires the model to have exactly one input, '${config.name}' has ${config.input.length}`);
+  }
+  const input = config.input[0];
+  const shape = config.max_batch_size > 0 ? [1, ...input.dims] : [...input.dims];
+  const datatype = fromConfigDataType(input.data_type);
+  if (shape.includes(-1)) {
+    if (datatype === 'BYTES' || shape.filter((dim) => dim === -1).length > 1) throw invalid(`raw binary request cannot infer the shape of input '${input.name}'`);
+    const known = elementCount(shape.filter((dim) => dim !== -1));
+    const rowBytes = known * bytesPerElement(datatype);
+    shape[shape.indexOf(-1)] = body.byteLength / rowBytes;
+  }
+  return {
+    id: '', inputs: { [input.name]: fromRaw(datatype, shape, body, `input '${input.name}'`) }, outputs: null,
+    binaryByDefault: true, priority: 0, timeoutUs: 0,
+  };
+}
+
+export function decodeInferRequest(body: Uint8Array, headerLength: number | null, config: ModelConfig): DecodedInferRequest {
+  if (headerLength === 0) return decodeRawRequest(body, config);
+  const jsonLength = headerLength ?? body.byteLength;
+  if (jsonLength > body.byteLength) {
+    throw invalid(`Inference-Header-Content-Length ${jsonLength} is larger than the body (${body.byteLength} bytes)`);
+  }
+  const parsed = requestSchema.safeParse(parseJsonHeader(body.subarray(0, jsonLength)));
+  if (!parsed.success) throw invalid(`invalid inference request: ${zodMessage(parsed.error)}`);
+  const request = parsed.data;
+  const params = request.parameters ?? {};
+  for (const name of ['sequence_id', 'sequence_start', 'sequence_end']) {
+    if (params[name] !== undefined) throw new ClassicError('UNSUPPORTED', `sequence batching is not supported ('${name}')`);
+  }
+  if (params.binary_data_output !== undefined && typeof params.binary_data_output !== 'boolean') {
+    throw invalid("parameter 'binary_data_output' must be a boolean");
+  }
+  let offset = jsonLength;
+  const inputs: TensorMap = {};
+  for (const input of request.inputs) {
+    const what = `input '${input.name}'`;
+    if (!isDataType(input.datatype)) throw invalid(`${what}: invalid datatype '${input.datatype}'`);
+    if (inputs[input.name] !== undefined) throw invalid(`input '${input.name}' is given more than once`);
+    const binarySize = input.parameters?.binary_data_size;
+    let tensor: Tensor;
+    if (binarySize !== undefined) {
+      const numBytes = nonNegativeInteger(binarySize, 'binary_data_size');
+      if (input.data !== undefined) throw invalid(`${what} has both data and binary_data_size`);
+      if (offset + numBytes > body.byteLength) throw invalid(`${what}: binary_data_size ${numBytes} runs past the end of the body`);
+      tensor = fromRaw(input.datatype, input.shape, body.subarray(offset, offset + numBytes), what);
+      offset += numBytes;
+    } else {
+      if (input.data === undefined) throw invalid(`${what} has no data and no binary_data_size`);
+      tensor = fromJson(input.datatype, input.shape, input.data, what);
+    }
+    inputs[input.name] = tensor;
+  }
+  if (offset !== body.byteLength) throw invalid(`the body has ${body.byteLength - offset} bytes after the last input's binary data`);
+  const binaryByDefault = params.binary_data_output === true;
+  const outputs = request.outputs?.map((output) => {
+    const binary = output.parameters?.binary_data;
+    if (binary !== undefined && typeof binary !== 'boolean') throw invalid(`output '${output.name}': binary_data must be a boolean`);
+    if (output.parameters?.classification !== undefined) throw new ClassicError('UNSUPPORTED', 'the classification extension is not supported');
+    return { name: output.name, binary: binary ?? binaryByDefault };
+  }) ?? null;
+  return {
+    id: request.id ?? '',
+    inputs,
+    outputs,
+    binaryByDefault,
+    priority: params.priority === undefined ? 0 : nonNegativeInteger(params.priority, 'priority'),
+    timeoutUs: params.timeout === undefined ? 0 : nonNegativeInteger(params.timeout, 'timeout'),
+  };
+}
+
+export interface EncodedInferResponse {
+  body: Buffer;
+  /** Set when binary outputs follow the JSON. */
+  jsonLength: number | null;
+}
+
+export function encodeInferResponse(
+  modelName: string, version: number, id: string, outputs: TensorMap, order: RequestedOutput[],
+): EncodedInferResponse {
+  const binaries: Tensor[] = [];
+  let numBinaryBytes = 0;
+  const json = {
+    ...(id === '' ? {} : { id }),
+    model_name: modelName,
+    model_version: String(version),
+    outputs: order.map(({ name, binary }) => {
+      const tensor = outputs[name];
+      const head = { name, datatype: tensor.datatype, shape: tensor.shape };
+      if (!binary) return { ...head, data: toJson(tensor) };
+      const numBytes = rawByteLength(tensor);
+      binaries.push(tensor);
+      numBinaryBytes += numBytes;
+      return { ...head, parameters: { binary_data_size: numBytes } };
+    }),
+  };
+  const header = Buffer.from(JSON.stringify(json));
+  if (binaries.length === 0) return { body: header, jsonLength: null };
+  const body = Buffer.allocUnsafe(header.byteLength + numBinaryBytes);
+  header.copy(body, 0);
+  let offset = header.byteLength;
+  for (const tensor of binaries) offset = writeRaw(tensor, body, offset);
+  return { body, jsonLength: header.byteLength };
+}

@@ -1,0 +1,73 @@
+// Triton's generate extension for the LLMs, over a real gateway and a scripted engine worker.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { oneTokenPerStep, sseEvents, startTestGateway, type TestGateway } from '../../test/harness.ts';
+import type { Script } from '../../test/scripted-engine.ts';
+
+let gateway: TestGateway;
+let script: Script = { steps: [] };
+before(async () => {
+  gateway = await startTestGateway(() => script);
+});
+after(() => gateway.close());
+
+test('generate answers with the whole text, the id echoed, parameters read from `parameters` too', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens(' the quick brown fox')), finishReason: 'length' };
+  const response = await gateway.post('/v2/models/tiny/generate', { id: 'g-1', text_input: 'Say:', parameters: { max_tokens: 4, temperature: 0 } });
+  assert.equal(response.status, 200);
+  const body = await response.json() as Record<string, unknown>;
+  assert.deepEqual(body, {
+    id: 'g-1', model_name: 'tiny', model_version: '1', text_output: ' the quick brown fox', finish_reason: 'length',
+    usage: { prompt_tokens: gateway.tokens('Say:').length, completion_tokens: 4, total_tokens: gateway.tokens('Say:').length + 4, prompt_tokens_details: { cached_tokens: 0 } },
+  });
+  const sent = gateway.engine.requests.at(-1)!;
+  assert.equal(sent.sampling.maxTokens, 4);
+  assert.equal(sent.sampling.temperature, 0);
+  assert.deepEqual(sent.promptTokenIds, gateway.tokens('Say:'));
+});
+
+test('generate_stream sends one SSE event per text delta, then the finish', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens(' hello world')), finishReason: 'stop' };
+  const response = await gateway.post('/v2/models/tiny/versions/1/generate_stream', { text_input: 'Hi', max_tokens: 8 });
+  assert.equal(response.status, 200);
+  assert.equal(response.headers.get('content-type'), 'text/event-stream; charset=utf-8');
+  const events = sseEvents(await response.text()) as Array<Record<string, unknown>>;
+  assert.deepEqual(events.slice(0, -1).map((e) => e.text_output), [' hello', ' world']);
+  assert.equal(events.at(-1)!.finish_reason, 'stop');
+  assert.ok(events.every((e) => e.model_name === 'tiny' && e.model_version === '1'));
+});
+
+test('a stop string cuts the text', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens(' one two three')), finishReason: 'length' };
+  const body = await (await gateway.post('/v2/models/tiny/generate', { text_input: 'x', stop: ' two' })).json() as { text_output: string; finish_reason: string };
+  assert.equal(body.text_output, ' one');
+  assert.equal(body.finish_reason, 'stop');
+});
+
+test("errors are Triton's bodies: unknown model, bad body, a worker error before and after the first event", async () => {
+  const unknown = await gateway.post('/v2/models/nope/generate', { text_input: 'x' });
+  assert.equal(unknown.status, 404);
+  assert.deepEqual(await unknown.json(), { error: "Request for unknown model: 'nope' is not found" });
+  const bad = await gateway.post('/v2/models/tiny/generate', { text_input: 3 });
+  assert.equal(bad.status, 400);
+  assert.match((await bad.json() as { error: string }).error, /^text_input: /);
+  script = { steps: [], error: { code: 'kv_cache_too_small', message: 'too big' } };
+  const early = await gateway.post('/v2/models/tiny/generate_stream', { text_input: 'x' });
+  assert.equal(early.status, 400);
+  assert.deepEqual(await early.json(), { error: 'too big' });
+  script = { steps: oneTokenPerStep(gateway.tokens('Hello world')), error: { code: 'internal_error', message: 'worker fell over' } };
+  const late = await gateway.post('/v2/models/tiny/generate_stream', { text_input: 'x' });
+  assert.equal(late.status, 200);
+  const events = sseEvents(await late.text());
+  assert.deepEqual(events.at(-1), { error: 'worker fell over' });
+});
+
+test('an LLM has metadata and readiness under /v2 too', async () => {
+  assert.deepEqual(await (await fetch(`${gateway.baseUrl}/v2/models/tiny`)).json(), {
+    name: 'tiny', versions: ['1'], platform: 'conduit_llm',
+    inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1] }],
+    outputs: [{ name: 'text_output', datatype: 'BYTES', shape: [-1] }],
+  });
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/ready`)).status, 200);
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/versions/2/ready`)).status, 400);
+});
