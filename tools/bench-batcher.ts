@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { ModelRepository } from '../engine/classic/index.ts';
 import { createGateway } from '../gateway/server.ts';
 import { describeCpu } from './bench-model.ts';
-import { makeDigits } from './make-classic-models.ts';
+import { heldOutDigits } from './make-classic-models.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -75,7 +75,7 @@ async function main() {
   await repository.start();
   const gateway = await createGateway({ models: [], bodyLimitBytes: 1 << 20, classic: { repository, version: 'bench' } });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
-  const images = makeDigits(256, 5).images.map((image) => Float32Array.from(image, (v) => v / 255));
+  const images = heldOutDigits(256, 5).images.map((image) => Float32Array.from(image, (v) => v / 255));
 
   const inProcess = (model: string) => async (image: Float32Array) => {
     await repository.infer(model, null, { inputs: { pixels: { datatype: 'FP32', shape: [1, 64], data: image } }, requestedOutputs: null, priority: 0, timeoutUs: 0 });

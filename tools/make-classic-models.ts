@@ -1,12 +1,16 @@
-// Makes the ordinary models that ship in models/: `digits` (an MLP over 8x8 digit images) and
-// `fraud` (a logistic-regression scorer over synthetic card transactions). Each is trained here
-// in plain Float64Array math from a seeded, documented dataset, written as an ONNX graph
+// Makes the ordinary models that ship in models/: `digits` (an MLP over scikit-learn's 8x8
+// handwritten digits, UCI optdigits) and `fraud` (a logistic-regression scorer over synthetic card
+// transactions). Each is trained here in plain Float64Array math from a documented dataset (the
+// digits from Debian's python3-sklearn, or --digits-csv), written as an ONNX graph
 // (tools/onnx/writer.ts), then run through ONNX Runtime on its held-out split: the accuracy in
 // the model card is measured on the written .onnx file, not on the training code's weights.
 //
-//   node --import tsx tools/make-classic-models.ts [models-dir]
-import { mkdirSync, writeFileSync } from 'node:fs';
+//   node --import tsx tools/make-classic-models.ts [models-dir] [--digits-csv digits.csv.gz]
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { gunzipSync } from 'node:zlib';
 import ort from 'onnxruntime-node';
 import { writeModel } from './onnx/writer.ts';
 
@@ -24,62 +28,58 @@ export function seededRandom(seed: number): () => number {
 
 // ---- digits ------------------------------------------------------------------------------
 
-/** The classic 5x7 dot-matrix digits (as in HD44780 character LCDs), one string per row. */
-const GLYPHS_5X7 = [
-  ['01110', '10001', '10011', '10101', '11001', '10001', '01110'],
-  ['00100', '01100', '00100', '00100', '00100', '00100', '01110'],
-  ['01110', '10001', '00001', '00010', '00100', '01000', '11111'],
-  ['11111', '00010', '00100', '00010', '00001', '10001', '01110'],
-  ['00010', '00110', '01010', '10010', '11111', '00010', '00010'],
-  ['11111', '10000', '11110', '00001', '00001', '10001', '01110'],
-  ['00110', '01000', '10000', '11110', '10001', '10001', '01110'],
-  ['11111', '00001', '00010', '00100', '01000', '01000', '01000'],
-  ['01110', '10001', '10001', '01110', '10001', '10001', '01110'],
-  ['01110', '10001', '10001', '01111', '00001', '00010', '01100'],
-];
-
 export const NUM_PIXELS = 64;
 export const NUM_CLASSES = 10;
 
 /**
- * One 8x8 image of a digit, 0-255: the glyph shifted by up to 3 columns and 1 row, each stroke
- * pixel at a random intensity, 8% of stroke pixels dropped, ink bleeding into the right or lower
- * neighbour, and faint background noise.
+ * scikit-learn's bundled copy of UCI optdigits (1,797 images of 8x8 pixels, 0-16, then the label,
+ * one image per line), where Debian's python3-sklearn installs it. Only this tool reads it; the
+ * held-out split ships in models/digits, so tests and benchmarks run without scikit-learn.
  */
-export function renderDigit(digit: number, random: () => number): Uint8Array {
-  const image = new Float64Array(NUM_PIXELS);
-  const dx = Math.floor(random() * 4);
-  const dy = Math.floor(random() * 2);
-  const glyph = GLYPHS_5X7[digit];
-  for (let row = 0; row < 7; row++) {
-    for (let col = 0; col < 5; col++) {
-      if (glyph[row][col] !== '1' || random() < 0.08) continue;
-      const y = row + dy;
-      const x = col + dx;
-      const ink = 150 + random() * 105;
-      image[y * 8 + x] = Math.max(image[y * 8 + x], ink);
-      if (random() < 0.25 && x + 1 < 8) image[y * 8 + x + 1] = Math.max(image[y * 8 + x + 1], ink * 0.5);
-      if (random() < 0.15 && y + 1 < 8) image[(y + 1) * 8 + x] = Math.max(image[(y + 1) * 8 + x], ink * 0.4);
-    }
-  }
-  const out = new Uint8Array(NUM_PIXELS);
-  for (let i = 0; i < NUM_PIXELS; i++) {
-    const noise = random() < 0.15 ? random() * 60 : 0;
-    out[i] = Math.min(255, Math.round(image[i] + noise));
-  }
-  return out;
+const SKLEARN_DIGITS_CSV = '/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz';
+const HELD_OUT_CSV = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'models', 'digits', 'heldout.csv');
+/** optdigits counts on-pixels in 4x4 blocks: 0 to 16. */
+const MAX_OPTDIGITS_VALUE = 16;
+const NUM_HELD_OUT = 450;
+
+interface Digits {
+  images: Uint8Array[];
+  labels: number[];
 }
 
-export function makeDigits(numSamples: number, seed: number): { images: Uint8Array[]; labels: number[] } {
-  const random = seededRandom(seed);
+/** optdigits lines (64 values 0-16, then the label) as 0-255 images, the range clients send. */
+function parseDigits(lines: readonly string[]): Digits {
   const images: Uint8Array[] = [];
   const labels: number[] = [];
-  for (let i = 0; i < numSamples; i++) {
-    const digit = i % NUM_CLASSES;
-    images.push(renderDigit(digit, random));
-    labels.push(digit);
+  for (const line of lines) {
+    const values = line.split(',').map(Number);
+    if (values.length !== NUM_PIXELS + 1 || values.some((value) => !Number.isInteger(value))) throw new Error(`not an optdigits line: ${line}`);
+    images.push(Uint8Array.from(values.slice(0, NUM_PIXELS), (value) => Math.round((value * 255) / MAX_OPTDIGITS_VALUE)));
+    labels.push(values[NUM_PIXELS]);
   }
   return { images, labels };
+}
+
+function csvLines(text: string): string[] {
+  return text.split('\n').filter((line) => line.trim() !== '');
+}
+
+/** numImages of the held-out optdigits images that ship with the model (a seeded choice), 0-255. */
+export function heldOutDigits(numImages: number, seed: number): Digits {
+  const lines = csvLines(readFileSync(HELD_OUT_CSV, 'utf8'));
+  const random = seededRandom(seed);
+  return parseDigits(Array.from({ length: numImages }, () => lines[Math.floor(random() * lines.length)]));
+}
+
+/** The optdigits lines split by a seeded shuffle into training and held-out lines. */
+function splitDigits(csvFile: string, seed: number): { trainLines: string[]; heldOutLines: string[] } {
+  const lines = csvLines(gunzipSync(readFileSync(csvFile)).toString('utf8'));
+  const random = seededRandom(seed);
+  for (let i = lines.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [lines[i], lines[j]] = [lines[j], lines[i]];
+  }
+  return { trainLines: lines.slice(NUM_HELD_OUT), heldOutLines: lines.slice(0, NUM_HELD_OUT) };
 }
 
 interface Mlp { w1: Float64Array; b1: Float64Array; w2: Float64Array; b2: Float64Array; numHidden: number }
@@ -238,12 +238,16 @@ async function runOnnx(file: string, inputName: string, rows: Float64Array[] | U
 }
 
 async function main() {
-  const modelsDir = path.resolve(process.argv[2] ?? 'models');
+  const { values, positionals } = parseArgs({ allowPositionals: true, options: { 'digits-csv': { type: 'string', default: SKLEARN_DIGITS_CSV } } });
+  const modelsDir = path.resolve(positionals[0] ?? 'models');
 
   // digits
   const digitsSeed = 8;
-  const train = makeDigits(5000, digitsSeed);
-  const test = makeDigits(1000, digitsSeed + 1);
+  const { trainLines, heldOutLines } = splitDigits(values['digits-csv'], digitsSeed);
+  mkdirSync(path.join(modelsDir, 'digits'), { recursive: true });
+  writeFileSync(path.join(modelsDir, 'digits', 'heldout.csv'), `${heldOutLines.join('\n')}\n`);
+  const train = parseDigits(trainLines);
+  const test = parseDigits(heldOutLines);
   const mlp = trainDigits(train.images.map((image) => Float64Array.from(image, (v) => v / 255)), train.labels, digitsSeed);
   const digitsFile = path.join(modelsDir, 'digits', '1', 'model.onnx');
   mkdirSync(path.dirname(digitsFile), { recursive: true });

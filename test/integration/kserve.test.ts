@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 import { serve, type RunningServer } from '../../bin/serve.ts';
 import { validateConfig } from '../../configs/schema.ts';
 import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
-import { makeDigits } from '../../tools/make-classic-models.ts';
+import { heldOutDigits } from '../../tools/make-classic-models.ts';
 import { defaultModelDir, repoRoot } from './harness.ts';
 
 let server: RunningServer;
@@ -24,7 +24,7 @@ after(() => server.close());
 
 test('conduit-tiny, digits and fraud answer at once on one server, over HTTP and gRPC', async () => {
   const openai = new OpenAI({ baseURL: `${server.httpAddress}/v1`, apiKey: 'unused' });
-  const { images, labels } = makeDigits(2, 31);
+  const { images, labels } = heldOutDigits(2, 31);
   const client = new (loadInferenceService())(server.grpcAddress!, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
   try {
     const [completion, digits, fraud, label] = await Promise.all([

@@ -5,7 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { makeDigits, makeFraud, NUM_CLASSES } from '../../../tools/make-classic-models.ts';
+import { heldOutDigits, makeFraud, NUM_CLASSES } from '../../../tools/make-classic-models.ts';
 import { writeModel } from '../../../tools/onnx/writer.ts';
 import { ClassicError } from '../errors.ts';
 import { ModelRepository } from '../repository.ts';
@@ -39,8 +39,8 @@ describe('the models in models/', () => {
       ['digits:1:READY', 'digits_pipeline:1:READY', 'digits_postprocess:1:READY', 'digits_preprocess:1:READY', 'fraud:1:READY']);
   });
 
-  test('digits classifies fresh rendered digits (ONNX Runtime), softmax rows sum to 1', async () => {
-    const { images, labels } = makeDigits(100, 4242);
+  test('digits classifies held-out handwritten digits (ONNX Runtime), softmax rows sum to 1', async () => {
+    const { images, labels } = heldOutDigits(100, 4242);
     const pixels = new Float32Array(100 * 64);
     images.forEach((image, i) => image.forEach((value, j) => { pixels[i * 64 + j] = value / 255; }));
     const { probabilities } = await infer(repo, 'digits', { pixels: { datatype: 'FP32', shape: [100, 64], data: pixels } });
@@ -51,11 +51,12 @@ describe('the models in models/', () => {
       assert.ok(Math.abs(sum - 1) < 1e-5);
     }
     const correct = argmaxRows(probs, NUM_CLASSES).filter((label, i) => label === labels[i]).length;
-    assert.ok(correct >= 95, `${correct}/100 correct`);
+    // 97.8 % held-out accuracy: 11 or more errors in 100 has odds of about 1e-5.
+    assert.ok(correct >= 90, `${correct}/100 correct`);
   });
 
   test("the ensemble's label equals the classifier's argmax", async () => {
-    const { images } = makeDigits(64, 77);
+    const { images } = heldOutDigits(64, 77);
     const raw = new Uint8Array(64 * 64);
     images.forEach((image, i) => raw.set(image, i * 64));
     const pipeline = await infer(repo, 'digits_pipeline', { RAW_PIXELS: { datatype: 'UINT8', shape: [64, 64], data: raw } });

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { ModelRepository } from '../../../engine/classic/index.ts';
-import { makeDigits } from '../../../tools/make-classic-models.ts';
+import { heldOutDigits } from '../../../tools/make-classic-models.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { SAMPLES } from './datatypes.ts';
 import { makeTestRepo, MODELS_DIR } from './harness.ts';
@@ -87,7 +87,7 @@ describe('KServe v2 gRPC on the shipped models', () => {
   });
 
   test('ModelInfer with typed contents (fp32_contents): outputs come back in raw_output_contents', async () => {
-    const { images, labels } = makeDigits(4, 21);
+    const { images, labels } = heldOutDigits(4, 21);
     const response = await call(env.client, 'ModelInfer', {
       model_name: 'digits', id: 'g1',
       inputs: [{ name: 'pixels', datatype: 'FP32', shape: [4, 64], contents: { fp32_contents: images.flatMap((image) => Array.from(image, (v) => v / 255)) } }],
@@ -102,7 +102,7 @@ describe('KServe v2 gRPC on the shipped models', () => {
   });
 
   test("ModelInfer on the ensemble with raw_input_contents: the label is the classifier's argmax", async () => {
-    const { images, labels } = makeDigits(3, 22);
+    const { images, labels } = heldOutDigits(3, 22);
     const response = await call(env.client, 'ModelInfer', {
       model_name: 'digits_pipeline',
       inputs: [{ name: 'RAW_PIXELS', datatype: 'UINT8', shape: [3, 64] }],
@@ -154,7 +154,7 @@ describe('KServe v2 gRPC on the shipped models', () => {
       stream.on('end', resolve);
       stream.on('error', reject);
     });
-    const { images } = makeDigits(2, 23);
+    const { images } = heldOutDigits(2, 23);
     stream.write({ model_name: 'digits', id: 'a', inputs: [{ name: 'pixels', datatype: 'FP32', shape: [1, 64], contents: { fp32_contents: Array.from(images[0], (v) => v / 255) } }] });
     stream.write({ model_name: 'nope', id: 'b', inputs: [] });
     stream.write({ model_name: 'digits', id: 'c', inputs: [{ name: 'pixels', datatype: 'FP32', shape: [1, 64], contents: { fp32_contents: Array.from(images[1], (v) => v / 255) } }] });

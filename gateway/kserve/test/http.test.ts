@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { after, before, describe, test } from 'node:test';
-import { makeDigits } from '../../../tools/make-classic-models.ts';
+import { heldOutDigits } from '../../../tools/make-classic-models.ts';
 import { SAMPLES } from './datatypes.ts';
 import { binaryBody, makeTestRepo, MODELS_DIR, readBinaryResponse, serializeBytes, startKServeServer, type KServeTestServer } from './harness.ts';
 
@@ -19,7 +19,7 @@ async function expectError(response: Response, status: number, message: RegExp |
 }
 
 function digitPixels(numImages: number, seed: number) {
-  const { images, labels } = makeDigits(numImages, seed);
+  const { images, labels } = heldOutDigits(numImages, seed);
   return { pixels: images.flatMap((image) => Array.from(image, (v) => v / 255)), raw: images, labels };
 }
 
