@@ -20,7 +20,13 @@ export async function startWorkerProcess(extraArgs: string[] = []): Promise<Work
   const child = spawn(process.execPath, [
     path.join(repoRoot, 'bin', 'conduit.js'), 'worker', '--model', defaultModelDir,
     '--listen', '127.0.0.1:0', '--threads', '1', ...extraArgs,
-  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+  ], {
+    // The IPC channel is a lifeline, as for a gateway's own workers: a test process that dies
+    // (a timeout, a crash) takes its workers with it instead of leaving them serving.
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+  });
+  // The lifeline must not keep a finished test process alive by itself.
+  child.channel?.unref();
   let stderr = '';
   child.stderr!.on('data', (data: Buffer) => (stderr += data.toString()));
   const address = await new Promise<string>((resolve, reject) => {
