@@ -1,9 +1,10 @@
 // `conduit serve`: one gateway (with the router inside it) over the engine workers that the
 // configuration names, spawned here or already running elsewhere.
+import { keyLimitsOf, resolveApiKeys } from '../configs/api-keys.ts';
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
 import { workerArgs } from './worker-flags.ts';
 
@@ -32,6 +33,8 @@ async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number) {
 }
 
 export async function serve(config: Config): Promise<RunningServer> {
+  // Before any worker starts: a missing key file fails at once.
+  const apiKeys = resolveApiKeys(config.server);
   const localWorkers: LocalWorker[] = [];
   const clients: GrpcEngineClient[] = [];
   const closeWorkers = async () => {
@@ -63,14 +66,29 @@ export async function serve(config: Config): Promise<RunningServer> {
       });
     }
     const gatewayMetrics = new GatewayMetrics(models);
-    const gateway = await createGateway({ models, bodyLimitBytes: config.server.body_limit_bytes, metrics: gatewayMetrics });
+    const readiness = new Readiness('starting');
+    const gateway = await createGateway({
+      models,
+      bodyLimitBytes: config.server.body_limit_bytes,
+      metrics: gatewayMetrics,
+      readiness,
+      drainTimeoutMs: config.server.drain_timeout_s * 1000,
+      access: {
+        apiKeys,
+        anonymousLimits: keyLimitsOf(config.server.key_limits),
+        maxConcurrentRequests: config.server.max_concurrent_requests,
+      },
+    });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });
+    // Every worker answered serving above (the ports bind only then, for now).
+    readiness.markReady();
     return {
       httpAddress,
       metricsAddress,
       async close() {
+        // Drains: in-flight requests finish (up to drain_timeout_s), new ones get 503.
         await gateway.close();
         await metrics.close();
         await closeWorkers();

@@ -23,6 +23,13 @@ export interface GenerationRequest {
   cacheSalt?: string;
   /** performance.now() when the request arrived, for latency metrics. */
   arrivalMs: number;
+  /** Who pays for the tokens (the caller's tokens-per-minute quota), told once when the generation ends. */
+  account?: UsageAccount;
+}
+
+export interface UsageAccount {
+  /** Called once per generation, however it ended; the choices of one request share its prompt. */
+  settle(numPromptTokens: number, numOutputTokens: number): void;
 }
 
 export interface Usage {
@@ -103,6 +110,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   };
   const finish = (finishReason: 'stop' | 'length') => {
     isFinished = true;
+    request.account?.settle(promptTokenIds.length, numOutputTokens);
     metrics.observeFinished(model.name, (performance.now() - request.arrivalMs) / 1000, promptTokenIds.length, numOutputTokens);
     handlers.onFinish({
       finishReason,
@@ -113,6 +121,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   };
   const fail = (error: ApiError) => {
     isFinished = true;
+    request.account?.settle(promptTokenIds.length, numOutputTokens);
     handlers.onError(error);
   };
 
@@ -188,6 +197,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     abort() {
       if (isFinished) return;
       isFinished = true;
+      request.account?.settle(promptTokenIds.length, numOutputTokens);
       worker.abort(requestId);
     },
   };

@@ -111,6 +111,7 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
       arrivalMs,
+      account: httpRequest.account,
     };
     return respond(
       reply,

@@ -100,6 +100,7 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
       arrivalMs,
+      account: httpRequest.account,
     };
     return respond(
       reply,

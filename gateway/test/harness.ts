@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { HASH_SCHEME } from '../../engine/kv/block-hash.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, type GatewayOptions, type ServedModel } from '../server.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
 import { ScriptedEngine, type Script } from './scripted-engine.ts';
@@ -41,7 +41,17 @@ function writeModelDir(dir: string, withChatTemplate: boolean) {
   );
 }
 
-export async function startTestGateway(scriptFor: (request: GenerateRequest) => Script): Promise<TestGateway> {
+export interface TestGatewayOptions {
+  /** More createGateway options: keys and limits, readiness, a logger. */
+  gatewayOptions?: Partial<GatewayOptions>;
+  /** Registers more plugins or routes before the gateway listens. */
+  beforeListen?: (app: FastifyInstance) => Promise<void>;
+}
+
+export async function startTestGateway(
+  scriptFor: (request: GenerateRequest) => Script,
+  options: TestGatewayOptions = {},
+): Promise<TestGateway> {
   const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
   const modelDir = path.join(tmpDir, MODEL_NAME);
   const plainModelDir = path.join(tmpDir, 'plain');
@@ -57,7 +67,8 @@ export async function startTestGateway(scriptFor: (request: GenerateRequest) => 
     { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
   ];
   const metrics = new GatewayMetrics(models);
-  const gateway: FastifyInstance = await createGateway({ models, bodyLimitBytes: BODY_LIMIT_BYTES, metrics });
+  const gateway: FastifyInstance = await createGateway({ models, bodyLimitBytes: BODY_LIMIT_BYTES, metrics, ...options.gatewayOptions });
+  await options.beforeListen?.(gateway);
   const metricsServer = await createMetricsServer({ metrics });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
   const metricsUrl = await metricsServer.listen({ host: '127.0.0.1', port: 0 });
