@@ -66,17 +66,25 @@ export async function serve(config: Config): Promise<RunningServer> {
       });
     }
     const gatewayMetrics = new GatewayMetrics(models);
+    const { server } = config;
     const readiness = new Readiness('starting');
     const gateway = await createGateway({
       models,
-      bodyLimitBytes: config.server.body_limit_bytes,
+      bodyLimitBytes: server.body_limit_bytes,
       metrics: gatewayMetrics,
+      responses: {
+        storeMaxResponses: server.response_store_max_responses,
+        storeTtlMs: server.response_store_ttl_s * 1000,
+        websocketMaxConnectionMs: server.websocket_max_connection_s * 1000,
+        websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
+        maxBufferedBytes: server.stream_max_buffered_bytes,
+      },
       readiness,
-      drainTimeoutMs: config.server.drain_timeout_s * 1000,
+      drainTimeoutMs: server.drain_timeout_s * 1000,
       access: {
         apiKeys,
-        anonymousLimits: keyLimitsOf(config.server.key_limits),
-        maxConcurrentRequests: config.server.max_concurrent_requests,
+        anonymousLimits: keyLimitsOf(server.key_limits),
+        maxConcurrentRequests: server.max_concurrent_requests,
       },
     });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });

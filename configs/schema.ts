@@ -80,7 +80,7 @@ export const serverSchema = z
     http_port: z.number().int().min(0).max(65535).default(8000),
     grpc_port: z.number().int().min(0).max(65535).default(8001),
     metrics_port: z.number().int().min(0).max(65535).default(8002),
-    /** Largest request body in bytes. */
+    /** Largest request body in bytes (and largest WebSocket message). */
     body_limit_bytes: z.number().int().positive().default(8 * 1024 * 1024),
     /**
      * Keys clients must present: a key, or {key, name, limits}. With none here, in api_keys_file
@@ -95,6 +95,17 @@ export const serverSchema = z
     max_concurrent_requests: z.number().int().positive().optional(),
     /** How long a shutdown lets in-flight requests finish before cutting them. */
     drain_timeout_s: z.number().nonnegative().default(30),
+    // The Responses API (/v1/responses).
+    /** Most responses the in-memory store holds (store: true); past it, the oldest leave first. */
+    response_store_max_responses: z.number().int().positive().default(1000),
+    /** Seconds a stored response stays retrievable and continuable with previous_response_id. */
+    response_store_ttl_s: z.number().positive().default(3600),
+    /** Seconds a Responses WebSocket may stay open; then the server closes it (OpenAI: 60 minutes). */
+    websocket_max_connection_s: z.number().positive().default(3600),
+    /** Seconds between keepalive pings; a peer that leaves one unanswered until the next is dropped. */
+    websocket_ping_interval_s: z.number().positive().default(30),
+    /** Bytes a response stream (SSE or WebSocket) may have queued for a slow reader before it is cancelled. */
+    stream_max_buffered_bytes: z.number().int().positive().default(4 * 1024 * 1024),
   })
   .strict();
 

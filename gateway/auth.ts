@@ -90,6 +90,15 @@ function takeSubprotocolKey(headers: IncomingHttpHeaders): string | null {
   return key;
 }
 
+/**
+ * ws's handleProtocols: the first offered subprotocol that is not a key, or none. The onRequest
+ * hook has already taken the key offers out; this keeps a key from ever being selected even so.
+ */
+export function selectSubprotocol(protocols: Set<string>): string | false {
+  for (const protocol of protocols) if (!protocol.startsWith(BROWSER_KEY_PROTOCOL_PREFIX)) return protocol;
+  return false;
+}
+
 const missingKeyMessage =
   "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth " +
   '(i.e. Authorization: Bearer YOUR_KEY).';

@@ -1,18 +1,22 @@
 // The HTTP gateway: one fastify instance with one plugin per API surface, every error rendered
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
+import websocketPlugin from '@fastify/websocket';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { installAdmission, type AccessOptions } from './admission.ts';
-import { ApiKeyRing, installAuth } from './auth.ts';
+import { ApiKeyRing, installAuth, selectSubprotocol } from './auth.ts';
+import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
+import { DEFAULT_RESPONSES_SETTINGS, type ResponsesSettings } from './openai/responses/index.ts';
 import { installReadinessGate, Readiness } from './readiness.ts';
 import { ModelRegistry, type ServedModel } from './served-model.ts';
 
 export { createMetricsServer, GatewayMetrics } from './metrics.ts';
 export type { ServedModel, ServedWorker } from './served-model.ts';
+export type { ResponsesSettings } from './openai/responses/index.ts';
 export type { AccessOptions } from './admission.ts';
 export type { ApiKeySpec } from './auth.ts';
 export { Readiness } from './readiness.ts';
@@ -25,6 +29,8 @@ export interface GatewayOptions {
   logger?: FastifyServerOptions['logger'];
   /** Shared with createMetricsServer; a private set when omitted. */
   metrics?: GatewayMetrics;
+  /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
+  responses?: Partial<ResponsesSettings>;
   /** API keys and limits; none of either when omitted. */
   access?: AccessOptions;
   /** The lifecycle state the caller drives (markReady) and close() ends; ready from the start when omitted. */
@@ -71,7 +77,10 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   installAuth(app, new ApiKeyRing(options.access?.apiKeys ?? []));
   installAdmission(app, options.access ?? { apiKeys: [] });
 
-  await app.register(openaiPlugin, { registry, metrics });
+  // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
+  await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes, handleProtocols: selectSubprotocol } });
+  await app.register(openaiPlugin, { registry, metrics, responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses } });
   await app.register(healthPlugin, { models: options.models, readiness });
+  await app.register(chatPagePlugin);
   return app;
 }

@@ -20,23 +20,33 @@ function textOf(content: ChatMessageInput['content']): string {
 
 /** The prompt's token ids: the chat template rendered, then encoded with its special tokens as written. */
 export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMessageInput[], addGenerationPrompt: boolean): number[] {
-  if (model.chatTemplate === null) {
-    throw new ApiError(
-      'chat_template_missing',
-      `The model \`${model.name}\` has no chat template; use /v1/completions with a plain prompt.`,
-      'messages',
-    );
-  }
   // "developer" is OpenAI's newer name for "system", which is what chat templates know.
   const chatMessages: ChatMessage[] = messages.map((message) => ({
     role: message.role === 'developer' ? 'system' : message.role,
     content: textOf(message.content),
   }));
+  return templatePromptTokenIds(model, chatMessages, addGenerationPrompt, 'messages');
+}
+
+/** Messages already in the template's shape (the Responses API builds them); param names the request field at fault. */
+export function templatePromptTokenIds(
+  model: LoadedModel,
+  chatMessages: readonly ChatMessage[],
+  addGenerationPrompt: boolean,
+  param: string,
+): number[] {
+  if (model.chatTemplate === null) {
+    throw new ApiError(
+      'chat_template_missing',
+      `The model \`${model.name}\` has no chat template; use /v1/completions with a plain prompt.`,
+      param,
+    );
+  }
   let prompt: string;
   try {
     prompt = model.chatTemplate.render(chatMessages, { addGenerationPrompt });
   } catch (err) {
-    throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, 'messages');
+    throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, param);
   }
   return model.tokenizer.encode(prompt, { addSpecialTokens: false });
 }

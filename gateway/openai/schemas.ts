@@ -13,8 +13,8 @@ const stop = z.union([z.string(), z.array(z.string()).max(MAX_STOP_STRINGS)], {
   error: `expected a string or an array of at most ${MAX_STOP_STRINGS} strings`,
 });
 
-/** Fields shared by chat and text completions; nullish because clients send explicit nulls. */
-const generationFields = {
+/** Fields shared by chat and text completions (the Responses API picks from them); nullish because clients send explicit nulls. */
+export const generationFields = {
   model: z.string(),
   max_tokens: z.number().int().min(1).nullish(),
   temperature: z.number().min(0).max(2).nullish(),

@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { HASH_SCHEME } from '../../engine/kv/block-hash.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, type GatewayOptions, type ServedModel } from '../server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, type GatewayOptions, type ResponsesSettings, type ServedModel } from '../server.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
 import { ScriptedEngine, type Script } from './scripted-engine.ts';
@@ -27,7 +27,17 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
-function writeModelDir(dir: string, withChatTemplate: boolean) {
+export interface TestGatewayOptions {
+  /** The chat template of the `tiny` model (default: CHAT_TEMPLATE). */
+  chatTemplate?: string;
+  responses?: Partial<ResponsesSettings>;
+  /** More createGateway options: keys and limits, readiness, a logger. */
+  gatewayOptions?: Partial<GatewayOptions>;
+  /** Registers more plugins or routes before the gateway listens. */
+  beforeListen?: (app: FastifyInstance) => Promise<void>;
+}
+
+function writeModelDir(dir: string, chatTemplate: string | null) {
   mkdirSync(dir);
   writeFileSync(
     path.join(dir, 'tokenizer_config.json'),
@@ -36,16 +46,9 @@ function writeModelDir(dir: string, withChatTemplate: boolean) {
       bos_token: '<|endoftext|>',
       eos_token: '<|endoftext|>',
       added_tokens_decoder: { '50256': { content: '<|endoftext|>', special: true } },
-      ...(withChatTemplate ? { chat_template: CHAT_TEMPLATE } : {}),
+      ...(chatTemplate === null ? {} : { chat_template: chatTemplate }),
     }),
   );
-}
-
-export interface TestGatewayOptions {
-  /** More createGateway options: keys and limits, readiness, a logger. */
-  gatewayOptions?: Partial<GatewayOptions>;
-  /** Registers more plugins or routes before the gateway listens. */
-  beforeListen?: (app: FastifyInstance) => Promise<void>;
 }
 
 export async function startTestGateway(
@@ -55,8 +58,8 @@ export async function startTestGateway(
   const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
   const modelDir = path.join(tmpDir, MODEL_NAME);
   const plainModelDir = path.join(tmpDir, 'plain');
-  writeModelDir(modelDir, true);
-  writeModelDir(plainModelDir, false);
+  writeModelDir(modelDir, options.chatTemplate ?? CHAT_TEMPLATE);
+  writeModelDir(plainModelDir, null);
   const { tokenizer } = loadTokenizer(modelDir);
   const modelInfo = {
     modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256], blockHashScheme: HASH_SCHEME,
@@ -67,7 +70,13 @@ export async function startTestGateway(
     { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
   ];
   const metrics = new GatewayMetrics(models);
-  const gateway: FastifyInstance = await createGateway({ models, bodyLimitBytes: BODY_LIMIT_BYTES, metrics, ...options.gatewayOptions });
+  const gateway: FastifyInstance = await createGateway({
+    models,
+    bodyLimitBytes: BODY_LIMIT_BYTES,
+    metrics,
+    responses: options.responses,
+    ...options.gatewayOptions,
+  });
   await options.beforeListen?.(gateway);
   const metricsServer = await createMetricsServer({ metrics });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });

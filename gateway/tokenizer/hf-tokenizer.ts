@@ -32,13 +32,14 @@ class HuggingFaceTokenizer implements Tokenizer {
   readonly bosTokenId: number | null;
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
+  readonly decodesAsUtf8Bytes: boolean;
   private readonly hf: HfTokenizer;
   private readonly addedTokenIds: ReadonlySet<number>;
   /** Set for byte-level vocabularies; null for SentencePiece-style ones. */
   private readonly byteByChar: Map<string, number> | null;
   private readonly utf8 = new TextEncoder();
 
-  constructor(hf: HfTokenizer, config: TokenizerConfig, isByteLevel: boolean) {
+  constructor(hf: HfTokenizer, config: TokenizerConfig, decoder: unknown) {
     this.hf = hf;
     let maxId = -1;
     for (const id of hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
@@ -50,7 +51,9 @@ class HuggingFaceTokenizer implements Tokenizer {
     const addedTokens = hf.get_added_tokens_decoder();
     this.addedTokenIds = new Set(addedTokens.keys());
     this.specialTokenIds = new Set([...addedTokens].filter(([, token]) => token.special).map(([id]) => id));
-    this.byteByChar = isByteLevel ? byteLevelCharToByte() : null;
+    this.byteByChar = usesByteLevelDecoder(decoder) ? byteLevelCharToByte() : null;
+    // A decoder sequence may rewrite text after the byte mapping (Replace, Strip); ByteLevel alone does not.
+    this.decodesAsUtf8Bytes = (decoder as { type?: unknown } | null)?.type === 'ByteLevel';
   }
 
   encode(text: string, options: { addSpecialTokens: boolean }): number[] {
@@ -85,5 +88,5 @@ class HuggingFaceTokenizer implements Tokenizer {
 
 export function loadHuggingFaceTokenizer(file: string, config: TokenizerConfig): Tokenizer {
   const json = JSON.parse(readFileSync(file, 'utf8'));
-  return new HuggingFaceTokenizer(new HfTokenizer(json, config.raw), config, usesByteLevelDecoder(json.decoder));
+  return new HuggingFaceTokenizer(new HfTokenizer(json, config.raw), config, json.decoder);
 }

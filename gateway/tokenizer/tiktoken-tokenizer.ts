@@ -21,6 +21,7 @@ class TiktokenTokenizer implements Tokenizer {
   readonly bosTokenId: number | null;
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
+  readonly decodesAsUtf8Bytes = true;
   private readonly encoding: Tiktoken;
   private readonly bytesById: readonly (Uint8Array | undefined)[];
   private readonly addBosToken: boolean;
