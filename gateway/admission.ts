@@ -1,22 +1,28 @@
 // Admission: each authenticated request passes its caller's limits (rate-limits.ts) once its
 // body is parsed, or is answered 429 with Retry-After. A request let in holds its concurrency
-// slots until its response is over, a stream to its end or until the client leaves; a WebSocket
-// holds them while it is open. Every response of a limited caller carries OpenAI's
-// x-ratelimit-* headers, and route handlers pass `request.account` on with their generations so
-// the tokens charged become the tokens used.
+// slots until its response is over, a stream to its end or until the client leaves. Every
+// response of a limited caller carries OpenAI's x-ratelimit-* headers, and route handlers pass
+// `request.account` on with their generations so the tokens charged become the tokens used.
+// A WebSocket upgrade is not a request against the limits: each turn on it is, admitted by the
+// connection through `request.admitTurn` and holding its slot while the turn runs.
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { isPublicRequest, type ApiKeySpec } from './auth.ts';
 import { ApiError } from './errors.ts';
 import type { UsageAccount } from './generation.ts';
-import { KeyQuota, RateLimiter, type KeyLimits } from './rate-limits.ts';
+import { type Admission, KeyQuota, RateLimiter, type KeyLimits, type Refusal } from './rate-limits.ts';
 import { refuse } from './refusal.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** Charged with the tokens the request's generations use; undefined when nothing is limited. */
     account: UsageAccount | undefined;
+    /** On a WebSocket upgrade of a limited caller: admits one turn (its event and size), or says why not. */
+    admitTurn: TurnAdmitter | null;
   }
 }
+
+/** A turn let in ends itself (end()) when it is over; a refused one is answered with the error. */
+export type TurnAdmitter = (event: Record<string, unknown>, numEventBytes: number) => Admission | ApiError;
 
 export interface AccessOptions {
   /** The keys clients must present; none: no auth, and every caller is one anonymous caller. */
@@ -39,10 +45,8 @@ function positiveIntegerOr(value: unknown, fallback: number): number {
 }
 
 /** What is known before tokenizing: the body's size for the prompt, plus the most output asked for. */
-export function estimateTokens(request: FastifyRequest): number {
-  const numBodyBytes = positiveIntegerOr(Number(request.headers['content-length']), 0);
+export function estimateTokens(body: unknown, numBodyBytes: number): number {
   const numPromptTokens = Math.ceil(numBodyBytes / BYTES_PER_TOKEN_ESTIMATE);
-  const body = request.body;
   if (typeof body !== 'object' || body === null) return numPromptTokens;
   const fields = body as Record<string, unknown>;
   const maxOutputTokens = positiveIntegerOr(fields.max_completion_tokens ?? fields.max_tokens ?? fields.max_output_tokens, 0);
@@ -52,6 +56,7 @@ export function estimateTokens(request: FastifyRequest): number {
 
 export function installAdmission(app: FastifyInstance, options: AccessOptions): void {
   app.decorateRequest('account', undefined);
+  app.decorateRequest('admitTurn', null);
   const nowMs = options.nowMs ?? (() => performance.now());
   const startMs = nowMs();
   const quotas = new Map(options.apiKeys.map((spec) => [spec.name, new KeyQuota(`key \`${spec.name}\``, spec.limits, startMs)]));
@@ -62,16 +67,29 @@ export function installAdmission(app: FastifyInstance, options: AccessOptions): 
   if (!isAnythingLimited) return;
   const limiter = new RateLimiter(maxConcurrentRequests, nowMs);
 
+  const quotaOf = (request: FastifyRequest) => (request.apiKey === null ? anonymousQuota : quotas.get(request.apiKey.name)!);
+  const refusalError = (request: FastifyRequest, refusal: Refusal) => {
+    const error = new ApiError(refusal.code, refusal.message);
+    request.log.info({ code: error.code, apiKey: request.apiKey?.name }, 'request refused');
+    return error;
+  };
+
   app.addHook('preHandler', async (request, reply) => {
     if (isPublicRequest(request)) return;
-    const quota = request.apiKey === null ? anonymousQuota : quotas.get(request.apiKey.name)!;
-    const outcome = limiter.admit(quota, estimateTokens(request));
+    const quota = quotaOf(request);
+    if (request.ws) {
+      request.admitTurn = (event, numEventBytes) => {
+        const outcome = limiter.admit(quota, estimateTokens(event, numEventBytes));
+        return 'code' in outcome ? refusalError(request, outcome) : outcome;
+      };
+      return;
+    }
+    const numBodyBytes = positiveIntegerOr(Number(request.headers['content-length']), 0);
+    const outcome = limiter.admit(quota, estimateTokens(request.body, numBodyBytes));
     const raw = reply.raw;
     for (const [name, value] of limiter.headersOf(quota)) raw.setHeader(name, value);
     if ('code' in outcome) {
-      const error = new ApiError(outcome.code, outcome.message);
-      request.log.info({ code: error.code, apiKey: request.apiKey?.name }, 'request refused');
-      return refuse(request, reply, error, {
+      return refuse(request, reply, refusalError(request, outcome), {
         'retry-after': String(Math.max(1, Math.ceil(outcome.retryAfterMs / 1000))),
         'retry-after-ms': String(Math.ceil(outcome.retryAfterMs)),
       });

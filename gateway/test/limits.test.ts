@@ -5,9 +5,9 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { afterEach, test } from 'node:test';
-import websocket from '@fastify/websocket';
 import OpenAI from 'openai';
-import WebSocket from 'ws';
+import type { ResponsesClientEvent, ResponsesServerEvent } from 'openai/resources/responses/responses';
+import { ResponsesWS } from 'openai/resources/responses/ws';
 import type { AccessOptions } from '../server.ts';
 import { MODEL_NAME, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
@@ -17,20 +17,9 @@ let script: Script = { steps: [] };
 let clockMs = 0;
 afterEach(() => gateway.close());
 
-/** The server's end of the latest test WebSocket. */
-let serverSocket: WebSocket | null = null;
-
 async function startLimited(access: Omit<AccessOptions, 'nowMs'>) {
   clockMs = 1_000_000;
-  gateway = await startTestGateway(() => script, {
-    gatewayOptions: { access: { ...access, nowMs: () => clockMs } },
-    beforeListen: async (app) => {
-      if (!app.hasDecorator('websocketServer')) await app.register(websocket);
-      app.get('/test/ws', { websocket: true }, (socket) => {
-        serverSocket = socket;
-      });
-    },
-  });
+  gateway = await startTestGateway(() => script, { gatewayOptions: { access: { ...access, nowMs: () => clockMs } } });
 }
 
 function client(apiKey: string) {
@@ -250,7 +239,7 @@ test('concurrent requests per key: a stream holds its slot until it ends or its 
   }
 });
 
-test('the server-wide cap counts every key, and a WebSocket holds a slot while it is open', async () => {
+test('the server-wide cap counts every key; health probes and other keys are not held up', async () => {
   await startLimited({
     apiKeys: [
       { name: 'a', key: KEY, limits: {} },
@@ -276,16 +265,76 @@ test('the server-wide cap counts every key, and a WebSocket holds a slot while i
   const aborted = once(gateway.engine, 'abort');
   first.abort();
   await aborted;
-  const socket = new WebSocket(`${gateway.baseUrl.replace('http:', 'ws:')}/test/ws`, { headers: { authorization: `Bearer ${KEY}` } });
-  await once(socket, 'open');
-  assert.equal((await get(KEY, '/v1/models')).status, 429);
-  const serverSideClosed = once(serverSocket!, 'close');
-  socket.close();
-  await serverSideClosed;
   // The stream of `second` still runs: one slot is free again.
   script = { steps: [gateway.tokens('fine')], finishReason: 'stop' };
   assert.equal((await client(KEY).chat.completions.create(chatBody)).choices[0].message.content, 'fine');
   second.abort();
+});
+
+/** A Responses WebSocket of the SDK, with its events collected. */
+async function openResponsesSocket(apiKey: string) {
+  const rws = new ResponsesWS(client(apiKey));
+  rws.on('error', () => {});
+  const events: ResponsesServerEvent[] = [];
+  let onNewEvent = () => {};
+  rws.on('event', (event) => {
+    events.push(event);
+    onNewEvent();
+  });
+  const nextEvent = () => new Promise<void>((resolve) => (onNewEvent = resolve));
+  /** Sends a response.create and resolves with its first event (the first output, or an error). */
+  const create = async (input: string): Promise<ResponsesServerEvent> => {
+    const numEventsBefore = events.length;
+    rws.send({ type: 'response.create', model: MODEL_NAME, input, max_output_tokens: 5 } as ResponsesClientEvent);
+    while (events.length === numEventsBefore) await nextEvent();
+    return events[numEventsBefore];
+  };
+  /** Resolves once the response in flight has ended. */
+  const ended = async () => {
+    const isEnd = (event: ResponsesServerEvent) => event.type === 'response.completed' || event.type === 'response.incomplete';
+    while (!isEnd(events.at(-1)!)) await nextEvent();
+  };
+  return { rws, create, ended };
+}
+
+test('on a Responses WebSocket each response.create is a request: it is counted, and holds a slot while it runs', async () => {
+  await startLimited({ apiKeys: [{ name: 'team-w', key: KEY, limits: { requestsPerMinute: 3, maxConcurrentRequests: 1 } }] });
+  script = { steps: [gateway.tokens('slow')], hang: true };
+  const first = await openResponsesSocket(KEY);
+  // Opening the socket took nothing: a whole minute's requests are left.
+  assert.equal((await first.create('one')).type, 'response.created');
+
+  // The turn in flight holds the key's one slot, against HTTP requests as against other sockets.
+  const refused = await client(KEY).chat.completions.create(chatBody).catch((err) => err);
+  assert.ok(refused instanceof OpenAI.RateLimitError);
+  assert.match(refused.message, /Too many concurrent requests for key `team-w`: limit 1\./);
+  const second = await openResponsesSocket(KEY);
+  const refusedTurn = await second.create('two');
+  assert.equal(refusedTurn.type, 'error');
+  const turnError = refusedTurn as Extract<ResponsesServerEvent, { type: 'error' }> & { status: number };
+  assert.equal(turnError.status, 429);
+  assert.equal(turnError.code, 'rate_limit_exceeded');
+  assert.match(turnError.message, /Too many concurrent requests/);
+
+  // Closing the socket cancels its turn and gives the slot back.
+  const aborted = once(gateway.engine, 'abort');
+  first.rws.close();
+  await aborted;
+  script = { steps: [gateway.tokens(' fine')], finishReason: 'stop' };
+  assert.equal((await second.create('three')).type, 'response.created');
+  await second.ended();
+  // Requests per minute: 'one', 'three' and this turn; the next, on the socket or over HTTP, waits 20 s.
+  assert.equal((await second.create('four')).type, 'response.created');
+  await second.ended();
+  const overRate = (await second.create('five')) as Extract<ResponsesServerEvent, { type: 'error' }>;
+  assert.equal(overRate.type, 'error');
+  assert.equal(overRate.code, 'rate_limit_exceeded');
+  assert.match(overRate.message, /on requests per min \(RPM\): Limit 3, Used 3, Requested 1\. Please try again in 20s\./);
+  await expectRateLimited(await get(KEY, '/v1/models'), 'requests', 20_000, /in 20s/);
+  clockMs += 20_000;
+  assert.equal((await second.create('six')).type, 'response.created');
+  await second.ended();
+  second.rws.close();
 });
 
 test('a server without keys holds its one anonymous caller to the default limits', async () => {
@@ -296,4 +345,24 @@ test('a server without keys holds its one anonymous caller to the default limits
   assert.ok(refused instanceof OpenAI.RateLimitError);
   assert.match(refused.message, /Rate limit reached for this server on requests per min/);
   assert.equal(refused.headers.get('retry-after'), '60');
+});
+
+test('the Responses API is charged the tokens it used, over HTTP and per WebSocket turn', async () => {
+  const tokensPerMinute = 1000;
+  await startLimited({ apiKeys: [{ name: 'team-r', key: KEY, limits: { tokensPerMinute } }] });
+  script = { steps: [gateway.tokens(' a b')], finishReason: 'stop' };
+  const overHttp = await client(KEY).responses.create({ model: MODEL_NAME, input: 'Hello', max_output_tokens: 20 });
+  const httpTokens = overHttp.usage!.total_tokens;
+  assert.equal(overHttp.usage!.output_tokens, 2);
+  assert.equal((await get(KEY, '/v1/models')).headers.get('x-ratelimit-remaining-tokens'), String(tokensPerMinute - httpTokens));
+
+  const socket = await openResponsesSocket(KEY);
+  await socket.create('Hello again');
+  await socket.ended();
+  const turnTokens = gateway.engine.requests.at(-1)!.promptTokenIds.length + 2;
+  assert.equal(
+    (await get(KEY, '/v1/models')).headers.get('x-ratelimit-remaining-tokens'),
+    String(tokensPerMinute - httpTokens - turnTokens),
+  );
+  socket.rws.close();
 });
