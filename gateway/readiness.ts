@@ -44,21 +44,43 @@ export function notReadyError(state: Exclude<ReadinessState, 'ready'>): ApiError
 }
 
 /**
- * Turns requests away unless ready, and drains on close(): in-flight requests get drainTimeoutMs
- * to finish, then their connections are cut (which aborts their generations in the workers).
+ * Turns requests away unless ready, and drains on close(): it keeps listening (new requests get
+ * 503, /health says draining) while the HTTP requests in flight finish, for up to drainTimeoutMs;
+ * then fastify stops listening and closes the WebSockets, and whatever still runs is cut (which
+ * aborts its generations in the workers).
  */
 export function installReadinessGate(app: FastifyInstance, readiness: Readiness, drainTimeoutMs: number): void {
+  let numInFlight = 0;
+  let onIdle: (() => void) | null = null;
+  const requestEnded = () => {
+    numInFlight--;
+    if (numInFlight === 0) onIdle?.();
+  };
+
   app.addHook('onRequest', async (request, reply) => {
     const { state } = readiness;
-    if (state === 'ready' || isHealthProbe(request.url)) return;
+    if (state === 'ready' || isHealthProbe(request.url)) {
+      // An upgraded socket is a WebSocket's, not a request that ends: the websocket plugin closes those.
+      if (request.raw.headers.upgrade === undefined) {
+        numInFlight++;
+        reply.raw.once('close', requestEnded);
+      }
+      return;
+    }
     const error = notReadyError(state);
     return refuse(request, reply, error, { 'retry-after': String(NOT_READY_RETRY_AFTER_S) });
   });
 
-  let drainTimer: NodeJS.Timeout | undefined;
   app.addHook('preClose', async () => {
     readiness.drain();
-    drainTimer = setTimeout(() => app.server.closeAllConnections(), drainTimeoutMs);
+    if (numInFlight === 0) return;
+    let drainTimer: NodeJS.Timeout | undefined;
+    const isDrained = await new Promise<boolean>((resolve) => {
+      onIdle = () => resolve(true);
+      drainTimer = setTimeout(() => resolve(false), drainTimeoutMs);
+    });
+    clearTimeout(drainTimer);
+    // fastify's server.close() follows, and would wait for the stragglers' connections forever.
+    if (!isDrained) setImmediate(() => app.server.closeAllConnections());
   });
-  app.addHook('onClose', async () => clearTimeout(drainTimer));
 }
