@@ -7,6 +7,8 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
+import type { ResponsesClientEvent, ResponsesServerEvent } from 'openai/resources/responses/responses';
+import { ResponsesWS } from 'openai/resources/responses/ws';
 import WebSocket from 'ws';
 import { resolveApiKeys } from '../../configs/api-keys.ts';
 import { validateConfig } from '../../configs/schema.ts';
@@ -181,6 +183,25 @@ test('a WebSocket upgrade needs a key too: by header, or offered as a subprotoco
   const byOffer = new WebSocket(wsUrl(TEST_WS_ROUTE), [`openai-insecure-api-key.${ALICE_KEY}`, 'chat']);
   assert.equal(await echoOnce(byOffer), 'echo ping');
   assert.equal(byOffer.protocol, 'chat');
+});
+
+test("the SDK's ResponsesWS on /v1/responses: refused with a wrong key, answered with the right one", async () => {
+  const wrong = new ResponsesWS(client(WRONG_KEY));
+  const failed = new Promise<string>((resolve) => wrong.on('error', (error) => resolve(error.message)));
+  wrong.send({ type: 'response.create', model: MODEL_NAME, input: 'hi' } as ResponsesClientEvent);
+  assert.match(await failed, /401/);
+  responsesSeen.push(await failed);
+
+  script = { steps: [gateway.tokens(' Welcome')], finishReason: 'stop' };
+  const right = new ResponsesWS(client(ALICE_KEY));
+  right.on('error', () => {});
+  const completed = new Promise<ResponsesServerEvent>((resolve) => right.on('response.completed', resolve));
+  right.send({ type: 'response.create', model: MODEL_NAME, input: 'hi' } as ResponsesClientEvent);
+  const event = (await completed) as Extract<ResponsesServerEvent, { type: 'response.completed' }>;
+  const [message] = event.response.output;
+  assert.ok(message.type === 'message' && message.content[0].type === 'output_text');
+  assert.equal(message.content[0].text, ' Welcome');
+  right.close();
 });
 
 /** A raw upgrade, to read the 101's headers whatever a client library would make of them. */
