@@ -4,25 +4,34 @@
 // response of a limited caller carries OpenAI's x-ratelimit-* headers, and route handlers pass
 // `request.account` on with their generations so the tokens charged become the tokens used.
 // A WebSocket upgrade is not a request against the limits: each turn on it is, admitted by the
-// connection through `request.admitTurn` and holding its slot while the turn runs.
+// connection through `request.admitTurn` (which also refuses turns unless the gateway is ready,
+// and lets a drain wait for the turn) and holding its slot while the turn runs.
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { isPublicRequest, type ApiKeySpec } from './auth.ts';
 import { ApiError } from './errors.ts';
 import type { UsageAccount } from './generation.ts';
 import { type Admission, KeyQuota, RateLimiter, type KeyLimits, type Refusal } from './rate-limits.ts';
+import { notReadyError, type Readiness } from './readiness.ts';
 import { refuse } from './refusal.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** Charged with the tokens the request's generations use; undefined when nothing is limited. */
     account: UsageAccount | undefined;
-    /** On a WebSocket upgrade of a limited caller: admits one turn (its event and size), or says why not. */
+    /** On a WebSocket upgrade: admits one turn (its event and size), or says why not. */
     admitTurn: TurnAdmitter | null;
   }
 }
 
-/** A turn let in ends itself (end()) when it is over; a refused one is answered with the error. */
-export type TurnAdmitter = (event: Record<string, unknown>, numEventBytes: number) => Admission | ApiError;
+export interface TurnAdmission {
+  /** Charged with the turn's tokens; undefined when its caller has no limits. */
+  account: UsageAccount | undefined;
+  /** The turn is over: its slot is free, a drain stops waiting for it. Idempotent. */
+  end(): void;
+}
+
+/** A refused turn is answered with the error. */
+export type TurnAdmitter = (event: Record<string, unknown>, numEventBytes: number) => TurnAdmission | ApiError;
 
 export interface AccessOptions {
   /** The keys clients must present; none: no auth, and every caller is one anonymous caller. */
@@ -54,7 +63,7 @@ export function estimateTokens(body: unknown, numBodyBytes: number): number {
   return numPromptTokens + maxOutputTokens * numChoices;
 }
 
-export function installAdmission(app: FastifyInstance, options: AccessOptions): void {
+export function installAdmission(app: FastifyInstance, options: AccessOptions, readiness: Readiness): void {
   app.decorateRequest('account', undefined);
   app.decorateRequest('admitTurn', null);
   const nowMs = options.nowMs ?? (() => performance.now());
@@ -64,8 +73,7 @@ export function installAdmission(app: FastifyInstance, options: AccessOptions): 
   const maxConcurrentRequests = options.maxConcurrentRequests ?? null;
   const isAnythingLimited =
     maxConcurrentRequests !== null || anonymousQuota.isLimited || [...quotas.values()].some((quota) => quota.isLimited);
-  if (!isAnythingLimited) return;
-  const limiter = new RateLimiter(maxConcurrentRequests, nowMs);
+  const limiter = isAnythingLimited ? new RateLimiter(maxConcurrentRequests, nowMs) : null;
 
   const quotaOf = (request: FastifyRequest) => (request.apiKey === null ? anonymousQuota : quotas.get(request.apiKey.name)!);
   const refusalError = (request: FastifyRequest, refusal: Refusal) => {
@@ -74,16 +82,32 @@ export function installAdmission(app: FastifyInstance, options: AccessOptions): 
     return error;
   };
 
+  const turnAdmitterOf = (request: FastifyRequest): TurnAdmitter => (event, numEventBytes) => {
+    const { state } = readiness;
+    if (state !== 'ready') return notReadyError(state);
+    let admission: Admission | null = null;
+    if (limiter !== null) {
+      const outcome = limiter.admit(quotaOf(request), estimateTokens(event, numEventBytes));
+      if ('code' in outcome) return refusalError(request, outcome);
+      admission = outcome;
+    }
+    const leave = readiness.begin();
+    return {
+      account: admission ?? undefined,
+      end() {
+        admission?.end();
+        leave();
+      },
+    };
+  };
+
   app.addHook('preHandler', async (request, reply) => {
-    if (isPublicRequest(request)) return;
-    const quota = quotaOf(request);
     if (request.ws) {
-      request.admitTurn = (event, numEventBytes) => {
-        const outcome = limiter.admit(quota, estimateTokens(event, numEventBytes));
-        return 'code' in outcome ? refusalError(request, outcome) : outcome;
-      };
+      request.admitTurn = turnAdmitterOf(request);
       return;
     }
+    if (limiter === null || isPublicRequest(request)) return;
+    const quota = quotaOf(request);
     const numBodyBytes = positiveIntegerOr(Number(request.headers['content-length']), 0);
     const outcome = limiter.admit(quota, estimateTokens(request.body, numBodyBytes));
     const raw = reply.raw;

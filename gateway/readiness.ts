@@ -14,9 +14,37 @@ export const NOT_READY_RETRY_AFTER_S = 5;
 
 export class Readiness {
   private current: ReadinessState;
+  /** HTTP requests and WebSocket turns in flight, which a drain lets finish. */
+  private numInFlight = 0;
+  private onIdle: (() => void) | null = null;
 
   constructor(initialState: 'starting' | 'ready') {
     this.current = initialState;
+  }
+
+  /** A request or a WebSocket turn begins; it ends when the returned function is first called. */
+  begin(): () => void {
+    this.numInFlight++;
+    let hasEnded = false;
+    return () => {
+      if (hasEnded) return;
+      hasEnded = true;
+      this.numInFlight--;
+      if (this.numInFlight === 0) this.onIdle?.();
+    };
+  }
+
+  /** Resolves true once nothing is in flight, or false after timeoutMs. */
+  async whenIdle(timeoutMs: number): Promise<boolean> {
+    if (this.numInFlight === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const isIdle = await new Promise<boolean>((resolve) => {
+      this.onIdle = () => resolve(true);
+      timer = setTimeout(() => resolve(false), timeoutMs);
+    });
+    clearTimeout(timer);
+    this.onIdle = null;
+    return isIdle;
   }
 
   get state(): ReadinessState {
@@ -45,26 +73,16 @@ export function notReadyError(state: Exclude<ReadinessState, 'ready'>): ApiError
 
 /**
  * Turns requests away unless ready, and drains on close(): it keeps listening (new requests get
- * 503, /health says draining) while the HTTP requests in flight finish, for up to drainTimeoutMs;
- * then fastify stops listening and closes the WebSockets, and whatever still runs is cut (which
- * aborts its generations in the workers).
+ * 503, /health says draining) while the HTTP requests and WebSocket turns in flight finish, for
+ * up to drainTimeoutMs; then fastify stops listening and closes the WebSockets, and whatever
+ * still runs is cut (which aborts its generations in the workers).
  */
 export function installReadinessGate(app: FastifyInstance, readiness: Readiness, drainTimeoutMs: number): void {
-  let numInFlight = 0;
-  let onIdle: (() => void) | null = null;
-  const requestEnded = () => {
-    numInFlight--;
-    if (numInFlight === 0) onIdle?.();
-  };
-
   app.addHook('onRequest', async (request, reply) => {
     const { state } = readiness;
     if (state === 'ready' || isHealthProbe(request.url)) {
-      // An upgraded socket is a WebSocket's, not a request that ends: the websocket plugin closes those.
-      if (request.raw.headers.upgrade === undefined) {
-        numInFlight++;
-        reply.raw.once('close', requestEnded);
-      }
+      // An upgraded socket never ends as a request: its turns are counted instead (admission.ts).
+      if (request.raw.headers.upgrade === undefined) reply.raw.once('close', readiness.begin());
       return;
     }
     const error = notReadyError(state);
@@ -73,13 +91,7 @@ export function installReadinessGate(app: FastifyInstance, readiness: Readiness,
 
   app.addHook('preClose', async () => {
     readiness.drain();
-    if (numInFlight === 0) return;
-    let drainTimer: NodeJS.Timeout | undefined;
-    const isDrained = await new Promise<boolean>((resolve) => {
-      onIdle = () => resolve(true);
-      drainTimer = setTimeout(() => resolve(false), drainTimeoutMs);
-    });
-    clearTimeout(drainTimer);
+    const isDrained = await readiness.whenIdle(drainTimeoutMs);
     // fastify's server.close() follows, and would wait for the stragglers' connections forever.
     if (!isDrained) setImmediate(() => app.server.closeAllConnections());
   });

@@ -75,7 +75,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   // Lifecycle, keys and limits, in this order: 503 unless ready, 401 without a key, 429 over a limit.
   installReadinessGate(app, readiness, options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
   installAuth(app, new ApiKeyRing(options.access?.apiKeys ?? []));
-  installAdmission(app, options.access ?? { apiKeys: [] });
+  installAdmission(app, options.access ?? { apiKeys: [] }, readiness);
 
   // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
   await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes, handleProtocols: selectSubprotocol } });

@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
 import OpenAI from 'openai';
+import type { ResponsesClientEvent, ResponsesServerEvent } from 'openai/resources/responses/responses';
+import { ResponsesWS } from 'openai/resources/responses/ws';
 import { Readiness } from '../server.ts';
 import { MODEL_NAME, startTestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
@@ -77,6 +79,51 @@ test('while draining: the stream in flight finishes, new requests get 503, /heal
   assert.deepEqual(gateway.engine.abortedRequestIds, []);
   await closed;
   await assert.rejects(fetch(`${gateway.baseUrl}/health`));
+});
+
+test('while draining, a WebSocket turn in flight finishes; a new turn, or a new socket, gets 503', async () => {
+  const script: Script = { steps: [[318]], hang: true };
+  const gateway = await startTestGateway(() => script, { gatewayOptions: { drainTimeoutMs: 60_000 } });
+  const sdk = new OpenAI({ baseURL: `${gateway.baseUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const collect = (rws: ResponsesWS) => {
+    const events: ResponsesServerEvent[] = [];
+    let onEvent = () => {};
+    rws.on('error', () => {});
+    rws.on('event', (event) => {
+      events.push(event);
+      onEvent();
+    });
+    const until = async (type: ResponsesServerEvent['type']) => {
+      while (!events.some((event) => event.type === type)) await new Promise<void>((resolve) => (onEvent = resolve));
+      return events.find((event) => event.type === type)!;
+    };
+    return until;
+  };
+  const create = { type: 'response.create', model: MODEL_NAME, input: 'hi' } as ResponsesClientEvent;
+  const busy = new ResponsesWS(sdk);
+  const busyEvent = collect(busy);
+  busy.send(create);
+  await busyEvent('response.created');
+  // A second socket, open (and idle) before the drain.
+  const idle = new ResponsesWS(sdk);
+  const idleEvent = collect(idle);
+  await new Promise((resolve) => idle.socket.once('open', resolve));
+
+  const closed = gateway.close();
+  idle.send(create);
+  const refused = (await idleEvent('error')) as Extract<ResponsesServerEvent, { type: 'error' }> & { status: number };
+  assert.equal(refused.status, 503);
+  assert.equal(refused.code, 'server_draining');
+  const late = new ResponsesWS(sdk);
+  const lateFailure = new Promise<string>((resolve) => late.on('error', (error) => resolve(error.message)));
+  late.send(create);
+  assert.match(await lateFailure, /503/);
+
+  gateway.engine.finishHanging(gateway.engine.requests[0].requestId);
+  const completed = await busyEvent('response.completed');
+  assert.equal(completed.type === 'response.completed' && completed.response.status, 'completed');
+  await closed;
+  assert.deepEqual(gateway.engine.abortedRequestIds, []);
 });
 
 test('a drain that outlasts its timeout cuts what still runs, aborting it in the worker', async () => {

@@ -86,7 +86,7 @@ class ResponsesConnection {
       ));
       return;
     }
-    // Each turn is a request against the caller's limits (admission.ts).
+    // Each turn is a request against the caller's limits, and refused unless the gateway is ready (admission.ts).
     const admission = this.admitTurn?.(event, (data as Buffer).byteLength) ?? null;
     if (admission instanceof ApiError) return this.sendError(admission);
     let prepared: PreparedTurn;
@@ -99,7 +99,7 @@ class ResponsesConnection {
       this.sendError(this.asApiError(err));
       return;
     }
-    prepared.generation.account = admission ?? undefined;
+    prepared.generation.account = admission?.account;
     const { settings, metrics } = this.context;
     const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
     this.turn = turn;
