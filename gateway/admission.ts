@@ -54,7 +54,7 @@ function positiveIntegerOr(value: unknown, fallback: number): number {
 }
 
 /** What is known before tokenizing: the body's size for the prompt, plus the most output asked for. */
-export function estimateTokens(body: unknown, numBodyBytes: number): number {
+function estimateTokens(body: unknown, numBodyBytes: number): number {
   const numPromptTokens = Math.ceil(numBodyBytes / BYTES_PER_TOKEN_ESTIMATE);
   if (typeof body !== 'object' || body === null) return numPromptTokens;
   const fields = body as Record<string, unknown>;
