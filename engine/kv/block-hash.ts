@@ -7,7 +7,7 @@
 // SHA-256 over a fixed byte layout, truncated to 128 bits and written as 32 hex digits: the same
 // in every process and language, and collision-free in practice. A change of the layout must
 // change HASH_SCHEME, which both sides compare.
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 
 export type BlockHash = string;
 
@@ -24,28 +24,29 @@ export interface HashScope {
 }
 
 export function rootHash(scope: HashScope): BlockHash {
-  const hash = createHash('sha256');
+  const hasher = createHash('sha256');
   // Length-prefixed, so no two (model, salt) pairs write the same bytes.
   for (const part of [HASH_SCHEME, scope.model, scope.cacheSalt ?? '']) {
     const bytes = Buffer.from(part, 'utf8');
     const length = Buffer.alloc(4);
     length.writeUInt32LE(bytes.length);
-    hash.update(length).update(bytes);
+    hasher.update(length).update(bytes);
   }
-  return hash.digest('hex').slice(0, 2 * HASH_BYTES);
+  return hasher.digest('hex').slice(0, 2 * HASH_BYTES);
 }
 
-const tokenBuffer = Buffer.alloc(4 * 1024);
+// The parent's bytes, then the block's token ids: one scratch buffer, hashed in one call (the
+// router hashes every prompt it routes, so a block costs one SHA-256 and no allocation here).
+const PARENT_BYTES = HASH_BYTES;
+let scratch = Buffer.alloc(PARENT_BYTES + 4 * 256);
 
 /** The hash of the block holding tokenIds[start, start + blockSizeTokens) after parent. */
 export function blockHash(parent: BlockHash, tokenIds: ArrayLike<number>, start: number, blockSizeTokens: number): BlockHash {
-  const buffer = 4 * blockSizeTokens <= tokenBuffer.length ? tokenBuffer : Buffer.alloc(4 * blockSizeTokens);
-  for (let i = 0; i < blockSizeTokens; i++) buffer.writeInt32LE(tokenIds[start + i], 4 * i);
-  return createHash('sha256')
-    .update(Buffer.from(parent, 'hex'))
-    .update(buffer.subarray(0, 4 * blockSizeTokens))
-    .digest('hex')
-    .slice(0, 2 * HASH_BYTES);
+  const numBytes = PARENT_BYTES + 4 * blockSizeTokens;
+  if (scratch.length < numBytes) scratch = Buffer.alloc(numBytes);
+  scratch.write(parent, 0, PARENT_BYTES, 'hex');
+  for (let i = 0; i < blockSizeTokens; i++) scratch.writeInt32LE(tokenIds[start + i], PARENT_BYTES + 4 * i);
+  return hash('sha256', scratch.subarray(0, numBytes), 'hex').slice(0, 2 * HASH_BYTES);
 }
 
 /**

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions.
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
+import { affinityKeyOf } from '../../router/affinity.ts';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
@@ -120,6 +121,7 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       wantsLogprobs: request.logprobs === true,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
+      affinityKey: affinityKeyOf(httpRequest.headers),
       arrivalMs,
       account: httpRequest.account,
     };

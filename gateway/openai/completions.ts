@@ -1,6 +1,7 @@
 // POST /v1/completions.
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
+import { affinityKeyOf } from '../../router/affinity.ts';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
@@ -99,6 +100,7 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
       wantsLogprobs: request.logprobs != null,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
+      affinityKey: affinityKeyOf(httpRequest.headers),
       arrivalMs,
       account: httpRequest.account,
     };
