@@ -14,11 +14,17 @@
 // Load is what the worker last reported, or what this gateway has sent it since if that is
 // more: a report lags the requests routed since it was made, and a burst decided between two
 // reports must not all land on one worker (llm-d-router #2515, dynamo #589).
-import { blockHash, HASH_SCHEME, rootHash, type BlockHash } from '../engine/kv/block-hash.ts';
+import { appendBlockHashes, HASH_SCHEME, rootHash, type BlockHash } from '../engine/kv/block-hash.ts';
 import type { KvEvent, StepReport, WorkerLoad, WorkerModelInfo } from '../engine/types.ts';
 import { AffinityTable } from './affinity.ts';
 import { PrefixIndex } from './prefix-index.ts';
 import type { RouterSettings } from './settings.ts';
+
+/**
+ * Blocks hashed per native call while matching a prompt: the lookup stops at the first block no
+ * worker holds, so a cold prompt costs one run, and a long hit a call per run.
+ */
+const HASH_RUN_BLOCKS = 32;
 
 /** What the router needs of a worker (an EngineClient is one). */
 export interface RoutableWorker {
@@ -174,6 +180,8 @@ export class ModelRouter<W extends RoutableWorker> {
   private readonly scratchCandidates: WorkerState<W>[] = [];
   /** Per slot: leading prompt blocks the worker holds (reused by every lookup). */
   private matchedBlocks = new Int32Array(8);
+  /** One run of a prompt's block hashes (matchPrompt). */
+  private readonly hashScratch: BlockHash[] = [];
 
   constructor(options: ModelRouterOptions) {
     this.modelName = options.modelName;
@@ -406,18 +414,23 @@ export class ModelRouter<W extends RoutableWorker> {
   /**
    * Writes into matchedBlocks each worker's cached prefix of the blocks the worker would look up:
    * every full block but one that holds the last token (the engine always computes it, for its
-   * logits). Hashes block by block, and stops at the first block no worker holds: the prompt's
-   * uncached tail costs no hashing.
+   * logits). Hashes a run of blocks at a time, and stops at the first block no worker holds: the
+   * prompt's uncached tail costs at most one run.
    */
   private matchPrompt(request: RouteRequest): void {
     this.matchedBlocks.fill(0);
     const blockSizeTokens = this.blockSizeTokens;
     if (blockSizeTokens === null || request.usesPrefixCache === false) return;
     const numBlocks = Math.floor((request.promptTokenIds.length - 1) / blockSizeTokens);
-    let hash = this.rootOf(request.cacheSalt);
-    for (let block = 0; block < numBlocks; block++) {
-      hash = blockHash(hash, request.promptTokenIds, block * blockSizeTokens, blockSizeTokens);
-      if (!this.index.matchNext(hash, block, this.matchedBlocks)) return;
+    const hashes = this.hashScratch;
+    let parent = this.rootOf(request.cacheSalt);
+    for (let firstBlock = 0; firstBlock < numBlocks; firstBlock += HASH_RUN_BLOCKS) {
+      hashes.length = 0;
+      appendBlockHashes(hashes, parent, request.promptTokenIds, firstBlock, Math.min(HASH_RUN_BLOCKS, numBlocks - firstBlock), blockSizeTokens);
+      for (let i = 0; i < hashes.length; i++) {
+        if (!this.index.matchNext(hashes[i], firstBlock + i, this.matchedBlocks)) return;
+      }
+      parent = hashes[hashes.length - 1];
     }
   }
 

@@ -3,7 +3,8 @@
 // every block holds.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { blockHash, extendBlockHashes, rootHash, type BlockHash } from '../kv/block-hash.ts';
+import { createHash } from 'node:crypto';
+import { appendBlockHashes, extendBlockHashes, rootHash, type BlockHash } from '../kv/block-hash.ts';
 import { KvCacheManager, type KvSequence } from '../kv/kv-cache-manager.ts';
 import { testSeed } from '../../test/seed.ts';
 
@@ -26,6 +27,36 @@ function admit(kv: KvCacheManager, sequence: KvSequence, numNewTokens?: number):
   sequence.numComputedTokens += numTokens;
   return true;
 }
+
+/** The layout written out, one node:crypto SHA-256 per block: what the native chain must equal. */
+function referenceBlockHash(parent: BlockHash, tokenIds: readonly number[], start: number, blockSizeTokens: number): BlockHash {
+  const bytes = Buffer.alloc(16 + 4 * blockSizeTokens);
+  bytes.write(parent, 0, 16, 'hex');
+  for (let i = 0; i < blockSizeTokens; i++) bytes.writeInt32LE(tokenIds[start + i], 16 + 4 * i);
+  return createHash('sha256').update(bytes).digest('hex').slice(0, 32);
+}
+
+function blockHash(parent: BlockHash, tokenIds: readonly number[], start: number, blockSizeTokens: number): BlockHash {
+  return appendBlockHashes([], parent, tokenIds, start / blockSizeTokens, 1, blockSizeTokens)[0];
+}
+
+test('the native chain of block hashes equals node:crypto SHA-256 over the layout, on random tokens', (t) => {
+  const seed = testSeed(t);
+  const random = rng(seed);
+  for (let trial = 0; trial < 50; trial++) {
+    const blockSizeTokens = 1 + Math.floor(random() * 64);
+    const numBlocks = Math.floor(random() * 40);
+    const firstBlock = Math.floor(random() * 4);
+    const tokenIds = Array.from({ length: (firstBlock + numBlocks) * blockSizeTokens }, () => Math.floor(random() * 2 ** 31) * (random() < 0.5 ? -1 : 1));
+    const parent = rootHash({ model: `m${trial}` });
+    const expected: BlockHash[] = [];
+    for (let block = firstBlock, previous = parent; block < firstBlock + numBlocks; block++) {
+      previous = referenceBlockHash(previous, tokenIds, block * blockSizeTokens, blockSizeTokens);
+      expected.push(previous);
+    }
+    assert.deepEqual(appendBlockHashes(['kept'], parent, tokenIds, firstBlock, numBlocks, blockSizeTokens), ['kept', ...expected]);
+  }
+});
 
 test('block hashes chain: the same block after a different prefix, model or salt hashes differently', () => {
   const root = rootHash({ model: 'm' });
