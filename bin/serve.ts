@@ -1,12 +1,13 @@
 // `conduit serve`: one gateway (with the router inside it) over the engine workers that the
 // configuration names, spawned here or already running elsewhere.
+import { keyLimitsOf, resolveApiKeys } from '../configs/api-keys.ts';
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { ModelRepository } from '../engine/classic/index.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel, type ServedWorker } from '../gateway/server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { LocalWorker } from './local-workers.ts';
 import type { ModelRouter } from '../router/model-router.ts';
 import { createRouter, startSharedState } from './routing.ts';
@@ -41,6 +42,8 @@ async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number) {
 }
 
 export async function serve(config: Config): Promise<RunningServer> {
+  // Before any worker starts: a missing key file fails at once.
+  const apiKeys = resolveApiKeys(config.server);
   const localWorkers: LocalWorker[] = [];
   const clients: GrpcEngineClient[] = [];
   const routers = new Map<string, ModelRouter<ServedWorker>>();
@@ -95,6 +98,7 @@ export async function serve(config: Config): Promise<RunningServer> {
     if (sharedState !== null) gatewayMetrics.routing.watchSharedState(sharedState);
     if (repository !== null) registerTritonMetrics(gatewayMetrics.registry, repository);
     const { server } = config;
+    const readiness = new Readiness('starting');
     const gateway = await createGateway({
       models,
       bodyLimitBytes: server.body_limit_bytes,
@@ -107,6 +111,13 @@ export async function serve(config: Config): Promise<RunningServer> {
         maxBufferedBytes: server.stream_max_buffered_bytes,
       },
       classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION },
+      readiness,
+      drainTimeoutMs: server.drain_timeout_s * 1000,
+      access: {
+        apiKeys,
+        anonymousLimits: keyLimitsOf(server.key_limits),
+        maxConcurrentRequests: server.max_concurrent_requests,
+      },
     });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
@@ -114,13 +125,16 @@ export async function serve(config: Config): Promise<RunningServer> {
     if (repository !== null) {
       grpcServer = await startKServeGrpc({ repository, version: CONDUIT_VERSION, host: config.server.host, port: config.server.grpc_port });
     }
+    // Every worker answered serving above (the ports, gRPC's too, bind only then, for now).
+    readiness.markReady();
     return {
       httpAddress,
       metricsAddress,
       grpcAddress: grpcServer === null ? null : `${config.server.host}:${grpcServer.port}`,
       async close() {
-        await grpcServer?.close();
-        await gateway.close();
+        // Drains: in-flight requests finish (up to drain_timeout_s), new ones get 503; KServe's gRPC
+        // calls in flight finish alike.
+        await Promise.all([gateway.close(), grpcServer?.close()]);
         await metrics.close();
         await repository?.close();
         await closeWorkers();

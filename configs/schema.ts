@@ -89,6 +89,23 @@ export const routerSchema = z
     path: ['heartbeat_ttl_s'],
   });
 
+// Keys and limits (gateway/README.md, "Keys and limits"). Each limit is absent (unlimited) by default.
+const keyLimitsShape = {
+  /** Requests admitted per minute: a token bucket, so a burst of up to this many, refilled evenly. */
+  requests_per_minute: z.number().int().positive().optional(),
+  /** Prompt + output tokens per minute: estimated at admission, settled with the actual usage. */
+  tokens_per_minute: z.number().int().positive().optional(),
+  /** Requests in flight at once (a stream holds its slot until it ends). */
+  max_concurrent_requests: z.number().int().positive().optional(),
+};
+/** What a Bearer header can carry; the browser form (a WebSocket subprotocol) also needs no separators. */
+export const apiKeyString = z.string().regex(/^[\x21-\x7e]+$/, 'an API key is printable ASCII without spaces');
+/** A bare key is short for {key}: a key with the default limits, named by its place in the list. */
+const apiKeyEntrySchema = z.preprocess(
+  (entry) => (typeof entry === 'string' ? { key: entry } : entry),
+  z.object({ key: apiKeyString, name: z.string().min(1).optional(), ...keyLimitsShape }).strict(),
+);
+
 export const serverSchema = z
   .object({
     host: z.string().default('0.0.0.0'),
@@ -97,6 +114,19 @@ export const serverSchema = z
     metrics_port: z.number().int().min(0).max(65535).default(8002),
     /** Largest request body in bytes (and largest WebSocket message). */
     body_limit_bytes: z.number().int().positive().default(8 * 1024 * 1024),
+    /**
+     * Keys clients must present: a key, or {key, name, limits}. With none here, in api_keys_file
+     * or in the CONDUIT_API_KEYS environment variable, the server needs no key.
+     */
+    api_keys: z.array(apiKeyEntrySchema).default([]),
+    /** A file of keys, one per line (blank lines and `#` comments skipped); relative to the config file. */
+    api_keys_file: z.string().min(1).optional(),
+    /** Every key's limits, unless its entry sets its own; on a server without keys, the anonymous caller's. */
+    key_limits: z.object(keyLimitsShape).strict().default({}),
+    /** Requests in flight at once, over all keys. */
+    max_concurrent_requests: z.number().int().positive().optional(),
+    /** How long a shutdown lets in-flight requests finish before cutting them. */
+    drain_timeout_s: z.number().nonnegative().default(30),
     // The Responses API (/v1/responses).
     /** Most responses the in-memory store holds (store: true); past it, the oldest leave first. */
     response_store_max_responses: z.number().int().positive().default(1000),
@@ -147,6 +177,7 @@ export const configSchema = z
 
 export type ModelConfig = z.infer<typeof modelSchema>;
 export type ServerConfig = z.infer<typeof serverSchema>;
+export type KeyLimitsConfig = ServerConfig['key_limits'];
 export type RouterConfig = z.infer<typeof routerSchema>;
 export type ModelRepositoryConfig = z.infer<typeof modelRepositorySchema>;
 export type Config = z.infer<typeof configSchema>;
@@ -169,6 +200,7 @@ export function validateConfig(raw: unknown, source: string): Config {
   const baseDir = path.dirname(path.resolve(source));
   for (const model of config.models) model.path = path.resolve(baseDir, model.path);
   if (config.model_repository !== undefined) config.model_repository.path = path.resolve(baseDir, config.model_repository.path);
+  if (config.server.api_keys_file !== undefined) config.server.api_keys_file = path.resolve(baseDir, config.server.api_keys_file);
   return config;
 }
 

@@ -16,13 +16,16 @@ const GRPC = {
   UNIMPLEMENTED: 12,
   INTERNAL: 13,
   UNAVAILABLE: 14,
+  UNAUTHENTICATED: 16,
 } as const;
 
 interface CatalogueEntry {
   httpStatus: number;
-  /** OpenAI's `error.type`. */
-  type: 'invalid_request_error' | 'not_found_error' | 'server_error' | 'service_unavailable_error';
+  /** OpenAI's `error.type`; its rate limits name the exhausted quantity (`requests`, `tokens`). */
+  type: 'invalid_request_error' | 'not_found_error' | 'server_error' | 'service_unavailable_error' | 'requests' | 'tokens';
   grpcStatus: number;
+  /** The code OpenAI's envelope carries, where one OpenAI code has two types (so two entries here). */
+  openaiCode?: string;
 }
 
 const catalogue = {
@@ -66,6 +69,21 @@ const catalogue = {
   model_unavailable: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
   /** A protocol feature Conduit does not implement (classification, sequence batching, shared memory). */
   not_implemented: { httpStatus: 501, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
+
+  // Keys, limits and lifecycle (gateway/auth.ts, admission.ts, readiness.ts); every 429 and 503
+  // of these carries Retry-After.
+  /** No API key, or one the server does not know. */
+  invalid_api_key: { httpStatus: 401, type: 'invalid_request_error', grpcStatus: GRPC.UNAUTHENTICATED },
+  /** The key's requests per minute, or its concurrent requests, are used up. */
+  rate_limit_requests: { httpStatus: 429, type: 'requests', grpcStatus: GRPC.RESOURCE_EXHAUSTED, openaiCode: 'rate_limit_exceeded' },
+  /** The key's tokens per minute are used up. */
+  rate_limit_tokens: { httpStatus: 429, type: 'tokens', grpcStatus: GRPC.RESOURCE_EXHAUSTED, openaiCode: 'rate_limit_exceeded' },
+  /** The server's cap on concurrent requests, over all keys, is reached. */
+  server_overloaded: { httpStatus: 429, type: 'requests', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** The server is up but its workers are not serving yet. */
+  server_starting: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
+  /** The server is shutting down: it finishes what is in flight and takes nothing new. */
+  server_draining: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
 } satisfies Record<string, CatalogueEntry>;
 
 export type ErrorCode = keyof typeof catalogue;
@@ -108,8 +126,9 @@ export interface OpenAIErrorBody {
 }
 
 export function toOpenAIBody(error: ApiError): OpenAIErrorBody {
+  const entry: CatalogueEntry = catalogue[error.code];
   return {
-    error: { message: error.message, type: catalogue[error.code].type, param: error.param, code: error.code },
+    error: { message: error.message, type: entry.type, param: error.param, code: entry.openaiCode ?? error.code },
   };
 }
 

@@ -30,6 +30,13 @@ export interface GenerationRequest {
   nextTurnKey?: string;
   /** performance.now() when the request arrived, for latency metrics. */
   arrivalMs: number;
+  /** Who pays for the tokens (the caller's tokens-per-minute quota), told once when the generation ends. */
+  account?: UsageAccount;
+}
+
+export interface UsageAccount {
+  /** Called once per generation, however it ended; the choices of one request share its prompt. */
+  settle(numPromptTokens: number, numOutputTokens: number): void;
 }
 
 export interface Usage {
@@ -124,6 +131,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   };
   const finish = (finishReason: 'stop' | 'length') => {
     isFinished = true;
+    request.account?.settle(promptTokenIds.length, numOutputTokens);
     route.finished();
     metrics.observeFinished(model.name, (performance.now() - request.arrivalMs) / 1000, promptTokenIds.length, numOutputTokens);
     handlers.onFinish({
@@ -135,6 +143,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   };
   const fail = (error: ApiError) => {
     isFinished = true;
+    request.account?.settle(promptTokenIds.length, numOutputTokens);
     route.finished();
     handlers.onError(error);
   };
@@ -224,6 +233,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     abort() {
       if (isFinished) return;
       isFinished = true;
+      request.account?.settle(promptTokenIds.length, numOutputTokens);
       route.finished();
       route.worker.abort(requestId);
     },

@@ -1,7 +1,9 @@
 // The HTTP gateway: one fastify instance with one plugin per API surface, every error rendered
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
 import websocketPlugin from '@fastify/websocket';
-import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { installAdmission, type AccessOptions } from './admission.ts';
+import { ApiKeyRing, installAuth, selectSubprotocol } from './auth.ts';
 import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
@@ -11,22 +13,34 @@ import type { ModelRepository } from '../engine/classic/index.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
 import { DEFAULT_RESPONSES_SETTINGS, type ResponsesSettings } from './openai/responses/index.ts';
+import { installReadinessGate, Readiness } from './readiness.ts';
 import { ModelRegistry, type ServedModel } from './served-model.ts';
 
 export { createMetricsServer, GatewayMetrics } from './metrics.ts';
 export type { ServedModel, ServedWorker } from './served-model.ts';
 export type { ResponsesSettings } from './openai/responses/index.ts';
+export type { AccessOptions } from './admission.ts';
+export type { ApiKeySpec } from './auth.ts';
+export { Readiness } from './readiness.ts';
+
+const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
 
 export interface GatewayOptions {
   models: ServedModel[];
   bodyLimitBytes: number;
-  logger?: boolean;
+  logger?: FastifyServerOptions['logger'];
   /** Shared with createMetricsServer; a private set when omitted. */
   metrics?: GatewayMetrics;
   /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
   responses?: Partial<ResponsesSettings>;
   /** Ordinary models, served over KServe v2 at /v2 (where the LLMs answer Triton's generate too). */
   classic?: { repository: ModelRepository; version: string };
+  /** API keys and limits; none of either when omitted. */
+  access?: AccessOptions;
+  /** The lifecycle state the caller drives (markReady) and close() ends; ready from the start when omitted. */
+  readiness?: Readiness;
+  /** How long close() lets in-flight requests finish before cutting them; 30 s by default. */
+  drainTimeoutMs?: number;
 }
 
 /** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
@@ -43,7 +57,9 @@ function toApiError(error: FastifyError, bodyLimitBytes: number): ApiError {
 export async function createGateway(options: GatewayOptions): Promise<FastifyInstance> {
   const registry = new ModelRegistry(options.models);
   const metrics = options.metrics ?? new GatewayMetrics(options.models);
-  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimitBytes });
+  const readiness = options.readiness ?? new Readiness('ready');
+  // While closing, the readiness gate answers in OpenAI's envelope instead of fastify's own 503.
+  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimitBytes, return503OnClosing: false });
   installJsonBodyParser(app);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -60,10 +76,15 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     reply.raw.once('close', () => metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.raw.statusCode));
   });
 
+  // Lifecycle, keys and limits, in this order: 503 unless ready, 401 without a key, 429 over a limit.
+  installReadinessGate(app, readiness, options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
+  installAuth(app, new ApiKeyRing(options.access?.apiKeys ?? []));
+  installAdmission(app, options.access ?? { apiKeys: [] }, readiness);
+
   // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
-  await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes } });
+  await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes, handleProtocols: selectSubprotocol } });
   await app.register(openaiPlugin, { registry, metrics, responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses } });
-  await app.register(healthPlugin, { models: options.models });
+  await app.register(healthPlugin, { models: options.models, readiness });
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',

@@ -123,6 +123,7 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       cacheSalt: request.cache_salt ?? undefined,
       affinityKey: affinityKeyOf(httpRequest.headers),
       arrivalMs,
+      account: httpRequest.account,
     };
     return respond(
       reply,

@@ -102,6 +102,7 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
       cacheSalt: request.cache_salt ?? undefined,
       affinityKey: affinityKeyOf(httpRequest.headers),
       arrivalMs,
+      account: httpRequest.account,
     };
     return respond(
       reply,

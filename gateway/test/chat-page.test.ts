@@ -79,3 +79,28 @@ test('an error reaches the page as a message, not a silent hang', async () => {
   assert.match((await page.textContent('.turn.error')) ?? '', /chat template/);
   await page.close();
 });
+
+test('with keys configured, the page works once given its key: /v1/models by header, the WebSocket by subprotocol', async () => {
+  const key = 'sk-page-3c5e7a9b';
+  const keyed = await startTestGateway(() => script, { gatewayOptions: { access: { apiKeys: [{ name: 'page', key, limits: {} }] } } });
+  const page = await browser.newPage();
+  try {
+    // The page itself is public; what it asks for without a key is refused.
+    await page.goto(keyed.baseUrl);
+    await page.waitForSelector('.turn.error');
+    assert.match((await page.textContent('.turn.error')) ?? '', /You didn't provide an API key/);
+
+    await page.fill('#api-key', key);
+    await page.dispatchEvent('#api-key', 'change');
+    await page.waitForFunction(() => (document.getElementById('model') as HTMLSelectElement).options.length > 0);
+    // A browser fails a handshake that selects none of the subprotocols it offered: this reply
+    // proves the server selected `conduit.responses`, not the key.
+    script = { steps: [keyed.tokens(' Keyed.')], finishReason: 'stop' };
+    await say(page, 'Hello');
+    await page.waitForSelector('.turn.meta');
+    assert.equal(await page.textContent('.turn.assistant'), ' Keyed.');
+  } finally {
+    await page.close();
+    await keyed.close();
+  }
+});

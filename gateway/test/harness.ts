@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { HASH_SCHEME } from '../../engine/kv/block-hash.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, type ResponsesSettings, type ServedModel } from '../server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, type GatewayOptions, type ResponsesSettings, type ServedModel } from '../server.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
 import { ScriptedEngine, type Script } from './scripted-engine.ts';
@@ -33,6 +33,10 @@ export interface TestGatewayOptions {
   /** The chat template of the `tiny` model (default: CHAT_TEMPLATE). */
   chatTemplate?: string;
   responses?: Partial<ResponsesSettings>;
+  /** More createGateway options: keys and limits, readiness, a logger. */
+  gatewayOptions?: Partial<GatewayOptions>;
+  /** Registers more plugins or routes before the gateway listens. */
+  beforeListen?: (app: FastifyInstance) => Promise<void>;
   /** Scripted workers behind both models (default 1), routed by their router. */
   numWorkers?: number;
 }
@@ -71,7 +75,14 @@ export async function startTestGateway(
     { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [...engines] },
   ];
   const metrics = new GatewayMetrics(models);
-  const gateway: FastifyInstance = await createGateway({ models, bodyLimitBytes: BODY_LIMIT_BYTES, metrics, responses: options.responses });
+  const gateway: FastifyInstance = await createGateway({
+    models,
+    bodyLimitBytes: BODY_LIMIT_BYTES,
+    metrics,
+    responses: options.responses,
+    ...options.gatewayOptions,
+  });
+  await options.beforeListen?.(gateway);
   const metricsServer = await createMetricsServer({ metrics });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
   const metricsUrl = await metricsServer.listen({ host: '127.0.0.1', port: 0 });

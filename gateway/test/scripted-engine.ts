@@ -35,6 +35,8 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
   readonly requests: GenerateRequest[] = [];
   readonly abortedRequestIds: string[] = [];
   private readonly liveRequestIds = new Set<string>();
+  /** How to end each request left hanging (finishHanging). */
+  private readonly hangingFinishers = new Map<string, () => void>();
   private readonly reportListeners = new Set<(report: StepReport) => void>();
   private readonly scriptFor: (request: GenerateRequest) => Script;
   private readonly modelInfo: WorkerModelInfo;
@@ -78,6 +80,10 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
       const isLastStep = stepIndex >= script.steps.length;
       if (isLastStep && script.hang) {
         if (newTokenIds.length > 0) onOutput({ ...output, finishReason: null });
+        this.hangingFinishers.set(request.requestId, () => {
+          this.end(request.requestId);
+          onOutput({ ...news, newTokenIds: [], newLogprobs: [], finishReason: 'stop' });
+        });
         return;
       }
       const finishReason = !isLastStep ? null : script.error ? 'error' : (script.finishReason ?? 'length');
@@ -86,6 +92,12 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
       if (finishReason === null) setImmediate(step);
     };
     setImmediate(step);
+  }
+
+  /** Ends a request its script left hanging, as if it had stopped now. */
+  finishHanging(requestId: string): void {
+    if (!this.liveRequestIds.has(requestId)) return;
+    this.hangingFinishers.get(requestId)!();
   }
 
   abort(requestId: string): void {
@@ -117,6 +129,7 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
 
   private end(requestId: string) {
     this.liveRequestIds.delete(requestId);
+    this.hangingFinishers.delete(requestId);
     this.numInFlight--;
   }
 }

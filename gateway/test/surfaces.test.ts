@@ -60,6 +60,7 @@ test('/health is 200 while every model has a serving worker, 503 otherwise', asy
   assert.equal(healthy.status, 200);
   assert.deepEqual(await healthy.json(), {
     status: 'ok',
+    state: 'ready',
     models: [
       { name: MODEL_NAME, numServingWorkers: 1, numWorkers: 1 },
       { name: 'plain', numServingWorkers: 1, numWorkers: 1 },

@@ -53,6 +53,7 @@ export function registerResponsesHttpRoutes(app: FastifyInstance, context: Respo
     const previous = previousId == null ? null : store.get(previousId);
     if (previous === undefined) throw previousNotFound(previousId!);
     const prepared = prepareTurn(registry, request, previous, arrivalMs);
+    prepared.generation.account = httpRequest.account;
     const sink = request.stream === true ? sseSink(reply) : null;
     const turn = startTurn(prepared, { sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
 

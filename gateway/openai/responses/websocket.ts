@@ -6,6 +6,7 @@
 // Pings drop a peer that stopped answering; at its time limit the connection says so and closes.
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { RawData, WebSocket } from 'ws';
+import type { TurnAdmitter } from '../../admission.ts';
 import { ApiError, toResponsesErrorEvent } from '../../errors.ts';
 import type { ResponsesContext } from './index.ts';
 import type { EventSink } from './objects.ts';
@@ -37,7 +38,7 @@ class ResponsesConnection {
   private readonly deadlineTimer: NodeJS.Timeout;
   private readonly sink: EventSink;
 
-  constructor(socket: WebSocket, context: ResponsesContext, log: FastifyBaseLogger) {
+  constructor(socket: WebSocket, context: ResponsesContext, log: FastifyBaseLogger, private readonly admitTurn: TurnAdmitter | null) {
     this.socket = socket;
     this.context = context;
     this.log = log;
@@ -85,19 +86,27 @@ class ResponsesConnection {
       ));
       return;
     }
+    // Each turn is a request against the caller's limits, and refused unless the gateway is ready (admission.ts).
+    const admission = this.admitTurn?.(event, (data as Buffer).byteLength) ?? null;
+    if (admission instanceof ApiError) return this.sendError(admission);
     let prepared: PreparedTurn;
     try {
       const { type: _type, ...body } = event;
       const request = parseResponseCreate(body);
       prepared = prepareTurn(this.context.registry, request, this.previousOf(request.previous_response_id), arrivalMs);
     } catch (err) {
+      admission?.end();
       this.sendError(this.asApiError(err));
       return;
     }
+    prepared.generation.account = admission?.account;
     const { settings, metrics } = this.context;
     const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
     this.turn = turn;
-    void turn.outcome.then((outcome) => this.onTurnEnd(prepared, outcome));
+    void turn.outcome.then((outcome) => {
+      admission?.end();
+      this.onTurnEnd(prepared, outcome);
+    });
   }
 
   private previousOf(previousResponseId: string | null | undefined): StoredResponse | null {
@@ -174,7 +183,7 @@ export function registerResponsesWebSocketRoute(app: FastifyInstance, context: R
       );
     },
     wsHandler: (socket, request) => {
-      new ResponsesConnection(socket, context, request.log);
+      new ResponsesConnection(socket, context, request.log, request.admitTurn);
     },
   });
 }

@@ -1,0 +1,98 @@
+// The gateway's life: starting (listening, workers not serving yet), ready, draining (close()
+// began: what is in flight finishes, nothing new starts). The caller drives the first step
+// (markReady), close() the second. Outside `ready` every request but /health is answered 503
+// with Retry-After in OpenAI's envelope (instead of fastify's own body while it closes), and
+// /health says which state it is in.
+import type { FastifyInstance } from 'fastify';
+import { ApiError } from './errors.ts';
+import { refuse } from './refusal.ts';
+
+export type ReadinessState = 'starting' | 'ready' | 'draining';
+
+/** A client turned away should come back this much later: by then a start may be done, or a restarted server up. */
+export const NOT_READY_RETRY_AFTER_S = 5;
+
+export class Readiness {
+  private current: ReadinessState;
+  /** HTTP requests and WebSocket turns in flight, which a drain lets finish. */
+  private numInFlight = 0;
+  private onIdle: (() => void) | null = null;
+
+  constructor(initialState: 'starting' | 'ready') {
+    this.current = initialState;
+  }
+
+  /** A request or a WebSocket turn begins; it ends when the returned function is first called. */
+  begin(): () => void {
+    this.numInFlight++;
+    let hasEnded = false;
+    return () => {
+      if (hasEnded) return;
+      hasEnded = true;
+      this.numInFlight--;
+      if (this.numInFlight === 0) this.onIdle?.();
+    };
+  }
+
+  /** Resolves true once nothing is in flight, or false after timeoutMs. */
+  async whenIdle(timeoutMs: number): Promise<boolean> {
+    if (this.numInFlight === 0) return true;
+    let timer: NodeJS.Timeout | undefined;
+    const isIdle = await new Promise<boolean>((resolve) => {
+      this.onIdle = () => resolve(true);
+      timer = setTimeout(() => resolve(false), timeoutMs);
+    });
+    clearTimeout(timer);
+    this.onIdle = null;
+    return isIdle;
+  }
+
+  get state(): ReadinessState {
+    return this.current;
+  }
+
+  /** The workers are serving. A draining gateway stays draining. */
+  markReady(): void {
+    if (this.current === 'starting') this.current = 'ready';
+  }
+
+  drain(): void {
+    this.current = 'draining';
+  }
+}
+
+function isHealthProbe(url: string): boolean {
+  return url === '/health' || url.startsWith('/health?');
+}
+
+export function notReadyError(state: Exclude<ReadinessState, 'ready'>): ApiError {
+  return state === 'starting'
+    ? new ApiError('server_starting', 'The server is starting: its models are not serving yet.')
+    : new ApiError('server_draining', 'The server is shutting down and takes no new requests.');
+}
+
+/**
+ * Turns requests away unless ready, and drains on close(): it keeps listening (new requests get
+ * 503, /health says draining) while the HTTP requests and WebSocket turns in flight finish, for
+ * up to drainTimeoutMs; then fastify stops listening and closes the WebSockets, and whatever
+ * still runs is cut (which aborts its generations in the workers).
+ */
+export function installReadinessGate(app: FastifyInstance, readiness: Readiness, drainTimeoutMs: number): void {
+  app.addHook('onRequest', async (request, reply) => {
+    const { state } = readiness;
+    if (state === 'ready' || isHealthProbe(request.url)) {
+      // An upgraded socket never ends as a request: its turns are counted instead (admission.ts).
+      if (request.raw.headers.upgrade === undefined) reply.raw.once('close', readiness.begin());
+      return;
+    }
+    const error = notReadyError(state);
+    return refuse(request, reply, error, { 'retry-after': String(NOT_READY_RETRY_AFTER_S) });
+  });
+
+  app.addHook('preClose', async () => {
+    readiness.drain();
+    const isDrained = await readiness.whenIdle(drainTimeoutMs);
+    // fastify's server.close() follows, and would wait for the stragglers' connections forever.
+    if (!isDrained) setImmediate(() => app.server.closeAllConnections());
+  });
+}
