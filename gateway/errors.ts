@@ -22,6 +22,11 @@ interface CatalogueEntry {
   /** OpenAI's `error.type`. */
   type: 'invalid_request_error' | 'not_found_error' | 'server_error' | 'service_unavailable_error';
   grpcStatus: number;
+  /**
+   * What clients read when a worker reports this code. Set where the worker's own text is the
+   * transport's or the runtime's (socket paths, gRPC status text): that text is only logged.
+   */
+  publicMessage?: string;
 }
 
 const catalogue = {
@@ -41,12 +46,22 @@ const catalogue = {
   route_not_found: { httpStatus: 404, type: 'not_found_error', grpcStatus: GRPC.NOT_FOUND },
   /** The worker ended the request on its own (shutdown, preempted for good). */
   request_aborted: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.CANCELLED },
-  engine_unavailable: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
+  engine_unavailable: {
+    httpStatus: 503,
+    type: 'service_unavailable_error',
+    grpcStatus: GRPC.UNAVAILABLE,
+    publicMessage: 'No engine worker could take the request; try again shortly.',
+  },
   /** The request did not start within its queue deadline: the worker is too busy now. */
   queue_timeout: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
   /** The request did not finish within its deadline. */
   request_timeout: { httpStatus: 504, type: 'server_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
-  internal_error: { httpStatus: 500, type: 'server_error', grpcStatus: GRPC.INTERNAL },
+  internal_error: {
+    httpStatus: 500,
+    type: 'server_error',
+    grpcStatus: GRPC.INTERNAL,
+    publicMessage: 'The server failed while running the request.',
+  },
 } satisfies Record<string, CatalogueEntry>;
 
 export type ErrorCode = keyof typeof catalogue;
@@ -63,11 +78,14 @@ export class ApiError extends Error {
   readonly code: ErrorCode;
   /** The request field at fault, in OpenAI's dotted form (`messages[0].role`), or null. */
   readonly param: string | null;
+  /** For the log only, never a response: what went wrong inside (a worker's text, an exception's). */
+  readonly detail: string | null;
 
-  constructor(code: ErrorCode, message: string, param: string | null = null) {
+  constructor(code: ErrorCode, message: string, param: string | null = null, detail: string | null = null) {
     super(message);
     this.code = code;
     this.param = param;
+    this.detail = detail;
   }
 
   get httpStatus(): number {
@@ -79,9 +97,18 @@ export class ApiError extends Error {
   }
 }
 
-/** An error a worker put in RequestOutput.error; a code this gateway does not know becomes an internal error. */
+/**
+ * An error a worker put in RequestOutput.error; a code this gateway does not know becomes an
+ * internal error. Codes with a public message answer with it and keep the worker's text as detail.
+ */
 export function fromEngineError(error: EngineError): ApiError {
-  return new ApiError(isErrorCode(error.code) ? error.code : 'internal_error', error.message);
+  return publicError(isErrorCode(error.code) ? error.code : 'internal_error', error.message);
+}
+
+/** text as the message, unless the code has a public message: then text is only the detail. */
+export function publicError(code: ErrorCode, text: string): ApiError {
+  const { publicMessage } = catalogue[code] as CatalogueEntry;
+  return publicMessage === undefined ? new ApiError(code, text) : new ApiError(code, publicMessage, null, text);
 }
 
 export interface OpenAIErrorBody {

@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import type { PromptTokenLogprobs, RequestOutput, SamplingParams } from '../engine/types.ts';
 import { pickLeastLoaded } from '../router/least-loaded.ts';
-import { ApiError, fromEngineError } from './errors.ts';
+import { ApiError, fromEngineError, publicError } from './errors.ts';
 import type { GatewayMetrics } from './metrics.ts';
 import type { LoadedModel } from './served-model.ts';
 import { IncrementalDetokenizer } from './tokenizer/incremental-detokenizer.ts';
@@ -163,7 +163,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     } catch (err) {
       // A bug here must cost one request, not the worker's blocks or the process.
       if (output.finishReason === null) worker.abort(requestId);
-      if (!isFinished) fail(new ApiError('internal_error', `The gateway failed to process the output: ${(err as Error).message}`));
+      if (!isFinished) fail(publicError('internal_error', `The gateway failed to process the output: ${(err as Error).stack}`));
     }
   };
 
@@ -181,7 +181,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       onOutput,
     );
   } catch (err) {
-    fail(new ApiError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
+    fail(publicError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
   }
 
   return {

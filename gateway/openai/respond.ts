@@ -128,6 +128,8 @@ export function respond(
         reject(error);
         return;
       }
+      // The error handler logs errors that still get a status; this one is past the headers.
+      if (error.httpStatus >= 500) reply.log.error({ err: error }, 'request failed mid-stream');
       raw.write(toSseEvent(error));
       raw.end(SSE_DONE);
       resolve(undefined);
