@@ -7,7 +7,7 @@ import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
 import { chatLogprobsOf, promptLogprobsOf } from './logprobs.ts';
-import { choiceRequestsOf, rejectStreamedPromptLogprobs, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
+import { choiceRequestsOf, resolveMaxTokens, samplingOf, stopStringsOf, streamUsageOf } from './prepare.ts';
 import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
@@ -41,20 +41,34 @@ export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMe
   return model.tokenizer.encode(prompt, { addSpecialTokens: false });
 }
 
-function rejectUnsupportedChat(request: ChatRequest) {
-  rejectStreamedPromptLogprobs(request);
-  if (request.top_logprobs != null && request.logprobs !== true) {
-    throw new ApiError('invalid_request', 'logprobs must be true when top_logprobs is set.', 'top_logprobs');
-  }
+/** Tool calling needs a parser of the model's tool-call format; none is built yet. */
+function rejectToolCalls(request: ChatRequest) {
   if (request.tools && request.tools.length > 0) {
     throw new ApiError('unsupported_parameter', 'tools are not supported yet.', 'tools');
   }
+  if (request.functions && request.functions.length > 0) {
+    throw new ApiError('unsupported_parameter', 'functions are not supported yet.', 'functions');
+  }
+  // Without tools, "none" and "auto" both mean plain text; anything else asks for a call.
+  for (const param of ['tool_choice', 'function_call'] as const) {
+    const choice = request[param];
+    if (choice != null && choice !== 'none' && choice !== 'auto') {
+      throw new ApiError('unsupported_parameter', `${param} can only be "none" or "auto": tools are not supported yet.`, param);
+    }
+  }
+}
+
+function rejectUnsupportedChat(request: ChatRequest) {
+  if (request.top_logprobs != null && request.logprobs !== true) {
+    throw new ApiError('invalid_request', 'logprobs must be true when top_logprobs is set.', 'top_logprobs');
+  }
+  rejectToolCalls(request);
   if (request.response_format && request.response_format.type !== 'text') {
     throw new ApiError('unsupported_parameter', 'Only response_format {"type": "text"} is supported.', 'response_format');
   }
 }
 
-function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[]): ResponseRenderer {
+function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[], numPromptLogprobs: number): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const envelope = { id, object: 'chat.completion.chunk', created, model: model.name };
@@ -62,28 +76,34 @@ function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[]): Re
   const logprobsOf = (entries: TokenLogprob[] | null) => (entries === null ? null : chatLogprobsOf(model.tokenizer, entries));
   const logprobsJson = (entries: TokenLogprob[] | null) => (entries === null ? 'null' : JSON.stringify(logprobsOf(entries)));
   return {
-    openingEvent: (index) =>
-      frame(`{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`),
-    textEvent: (index, text, entries) =>
-      frame(`{"index":${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":${logprobsJson(entries)},"finish_reason":null}`),
-    finishEvent: (index, finishReason, entries) =>
-      frame(`{"index":${index},"delta":{},"logprobs":${logprobsJson(entries)},"finish_reason":"${finishReason}"}`),
+    opensWithPromptLogprobs: false,
+    openingEvent: (index, _promptLogprobs, usage) =>
+      frame(`{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`, usage),
+    textEvent: (index, text, entries, usage) =>
+      frame(`{"index":${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":${logprobsJson(entries)},"finish_reason":null}`, usage),
+    finishEvent: (index, finishReason, entries, usage) =>
+      frame(`{"index":${index},"delta":{},"logprobs":${logprobsJson(entries)},"finish_reason":"${finishReason}"}`, usage),
     usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
-    response: (choices, usage, promptLogprobs) => ({
-      id,
-      object: 'chat.completion',
-      created,
-      model: model.name,
-      choices: choices.map((choice, index) => ({
-        index,
-        message: { role: 'assistant', content: choice.text },
-        logprobs: logprobsOf(choice.tokenLogprobs),
-        finish_reason: choice.finishReason,
-      })),
-      usage,
-      // vLLM puts a chat's prompt log-probabilities beside its choices.
-      ...(promptLogprobs === null ? {} : { prompt_logprobs: promptLogprobsOf(model.tokenizer, promptTokenIds, promptLogprobs) }),
-    }),
+    response: (choices, usage) => {
+      const promptLogprobs = choices[0].promptLogprobs;
+      return {
+        id,
+        object: 'chat.completion',
+        created,
+        model: model.name,
+        choices: choices.map((choice, index) => ({
+          index,
+          message: { role: 'assistant', content: choice.text },
+          logprobs: logprobsOf(choice.tokenLogprobs),
+          finish_reason: choice.finishReason,
+        })),
+        usage,
+        // vLLM puts a chat's prompt log-probabilities beside its choices.
+        ...(promptLogprobs === null
+          ? {}
+          : { prompt_logprobs: promptLogprobsOf(model.tokenizer, promptTokenIds, promptLogprobs, numPromptLogprobs) }),
+      };
+    },
   };
 }
 
@@ -93,6 +113,7 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
     const request = parseRequest(chatRequestSchema, httpRequest.body);
     const model = registry.get(request.model);
     rejectUnsupportedChat(request);
+    const streamUsage = streamUsageOf(request);
     const promptTokenIds = chatPromptTokenIds(model, request.messages, true);
     const maxTokens = resolveMaxTokens(
       model,
@@ -110,13 +131,14 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       wantsLogprobs: request.logprobs === true,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
+      includeStopStrInOutput: request.include_stop_str_in_output === true,
       arrivalMs,
     };
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),
-      chatRenderer(model, promptTokenIds),
-      { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
+      chatRenderer(model, promptTokenIds, request.prompt_logprobs ?? 0),
+      { stream: request.stream === true, ...streamUsage },
       metrics,
     );
   });

@@ -1,8 +1,9 @@
-// Runs a request's generations (one per choice) and answers in OpenAI's shape: one JSON body,
-// or Server-Sent Events (`data: {json}\n\n` ... `data: [DONE]\n\n`). Headers wait for the
-// first text, so an error the worker reports before any output still gets a plain HTTP status.
-// The client going away at any point aborts every generation in its worker at once.
+// Runs a request's generations (one per choice, prompt-major) and answers in OpenAI's shape: one
+// JSON body, or Server-Sent Events (`data: {json}\n\n` ... `data: [DONE]\n\n`). Headers wait for
+// the first text, so an error the worker reports before any output still gets a plain HTTP
+// status. The client going away at any point aborts every generation in its worker at once.
 import type { FastifyReply } from 'fastify';
+import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import { type ApiError, toSseEvent } from '../errors.ts';
 import {
   startGeneration,
@@ -13,7 +14,6 @@ import {
   type Usage,
   usageOf,
 } from '../generation.ts';
-import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import { SSE_DONE } from './sse.ts';
 
@@ -24,34 +24,60 @@ export interface ChoiceResult {
   finishReason: FinishReason;
   /** Every output token's, when the request asked for logprobs. */
   tokenLogprobs: TokenLogprob[] | null;
+  /** The choice's prompt's, when the request asked for them (never streamed). */
+  promptLogprobs: PromptTokenLogprobs[] | null;
+}
+
+/** vLLM's continuous usage: one choice's counts so far. */
+export interface ChunkUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
 }
 
 /** Renders one response format (chat or text completions) from neutral generation events. */
 export interface ResponseRenderer {
-  /** The SSE event that announces a choice before its first text (chat's role), or null. */
-  openingEvent(choiceIndex: number): string | null;
-  textEvent(choiceIndex: number, text: string, tokenLogprobs: TokenLogprob[] | null): string;
-  finishEvent(choiceIndex: number, finishReason: FinishReason, tokenLogprobs: TokenLogprob[] | null): string;
+  /**
+   * True when a choice's opening event needs its prompt's log-probabilities (a completion's
+   * echo with logprobs): it is then written when they arrive instead of when the stream starts.
+   */
+  readonly opensWithPromptLogprobs: boolean;
+  /** The SSE event that opens a choice before its first text (chat's role, a completion's echo), or null. */
+  openingEvent(choiceIndex: number, promptLogprobs: PromptTokenLogprobs[] | null, usage: ChunkUsage | null): string | null;
+  textEvent(choiceIndex: number, text: string, tokenLogprobs: TokenLogprob[] | null, usage: ChunkUsage | null): string;
+  finishEvent(choiceIndex: number, finishReason: FinishReason, tokenLogprobs: TokenLogprob[] | null, usage: ChunkUsage | null): string;
   /** The include_usage event: empty choices, just usage. */
   usageEvent(usage: Usage): string;
-  /** The whole non-streamed body; promptLogprobs when the request asked for them (never streamed). */
-  response(choices: readonly ChoiceResult[], usage: Usage, promptLogprobs: readonly PromptTokenLogprobs[] | null): object;
+  /** The whole non-streamed body. */
+  response(choices: readonly ChoiceResult[], usage: Usage): object;
 }
 
 export interface RespondOptions {
   stream: boolean;
   includeUsage: boolean;
+  /** Usage in every chunk (vLLM's continuous_usage_stats). */
+  continuousUsage?: boolean;
+  /** Choices are prompt-major: choice i answers prompt floor(i / numChoicesPerPrompt). Default: all share one prompt. */
+  numChoicesPerPrompt?: number;
 }
 
-/** The prompt is one, however many choices share it: its cached tokens are the first choice's. */
-function totalUsage(numPromptTokens: number, finishes: readonly GenerationFinish[]): Usage {
-  const numCompletionTokens = finishes.reduce((sum, finish) => sum + finish.usage.completion_tokens, 0);
-  return usageOf(numPromptTokens, finishes[0].usage.prompt_tokens_details.cached_tokens, numCompletionTokens);
+/** Each prompt counts once however many choices share it; its cached tokens are its first choice's. */
+function totalUsage(choiceRequests: readonly GenerationRequest[], finishes: readonly GenerationFinish[], numChoicesPerPrompt: number): Usage {
+  let numPromptTokens = 0;
+  let numCachedTokens = 0;
+  let numCompletionTokens = 0;
+  for (const [index, finish] of finishes.entries()) {
+    numCompletionTokens += finish.usage.completion_tokens;
+    if (index % numChoicesPerPrompt !== 0) continue;
+    numPromptTokens += choiceRequests[index].promptTokenIds.length;
+    numCachedTokens += finish.usage.prompt_tokens_details.cached_tokens;
+  }
+  return usageOf(numPromptTokens, numCachedTokens, numCompletionTokens);
 }
 
 /**
- * choiceRequests holds one generation request per choice, all on the same prompt. Resolves to
- * the JSON body, or to undefined once a stream ended or the client left.
+ * choiceRequests holds one generation request per choice, prompt-major. Resolves to the JSON
+ * body, or to undefined once a stream ended or the client left.
  */
 export function respond(
   reply: FastifyReply,
@@ -62,7 +88,8 @@ export function respond(
 ): Promise<object | undefined> {
   const raw = reply.raw;
   const numChoices = choiceRequests.length;
-  const numPromptTokens = choiceRequests[0].promptTokenIds.length;
+  const numChoicesPerPrompt = options.numChoicesPerPrompt ?? numChoices;
+  const continuousUsage = options.continuousUsage === true;
   return new Promise((resolve, reject) => {
     const generations: Generation[] = [];
     const texts = choiceRequests.map(() => '');
@@ -70,11 +97,23 @@ export function respond(
     const collectLogprobs = (index: number, entries: TokenLogprob[] | null) => {
       if (entries !== null) tokenLogprobs[index]?.push(...entries);
     };
+    const isOpened = new Array<boolean>(numChoices).fill(false);
     const finishes: GenerationFinish[] = new Array(numChoices);
     let numFinished = 0;
     let isDone = false;
     let isStreaming = false;
 
+    const chunkUsage = (index: number, numOutputTokens: number): ChunkUsage | null => {
+      if (!continuousUsage) return null;
+      const numPromptTokens = choiceRequests[index].promptTokenIds.length;
+      return { prompt_tokens: numPromptTokens, completion_tokens: numOutputTokens, total_tokens: numPromptTokens + numOutputTokens };
+    };
+    const open = (index: number, promptLogprobs: PromptTokenLogprobs[] | null) => {
+      if (isOpened[index]) return;
+      isOpened[index] = true;
+      const event = renderer.openingEvent(index, promptLogprobs, chunkUsage(index, 0));
+      if (event !== null) raw.write(event);
+    };
     const startStream = () => {
       if (isStreaming) return;
       isStreaming = true;
@@ -86,34 +125,44 @@ export function respond(
         // Proxies such as nginx would otherwise buffer the stream.
         'x-accel-buffering': 'no',
       });
-      for (let index = 0; index < numChoices; index++) {
-        const event = renderer.openingEvent(index);
-        if (event !== null) raw.write(event);
-      }
+      if (renderer.opensWithPromptLogprobs) return;
+      for (let index = 0; index < numChoices; index++) open(index, null);
     };
-    const onText = (index: number, delta: string, entries: TokenLogprob[] | null) => {
+    const onPromptLogprobs = (index: number, promptLogprobs: PromptTokenLogprobs[]) => {
+      if (!options.stream || !renderer.opensWithPromptLogprobs) return;
+      startStream();
+      open(index, promptLogprobs);
+    };
+    const onText = (index: number, delta: string, entries: TokenLogprob[] | null, numOutputTokens: number) => {
       if (!options.stream) {
         texts[index] += delta;
         collectLogprobs(index, entries);
         return;
       }
       startStream();
-      raw.write(renderer.textEvent(index, delta, entries));
+      open(index, null);
+      raw.write(renderer.textEvent(index, delta, entries, chunkUsage(index, numOutputTokens)));
     };
     const onFinish = (index: number, finish: GenerationFinish) => {
       finishes[index] = finish;
       if (options.stream) {
         startStream();
-        raw.write(renderer.finishEvent(index, finish.finishReason, finish.tokenLogprobs));
+        open(index, finish.promptLogprobs);
+        raw.write(renderer.finishEvent(index, finish.finishReason, finish.tokenLogprobs, chunkUsage(index, finish.usage.completion_tokens)));
       } else {
         collectLogprobs(index, finish.tokenLogprobs);
       }
       if (++numFinished < numChoices) return;
       isDone = true;
-      const usage = totalUsage(numPromptTokens, finishes);
+      const usage = totalUsage(choiceRequests, finishes, numChoicesPerPrompt);
       if (!options.stream) {
-        const choices = texts.map((text, i) => ({ text, finishReason: finishes[i].finishReason, tokenLogprobs: tokenLogprobs[i] }));
-        resolve(renderer.response(choices, usage, finishes[0].promptLogprobs));
+        const choices = texts.map((text, i) => ({
+          text,
+          finishReason: finishes[i].finishReason,
+          tokenLogprobs: tokenLogprobs[i],
+          promptLogprobs: finishes[i - (i % numChoicesPerPrompt)].promptLogprobs,
+        }));
+        resolve(renderer.response(choices, usage));
         return;
       }
       if (options.includeUsage) raw.write(renderer.usageEvent(usage));
@@ -141,7 +190,8 @@ export function respond(
         startGeneration(
           request,
           {
-            onText: (delta, entries) => onText(index, delta, entries),
+            onText: (delta, entries, numOutputTokens) => onText(index, delta, entries, numOutputTokens),
+            onPromptLogprobs: (promptLogprobs) => onPromptLogprobs(index, promptLogprobs),
             onFinish: (finish) => onFinish(index, finish),
             onError,
           },

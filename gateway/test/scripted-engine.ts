@@ -17,6 +17,8 @@ export interface Script {
   hang?: boolean;
   /** Prompt tokens the worker claims it found in its prefix cache. */
   numCachedTokens?: number;
+  /** With finishReason 'stop': the stop token that ended it (the script's last token), as a worker reports it. */
+  stopTokenId?: number;
 }
 
 /**
@@ -81,7 +83,8 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
       }
       const finishReason = !isLastStep ? null : script.error ? 'error' : (script.finishReason ?? 'length');
       if (finishReason !== null) this.end(request.requestId);
-      onOutput({ ...output, finishReason, ...(finishReason === 'error' ? { error: script.error } : {}) });
+      const ending = finishReason === 'error' ? { error: script.error } : finishReason === 'stop' && script.stopTokenId !== undefined ? { stopTokenId: script.stopTokenId } : {};
+      onOutput({ ...output, finishReason, ...ending });
       if (finishReason === null) setImmediate(step);
     };
     setImmediate(step);
