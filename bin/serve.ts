@@ -4,6 +4,7 @@ import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
+import { gatewayLimitsOf } from './gateway-limits.ts';
 import { LocalWorker } from './local-workers.ts';
 import { workerArgs } from './worker-flags.ts';
 
@@ -63,7 +64,12 @@ export async function serve(config: Config): Promise<RunningServer> {
       });
     }
     const gatewayMetrics = new GatewayMetrics(models);
-    const gateway = await createGateway({ models, bodyLimitBytes: config.server.body_limit_bytes, metrics: gatewayMetrics });
+    const gateway = await createGateway({
+      models,
+      bodyLimitBytes: config.server.body_limit_bytes,
+      metrics: gatewayMetrics,
+      limits: gatewayLimitsOf(config.server),
+    });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });

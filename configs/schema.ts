@@ -65,8 +65,24 @@ export const serverSchema = z
     metrics_port: z.number().int().min(0).max(65535).default(8002),
     /** Largest request body in bytes. */
     body_limit_bytes: z.number().int().positive().default(8 * 1024 * 1024),
+    /** A request's headers must arrive within this (slowloris); a 408 `receive_timeout` otherwise. */
+    headers_timeout_s: z.number().positive().default(10),
+    /** The whole request, headers and body, must arrive within this (a dripped body); 60 s carries 8 MiB at 140 KB/s. */
+    receive_timeout_s: z.number().positive().default(60),
+    /** An idle keep-alive connection closes after this; above the 60 s idle timeout of common load balancers. */
+    keep_alive_timeout_s: z.number().positive().default(72),
+    /** Connections past this many are refused (closed at once). */
+    max_connections: z.number().int().positive().default(4096),
+    /** A stream whose unsent bytes pass this is cancelled with `client_too_slow` and its request aborted. */
+    sse_buffer_limit_bytes: z.number().int().positive().default(1024 * 1024),
+    /** A stream without output this long gets its headers and a `: keep-alive` comment, then one more each time again. */
+    sse_keepalive_s: z.number().positive().default(5),
   })
-  .strict();
+  .strict()
+  .refine((s) => s.headers_timeout_s <= s.receive_timeout_s, {
+    message: 'headers_timeout_s must not exceed receive_timeout_s (the headers are part of the request)',
+    path: ['headers_timeout_s'],
+  });
 
 export const configSchema = z
   .object({

@@ -35,6 +35,11 @@ const catalogue = {
   invalid_json: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   invalid_utf8: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   body_too_large: { httpStatus: 413, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** The request (headers, then body) did not arrive within the receive timeout: the connection is closed. */
+  receive_timeout: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
+  headers_too_large: { httpStatus: 431, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** The client read its stream so slowly that the unsent bytes passed the bound: the request was cancelled. */
+  client_too_slow: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
   /** A parameter OpenAI defines that Conduit does not implement yet. */
   unsupported_parameter: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
   context_length_exceeded: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },

@@ -1,9 +1,11 @@
 // The HTTP gateway: one fastify instance with one plugin per API surface, every error rendered
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import { capConnections, connectionOptions } from './connections.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
+import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './limits.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
 import { ModelRegistry, type ServedModel } from './served-model.ts';
@@ -17,6 +19,8 @@ export interface GatewayOptions {
   logger?: boolean;
   /** Shared with createMetricsServer; a private set when omitted. */
   metrics?: GatewayMetrics;
+  /** Timeouts, connection cap, stream bounds (configs `server`); each omitted one takes its default. */
+  limits?: Partial<GatewayLimits>;
 }
 
 /** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
@@ -33,7 +37,9 @@ function toApiError(error: FastifyError, bodyLimitBytes: number): ApiError {
 export async function createGateway(options: GatewayOptions): Promise<FastifyInstance> {
   const registry = new ModelRegistry(options.models);
   const metrics = options.metrics ?? new GatewayMetrics(options.models);
-  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimitBytes });
+  const limits: GatewayLimits = { ...DEFAULT_GATEWAY_LIMITS, ...options.limits };
+  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimitBytes, ...connectionOptions(limits) });
+  capConnections(app, limits);
   installJsonBodyParser(app);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -50,7 +56,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     reply.raw.once('close', () => metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.raw.statusCode));
   });
 
-  await app.register(openaiPlugin, { registry, metrics });
+  await app.register(openaiPlugin, { registry, metrics, streamLimits: limits });
   await app.register(healthPlugin, { models: options.models });
   return app;
 }

@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
+import type { StreamLimits } from '../limits.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
@@ -107,7 +108,7 @@ function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[], num
   };
 }
 
-export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics) {
+export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics, streamLimits: StreamLimits) {
   app.post('/v1/chat/completions', async (httpRequest, reply) => {
     const arrivalMs = performance.now();
     const request = parseRequest(chatRequestSchema, httpRequest.body);
@@ -138,7 +139,7 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),
       chatRenderer(model, promptTokenIds, request.prompt_logprobs ?? 0),
-      { stream: request.stream === true, ...streamUsage },
+      { stream: request.stream === true, ...streamUsage, limits: streamLimits },
       metrics,
     );
   });

@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import { ApiError } from '../errors.ts';
 import type { GenerationRequest, TokenLogprob } from '../generation.ts';
+import type { StreamLimits } from '../limits.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 import { CompletionLogprobsBuilder, concatCompletionLogprobs, promptLogprobsOf, type CompletionLogprobs } from './logprobs.ts';
@@ -128,7 +129,7 @@ function completionRenderer(
   };
 }
 
-export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics) {
+export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics, streamLimits: StreamLimits) {
   app.post('/v1/completions', async (httpRequest, reply) => {
     const arrivalMs = performance.now();
     const request = parseRequest(completionRequestSchema, httpRequest.body);
@@ -169,7 +170,7 @@ export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRe
         numLogprobs: request.logprobs ?? null,
         numPromptLogprobs: request.prompt_logprobs ?? null,
       }),
-      { stream: isStream, ...streamUsage, numChoicesPerPrompt },
+      { stream: isStream, ...streamUsage, numChoicesPerPrompt, limits: streamLimits },
       metrics,
     );
   });

@@ -1,10 +1,12 @@
 // Runs a request's generations (one per choice, prompt-major) and answers in OpenAI's shape: one
 // JSON body, or Server-Sent Events (`data: {json}\n\n` ... `data: [DONE]\n\n`). Headers wait for
 // the first text, so an error the worker reports before any output still gets a plain HTTP
-// status. The client going away at any point aborts every generation in its worker at once.
+// status; a long prefill gets its headers and keep-alive comments after a few silent seconds.
+// The client going away at any point, or reading so slowly that its unsent bytes pass the
+// bound, aborts every generation in its worker at once.
 import type { FastifyReply } from 'fastify';
 import type { PromptTokenLogprobs } from '../../engine/types.ts';
-import { type ApiError, toSseEvent } from '../errors.ts';
+import { ApiError, toSseEvent } from '../errors.ts';
 import {
   startGeneration,
   type Generation,
@@ -14,8 +16,15 @@ import {
   type Usage,
   usageOf,
 } from '../generation.ts';
+import { DEFAULT_GATEWAY_LIMITS, type StreamLimits } from '../limits.ts';
 import type { GatewayMetrics } from '../metrics.ts';
-import { SSE_DONE } from './sse.ts';
+import { SSE_DONE, SSE_KEEP_ALIVE } from './sse.ts';
+
+/**
+ * A stream cancelled for a slow reader ends with its error event, which waits behind the
+ * backlog; a reader that has not taken it this long after is treated as gone.
+ */
+const SLOW_READER_GRACE_MS = 10_000;
 
 export type FinishReason = GenerationFinish['finishReason'];
 
@@ -59,6 +68,7 @@ export interface RespondOptions {
   continuousUsage?: boolean;
   /** Choices are prompt-major: choice i answers prompt floor(i / numChoicesPerPrompt). Default: all share one prompt. */
   numChoicesPerPrompt?: number;
+  limits?: StreamLimits;
 }
 
 /** Each prompt counts once however many choices share it; its cached tokens are its first choice's. */
@@ -90,6 +100,7 @@ export function respond(
   const numChoices = choiceRequests.length;
   const numChoicesPerPrompt = options.numChoicesPerPrompt ?? numChoices;
   const continuousUsage = options.continuousUsage === true;
+  const { sseBufferLimitBytes, sseKeepAliveMs } = options.limits ?? DEFAULT_GATEWAY_LIMITS;
   return new Promise((resolve, reject) => {
     const generations: Generation[] = [];
     const texts = choiceRequests.map(() => '');
@@ -102,6 +113,37 @@ export function respond(
     let numFinished = 0;
     let isDone = false;
     let isStreaming = false;
+    /** Set from the request until the first text: each firing writes a keep-alive comment. */
+    let keepAliveTimer: NodeJS.Timeout | null = null;
+
+    const stopKeepAlive = () => {
+      if (keepAliveTimer === null) return;
+      clearTimeout(keepAliveTimer);
+      keepAliveTimer = null;
+    };
+    const write = (chunk: string) => {
+      raw.write(chunk);
+      if (raw.writableLength > sseBufferLimitBytes) cancelForSlowReader();
+    };
+    const cancelForSlowReader = () => {
+      if (isDone) return;
+      isDone = true;
+      stopKeepAlive();
+      for (const generation of generations) generation.abort();
+      const numUnsentBytes = raw.writableLength;
+      reply.log.warn({ numUnsentBytes }, 'stream cancelled: the client reads too slowly');
+      const error = new ApiError(
+        'client_too_slow',
+        `The client read the stream too slowly: ${numUnsentBytes} bytes were waiting to be sent, more than the ` +
+          `${sseBufferLimitBytes}-byte limit, so the request was cancelled.`,
+      );
+      // One more event past the bound, then nothing: the backlog drains or the socket goes.
+      raw.end(toSseEvent(error) + SSE_DONE);
+      const destroyTimer = setTimeout(() => raw.destroy(), SLOW_READER_GRACE_MS);
+      destroyTimer.unref();
+      raw.once('close', () => clearTimeout(destroyTimer));
+      resolve(undefined);
+    };
 
     const chunkUsage = (index: number, numOutputTokens: number): ChunkUsage | null => {
       if (!continuousUsage) return null;
@@ -112,7 +154,7 @@ export function respond(
       if (isOpened[index]) return;
       isOpened[index] = true;
       const event = renderer.openingEvent(index, promptLogprobs, chunkUsage(index, 0));
-      if (event !== null) raw.write(event);
+      if (event !== null) write(event);
     };
     const startStream = () => {
       if (isStreaming) return;
@@ -121,12 +163,18 @@ export function respond(
       raw.writeHead(200, {
         'content-type': 'text/event-stream; charset=utf-8',
         'cache-control': 'no-cache',
-        connection: 'keep-alive',
         // Proxies such as nginx would otherwise buffer the stream.
         'x-accel-buffering': 'no',
       });
       if (renderer.opensWithPromptLogprobs) return;
       for (let index = 0; index < numChoices; index++) open(index, null);
+    };
+    // Silent since the request came: the headers go now (later errors become SSE error events),
+    // and a comment every few seconds tells proxies and clients the request is alive.
+    const keepAlive = () => {
+      startStream();
+      write(SSE_KEEP_ALIVE);
+      if (keepAliveTimer !== null) keepAliveTimer = setTimeout(keepAlive, sseKeepAliveMs);
     };
     const onPromptLogprobs = (index: number, promptLogprobs: PromptTokenLogprobs[]) => {
       if (!options.stream || !renderer.opensWithPromptLogprobs) return;
@@ -139,16 +187,20 @@ export function respond(
         collectLogprobs(index, entries);
         return;
       }
+      stopKeepAlive();
       startStream();
       open(index, null);
-      raw.write(renderer.textEvent(index, delta, entries, chunkUsage(index, numOutputTokens)));
+      write(renderer.textEvent(index, delta, entries, chunkUsage(index, numOutputTokens)));
     };
     const onFinish = (index: number, finish: GenerationFinish) => {
       finishes[index] = finish;
       if (options.stream) {
+        stopKeepAlive();
         startStream();
         open(index, finish.promptLogprobs);
-        raw.write(renderer.finishEvent(index, finish.finishReason, finish.tokenLogprobs, chunkUsage(index, finish.usage.completion_tokens)));
+        write(renderer.finishEvent(index, finish.finishReason, finish.tokenLogprobs, chunkUsage(index, finish.usage.completion_tokens)));
+        // The finish event may have been the one past the bound.
+        if (isDone) return;
       } else {
         collectLogprobs(index, finish.tokenLogprobs);
       }
@@ -172,6 +224,7 @@ export function respond(
     const onError = (error: ApiError) => {
       if (isDone) return;
       isDone = true;
+      stopKeepAlive();
       for (const generation of generations) generation.abort();
       if (!isStreaming) {
         reject(error);
@@ -200,9 +253,12 @@ export function respond(
       );
     }
 
+    if (options.stream && !isDone) keepAliveTimer = setTimeout(keepAlive, sseKeepAliveMs);
+
     const onClientGone = () => {
       if (raw.writableFinished) return;
       isDone = true;
+      stopKeepAlive();
       for (const generation of generations) generation.abort();
       resolve(undefined);
     };

@@ -4,6 +4,9 @@
 
 export const SSE_DONE = 'data: [DONE]\n\n';
 
+/** An SSE comment: clients skip it, while proxies and idle timers see bytes flow. */
+export const SSE_KEEP_ALIVE = ': keep-alive\n\n';
+
 export function sseEvent(data: object): string {
   return `data: ${JSON.stringify(data)}\n\n`;
 }

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { HASH_SCHEME } from '../../engine/kv/block-hash.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
+import type { GatewayLimits } from '../limits.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../server.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
@@ -41,7 +42,12 @@ function writeModelDir(dir: string, withChatTemplate: boolean) {
   );
 }
 
-export async function startTestGateway(scriptFor: (request: GenerateRequest) => Script): Promise<TestGateway> {
+export interface TestGatewayOptions {
+  limits?: Partial<GatewayLimits>;
+  bodyLimitBytes?: number;
+}
+
+export async function startTestGateway(scriptFor: (request: GenerateRequest) => Script, options: TestGatewayOptions = {}): Promise<TestGateway> {
   const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
   const modelDir = path.join(tmpDir, MODEL_NAME);
   const plainModelDir = path.join(tmpDir, 'plain');
@@ -57,7 +63,12 @@ export async function startTestGateway(scriptFor: (request: GenerateRequest) => 
     { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
   ];
   const metrics = new GatewayMetrics(models);
-  const gateway: FastifyInstance = await createGateway({ models, bodyLimitBytes: BODY_LIMIT_BYTES, metrics });
+  const gateway: FastifyInstance = await createGateway({
+    models,
+    bodyLimitBytes: options.bodyLimitBytes ?? BODY_LIMIT_BYTES,
+    metrics,
+    limits: options.limits,
+  });
   const metricsServer = await createMetricsServer({ metrics });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
   const metricsUrl = await metricsServer.listen({ host: '127.0.0.1', port: 0 });

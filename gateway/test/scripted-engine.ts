@@ -19,6 +19,10 @@ export interface Script {
   numCachedTokens?: number;
   /** With finishReason 'stop': the stop token that ended it (the script's last token), as a worker reports it. */
   stopTokenId?: number;
+  /** Milliseconds before the first step (a long prefill); the first step comes on the next turn otherwise. */
+  firstStepDelayMs?: number;
+  /** Milliseconds between steps; one step per event-loop turn otherwise. */
+  stepIntervalMs?: number;
 }
 
 /**
@@ -28,6 +32,11 @@ export interface Script {
 function scriptedAlternatives(tokenId: number, logprob: number, numAlternatives: number): PromptTokenLogprobs {
   const ranks = Array.from({ length: numAlternatives }, (_, k) => k);
   return { logprob, rank: 1, topTokenIds: ranks.map((k) => tokenId + k), topLogprobs: ranks.map((k) => logprob - k) };
+}
+
+function after(delayMs: number | undefined, run: () => void) {
+  if (delayMs === undefined) setImmediate(run);
+  else setTimeout(run, delayMs);
 }
 
 export class ScriptedEngine extends EventEmitter implements EngineClient, RoutedWorker {
@@ -85,9 +94,9 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
       if (finishReason !== null) this.end(request.requestId);
       const ending = finishReason === 'error' ? { error: script.error } : finishReason === 'stop' && script.stopTokenId !== undefined ? { stopTokenId: script.stopTokenId } : {};
       onOutput({ ...output, finishReason, ...ending });
-      if (finishReason === null) setImmediate(step);
+      if (finishReason === null) after(script.stepIntervalMs, step);
     };
-    setImmediate(step);
+    after(script.firstStepDelayMs, step);
   }
 
   abort(requestId: string): void {
