@@ -16,6 +16,7 @@ test('every server bound reaches the gateway in its unit', () => {
     max_connections: 10,
     sse_buffer_limit_bytes: 4096,
     sse_keepalive_s: 1.5,
+    tokenizer_threads: 3,
   });
   assert.deepEqual(gatewayLimitsOf(server), {
     headersTimeoutMs: 2000,
@@ -24,6 +25,7 @@ test('every server bound reaches the gateway in its unit', () => {
     maxConnections: 10,
     sseBufferLimitBytes: 4096,
     sseKeepAliveMs: 1500,
+    tokenizerThreads: 3,
   });
   assert.equal(serverSchema.safeParse({ headers_timeout_s: 90 }).success, false);
 });

@@ -10,5 +10,6 @@ export function gatewayLimitsOf(server: ServerConfig): GatewayLimits {
     maxConnections: server.max_connections,
     sseBufferLimitBytes: server.sse_buffer_limit_bytes,
     sseKeepAliveMs: server.sse_keepalive_s * 1000,
+    tokenizerThreads: server.tokenizer_threads,
   };
 }

@@ -77,6 +77,8 @@ export const serverSchema = z
     sse_buffer_limit_bytes: z.number().int().positive().default(1024 * 1024),
     /** A stream without output this long gets its headers and a `: keep-alive` comment, then one more each time again. */
     sse_keepalive_s: z.number().positive().default(5),
+    /** Threads that parse large bodies and render and tokenize large prompts off the event loop. */
+    tokenizer_threads: z.number().int().positive().default(2),
   })
   .strict()
   .refine((s) => s.headers_timeout_s <= s.receive_timeout_s, {

@@ -1,7 +1,8 @@
 // The bounds that keep one client from holding the gateway or its memory: how long a request may
 // take to arrive, how long an idle connection stays, how many connections are taken, how far a
-// stream's reader may fall behind. configs/schema.ts `server` sets each; these defaults are the
-// same values, for callers without a configuration (tests, embedding).
+// stream's reader may fall behind, how many threads take large inputs off the event loop.
+// configs/schema.ts `server` sets each; these defaults are the same values, for callers without
+// a configuration (tests, embedding).
 
 export interface GatewayLimits {
   /** A request's headers must arrive within this (a client dripping headers, slowloris). */
@@ -16,6 +17,8 @@ export interface GatewayLimits {
   sseBufferLimitBytes: number;
   /** A stream still without output after this gets its headers and an SSE comment, and one more each time again. */
   sseKeepAliveMs: number;
+  /** Worker threads that parse, render and tokenize large inputs off the event loop. */
+  tokenizerThreads: number;
 }
 
 export const DEFAULT_GATEWAY_LIMITS: GatewayLimits = {
@@ -33,6 +36,8 @@ export const DEFAULT_GATEWAY_LIMITS: GatewayLimits = {
   // Long enough that nearly every early error (a full queue, a prompt the KV cache cannot hold)
   // still gets its HTTP status; short enough for proxies that drop a response silent for 10 s+.
   sseKeepAliveMs: 5_000,
+  // The engine workers own the cores; two threads keep one huge prompt from delaying the next.
+  tokenizerThreads: 2,
 };
 
 /** Streams take these from the limits. */

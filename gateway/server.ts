@@ -6,6 +6,8 @@ import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './limits.ts';
+import { OffloadPool } from './offload/pool.ts';
+import { PromptEncoder } from './prompt-encoder.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
 import { ModelRegistry, type ServedModel } from './served-model.ts';
@@ -40,7 +42,9 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   const limits: GatewayLimits = { ...DEFAULT_GATEWAY_LIMITS, ...options.limits };
   const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimitBytes, ...connectionOptions(limits) });
   capConnections(app, limits);
-  installJsonBodyParser(app);
+  const pool = new OffloadPool(limits.tokenizerThreads);
+  app.addHook('onClose', () => pool.close());
+  installJsonBodyParser(app, pool);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, options.bodyLimitBytes);
@@ -56,7 +60,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     reply.raw.once('close', () => metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.raw.statusCode));
   });
 
-  await app.register(openaiPlugin, { registry, metrics, streamLimits: limits });
+  await app.register(openaiPlugin, { registry, metrics, streamLimits: limits, prompts: new PromptEncoder(pool) });
   await app.register(healthPlugin, { models: options.models });
   return app;
 }

@@ -3,13 +3,13 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
-import type { StreamLimits } from '../limits.ts';
-import type { GatewayMetrics } from '../metrics.ts';
-import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import type { LoadedModel } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
+import { encodeChat } from '../tokenizer/prompt.ts';
+import type { OpenAIPluginOptions } from './index.ts';
 import { chatLogprobsOf, promptLogprobsOf } from './logprobs.ts';
 import { choiceRequestsOf, resolveMaxTokens, samplingOf, stopStringsOf, streamUsageOf } from './prepare.ts';
-import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
+import { clientIsConnected, respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
 
@@ -19,27 +19,17 @@ function textOf(content: ChatMessageInput['content']): string {
   return content.map((part) => part.text).join('');
 }
 
-/** The prompt's token ids: the chat template rendered, then encoded with its special tokens as written. */
+/** The template's messages: text content only; "developer" is OpenAI's newer name for "system", which templates know. */
+export function chatMessagesOf(messages: readonly ChatMessageInput[]): ChatMessage[] {
+  return messages.map((message) => ({ role: message.role === 'developer' ? 'system' : message.role, content: textOf(message.content) }));
+}
+
+/**
+ * The prompt's token ids: the chat template rendered, then encoded with its special tokens as
+ * written. On the event loop, however large: routes use PromptEncoder.encodeChat instead.
+ */
 export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMessageInput[], addGenerationPrompt: boolean): number[] {
-  if (model.chatTemplate === null) {
-    throw new ApiError(
-      'chat_template_missing',
-      `The model \`${model.name}\` has no chat template; use /v1/completions with a plain prompt.`,
-      'messages',
-    );
-  }
-  // "developer" is OpenAI's newer name for "system", which is what chat templates know.
-  const chatMessages: ChatMessage[] = messages.map((message) => ({
-    role: message.role === 'developer' ? 'system' : message.role,
-    content: textOf(message.content),
-  }));
-  let prompt: string;
-  try {
-    prompt = model.chatTemplate.render(chatMessages, { addGenerationPrompt });
-  } catch (err) {
-    throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, 'messages');
-  }
-  return model.tokenizer.encode(prompt, { addSpecialTokens: false });
+  return encodeChat(model, chatMessagesOf(messages), addGenerationPrompt);
 }
 
 /** Tool calling needs a parser of the model's tool-call format; none is built yet. */
@@ -108,14 +98,14 @@ function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[], num
   };
 }
 
-export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics, streamLimits: StreamLimits) {
+export function registerChatRoute(app: FastifyInstance, { registry, metrics, streamLimits, prompts }: OpenAIPluginOptions) {
   app.post('/v1/chat/completions', async (httpRequest, reply) => {
     const arrivalMs = performance.now();
     const request = parseRequest(chatRequestSchema, httpRequest.body);
     const model = registry.get(request.model);
     rejectUnsupportedChat(request);
     const streamUsage = streamUsageOf(request);
-    const promptTokenIds = chatPromptTokenIds(model, request.messages, true);
+    const promptTokenIds = await prompts.encodeChat(model, chatMessagesOf(request.messages), true, clientIsConnected(httpRequest));
     const maxTokens = resolveMaxTokens(
       model,
       promptTokenIds.length,

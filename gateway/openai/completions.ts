@@ -4,9 +4,9 @@ import type { FastifyInstance } from 'fastify';
 import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import { ApiError } from '../errors.ts';
 import type { GenerationRequest, TokenLogprob } from '../generation.ts';
-import type { StreamLimits } from '../limits.ts';
-import type { GatewayMetrics } from '../metrics.ts';
-import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import type { IsWanted, PromptEncoder } from '../prompt-encoder.ts';
+import type { LoadedModel } from '../served-model.ts';
+import type { OpenAIPluginOptions } from './index.ts';
 import { CompletionLogprobsBuilder, concatCompletionLogprobs, promptLogprobsOf, type CompletionLogprobs } from './logprobs.ts';
 import {
   DEFAULT_COMPLETION_MAX_TOKENS,
@@ -18,29 +18,38 @@ import {
   stopStringsOf,
   streamUsageOf,
 } from './prepare.ts';
-import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
+import { clientIsConnected, respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { completionRequestSchema, parseRequest, type CompletionRequest } from './schemas.ts';
 
 /** One prompt of a request: its token ids, and its text as echo writes it. */
 interface CompletionPrompt {
   tokenIds: number[];
+  /** The prompt as given, or decoded from its token ids; '' unless echo needs it. */
   text: string;
   /** Where errors about it point: `prompt`, or `prompt[i]` in a list. */
   param: string;
 }
 
 /** A string, token ids, or a list of either; token-id prompts echo as their decoded text. */
-function promptsOf(model: LoadedModel, prompt: CompletionRequest['prompt']): CompletionPrompt[] {
-  const fromText = (text: string, param: string) => ({ tokenIds: model.tokenizer.encode(text, { addSpecialTokens: true }), text, param });
+async function promptsOf(
+  model: LoadedModel,
+  prompt: CompletionRequest['prompt'],
+  echo: boolean,
+  prompts: PromptEncoder,
+  isWanted: IsWanted,
+): Promise<CompletionPrompt[]> {
+  const fromText = async (text: string, param: string) => ({ tokenIds: await prompts.encodePrompt(model, text, true, isWanted), text, param });
   const fromTokenIds = (tokenIds: number[], param: string) => {
     checkTokenIds(model, tokenIds, param);
-    return { tokenIds, text: model.tokenizer.decode(tokenIds, { skipSpecialTokens: false }), param };
+    return { tokenIds, text: echo ? model.tokenizer.decode(tokenIds, { skipSpecialTokens: false }) : '', param };
   };
-  if (typeof prompt === 'string') return [fromText(prompt, 'prompt')];
+  if (typeof prompt === 'string') return [await fromText(prompt, 'prompt')];
   if (prompt.length === 0 || typeof prompt[0] === 'number') return [fromTokenIds(prompt as number[], 'prompt')];
-  return (prompt as (string | number[])[]).map((item, index) =>
-    typeof item === 'string' ? fromText(item, `prompt[${index}]`) : fromTokenIds(item, `prompt[${index}]`),
+  return Promise.all(
+    (prompt as (string | number[])[]).map((item, index) =>
+      typeof item === 'string' ? fromText(item, `prompt[${index}]`) : fromTokenIds(item, `prompt[${index}]`),
+    ),
   );
 }
 
@@ -129,14 +138,14 @@ function completionRenderer(
   };
 }
 
-export function registerCompletionsRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics, streamLimits: StreamLimits) {
+export function registerCompletionsRoute(app: FastifyInstance, { registry, metrics, streamLimits, prompts: promptEncoder }: OpenAIPluginOptions) {
   app.post('/v1/completions', async (httpRequest, reply) => {
     const arrivalMs = performance.now();
     const request = parseRequest(completionRequestSchema, httpRequest.body);
     const model = registry.get(request.model);
     const streamUsage = streamUsageOf(request);
     rejectUnsupportedCompletion(request);
-    const prompts = promptsOf(model, request.prompt);
+    const prompts = await promptsOf(model, request.prompt, request.echo === true, promptEncoder, clientIsConnected(httpRequest));
     const numChoicesPerPrompt = request.n ?? 1;
     const isStream = request.stream === true;
     const echoesLogprobs = request.echo === true && request.logprobs != null;

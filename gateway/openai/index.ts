@@ -2,6 +2,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { StreamLimits } from '../limits.ts';
 import type { GatewayMetrics } from '../metrics.ts';
+import type { PromptEncoder } from '../prompt-encoder.ts';
 import type { ModelRegistry } from '../served-model.ts';
 import { registerChatRoute } from './chat.ts';
 import { registerCompletionsRoute } from './completions.ts';
@@ -12,11 +13,13 @@ export interface OpenAIPluginOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
   streamLimits: StreamLimits;
+  /** Renders and tokenizes prompts, the large ones off the event loop. */
+  prompts: PromptEncoder;
 }
 
-export const openaiPlugin: FastifyPluginAsync<OpenAIPluginOptions> = async (app, { registry, metrics, streamLimits }) => {
-  registerChatRoute(app, registry, metrics, streamLimits);
-  registerCompletionsRoute(app, registry, metrics, streamLimits);
-  registerModelsRoute(app, registry);
-  registerTokenizeRoutes(app, registry);
+export const openaiPlugin: FastifyPluginAsync<OpenAIPluginOptions> = async (app, options) => {
+  registerChatRoute(app, options);
+  registerCompletionsRoute(app, options);
+  registerModelsRoute(app, options.registry);
+  registerTokenizeRoutes(app, options.registry, options.prompts);
 };

@@ -4,7 +4,7 @@
 // status; a long prefill gets its headers and keep-alive comments after a few silent seconds.
 // The client going away at any point, or reading so slowly that its unsent bytes pass the
 // bound, aborts every generation in its worker at once.
-import type { FastifyReply } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import { ApiError, toSseEvent } from '../errors.ts';
 import {
@@ -266,6 +266,12 @@ export function respond(
     // The client may have left while the body was parsed, before this listener existed.
     if (raw.socket === null || raw.socket.destroyed) onClientGone();
   });
+}
+
+/** For work queued on the request's behalf: false once its client has gone. */
+export function clientIsConnected(request: FastifyRequest): () => boolean {
+  const socket = request.raw.socket;
+  return () => !socket.destroyed;
 }
 
 export function unixSeconds(): number {

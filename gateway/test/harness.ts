@@ -45,7 +45,11 @@ function writeModelDir(dir: string, withChatTemplate: boolean) {
 export interface TestGatewayOptions {
   limits?: Partial<GatewayLimits>;
   bodyLimitBytes?: number;
+  /** Also serve LONG_MODEL_NAME (the same tokenizer and template) with this context length. */
+  longModelLen?: number;
 }
+
+export const LONG_MODEL_NAME = 'long';
 
 export async function startTestGateway(scriptFor: (request: GenerateRequest) => Script, options: TestGatewayOptions = {}): Promise<TestGateway> {
   const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
@@ -61,6 +65,7 @@ export async function startTestGateway(scriptFor: (request: GenerateRequest) => 
   const models: ServedModel[] = [
     { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
     { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
+    ...(options.longModelLen === undefined ? [] : [{ name: LONG_MODEL_NAME, modelDir, maxModelLen: options.longModelLen, workers: [engine] }]),
   ];
   const metrics = new GatewayMetrics(models);
   const gateway: FastifyInstance = await createGateway({
