@@ -14,7 +14,7 @@ test('every server bound reaches the gateway in its unit', () => {
     receive_timeout_s: 30,
     keep_alive_timeout_s: 5,
     max_connections: 10,
-    sse_buffer_limit_bytes: 4096,
+    stream_max_buffered_bytes: 4096,
     sse_keepalive_s: 1.5,
     tokenizer_threads: 3,
   });

@@ -8,7 +8,7 @@ export function gatewayLimitsOf(server: ServerConfig): GatewayLimits {
     receiveTimeoutMs: server.receive_timeout_s * 1000,
     keepAliveTimeoutMs: server.keep_alive_timeout_s * 1000,
     maxConnections: server.max_connections,
-    sseBufferLimitBytes: server.sse_buffer_limit_bytes,
+    sseBufferLimitBytes: server.stream_max_buffered_bytes,
     sseKeepAliveMs: server.sse_keepalive_s * 1000,
     tokenizerThreads: server.tokenizer_threads,
   };

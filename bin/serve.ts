@@ -64,11 +64,19 @@ export async function serve(config: Config): Promise<RunningServer> {
       });
     }
     const gatewayMetrics = new GatewayMetrics(models);
+    const { server } = config;
     const gateway = await createGateway({
       models,
-      bodyLimitBytes: config.server.body_limit_bytes,
+      bodyLimitBytes: server.body_limit_bytes,
       metrics: gatewayMetrics,
-      limits: gatewayLimitsOf(config.server),
+      limits: gatewayLimitsOf(server),
+      responses: {
+        storeMaxResponses: server.response_store_max_responses,
+        storeTtlMs: server.response_store_ttl_s * 1000,
+        websocketMaxConnectionMs: server.websocket_max_connection_s * 1000,
+        websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
+        maxBufferedBytes: server.stream_max_buffered_bytes,
+      },
     });
     const metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });

@@ -31,3 +31,14 @@ test('threads are the cores divided among local workers, never oversubscribed', 
   assert.equal(threadsPerWorker(config.models[0], config, 16), 5);
   assert.equal(threadsPerWorker(config.models[0], config, 2), 1);
 });
+
+test('the Responses API settings: defaults (a 60-minute WebSocket, as OpenAI), positive values only', () => {
+  const { server } = validateConfig({ models: [{ path: 'm' }] }, 'r.yaml');
+  assert.equal(server.response_store_max_responses, 1000);
+  assert.equal(server.response_store_ttl_s, 3600);
+  assert.equal(server.websocket_max_connection_s, 3600);
+  assert.equal(server.websocket_ping_interval_s, 30);
+  assert.equal(server.stream_max_buffered_bytes, 4 * 1024 * 1024);
+  assert.throws(() => validateConfig({ server: { response_store_max_responses: 0 }, models: [{ path: 'm' }] }, 's.yaml'), /s\.yaml: server\.response_store_max_responses/);
+  assert.throws(() => validateConfig({ server: { websocket_ping_interval_s: -1 }, models: [{ path: 'm' }] }, 's.yaml'), /s\.yaml: server\.websocket_ping_interval_s/);
+});

@@ -63,7 +63,7 @@ export const serverSchema = z
     http_port: z.number().int().min(0).max(65535).default(8000),
     grpc_port: z.number().int().min(0).max(65535).default(8001),
     metrics_port: z.number().int().min(0).max(65535).default(8002),
-    /** Largest request body in bytes. */
+    /** Largest request body in bytes (and largest WebSocket message). */
     body_limit_bytes: z.number().int().positive().default(8 * 1024 * 1024),
     /** A request's headers must arrive within this (slowloris); a 408 `receive_timeout` otherwise. */
     headers_timeout_s: z.number().positive().default(10),
@@ -73,12 +73,21 @@ export const serverSchema = z
     keep_alive_timeout_s: z.number().positive().default(72),
     /** Connections past this many are refused (closed at once). */
     max_connections: z.number().int().positive().default(4096),
-    /** A stream whose unsent bytes pass this is cancelled with `client_too_slow` and its request aborted. */
-    sse_buffer_limit_bytes: z.number().int().positive().default(1024 * 1024),
     /** A stream without output this long gets its headers and a `: keep-alive` comment, then one more each time again. */
     sse_keepalive_s: z.number().positive().default(5),
     /** Threads that parse large bodies and render and tokenize large prompts off the event loop. */
     tokenizer_threads: z.number().int().positive().default(2),
+    // The Responses API (/v1/responses).
+    /** Most responses the in-memory store holds (store: true); past it, the oldest leave first. */
+    response_store_max_responses: z.number().int().positive().default(1000),
+    /** Seconds a stored response stays retrievable and continuable with previous_response_id. */
+    response_store_ttl_s: z.number().positive().default(3600),
+    /** Seconds a Responses WebSocket may stay open; then the server closes it (OpenAI: 60 minutes). */
+    websocket_max_connection_s: z.number().positive().default(3600),
+    /** Seconds between keepalive pings; a peer that leaves one unanswered until the next is dropped. */
+    websocket_ping_interval_s: z.number().positive().default(30),
+    /** Bytes a response stream (SSE or WebSocket) may have queued for a slow reader before it is cancelled. */
+    stream_max_buffered_bytes: z.number().int().positive().default(4 * 1024 * 1024),
   })
   .strict()
   .refine((s) => s.headers_timeout_s <= s.receive_timeout_s, {

@@ -12,6 +12,7 @@ const GRPC = {
   DEADLINE_EXCEEDED: 4,
   NOT_FOUND: 5,
   RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
   UNIMPLEMENTED: 12,
   INTERNAL: 13,
   UNAVAILABLE: 14,
@@ -67,6 +68,16 @@ const catalogue = {
     grpcStatus: GRPC.INTERNAL,
     publicMessage: 'The server failed while running the request.',
   },
+
+  // The Responses API (gateway/openai/responses/), with OpenAI's names.
+  /** GET or DELETE /v1/responses/{id} of an id the store does not hold (never stored, deleted, or expired). */
+  response_not_found: { httpStatus: 404, type: 'invalid_request_error', grpcStatus: GRPC.NOT_FOUND },
+  /** previous_response_id names a response that neither the store nor the WebSocket's own cache holds. */
+  previous_response_not_found: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.NOT_FOUND },
+  /** WebSocket mode: a response.create while this connection's previous response is still running. */
+  response_already_in_flight: { httpStatus: 409, type: 'invalid_request_error', grpcStatus: GRPC.FAILED_PRECONDITION },
+  /** WebSocket mode: the connection reached its time limit; open a new one. */
+  websocket_connection_limit_reached: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
 } satisfies Record<string, CatalogueEntry>;
 
 export type ErrorCode = keyof typeof catalogue;
@@ -129,6 +140,25 @@ export function toOpenAIBody(error: ApiError): OpenAIErrorBody {
 /** OpenAI-style servers end a failed stream with one error event, then the usual [DONE]. */
 export function toSseEvent(error: ApiError): string {
   return `data: ${JSON.stringify(toOpenAIBody(error))}\n\n`;
+}
+
+/**
+ * The Responses API's `error` event, for SSE and WebSocket alike. The SDK's type has code, message
+ * and param at the top; OpenAI's servers nest the envelope's `error` too (with `status` on a
+ * WebSocket), which the SDK's SSE reader raises as an APIError. Both are written, so either reader
+ * finds what it looks for. sequenceNumber is null for a WebSocket error outside any response.
+ */
+export function toResponsesErrorEvent(error: ApiError, sequenceNumber: number | null): string {
+  const { error: body } = toOpenAIBody(error);
+  return JSON.stringify({
+    type: 'error',
+    ...(sequenceNumber === null ? {} : { sequence_number: sequenceNumber }),
+    status: error.httpStatus,
+    code: body.code,
+    message: body.message,
+    param: body.param,
+    error: body,
+  });
 }
 
 /** KServe v2 REST error body. */

@@ -7,7 +7,7 @@ import { pickLeastLoaded } from '../router/least-loaded.ts';
 import { ApiError, fromEngineError, publicError } from './errors.ts';
 import type { GatewayMetrics } from './metrics.ts';
 import type { LoadedModel } from './served-model.ts';
-import { IncrementalDetokenizer } from './tokenizer/incremental-detokenizer.ts';
+import { createDetokenizer } from './tokenizer/incremental-detokenizer.ts';
 import { StopMatcher } from './tokenizer/stop-matcher.ts';
 
 export interface GenerationRequest {
@@ -89,7 +89,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   }
   const worker = pickLeastLoaded(model.workers);
   const requestId = randomUUID();
-  const detokenizer = new IncrementalDetokenizer((tokenIds) => model.tokenizer.decode(tokenIds, { skipSpecialTokens: true }));
+  const detokenizer = createDetokenizer(model.tokenizer);
   const stopMatcher = new StopMatcher(request.stopStrings);
   let numOutputTokens = 0;
   let numCachedTokens = 0;

@@ -31,8 +31,9 @@ export const DEFAULT_GATEWAY_LIMITS: GatewayLimits = {
   keepAliveTimeoutMs: 72_000,
   // Room for the 1,000 SSE plus 1,000 WebSocket clients of the gateway benchmark, twice over.
   maxConnections: 4096,
-  // About 5,000 chunks behind, beyond what the kernel's socket buffers already hold.
-  sseBufferLimitBytes: 1024 * 1024,
+  // configs `stream_max_buffered_bytes`, shared with the Responses API's streams: about 20,000
+  // chunks behind, beyond what the kernel's socket buffers already hold.
+  sseBufferLimitBytes: 4 * 1024 * 1024,
   // Long enough that nearly every early error (a full queue, a prompt the KV cache cannot hold)
   // still gets its HTTP status; short enough for proxies that drop a response silent for 10 s+.
   sseKeepAliveMs: 5_000,

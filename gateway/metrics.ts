@@ -4,7 +4,6 @@
 // histograms add up every step. Nothing is polled.
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { StepStats } from '../engine/types.ts';
 import type { ServedModel } from './served-model.ts';
 
 const LATENCY_BUCKETS_SEC = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
@@ -100,20 +99,26 @@ export class GatewayMetrics {
     for (const model of models) {
       for (const worker of model.workers) {
         const labels = { model_name: model.name, worker: worker.address };
-        worker.onReport((report) => {
-          if (report.stats !== null) this.observeStep(labels, report.stats);
+        // Label-bound children: a step report then costs no label hashing.
+        const step = {
+          numPreemptions: this.numPreemptions.labels(labels),
+          numPrefixQueriedTokens: this.numPrefixQueriedTokens.labels(labels),
+          numPrefixHitTokens: this.numPrefixHitTokens.labels(labels),
+          stepTime: this.stepTime.labels(labels),
+          schedulingTime: this.schedulingTime.labels(labels),
+          tokensPerStep: this.tokensPerStep.labels(labels),
+        };
+        worker.onReport(({ stats }) => {
+          if (stats === null) return;
+          step.numPreemptions.inc(stats.numPreempted);
+          step.numPrefixQueriedTokens.inc(stats.numPrefixQueriedTokens);
+          step.numPrefixHitTokens.inc(stats.numPrefixHitTokens);
+          step.stepTime.observe((stats.scheduleMs + stats.forwardMs) / 1000);
+          step.schedulingTime.observe(stats.scheduleMs / 1000);
+          step.tokensPerStep.observe(stats.numScheduledTokens);
         });
       }
     }
-  }
-
-  private observeStep(labels: Record<WorkerLabel, string>, stats: StepStats) {
-    this.numPreemptions.inc(labels, stats.numPreempted);
-    this.numPrefixQueriedTokens.inc(labels, stats.numPrefixQueriedTokens);
-    this.numPrefixHitTokens.inc(labels, stats.numPrefixHitTokens);
-    this.stepTime.observe(labels, (stats.scheduleMs + stats.forwardMs) / 1000);
-    this.schedulingTime.observe(labels, stats.scheduleMs / 1000);
-    this.tokensPerStep.observe(labels, stats.numScheduledTokens);
   }
 
   observeRequest(endpoint: string, statusCode: number) {

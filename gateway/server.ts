@@ -1,7 +1,9 @@
 // The HTTP gateway: one fastify instance with one plugin per API surface, every error rendered
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
+import websocketPlugin from '@fastify/websocket';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import { capConnections, connectionOptions } from './connections.ts';
+import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
@@ -10,10 +12,12 @@ import { OffloadPool } from './offload/pool.ts';
 import { PromptEncoder } from './prompt-encoder.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
+import { DEFAULT_RESPONSES_SETTINGS, type ResponsesSettings } from './openai/responses/index.ts';
 import { ModelRegistry, type ServedModel } from './served-model.ts';
 
 export { createMetricsServer, GatewayMetrics } from './metrics.ts';
 export type { ServedModel, ServedWorker } from './served-model.ts';
+export type { ResponsesSettings } from './openai/responses/index.ts';
 
 export interface GatewayOptions {
   models: ServedModel[];
@@ -23,6 +27,8 @@ export interface GatewayOptions {
   metrics?: GatewayMetrics;
   /** Timeouts, connection cap, stream bounds (configs `server`); each omitted one takes its default. */
   limits?: Partial<GatewayLimits>;
+  /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
+  responses?: Partial<ResponsesSettings>;
 }
 
 /** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
@@ -60,7 +66,16 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     reply.raw.once('close', () => metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.raw.statusCode));
   });
 
-  await app.register(openaiPlugin, { registry, metrics, streamLimits: limits, prompts: new PromptEncoder(pool) });
+  // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
+  await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes } });
+  await app.register(openaiPlugin, {
+    registry,
+    metrics,
+    streamLimits: limits,
+    prompts: new PromptEncoder(pool),
+    responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses },
+  });
   await app.register(healthPlugin, { models: options.models });
+  await app.register(chatPagePlugin);
   return app;
 }

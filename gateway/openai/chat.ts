@@ -25,11 +25,16 @@ export function chatMessagesOf(messages: readonly ChatMessageInput[]): ChatMessa
 }
 
 /**
- * The prompt's token ids: the chat template rendered, then encoded with its special tokens as
- * written. On the event loop, however large: routes use PromptEncoder.encodeChat instead.
+ * Messages already in the template's shape (the Responses API builds them), rendered and
+ * tokenized on the event loop; param names the request field at fault.
  */
-export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMessageInput[], addGenerationPrompt: boolean): number[] {
-  return encodeChat(model, chatMessagesOf(messages), addGenerationPrompt);
+export function templatePromptTokenIds(
+  model: LoadedModel,
+  chatMessages: readonly ChatMessage[],
+  addGenerationPrompt: boolean,
+  param: string,
+): number[] {
+  return encodeChat(model, chatMessages, addGenerationPrompt, param);
 }
 
 /** Tool calling needs a parser of the model's tool-call format; none is built yet. */

@@ -7,6 +7,7 @@ import type { ModelRegistry } from '../served-model.ts';
 import { registerChatRoute } from './chat.ts';
 import { registerCompletionsRoute } from './completions.ts';
 import { registerModelsRoute } from './models.ts';
+import { registerResponsesRoutes, type ResponsesSettings } from './responses/index.ts';
 import { registerTokenizeRoutes } from './tokenize.ts';
 
 export interface OpenAIPluginOptions {
@@ -15,6 +16,7 @@ export interface OpenAIPluginOptions {
   streamLimits: StreamLimits;
   /** Renders and tokenizes prompts, the large ones off the event loop. */
   prompts: PromptEncoder;
+  responses: ResponsesSettings;
 }
 
 export const openaiPlugin: FastifyPluginAsync<OpenAIPluginOptions> = async (app, options) => {
@@ -22,4 +24,5 @@ export const openaiPlugin: FastifyPluginAsync<OpenAIPluginOptions> = async (app,
   registerCompletionsRoute(app, options);
   registerModelsRoute(app, options.registry);
   registerTokenizeRoutes(app, options.registry, options.prompts);
+  registerResponsesRoutes(app, options.registry, options.metrics, options.responses);
 };

@@ -17,8 +17,8 @@ const stop = z.union([z.string(), z.array(z.string()).max(MAX_STOP_STRINGS)], {
 
 const tokenId = z.number().int().min(0);
 
-/** Fields shared by chat and text completions; nullish because clients send explicit nulls. */
-const generationFields = {
+/** Fields shared by chat and text completions (the Responses API picks from them); nullish because clients send explicit nulls. */
+export const generationFields = {
   model: z.string(),
   max_tokens: z.number().int().min(1).nullish(),
   temperature: z.number().min(0).max(2).nullish(),

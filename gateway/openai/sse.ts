@@ -26,3 +26,17 @@ export function sseChoiceFramer(envelope: object): (choiceJson: string, usage?: 
   return (choiceJson, usage) =>
     usage == null ? prefix + choiceJson + suffix : `${prefix}${choiceJson}${usagePrefix}${JSON.stringify(usage)}}\n\n`;
 }
+
+/** Response headers of every event stream. */
+export const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache',
+  connection: 'keep-alive',
+  // Proxies such as nginx would otherwise buffer the stream.
+  'x-accel-buffering': 'no',
+} as const;
+
+/** A named event (`event: <type>`), as the Responses API streams them; json is the serialized data. */
+export function sseNamedEvent(type: string, json: string): string {
+  return `event: ${type}\ndata: ${json}\n\n`;
+}

@@ -6,7 +6,7 @@ import type { FastifyInstance } from 'fastify';
 import { HASH_SCHEME } from '../../engine/kv/block-hash.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
 import type { GatewayLimits } from '../limits.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, type ResponsesSettings, type ServedModel } from '../server.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
 import { ScriptedEngine, type Script } from './scripted-engine.ts';
@@ -28,7 +28,17 @@ export interface TestGateway {
   close(): Promise<void>;
 }
 
-function writeModelDir(dir: string, withChatTemplate: boolean) {
+export interface TestGatewayOptions {
+  /** The chat template of the `tiny` model (default: CHAT_TEMPLATE). */
+  chatTemplate?: string;
+  responses?: Partial<ResponsesSettings>;
+  limits?: Partial<GatewayLimits>;
+  bodyLimitBytes?: number;
+  /** Also serve LONG_MODEL_NAME (the same tokenizer and template) with this context length. */
+  longModelLen?: number;
+}
+
+function writeModelDir(dir: string, chatTemplate: string | null) {
   mkdirSync(dir);
   writeFileSync(
     path.join(dir, 'tokenizer_config.json'),
@@ -37,26 +47,22 @@ function writeModelDir(dir: string, withChatTemplate: boolean) {
       bos_token: '<|endoftext|>',
       eos_token: '<|endoftext|>',
       added_tokens_decoder: { '50256': { content: '<|endoftext|>', special: true } },
-      ...(withChatTemplate ? { chat_template: CHAT_TEMPLATE } : {}),
+      ...(chatTemplate === null ? {} : { chat_template: chatTemplate }),
     }),
   );
 }
 
-export interface TestGatewayOptions {
-  limits?: Partial<GatewayLimits>;
-  bodyLimitBytes?: number;
-  /** Also serve LONG_MODEL_NAME (the same tokenizer and template) with this context length. */
-  longModelLen?: number;
-}
-
 export const LONG_MODEL_NAME = 'long';
 
-export async function startTestGateway(scriptFor: (request: GenerateRequest) => Script, options: TestGatewayOptions = {}): Promise<TestGateway> {
+export async function startTestGateway(
+  scriptFor: (request: GenerateRequest) => Script,
+  options: TestGatewayOptions = {},
+): Promise<TestGateway> {
   const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
   const modelDir = path.join(tmpDir, MODEL_NAME);
   const plainModelDir = path.join(tmpDir, 'plain');
-  writeModelDir(modelDir, true);
-  writeModelDir(plainModelDir, false);
+  writeModelDir(modelDir, options.chatTemplate ?? CHAT_TEMPLATE);
+  writeModelDir(plainModelDir, null);
   const { tokenizer } = loadTokenizer(modelDir);
   const modelInfo = {
     modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256], blockHashScheme: HASH_SCHEME,
@@ -73,6 +79,7 @@ export async function startTestGateway(scriptFor: (request: GenerateRequest) => 
     bodyLimitBytes: options.bodyLimitBytes ?? BODY_LIMIT_BYTES,
     metrics,
     limits: options.limits,
+    responses: options.responses,
   });
   const metricsServer = await createMetricsServer({ metrics });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });

@@ -2,9 +2,22 @@
 import { Template } from '@huggingface/jinja';
 import type { TokenizerConfig } from './tokenizer-config.ts';
 
+/** Snake case, as chat templates read it (transformers' message dicts). */
 export interface ChatMessage {
   role: string;
   content: string;
+  /** An assistant's function calls. */
+  tool_calls?: readonly ChatToolCall[];
+  /** A tool message: the call it answers, and that function's name when known. */
+  tool_call_id?: string;
+  name?: string;
+}
+
+export interface ChatToolCall {
+  id: string;
+  type: 'function';
+  /** arguments: the parsed object when the call's arguments are JSON (templates apply tojson), else the text. */
+  function: { name: string; arguments: unknown };
 }
 
 export interface ChatTemplate {

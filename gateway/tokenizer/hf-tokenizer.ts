@@ -65,6 +65,7 @@ class HuggingFaceTokenizer implements Tokenizer {
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
   readonly maxTokenChars: number | null;
+  readonly decodesAsUtf8Bytes: boolean;
   private readonly hf: HfTokenizer;
   private readonly addedTokenIds: ReadonlySet<number>;
   /** Set for byte-level vocabularies; null for SentencePiece-style ones. */
@@ -86,6 +87,8 @@ class HuggingFaceTokenizer implements Tokenizer {
     this.specialTokenIds = new Set([...addedTokens].filter(([, token]) => token.special).map(([id]) => id));
     this.byteByChar = isByteLevel ? byteLevelCharToByte() : null;
     this.maxTokenChars = maxTokenCharsOf(json, isByteLevel, (id) => this.tokenBytes(id), this.vocabSize);
+    // A decoder sequence may rewrite text after the byte mapping (Replace, Strip); ByteLevel alone does not.
+    this.decodesAsUtf8Bytes = (json.decoder as { type?: unknown } | null)?.type === 'ByteLevel';
   }
 
   encode(text: string, options: { addSpecialTokens: boolean }): number[] {

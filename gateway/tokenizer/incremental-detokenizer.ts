@@ -5,6 +5,9 @@
 // whole output, keeps each step cheap; the window starts a few tokens back so tokenizers whose
 // decoding depends on the previous token (SentencePiece's leading space) stay exact.
 
+import type { Tokenizer } from './tokenizer.ts';
+import { Utf8Detokenizer } from './utf8-detokenizer.ts';
+
 const REPLACEMENT_CHAR = '\uFFFD';
 /** Tokens of already-emitted context kept at the window's start. */
 const NUM_CONTEXT_TOKENS = 4;
@@ -16,7 +19,21 @@ const MAX_WINDOW_TOKENS = 16;
 
 export type DecodeFn = (tokenIds: readonly number[]) => string;
 
-export class IncrementalDetokenizer {
+/** Turns a request's output tokens into text deltas that never split a character. */
+export interface Detokenizer {
+  /** Appends tokens; returns the newly complete text (possibly ''). */
+  push(newTokenIds: readonly number[]): string;
+  /** The request is over: whatever is held back is final, replacement characters included. */
+  flush(): string;
+}
+
+/** The table-driven byte decoder where the vocabulary allows it, else windowed re-decoding; special tokens skipped. */
+export function createDetokenizer(tokenizer: Tokenizer): Detokenizer {
+  if (tokenizer.decodesAsUtf8Bytes) return new Utf8Detokenizer(tokenizer);
+  return new IncrementalDetokenizer((tokenIds) => tokenizer.decode(tokenIds, { skipSpecialTokens: true }));
+}
+
+export class IncrementalDetokenizer implements Detokenizer {
   private readonly decode: DecodeFn;
   /** The recent tokens that are decoded together; older ones are dropped in place. */
   private readonly windowTokenIds: number[] = [];

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 import { loadChatTemplate } from './chat-template.ts';
-import { IncrementalDetokenizer } from './incremental-detokenizer.ts';
+import { createDetokenizer } from './incremental-detokenizer.ts';
 import { loadTokenizer } from './load.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
@@ -20,7 +20,7 @@ function modelDir(name: string, files: Record<string, string | Buffer>): string 
 
 /** The deltas a client would see, one token per step. */
 function streamOneByOne(tokenizer: Tokenizer, tokenIds: readonly number[]): string[] {
-  const detokenizer = new IncrementalDetokenizer((ids) => tokenizer.decode(ids, { skipSpecialTokens: true }));
+  const detokenizer = createDetokenizer(tokenizer);
   const deltas = tokenIds.map((id) => detokenizer.push([id]));
   deltas.push(detokenizer.flush());
   return deltas;

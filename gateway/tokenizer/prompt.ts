@@ -31,18 +31,19 @@ export function checkPromptChars(model: PromptModel, numChars: number) {
   );
 }
 
-export function renderChat(model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean): string {
+/** param: the request field errors point at (`messages`, or the Responses API's `input`). */
+export function renderChat(model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages'): string {
   if (model.chatTemplate === null) {
     throw new ApiError(
       'chat_template_missing',
       `The model \`${model.name}\` has no chat template; use /v1/completions with a plain prompt.`,
-      'messages',
+      param,
     );
   }
   try {
     return model.chatTemplate.render(messages, { addGenerationPrompt });
   } catch (err) {
-    throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, 'messages');
+    throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, param);
   }
 }
 
@@ -53,6 +54,6 @@ export function encodePrompt(model: PromptModel, text: string, addSpecialTokens:
 }
 
 /** The chat template rendered, then encoded with its special tokens as written. */
-export function encodeChat(model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean): number[] {
-  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt), false);
+export function encodeChat(model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages'): number[] {
+  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt, param), false);
 }

@@ -22,6 +22,7 @@ class TiktokenTokenizer implements Tokenizer {
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
   readonly maxTokenChars: number;
+  readonly decodesAsUtf8Bytes = true;
   private readonly encoding: Tiktoken;
   private readonly bytesById: readonly (Uint8Array | undefined)[];
   private readonly addBosToken: boolean;

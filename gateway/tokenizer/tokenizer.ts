@@ -22,6 +22,11 @@ export interface Tokenizer {
    * relies on that to hold such bytes back. Ids outside the vocabulary decode to nothing.
    */
   decode(tokenIds: readonly number[], options: { skipSpecialTokens: boolean }): string;
+  /**
+   * Set when decode() is the UTF-8 decoding of the tokens' concatenated tokenBytes, special
+   * tokens skipped (byte-level BPE, tiktoken): streams then decode by table lookup.
+   */
+  readonly decodesAsUtf8Bytes: boolean;
   /** The bytes one token stands for, possibly part of a character; empty outside the vocabulary. */
   tokenBytes(tokenId: number): Uint8Array;
 }

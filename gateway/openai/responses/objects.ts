@@ -1,0 +1,178 @@
+// The Responses API's objects and stream events, in OpenAI's shapes (the SDK's
+// resources/responses/responses.d.ts). A turn answers with one output message holding one
+// output_text part, so the per-token delta event is a template filled in with the sequence number
+// and the text: the hot path stringifies a short string, not an object tree.
+import { type ApiError, toResponsesErrorEvent } from '../../errors.ts';
+import type { Usage } from '../../generation.ts';
+import type { ChatLogprobs } from '../logprobs.ts';
+
+export type ResponseStatus = 'in_progress' | 'completed' | 'incomplete' | 'failed';
+export type TokenLogprobJson = ChatLogprobs['content'][number];
+
+export interface OutputText {
+  type: 'output_text';
+  text: string;
+  annotations: never[];
+  logprobs: TokenLogprobJson[];
+}
+
+export interface OutputMessage {
+  id: string;
+  type: 'message';
+  status: 'in_progress' | 'completed' | 'incomplete';
+  role: 'assistant';
+  content: OutputText[];
+}
+
+export interface ResponseUsage {
+  input_tokens: number;
+  input_tokens_details: { cached_tokens: number };
+  output_tokens: number;
+  output_tokens_details: { reasoning_tokens: number };
+  total_tokens: number;
+}
+
+/** What a response echoes of its request; fixed for its whole life. */
+export interface ResponseEcho {
+  id: string;
+  createdAtSec: number;
+  model: string;
+  instructions: string | null;
+  maxOutputTokens: number | null;
+  previousResponseId: string | null;
+  store: boolean;
+  /** Null: the model's own default (its generation_config), which the gateway does not know. */
+  temperature: number | null;
+  topP: number | null;
+  topLogprobs: number;
+  toolChoice: 'auto' | 'none';
+  user: string | null;
+  metadata: Readonly<Record<string, string>>;
+}
+
+export interface ResponseObject {
+  id: string;
+  object: 'response';
+  created_at: number;
+  status: ResponseStatus;
+  background: false;
+  error: { code: string; message: string } | null;
+  incomplete_details: { reason: 'max_output_tokens' } | null;
+  instructions: string | null;
+  max_output_tokens: number | null;
+  max_tool_calls: null;
+  model: string;
+  output: OutputMessage[];
+  parallel_tool_calls: true;
+  previous_response_id: string | null;
+  reasoning: { effort: null; summary: null };
+  service_tier: 'default';
+  store: boolean;
+  temperature: number | null;
+  text: { format: { type: 'text' } };
+  tool_choice: 'auto' | 'none';
+  tools: never[];
+  top_logprobs: number;
+  top_p: number | null;
+  truncation: 'disabled';
+  usage: ResponseUsage | null;
+  user: string | null;
+  metadata: Readonly<Record<string, string>>;
+}
+
+export interface ResponseState {
+  status: ResponseStatus;
+  output: OutputMessage[];
+  usage: ResponseUsage | null;
+  error?: ApiError;
+}
+
+export function responseObject(echo: ResponseEcho, state: ResponseState): ResponseObject {
+  return {
+    id: echo.id,
+    object: 'response',
+    created_at: echo.createdAtSec,
+    status: state.status,
+    background: false,
+    // OpenAI's ResponseError codes: a failure of the server is server_error; the catalogue's code otherwise.
+    error: state.error === undefined ? null : { code: state.error.httpStatus >= 500 ? 'server_error' : state.error.code, message: state.error.message },
+    incomplete_details: state.status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
+    instructions: echo.instructions,
+    max_output_tokens: echo.maxOutputTokens,
+    max_tool_calls: null,
+    model: echo.model,
+    output: state.output,
+    parallel_tool_calls: true,
+    previous_response_id: echo.previousResponseId,
+    reasoning: { effort: null, summary: null },
+    service_tier: 'default',
+    store: echo.store,
+    temperature: echo.temperature,
+    text: { format: { type: 'text' } },
+    tool_choice: echo.toolChoice,
+    tools: [],
+    top_logprobs: echo.topLogprobs,
+    top_p: echo.topP,
+    truncation: 'disabled',
+    usage: state.usage,
+    user: echo.user,
+    metadata: echo.metadata,
+  };
+}
+
+/** numOutputTokens apart from usage: a warm-up's one generated token is discarded, not output. */
+export function responseUsageOf(usage: Usage, numOutputTokens: number): ResponseUsage {
+  return {
+    input_tokens: usage.prompt_tokens,
+    input_tokens_details: { cached_tokens: usage.prompt_tokens_details.cached_tokens },
+    output_tokens: numOutputTokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: usage.prompt_tokens + numOutputTokens,
+  };
+}
+
+export function outputMessage(id: string, status: OutputMessage['status'], content: OutputText[]): OutputMessage {
+  return { id, type: 'message', status, role: 'assistant', content };
+}
+
+export function outputText(text: string, logprobs: TokenLogprobJson[]): OutputText {
+  return { type: 'output_text', text, annotations: [], logprobs };
+}
+
+/** Where a streamed response's events go: an SSE body or a WebSocket. */
+export interface EventSink {
+  /** One event: type is its `type` (SSE's event line), json its whole serialized body. */
+  send(type: string, json: string): void;
+  /** Bytes sent but not yet taken by the client; a slow reader grows this. */
+  numBufferedBytes(): number;
+}
+
+const DELTA = 'response.output_text.delta';
+
+/** Writes one response's events to a sink, numbering them from 0. */
+export class ResponseEventWriter {
+  private readonly sink: EventSink;
+  private sequenceNumber = 0;
+  /** The delta event around its two variable parts. */
+  private readonly deltaHead = `{"type":"${DELTA}","sequence_number":`;
+  private readonly deltaMiddle: string;
+
+  constructor(sink: EventSink, itemId: string) {
+    this.sink = sink;
+    this.deltaMiddle = `,"item_id":${JSON.stringify(itemId)},"output_index":0,"content_index":0,"delta":`;
+  }
+
+  /** body: the event's fields besides type and sequence_number. */
+  event(type: string, body: object) {
+    this.sink.send(type, JSON.stringify({ type, sequence_number: this.sequenceNumber++, ...body }));
+  }
+
+  /** logprobsJson: the serialized array of the delta's tokens ("[]" without logprobs). */
+  delta(text: string, logprobsJson: string) {
+    this.sink.send(DELTA, `${this.deltaHead}${this.sequenceNumber++}${this.deltaMiddle}${JSON.stringify(text)},"logprobs":${logprobsJson}}`);
+  }
+
+  error(error: ApiError) {
+    this.sink.send('error', toResponsesErrorEvent(error, this.sequenceNumber++));
+  }
+}

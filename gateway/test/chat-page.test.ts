@@ -1,0 +1,81 @@
+// The chat page at / in headless Chromium, against a real gateway over the scripted engine:
+// type, send, watch tokens arrive, continue the conversation, stop a reply mid-stream.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { MODEL_NAME, startTestGateway, type TestGateway } from './harness.ts';
+import type { Script } from './scripted-engine.ts';
+
+/** Debian's chromium (what .ci/run installs); CHROMIUM_PATH points elsewhere. */
+const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+
+let gateway: TestGateway;
+let browser: Browser;
+let script: Script = { steps: [] };
+
+before(async () => {
+  gateway = await startTestGateway(() => script);
+  browser = await chromium.launch({ executablePath: CHROMIUM_PATH, args: ['--no-sandbox'] });
+});
+after(async () => {
+  await browser?.close();
+  await gateway?.close();
+});
+
+async function openPage(): Promise<Page> {
+  const page = await browser.newPage();
+  await page.goto(gateway.baseUrl);
+  // The model list comes from /v1/models.
+  await page.waitForFunction(() => (document.getElementById('model') as HTMLSelectElement).options.length > 0);
+  return page;
+}
+
+async function say(page: Page, text: string) {
+  await page.fill('#prompt', text);
+  await page.click('#send');
+}
+
+test('the page lists the models, streams a reply token by token and continues the conversation', async () => {
+  const page = await openPage();
+  assert.deepEqual(await page.$$eval('#model option', (options) => options.map((option) => option.textContent)), [MODEL_NAME, 'plain']);
+  // One token per step: the reply grows in the page as the events arrive.
+  script = { steps: gateway.tokens(' Hello there, friend.').map((id) => [id]), finishReason: 'stop' };
+  await say(page, 'Hi!');
+  await page.waitForSelector('.turn.meta');
+  assert.equal(await page.textContent('.turn.user'), 'Hi!');
+  assert.equal(await page.textContent('.turn.assistant'), ' Hello there, friend.');
+
+  script = { steps: [gateway.tokens(' Again.')], finishReason: 'stop' };
+  await say(page, 'And again?');
+  await page.waitForFunction(() => document.querySelectorAll('.turn.meta').length === 2);
+  assert.deepEqual(await page.$$eval('.turn.assistant', (turns) => turns.map((turn) => turn.textContent)), [' Hello there, friend.', ' Again.']);
+  // The second turn was chained by previous_response_id: its prompt holds the first exchange.
+  const prompt = gateway.tokenizer.decode(gateway.engine.requests.at(-1)!.promptTokenIds, { skipSpecialTokens: false });
+  assert.match(prompt, /Hi!.*Hello there, friend\..*And again\?/s);
+  await page.close();
+});
+
+test('Stop cancels the reply in the worker, and the next turn still works', async () => {
+  const page = await openPage();
+  script = { steps: gateway.tokens(' one two three').map((id) => [id]), hang: true };
+  await say(page, 'Count forever');
+  await page.waitForFunction(() => document.querySelector('.turn.assistant')?.textContent === ' one two three');
+  const aborted = new Promise((resolve) => gateway.engine.once('abort', resolve));
+  await page.click('#stop');
+  assert.equal(await aborted, gateway.engine.requests.at(-1)!.requestId);
+  await page.waitForSelector('#send:not([disabled])');
+
+  script = { steps: [gateway.tokens(' Done.')], finishReason: 'stop' };
+  await say(page, 'Stop counting');
+  await page.waitForFunction(() => document.querySelectorAll('.turn.assistant')[1]?.textContent === ' Done.');
+  await page.close();
+});
+
+test('an error reaches the page as a message, not a silent hang', async () => {
+  const page = await openPage();
+  await page.selectOption('#model', 'plain');
+  await say(page, 'Hi');
+  await page.waitForSelector('.turn.error');
+  assert.match((await page.textContent('.turn.error')) ?? '', /chat template/);
+  await page.close();
+});
