@@ -21,7 +21,7 @@ export const MAX_JSON_CONTAINERS = 32_768;
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
-export function decodeJsonBody(bytes: Uint8Array): unknown {
+function decodeJsonBody(bytes: Uint8Array): unknown {
   let text: string;
   try {
     text = strictUtf8.decode(bytes);
@@ -35,26 +35,49 @@ export function decodeJsonBody(bytes: Uint8Array): unknown {
   }
 }
 
-/** Counts objects and arrays without recursion (a body may nest millions deep). */
-export function checkJsonContainers(value: unknown, maxContainers: number) {
+/**
+ * How deep objects and arrays may nest: far deeper than any real request (a JSON schema in
+ * response_format nests a few dozen levels), and shallow enough for every recursive walk a
+ * parsed body meets (validation, structured clone from a thread, which overflows its stack
+ * some ten thousand levels down).
+ */
+export const MAX_JSON_DEPTH = 128;
+
+/** Counts objects and arrays and their depth without recursion (a body may nest millions deep). */
+export function checkJsonShape(value: unknown) {
   const pending: unknown[] = [value];
+  const depths: number[] = [1];
   let numContainers = 0;
   while (pending.length > 0) {
     const item = pending.pop();
+    const depth = depths.pop()!;
     if (item === null || typeof item !== 'object') continue;
-    if (++numContainers > maxContainers) {
-      throw new ApiError('invalid_request', `The request body holds more than ${maxContainers} JSON objects and arrays.`);
+    if (++numContainers > MAX_JSON_CONTAINERS) {
+      throw new ApiError('invalid_request', `The request body holds more than ${MAX_JSON_CONTAINERS} JSON objects and arrays.`);
+    }
+    if (depth > MAX_JSON_DEPTH) {
+      throw new ApiError('invalid_request', `The request body nests JSON objects and arrays more than ${MAX_JSON_DEPTH} deep.`);
     }
     for (const child of Array.isArray(item) ? item : Object.values(item)) {
-      if (child !== null && typeof child === 'object') pending.push(child);
+      if (child !== null && typeof child === 'object') {
+        pending.push(child);
+        depths.push(depth + 1);
+      }
     }
   }
+}
+
+/** The body's value, checked: valid UTF-8, valid JSON, and a shape every later step can walk. */
+export function parseJsonBody(bytes: Uint8Array): unknown {
+  const value = decodeJsonBody(bytes);
+  checkJsonShape(value);
+  return value;
 }
 
 export function installJsonBodyParser(app: FastifyInstance, pool: OffloadPool) {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, async (request: FastifyRequest, body: Buffer) => {
-    if (body.length <= MAX_INLINE_BODY_BYTES) return decodeJsonBody(body);
+    if (body.length <= MAX_INLINE_BODY_BYTES) return parseJsonBody(body);
     // The parsed value replaces the bytes, so a buffer of its own moves to the thread uncopied.
     const ownsBuffer = body.byteOffset === 0 && body.byteLength === body.buffer.byteLength;
     const bytes = ownsBuffer ? body : new Uint8Array(body);

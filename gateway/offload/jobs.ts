@@ -1,6 +1,6 @@
 // The work a worker thread does for the event loop, as plain data in and out. Each job runs the
 // same function the loop runs on small inputs, so an answer never depends on where it was made.
-import { checkJsonContainers, decodeJsonBody, MAX_JSON_CONTAINERS } from '../json-body.ts';
+import { parseJsonBody } from '../json-body.ts';
 import { loadChatTemplate } from '../tokenizer/chat-template.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
@@ -61,11 +61,8 @@ export interface JobOutcome {
 /** Runs in the thread; throws the same ApiErrors the loop would. */
 export function runJob(job: Job): JobOutcome {
   switch (job.kind) {
-    case 'parseJson': {
-      const value = decodeJsonBody(job.bytes);
-      checkJsonContainers(value, MAX_JSON_CONTAINERS);
-      return { value, transfer: [] };
-    }
+    case 'parseJson':
+      return { value: parseJsonBody(job.bytes), transfer: [] };
     case 'encodePrompt':
       return tokenIdsOutcome(encodePrompt(promptModelOf(job.model), job.text, job.addSpecialTokens));
     case 'encodeChat':

@@ -211,6 +211,10 @@ test('large bodies get the same errors: bad JSON, bad UTF-8, too many objects, a
   await expectError(await gateway.post('/v1/completions', manyArrays), 'invalid_request');
   const deep = `{"model":"${MODEL_NAME}","prompt":"x","extra":${'['.repeat(500_000)}${']'.repeat(500_000)}}`;
   await expectError(await gateway.post('/v1/completions', deep), 'invalid_request');
+  // Deep nesting is refused the same in a small body, parsed on the loop.
+  const shallowEnough = `{"model":"${MODEL_NAME}","prompt":"x","max_tokens":1,"extra":${'['.repeat(100)}${']'.repeat(100)}}`;
+  assert.equal((await gateway.post('/v1/completions', shallowEnough)).status, 200);
+  await expectError(await gateway.post('/v1/completions', `{"model":"${MODEL_NAME}","prompt":"x","extra":${'['.repeat(200)}${']'.repeat(200)}}`), 'invalid_request');
   const messages = Array.from({ length: 100 }, () => ({ role: 'user', content: 'hi' }));
   await expectError(await gateway.post('/v1/chat/completions', { model: 'plain', messages }), 'chat_template_missing');
   // Still serving.
