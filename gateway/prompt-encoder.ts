@@ -28,12 +28,20 @@ export class PromptEncoder {
     return numbersOf(await this.pool.run({ kind: 'encodePrompt', model: refOf(model), text, addSpecialTokens }, { isWanted }));
   }
 
-  async encodeChat(model: LoadedModel, messages: ChatMessage[], addGenerationPrompt: boolean, isWanted?: IsWanted): Promise<number[]> {
+  /** param: the request field template errors point at (the Responses API's is `input`). */
+  async encodeChat(
+    model: LoadedModel,
+    messages: readonly ChatMessage[],
+    addGenerationPrompt: boolean,
+    isWanted?: IsWanted,
+    param = 'messages',
+  ): Promise<number[]> {
     if (messages.length > MAX_INLINE_MESSAGES && model.chatTemplate !== null) {
-      return numbersOf(await this.pool.run({ kind: 'encodeChat', model: refOf(model), messages, addGenerationPrompt }, { isWanted }));
+      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param } as const;
+      return numbersOf(await this.pool.run(job, { isWanted }));
     }
     // Rendering a few messages is cheap however long they are; tokenizing them may not be.
-    const prompt = renderChat(model, messages, addGenerationPrompt);
+    const prompt = renderChat(model, messages, addGenerationPrompt, param);
     return this.encodePrompt(model, prompt, false, isWanted);
   }
 }

@@ -16,7 +16,7 @@ export interface ModelRef {
 export type Job =
   | { kind: 'parseJson'; bytes: Uint8Array }
   | { kind: 'encodePrompt'; model: ModelRef; text: string; addSpecialTokens: boolean }
-  | { kind: 'encodeChat'; model: ModelRef; messages: ChatMessage[]; addGenerationPrompt: boolean };
+  | { kind: 'encodeChat'; model: ModelRef; messages: ChatMessage[]; addGenerationPrompt: boolean; param: string };
 
 export interface JobResults {
   parseJson: unknown;
@@ -66,7 +66,7 @@ export function runJob(job: Job): JobOutcome {
     case 'encodePrompt':
       return tokenIdsOutcome(encodePrompt(promptModelOf(job.model), job.text, job.addSpecialTokens));
     case 'encodeChat':
-      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt));
+      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt, job.param));
   }
 }
 

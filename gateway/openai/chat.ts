@@ -5,7 +5,6 @@ import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
 import type { LoadedModel } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
-import { encodeChat } from '../tokenizer/prompt.ts';
 import type { OpenAIPluginOptions } from './index.ts';
 import { chatLogprobsOf, promptLogprobsOf } from './logprobs.ts';
 import { choiceRequestsOf, resolveMaxTokens, samplingOf, stopStringsOf, streamUsageOf } from './prepare.ts';
@@ -22,19 +21,6 @@ function textOf(content: ChatMessageInput['content']): string {
 /** The template's messages: text content only; "developer" is OpenAI's newer name for "system", which templates know. */
 export function chatMessagesOf(messages: readonly ChatMessageInput[]): ChatMessage[] {
   return messages.map((message) => ({ role: message.role === 'developer' ? 'system' : message.role, content: textOf(message.content) }));
-}
-
-/**
- * Messages already in the template's shape (the Responses API builds them), rendered and
- * tokenized on the event loop; param names the request field at fault.
- */
-export function templatePromptTokenIds(
-  model: LoadedModel,
-  chatMessages: readonly ChatMessage[],
-  addGenerationPrompt: boolean,
-  param: string,
-): number[] {
-  return encodeChat(model, chatMessages, addGenerationPrompt, param);
 }
 
 /** Tool calling needs a parser of the model's tool-call format; none is built yet. */

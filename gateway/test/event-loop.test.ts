@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Worker } from 'node:worker_threads';
+import { WebSocket } from 'ws';
 import type { GenerateRequest } from '../../engine/types.ts';
 import { LONG_MODEL_NAME, MODEL_NAME, sseEvents, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
@@ -88,7 +89,10 @@ interface LargeRequest {
 
 interface LargeResponse {
   status: number;
-  json: { usage?: { prompt_tokens: number }; error?: { code: string; param: string | null; message: string } };
+  json: {
+    usage?: { prompt_tokens?: number; input_tokens?: number };
+    error?: { code: string; param: string | null; message: string };
+  };
 }
 
 /**
@@ -147,20 +151,19 @@ test('5 MB prompts, several at once, are tokenized off the loop: /health stays f
   const expectedTokenIds = gateway.tokens(largeText);
   const completion = largeBody({ model: LONG_MODEL_NAME, prompt: largeText, max_tokens: 1 });
   const chatBody = largeBody({ model: LONG_MODEL_NAME, messages: [{ role: 'user', content: largeText }], max_tokens: 1 });
+  const responsesBody = largeBody({ model: LONG_MODEL_NAME, input: largeText, max_output_tokens: 1 });
   const { responses, elapsedMs } = await duringLargeWork([
-    ...Array.from({ length: NUM_LARGE_PROMPTS - 1 }, () => ({ route: '/v1/completions', body: completion })),
+    ...Array.from({ length: NUM_LARGE_PROMPTS - 2 }, () => ({ route: '/v1/completions', body: completion })),
     { route: '/v1/chat/completions', body: chatBody },
+    { route: '/v1/responses', body: responsesBody },
   ]);
-  for (const response of responses.slice(0, -1)) {
-    assert.equal(response.status, 200);
-    assert.equal(response.json.usage?.prompt_tokens, expectedTokenIds.length);
-  }
-  const chat = responses.at(-1)!;
-  assert.equal(chat.status, 200);
+  for (const response of responses) assert.equal(response.status, 200, JSON.stringify(response.json));
+  for (const response of responses.slice(0, -2)) assert.equal(response.json.usage?.prompt_tokens, expectedTokenIds.length);
   const renderedIds = gateway.tokens(`<|user|>${largeText}<|endoftext|><|assistant|>`);
-  assert.equal(chat.json.usage?.prompt_tokens, renderedIds.length);
-  const sent = gateway.engine.requests.filter((request) => request.promptTokenIds.length > 1_000_000);
-  assert.deepEqual(sent.at(-2)?.promptTokenIds.slice(0, 8), expectedTokenIds.slice(0, 8));
+  assert.equal(responses.at(-2)!.json.usage?.prompt_tokens, renderedIds.length);
+  assert.equal(responses.at(-1)!.json.usage?.input_tokens, renderedIds.length);
+  const sent = gateway.engine.requests.filter((request) => request.promptTokenIds.length === expectedTokenIds.length);
+  assert.deepEqual(sent.at(-1)?.promptTokenIds.slice(0, 8), expectedTokenIds.slice(0, 8));
   assert.ok(elapsedMs > HEALTH_BOUND_MS, 'the large prompts took no time: the test measured nothing');
 });
 
@@ -220,4 +223,27 @@ test('large bodies get the same errors: bad JSON, bad UTF-8, too many objects, a
   // Still serving.
   const ok = await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', max_tokens: 1 });
   assert.equal(ok.status, 200);
+});
+
+test('WebSocket mode: a response.create whose prompt is still tokenized off the loop is in flight', { timeout: 30_000 }, async () => {
+  const input = largeText.slice(0, 20_000);
+  const isTerminal = (type: string) => type === 'response.completed' || type === 'response.incomplete';
+  const socket = new WebSocket(`${gateway.baseUrl.replace(/^http/, 'ws')}/v1/responses`);
+  await new Promise((resolve, reject) => socket.once('open', resolve).once('error', reject));
+  const events: { type: string; code?: string; response?: { usage: { input_tokens: number } } }[] = [];
+  const ended = new Promise<void>((resolve) => {
+    socket.on('message', (data) => {
+      const event = JSON.parse(data.toString());
+      events.push(event);
+      if (isTerminal(event.type) && events.some((seen) => seen.type === 'error')) resolve();
+    });
+  });
+  // Back to back: the second arrives while the first's prompt is in a thread.
+  socket.send(JSON.stringify({ type: 'response.create', model: LONG_MODEL_NAME, input }));
+  socket.send(JSON.stringify({ type: 'response.create', model: LONG_MODEL_NAME, input: 'another' }));
+  await ended;
+  socket.close();
+  assert.equal(events.find((event) => event.type === 'error')?.code, 'response_already_in_flight');
+  const finished = events.find((event) => isTerminal(event.type))!;
+  assert.equal(finished.response!.usage.input_tokens, gateway.tokens(`<|user|>${input}<|endoftext|><|assistant|>`).length);
 });

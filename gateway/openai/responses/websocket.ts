@@ -29,6 +29,8 @@ class ResponsesConnection {
   private readonly log: FastifyBaseLogger;
   /** The response in flight, if any. */
   private turn: Turn | null = null;
+  /** A response.create whose prompt is still being tokenized (off the loop, when large): in flight too. */
+  private isPreparing = false;
   /** The connection-local cache: its latest response, stored or not. */
   private latest: StoredResponse | null = null;
   /** Whether the peer answered the last ping. */
@@ -78,22 +80,33 @@ class ResponsesConnection {
       this.sendError(new ApiError('invalid_request', `Unknown event type ${JSON.stringify(event.type)}; the client event is response.create.`, 'type'));
       return;
     }
-    if (this.turn !== null) {
+    if (this.turn !== null || this.isPreparing) {
       this.sendError(new ApiError(
         'response_already_in_flight',
         'A response is already in flight on this connection; send the next response.create after its terminal event.',
       ));
       return;
     }
+    void this.startResponse(event, arrivalMs);
+  }
+
+  private async startResponse(event: Record<string, unknown>, arrivalMs: number) {
     let prepared: PreparedTurn;
+    this.isPreparing = true;
     try {
       const { type: _type, ...body } = event;
       const request = parseResponseCreate(body);
-      prepared = prepareTurn(this.context.registry, request, this.previousOf(request.previous_response_id), arrivalMs);
+      const { registry, prompts } = this.context;
+      const isOpen = () => this.socket.readyState === this.socket.OPEN;
+      prepared = await prepareTurn(registry, prompts, request, this.previousOf(request.previous_response_id), arrivalMs, isOpen);
     } catch (err) {
       this.sendError(this.asApiError(err));
       return;
+    } finally {
+      this.isPreparing = false;
     }
+    // Closed, or past its time limit, while the prompt was tokenized: nothing to answer.
+    if (this.socket.readyState !== this.socket.OPEN) return;
     const { settings, metrics } = this.context;
     const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
     this.turn = turn;
