@@ -1,9 +1,11 @@
 // Fuzzed bodies: seeded random mutations of valid chat, completions, tokenize and Responses
 // requests (type swaps, deletions, huge numbers, NaN-like strings, lone surrogates, deep nesting,
-// random bytes, truncation). None may get a 5xx or hang, and the server still answers a valid
-// request after them all. A failure names its seed; CONDUIT_TEST_SEED=<seed> replays it.
+// random bytes, truncation), over HTTP and as WebSocket mode's response.create events. None may
+// get a 5xx (or a 5xx error event) or hang, and the server still answers a valid request after
+// them all. A failure names its seed; CONDUIT_TEST_SEED=<seed> replays it.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { WebSocket } from 'ws';
 import { MODEL_NAME, startTestGateway, type TestGateway } from './harness.ts';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -264,4 +266,78 @@ test(`${NUM_REQUESTS} fuzzed bodies: never a 5xx, never a hang, and the server s
   assert.ok((statuses.get(400) ?? 0) > NUM_REQUESTS / 4, `seed ${seed}: statuses ${JSON.stringify([...statuses])}`);
   const ok = await send('/v1/chat/completions', serialize({ model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }] }));
   assert.equal(ok.status, 200, `seed ${seed}: ${ok.text}`);
+});
+
+const NUM_WEBSOCKET_EVENTS = 400;
+
+/** One socket's answers, one response.create at a time: resolves with its terminal event, or null when the socket closed. */
+class FuzzSocket {
+  private readonly socket: WebSocket;
+  private waiter: ((event: { type: string; status?: number } | null) => void) | null = null;
+  readonly opened: Promise<void>;
+
+  constructor(url: string) {
+    this.socket = new WebSocket(url);
+    this.opened = new Promise((resolve, reject) => this.socket.once('open', () => resolve()).once('error', reject));
+    this.socket.on('message', (data) => {
+      const event = JSON.parse(data.toString());
+      const isEnd = event.type === 'error' || event.type === 'response.completed' || event.type === 'response.incomplete' || event.type === 'response.failed';
+      if (isEnd) this.settle(event);
+    });
+    this.socket.on('close', () => this.settle(null));
+    this.socket.on('error', () => {});
+  }
+
+  get isOpen(): boolean {
+    return this.socket.readyState === WebSocket.OPEN;
+  }
+
+  send(frame: Buffer): Promise<{ type: string; status?: number } | null> {
+    return new Promise((resolve) => {
+      this.waiter = resolve;
+      this.socket.send(frame.toString('utf8'));
+    });
+  }
+
+  close() {
+    this.socket.close();
+  }
+
+  private settle(event: { type: string; status?: number } | null) {
+    const waiter = this.waiter;
+    this.waiter = null;
+    waiter?.(event);
+  }
+}
+
+test(`${NUM_WEBSOCKET_EVENTS} fuzzed response.create events in WebSocket mode: never a 5xx error event, never a hang`, { timeout: 120_000 }, async (t) => {
+  const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+  const mutator = new Mutator(rng(seed));
+  const url = `${gateway.baseUrl.replace(/^http/, 'ws')}/v1/responses`;
+  const base = { model: MODEL_NAME, input: [{ role: 'user', content: [{ type: 'input_text', text: 'hi' }] }], instructions: 'Answer.', max_output_tokens: 5 };
+  let socket = new FuzzSocket(url);
+  await socket.opened;
+  const endings = new Map<string, number>();
+  for (let index = 0; index < NUM_WEBSOCKET_EVENTS; index++) {
+    let tree: Json = base;
+    for (let count = 1 + mutator.int(3); count > 0; count--) tree = mutator.mutate(tree);
+    const event = tree !== null && typeof tree === 'object' && !Array.isArray(tree) ? { type: 'response.create', ...tree } : tree;
+    const bytes = serialize(event);
+    const frame = mutator.int(5) === 0 ? mutator.damage(bytes) : bytes;
+    const label = `seed ${seed}, event ${index}: ${frame.subarray(0, 400).toString('utf8')}`;
+    const ending = await Promise.race([socket.send(frame), new Promise<'hang'>((resolve) => setTimeout(resolve, HANG_MS, 'hang'))]);
+    assert.notEqual(ending, 'hang', `${label}: no answer`);
+    const answer = ending as { type: string; status?: number } | null;
+    assert.ok(answer === null || answer.type !== 'error' || answer.status! < 500, `${label}: ${JSON.stringify(answer)}`);
+    const key = answer === null ? 'closed' : `${answer.type}${answer.status === undefined ? '' : ` ${answer.status}`}`;
+    endings.set(key, (endings.get(key) ?? 0) + 1);
+    if (!socket.isOpen) {
+      socket = new FuzzSocket(url);
+      await socket.opened;
+    }
+  }
+  t.diagnostic(`seed ${seed}: endings ${JSON.stringify([...endings].sort())}`);
+  const valid = await socket.send(serialize({ type: 'response.create', ...base }));
+  assert.ok(valid !== null && valid.type.startsWith('response.'), `seed ${seed}: ${JSON.stringify(valid)}`);
+  socket.close();
 });

@@ -7,6 +7,7 @@
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { RawData, WebSocket } from 'ws';
 import { ApiError, toResponsesErrorEvent } from '../../errors.ts';
+import { checkJsonShape } from '../../json-body.ts';
 import type { ResponsesContext } from './index.ts';
 import type { EventSink } from './objects.ts';
 import { prepareTurn, previousNotFound, type PreparedTurn } from './prepare.ts';
@@ -72,12 +73,20 @@ class ResponsesConnection {
       this.sendError(new ApiError('invalid_json', `The event is not valid JSON: ${(err as Error).message}`));
       return;
     }
+    try {
+      // The bounds an HTTP body has: nesting deep enough to overflow a recursive walk is refused here.
+      checkJsonShape(event);
+    } catch (err) {
+      this.sendError(err as ApiError);
+      return;
+    }
     if (!isRecord(event)) {
       this.sendError(new ApiError('invalid_request', 'The event must be a JSON object.'));
       return;
     }
     if (event.type !== 'response.create') {
-      this.sendError(new ApiError('invalid_request', `Unknown event type ${JSON.stringify(event.type)}; the client event is response.create.`, 'type'));
+      const shown = typeof event.type === 'string' ? JSON.stringify(event.type.slice(0, 64)) : `of type ${typeof event.type}`;
+      this.sendError(new ApiError('invalid_request', `Unknown event type ${shown}; the client event is response.create.`, 'type'));
       return;
     }
     if (this.turn !== null || this.isPreparing) {
