@@ -15,6 +15,8 @@ const usage = `usage:
                  [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
                  [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
                  [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority]
+                 [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]
+                  [--heartbeat-interval-s S] [--heartbeat-ttl-s S]]
   conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]   (conduit loadtest --help)`;
 
 /** --model DIR adds a model with default settings to the file's (or replaces the default file). */
@@ -34,6 +36,7 @@ export function resolveServeConfig(argv: string[]): Config {
   const base: Config = configFile ? loadConfigFile(configFile) : validateConfig({ models: [{ path: '.' }] }, 'command line');
   const raw = {
     server: { ...base.server },
+    router: base.router,
     models: [...(configFile ? base.models : []), ...modelDirs.map((dir) => ({ path: path.resolve(dir) }))],
   };
   if (values['http-port'] !== undefined) raw.server.http_port = Number(values['http-port']);

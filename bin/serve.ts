@@ -3,9 +3,11 @@
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel } from '../gateway/server.ts';
+import { createGateway, createMetricsServer, GatewayMetrics, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { gatewayLimitsOf } from './gateway-limits.ts';
 import { LocalWorker } from './local-workers.ts';
+import type { ModelRouter } from '../router/model-router.ts';
+import { createRouter, startSharedState } from './routing.ts';
 import { workerArgs } from './worker-flags.ts';
 
 const workerReadyTimeoutMs = 300_000;
@@ -35,7 +37,11 @@ async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number) {
 export async function serve(config: Config): Promise<RunningServer> {
   const localWorkers: LocalWorker[] = [];
   const clients: GrpcEngineClient[] = [];
+  const routers = new Map<string, ModelRouter<ServedWorker>>();
+  // Workers registered in Redis join the routers as they are found (none without router.redis_url).
+  const sharedState = startSharedState(config.router, routers, (registration) => new GrpcEngineClient(registration.address));
   const closeWorkers = async () => {
+    await sharedState?.close();
     for (const client of clients) client.close();
     await Promise.all(localWorkers.map((worker) => worker.stop()));
   };
@@ -52,18 +58,28 @@ export async function serve(config: Config): Promise<RunningServer> {
       }
       const workers = addresses.map((address) => new GrpcEngineClient(address));
       clients.push(...workers);
+      // Added before any stream message arrives: a stream's first lists the worker's cache.
+      const router = createRouter<ServedWorker>(model, config.router);
+      for (const worker of workers) router.addWorker(worker);
+      routers.set(servedName(model), router);
       const deadlineMs = Date.now() + workerReadyTimeoutMs;
       const healths = await Promise.all(workers.map((client) => waitUntilServing(client, deadlineMs)));
+      // A model served only by workers found in Redis waits for the first of them.
+      const maxModelLens = healths.length > 0 || sharedState === null
+        ? healths.map((h) => h.model.maxModelLen)
+        : [(await sharedState.waitForWorker(servedName(model), workerReadyTimeoutMs)).model.maxModelLen];
       models.push({
         name: servedName(model),
         modelDir: model.path,
-        maxModelLen: Math.min(...healths.map((h) => h.model.maxModelLen)),
+        maxModelLen: Math.min(model.max_model_len ?? Infinity, ...maxModelLens),
         queueTimeoutMs: model.queue_timeout_s === undefined ? undefined : model.queue_timeout_s * 1000,
         requestTimeoutMs: model.request_timeout_s === undefined ? undefined : model.request_timeout_s * 1000,
-        workers,
+        workers: router.workers,
+        router,
       });
     }
     const gatewayMetrics = new GatewayMetrics(models);
+    if (sharedState !== null) gatewayMetrics.routing.watchSharedState(sharedState);
     const { server } = config;
     const gateway = await createGateway({
       models,

@@ -45,3 +45,20 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--max-num-seqs', 'many']), /--max-num-seqs/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x']), /--listen/);
 });
+
+test('--redis-url registers the worker in Redis; its heartbeat flags are checked like the configuration', () => {
+  const settings = parseWorkerArgs([
+    '--model', '/m/x', '--listen', '0.0.0.0:7000', '--redis-url', 'redis://10.0.0.9:6379',
+    '--advertise-address', '10.0.0.5:7000', '--heartbeat-ttl-s', '5',
+  ]);
+  assert.deepEqual(settings.sharedState, {
+    redisUrl: 'redis://10.0.0.9:6379', advertiseAddress: '10.0.0.5:7000', heartbeatIntervalMs: 1000, heartbeatTtlMs: 5000,
+  });
+  assert.equal(parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1']).sharedState, undefined);
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--redis-url', 'localhost']), /--redis-url: expected redis:\/\//);
+  assert.throws(
+    () => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--redis-url', 'redis://r:1', '--heartbeat-interval-s', '4']),
+    /--heartbeat-ttl-s: heartbeat_ttl_s must be longer/,
+  );
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--advertise-address', 'a:1']), /--advertise-address needs --redis-url/);
+});

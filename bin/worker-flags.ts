@@ -4,8 +4,8 @@
 import { parseArgs } from 'node:util';
 import os from 'node:os';
 import type { ModelConfig } from '../configs/schema.ts';
-import { modelSchema, servedName } from '../configs/schema.ts';
-import type { WorkerSettings } from '../engine/worker.ts';
+import { modelSchema, routerSchema, servedName } from '../configs/schema.ts';
+import type { SharedStateSettings, WorkerSettings } from '../engine/worker.ts';
 
 /** The KV-cache size of a worker whose configuration names none. */
 export const defaultKvCacheBytes = 256 * 1024 * 1024;
@@ -27,6 +27,11 @@ export const workerFlagOptions = {
   quantization: { type: 'string' },
   'enable-prefix-caching': { type: 'string' },
   'scheduling-policy': { type: 'string' },
+  // Shared state for gateways elsewhere (not model settings: a spawned local worker has none).
+  'redis-url': { type: 'string' },
+  'advertise-address': { type: 'string' },
+  'heartbeat-interval-s': { type: 'string' },
+  'heartbeat-ttl-s': { type: 'string' },
 } as const;
 
 const flagToField: Record<string, keyof ModelConfig> = {
@@ -90,6 +95,32 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
   };
 }
 
+type WorkerFlagValues = ReturnType<typeof parseArgs<{ options: typeof workerFlagOptions }>>['values'];
+
+/** `--redis-url` and the heartbeat flags, checked by the configuration's router schema. */
+function sharedStateOf(values: WorkerFlagValues): SharedStateSettings | undefined {
+  if (values['redis-url'] === undefined) {
+    for (const flag of ['advertise-address', 'heartbeat-interval-s', 'heartbeat-ttl-s'] as const) {
+      if (values[flag] !== undefined) throw new Error(`conduit worker: --${flag} needs --redis-url`);
+    }
+    return undefined;
+  }
+  const raw: Record<string, unknown> = { redis_url: values['redis-url'] };
+  if (values['heartbeat-interval-s'] !== undefined) raw.heartbeat_interval_s = Number(values['heartbeat-interval-s']);
+  if (values['heartbeat-ttl-s'] !== undefined) raw.heartbeat_ttl_s = Number(values['heartbeat-ttl-s']);
+  const parsed = routerSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new Error(`conduit worker: --${String(issue.path[0] ?? 'redis_url').replaceAll('_', '-')}: ${issue.message}`);
+  }
+  return {
+    redisUrl: parsed.data.redis_url!,
+    advertiseAddress: values['advertise-address'],
+    heartbeatIntervalMs: parsed.data.heartbeat_interval_s * 1000,
+    heartbeatTtlMs: parsed.data.heartbeat_ttl_s * 1000,
+  };
+}
+
 /** Parses `conduit worker` flags into the worker's settings. */
 export function parseWorkerArgs(argv: string[]): WorkerSettings {
   const { values } = parseArgs({ args: argv, options: workerFlagOptions, strict: true });
@@ -108,5 +139,7 @@ export function parseWorkerArgs(argv: string[]): WorkerSettings {
     const flag = Object.entries(flagToField).find(([, f]) => f === field)?.[0] ?? field;
     throw new Error(`conduit worker: --${flag}: ${issue.message}`);
   }
-  return workerSettings(parsed.data, values.listen);
+  const settings = workerSettings(parsed.data, values.listen);
+  const sharedState = sharedStateOf(values);
+  return sharedState === undefined ? settings : { ...settings, sharedState };
 }

@@ -32,6 +32,22 @@ test('threads are the cores divided among local workers, never oversubscribed', 
   assert.equal(threadsPerWorker(config.models[0], config, 2), 1);
 });
 
+test('the router section: defaults, its checks, and workers that may come from Redis alone', () => {
+  const config = validateConfig({ models: [{ path: 'm' }] }, 'a.yaml');
+  assert.equal(config.models[0].routing_policy, 'kv-aware');
+  assert.equal(config.router.redis_url, undefined);
+  assert.equal(config.router.heartbeat_ttl_s, 3);
+  assert.throws(
+    () => validateConfig({ models: [{ path: 'm', num_workers: 0 }] }, 'b.yaml'),
+    /b\.yaml: models\.0\.num_workers: a model needs num_workers > 0, a remote_workers address, or router\.redis_url/,
+  );
+  const shared = validateConfig({ router: { redis_url: 'redis://10.0.0.9:6379' }, models: [{ path: 'm', num_workers: 0 }] }, 'c.yaml');
+  assert.equal(shared.router.redis_url, 'redis://10.0.0.9:6379');
+  assert.throws(() => validateConfig({ router: { redis_url: '10.0.0.9:6379' }, models: [{ path: 'm' }] }, 'd.yaml'), /d\.yaml: router\.redis_url/);
+  assert.throws(() => validateConfig({ router: { heartbeat_ttl_s: 1 }, models: [{ path: 'm' }] }, 'e.yaml'), /e\.yaml: router\.heartbeat_ttl_s/);
+  assert.throws(() => validateConfig({ models: [{ path: 'm', routing_policy: 'fastest' }] }, 'f.yaml'), /f\.yaml: models\.0\.routing_policy/);
+});
+
 test('the Responses API settings: defaults (a 60-minute WebSocket, as OpenAI), positive values only', () => {
   const { server } = validateConfig({ models: [{ path: 'm' }] }, 'r.yaml');
   assert.equal(server.response_store_max_responses, 1000);

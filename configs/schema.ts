@@ -46,15 +46,47 @@ export const modelSchema = z
     queue_timeout_s: z.number().positive().optional(),
     /** A request not finished this long after it arrived ends with `request_timeout` (504). */
     request_timeout_s: z.number().positive().optional(),
+    /**
+     * How the gateway picks a worker: `kv-aware` (the longest cached prefix against load),
+     * `least-load`, `round-robin` or `random`. With one worker there is nothing to pick.
+     */
+    routing_policy: z.enum(['kv-aware', 'least-load', 'round-robin', 'random']).default('kv-aware'),
   })
   .strict()
   .refine((m) => !(m.kv_cache_blocks !== undefined && m.kv_cache_bytes !== undefined), {
     message: 'set kv_cache_blocks or kv_cache_bytes, not both',
     path: ['kv_cache_blocks'],
+  });
+
+/** The gateway's router: the kv-aware cost, and the state shared in Redis across gateways and nodes. */
+export const routerSchema = z
+  .object({
+    /**
+     * Shared state: workers register there with a heartbeat and publish their KV events to
+     * Redis Streams; gateways discover them and build their prefix index from the streams.
+     * Unset: each gateway routes its configured workers from their engine streams.
+     */
+    redis_url: z.string().regex(/^rediss?:\/\/\S+$/, 'expected redis://HOST:PORT or rediss://...').optional(),
+    /** kv-aware cost = prompt tokens a worker would still compute + load_weight × its load in tokens. */
+    load_weight: z.number().nonnegative().default(1),
+    /** One request in flight on a worker counts as this many tokens of its load (beside its queued prefill). */
+    request_load_tokens: z.number().nonnegative().default(32),
+    /** A worker with more requests than busy_load_factor × (the workers' mean + 1) is skipped, cache hit or not. */
+    busy_load_factor: z.number().min(1).default(2),
+    /** A worker whose KV cache is this full (0-1] is skipped likewise. */
+    busy_kv_usage: z.number().gt(0).max(1).default(0.95),
+    /** A session (x-session-id) keeps its worker this long after its last turn. */
+    session_ttl_s: z.number().positive().default(600),
+    max_sessions: z.number().int().positive().default(100_000),
+    /** With redis_url: how often workers heartbeat and gateways read the registry. */
+    heartbeat_interval_s: z.number().positive().default(1),
+    /** With redis_url: a worker not heard from for this long leaves routing. */
+    heartbeat_ttl_s: z.number().positive().default(3),
   })
-  .refine((m) => m.num_workers > 0 || m.remote_workers.length > 0, {
-    message: 'a model needs num_workers > 0 or at least one remote_workers address',
-    path: ['num_workers'],
+  .strict()
+  .refine((r) => r.heartbeat_ttl_s > r.heartbeat_interval_s, {
+    message: 'heartbeat_ttl_s must be longer than heartbeat_interval_s',
+    path: ['heartbeat_ttl_s'],
   });
 
 export const serverSchema = z
@@ -98,12 +130,25 @@ export const serverSchema = z
 export const configSchema = z
   .object({
     server: serverSchema.default(serverSchema.parse({})),
+    router: routerSchema.default(routerSchema.parse({})),
     models: z.array(modelSchema).min(1),
   })
-  .strict();
+  .strict()
+  .superRefine((config, context) => {
+    for (const [i, model] of config.models.entries()) {
+      // Workers found in Redis need not be named here.
+      if (model.num_workers > 0 || model.remote_workers.length > 0 || config.router.redis_url !== undefined) continue;
+      context.addIssue({
+        code: 'custom',
+        message: 'a model needs num_workers > 0, a remote_workers address, or router.redis_url to find its workers',
+        path: ['models', i, 'num_workers'],
+      });
+    }
+  });
 
 export type ModelConfig = z.infer<typeof modelSchema>;
 export type ServerConfig = z.infer<typeof serverSchema>;
+export type RouterConfig = z.infer<typeof routerSchema>;
 export type Config = z.infer<typeof configSchema>;
 
 export class ConfigError extends Error {

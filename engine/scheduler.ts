@@ -87,6 +87,7 @@ export class Scheduler {
       numFreeBlocks: this.kv.numFreeBlocks,
       numTotalBlocks: this.kv.numTotalBlocks,
       numQueuedPrefillTokens: this.numQueuedPrefillTokens,
+      numCachedBlocks: this.kv.numCachedBlocks,
     };
   }
 

@@ -95,6 +95,8 @@ export interface WorkerLoad {
   numTotalBlocks: number;
   /** Prompt tokens the waiting requests still have to compute. */
   numQueuedPrefillTokens: number;
+  /** Blocks the prefix cache names by hash: a router's index of the KV events counts as many. */
+  numCachedBlocks: number;
 }
 
 /** What the prefix cache learned, for the router's index (vLLM's KV events). */

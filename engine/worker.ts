@@ -8,6 +8,7 @@ import { readGenerationDefaults } from './generation-config.ts';
 import { serveEngine } from './grpc/service.ts';
 import { kvBytesPerBlock } from './kv/cache-size.ts';
 import { NativeRunner } from './native-runner.ts';
+import { RedisPublisher } from './redis-publisher.ts';
 
 export interface WorkerSettings {
   /** A Hugging Face checkpoint directory. */
@@ -31,6 +32,16 @@ export interface WorkerSettings {
   schedulingPolicy: SchedulingPolicy;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
   listen: string;
+  /** Register in Redis and publish KV events there, for gateways on other machines (proto/redis-state.ts). */
+  sharedState?: SharedStateSettings;
+}
+
+export interface SharedStateSettings {
+  redisUrl: string;
+  /** Where gateways reach this worker; defaults to the address it listens on (which must then be a host's). */
+  advertiseAddress?: string;
+  heartbeatIntervalMs: number;
+  heartbeatTtlMs: number;
 }
 
 export interface RunningWorker {
@@ -96,10 +107,25 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     await engine.close();
     throw err;
   }
+  let publisher: RedisPublisher | null = null;
+  if (settings.sharedState !== undefined) {
+    const { redisUrl, advertiseAddress, heartbeatIntervalMs, heartbeatTtlMs } = settings.sharedState;
+    const address = advertiseAddress ?? server.address;
+    if (/^(0\.0\.0\.0|\[?::\]?):/.test(address)) {
+      await engine.close();
+      await server.close();
+      throw new Error(`worker: listening on ${address}, it needs an advertise address that gateways can reach`);
+    }
+    publisher = new RedisPublisher(engine, {
+      redisUrl, address, model: engine.model, numKvBlocks, maxNumSeqs: settings.maxNumSeqs, heartbeatIntervalMs, heartbeatTtlMs,
+    });
+  }
   return {
     address: server.address,
     async close() {
-      // The engine first, so that clients read why their requests ended before the stream closes.
+      // Out of the registry first, so that gateways stop sending requests.
+      await publisher?.close();
+      // The engine next, so that clients read why their requests ended before the stream closes.
       await engine.close();
       await server.close();
     },

@@ -2,8 +2,8 @@
 // deltas and one finish (or one error) come back. The OpenAI renderers (and later WebSocket
 // and KServe) only format what this reports.
 import { randomUUID } from 'node:crypto';
+import type { EngineError } from '../engine/errors.ts';
 import type { PromptTokenLogprobs, RequestOutput, SamplingParams } from '../engine/types.ts';
-import { pickLeastLoaded } from '../router/least-loaded.ts';
 import { ApiError, fromEngineError, publicError } from './errors.ts';
 import type { GatewayMetrics } from './metrics.ts';
 import type { LoadedModel } from './served-model.ts';
@@ -23,6 +23,13 @@ export interface GenerationRequest {
   cacheSalt?: string;
   /** vLLM's include_stop_str_in_output: a matched stop string, or a stop token's text, ends the text. */
   includeStopStrInOutput?: boolean;
+  /**
+   * A conversation's key: its requests prefer the worker that served its previous turn (the
+   * `x-session-id` header, router/affinity.ts; a Responses request's previous_response_id).
+   */
+  affinityKey?: string;
+  /** The affinityKey of the conversation's next turn when it differs (a Responses turn's own id). */
+  nextTurnKey?: string;
   /** performance.now() when the request arrived, for latency metrics. */
   arrivalMs: number;
 }
@@ -81,13 +88,26 @@ export interface Generation {
   abort(): void;
 }
 
+/** The worker failed, not the request, and the client has seen nothing: another worker may take it. */
+function canRetryElsewhere(error: EngineError, isStarted: boolean): boolean {
+  return !isStarted && error.code === 'engine_unavailable';
+}
+
 /** Throws an ApiError when no worker can take the request. */
 export function startGeneration(request: GenerationRequest, handlers: GenerationHandlers, metrics: GatewayMetrics): Generation {
   const { model, promptTokenIds } = request;
-  if (model.workers.length === 0) {
+  const firstRoute = model.router.route({
+    promptTokenIds,
+    cacheSalt: request.cacheSalt,
+    affinityKey: request.affinityKey,
+    nextTurnKey: request.nextTurnKey,
+    usesPrefixCache: request.sampling.numPromptLogprobs === undefined,
+  });
+  if (firstRoute === null) {
     throw new ApiError('engine_unavailable', `The model \`${model.name}\` has no workers to serve it.`);
   }
-  const worker = pickLeastLoaded(model.workers);
+  // A worker that fails the request before it starts hands it to the next one (route.retry).
+  let route = firstRoute;
   const requestId = randomUUID();
   const detokenizer = createDetokenizer(model.tokenizer);
   const stopMatcher = new StopMatcher(request.stopStrings);
@@ -95,6 +115,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   let numCachedTokens = 0;
   let promptLogprobs: PromptTokenLogprobs[] | null = null;
   let isFinished = false;
+  let isStarted = false;
   let pendingLogprobs: TokenLogprob[] | null = request.wantsLogprobs ? [] : null;
 
   const takeLogprobs = () => {
@@ -108,6 +129,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   };
   const finish = (finishReason: 'stop' | 'length') => {
     isFinished = true;
+    route.finished();
     metrics.observeFinished(model.name, (performance.now() - request.arrivalMs) / 1000, promptTokenIds.length, numOutputTokens);
     handlers.onFinish({
       finishReason,
@@ -118,17 +140,28 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   };
   const fail = (error: ApiError) => {
     isFinished = true;
+    route.finished();
     handlers.onError(error);
   };
 
   const handleOutput = (output: RequestOutput) => {
     if (output.error !== undefined || output.finishReason === 'error') {
-      fail(fromEngineError(output.error ?? { code: 'internal_error', message: 'The worker failed the request.' }));
+      const error = output.error ?? { code: 'internal_error', message: 'The worker failed the request.' };
+      const next = canRetryElsewhere(error, isStarted) ? route.retry() : null;
+      if (next === null) fail(fromEngineError(error));
+      else {
+        route = next;
+        submit();
+      }
       return;
     }
     if (output.finishReason === 'abort') {
       fail(new ApiError('request_aborted', 'The worker ended the request before it finished.'));
       return;
+    }
+    if (!isStarted) {
+      isStarted = true;
+      route.started(output.numCachedTokens);
     }
     if (numOutputTokens === 0 && output.newTokenIds.length > 0) {
       metrics.observeFirstToken(model.name, (performance.now() - request.arrivalMs) / 1000);
@@ -158,7 +191,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     emit(match.stop !== null && request.includeStopStrInOutput ? match.text + match.stop : match.text);
     if (match.stop !== null) {
       // The worker would go on to max_tokens; the stop string ended the request here.
-      if (output.finishReason === null) worker.abort(requestId);
+      if (output.finishReason === null) route.worker.abort(requestId);
       finish('stop');
     } else if (output.finishReason !== null) {
       emit(stopMatcher.flush());
@@ -172,33 +205,37 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       handleOutput(output);
     } catch (err) {
       // A bug here must cost one request, not the worker's blocks or the process.
-      if (output.finishReason === null) worker.abort(requestId);
+      if (output.finishReason === null) route.worker.abort(requestId);
       if (!isFinished) fail(publicError('internal_error', `The gateway failed to process the output: ${(err as Error).stack}`));
     }
   };
 
-  try {
-    worker.generate(
-      {
-        requestId,
-        promptTokenIds,
-        sampling: request.sampling,
-        priority: request.priority,
-        cacheSalt: request.cacheSalt,
-        queueTimeoutMs: model.queueTimeoutMs,
-        timeoutMs: model.requestTimeoutMs,
-      },
-      onOutput,
-    );
-  } catch (err) {
-    fail(publicError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
-  }
+  const submit = () => {
+    try {
+      route.worker.generate(
+        {
+          requestId,
+          promptTokenIds,
+          sampling: request.sampling,
+          priority: request.priority,
+          cacheSalt: request.cacheSalt,
+          queueTimeoutMs: model.queueTimeoutMs,
+          timeoutMs: model.requestTimeoutMs,
+        },
+        onOutput,
+      );
+    } catch (err) {
+      fail(publicError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
+    }
+  };
+  submit();
 
   return {
     abort() {
       if (isFinished) return;
       isFinished = true;
-      worker.abort(requestId);
+      route.finished();
+      route.worker.abort(requestId);
     },
   };
 }

@@ -4,7 +4,8 @@
 // histograms add up every step. Nothing is polled.
 import Fastify, { type FastifyInstance } from 'fastify';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { ServedModel } from './served-model.ts';
+import { RouterMetrics } from '../router/metrics.ts';
+import { routerOf, type ServedModel } from './served-model.ts';
 
 const LATENCY_BUCKETS_SEC = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const STEP_BUCKETS_SEC = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
@@ -14,6 +15,8 @@ type WorkerLabel = 'model_name' | 'worker';
 
 export class GatewayMetrics {
   readonly registry = new Registry();
+  /** The routers' metrics (router/metrics.ts), on this registry. */
+  readonly routing: RouterMetrics;
   private readonly models: readonly ServedModel[];
   private readonly requests: Counter<'endpoint' | 'status_code'>;
   private readonly timeToFirstToken: Histogram<'model_name'>;
@@ -96,8 +99,12 @@ export class GatewayMetrics {
       STEP_BUCKETS_SEC,
     );
     this.tokensPerStep = workerHistogram('conduit_engine_tokens_per_step', 'Tokens one engine step computed.', TOKENS_PER_STEP_BUCKETS);
+    this.routing = new RouterMetrics(this.registry);
     for (const model of models) {
-      for (const worker of model.workers) {
+      const router = routerOf(model);
+      this.routing.watch(router);
+      // Workers may join and leave (discovered in Redis): each is watched while it serves.
+      router.watchWorkers((worker) => {
         const labels = { model_name: model.name, worker: worker.address };
         // Label-bound children: a step report then costs no label hashing.
         const step = {
@@ -108,7 +115,7 @@ export class GatewayMetrics {
           schedulingTime: this.schedulingTime.labels(labels),
           tokensPerStep: this.tokensPerStep.labels(labels),
         };
-        worker.onReport(({ stats }) => {
+        return worker.onReport(({ stats }) => {
           if (stats === null) return;
           step.numPreemptions.inc(stats.numPreempted);
           step.numPrefixQueriedTokens.inc(stats.numPrefixQueriedTokens);
@@ -117,7 +124,7 @@ export class GatewayMetrics {
           step.schedulingTime.observe(stats.scheduleMs / 1000);
           step.tokensPerStep.observe(stats.numScheduledTokens);
         });
-      }
+      });
     }
   }
 
@@ -146,7 +153,7 @@ export class GatewayMetrics {
     // A worker whose stream is down drops out rather than reporting stale numbers.
     for (const gauge of gauges) gauge.reset();
     for (const model of this.models) {
-      for (const worker of model.workers) {
+      for (const worker of routerOf(model).workers) {
         const { load } = worker;
         if (load === null) continue;
         const labels = { model_name: model.name, worker: worker.address };

@@ -1,14 +1,18 @@
 // The models this gateway serves: what the caller hands in, plus the tokenizer and chat
 // template loaded from each checkpoint directory.
 import type { EngineClient } from '../engine/types.ts';
-import type { RoutedWorker } from '../router/least-loaded.ts';
+import { ModelRouter } from '../router/model-router.ts';
+import { DEFAULT_ROUTER_SETTINGS } from '../router/settings.ts';
 import { ApiError } from './errors.ts';
 import { loadChatTemplate, type ChatTemplate } from './tokenizer/chat-template.ts';
 import { loadTokenizer } from './tokenizer/load.ts';
 import type { Tokenizer } from './tokenizer/tokenizer.ts';
 
-/** A worker counts its own requests in flight (from generate until its last output or abort). */
-export type ServedWorker = EngineClient & RoutedWorker;
+/**
+ * A worker counts its own requests in flight (from generate until its last output or abort):
+ * one that left the registry is closed once they are done.
+ */
+export type ServedWorker = EngineClient & { readonly numInFlight: number };
 
 export interface ServedModel {
   /** What clients put in `model`. */
@@ -21,9 +25,25 @@ export interface ServedModel {
   queueTimeoutMs?: number;
   requestTimeoutMs?: number;
   workers: ServedWorker[];
+  /**
+   * Picks a worker for each request (router/). Absent: a kv-aware router over `workers`, which
+   * learns the block size from them (routerOf fills it in).
+   */
+  router?: ModelRouter<ServedWorker>;
+}
+
+/** The model's router, made on first use when the caller gave none. */
+export function routerOf(model: ServedModel): ModelRouter<ServedWorker> {
+  if (model.router === undefined) {
+    const router = new ModelRouter<ServedWorker>({ modelName: model.name, blockSizeTokens: null, settings: DEFAULT_ROUTER_SETTINGS });
+    for (const worker of model.workers) router.addWorker(worker);
+    model.router = router;
+  }
+  return model.router;
 }
 
 export interface LoadedModel extends ServedModel {
+  router: ModelRouter<ServedWorker>;
   tokenizer: Tokenizer;
   /** Null when the checkpoint has none; chat requests are then refused. */
   chatTemplate: ChatTemplate | null;
@@ -39,7 +59,7 @@ export class ModelRegistry {
     const createdAtSec = Math.floor(Date.now() / 1000);
     this.models = models.map((model) => {
       const { tokenizer, config } = loadTokenizer(model.modelDir);
-      return { ...model, tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec };
+      return { ...model, router: routerOf(model), tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec };
     });
     this.modelsByName = new Map(this.models.map((model) => [model.name, model]));
   }

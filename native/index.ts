@@ -44,6 +44,7 @@ interface Binding {
   probePeak(kernel: KernelPath, numThreads: number): number;
   probeThreadHandoff(numThreads: number, numCalls: number): ThreadHandoff;
   probeMatmul(probe: MatmulProbe): number;
+  chainBlockHashes(parentHash: Uint8Array, tokenIds: Int32Array, blockSizeTokens: number, numBlocks: number, hashes: Uint8Array): void;
 }
 
 /** One parallel matmul [numRows, k] × [n, k]ᵀ of random weights, split as a forward pass splits it. */
@@ -64,6 +65,35 @@ const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16']
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];
 const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8'];
 const MAX_THREADS = 1024;
+
+/** Bytes of one block hash (engine/kv/block-hash.ts): SHA-256 truncated to 128 bits. */
+export const BLOCK_HASH_BYTES = 16;
+
+/**
+ * Writes numBlocks chained block hashes into hashes (BLOCK_HASH_BYTES each): block i holds
+ * tokenIds[i * blockSizeTokens, (i + 1) * blockSizeTokens) and follows block i - 1, the first
+ * parentHash. The layout is engine/kv/block-hash.ts's.
+ */
+export function chainBlockHashes(
+  parentHash: Uint8Array,
+  tokenIds: Int32Array,
+  blockSizeTokens: number,
+  numBlocks: number,
+  hashes: Uint8Array,
+): void {
+  if (
+    parentHash.length !== BLOCK_HASH_BYTES ||
+    !Number.isInteger(blockSizeTokens) ||
+    blockSizeTokens < 1 ||
+    !Number.isInteger(numBlocks) ||
+    numBlocks < 0 ||
+    tokenIds.length < numBlocks * blockSizeTokens ||
+    hashes.length < numBlocks * BLOCK_HASH_BYTES
+  ) {
+    throw new RangeError(`chainBlockHashes: ${numBlocks} blocks of ${blockSizeTokens} tokens do not fit the arrays given`);
+  }
+  binding.chainBlockHashes(parentHash, tokenIds, blockSizeTokens, numBlocks, hashes);
+}
 
 /** Whether this CPU (and build) can run a kernel path; `auto` always can. */
 export function kernelSupported(kernel: KernelPath): boolean {

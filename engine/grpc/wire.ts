@@ -202,6 +202,7 @@ function loadFromWire(wire: WireWorkerLoad): WorkerLoad {
     numFreeBlocks: wire.numFreeBlocks,
     numTotalBlocks: wire.numTotalBlocks,
     numQueuedPrefillTokens: wire.numQueuedPrefillTokens,
+    numCachedBlocks: wire.numCachedBlocks,
   };
 }
 

@@ -8,12 +8,11 @@
 // in every process and language, and collision-free in practice. A change of the layout must
 // change HASH_SCHEME, which both sides compare.
 import { createHash } from 'node:crypto';
+import { BLOCK_HASH_BYTES, chainBlockHashes } from '../../native/index.ts';
 
 export type BlockHash = string;
 
 export const HASH_SCHEME = 'conduit-kv-sha256-128-v1';
-
-const HASH_BYTES = 16;
 
 /** What besides the tokens decides whether two blocks may share KV. */
 export interface HashScope {
@@ -24,28 +23,52 @@ export interface HashScope {
 }
 
 export function rootHash(scope: HashScope): BlockHash {
-  const hash = createHash('sha256');
+  const hasher = createHash('sha256');
   // Length-prefixed, so no two (model, salt) pairs write the same bytes.
   for (const part of [HASH_SCHEME, scope.model, scope.cacheSalt ?? '']) {
     const bytes = Buffer.from(part, 'utf8');
     const length = Buffer.alloc(4);
     length.writeUInt32LE(bytes.length);
-    hash.update(length).update(bytes);
+    hasher.update(length).update(bytes);
   }
-  return hash.digest('hex').slice(0, 2 * HASH_BYTES);
+  return hasher.digest('hex').slice(0, 2 * BLOCK_HASH_BYTES);
 }
 
-const tokenBuffer = Buffer.alloc(4 * 1024);
+// Hashing runs natively, a run of blocks per call, into scratch arrays reused across calls: the
+// router hashes every prompt it routes, and a call per block through node:crypto cost about a
+// microsecond a block (a Buffer and a hex string each).
+let tokenScratch = new Int32Array(4096);
+let hashScratch = new Uint8Array(BLOCK_HASH_BYTES * 256);
+const hashBytes = () => Buffer.from(hashScratch.buffer, hashScratch.byteOffset, hashScratch.byteLength);
+let hashScratchBytes = hashBytes();
+const parentScratch = Buffer.alloc(BLOCK_HASH_BYTES);
 
-/** The hash of the block holding tokenIds[start, start + blockSizeTokens) after parent. */
-export function blockHash(parent: BlockHash, tokenIds: ArrayLike<number>, start: number, blockSizeTokens: number): BlockHash {
-  const buffer = 4 * blockSizeTokens <= tokenBuffer.length ? tokenBuffer : Buffer.alloc(4 * blockSizeTokens);
-  for (let i = 0; i < blockSizeTokens; i++) buffer.writeInt32LE(tokenIds[start + i], 4 * i);
-  return createHash('sha256')
-    .update(Buffer.from(parent, 'hex'))
-    .update(buffer.subarray(0, 4 * blockSizeTokens))
-    .digest('hex')
-    .slice(0, 2 * HASH_BYTES);
+/**
+ * Appends to hashes the hashes of blocks [firstBlock, firstBlock + numBlocks) of tokenIds, the
+ * first of which follows parent (the root for block 0), and returns hashes.
+ */
+export function appendBlockHashes(
+  hashes: BlockHash[],
+  parent: BlockHash,
+  tokenIds: ArrayLike<number>,
+  firstBlock: number,
+  numBlocks: number,
+  blockSizeTokens: number,
+): BlockHash[] {
+  const numTokens = numBlocks * blockSizeTokens;
+  if (tokenScratch.length < numTokens) tokenScratch = new Int32Array(Math.max(numTokens, 2 * tokenScratch.length));
+  if (hashScratch.length < numBlocks * BLOCK_HASH_BYTES) {
+    hashScratch = new Uint8Array(Math.max(numBlocks * BLOCK_HASH_BYTES, 2 * hashScratch.length));
+    hashScratchBytes = hashBytes();
+  }
+  const firstToken = firstBlock * blockSizeTokens;
+  for (let i = 0; i < numTokens; i++) tokenScratch[i] = tokenIds[firstToken + i];
+  parentScratch.write(parent, 0, BLOCK_HASH_BYTES, 'hex');
+  chainBlockHashes(parentScratch, tokenScratch, blockSizeTokens, numBlocks, hashScratch);
+  // One hex string for the run, sliced per block: a toString per block costs more than its hash.
+  const hex = hashScratchBytes.toString('hex', 0, numBlocks * BLOCK_HASH_BYTES);
+  for (let block = 0; block < numBlocks; block++) hashes.push(hex.slice(2 * BLOCK_HASH_BYTES * block, 2 * BLOCK_HASH_BYTES * (block + 1)));
+  return hashes;
 }
 
 /**
@@ -62,9 +85,6 @@ export function extendBlockHashes(
   if (numBlocks * blockSizeTokens > tokenIds.length) {
     throw new RangeError(`${numBlocks} blocks of ${blockSizeTokens} tokens need more than the ${tokenIds.length} tokens given`);
   }
-  for (let block = hashes.length; block < numBlocks; block++) {
-    const parent = block === 0 ? root : hashes[block - 1];
-    hashes.push(blockHash(parent, tokenIds, block * blockSizeTokens, blockSizeTokens));
-  }
-  return hashes;
+  if (hashes.length >= numBlocks) return hashes;
+  return appendBlockHashes(hashes, hashes.at(-1) ?? root, tokenIds, hashes.length, numBlocks - hashes.length, blockSizeTokens);
 }

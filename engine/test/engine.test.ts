@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createEngine, type Engine } from '../engine.ts';
 import type { GenerateRequest, RequestOutput } from '../types.ts';
-import { FakeRunner } from './fake-runner.ts';
+import { FakeRunner, distinctPrompt } from './fake-runner.ts';
 
 function setup(numKvBlocks = 32) {
   const runner = new FakeRunner({ numKvBlocks, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 64 });
@@ -16,7 +16,7 @@ function setup(numKvBlocks = 32) {
 }
 
 function request(requestId: string, maxTokens: number): GenerateRequest {
-  return { requestId, promptTokenIds: [5, 6, 7, 8, 9], sampling: { maxTokens, seed: 1n } };
+  return { requestId, promptTokenIds: distinctPrompt(requestId, 5), sampling: { maxTokens, seed: 1n } };
 }
 
 /** Resolves with every output of one request once its last one arrives. */
@@ -35,15 +35,39 @@ test('the loop streams one output per request per step and idles when done', asy
   const { engine, runner } = setup();
   t.after(() => engine.close());
   const [a, b] = await Promise.all([collect(engine, request('a', 3)), collect(engine, request('b', 5))]);
-  assert.deepEqual(a.map((output) => output.newTokenIds[0]), [100, 101, 102]);
-  assert.deepEqual(b.map((output) => output.newTokenIds[0]), [100, 101, 102, 103, 104]);
+  assert.deepEqual(a.map((output) => output.newTokenIds[0]), runner.scriptedTokenIds('a', 3));
+  assert.deepEqual(b.map((output) => output.newTokenIds[0]), runner.scriptedTokenIds('b', 5));
   assert.equal(b.at(-1)?.finishReason, 'length');
   const numSteps = runner.steps.length;
   // An idle engine wakes for the next request.
   const c = await collect(engine, request('c', 1));
   assert.equal(c.length, 1);
   assert.equal(runner.steps.length, numSteps + 1);
-  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0 });
+  // Each request's own full blocks stay cached: a computes 5 + 3 - 1 tokens (1 block of 4), b 9 (2), c 5 (1).
+  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 4 });
+});
+
+test('requests sharing a cached prefix share its blocks while any holds them, each its own tokens after it', async (t) => {
+  // 14 blocks of 4 for 4 running requests of 8 shared + 3 own prompt tokens and up to 12 outputs:
+  // blocks are short, so one freed too early (while another request still reads it) is handed
+  // to a newcomer and overwritten, which the fake runner's read-back sees.
+  const runner = new FakeRunner({ numKvBlocks: 14, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 64 });
+  const engine = createEngine(runner, { servedName: 'fake', maxNumSeqs: 4, maxNumBatchedTokens: 16, generationDefaults: { eosTokenIds: [2] } });
+  t.after(() => engine.close());
+  const sharedPrefix = distinctPrompt('shared', 8);
+  const requests = Array.from({ length: 10 }, (_, i): GenerateRequest => ({
+    requestId: `r${i}`,
+    promptTokenIds: [...sharedPrefix, ...distinctPrompt(`r${i}`, 3)],
+    sampling: { maxTokens: 2 + ((i * 5) % 11) },
+  }));
+  const outputs = await Promise.all(requests.map((req) => collect(engine, req)));
+  for (const [i, req] of requests.entries()) {
+    const tokenIds = outputs[i].flatMap((output) => output.newTokenIds);
+    assert.equal(outputs[i].at(-1)?.finishReason, 'length', `${req.requestId}: ${outputs[i].at(-1)?.error?.message}`);
+    assert.deepEqual(tokenIds, runner.scriptedTokenIds(req.requestId, req.sampling.maxTokens!), req.requestId);
+  }
+  assert.ok(outputs.slice(1).some((each) => each.some((output) => output.numCachedTokens === 8)), 'later requests hit the shared prefix');
+  assert.equal(engine.health().load.numFreeBlocks, 14);
 });
 
 test('a refused request gets one error output', async (t) => {
@@ -101,7 +125,8 @@ test('a listener that throws loses its own request and the engine serves on', as
   const other = await collect(engine, request('other', 3));
   assert.equal(other.at(-1)?.finishReason, 'length');
   assert.equal(numCalls, 1);
-  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0 });
+  // The thrower's prompt and the other's prompt and outputs fill one 4-token block each.
+  assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
   await new Promise((resolve) => setImmediate(resolve));
   assert.match(warnings.join('\n'), /request thrower threw: listener bug/);
 });

@@ -2,14 +2,38 @@
 // KV cache that proves the block tables right. Each step writes every computed token id into
 // its slot; a sampled sequence must read its whole history back through its block table, so a
 // block shared by two live sequences, or a position never recomputed after preemption, fails.
+// That holds only where sequences differ: by default every request samples its own tokens
+// (scriptedTokenId), and distinctPrompt gives each request id its own prompt.
 // Log-probabilities are scripted too: a sampled token's is -0.5, its k-th alternative (from 0)
 // is token + k at -0.5 - k; the score of the token after position p is -(p + 1) / 8 with rank
 // p + 1, its k-th alternative that token + k at that score - k.
 import type { ModelRunner, RunnerInfo } from '../runner.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from '../scheduler-output.ts';
 
-/** The token a sequence samples next; the default counts 100, 101, ... per request. */
+/** The token a sequence samples next. */
 export type TokenScript = (entry: ScheduledSequence) => number;
+
+/** Output tokens are ids 100 .. 100 + SCRIPTED_TOKEN_RANGE - 1, within the test models' vocabularies. */
+const SCRIPTED_TOKEN_RANGE = 390;
+/** Requests seen n-th and m-th sample tokens REQUEST_STRIDE × (m − n) apart at the same output index. */
+const REQUEST_STRIDE = 20;
+
+/** The default script's token: the n-th request the runner sees (from 0) counts 100 + 20n, 100 + 20n + 1, ... */
+export function scriptedTokenId(requestOrdinal: number, outputIndex: number): number {
+  return 100 + ((REQUEST_STRIDE * requestOrdinal + outputIndex) % SCRIPTED_TOKEN_RANGE);
+}
+
+/** A prompt of its own for each request id: pseudo-random ids in [10, 100), seeded by the id's FNV-1a hash. */
+export function distinctPrompt(requestId: string, numTokens: number): number[] {
+  let state = 0x811c9dc5;
+  for (let i = 0; i < requestId.length; i++) state = Math.imul(state ^ requestId.charCodeAt(i), 0x01000193) >>> 0;
+  return Array.from({ length: numTokens }, () => {
+    state ^= state << 13;
+    state ^= state >>> 17;
+    state ^= state << 5;
+    return 10 + ((state >>> 0) % 90);
+  });
+}
 
 export class FakeRunner implements ModelRunner {
   readonly info: RunnerInfo;
@@ -21,10 +45,12 @@ export class FakeRunner implements ModelRunner {
   closed = false;
   private readonly slots: Int32Array;
   private readonly script: TokenScript;
+  /** Request id -> the order in which this runner first scheduled it. */
+  private readonly requestOrdinals = new Map<string, number>();
 
-  constructor(info: RunnerInfo, script: TokenScript = (entry) => 100 + entry.numOutputTokens) {
+  constructor(info: RunnerInfo, script?: TokenScript) {
     this.info = info;
-    this.script = script;
+    this.script = script ?? ((entry) => scriptedTokenId(this.ordinalOf(entry.requestId), entry.numOutputTokens));
     this.slots = new Int32Array(info.numKvBlocks * info.blockSizeTokens).fill(-1);
   }
 
@@ -69,6 +95,19 @@ export class FakeRunner implements ModelRunner {
 
   close(): void {
     this.closed = true;
+  }
+
+  /** The tokens the default script gives a request this runner has scheduled, from output index 0. */
+  scriptedTokenIds(requestId: string, numTokens: number): number[] {
+    const ordinal = this.requestOrdinals.get(requestId);
+    if (ordinal === undefined) throw new Error(`${requestId} was never scheduled`);
+    return Array.from({ length: numTokens }, (_, i) => scriptedTokenId(ordinal, i));
+  }
+
+  private ordinalOf(requestId: string): number {
+    let ordinal = this.requestOrdinals.get(requestId);
+    if (ordinal === undefined) this.requestOrdinals.set(requestId, (ordinal = this.requestOrdinals.size));
+    return ordinal;
   }
 
   private slotOf(entry: ScheduledSequence, position: number): number {

@@ -10,7 +10,8 @@ import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
 import { generateToWire, loadEngineService, stepFromWire, type ClientMessage, type StepOutput__Output } from '../grpc/wire.ts';
 import type { GenerateRequest, RequestOutput, StepReport } from '../types.ts';
-import { FakeRunner } from './fake-runner.ts';
+import { pollUntil, within } from '../../test/wait.ts';
+import { FakeRunner, distinctPrompt, scriptedTokenId } from './fake-runner.ts';
 
 const numKvBlocks = 64;
 
@@ -58,7 +59,7 @@ async function startWorker(listen = '127.0.0.1:0') {
 }
 
 function request(requestId: string, maxTokens: number, extra: Partial<GenerateRequest['sampling']> = {}): GenerateRequest {
-  return { requestId, promptTokenIds: [11, 12, 13, 14, 15, 16], sampling: { maxTokens, ...extra } };
+  return { requestId, promptTokenIds: distinctPrompt(requestId, 6), sampling: { maxTokens, ...extra } };
 }
 
 function collect(client: GrpcEngineClient, req: GenerateRequest, onEach?: (output: RequestOutput) => void) {
@@ -79,13 +80,15 @@ test('one stream carries several concurrent requests, each routed back by id', a
   const results = await Promise.all([
     collect(client, request('a', 3, { seed: maxSeed, temperature: 0 })),
     collect(client, request('b', 5)),
-    collect(client, request('c', 1, { stopTokenIds: [100] })),
+    collect(client, request('c', 1, { stopTokenIds: [scriptedTokenId(2, 0)] })),
     collect(client, request('d', 4, { topP: 0.25, topK: 3 })),
   ]);
   const tokensOf = (outputs: RequestOutput[]) => outputs.flatMap((output) => output.newTokenIds);
-  assert.deepEqual(results.map(tokensOf), [[100, 101, 102], [100, 101, 102, 103, 104], [100], [100, 101, 102, 103]]);
+  // Scheduled in arrival order, the n-th request samples its own tokens from scriptedTokenId(n, 0).
+  const scripted = (ordinal: number, numTokens: number) => Array.from({ length: numTokens }, (_, i) => scriptedTokenId(ordinal, i));
+  assert.deepEqual(results.map(tokensOf), [scripted(0, 3), scripted(1, 5), scripted(2, 1), scripted(3, 4)]);
   assert.deepEqual(results.map((outputs) => outputs.at(-1)!.finishReason), ['length', 'length', 'stop', 'length']);
-  assert.equal(results[2].at(-1)!.stopTokenId, 100);
+  assert.equal(results[2].at(-1)!.stopTokenId, scriptedTokenId(2, 0));
   assert.equal(results[1].at(-1)!.numPromptTokens, 6);
   assert.equal(client.numInFlight, 0);
 
@@ -99,7 +102,8 @@ test('one stream carries several concurrent requests, each routed back by id', a
   const health = await client.health();
   assert.equal(health.serving, true);
   assert.deepEqual(health.model, { modelName: 'fake', maxModelLen: 128, vocabSize: 500, blockSizeTokens: 4, eosTokenIds: [2], blockHashScheme: HASH_SCHEME });
-  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0 });
+  // Each request's own full blocks stay cached: 6-token prompts and 3, 5, 1 and 4 outputs compute 8, 10, 6 and 9 tokens.
+  assert.deepEqual(health.load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2 + 2 + 1 + 2 });
 });
 
 test('abort mid-stream ends the request and frees its blocks on the worker', async (t) => {
@@ -121,7 +125,7 @@ test('abort mid-stream ends the request and frees its blocks on the worker', asy
   assert.ok(outputs.at(-1)!.numOutputTokens < 100);
   assert.equal(client.numInFlight, 0);
   const { load } = await client.health();
-  assert.deepEqual(load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0 });
+  assert.deepEqual(load, { numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
 });
 
 test('a refused request comes back as one error output', async (t) => {
@@ -138,9 +142,10 @@ test('pending requests fail cleanly when the worker goes away, and later ones fa
   runner.beforeStep = gate.wait;
   const pending = Promise.all([collect(client, request('a', 10)), collect(client, request('b', 10))]);
   // Wait until the worker holds both requests, then take it away.
-  for (let load = (await client.health()).load; load.numRunning + load.numWaiting < 2; ) {
-    load = (await client.health()).load;
-  }
+  await pollUntil(async () => {
+    const { load } = await client.health();
+    return load.numRunning + load.numWaiting >= 2;
+  }, 'the worker holds both requests');
   await server.close();
   const failed = await pending;
   for (const outputs of failed) {
@@ -169,16 +174,19 @@ test('a client that goes away has its requests aborted on the worker', { timeout
     return stop();
   });
   const pending = collect(client, request('orphan', 100));
-  for (let load = (await observer.health()).load; load.numRunning + load.numWaiting < 1; ) {
-    load = (await observer.health()).load;
-  }
+  await pollUntil(async () => {
+    const { load } = await observer.health();
+    return load.numRunning + load.numWaiting >= 1;
+  }, 'the worker holds the request');
   client.close();
   assert.equal((await pending).at(-1)!.error?.code, 'engine_unavailable');
   // One step per health round trip: the cancel overtakes the 100 steps the request would need.
-  for (let load = (await observer.health()).load; load.numFreeBlocks < numKvBlocks || load.numRunning > 0; ) {
+  await pollUntil(async () => {
+    const { load } = await observer.health();
+    if (load.numFreeBlocks === numKvBlocks && load.numRunning === 0) return true;
     gate.open();
-    load = (await observer.health()).load;
-  }
+    return false;
+  }, 'the worker frees the orphaned request');
   const numOutputTokens = runner.steps.flatMap((step) => step.scheduled).map((entry) => entry.numOutputTokens);
   assert.ok(Math.max(...numOutputTokens) < 99);
 });
@@ -192,7 +200,7 @@ test('a worker listens on a unix socket', async (t) => {
   });
   assert.equal(server.address, `unix:${path.join(dir, 'worker.sock')}`);
   const outputs = await collect(client, request('u', 2));
-  assert.deepEqual(outputs.flatMap((output) => output.newTokenIds), [100, 101]);
+  assert.deepEqual(outputs.flatMap((output) => output.newTokenIds), [scriptedTokenId(0, 0), scriptedTokenId(0, 1)]);
 });
 
 /** A raw Stream call, as another implementation of the wire would open it. */
@@ -217,7 +225,7 @@ function openRawStream(address: string) {
     messages,
     /** Resolves once count messages have arrived in all. */
     waitFor: (count: number) =>
-      new Promise<void>((resolve) => (messages.length >= count ? resolve() : waiters.push({ count, resolve }))),
+      within(new Promise<void>((resolve) => (messages.length >= count ? resolve() : waiters.push({ count, resolve }))), `${count} messages`),
     close() {
       call.cancel();
       stub.close();
@@ -242,11 +250,16 @@ test('the worker sends one message per step with every request\'s outputs, its l
   assert.equal(stream.messages[0].report.stats, null);
 
   const maxTokensById = { a: 3, b: 5, c: 2, d: 4 };
+  // One prompt for all four, so that they share its first block.
+  const sharedPrompt = distinctPrompt('shared', 6);
   for (const [requestId, maxTokens] of Object.entries(maxTokensById)) {
-    stream.call.write({ generate: generateToWire(request(requestId, maxTokens, { temperature: 0 })) });
+    stream.call.write({ generate: generateToWire({ ...request(requestId, maxTokens, { temperature: 0 }), promptTokenIds: sharedPrompt }) });
   }
   // The first step holds the first request; the rest join the second, so four run together.
-  for (let load = (await client.health()).load; load.numRunning + load.numWaiting < 4; ) load = (await client.health()).load;
+  await pollUntil(async () => {
+    const { load } = await client.health();
+    return load.numRunning + load.numWaiting >= 4;
+  }, 'the worker holds all four requests');
   gate.open(1_000);
   const numFinished = () => stream.messages.flatMap((message) => message.outputs).filter((output) => output.finishReason !== null).length;
   while (numFinished() < 4) await stream.waitFor(stream.messages.length + 1);
@@ -267,11 +280,13 @@ test('the worker sends one message per step with every request\'s outputs, its l
   assert.equal(stepMessages.length, 6, 'one message per step (the longest request\'s 5 and the first alone), not one per token');
   assert.equal(Math.max(...stepMessages.map((message) => message.outputs.length)), 4);
   assert.deepEqual(stepMessages.at(-1)!.report.load, {
-    numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0,
+    numRunning: 0, numWaiting: 0, numFreeBlocks: numKvBlocks, numTotalBlocks: numKvBlocks, numQueuedPrefillTokens: 0, numCachedBlocks: 1 + 3,
   });
-  // Their 6-token prompts fill one 4-token block each, the same block: stored once.
+  // Their 6-token prompts fill one 4-token block each, the same block: stored once. Each samples
+  // its own tokens, so a second block (prompt tail and outputs, full once 8 tokens are computed:
+  // a, b and d) is stored per request.
   const stored = stepMessages.flatMap((message) => message.report.events).filter((event) => event.kind === 'stored');
-  assert.equal(stored.flatMap((event) => (event.kind === 'stored' ? event.blockHashes : [])).length, 2);
+  assert.equal(stored.flatMap((event) => (event.kind === 'stored' ? event.blockHashes : [])).length, 1 + 3);
 
   // A stream opened later learns the whole cache in its first message.
   const late = openRawStream(server.address);

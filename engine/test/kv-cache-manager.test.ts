@@ -3,8 +3,10 @@
 // every block holds.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { blockHash, rootHash, type BlockHash } from '../kv/block-hash.ts';
+import { createHash } from 'node:crypto';
+import { appendBlockHashes, extendBlockHashes, rootHash, type BlockHash } from '../kv/block-hash.ts';
 import { KvCacheManager, type KvSequence } from '../kv/kv-cache-manager.ts';
+import { testSeed } from '../../test/seed.ts';
 
 const BLOCK_SIZE = 4;
 
@@ -25,6 +27,36 @@ function admit(kv: KvCacheManager, sequence: KvSequence, numNewTokens?: number):
   sequence.numComputedTokens += numTokens;
   return true;
 }
+
+/** The layout written out, one node:crypto SHA-256 per block: what the native chain must equal. */
+function referenceBlockHash(parent: BlockHash, tokenIds: readonly number[], start: number, blockSizeTokens: number): BlockHash {
+  const bytes = Buffer.alloc(16 + 4 * blockSizeTokens);
+  bytes.write(parent, 0, 16, 'hex');
+  for (let i = 0; i < blockSizeTokens; i++) bytes.writeInt32LE(tokenIds[start + i], 16 + 4 * i);
+  return createHash('sha256').update(bytes).digest('hex').slice(0, 32);
+}
+
+function blockHash(parent: BlockHash, tokenIds: readonly number[], start: number, blockSizeTokens: number): BlockHash {
+  return appendBlockHashes([], parent, tokenIds, start / blockSizeTokens, 1, blockSizeTokens)[0];
+}
+
+test('the native chain of block hashes equals node:crypto SHA-256 over the layout, on random tokens', (t) => {
+  const seed = testSeed(t);
+  const random = rng(seed);
+  for (let trial = 0; trial < 50; trial++) {
+    const blockSizeTokens = 1 + Math.floor(random() * 64);
+    const numBlocks = Math.floor(random() * 40);
+    const firstBlock = Math.floor(random() * 4);
+    const tokenIds = Array.from({ length: (firstBlock + numBlocks) * blockSizeTokens }, () => Math.floor(random() * 2 ** 31) * (random() < 0.5 ? -1 : 1));
+    const parent = rootHash({ model: `m${trial}` });
+    const expected: BlockHash[] = [];
+    for (let block = firstBlock, previous = parent; block < firstBlock + numBlocks; block++) {
+      previous = referenceBlockHash(previous, tokenIds, block * blockSizeTokens, blockSizeTokens);
+      expected.push(previous);
+    }
+    assert.deepEqual(appendBlockHashes(['kept'], parent, tokenIds, firstBlock, numBlocks, blockSizeTokens), ['kept', ...expected]);
+  }
+});
 
 test('block hashes chain: the same block after a different prefix, model or salt hashes differently', () => {
   const root = rootHash({ model: 'm' });
@@ -135,8 +167,8 @@ function rng(seed: number): () => number {
   };
 }
 
-test('10,000 random operations keep every block free or held, held blocks counted exactly, and cached KV right', () => {
-  const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+test('10,000 random operations keep every block free or held, held blocks counted exactly, and cached KV right', (t) => {
+  const seed = testSeed(t);
   const random = rng(seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)];
   const numBlocks = 24;
@@ -240,4 +272,20 @@ test('10,000 random operations keep every block free or held, held blocks counte
   for (const sequence of [...live]) release(sequence);
   assert.equal(kv.numFreeBlocks, numBlocks, `${label()}: every block ends free`);
   for (let blockId = 0; blockId < numBlocks; blockId++) assert.equal(kv.refCountOf(blockId), 0);
+});
+
+test('block hashes are pinned: the same bytes in every process, version and language', () => {
+  // Values of the reference layout (scheme, model and salt length-prefixed; parent bytes, then
+  // int32 little-endian token ids; SHA-256 truncated to 128 bits). A change here is a new HASH_SCHEME.
+  const root = rootHash({ model: 'conduit-tiny' });
+  assert.equal(root, 'fe668d392c528afd5b3918e4463be2d7');
+  const salted = rootHash({ model: 'conduit-tiny', cacheSalt: 'tenant-a' });
+  assert.equal(salted, '9af245fcf03c5b967a0829d3776b5abe');
+  const tokens = Array.from({ length: 48 }, (_, i) => (i * 7919) % 32000);
+  assert.deepEqual(extendBlockHashes([], root, tokens, 16, 3), [
+    'a641be64ba64c4578be04e39bcd9f583', 'f076e073d331af986d01079a929f14e2', '36c159306ed62cae5823a104d3b8ff4e',
+  ]);
+  assert.equal(blockHash(salted, [0, 1, 2, 3], 0, 4), '14417dedcb86cee80d7945f4be7c0cf0');
+  // A block larger than the scratch buffer's first size.
+  assert.equal(blockHash(root, Array.from({ length: 2048 }, (_, i) => i), 0, 1024), '65ee5aac2c8eb7e8f3ddcb2325cfba72');
 });

@@ -2,9 +2,11 @@
 import { Scheduler, type SchedulerConfig } from '../scheduler.ts';
 import type { SchedulerOutput } from '../scheduler-output.ts';
 import type { GenerateRequest, RequestOutput, SamplingParams } from '../types.ts';
-import { FakeRunner, type TokenScript } from './fake-runner.ts';
+import { FakeRunner, distinctPrompt, type TokenScript } from './fake-runner.ts';
 
 export const EOS = 2;
+/** More steps than any scheduler test needs. */
+const MAX_STEPS = 10_000;
 
 export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenScript) {
   const config: SchedulerConfig = {
@@ -30,8 +32,12 @@ export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenSc
     },
     script,
   );
+  let numSteps = 0;
   /** One engine step: schedule, execute, update. */
   async function step(): Promise<{ output: SchedulerOutput; news: RequestOutput[] }> {
+    // Tests step until the scheduler is done; one that never is would spin on microtasks, where
+    // no test timeout can interrupt it.
+    if (++numSteps > MAX_STEPS) throw new Error(`more than ${MAX_STEPS} steps: the scheduler never finishes`);
     const output = scheduler.schedule();
     const news = scheduler.update(output, await runner.execute(output));
     return { output, news };
@@ -39,8 +45,9 @@ export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenSc
   return { scheduler, runner, step };
 }
 
+/** A request with a prompt of its own (distinctPrompt), so that no two requests share a block by accident. */
 export function request(requestId: string, numPromptTokens: number, sampling: SamplingParams = {}): GenerateRequest {
-  return { requestId, promptTokenIds: Array.from({ length: numPromptTokens }, (_, i) => 10 + i), sampling };
+  return { requestId, promptTokenIds: distinctPrompt(requestId, numPromptTokens), sampling };
 }
 
 export function plan(output: SchedulerOutput): string[] {

@@ -5,7 +5,7 @@ import type { TokenScript } from './fake-runner.ts';
 import { EOS, plan, request, setup } from './scheduler-harness.ts';
 
 test('a new request joins the running batch at the next step and a finished one leaves it', async () => {
-  const { scheduler, step } = setup();
+  const { scheduler, runner, step } = setup();
   assert.equal(scheduler.add(request('a', 5, { maxTokens: 3 })), null);
   assert.deepEqual(plan((await step()).output), ['a:5*']);
   assert.equal(scheduler.add(request('b', 6, { maxTokens: 3 })), null);
@@ -15,8 +15,8 @@ test('a new request joins the running batch at the next step and a finished one 
   assert.deepEqual(
     third.news.map((news) => [news.requestId, news.newTokenIds, news.finishReason, news.numOutputTokens]),
     [
-      ['a', [102], 'length', 3],
-      ['b', [101], null, 2],
+      ['a', runner.scriptedTokenIds('a', 3).slice(2), 'length', 3],
+      ['b', runner.scriptedTokenIds('b', 2).slice(1), null, 2],
     ],
   );
   assert.deepEqual(plan((await step()).output), ['b:1*']);
@@ -79,7 +79,7 @@ test('an abort of a waiting request takes it out of the queue', () => {
   scheduler.add(request('queued', 4));
   assert.equal(scheduler.load().numWaiting, 1);
   assert.equal(scheduler.abort('queued')?.finishReason, 'abort');
-  assert.deepEqual(scheduler.load(), { numRunning: 0, numWaiting: 0, numFreeBlocks: 64, numTotalBlocks: 64, numQueuedPrefillTokens: 0 });
+  assert.deepEqual(scheduler.load(), { numRunning: 0, numWaiting: 0, numFreeBlocks: 64, numTotalBlocks: 64, numQueuedPrefillTokens: 0, numCachedBlocks: 0 });
 });
 
 test('a request waits while the pool is full and runs once blocks come back', async () => {
@@ -99,7 +99,7 @@ test('a request waits while the pool is full and runs once blocks come back', as
 
 test('a sequence that cannot grow preempts the most recently admitted one, which recomputes later', async () => {
   // 4 blocks of 4 tokens hold a and b's prompts; a's 9th token needs a third block.
-  const { scheduler, step } = setup({ numKvBlocks: 4 });
+  const { scheduler, runner, step } = setup({ numKvBlocks: 4 });
   scheduler.add(request('a', 7, { maxTokens: 4 }));
   scheduler.add(request('b', 7, { maxTokens: 4 }));
   const tokens = new Map<string, number[]>([['a', []], ['b', []]]);
@@ -119,8 +119,8 @@ test('a sequence that cannot grow preempts the most recently admitted one, which
     { plan: ['b:1*'], preempted: [] },
   ]);
   // The output index carries over the preemption, so the tokens are those of an undisturbed run.
-  assert.deepEqual(tokens.get('a'), [100, 101, 102, 103]);
-  assert.deepEqual(tokens.get('b'), [100, 101, 102, 103]);
+  assert.deepEqual(tokens.get('a'), runner.scriptedTokenIds('a', 4));
+  assert.deepEqual(tokens.get('b'), runner.scriptedTokenIds('b', 4));
   assert.equal(scheduler.load().numFreeBlocks, 4);
 });
 

@@ -1,6 +1,7 @@
 // POST /v1/chat/completions.
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
+import { affinityKeyOf } from '../../router/affinity.ts';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
 import type { LoadedModel } from '../served-model.ts';
@@ -114,6 +115,7 @@ export function registerChatRoute(app: FastifyInstance, { registry, metrics, str
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
       includeStopStrInOutput: request.include_stop_str_in_output === true,
+      affinityKey: affinityKeyOf(httpRequest.headers),
       arrivalMs,
     };
     return respond(

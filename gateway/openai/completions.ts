@@ -1,6 +1,7 @@
 // POST /v1/completions.
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
+import { affinityKeyOf } from '../../router/affinity.ts';
 import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import { ApiError } from '../errors.ts';
 import type { GenerationRequest, TokenLogprob } from '../generation.ts';
@@ -167,6 +168,7 @@ export function registerCompletionsRoute(app: FastifyInstance, { registry, metri
         priority: request.priority ?? undefined,
         cacheSalt: request.cache_salt ?? undefined,
         includeStopStrInOutput: request.include_stop_str_in_output === true,
+        affinityKey: affinityKeyOf(httpRequest.headers),
         arrivalMs,
       };
       return choiceRequestsOf(generationRequest, numChoicesPerPrompt, echoesLogprobs && isStream);

@@ -1,5 +1,6 @@
 // Turns a validated OpenAI request into what the engine takes: sampling parameters, stop
 // strings, and a prompt checked against the model's context length.
+import { randomUUID } from 'node:crypto';
 import type { SamplingParams } from '../../engine/types.ts';
 import { ApiError } from '../errors.ts';
 import type { GenerationRequest } from '../generation.ts';
@@ -164,12 +165,13 @@ export function checkTokenIds(model: LoadedModel, tokenIds: readonly number[], p
 /**
  * One generation request per choice. The engine's sampling is a pure function of (seed, output
  * index), so choices that shared a seed would be identical: choice i draws with seed + i. The
- * choices share the prompt's cached blocks in the worker. The prompt is one, so its
- * log-probabilities are computed once, by the first choice, unless everyChoiceScoresPrompt (a
- * streamed echo opens each choice with them, whichever choice runs first).
+ * choices share the prompt's cached blocks in the worker: one affinity key routes them together.
+ * The prompt is one, so its log-probabilities are computed once, by the first choice, unless
+ * everyChoiceScoresPrompt (a streamed echo opens each choice with them, whichever choice runs first).
  */
 export function choiceRequestsOf(request: GenerationRequest, numChoices: number, everyChoiceScoresPrompt = false): GenerationRequest[] {
   const { seed } = request.sampling;
+  if (numChoices > 1) request = { ...request, affinityKey: request.affinityKey ?? randomUUID() };
   return Array.from({ length: numChoices }, (_, index) => {
     if (index === 0) return request;
     const sampling = { ...request.sampling };

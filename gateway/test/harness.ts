@@ -21,6 +21,8 @@ export interface TestGateway {
   baseUrl: string;
   metricsUrl: string;
   engine: ScriptedEngine;
+  /** Every worker of both models: engine, then any more that numWorkers asked for. */
+  engines: ScriptedEngine[];
   tokenizer: Tokenizer;
   /** Token ids of text, as the model would generate them. */
   tokens(text: string): number[];
@@ -36,6 +38,8 @@ export interface TestGatewayOptions {
   bodyLimitBytes?: number;
   /** Also serve LONG_MODEL_NAME (the same tokenizer and template) with this context length. */
   longModelLen?: number;
+  /** Scripted workers behind both models (default 1), routed by their router. */
+  numWorkers?: number;
 }
 
 function writeModelDir(dir: string, chatTemplate: string | null) {
@@ -67,11 +71,12 @@ export async function startTestGateway(
   const modelInfo = {
     modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256], blockHashScheme: HASH_SCHEME,
   };
-  const engine = new ScriptedEngine(modelInfo, scriptFor);
+  const engines = Array.from({ length: options.numWorkers ?? 1 }, (_, i) => new ScriptedEngine(modelInfo, scriptFor, `scripted:${i}`));
+  const engine = engines[0];
   const models: ServedModel[] = [
-    { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
-    { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [engine] },
-    ...(options.longModelLen === undefined ? [] : [{ name: LONG_MODEL_NAME, modelDir, maxModelLen: options.longModelLen, workers: [engine] }]),
+    { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [...engines] },
+    { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [...engines] },
+    ...(options.longModelLen === undefined ? [] : [{ name: LONG_MODEL_NAME, modelDir, maxModelLen: options.longModelLen, workers: [...engines] }]),
   ];
   const metrics = new GatewayMetrics(models);
   const gateway: FastifyInstance = await createGateway({
@@ -88,6 +93,7 @@ export async function startTestGateway(
     baseUrl,
     metricsUrl,
     engine,
+    engines,
     tokenizer,
     tokens: (text) => tokenizer.encode(text, { addSpecialTokens: false }),
     post: (route, body) =>

@@ -351,7 +351,12 @@ test('a client that disconnects mid-stream aborts its response in the worker', {
   });
   const reader = response.body!.getReader();
   let received = '';
-  while (!received.includes('response.output_text.delta')) received += new TextDecoder().decode((await reader.read()).value);
+  while (!received.includes('response.output_text.delta')) {
+    const { value, done } = await reader.read();
+    // An ended stream reads done at once, forever: a loop over it would never yield to a timeout.
+    assert.ok(!done, `the stream ended before its first delta: ${received}`);
+    received += new TextDecoder().decode(value);
+  }
   const aborted = once(gateway.engine, 'abort');
   controller.abort();
   const [requestId] = await aborted;

@@ -5,7 +5,6 @@ import type { EngineError } from '../../engine/errors.ts';
 import type {
   EngineClient, GenerateRequest, PromptTokenLogprobs, RequestOutput, StepReport, WorkerLoad, WorkerModelInfo,
 } from '../../engine/types.ts';
-import type { RoutedWorker } from '../../router/least-loaded.ts';
 
 export interface Script {
   /** Token ids per engine step. */
@@ -39,8 +38,9 @@ function after(delayMs: number | undefined, run: () => void) {
   else setTimeout(run, delayMs);
 }
 
-export class ScriptedEngine extends EventEmitter implements EngineClient, RoutedWorker {
-  readonly address = 'scripted:0';
+export class ScriptedEngine extends EventEmitter implements EngineClient {
+  readonly address: string;
+  /** Requests from generate until their last output or abort. */
   numInFlight = 0;
   serving = true;
   readonly requests: GenerateRequest[] = [];
@@ -50,8 +50,9 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
   private readonly scriptFor: (request: GenerateRequest) => Script;
   private readonly modelInfo: WorkerModelInfo;
 
-  constructor(modelInfo: WorkerModelInfo, scriptFor: (request: GenerateRequest) => Script) {
+  constructor(modelInfo: WorkerModelInfo, scriptFor: (request: GenerateRequest) => Script, address = 'scripted:0') {
     super();
+    this.address = address;
     this.modelInfo = modelInfo;
     this.scriptFor = scriptFor;
   }
@@ -107,7 +108,7 @@ export class ScriptedEngine extends EventEmitter implements EngineClient, Routed
   }
 
   get load(): WorkerLoad {
-    return { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100, numQueuedPrefillTokens: 0 };
+    return { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100, numQueuedPrefillTokens: 0, numCachedBlocks: 0 };
   }
 
   onReport(listener: (report: StepReport) => void): () => void {

@@ -169,7 +169,8 @@ test('a text completion, streamed and not, from a string or from token ids', asy
   ]);
 });
 
-test('a stop string split across tokens never leaks, ends with finish_reason stop, and aborts the worker', async () => {
+// Bounded: a broken hold-back misses the stop, and the scripted worker never ends on its own.
+test('a stop string split across tokens never leaks, ends with finish_reason stop, and aborts the worker', { timeout: 30_000 }, async () => {
   // "Hello wor" + "ld. More": the stop "world." spans three tokens.
   script = { steps: oneTokenPerStep(gateway.tokens('Hello world. More text')), hang: true };
   const response = await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, stream: true, stop: ['world.'] });

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "conduit.h"
+#include "block_hash.h"
 
 namespace {
 
@@ -395,7 +396,19 @@ Napi::Value ProbeMatmul(const Napi::CallbackInfo& info) {
   return ThrowIfFailed(info.Env(), status, error, Napi::Number::New(info.Env(), seconds));
 }
 
+// chainBlockHashes(parentHash: Uint8Array(16), tokenIds: Int32Array, blockSizeTokens, numBlocks, hashes: Uint8Array)
+// Lengths are checked in native/index.ts.
+Napi::Value ChainBlockHashes(const Napi::CallbackInfo& info) {
+  const Napi::Uint8Array parent = info[0].As<Napi::Uint8Array>();
+  const Napi::Int32Array token_ids = info[1].As<Napi::Int32Array>();
+  Napi::Uint8Array hashes = info[4].As<Napi::Uint8Array>();
+  cd_chain_block_hashes(parent.Data(), token_ids.Data(), info[2].As<Napi::Number>().Int32Value(),
+                        info[3].As<Napi::Number>().Int32Value(), hashes.Data());
+  return info.Env().Undefined();
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("chainBlockHashes", Napi::Function::New(env, ChainBlockHashes));
   exports.Set("probeStreamRead", Napi::Function::New(env, ProbeStreamRead));
   exports.Set("probePeak", Napi::Function::New(env, ProbePeak));
   exports.Set("probeThreadHandoff", Napi::Function::New(env, ProbeThreadHandoff));

@@ -1,22 +1,32 @@
 // Shared by the native runtime's tests: random checkpoints in temporary directories, and
 // ForwardBatch building from per-sequence pieces.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint, type CheckpointOptions } from '../../tools/make-checkpoint.ts';
-import type { ForwardBatch, KernelPath, LoadOptions, NativeModel } from '../api.ts';
+import { testSeed } from '../../test/seed.ts';
+import type { ForwardBatch, LoadOptions, NativeModel } from '../api.ts';
 import { SEQ_RETURN_LOGITS, SEQ_SAMPLE } from '../api.ts';
 import { kernelSupported, loadModel } from '../index.ts';
+import { KERNEL_NAMES, cpuFlagsOf, kernelPathsOf, type KernelName } from './kernel-coverage.ts';
 
 export type ShapeOptions = Omit<CheckpointOptions, 'outDir' | keyof typeof DEFAULT_OPTIONS> & Partial<CheckpointOptions>;
 
-/** Every kernel path this CPU can run (all three on the x86-64 machines CI uses). */
-export const KERNELS: readonly Exclude<KernelPath, 'auto'>[] = (['avx512', 'avx2', 'scalar'] as const).filter(kernelSupported);
+/**
+ * Every kernel path, whether this CPU runs it or not: tests loop over all three and pass
+ * kernelSkip(kernel) as their skip option, so a path the CPU lacks shows as skipped.
+ */
+export const KERNELS: readonly KernelName[] = KERNEL_NAMES;
 
-/** A fresh seed per run; tests print it when they fail. */
-export function freshSeed(): number {
-  return Math.floor(Math.random() * 2 ** 31);
+/** False where this CPU runs the path; otherwise why not, for a skipped test. */
+export function kernelSkip(kernel: KernelName): false | string {
+  if (kernelSupported(kernel)) return false;
+  const missing = existsSync('/proc/cpuinfo') ? kernelPathsOf(cpuFlagsOf(readFileSync('/proc/cpuinfo', 'utf8'))).missingFlags[kernel] : undefined;
+  return `this CPU cannot run the ${kernel} kernels${missing?.length ? ` (it lacks ${missing.join(', ')})` : ''}`;
 }
+
+/** A fresh seed per run, or CONDUIT_TEST_SEED's; reported on t, so a run can be replayed. */
+export { testSeed as freshSeed };
 
 export function makeTempDir(prefix: string): { dir: string; [Symbol.dispose](): void } {
   const dir = mkdtempSync(path.join(os.tmpdir(), `conduit-native-${prefix}-`));

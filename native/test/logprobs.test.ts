@@ -71,8 +71,8 @@ function assertUnusedTail(ids: Int32Array, logprobs: Float32Array, row: number, 
   }
 }
 
-test('top logprobs are the raw top-N, descending, within tolerance of the fp64 log-softmax', async () => {
-  const seed = freshSeed();
+test('top logprobs are the raw top-N, descending, within tolerance of the fp64 log-softmax', async (t) => {
+  const seed = freshSeed(t);
   const random = uniformSource(seed);
   const vocabSize = 96;
   using temp = makeTempDir('top-logprobs');
@@ -108,8 +108,8 @@ test('top logprobs are the raw top-N, descending, within tolerance of the fp64 l
   });
 });
 
-test('tied logits are listed and chosen by the lower id', async () => {
-  const seed = freshSeed();
+test('tied logits are listed and chosen by the lower id', async (t) => {
+  const seed = freshSeed(t);
   const vocabSize = 64;
   const shape = tinyShape(vocabSize, seed);
   const prompt = randomTokens(6, vocabSize, seed);
@@ -167,8 +167,8 @@ function assertPromptChunk(result: ForwardResult, check: PromptCheck, start: num
   }
 }
 
-test('prompt logprobs over chunks linked by promptNextTokenIds match the position-by-position log-softmax', async () => {
-  const seed = freshSeed();
+test('prompt logprobs over chunks linked by promptNextTokenIds match the position-by-position log-softmax', async (t) => {
+  const seed = freshSeed(t);
   // 2^22 floats of logits per slab / 20 000 = 209 rows: the two flagged 230-token chunks take three slabs.
   const vocabSize = 20000;
   const promptTokens = 260;
@@ -208,8 +208,8 @@ test('prompt logprobs over chunks linked by promptNextTokenIds match the positio
   });
 });
 
-test('prompt logprob outputs are empty unless a sequence asks for them', async () => {
-  const seed = freshSeed();
+test('prompt logprob outputs are empty unless a sequence asks for them', async (t) => {
+  const seed = freshSeed(t);
   using temp = makeTempDir('prompt-logprobs-empty');
   const modelDir = writeCheckpoint(temp.dir, 'model', tinyShape(32, seed));
   await withModel(loadOptions(modelDir, { numKvBlocks: 4 }), async (model) => {

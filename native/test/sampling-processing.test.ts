@@ -107,8 +107,8 @@ function randomAdjustments(random: () => number, raw: Float32Array, adjustment: 
   };
 }
 
-test('greedy after logit bias and each penalty takes the exact argmax of the reference adjusted logits', async () => {
-  const seed = freshSeed();
+test('greedy after logit bias and each penalty takes the exact argmax of the reference adjusted logits', async (t) => {
+  const seed = freshSeed(t);
   const random = uniformSource(seed);
   await withRandomModel(seed, async (model) => {
     const adjustments: Adjustment[] = ['bias', 'repetition', 'frequency', 'presence', 'all'];
@@ -143,8 +143,8 @@ test('greedy after logit bias and each penalty takes the exact argmax of the ref
   });
 });
 
-test('a -Infinity bias bans tokens (min_tokens): greedy takes the best of the rest', async () => {
-  const seed = freshSeed();
+test('a -Infinity bias bans tokens (min_tokens): greedy takes the best of the rest', async (t) => {
+  const seed = freshSeed(t);
   await withRandomModel(seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
@@ -155,8 +155,8 @@ test('a -Infinity bias bans tokens (min_tokens): greedy takes the best of the re
   });
 });
 
-test('a row with every token banned falls back to the raw argmax, greedy or drawn', async () => {
-  const seed = freshSeed();
+test('a row with every token banned falls back to the raw argmax, greedy or drawn', async (t) => {
+  const seed = freshSeed(t);
   await withRandomModel(seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
@@ -176,8 +176,8 @@ test('a row with every token banned falls back to the raw argmax, greedy or draw
   });
 });
 
-test('a repetition penalty small enough to overflow a logit to +Infinity gives that token', async () => {
-  const seed = freshSeed();
+test('a repetition penalty small enough to overflow a logit to +Infinity gives that token', async (t) => {
+  const seed = freshSeed(t);
   await withRandomModel(seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
@@ -195,7 +195,7 @@ test('a repetition penalty small enough to overflow a logit to +Infinity gives t
 // Chi-square at a 1e-6 false-failure rate per case (Wilson–Hilferty quantile), and an exact
 // check that nothing outside the reference's support is ever drawn.
 test('draws with min-p, top-k, top-p, penalties and bias follow the reference distribution', async (t) => {
-  const seed = freshSeed();
+  const seed = freshSeed(t);
   const random = uniformSource(seed);
   await withRandomModel(seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
@@ -230,8 +230,8 @@ test('draws with min-p, top-k, top-p, penalties and bias follow the reference di
   });
 });
 
-test('with penalties and min-p, the same seed repeats its draws and another seed does not', async () => {
-  const seed = freshSeed();
+test('with penalties and min-p, the same seed repeats its draws and another seed does not', async (t) => {
+  const seed = freshSeed(t);
   const random = uniformSource(seed);
   await withRandomModel(seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);

@@ -59,8 +59,8 @@ test('top_k = 1 and a tiny top_p both reduce to greedy', async () => {
   });
 });
 
-test('a seeded draw depends only on (seed, outputIndex), not on the batch around it', async () => {
-  const seed = BigInt(freshSeed());
+test('a seeded draw depends only on (seed, outputIndex), not on the batch around it', async (t) => {
+  const seed = BigInt(freshSeed(t));
   await withSamplingModel(async (model) => {
     const target: Partial<SeqChunk> = { temperature: 1, topP: 0.9, topK: 12, seed, outputIndex: 4 };
     const alone = await sampleMany(model, [target]);

@@ -12,8 +12,8 @@ import { freshSeed } from './helpers.ts';
 const STRESS_BINARY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'thread_pool_stress');
 const TIMEOUT_MS = 120_000;
 
-test('every task runs exactly once, with no lost wake-up, on 1 to 8 threads', { timeout: TIMEOUT_MS }, async () => {
-  const seed = freshSeed();
+test('every task runs exactly once, with no lost wake-up, on 1 to 8 threads', { timeout: TIMEOUT_MS }, async (t) => {
+  const seed = freshSeed(t);
   const { stdout } = await promisify(execFile)(STRESS_BINARY, [String(seed)], { timeout: TIMEOUT_MS }).catch((err: Error & { stderr?: string }) => {
     throw new Error(`seed ${seed}: ${err.stderr || err.message}`);
   });

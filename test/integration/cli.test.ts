@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
-import { repoRoot } from './harness.ts';
+import { openaiClient, repoRoot, within } from './harness.ts';
 
 test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
@@ -45,16 +45,16 @@ test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its fold
   const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
   t.after(() => server.kill('SIGKILL'));
   let stderr = '';
-  const httpAddress = await new Promise<string>((resolve, reject) => {
+  const httpAddress = await within(new Promise<string>((resolve, reject) => {
     server.stderr.on('data', (data: Buffer) => {
       stderr += data.toString();
       const match = /serving on (http:\/\/\S+)/.exec(stderr);
       if (match) resolve(match[1]);
     });
     server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
-  });
+  }), 'serving');
 
-  const client = new OpenAI({ baseURL: `${httpAddress.replace('0.0.0.0', '127.0.0.1')}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const client = openaiClient(`${httpAddress.replace('0.0.0.0', '127.0.0.1')}/v1`);
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['qwen-mini']);
   const stream = await client.chat.completions.create({
@@ -70,7 +70,7 @@ test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its fold
   assert.equal(numCompletionTokens, 5);
 
   server.kill('SIGTERM');
-  assert.equal(await exited, 0);
+  assert.equal(await within(exited, 'exit after SIGTERM'), 0);
   assert.doesNotMatch(stderr, /killed/, 'the worker exits on its own after SIGTERM');
 });
 
@@ -82,7 +82,7 @@ test('conduit serve with a bad configuration names the file and the field', asyn
     const child = spawn(process.execPath, [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--config', configFile], { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
-    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const code = await within(new Promise<number | null>((resolve) => child.once('exit', resolve)), 'exit on a bad configuration');
     assert.equal(code, 2);
     assert.match(stderr, /bad\.yaml: models\.0\.max_num_seqs/);
   } finally {

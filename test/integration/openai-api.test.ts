@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import type { RunningServer } from '../../bin/serve.ts';
-import { startServer, defaultModelDir } from './harness.ts';
+import { boundedFetch, defaultModelDir, openaiClient, startServer } from './harness.ts';
 
 const modelName = 'conduit-tiny';
 let server: RunningServer;
@@ -11,7 +11,7 @@ let client: OpenAI;
 
 before(async () => {
   server = await startServer([{ path: defaultModelDir, num_workers: 1, threads_per_worker: 1, kv_cache_blocks: 256, max_num_seqs: 16 }]);
-  client = new OpenAI({ baseURL: `${server.httpAddress}/v1`, apiKey: 'unused', maxRetries: 0 });
+  client = openaiClient(`${server.httpAddress}/v1`);
 });
 
 after(async () => {
@@ -20,7 +20,7 @@ after(async () => {
 
 /** The gauge summed over its workers. */
 async function scrapeGauge(name: string): Promise<number> {
-  const text = await (await fetch(`${server.metricsAddress}/metrics`)).text();
+  const text = await (await boundedFetch(`${server.metricsAddress}/metrics`)).text();
   const lines = text.split('\n').filter((l) => l.startsWith(`${name}{`));
   assert.ok(lines.length > 0, `metric ${name} missing`);
   return lines.reduce((sum, line) => sum + Number(line.split(' ').at(-1)), 0);
@@ -54,7 +54,7 @@ test('chat completion streams chunks, then usage, with exact counts', async () =
   assert.equal(finishReason, 'length');
   assert.ok(usage);
   assert.equal(usage.completion_tokens, 12);
-  const rendered = await fetch(`${server.httpAddress}/tokenize`, {
+  const rendered = await boundedFetch(`${server.httpAddress}/tokenize`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: modelName, messages: [{ role: 'user', content: 'Hello there' }] }),
@@ -88,6 +88,24 @@ test('a seeded sampled request repeats itself', async () => {
   const second = await client.chat.completions.create(request);
   assert.equal(first.choices[0].message.content, second.choices[0].message.content);
   assert.equal(first.choices[0].message.role, 'assistant');
+});
+
+test('different seeds sample different text; each seed repeats alone and among other requests', async () => {
+  const seeds = [1, 2, 3, 4, 5, 6];
+  const complete = (seed: number) =>
+    client.completions
+      .create({ model: modelName, prompt: 'And it came to pass', max_tokens: 24, temperature: 1, seed, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming)
+      .then((completion) => completion.choices[0].text);
+  const alone: string[] = [];
+  for (const seed of seeds) alone.push(await complete(seed));
+  // 24 tokens drawn at temperature 1: two seeds agreeing on all of them would be a sampler that ignores the seed.
+  assert.equal(new Set(alone).size, seeds.length, `one text per seed: ${JSON.stringify(alone)}`);
+  const unseeded = Array.from({ length: 4 }, (_, i) =>
+    client.completions.create({ model: modelName, prompt: `Unrelated ${i}`, max_tokens: 8 + i, temperature: 0.8 } as OpenAI.CompletionCreateParamsNonStreaming),
+  );
+  const together = await Promise.all(seeds.map(complete));
+  await Promise.all(unseeded);
+  assert.deepEqual(together, alone);
 });
 
 test('several streams at once all finish', async () => {
@@ -124,7 +142,10 @@ test('unknown model is a 404 in the OpenAI envelope; the server keeps serving', 
   assert.equal(ok.object, 'text_completion');
 });
 
-test('a stream the client abandons frees its KV blocks in the worker', async () => {
+test('a stream the client abandons frees its KV blocks in the worker, which stops generating for it', async () => {
+  // The tokens the worker computes, as its step reports count them: a fast machine finishes
+  // 2000 tokens within any fixed deadline, so the abort is checked by what the worker did.
+  const numTokensComputedBefore = await scrapeGauge('conduit_engine_tokens_per_step_sum');
   const controller = new AbortController();
   const stream = await client.chat.completions.create(
     {
@@ -145,8 +166,8 @@ test('a stream the client abandons frees its KV blocks in the worker', async () 
     }
   }
   assert.equal(numChunks, 3);
-  // Generating the 2000 tokens takes seconds; an abort that works frees the blocks long before.
-  const deadlineMs = Date.now() + 2_000;
+  // A bound for a hang only: the blocks come back within a few steps of the abort.
+  const deadlineMs = Date.now() + 30_000;
   let blocksInUse = -1;
   while (Date.now() < deadlineMs) {
     blocksInUse = await scrapeGauge('conduit_kv_blocks_used');
@@ -155,6 +176,8 @@ test('a stream the client abandons frees its KV blocks in the worker', async () 
   }
   assert.equal(blocksInUse, 0);
   assert.equal(await scrapeGauge('conduit_num_requests_running'), 0);
+  const numTokensComputed = (await scrapeGauge('conduit_engine_tokens_per_step_sum')) - numTokensComputedBefore;
+  assert.ok(numTokensComputed < 1000, `the worker computed ${numTokensComputed} tokens for a request abandoned after 3 chunks`);
 });
 
 test('a second chat turn reports its history as cached; the prefix-cache counters and step histograms fill', async () => {
@@ -203,7 +226,7 @@ test('top logprobs, logit bias and penalties through the SDK, on the real model'
   }
   // A bias of +100 on the greedy second choice of the first token makes it the answer, every time.
   const tokenized = await (
-    await fetch(`${server.httpAddress}/tokenize`, {
+    await boundedFetch(`${server.httpAddress}/tokenize`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: modelName, prompt: content[0].top_logprobs[1].token, add_special_tokens: false }),
@@ -219,7 +242,7 @@ test('top logprobs, logit bias and penalties through the SDK, on the real model'
     ignore_eos: true,
   } as OpenAI.CompletionCreateParamsNonStreaming);
   const detokenized = await (
-    await fetch(`${server.httpAddress}/detokenize`, {
+    await boundedFetch(`${server.httpAddress}/detokenize`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: modelName, tokens: Array(4).fill(tokenized.tokens[0]) }),

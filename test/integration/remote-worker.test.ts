@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startServer, defaultModelDir, repoRoot } from './harness.ts';
+import { boundedFetch, defaultModelDir, openaiClient, repoRoot, startServer, within } from './harness.ts';
 
 test('a gateway serves a remote worker named in its configuration', { timeout: 120_000 }, async (t) => {
   const worker = spawn(process.execPath, [
@@ -16,21 +16,21 @@ test('a gateway serves a remote worker named in its configuration', { timeout: 1
   const exited = new Promise<number | null>((resolve) => worker.once('exit', resolve));
   t.after(() => worker.kill('SIGKILL'));
   let stderr = '';
-  const address = await new Promise<string>((resolve, reject) => {
+  const address = await within(new Promise<string>((resolve, reject) => {
     worker.stderr.on('data', (data: Buffer) => {
       stderr += data.toString();
       const match = / on (127\.0\.0\.1:\d+)/.exec(stderr);
       if (match) resolve(match[1]);
     });
     worker.once('exit', () => reject(new Error(`worker exited before listening:\n${stderr}`)));
-  });
+  }), 'listening');
 
   const server = await startServer([{ path: defaultModelDir, num_workers: 0, remote_workers: [address] }]);
   try {
-    const client = new OpenAI({ baseURL: `${server.httpAddress}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const client = openaiClient(`${server.httpAddress}/v1`);
     const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hello', max_tokens: 4, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
     assert.equal(completion.usage?.completion_tokens, 4);
-    const metrics = await (await fetch(`${server.metricsAddress}/metrics`)).text();
+    const metrics = await (await boundedFetch(`${server.metricsAddress}/metrics`)).text();
     assert.match(metrics, new RegExp(`conduit_kv_blocks_total\\{model_name="conduit-tiny",worker="${address}"\\} 64`));
   } finally {
     await server.close();
@@ -38,5 +38,5 @@ test('a gateway serves a remote worker named in its configuration', { timeout: 1
   // The gateway closing its connection leaves a remote worker running for other gateways.
   assert.equal(worker.exitCode, null);
   worker.kill('SIGTERM');
-  assert.equal(await exited, 0);
+  assert.equal(await within(exited, 'exit after SIGTERM'), 0);
 });

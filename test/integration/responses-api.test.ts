@@ -7,7 +7,7 @@ import type { ResponsesClientEvent, ResponsesServerEvent } from 'openai/resource
 import { ResponsesWS } from 'openai/resources/responses/ws';
 import { WebSocket } from 'ws';
 import type { RunningServer } from '../../bin/serve.ts';
-import { defaultModelDir, startServer } from './harness.ts';
+import { boundedFetch, defaultModelDir, openaiClient, startServer } from './harness.ts';
 
 const modelName = 'conduit-tiny';
 const BLOCK_SIZE_TOKENS = 16;
@@ -16,7 +16,7 @@ let client: OpenAI;
 
 before(async () => {
   server = await startServer([{ path: defaultModelDir, num_workers: 1, threads_per_worker: 1, kv_cache_blocks: 256, max_num_seqs: 16 }]);
-  client = new OpenAI({ baseURL: `${server.httpAddress}/v1`, apiKey: 'unused', maxRetries: 0 });
+  client = openaiClient(`${server.httpAddress}/v1`);
 });
 
 after(async () => {
@@ -48,7 +48,7 @@ test('a response over HTTP and over SSE: the same greedy text, exact usage', asy
   assert.deepEqual(whole.incomplete_details, { reason: 'max_output_tokens' });
   assert.equal(whole.usage?.output_tokens, 12);
   const rendered = (await (
-    await fetch(`${server.httpAddress}/tokenize`, {
+    await boundedFetch(`${server.httpAddress}/tokenize`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: modelName, messages: [{ role: 'user', content: 'Tell me about the sea.' }] }),

@@ -126,8 +126,13 @@ test('one hand-set llama layer: RMSNorm, uniform attention, SwiGLU MLP, final no
       const afterMlp = [afterAttention[0] + silu(h[0]) * h[1], afterAttention[1]];
       assertClose(logits[t], headLogits(rms(afterMlp, [1, 0.5])), `position ${t}`);
     });
-    // The first position's residual after attention, worked on paper: [3 + 6/√12.5, 4 + 4/√12.5].
-    assert.ok(Math.abs(3 + 6 / Math.sqrt(12.5 + EPS) - 4.697056) < 1e-6);
+    // The first position's logits worked on paper (ε = 1e-6), independently of the helpers above:
+    // residual after attention [3 + 6/√12.5, 4 + 4/√12.5] = [4.697056, 5.131371]; normed
+    // [0.954878, 1.043172]; after the MLP [4.697056 + silu(0.954878) × 1.043172, 5.131371] =
+    // [5.416337, 5.131371]; final norm with weights [1, 0.5] and the head: [h0, h1, h0 + h1].
+    [1.026642236, 0.486314108, 1.512956344].forEach((expected, i) =>
+      assert.ok(Math.abs(logits[0][i] - expected) < 1e-8, `position 0, logit ${i}: ${logits[0][i]} vs ${expected} worked on paper`),
+    );
   });
 });
 

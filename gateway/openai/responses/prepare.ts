@@ -60,9 +60,10 @@ export async function prepareTurn(
   const maxTokens = resolveMaxTokens(model, promptTokenIds.length, isWarmUp ? 1 : request.max_output_tokens, 'max_output_tokens', 'input', null);
   const wantsLogprobs = request.include?.includes(INCLUDE_LOGPROBS) === true;
   const numTopLogprobs = wantsLogprobs ? (request.top_logprobs ?? 0) : 0;
+  const id = newResponseId();
   return {
     echo: {
-      id: newResponseId(),
+      id,
       createdAtSec: unixSeconds(),
       model: model.name,
       instructions: request.instructions ?? null,
@@ -88,6 +89,9 @@ export async function prepareTurn(
       wantsLogprobs: wantsLogprobs && !isWarmUp,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
+      // A chained turn prefers the worker that served the one it continues (router/affinity.ts).
+      affinityKey: request.previous_response_id ?? undefined,
+      nextTurnKey: id,
       arrivalMs,
     },
     isWarmUp,

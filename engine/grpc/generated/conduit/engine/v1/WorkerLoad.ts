@@ -7,6 +7,7 @@ export interface WorkerLoad {
   'numFreeBlocks'?: (number);
   'numTotalBlocks'?: (number);
   'numQueuedPrefillTokens'?: (number);
+  'numCachedBlocks'?: (number);
 }
 
 export interface WorkerLoad__Output {
@@ -15,4 +16,5 @@ export interface WorkerLoad__Output {
   'numFreeBlocks': (number);
   'numTotalBlocks': (number);
   'numQueuedPrefillTokens': (number);
+  'numCachedBlocks': (number);
 }

@@ -1,0 +1,187 @@
+// The gateway's side of the shared state in a real redis-server, against a real engine whose KV
+// events a real publisher writes: discovery, the index built (and rebuilt) from the streams,
+// heartbeats that expire, and Redis going away and coming back.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { createEngine, type Engine } from '../../engine/engine.ts';
+import { extendBlockHashes, rootHash } from '../../engine/kv/block-hash.ts';
+import { RedisPublisher } from '../../engine/redis-publisher.ts';
+import { FakeRunner } from '../../engine/test/fake-runner.ts';
+import type { GenerateRequest } from '../../engine/types.ts';
+import { workerKey, WORKERS_KEY, type WorkerRegistration } from '../../proto/redis-state.ts';
+import { startRedisServer } from '../../test/redis-server.ts';
+import { ModelRouter } from '../model-router.ts';
+import { RedisSharedState } from '../redis-state.ts';
+import { DEFAULT_ROUTER_SETTINGS } from '../settings.ts';
+import { SyntheticWorker } from './synthetic-worker.ts';
+
+const BLOCK_SIZE = 4;
+const HEARTBEAT_INTERVAL_MS = 100;
+const HEARTBEAT_TTL_MS = 400;
+
+/** The gateway's client of a discovered worker: no engine behind it, only what a test reports. */
+class TestClient extends SyntheticWorker {
+  numInFlight = 0;
+  numCloses = 0;
+  close(): void {
+    this.numCloses++;
+  }
+}
+
+function startEngine(): Engine {
+  const runner = new FakeRunner({ numKvBlocks: 64, blockSizeTokens: BLOCK_SIZE, vocabSize: 500, maxModelLen: 64 });
+  return createEngine(runner, { servedName: 'fake', maxNumSeqs: 4, maxNumBatchedTokens: 16, generationDefaults: { eosTokenIds: [2] } });
+}
+
+function generate(engine: Engine, requestId: string, promptTokenIds: number[]): Promise<void> {
+  const request: GenerateRequest = { requestId, promptTokenIds, sampling: { maxTokens: 2, seed: 1n } };
+  return new Promise((resolve) => engine.generate(request, (output) => output.finishReason !== null && resolve()));
+}
+
+/** The number of blocks the engine caches: its snapshot to a new listener. */
+function numCachedBlocksOf(engine: Engine): Promise<number> {
+  return new Promise((resolve) => {
+    const stop = engine.onReport((report) => {
+      if (report.events[0]?.kind !== 'cleared') return;
+      stop();
+      resolve(report.load.numCachedBlocks);
+    });
+  });
+}
+
+function startGateway(redisUrl: string) {
+  const router = new ModelRouter<TestClient>({ modelName: 'fake', blockSizeTokens: BLOCK_SIZE, settings: DEFAULT_ROUTER_SETTINGS });
+  const clients: TestClient[] = [];
+  const shared = new RedisSharedState<TestClient>({
+    redisUrl,
+    routers: new Map([['fake', router]]),
+    connect: (registration) => {
+      const client = new TestClient(registration.address, registration.model);
+      clients.push(client);
+      return client;
+    },
+    heartbeatIntervalMs: HEARTBEAT_INTERVAL_MS,
+    heartbeatTtlMs: HEARTBEAT_TTL_MS,
+  });
+  return { router, clients, shared };
+}
+
+function startPublisher(redisUrl: string, engine: Engine, address: string): RedisPublisher {
+  return new RedisPublisher(engine, {
+    redisUrl, address, model: engine.model, numKvBlocks: 64, maxNumSeqs: 4,
+    heartbeatIntervalMs: HEARTBEAT_INTERVAL_MS, heartbeatTtlMs: HEARTBEAT_TTL_MS,
+  });
+}
+
+async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 5_000): Promise<number> {
+  const startMs = Date.now();
+  while (!(await condition())) {
+    if (Date.now() - startMs > timeoutMs) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return Date.now() - startMs;
+}
+
+const prompt = (seed: number, numTokens: number) => Array.from({ length: numTokens }, (_, i) => seed * 50 + i + 3);
+
+test('gateways discover a worker and build its index from its stream; one started later rebuilds it', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const engine = startEngine();
+  t.after(() => engine.close());
+  await generate(engine, 'early', prompt(1, 21));
+  const publisher = startPublisher(redis.url, engine, '10.0.0.5:7000');
+  t.after(() => publisher.close());
+
+  const first = startGateway(redis.url);
+  t.after(() => first.shared.close());
+  await first.shared.waitForWorker('fake', 5_000);
+  assert.deepEqual(first.router.workers.map((worker) => worker.address), ['10.0.0.5:7000']);
+  await until(async () => first.router.numIndexedBlocks === (await numCachedBlocksOf(engine)), 'the index holds the worker\'s cache');
+
+  for (let i = 2; i < 6; i++) await generate(engine, `later-${i}`, prompt(i, 21));
+  const numCached = await numCachedBlocksOf(engine);
+  await until(() => first.router.numIndexedBlocks === numCached, 'the index follows the stream');
+  assert.deepEqual(first.router.indexStats(), [{ address: '10.0.0.5:7000', numBlocks: numCached, numDriftBlocks: 0 }]);
+  // The engine stream's events are not the index's while Redis feeds it.
+  const client = first.clients[0];
+  client.report([{ kind: 'stored', blockHashes: extendBlockHashes([], rootHash({ model: 'fake' }), prompt(40, 8), BLOCK_SIZE, 2) }]);
+  assert.equal(first.router.numIndexedBlocks, numCached);
+
+  const second = startGateway(redis.url);
+  t.after(() => second.shared.close());
+  await until(() => second.router.numIndexedBlocks === numCached, 'a new gateway rebuilt the index from the stream');
+  // Both predict what the worker holds: a prompt of 5 cached blocks and one more token.
+  for (const gateway of [first, second]) {
+    const routed = gateway.router.route({ promptTokenIds: prompt(3, 21) })!;
+    assert.equal(routed.numPredictedCachedTokens, 5 * BLOCK_SIZE);
+    routed.finished();
+  }
+});
+
+test('a worker that stops heartbeating leaves routing within its TTL; its client closes once idle', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const admin = new Redis(redis.url, { protocol: 2 });
+  t.after(() => admin.disconnect());
+  const gateway = startGateway(redis.url);
+  t.after(() => gateway.shared.close());
+  const registration: WorkerRegistration = {
+    workerId: 'stopped', address: '10.0.0.6:7000', numKvBlocks: 64, maxNumSeqs: 4, startedAtMs: Date.now(),
+    model: { modelName: 'fake', maxModelLen: 64, vocabSize: 500, blockSizeTokens: BLOCK_SIZE, eosTokenIds: [2], blockHashScheme: 'conduit-kv-sha256-128-v1' },
+  };
+  // One heartbeat, then silence (a worker that hung or lost its network).
+  const heardAtMs = Date.now();
+  await admin.multi().set(workerKey('stopped'), JSON.stringify(registration), 'PX', HEARTBEAT_TTL_MS).sadd(WORKERS_KEY, 'stopped').exec();
+  await gateway.shared.waitForWorker('fake', 5_000);
+  const client = gateway.clients[0];
+  client.numInFlight = 1;
+  await until(() => gateway.router.workers.length === 0, 'it left routing');
+  const goneAfterMs = Date.now() - heardAtMs;
+  assert.ok(goneAfterMs >= HEARTBEAT_TTL_MS - 50 && goneAfterMs < HEARTBEAT_TTL_MS + 4 * HEARTBEAT_INTERVAL_MS, `left after ${goneAfterMs} ms`);
+  assert.equal(gateway.router.route({ promptTokenIds: [1, 2, 3] }), null);
+  assert.equal(client.numCloses, 0, 'its request in flight finishes first');
+  client.numInFlight = 0;
+  await until(() => client.numCloses === 1, 'closed once idle');
+  assert.equal(await admin.sismember(WORKERS_KEY, 'stopped'), 0, 'a gateway tidied the registry');
+});
+
+test('without Redis, routing goes on from the last state and the engine streams; on its return the index is rebuilt', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const engine = startEngine();
+  t.after(() => engine.close());
+  await generate(engine, 'a', prompt(1, 21));
+  const publisher = startPublisher(redis.url, engine, '10.0.0.7:7000');
+  t.after(() => publisher.close());
+  const gateway = startGateway(redis.url);
+  t.after(() => gateway.shared.close());
+  await gateway.shared.waitForWorker('fake', 5_000);
+  await until(async () => gateway.router.numIndexedBlocks === (await numCachedBlocksOf(engine)), 'indexed from Redis');
+  const numBefore = gateway.router.numIndexedBlocks;
+
+  await redis.stop();
+  await until(() => !gateway.shared.isConnected, 'the gateway noticed');
+  // Routing goes on: the worker stays, with what the index knew.
+  const routed = gateway.router.route({ promptTokenIds: prompt(1, 21) })!;
+  assert.equal(routed.worker.address, '10.0.0.7:7000');
+  assert.equal(routed.numPredictedCachedTokens, 5 * BLOCK_SIZE);
+  routed.finished();
+  // Its engine stream feeds the index now (a synthetic block, which the worker does not hold).
+  const client = gateway.clients[0];
+  client.report([{ kind: 'stored', blockHashes: extendBlockHashes([], rootHash({ model: 'fake' }), prompt(40, 8), BLOCK_SIZE, 2) }]);
+  assert.equal(gateway.router.numIndexedBlocks, numBefore + 2);
+  await new Promise((resolve) => setTimeout(resolve, 2 * HEARTBEAT_TTL_MS));
+  assert.equal(gateway.router.workers.length, 1, 'no heartbeat could be read: the worker stays');
+
+  await generate(engine, 'b', prompt(2, 21));
+  await redis.start();
+  const numCached = await numCachedBlocksOf(engine);
+  // The worker's fresh snapshot replaces the index's view: the synthetic blocks are gone, the new prompt's are in.
+  await until(() => gateway.shared.isConnected && gateway.router.numIndexedBlocks === numCached, 'rebuilt from the stream', 10_000);
+  assert.equal(gateway.router.workers.length, 1);
+  assert.equal(gateway.router.indexStats()[0].numDriftBlocks, 0);
+  const next = gateway.router.route({ promptTokenIds: prompt(2, 21) })!;
+  assert.equal(next.numPredictedCachedTokens, 5 * BLOCK_SIZE);
+});

@@ -1,0 +1,216 @@
+// KV-cache-aware routing against round-robin, in one run:
+//
+// 1. Served: `conduit serve` with 4 workers of the 125 M benchmark model (1 thread each) behind
+//    one gateway, driven by `conduit loadtest`'s multi-turn and shared-prefix scenarios, once
+//    per policy: prefix-cache hit rate and TTFT p50 / p99, and round-robin's over kv-aware's.
+// 2. Simulated (tools/router-sim.ts): 64 workers behind 2 gateway replicas with the real
+//    routers and a timing model of prefill and decode, the same two workloads, and the time of
+//    each routing decision with the index at its full size.
+//
+//   npm run bench:router [-- --part served|simulated|both]
+//
+// Every process shares the machine; on 2 cores the served part takes a few minutes.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { runLoadtest } from '../loadtest/run.ts';
+import type { ScenarioSpec } from '../loadtest/scenarios.ts';
+import type { RoutingPolicy } from '../router/settings.ts';
+import { describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
+import { quantile, simulate, type SimSettings, type SimWorkload } from './router-sim.ts';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
+const HEALTH_TIMEOUT_MS = 300_000;
+const POLICIES: readonly RoutingPolicy[] = ['kv-aware', 'round-robin'];
+const SERVED_NAME = 'bench-125m';
+
+interface Figures {
+  hitRate: number;
+  ttftP50Ms: number;
+  ttftP99Ms: number;
+}
+
+interface ServedScenario {
+  label: string;
+  scenario: ScenarioSpec;
+  numRequests: number;
+  numClients: number;
+}
+
+// Sized for 4 single-threaded workers on a small machine: under kv-aware each worker's KV cache
+// holds the prefixes of its share of the conversations and groups; under round-robin each sees
+// all of them and cannot hold them.
+const SERVED_SCENARIOS: readonly ServedScenario[] = [
+  { label: 'multi-turn', scenario: { name: 'multi-turn', numTurns: 4, inputTokens: 96, outputTokens: 16 }, numRequests: 32, numClients: 8 },
+  {
+    label: 'shared-prefix',
+    scenario: { name: 'shared-prefix', numGroups: 8, systemPromptTokens: 384, inputTokens: 32, outputTokens: 16 },
+    numRequests: 48,
+    numClients: 8,
+  },
+];
+const SERVED_KV_BLOCKS_PER_WORKER = 128;
+const SERVED_NUM_WORKERS = 4;
+
+async function freePort(): Promise<number> {
+  const server = net.createServer().listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as net.AddressInfo;
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+/** The benchmark checkpoint, linked, with conduit-tiny's tokenizer (4,096 tokens: within its vocabulary). */
+function servableModelDir(workDir: string): string {
+  const checkpoint = ensureBenchCheckpoint();
+  const modelDir = path.join(workDir, SERVED_NAME);
+  mkdirSync(modelDir);
+  for (const file of ['config.json', 'generation_config.json', 'model.safetensors']) symlinkSync(path.join(checkpoint, file), path.join(modelDir, file));
+  const tiny = path.join(repoRoot, 'models', 'conduit-tiny');
+  for (const file of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(path.join(tiny, file), path.join(modelDir, file));
+  return modelDir;
+}
+
+async function waitForHealth(url: string, server: ReturnType<typeof spawn>, log: Buffer[]): Promise<void> {
+  const deadline = Date.now() + HEALTH_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (server.exitCode !== null) throw new Error(`conduit serve exited with code ${server.exitCode}:\n${Buffer.concat(log).toString()}`);
+    if (await fetch(`${url}/health`).then((response) => response.ok, () => false)) return;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  throw new Error(`conduit serve did not become healthy within ${HEALTH_TIMEOUT_MS / 1000} s:\n${Buffer.concat(log).toString()}`);
+}
+
+/** One server per policy, both scenarios against it (each scenario's prompts are its own: no cross-talk). */
+async function servedRun(workDir: string, modelDir: string, policy: RoutingPolicy): Promise<Map<string, Figures>> {
+  const [httpPort, metricsPort] = [await freePort(), await freePort()];
+  const configPath = path.join(workDir, `${policy}.yaml`);
+  writeFileSync(configPath, [
+    'server:',
+    '  host: 127.0.0.1',
+    `  http_port: ${httpPort}`,
+    `  metrics_port: ${metricsPort}`,
+    'models:',
+    `  - path: ${JSON.stringify(modelDir)}`,
+    `    num_workers: ${SERVED_NUM_WORKERS}`,
+    '    threads_per_worker: 1',
+    '    max_num_seqs: 8',
+    `    kv_cache_blocks: ${SERVED_KV_BLOCKS_PER_WORKER}`,
+    '    max_model_len: 1024',
+    `    routing_policy: ${policy}`,
+    '',
+  ].join('\n'));
+  const server = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const log: Buffer[] = [];
+  server.stderr!.on('data', (chunk: Buffer) => log.push(chunk));
+  const url = `http://127.0.0.1:${httpPort}`;
+  const figures = new Map<string, Figures>();
+  try {
+    await waitForHealth(url, server, log);
+    for (const { label, scenario, numRequests, numClients } of SERVED_SCENARIOS) {
+      const results = await runLoadtest({
+        url,
+        model: SERVED_NAME,
+        endpoint: 'completions',
+        workload: { kind: 'scenario', scenario, numRequests },
+        load: { kind: 'concurrency', numClientsList: [numClients] },
+        seed: 1,
+      });
+      if (results.num_succeeded !== results.num_requests) {
+        throw new Error(`${policy}, ${label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);
+      }
+      figures.set(label, { hitRate: results.prefix_cache_hit_rate ?? 0, ttftP50Ms: results.ttft_ms.p50, ttftP99Ms: results.ttft_ms.p99 });
+      console.log(`  ${policy}, ${label}: ${describe(figures.get(label)!)}`);
+    }
+  } finally {
+    server.kill('SIGTERM');
+    if (server.exitCode === null) await once(server, 'exit');
+  }
+  return figures;
+}
+
+function describe(figures: Figures): string {
+  return `prefix hit rate ${(100 * figures.hitRate).toFixed(1)} %, TTFT p50 ${figures.ttftP50Ms.toFixed(1)} ms, p99 ${figures.ttftP99Ms.toFixed(1)} ms`;
+}
+
+function printComparison(label: string, kvAware: Figures, roundRobin: Figures): void {
+  console.log(
+    `${label}: kv-aware ${describe(kvAware)}\n${' '.repeat(label.length)}  round-robin ${describe(roundRobin)}\n` +
+    `${' '.repeat(label.length)}  round-robin / kv-aware: TTFT p50 ${(roundRobin.ttftP50Ms / kvAware.ttftP50Ms).toFixed(2)}x, ` +
+    `p99 ${(roundRobin.ttftP99Ms / kvAware.ttftP99Ms).toFixed(2)}x (target >= 3x)`,
+  );
+}
+
+async function benchServed(): Promise<void> {
+  console.log(`\n## Served: ${SERVED_NUM_WORKERS} workers of the 125 M model, 1 thread each, ${SERVED_KV_BLOCKS_PER_WORKER} KV blocks of 16 tokens each, one gateway`);
+  for (const { label, scenario, numRequests, numClients } of SERVED_SCENARIOS) {
+    console.log(`  ${label}: ${JSON.stringify(scenario)}, ${numRequests} requests, ${numClients} clients (completions)`);
+  }
+  const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-router-'));
+  try {
+    const modelDir = servableModelDir(workDir);
+    const byPolicy = new Map<RoutingPolicy, Map<string, Figures>>();
+    for (const policy of POLICIES) byPolicy.set(policy, await servedRun(workDir, modelDir, policy));
+    console.log('');
+    for (const { label } of SERVED_SCENARIOS) printComparison(label, byPolicy.get('kv-aware')!.get(label)!, byPolicy.get('round-robin')!.get(label)!);
+  } finally {
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+// A GPU-class worker: 20k prefill tokens/s, 20 ms per decoded token; 4,096 blocks of 16 tokens.
+const SIM_BASE = {
+  numWorkers: 64,
+  numGateways: 2,
+  blockSizeTokens: 16,
+  numKvBlocksPerWorker: 4096,
+  timing: { prefillOverheadMs: 5, prefillMsPerToken: 0.05, decodeMsPerToken: 20 },
+  seed: 7,
+} as const;
+
+// Each at a moderate load and at a high one (round-robin's workers near saturation), where
+// routing matters most: the ratios depend on the load, and both are printed.
+const SIM_WORKLOADS: readonly SimWorkload[] = [
+  { kind: 'multi-turn', numConversations: 1500, numTurns: 6, inputTokens: 256, outputTokens: 64, conversationsPerS: 150, thinkMs: 2000 },
+  { kind: 'multi-turn', numConversations: 2000, numTurns: 6, inputTokens: 256, outputTokens: 64, conversationsPerS: 200, thinkMs: 2000 },
+  { kind: 'shared-prefix', numRequests: 12000, numGroups: 64, systemPromptTokens: 2048, inputTokens: 128, outputTokens: 64, requestsPerS: 500 },
+  { kind: 'shared-prefix', numRequests: 15000, numGroups: 64, systemPromptTokens: 2048, inputTokens: 128, outputTokens: 64, requestsPerS: 750 },
+];
+
+function benchSimulated(): void {
+  console.log(`\n## Simulated: ${SIM_BASE.numWorkers} workers, ${SIM_BASE.numGateways} gateway replicas (the real routers), timing model ${JSON.stringify(SIM_BASE.timing)}, ` +
+    `${SIM_BASE.numKvBlocksPerWorker} KV blocks of ${SIM_BASE.blockSizeTokens} tokens per worker`);
+  for (const workload of SIM_WORKLOADS) {
+    const label = `${workload.kind} at ${workload.kind === 'multi-turn' ? `${workload.conversationsPerS} conversations/s` : `${workload.requestsPerS} requests/s`}`;
+    console.log(`  ${label}: ${JSON.stringify(workload)}`);
+    const figures = new Map<RoutingPolicy, Figures>();
+    for (const policy of POLICIES) {
+      const settings: SimSettings = { ...SIM_BASE, policy, workload };
+      const result = simulate(settings);
+      figures.set(policy, { hitRate: result.prefixHitRate, ttftP50Ms: quantile(result.ttftsMs, 0.5), ttftP99Ms: quantile(result.ttftsMs, 0.99) });
+      console.log(
+        `  ${policy}: ${result.numRequests} requests; routing decision p50 ${quantile(result.decisionsUs, 0.5).toFixed(1)} us, ` +
+        `p99 ${quantile(result.decisionsUs, 0.99).toFixed(1)} us, hashing included (hashing all of a prompt's blocks alone: ` +
+        `p50 ${quantile(result.hashingUs, 0.5).toFixed(1)} us); index ${result.numIndexedBlocks} blocks at the end`,
+      );
+    }
+    printComparison(label, figures.get('kv-aware')!, figures.get('round-robin')!);
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ options: { part: { type: 'string', default: 'both' } } });
+  if (!['served', 'simulated', 'both'].includes(values.part!)) throw new Error(`--part: expected served, simulated or both, got ${values.part}`);
+  console.log(`CPU: ${describeCpu()}`);
+  if (values.part !== 'served') benchSimulated();
+  if (values.part !== 'simulated') await benchServed();
+}
+
+await main();
