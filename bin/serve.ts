@@ -8,6 +8,7 @@ import { GrpcEngineClient } from '../engine/grpc/client.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
+import { gatewayLimitsOf } from './gateway-limits.ts';
 import { LocalWorker } from './local-workers.ts';
 import type { ModelRouter } from '../router/model-router.ts';
 import { createRouter, startSharedState } from './routing.ts';
@@ -103,6 +104,7 @@ export async function serve(config: Config): Promise<RunningServer> {
       models,
       bodyLimitBytes: server.body_limit_bytes,
       metrics: gatewayMetrics,
+      limits: gatewayLimitsOf(server),
       responses: {
         storeMaxResponses: server.response_store_max_responses,
         storeTtlMs: server.response_store_ttl_s * 1000,

@@ -127,6 +127,18 @@ export const serverSchema = z
     max_concurrent_requests: z.number().int().positive().optional(),
     /** How long a shutdown lets in-flight requests finish before cutting them. */
     drain_timeout_s: z.number().nonnegative().default(30),
+    /** A request's headers must arrive within this (slowloris); a 408 `receive_timeout` otherwise. */
+    headers_timeout_s: z.number().positive().default(10),
+    /** The whole request, headers and body, must arrive within this (a dripped body); 60 s carries 8 MiB at 140 KB/s. */
+    receive_timeout_s: z.number().positive().default(60),
+    /** An idle keep-alive connection closes after this; above the 60 s idle timeout of common load balancers. */
+    keep_alive_timeout_s: z.number().positive().default(72),
+    /** Connections past this many are refused (closed at once). */
+    max_connections: z.number().int().positive().default(4096),
+    /** A stream without output this long gets its headers and a `: keep-alive` comment, then one more each time again. */
+    sse_keepalive_s: z.number().positive().default(5),
+    /** Threads that parse large bodies and render and tokenize large prompts off the event loop. */
+    tokenizer_threads: z.number().int().positive().default(2),
     // The Responses API (/v1/responses).
     /** Most responses the in-memory store holds (store: true); past it, the oldest leave first. */
     response_store_max_responses: z.number().int().positive().default(1000),
@@ -139,7 +151,11 @@ export const serverSchema = z
     /** Bytes a response stream (SSE or WebSocket) may have queued for a slow reader before it is cancelled. */
     stream_max_buffered_bytes: z.number().int().positive().default(4 * 1024 * 1024),
   })
-  .strict();
+  .strict()
+  .refine((s) => s.headers_timeout_s <= s.receive_timeout_s, {
+    message: 'headers_timeout_s must not exceed receive_timeout_s (the headers are part of the request)',
+    path: ['headers_timeout_s'],
+  });
 
 /** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see engine/classic/README.md. */
 export const modelRepositorySchema = z

@@ -21,8 +21,20 @@ test('engine codes map through the catalogue; unknown codes become internal erro
   const unknown = fromEngineError({ code: 'gpu_on_fire' as EngineErrorCode, message: 'hot' });
   assert.equal(unknown.code, 'internal_error');
   assert.equal(unknown.httpStatus, 500);
-  assert.equal(unknown.message, 'hot');
+  assert.equal(unknown.message, 'The server failed while running the request.');
+  assert.equal(unknown.detail, 'hot');
   assert.equal(isErrorCode('toString'), false);
+});
+
+test('a worker text that may name sockets or gRPC is only the detail; request errors keep their text', () => {
+  const lost = fromEngineError({ code: 'engine_unavailable', message: 'Lost the stream to engine worker unix:/run/w.sock: 14 UNAVAILABLE' });
+  assert.deepEqual(toOpenAIBody(lost), {
+    error: { message: 'No engine worker could take the request; try again shortly.', type: 'service_unavailable_error', param: null, code: 'engine_unavailable' },
+  });
+  assert.match(lost.detail!, /w\.sock/);
+  const tooLong = fromEngineError({ code: 'context_length_exceeded', message: 'prompt of 90 tokens' });
+  assert.equal(tooLong.message, 'prompt of 90 tokens');
+  assert.equal(tooLong.detail, null);
 });
 
 test('statuses of the codes clients see most', () => {

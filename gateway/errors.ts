@@ -26,6 +26,11 @@ interface CatalogueEntry {
   grpcStatus: number;
   /** The code OpenAI's envelope carries, where one OpenAI code has two types (so two entries here). */
   openaiCode?: string;
+  /**
+   * What clients read when a worker reports this code. Set where the worker's own text is the
+   * transport's or the runtime's (socket paths, gRPC status text): that text is only logged.
+   */
+  publicMessage?: string;
 }
 
 const catalogue = {
@@ -34,6 +39,11 @@ const catalogue = {
   invalid_json: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   invalid_utf8: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   body_too_large: { httpStatus: 413, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** The request (headers, then body) did not arrive within the receive timeout: the connection is closed. */
+  receive_timeout: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
+  headers_too_large: { httpStatus: 431, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** The client read its stream so slowly that the unsent bytes passed the bound: the request was cancelled. */
+  client_too_slow: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
   /** A parameter OpenAI defines that Conduit does not implement yet. */
   unsupported_parameter: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
   context_length_exceeded: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
@@ -45,12 +55,22 @@ const catalogue = {
   route_not_found: { httpStatus: 404, type: 'not_found_error', grpcStatus: GRPC.NOT_FOUND },
   /** The worker ended the request on its own (shutdown, preempted for good). */
   request_aborted: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.CANCELLED },
-  engine_unavailable: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
+  engine_unavailable: {
+    httpStatus: 503,
+    type: 'service_unavailable_error',
+    grpcStatus: GRPC.UNAVAILABLE,
+    publicMessage: 'No engine worker could take the request; try again shortly.',
+  },
   /** The request did not start within its queue deadline: the worker is too busy now. */
   queue_timeout: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
   /** The request did not finish within its deadline. */
   request_timeout: { httpStatus: 504, type: 'server_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
-  internal_error: { httpStatus: 500, type: 'server_error', grpcStatus: GRPC.INTERNAL },
+  internal_error: {
+    httpStatus: 500,
+    type: 'server_error',
+    grpcStatus: GRPC.INTERNAL,
+    publicMessage: 'The server failed while running the request.',
+  },
 
   // The Responses API (gateway/openai/responses/), with OpenAI's names.
   /** GET or DELETE /v1/responses/{id} of an id the store does not hold (never stored, deleted, or expired). */
@@ -61,8 +81,6 @@ const catalogue = {
   response_already_in_flight: { httpStatus: 409, type: 'invalid_request_error', grpcStatus: GRPC.FAILED_PRECONDITION },
   /** WebSocket mode: the connection reached its time limit; open a new one. */
   websocket_connection_limit_reached: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
-  /** The client read a stream so slowly that its unsent events passed the buffer bound; the response was cancelled. */
-  client_too_slow: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
 
   // KServe v2 / Triton (gateway/kserve/), for Triton's UNAVAILABLE and UNSUPPORTED statuses.
   /** A model that is loading, unloading or not ready; a full queue; a queue timeout; load/unload outside explicit mode. */
@@ -100,11 +118,14 @@ export class ApiError extends Error {
   readonly code: ErrorCode;
   /** The request field at fault, in OpenAI's dotted form (`messages[0].role`), or null. */
   readonly param: string | null;
+  /** For the log only, never a response: what went wrong inside (a worker's text, an exception's). */
+  readonly detail: string | null;
 
-  constructor(code: ErrorCode, message: string, param: string | null = null) {
+  constructor(code: ErrorCode, message: string, param: string | null = null, detail: string | null = null) {
     super(message);
     this.code = code;
     this.param = param;
+    this.detail = detail;
   }
 
   get httpStatus(): number {
@@ -116,9 +137,18 @@ export class ApiError extends Error {
   }
 }
 
-/** An error a worker put in RequestOutput.error; a code this gateway does not know becomes an internal error. */
+/**
+ * An error a worker put in RequestOutput.error; a code this gateway does not know becomes an
+ * internal error. Codes with a public message answer with it and keep the worker's text as detail.
+ */
 export function fromEngineError(error: EngineError): ApiError {
-  return new ApiError(isErrorCode(error.code) ? error.code : 'internal_error', error.message);
+  return publicError(isErrorCode(error.code) ? error.code : 'internal_error', error.message);
+}
+
+/** text as the message, unless the code has a public message: then text is only the detail. */
+export function publicError(code: ErrorCode, text: string): ApiError {
+  const { publicMessage } = catalogue[code] as CatalogueEntry;
+  return publicMessage === undefined ? new ApiError(code, text) : new ApiError(code, publicMessage, null, text);
 }
 
 export interface OpenAIErrorBody {

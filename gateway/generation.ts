@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EngineError } from '../engine/errors.ts';
 import type { PromptTokenLogprobs, RequestOutput, SamplingParams } from '../engine/types.ts';
-import { ApiError, fromEngineError } from './errors.ts';
+import { ApiError, fromEngineError, publicError } from './errors.ts';
 import type { GatewayMetrics } from './metrics.ts';
 import type { LoadedModel } from './served-model.ts';
 import { createDetokenizer } from './tokenizer/incremental-detokenizer.ts';
@@ -21,6 +21,8 @@ export interface GenerationRequest {
   priority?: number;
   /** Only requests with the same salt share cached prefixes. */
   cacheSalt?: string;
+  /** vLLM's include_stop_str_in_output: a matched stop string, or a stop token's text, ends the text. */
+  includeStopStrInOutput?: boolean;
   /**
    * A conversation's key: its requests prefer the worker that served its previous turn (the
    * `x-session-id` header, router/affinity.ts; a Responses request's previous_response_id).
@@ -79,8 +81,11 @@ export interface GenerationHandlers {
   /**
    * Text that is final: complete characters, no part of a stop string. Never empty. With
    * logprobs, the tokens that arrived since the last call; their text may still be held back.
+   * numOutputTokens counts every token generated so far, held-back ones included.
    */
-  onText(text: string, tokenLogprobs: TokenLogprob[] | null): void;
+  onText(text: string, tokenLogprobs: TokenLogprob[] | null, numOutputTokens: number): void;
+  /** With sampling.numPromptLogprobs: the prompt's log-probabilities, once, before any text. */
+  onPromptLogprobs?(promptLogprobs: PromptTokenLogprobs[]): void;
   onFinish(finish: GenerationFinish): void;
   onError(error: ApiError): void;
 }
@@ -127,7 +132,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     return taken;
   };
   const emit = (text: string) => {
-    if (text !== '') handlers.onText(text, takeLogprobs());
+    if (text !== '') handlers.onText(text, takeLogprobs(), numOutputTokens);
   };
   const finish = (finishReason: 'stop' | 'length') => {
     isFinished = true;
@@ -172,7 +177,10 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     }
     numOutputTokens += output.newTokenIds.length;
     numCachedTokens = output.numCachedTokens;
-    if (output.promptLogprobs !== undefined) promptLogprobs = output.promptLogprobs;
+    if (output.promptLogprobs !== undefined && promptLogprobs === null) {
+      promptLogprobs = output.promptLogprobs;
+      handlers.onPromptLogprobs?.(promptLogprobs);
+    }
     if (pendingLogprobs !== null) {
       for (const [i, tokenId] of output.newTokenIds.entries()) {
         const top = output.newTopLogprobs?.[i];
@@ -184,10 +192,12 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
         });
       }
     }
-    let text = detokenizer.push(output.newTokenIds);
+    // As vLLM: a stop token's text (say a stop_token_ids "\n") is not output unless asked for.
+    const dropsStopToken = output.stopTokenId !== undefined && output.finishReason === 'stop' && !request.includeStopStrInOutput;
+    let text = detokenizer.push(dropsStopToken ? output.newTokenIds.slice(0, -1) : output.newTokenIds);
     if (output.finishReason !== null) text += detokenizer.flush();
     const match = stopMatcher.push(text);
-    emit(match.text);
+    emit(match.stop !== null && request.includeStopStrInOutput ? match.text + match.stop : match.text);
     if (match.stop !== null) {
       // The worker would go on to max_tokens; the stop string ended the request here.
       if (output.finishReason === null) route.worker.abort(requestId);
@@ -205,7 +215,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     } catch (err) {
       // A bug here must cost one request, not the worker's blocks or the process.
       if (output.finishReason === null) route.worker.abort(requestId);
-      if (!isFinished) fail(new ApiError('internal_error', `The gateway failed to process the output: ${(err as Error).message}`));
+      if (!isFinished) fail(publicError('internal_error', `The gateway failed to process the output: ${(err as Error).stack}`));
     }
   };
 
@@ -224,7 +234,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
         onOutput,
       );
     } catch (err) {
-      fail(new ApiError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
+      fail(publicError('engine_unavailable', `No worker could take the request: ${(err as Error).message}`));
     }
   };
   submit();

@@ -4,12 +4,16 @@ import websocketPlugin from '@fastify/websocket';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { installAdmission, type AccessOptions } from './admission.ts';
 import { ApiKeyRing, installAuth, selectSubprotocol } from './auth.ts';
+import { capConnections, connectionOptions } from './connections.ts';
 import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { kservePlugin } from './kserve/index.ts';
 import type { ModelRepository } from '../engine/classic/index.ts';
+import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './limits.ts';
+import { OffloadPool } from './offload/pool.ts';
+import { PromptEncoder } from './prompt-encoder.ts';
 import { GatewayMetrics } from './metrics.ts';
 import { openaiPlugin } from './openai/index.ts';
 import { DEFAULT_RESPONSES_SETTINGS, type ResponsesSettings } from './openai/responses/index.ts';
@@ -31,6 +35,8 @@ export interface GatewayOptions {
   logger?: FastifyServerOptions['logger'];
   /** Shared with createMetricsServer; a private set when omitted. */
   metrics?: GatewayMetrics;
+  /** Timeouts, connection cap, stream bounds (configs `server`); each omitted one takes its default. */
+  limits?: Partial<GatewayLimits>;
   /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
   responses?: Partial<ResponsesSettings>;
   /** Ordinary models, served over KServe v2 at /v2 (where the LLMs answer Triton's generate too). */
@@ -58,9 +64,18 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   const registry = new ModelRegistry(options.models);
   const metrics = options.metrics ?? new GatewayMetrics(options.models);
   const readiness = options.readiness ?? new Readiness('ready');
+  const limits: GatewayLimits = { ...DEFAULT_GATEWAY_LIMITS, ...options.limits };
   // While closing, the readiness gate answers in OpenAI's envelope instead of fastify's own 503.
-  const app = Fastify({ logger: options.logger ?? false, bodyLimit: options.bodyLimitBytes, return503OnClosing: false });
-  installJsonBodyParser(app);
+  const app = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: options.bodyLimitBytes,
+    return503OnClosing: false,
+    ...connectionOptions(limits),
+  });
+  capConnections(app, limits);
+  const pool = new OffloadPool(limits.tokenizerThreads);
+  app.addHook('onClose', () => pool.close());
+  installJsonBodyParser(app, pool);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiError = toApiError(error, options.bodyLimitBytes);
@@ -83,7 +98,13 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
 
   // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
   await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes, handleProtocols: selectSubprotocol } });
-  await app.register(openaiPlugin, { registry, metrics, responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses } });
+  await app.register(openaiPlugin, {
+    registry,
+    metrics,
+    streamLimits: limits,
+    prompts: new PromptEncoder(pool),
+    responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses },
+  });
   await app.register(healthPlugin, { models: options.models, readiness });
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {

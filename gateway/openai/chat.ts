@@ -4,12 +4,12 @@ import type { FastifyInstance } from 'fastify';
 import { affinityKeyOf } from '../../router/affinity.ts';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
-import type { GatewayMetrics } from '../metrics.ts';
-import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import type { LoadedModel } from '../served-model.ts';
 import type { ChatMessage } from '../tokenizer/chat-template.ts';
+import type { OpenAIPluginOptions } from './index.ts';
 import { chatLogprobsOf, promptLogprobsOf } from './logprobs.ts';
-import { choiceRequestsOf, rejectStreamedPromptLogprobs, resolveMaxTokens, samplingOf, stopStringsOf } from './prepare.ts';
-import { respond, unixSeconds, type ResponseRenderer } from './respond.ts';
+import { choiceRequestsOf, resolveMaxTokens, samplingOf, stopStringsOf, streamUsageOf } from './prepare.ts';
+import { clientIsConnected, respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
 
@@ -19,53 +19,39 @@ function textOf(content: ChatMessageInput['content']): string {
   return content.map((part) => part.text).join('');
 }
 
-/** The prompt's token ids: the chat template rendered, then encoded with its special tokens as written. */
-export function chatPromptTokenIds(model: LoadedModel, messages: readonly ChatMessageInput[], addGenerationPrompt: boolean): number[] {
-  // "developer" is OpenAI's newer name for "system", which is what chat templates know.
-  const chatMessages: ChatMessage[] = messages.map((message) => ({
-    role: message.role === 'developer' ? 'system' : message.role,
-    content: textOf(message.content),
-  }));
-  return templatePromptTokenIds(model, chatMessages, addGenerationPrompt, 'messages');
+/** The template's messages: text content only; "developer" is OpenAI's newer name for "system", which templates know. */
+export function chatMessagesOf(messages: readonly ChatMessageInput[]): ChatMessage[] {
+  return messages.map((message) => ({ role: message.role === 'developer' ? 'system' : message.role, content: textOf(message.content) }));
 }
 
-/** Messages already in the template's shape (the Responses API builds them); param names the request field at fault. */
-export function templatePromptTokenIds(
-  model: LoadedModel,
-  chatMessages: readonly ChatMessage[],
-  addGenerationPrompt: boolean,
-  param: string,
-): number[] {
-  if (model.chatTemplate === null) {
-    throw new ApiError(
-      'chat_template_missing',
-      `The model \`${model.name}\` has no chat template; use /v1/completions with a plain prompt.`,
-      param,
-    );
-  }
-  let prompt: string;
-  try {
-    prompt = model.chatTemplate.render(chatMessages, { addGenerationPrompt });
-  } catch (err) {
-    throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, param);
-  }
-  return model.tokenizer.encode(prompt, { addSpecialTokens: false });
-}
-
-function rejectUnsupportedChat(request: ChatRequest) {
-  rejectStreamedPromptLogprobs(request);
-  if (request.top_logprobs != null && request.logprobs !== true) {
-    throw new ApiError('invalid_request', 'logprobs must be true when top_logprobs is set.', 'top_logprobs');
-  }
+/** Tool calling needs a parser of the model's tool-call format; none is built yet. */
+function rejectToolCalls(request: ChatRequest) {
   if (request.tools && request.tools.length > 0) {
     throw new ApiError('unsupported_parameter', 'tools are not supported yet.', 'tools');
   }
+  if (request.functions && request.functions.length > 0) {
+    throw new ApiError('unsupported_parameter', 'functions are not supported yet.', 'functions');
+  }
+  // Without tools, "none" and "auto" both mean plain text; anything else asks for a call.
+  for (const param of ['tool_choice', 'function_call'] as const) {
+    const choice = request[param];
+    if (choice != null && choice !== 'none' && choice !== 'auto') {
+      throw new ApiError('unsupported_parameter', `${param} can only be "none" or "auto": tools are not supported yet.`, param);
+    }
+  }
+}
+
+function rejectUnsupportedChat(request: ChatRequest) {
+  if (request.top_logprobs != null && request.logprobs !== true) {
+    throw new ApiError('invalid_request', 'logprobs must be true when top_logprobs is set.', 'top_logprobs');
+  }
+  rejectToolCalls(request);
   if (request.response_format && request.response_format.type !== 'text') {
     throw new ApiError('unsupported_parameter', 'Only response_format {"type": "text"} is supported.', 'response_format');
   }
 }
 
-function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[]): ResponseRenderer {
+function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[], numPromptLogprobs: number): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const envelope = { id, object: 'chat.completion.chunk', created, model: model.name };
@@ -73,38 +59,45 @@ function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[]): Re
   const logprobsOf = (entries: TokenLogprob[] | null) => (entries === null ? null : chatLogprobsOf(model.tokenizer, entries));
   const logprobsJson = (entries: TokenLogprob[] | null) => (entries === null ? 'null' : JSON.stringify(logprobsOf(entries)));
   return {
-    openingEvent: (index) =>
-      frame(`{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`),
-    textEvent: (index, text, entries) =>
-      frame(`{"index":${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":${logprobsJson(entries)},"finish_reason":null}`),
-    finishEvent: (index, finishReason, entries) =>
-      frame(`{"index":${index},"delta":{},"logprobs":${logprobsJson(entries)},"finish_reason":"${finishReason}"}`),
+    opensWithPromptLogprobs: false,
+    openingEvent: (index, _promptLogprobs, usage) =>
+      frame(`{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}`, usage),
+    textEvent: (index, text, entries, usage) =>
+      frame(`{"index":${index},"delta":{"content":${JSON.stringify(text)}},"logprobs":${logprobsJson(entries)},"finish_reason":null}`, usage),
+    finishEvent: (index, finishReason, entries, usage) =>
+      frame(`{"index":${index},"delta":{},"logprobs":${logprobsJson(entries)},"finish_reason":"${finishReason}"}`, usage),
     usageEvent: (usage) => sseEvent({ ...envelope, choices: [], usage }),
-    response: (choices, usage, promptLogprobs) => ({
-      id,
-      object: 'chat.completion',
-      created,
-      model: model.name,
-      choices: choices.map((choice, index) => ({
-        index,
-        message: { role: 'assistant', content: choice.text },
-        logprobs: logprobsOf(choice.tokenLogprobs),
-        finish_reason: choice.finishReason,
-      })),
-      usage,
-      // vLLM puts a chat's prompt log-probabilities beside its choices.
-      ...(promptLogprobs === null ? {} : { prompt_logprobs: promptLogprobsOf(model.tokenizer, promptTokenIds, promptLogprobs) }),
-    }),
+    response: (choices, usage) => {
+      const promptLogprobs = choices[0].promptLogprobs;
+      return {
+        id,
+        object: 'chat.completion',
+        created,
+        model: model.name,
+        choices: choices.map((choice, index) => ({
+          index,
+          message: { role: 'assistant', content: choice.text },
+          logprobs: logprobsOf(choice.tokenLogprobs),
+          finish_reason: choice.finishReason,
+        })),
+        usage,
+        // vLLM puts a chat's prompt log-probabilities beside its choices.
+        ...(promptLogprobs === null
+          ? {}
+          : { prompt_logprobs: promptLogprobsOf(model.tokenizer, promptTokenIds, promptLogprobs, numPromptLogprobs) }),
+      };
+    },
   };
 }
 
-export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics) {
+export function registerChatRoute(app: FastifyInstance, { registry, metrics, streamLimits, prompts }: OpenAIPluginOptions) {
   app.post('/v1/chat/completions', async (httpRequest, reply) => {
     const arrivalMs = performance.now();
     const request = parseRequest(chatRequestSchema, httpRequest.body);
     const model = registry.get(request.model);
     rejectUnsupportedChat(request);
-    const promptTokenIds = chatPromptTokenIds(model, request.messages, true);
+    const streamUsage = streamUsageOf(request);
+    const promptTokenIds = await prompts.encodeChat(model, chatMessagesOf(request.messages), true, clientIsConnected(httpRequest));
     const maxTokens = resolveMaxTokens(
       model,
       promptTokenIds.length,
@@ -121,6 +114,7 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
       wantsLogprobs: request.logprobs === true,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
+      includeStopStrInOutput: request.include_stop_str_in_output === true,
       affinityKey: affinityKeyOf(httpRequest.headers),
       arrivalMs,
       account: httpRequest.account,
@@ -128,8 +122,8 @@ export function registerChatRoute(app: FastifyInstance, registry: ModelRegistry,
     return respond(
       reply,
       choiceRequestsOf(generationRequest, request.n ?? 1),
-      chatRenderer(model, promptTokenIds),
-      { stream: request.stream === true, includeUsage: request.stream_options?.include_usage === true },
+      chatRenderer(model, promptTokenIds, request.prompt_logprobs ?? 0),
+      { stream: request.stream === true, ...streamUsage, limits: streamLimits },
       metrics,
     );
   });

@@ -10,18 +10,46 @@ import type { ChatRequest, CompletionRequest } from './schemas.ts';
 /** OpenAI's default for /v1/completions; chat requests default to the room left. */
 export const DEFAULT_COMPLETION_MAX_TOKENS = 16;
 
+/** prompts × n: each choice is one generation in a worker. */
+export const MAX_CHOICES_PER_REQUEST = 2048;
+
 type GenerationFields = Pick<
   ChatRequest & CompletionRequest,
   | 'temperature' | 'top_p' | 'top_k' | 'min_p' | 'seed' | 'stop' | 'stop_token_ids' | 'ignore_eos' | 'min_tokens'
   | 'presence_penalty' | 'frequency_penalty' | 'repetition_penalty' | 'logit_bias'
-  | 'prompt_logprobs' | 'cache_salt' | 'priority' | 'stream'
+  | 'prompt_logprobs' | 'cache_salt' | 'priority' | 'stream' | 'stream_options'
 >;
 
-/** vLLM's rule: prompt log-probabilities come with the whole response, never in a stream. */
-export function rejectStreamedPromptLogprobs(request: GenerationFields) {
+export interface StreamUsage {
+  /** A last chunk with the request's usage. */
+  includeUsage: boolean;
+  /** vLLM's continuous_usage_stats: every chunk carries its choice's usage so far. */
+  continuousUsage: boolean;
+}
+
+/**
+ * Checks what only makes sense with stream: true. As OpenAI, stream_options without a stream
+ * is refused; as vLLM, continuous_usage_stats implies include_usage (unless it is false: refused).
+ */
+export function streamUsageOf(request: GenerationFields): StreamUsage {
+  const options = request.stream_options;
   if (request.stream === true && request.prompt_logprobs != null) {
+    // vLLM's rule: prompt log-probabilities come with the whole response, never in a stream.
     throw new ApiError('invalid_request', 'prompt_logprobs are not available when stream is true.', 'prompt_logprobs');
   }
+  if (options == null) return { includeUsage: false, continuousUsage: false };
+  if (request.stream !== true) {
+    throw new ApiError('invalid_request', 'stream_options is only allowed when stream is true.', 'stream_options');
+  }
+  const continuousUsage = options.continuous_usage_stats === true;
+  if (continuousUsage && options.include_usage === false) {
+    throw new ApiError(
+      'invalid_request',
+      'continuous_usage_stats needs include_usage; it cannot be true while include_usage is false.',
+      'stream_options.continuous_usage_stats',
+    );
+  }
+  return { includeUsage: continuousUsage || options.include_usage === true, continuousUsage };
 }
 
 export function stopStringsOf(stop: string | string[] | null | undefined): string[] {
@@ -66,12 +94,17 @@ export function resolveMaxTokens(
   return requestedMaxTokens;
 }
 
-/** numTopLogprobs: alternatives per output token (0 still reports the sampled token's logprob). */
+/**
+ * numTopLogprobs: alternatives per output token (0 still reports the sampled token's logprob).
+ * numEchoLogprobs: alternatives per prompt token that echo needs (null: none); the engine then
+ * reports the larger of it and prompt_logprobs.
+ */
 export function samplingOf(
   model: LoadedModel,
   request: GenerationFields,
   maxTokens: number,
   numTopLogprobs: number,
+  numEchoLogprobs: number | null = null,
 ): SamplingParams {
   const sampling: SamplingParams = { maxTokens };
   if (request.temperature != null) sampling.temperature = request.temperature;
@@ -97,7 +130,8 @@ export function samplingOf(
     sampling.minTokens = request.min_tokens;
   }
   if (numTopLogprobs > 0) sampling.numTopLogprobs = numTopLogprobs;
-  if (request.prompt_logprobs != null) sampling.numPromptLogprobs = request.prompt_logprobs;
+  const numPromptLogprobs = Math.max(request.prompt_logprobs ?? -1, numEchoLogprobs ?? -1);
+  if (numPromptLogprobs >= 0) sampling.numPromptLogprobs = numPromptLogprobs;
   return sampling;
 }
 
@@ -132,16 +166,17 @@ export function checkTokenIds(model: LoadedModel, tokenIds: readonly number[], p
  * One generation request per choice. The engine's sampling is a pure function of (seed, output
  * index), so choices that shared a seed would be identical: choice i draws with seed + i. The
  * choices share the prompt's cached blocks in the worker: one affinity key routes them together.
+ * The prompt is one, so its log-probabilities are computed once, by the first choice, unless
+ * everyChoiceScoresPrompt (a streamed echo opens each choice with them, whichever choice runs first).
  */
-export function choiceRequestsOf(request: GenerationRequest, numChoices: number): GenerationRequest[] {
+export function choiceRequestsOf(request: GenerationRequest, numChoices: number, everyChoiceScoresPrompt = false): GenerationRequest[] {
   const { seed } = request.sampling;
   if (numChoices > 1) request = { ...request, affinityKey: request.affinityKey ?? randomUUID() };
   return Array.from({ length: numChoices }, (_, index) => {
     if (index === 0) return request;
     const sampling = { ...request.sampling };
     if (seed !== undefined) sampling.seed = BigInt.asUintN(64, seed + BigInt(index));
-    // The prompt is one: its log-probabilities are computed once, by the first choice.
-    delete sampling.numPromptLogprobs;
+    if (!everyChoiceScoresPrompt) delete sampling.numPromptLogprobs;
     return { ...request, sampling };
   });
 }

@@ -6,12 +6,16 @@ import { ApiError } from '../errors.ts';
 const MAX_STOP_STRINGS = 4;
 /** OpenAI's own limit on n. */
 const MAX_CHOICES = 128;
+/** Prompts in one completions request, as OpenAI's batch limit; prompts × n is bounded in prepare.ts. */
+export const MAX_PROMPTS = 2048;
 /** OpenAI's limit on top_logprobs; the engine reports at most this many alternatives. */
 export const MAX_TOP_LOGPROBS = 20;
 
 const stop = z.union([z.string(), z.array(z.string()).max(MAX_STOP_STRINGS)], {
   error: `expected a string or an array of at most ${MAX_STOP_STRINGS} strings`,
 });
+
+const tokenId = z.number().int().min(0);
 
 /** Fields shared by chat and text completions (the Responses API picks from them); nullish because clients send explicit nulls. */
 export const generationFields = {
@@ -24,12 +28,20 @@ export const generationFields = {
   seed: z.number().int().nullish(),
   stop: stop.nullish(),
   /** Extension. */
-  stop_token_ids: z.array(z.number().int().min(0)).nullish(),
+  stop_token_ids: z.array(tokenId).nullish(),
   /** Extension. */
   ignore_eos: z.boolean().nullish(),
   n: z.number().int().min(1).max(MAX_CHOICES).nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  stream_options: z
+    .object({
+      include_usage: z.boolean().nullish(),
+      /** Extension (vLLM): usage in every chunk, not only the last. */
+      continuous_usage_stats: z.boolean().nullish(),
+    })
+    .nullish(),
+  /** Extension (vLLM): a matched stop string (or stop token's text) stays at the end of the text. */
+  include_stop_str_in_output: z.boolean().nullish(),
   user: z.string().nullish(),
   presence_penalty: z.number().min(-2).max(2).nullish(),
   frequency_penalty: z.number().min(-2).max(2).nullish(),
@@ -69,18 +81,29 @@ export const chatRequestSchema = z.object({
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
   tools: z.array(z.unknown()).nullish(),
+  tool_choice: z.unknown().nullish(),
+  /** OpenAI's older spelling of tools and tool_choice. */
+  functions: z.array(z.unknown()).nullish(),
+  function_call: z.unknown().nullish(),
   response_format: z.object({ type: z.string() }).nullish(),
 });
 
 export const completionRequestSchema = z.object({
   ...generationFields,
-  prompt: z.union([z.string(), z.array(z.number().int().min(0)), z.array(z.string())], {
-    error: 'expected a string, an array of token ids, or an array with one string',
-  }),
+  prompt: z.union(
+    [
+      z.string(),
+      z.array(tokenId),
+      z.array(z.string()).min(1).max(MAX_PROMPTS),
+      z.array(z.array(tokenId)).min(1).max(MAX_PROMPTS),
+    ],
+    { error: `expected a string, an array of token ids, or an array of up to ${MAX_PROMPTS} strings or token-id arrays` },
+  ),
+  /** The prompt's text before the completion (with logprobs: the prompt tokens' too). */
   echo: z.boolean().nullish(),
   logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
   suffix: z.string().nullish(),
-  best_of: z.number().int().nullish(),
+  best_of: z.number().int().min(1).nullish(),
 });
 
 export const tokenizeRequestSchema = z.union(
@@ -101,7 +124,7 @@ export const tokenizeRequestSchema = z.union(
 
 export const detokenizeRequestSchema = z.object({
   model: z.string(),
-  tokens: z.array(z.number().int().min(0)),
+  tokens: z.array(tokenId),
 });
 
 export type ChatRequest = z.infer<typeof chatRequestSchema>;

@@ -4,17 +4,27 @@
 
 export const SSE_DONE = 'data: [DONE]\n\n';
 
+/** An SSE comment: clients skip it, while proxies and idle timers see bytes flow. */
+export const SSE_KEEP_ALIVE = ': keep-alive\n\n';
+
 export function sseEvent(data: object): string {
   return `data: ${JSON.stringify(data)}\n\n`;
 }
 
-/** Returns a function that wraps one choice's JSON into `data: {...envelope, "choices":[choice]}\n\n`. */
-export function sseChoiceFramer(envelope: object): (choiceJson: string) => string {
+/**
+ * Returns a function that wraps one choice's JSON into
+ * `data: {...envelope, "choices":[choice]}\n\n`, with `"usage":{...}` after the choices when given
+ * (vLLM's continuous usage).
+ */
+export function sseChoiceFramer(envelope: object): (choiceJson: string, usage?: object | null) => string {
   const placeholder = '\u0000choice';
   const [head, tail] = JSON.stringify({ ...envelope, choices: [placeholder] }).split(JSON.stringify(placeholder));
   const prefix = `data: ${head}`;
   const suffix = `${tail}\n\n`;
-  return (choiceJson) => prefix + choiceJson + suffix;
+  // tail is `]}`: the usage goes between the two.
+  const usagePrefix = `${tail.slice(0, -1)},"usage":`;
+  return (choiceJson, usage) =>
+    usage == null ? prefix + choiceJson + suffix : `${prefix}${choiceJson}${usagePrefix}${JSON.stringify(usage)}}\n\n`;
 }
 
 /** Response headers of every event stream. */

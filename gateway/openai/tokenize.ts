@@ -1,18 +1,21 @@
 // POST /tokenize and POST /detokenize, as vLLM serves them.
 import type { FastifyInstance } from 'fastify';
+import type { PromptEncoder } from '../prompt-encoder.ts';
 import type { ModelRegistry } from '../served-model.ts';
-import { chatPromptTokenIds } from './chat.ts';
+import { chatMessagesOf } from './chat.ts';
 import { checkTokenIds } from './prepare.ts';
+import { clientIsConnected } from './respond.ts';
 import { detokenizeRequestSchema, parseRequest, tokenizeRequestSchema } from './schemas.ts';
 
-export function registerTokenizeRoutes(app: FastifyInstance, registry: ModelRegistry) {
+export function registerTokenizeRoutes(app: FastifyInstance, registry: ModelRegistry, prompts: PromptEncoder) {
   app.post('/tokenize', async (httpRequest) => {
     const request = parseRequest(tokenizeRequestSchema, httpRequest.body);
     const model = registry.get(request.model);
+    const isWanted = clientIsConnected(httpRequest);
     const tokens =
       'messages' in request
-        ? chatPromptTokenIds(model, request.messages, request.add_generation_prompt)
-        : model.tokenizer.encode(request.prompt, { addSpecialTokens: request.add_special_tokens });
+        ? await prompts.encodeChat(model, chatMessagesOf(request.messages), request.add_generation_prompt, isWanted)
+        : await prompts.encodePrompt(model, request.prompt, request.add_special_tokens, isWanted);
     return { tokens, count: tokens.length, max_model_len: model.maxModelLen };
   });
 

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { HASH_SCHEME } from '../../engine/kv/block-hash.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
+import type { GatewayLimits } from '../limits.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, type GatewayOptions, type ResponsesSettings, type ServedModel } from '../server.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import type { Tokenizer } from '../tokenizer/tokenizer.ts';
@@ -37,6 +38,10 @@ export interface TestGatewayOptions {
   gatewayOptions?: Partial<GatewayOptions>;
   /** Registers more plugins or routes before the gateway listens. */
   beforeListen?: (app: FastifyInstance) => Promise<void>;
+  limits?: Partial<GatewayLimits>;
+  bodyLimitBytes?: number;
+  /** Also serve LONG_MODEL_NAME (the same tokenizer and template) with this context length. */
+  longModelLen?: number;
   /** Scripted workers behind both models (default 1), routed by their router. */
   numWorkers?: number;
 }
@@ -54,6 +59,8 @@ function writeModelDir(dir: string, chatTemplate: string | null) {
     }),
   );
 }
+
+export const LONG_MODEL_NAME = 'long';
 
 export async function startTestGateway(
   scriptFor: (request: GenerateRequest) => Script,
@@ -73,12 +80,14 @@ export async function startTestGateway(
   const models: ServedModel[] = [
     { name: MODEL_NAME, modelDir, maxModelLen: MAX_MODEL_LEN, workers: [...engines] },
     { name: 'plain', modelDir: plainModelDir, maxModelLen: MAX_MODEL_LEN, workers: [...engines] },
+    ...(options.longModelLen === undefined ? [] : [{ name: LONG_MODEL_NAME, modelDir, maxModelLen: options.longModelLen, workers: [...engines] }]),
   ];
   const metrics = new GatewayMetrics(models);
   const gateway: FastifyInstance = await createGateway({
     models,
-    bodyLimitBytes: BODY_LIMIT_BYTES,
+    bodyLimitBytes: options.bodyLimitBytes ?? BODY_LIMIT_BYTES,
     metrics,
+    limits: options.limits,
     responses: options.responses,
     ...options.gatewayOptions,
   });

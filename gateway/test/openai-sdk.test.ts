@@ -66,6 +66,6 @@ test('a mid-stream error surfaces as an APIError from the stream', async () => {
     (async () => {
       for await (const _chunk of stream);
     })(),
-    /the runner failed/,
+    /The server failed while running the request/,
   );
 });

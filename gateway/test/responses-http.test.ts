@@ -157,6 +157,8 @@ test('an error before any output is a plain HTTP error, streamed or not', async 
   }
 });
 
+const INTERNAL_ERROR_MESSAGE = 'The server failed while running the request.';
+
 test('an error after output: an error event, then response.failed, stored as failed', async () => {
   script = { steps: oneTokenPerStep(gateway.tokens('Hello world')), error: { code: 'internal_error', message: 'the runner failed' } };
   // The SDK raises the error event.
@@ -165,7 +167,8 @@ test('an error after output: an error event, then response.failed, stored as fai
     (async () => {
       for await (const _event of stream);
     })(),
-    (error: unknown) => error instanceof OpenAI.APIError && error.code === 'internal_error' && /the runner failed/.test(error.message),
+    // The worker's own text stays in the log: the client gets the catalogue's fixed message.
+    (error: unknown) => error instanceof OpenAI.APIError && error.code === 'internal_error' && /The server failed while running/.test(error.message),
   );
   const raw = await gateway.post('/v1/responses', { model: MODEL_NAME, input: 'hi', stream: true });
   const events = namedSseEvents(await raw.text()) as unknown as Record<string, any>[];
@@ -175,13 +178,13 @@ test('an error after output: an error event, then response.failed, stored as fai
     sequence_number: events.length - 2,
     status: 500,
     code: 'internal_error',
-    message: 'the runner failed',
+    message: INTERNAL_ERROR_MESSAGE,
     param: null,
-    error: { message: 'the runner failed', type: 'server_error', param: null, code: 'internal_error' },
+    error: { message: INTERNAL_ERROR_MESSAGE, type: 'server_error', param: null, code: 'internal_error' },
   });
   assert.equal(failed.type, 'response.failed');
   assert.equal(failed.response.status, 'failed');
-  assert.deepEqual(failed.response.error, { code: 'server_error', message: 'the runner failed' });
+  assert.deepEqual(failed.response.error, { code: 'server_error', message: INTERNAL_ERROR_MESSAGE });
   // The worker's failing step carried ' world'; a failed step's tokens are not output.
   assert.equal(failed.response.output[0].content[0].text, 'Hello');
   const stored = await client.responses.retrieve(failed.response.id);

@@ -16,6 +16,12 @@ export interface Script {
   hang?: boolean;
   /** Prompt tokens the worker claims it found in its prefix cache. */
   numCachedTokens?: number;
+  /** With finishReason 'stop': the stop token that ended it (the script's last token), as a worker reports it. */
+  stopTokenId?: number;
+  /** Milliseconds before the first step (a long prefill); the first step comes on the next turn otherwise. */
+  firstStepDelayMs?: number;
+  /** Milliseconds between steps; one step per event-loop turn otherwise. */
+  stepIntervalMs?: number;
 }
 
 /**
@@ -25,6 +31,11 @@ export interface Script {
 function scriptedAlternatives(tokenId: number, logprob: number, numAlternatives: number): PromptTokenLogprobs {
   const ranks = Array.from({ length: numAlternatives }, (_, k) => k);
   return { logprob, rank: 1, topTokenIds: ranks.map((k) => tokenId + k), topLogprobs: ranks.map((k) => logprob - k) };
+}
+
+function after(delayMs: number | undefined, run: () => void) {
+  if (delayMs === undefined) setImmediate(run);
+  else setTimeout(run, delayMs);
 }
 
 export class ScriptedEngine extends EventEmitter implements EngineClient {
@@ -88,10 +99,11 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
       }
       const finishReason = !isLastStep ? null : script.error ? 'error' : (script.finishReason ?? 'length');
       if (finishReason !== null) this.end(request.requestId);
-      onOutput({ ...output, finishReason, ...(finishReason === 'error' ? { error: script.error } : {}) });
-      if (finishReason === null) setImmediate(step);
+      const ending = finishReason === 'error' ? { error: script.error } : finishReason === 'stop' && script.stopTokenId !== undefined ? { stopTokenId: script.stopTokenId } : {};
+      onOutput({ ...output, finishReason, ...ending });
+      if (finishReason === null) after(script.stepIntervalMs, step);
     };
-    setImmediate(step);
+    after(script.firstStepDelayMs, step);
   }
 
   /** Ends a request its script left hanging, as if it had stopped now. */

@@ -27,11 +27,44 @@ function usesByteLevelDecoder(decoder: unknown): boolean {
   return type === 'ByteLevel' || (Array.isArray(decoders) && decoders.some(usesByteLevelDecoder));
 }
 
+/** Normalizers that never make text shorter: the tokens then cover at least the text's length. */
+function neverShortens(normalizer: unknown): boolean {
+  if (normalizer === null || normalizer === undefined) return true;
+  if (typeof normalizer !== 'object') return false;
+  const { type, normalizers, pattern, content } = normalizer as { type?: unknown; normalizers?: unknown; pattern?: { String?: unknown }; content?: unknown };
+  if (type === 'Sequence') return Array.isArray(normalizers) && normalizers.every(neverShortens);
+  if (type === 'Prepend' || type === 'Lowercase') return true;
+  // SentencePiece's ' ' -> '▁': a fixed string replaced by one at least as long.
+  return type === 'Replace' && typeof pattern?.String === 'string' && typeof content === 'string' && content.length >= pattern.String.length;
+}
+
+/**
+ * Byte-level and byte-fallback BPE cover every character of the text with tokens whose bytes
+ * are its own; with a normalizer that never shortens and no added token that strips whitespace
+ * around itself, the longest token bounds how much text one token covers. Else no bound.
+ */
+function maxTokenCharsOf(json: TokenizerJson, isByteLevel: boolean, tokenBytes: (id: number) => Uint8Array, vocabSize: number): number | null {
+  const coversEveryByte = json.model?.type === 'BPE' && (isByteLevel || json.model.byte_fallback === true);
+  const stripsAround = (json.added_tokens ?? []).some((token) => token.lstrip === true || token.rstrip === true);
+  if (!coversEveryByte || stripsAround || !neverShortens(json.normalizer)) return null;
+  let maxTokenBytes = 0;
+  for (let id = 0; id < vocabSize; id++) maxTokenBytes = Math.max(maxTokenBytes, tokenBytes(id).length);
+  return maxTokenBytes;
+}
+
+interface TokenizerJson {
+  model?: { type?: string; byte_fallback?: boolean };
+  normalizer?: unknown;
+  decoder?: unknown;
+  added_tokens?: { lstrip?: boolean; rstrip?: boolean }[];
+}
+
 class HuggingFaceTokenizer implements Tokenizer {
   readonly vocabSize: number;
   readonly bosTokenId: number | null;
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
+  readonly maxTokenChars: number | null;
   readonly decodesAsUtf8Bytes: boolean;
   private readonly hf: HfTokenizer;
   private readonly addedTokenIds: ReadonlySet<number>;
@@ -39,7 +72,8 @@ class HuggingFaceTokenizer implements Tokenizer {
   private readonly byteByChar: Map<string, number> | null;
   private readonly utf8 = new TextEncoder();
 
-  constructor(hf: HfTokenizer, config: TokenizerConfig, decoder: unknown) {
+  constructor(hf: HfTokenizer, config: TokenizerConfig, json: TokenizerJson) {
+    const isByteLevel = usesByteLevelDecoder(json.decoder);
     this.hf = hf;
     let maxId = -1;
     for (const id of hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
@@ -51,9 +85,10 @@ class HuggingFaceTokenizer implements Tokenizer {
     const addedTokens = hf.get_added_tokens_decoder();
     this.addedTokenIds = new Set(addedTokens.keys());
     this.specialTokenIds = new Set([...addedTokens].filter(([, token]) => token.special).map(([id]) => id));
-    this.byteByChar = usesByteLevelDecoder(decoder) ? byteLevelCharToByte() : null;
+    this.byteByChar = isByteLevel ? byteLevelCharToByte() : null;
+    this.maxTokenChars = maxTokenCharsOf(json, isByteLevel, (id) => this.tokenBytes(id), this.vocabSize);
     // A decoder sequence may rewrite text after the byte mapping (Replace, Strip); ByteLevel alone does not.
-    this.decodesAsUtf8Bytes = (decoder as { type?: unknown } | null)?.type === 'ByteLevel';
+    this.decodesAsUtf8Bytes = (json.decoder as { type?: unknown } | null)?.type === 'ByteLevel';
   }
 
   encode(text: string, options: { addSpecialTokens: boolean }): number[] {
@@ -88,5 +123,5 @@ class HuggingFaceTokenizer implements Tokenizer {
 
 export function loadHuggingFaceTokenizer(file: string, config: TokenizerConfig): Tokenizer {
   const json = JSON.parse(readFileSync(file, 'utf8'));
-  return new HuggingFaceTokenizer(new HfTokenizer(json, config.raw), config, json.decoder);
+  return new HuggingFaceTokenizer(new HfTokenizer(json, config.raw), config, json as TokenizerJson);
 }

@@ -21,6 +21,7 @@ class TiktokenTokenizer implements Tokenizer {
   readonly bosTokenId: number | null;
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
+  readonly maxTokenChars: number;
   readonly decodesAsUtf8Bytes = true;
   private readonly encoding: Tiktoken;
   private readonly bytesById: readonly (Uint8Array | undefined)[];
@@ -50,6 +51,11 @@ class TiktokenTokenizer implements Tokenizer {
       ...this.eosTokenIds,
     ]);
     this.addBosToken = config.addBosToken && this.bosTokenId !== null;
+    // Byte-level BPE covers every byte of the text exactly once (special tokens as written), and
+    // a byte decodes to at most one UTF-16 code unit: a token's bytes bound its text.
+    let maxTokenBytes = 0;
+    for (const bytes of bytesById) maxTokenBytes = Math.max(maxTokenBytes, bytes?.length ?? 0);
+    this.maxTokenChars = maxTokenBytes;
   }
 
   encode(text: string, options: { addSpecialTokens: boolean }): number[] {

@@ -7,6 +7,12 @@ export interface Tokenizer {
   readonly eosTokenIds: readonly number[];
   readonly specialTokenIds: ReadonlySet<number>;
   /**
+   * The most UTF-16 code units of text that one token can stand for, or null when the
+   * tokenizer gives no such bound (a normalizer that drops characters, a token that swallows
+   * whitespace). Text longer than this times n cannot encode to n tokens or fewer.
+   */
+  readonly maxTokenChars: number | null;
+  /**
    * Special tokens written in the text (e.g. a rendered chat template's `<|im_start|>`) encode
    * as themselves. addSpecialTokens adds what the checkpoint adds around a bare prompt (BOS).
    */

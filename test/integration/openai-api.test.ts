@@ -262,3 +262,62 @@ test('top logprobs, logit bias and penalties through the SDK, on the real model'
   } as OpenAI.CompletionCreateParamsNonStreaming);
   assert.notEqual(penalized.choices[0].text, detokenized.prompt);
 });
+
+test('completions: a list of prompts, n, echo with prompt logprobs, and include_stop_str_in_output, on the real model', async () => {
+  const prompts = ['The capital of France', 'Once upon a time'];
+  const completion = await client.completions.create({
+    model: modelName,
+    prompt: prompts,
+    n: 2,
+    max_tokens: 4,
+    temperature: 0,
+    echo: true,
+    logprobs: 1,
+    ignore_eos: true,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
+  // Prompt-major: index = promptIndex * n + choiceIndex.
+  assert.deepEqual(completion.choices.map((choice) => choice.index), [0, 1, 2, 3]);
+  const promptTokenCounts: number[] = [];
+  for (const [promptIndex, prompt] of prompts.entries()) {
+    const tokenized = await (
+      await fetch(`${server.httpAddress}/tokenize`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: modelName, prompt }),
+      })
+    ).json();
+    promptTokenCounts.push(tokenized.count);
+    const [first, second] = completion.choices.slice(promptIndex * 2, promptIndex * 2 + 2);
+    // Greedy: both choices of a prompt agree; echo puts the prompt first.
+    assert.equal(first.text, second.text);
+    assert.ok(first.text.startsWith(prompt), first.text);
+    const logprobs = first.logprobs!;
+    // The prompt's tokens (as the engine scored them), the first without a logprob, then the 4 sampled.
+    assert.equal(logprobs.tokens!.length, tokenized.count + 4);
+    assert.equal(logprobs.token_logprobs![0], null);
+    for (const logprob of logprobs.token_logprobs!.slice(1)) assert.ok(typeof logprob === 'number' && logprob <= 0);
+    assert.equal(logprobs.tokens!.join(''), first.text);
+    assert.equal(logprobs.text_offset![0], 0);
+  }
+  assert.equal(completion.usage!.prompt_tokens, promptTokenCounts[0] + promptTokenCounts[1]);
+  assert.equal(completion.usage!.completion_tokens, 4 * 4);
+
+  // A stop string taken from the greedy text: kept with include_stop_str_in_output, cut without.
+  const greedy = completion.choices[0].text.slice(prompts[0].length);
+  const stop = greedy.trim().slice(0, 2);
+  assert.ok(stop.length > 0, `greedy text: ${JSON.stringify(greedy)}`);
+  const upToStop = greedy.slice(0, greedy.indexOf(stop));
+  for (const includeStop of [true, false]) {
+    const stopped = await client.completions.create({
+      model: modelName,
+      prompt: prompts[0],
+      max_tokens: 4,
+      temperature: 0,
+      stop,
+      include_stop_str_in_output: includeStop,
+      ignore_eos: true,
+    } as OpenAI.CompletionCreateParamsNonStreaming);
+    assert.equal(stopped.choices[0].text, includeStop ? upToStop + stop : upToStop);
+    assert.equal(stopped.choices[0].finish_reason, 'stop');
+  }
+});

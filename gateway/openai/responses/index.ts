@@ -2,6 +2,7 @@
 // WebSocket mode on GET /v1/responses. One store serves them all.
 import type { FastifyInstance } from 'fastify';
 import type { GatewayMetrics } from '../../metrics.ts';
+import type { PromptEncoder } from '../../prompt-encoder.ts';
 import type { ModelRegistry } from '../../served-model.ts';
 import { registerResponsesHttpRoutes } from './http.ts';
 import { ResponseStore } from './store.ts';
@@ -34,10 +35,18 @@ export interface ResponsesContext {
   metrics: GatewayMetrics;
   store: ResponseStore;
   settings: ResponsesSettings;
+  /** Renders and tokenizes each turn's prompt, a large one off the event loop. */
+  prompts: PromptEncoder;
 }
 
-export function registerResponsesRoutes(app: FastifyInstance, registry: ModelRegistry, metrics: GatewayMetrics, settings: ResponsesSettings) {
-  const context = { registry, metrics, settings, store: new ResponseStore(settings.storeMaxResponses, settings.storeTtlMs) };
+export function registerResponsesRoutes(
+  app: FastifyInstance,
+  registry: ModelRegistry,
+  metrics: GatewayMetrics,
+  settings: ResponsesSettings,
+  prompts: PromptEncoder,
+) {
+  const context = { registry, metrics, settings, prompts, store: new ResponseStore(settings.storeMaxResponses, settings.storeTtlMs) };
   registerResponsesHttpRoutes(app, context);
   registerResponsesWebSocketRoute(app, context);
 }

@@ -4,9 +4,9 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '../../errors.ts';
 import type { GenerationRequest } from '../../generation.ts';
+import type { IsWanted, PromptEncoder } from '../../prompt-encoder.ts';
 import type { LoadedModel, ModelRegistry } from '../../served-model.ts';
 import type { ChatMessage } from '../../tokenizer/chat-template.ts';
-import { templatePromptTokenIds } from '../chat.ts';
 import { resolveMaxTokens, samplingOf, stopStringsOf } from '../prepare.ts';
 import { unixSeconds } from '../respond.ts';
 import { appendInput, promptMessages } from './conversation.ts';
@@ -36,13 +36,18 @@ export function previousNotFound(previousResponseId: string): ApiError {
   return new ApiError('previous_response_not_found', `Previous response with id '${previousResponseId}' not found.`, 'previous_response_id');
 }
 
-/** previous: the response previous_response_id names, already looked up (null without one). */
-export function prepareTurn(
+/**
+ * previous: the response previous_response_id names, already looked up (null without one).
+ * isWanted: false once the client has gone (a large prompt waiting for a thread is dropped).
+ */
+export async function prepareTurn(
   registry: ModelRegistry,
+  prompts: PromptEncoder,
   request: ResponseCreateRequest,
   previous: StoredResponse | null,
   arrivalMs: number,
-): PreparedTurn {
+  isWanted: IsWanted,
+): Promise<PreparedTurn> {
   const model = registry.get(request.model);
   const items = inputItemsOf(request.input);
   if (items.length === 0 && previous === null) {
@@ -51,7 +56,7 @@ export function prepareTurn(
   const messages = appendInput(previous?.messages ?? [], items);
   const isWarmUp = request.generate === false;
   // A warm-up's prompt stops before the generation prompt, so the turn that continues it extends it.
-  const promptTokenIds = templatePromptTokenIds(model, promptMessages(request.instructions, messages), !isWarmUp, 'input');
+  const promptTokenIds = await prompts.encodeChat(model, promptMessages(request.instructions, messages), !isWarmUp, isWanted, 'input');
   const maxTokens = resolveMaxTokens(model, promptTokenIds.length, isWarmUp ? 1 : request.max_output_tokens, 'max_output_tokens', 'input', null);
   const wantsLogprobs = request.include?.includes(INCLUDE_LOGPROBS) === true;
   const numTopLogprobs = wantsLogprobs ? (request.top_logprobs ?? 0) : 0;

@@ -6,8 +6,9 @@
 // Pings drop a peer that stopped answering; at its time limit the connection says so and closes.
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { RawData, WebSocket } from 'ws';
-import type { TurnAdmitter } from '../../admission.ts';
+import type { TurnAdmission, TurnAdmitter } from '../../admission.ts';
 import { ApiError, toResponsesErrorEvent } from '../../errors.ts';
+import { checkJsonShape } from '../../json-body.ts';
 import type { ResponsesContext } from './index.ts';
 import type { EventSink } from './objects.ts';
 import { prepareTurn, previousNotFound, type PreparedTurn } from './prepare.ts';
@@ -30,6 +31,8 @@ class ResponsesConnection {
   private readonly log: FastifyBaseLogger;
   /** The response in flight, if any. */
   private turn: Turn | null = null;
+  /** A response.create whose prompt is still being tokenized (off the loop, when large): in flight too. */
+  private isPreparing = false;
   /** The connection-local cache: its latest response, stored or not. */
   private latest: StoredResponse | null = null;
   /** Whether the peer answered the last ping. */
@@ -71,15 +74,23 @@ class ResponsesConnection {
       this.sendError(new ApiError('invalid_json', `The event is not valid JSON: ${(err as Error).message}`));
       return;
     }
+    try {
+      // The bounds an HTTP body has: nesting deep enough to overflow a recursive walk is refused here.
+      checkJsonShape(event);
+    } catch (err) {
+      this.sendError(err as ApiError);
+      return;
+    }
     if (!isRecord(event)) {
       this.sendError(new ApiError('invalid_request', 'The event must be a JSON object.'));
       return;
     }
     if (event.type !== 'response.create') {
-      this.sendError(new ApiError('invalid_request', `Unknown event type ${JSON.stringify(event.type)}; the client event is response.create.`, 'type'));
+      const shown = typeof event.type === 'string' ? JSON.stringify(event.type.slice(0, 64)) : `of type ${typeof event.type}`;
+      this.sendError(new ApiError('invalid_request', `Unknown event type ${shown}; the client event is response.create.`, 'type'));
       return;
     }
-    if (this.turn !== null) {
+    if (this.turn !== null || this.isPreparing) {
       this.sendError(new ApiError(
         'response_already_in_flight',
         'A response is already in flight on this connection; send the next response.create after its terminal event.',
@@ -89,14 +100,28 @@ class ResponsesConnection {
     // Each turn is a request against the caller's limits, and refused unless the gateway is ready (admission.ts).
     const admission = this.admitTurn?.(event, (data as Buffer).byteLength) ?? null;
     if (admission instanceof ApiError) return this.sendError(admission);
+    void this.startResponse(event, arrivalMs, admission);
+  }
+
+  private async startResponse(event: Record<string, unknown>, arrivalMs: number, admission: TurnAdmission | null) {
     let prepared: PreparedTurn;
+    this.isPreparing = true;
     try {
       const { type: _type, ...body } = event;
       const request = parseResponseCreate(body);
-      prepared = prepareTurn(this.context.registry, request, this.previousOf(request.previous_response_id), arrivalMs);
+      const { registry, prompts } = this.context;
+      const isOpen = () => this.socket.readyState === this.socket.OPEN;
+      prepared = await prepareTurn(registry, prompts, request, this.previousOf(request.previous_response_id), arrivalMs, isOpen);
     } catch (err) {
       admission?.end();
       this.sendError(this.asApiError(err));
+      return;
+    } finally {
+      this.isPreparing = false;
+    }
+    // Closed, or past its time limit, while the prompt was tokenized: nothing to answer.
+    if (this.socket.readyState !== this.socket.OPEN) {
+      admission?.end();
       return;
     }
     prepared.generation.account = admission?.account;
