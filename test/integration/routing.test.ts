@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { defaultModelDir, startServer } from './harness.ts';
 import { startWorkerProcess, type WorkerProcess } from './worker-process.ts';
+import { pollUntil } from '../wait.ts';
 
 const modelName = 'conduit-tiny';
 const BLOCK_SIZE = 16;
@@ -101,10 +102,13 @@ test('a worker killed mid-stream: its stream ends with an error, its queued requ
     { model: modelName, prompt: 'A second story begins', max_tokens: 8, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming,
     session,
   );
-  while (total(await samplesByWorker(server.metricsAddress, 'conduit_router_requests_total')) < 2) await new Promise((r) => setTimeout(r, 10));
+  await pollUntil(async () => total(await samplesByWorker(server.metricsAddress, 'conduit_router_requests_total')) >= 2, 'the queued request routed');
   assert.equal((await samplesByWorker(server.metricsAddress, 'conduit_router_requests_total')).get(doomedAddress), 2);
-  const indexedBefore = await samplesByWorker(server.metricsAddress, 'conduit_router_index_blocks');
-  assert.ok(indexedBefore.get(doomedAddress)! > 0);
+  // The long request's first block reaches the index once its worker has computed a full block of tokens.
+  await pollUntil(
+    async () => ((await samplesByWorker(server.metricsAddress, 'conduit_router_index_blocks')).get(doomedAddress) ?? 0) > 0,
+    "the doomed worker's blocks in the index",
+  );
 
   await doomed.stop('SIGKILL');
   await assert.rejects(async () => {
