@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { freePort } from '../tools/free-port.ts';
 
 const READY_TIMEOUT_MS = 10_000;
 
@@ -19,15 +20,6 @@ export interface RedisServer {
   start(): Promise<void>;
   /** Stops it and removes its directory. */
   close(): Promise<void>;
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as net.AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
 }
 
 async function launch(port: number, dir: string): Promise<ChildProcess> {

@@ -29,6 +29,7 @@ import { serveEngine } from '../engine/grpc/service.ts';
 import type { ModelRunner, RunnerInfo } from '../engine/runner.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type SchedulerOutput } from '../engine/scheduler-output.ts';
 import { describeCpu } from './bench-model.ts';
+import { freePort } from './free-port.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -121,15 +122,6 @@ function spawnChild(args: string[]): ChildProcess {
 async function messageFrom<T>(child: ChildProcess): Promise<T> {
   const [message] = await once(child, 'message');
   return message as T;
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as net.AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
 }
 
 /** utime + stime of a process, in seconds. */

@@ -13,7 +13,6 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -23,6 +22,7 @@ import type { ScenarioSpec } from '../loadtest/scenarios.ts';
 import type { RoutingPolicy } from '../router/settings.ts';
 import { describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
 import { quantile, simulate, type SimSettings, type SimWorkload } from './router-sim.ts';
+import { freePort } from './free-port.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -57,15 +57,6 @@ const SERVED_SCENARIOS: readonly ServedScenario[] = [
 ];
 const SERVED_KV_BLOCKS_PER_WORKER = 128;
 const SERVED_NUM_WORKERS = 4;
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as net.AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
-}
 
 /** The benchmark checkpoint, linked, with conduit-tiny's tokenizer (4,096 tokens: within its vocabulary). */
 function servableModelDir(workDir: string): string {

@@ -10,11 +10,11 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import { freePort } from './free-port.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -23,15 +23,6 @@ const HEALTH_TIMEOUT_MS = 120_000;
 interface Run {
   outputTokensPerSecond: number;
   ttftP50Ms: number;
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as net.AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
 }
 
 async function waitForHealth(url: string, server: ReturnType<typeof spawn>): Promise<void> {

@@ -12,19 +12,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { gunzipSync } from 'node:zlib';
 import ort from 'onnxruntime-node';
+import { createRng } from '../loadtest/random.ts';
 import { writeModel } from './onnx/writer.ts';
-
-/** mulberry32: a small seeded generator, so every dataset is reproducible. */
-export function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // ---- digits ------------------------------------------------------------------------------
 
@@ -67,14 +56,14 @@ function csvLines(text: string): string[] {
 /** numImages of the held-out optdigits images that ship with the model (a seeded choice), 0-255. */
 export function heldOutDigits(numImages: number, seed: number): Digits {
   const lines = csvLines(readFileSync(HELD_OUT_CSV, 'utf8'));
-  const random = seededRandom(seed);
+  const random = createRng(seed);
   return parseDigits(Array.from({ length: numImages }, () => lines[Math.floor(random() * lines.length)]));
 }
 
 /** The optdigits lines split by a seeded shuffle into training and held-out lines. */
 function splitDigits(csvFile: string, seed: number): { trainLines: string[]; heldOutLines: string[] } {
   const lines = csvLines(gunzipSync(readFileSync(csvFile)).toString('utf8'));
-  const random = seededRandom(seed);
+  const random = createRng(seed);
   for (let i = lines.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
     [lines[i], lines[j]] = [lines[j], lines[i]];
@@ -87,7 +76,7 @@ interface Mlp { w1: Float64Array; b1: Float64Array; w2: Float64Array; b2: Float6
 /** A 64-32-10 ReLU MLP trained with minibatch SGD on softmax cross-entropy. */
 function trainDigits(inputs: Float64Array[], labels: number[], seed: number): Mlp {
   const numHidden = 32;
-  const random = seededRandom(seed);
+  const random = createRng(seed);
   const gaussian = () => Math.sqrt(-2 * Math.log(random() + 1e-12)) * Math.cos(2 * Math.PI * random());
   const mlp: Mlp = {
     numHidden,
@@ -159,7 +148,7 @@ export const FRAUD_FEATURES = [
  *       + 0.25 transactions + 1.4 foreign - 1.6 card_present - 0.3 ln(1 + age/30).
  */
 export function makeFraud(numSamples: number, seed: number): { features: Float64Array[]; labels: number[] } {
-  const random = seededRandom(seed);
+  const random = createRng(seed);
   const gaussian = () => Math.sqrt(-2 * Math.log(random() + 1e-12)) * Math.cos(2 * Math.PI * random());
   const poisson = (mean: number) => {
     let k = 0;

@@ -5,22 +5,13 @@ import path from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createDetokenizer, IncrementalDetokenizer, type Detokenizer } from './incremental-detokenizer.ts';
+import { createRng } from '../../loadtest/random.ts';
 import { loadTokenizer } from './load.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import { Utf8Detokenizer } from './utf8-detokenizer.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
-
-/** mulberry32: a seeded generator, so a failing sequence can be replayed with CONDUIT_TEST_SEED. */
-function randomGenerator(state: number) {
-  return () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
 
 function stream(detokenizer: Detokenizer, tokenIds: readonly number[], pushSizes: () => number): string[] {
   const deltas: string[] = [];
@@ -91,7 +82,7 @@ for (const [name, tokenizer] of tokenizers) {
   test(`${name}: streams by table lookup and equals decoding every token at once (seed ${seed})`, () => {
     assert.ok(tokenizer.decodesAsUtf8Bytes);
     assert.ok(createDetokenizer(tokenizer) instanceof Utf8Detokenizer);
-    const random = randomGenerator(seed);
+    const random = createRng(seed);
     for (let sequence = 0; sequence < 200; sequence++) {
       // Any ids at all, specials and ids past the vocabulary included: invalid UTF-8 and split characters abound.
       const tokenIds = Array.from({ length: 1 + Math.floor(random() * 40) }, () => Math.floor(random() * (tokenizer.vocabSize + 8)));

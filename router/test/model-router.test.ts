@@ -5,25 +5,14 @@ import assert from 'node:assert/strict';
 import { ModelRouter, type RouterObserver } from '../model-router.ts';
 import { DEFAULT_ROUTER_SETTINGS, type RouterSettings } from '../settings.ts';
 import { BLOCK_SIZE, MODEL, SyntheticWorker, hashesOf, prompt } from './synthetic-worker.ts';
-
-/** A seeded generator (mulberry32), so tie-breaks replay. */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { createRng } from '../../loadtest/random.ts';
 
 function setup(numWorkers: number, settings: Partial<RouterSettings> = {}) {
   const router = new ModelRouter<SyntheticWorker>({
     modelName: MODEL,
     blockSizeTokens: BLOCK_SIZE,
     settings: { ...DEFAULT_ROUTER_SETTINGS, ...settings },
-    random: seededRandom(7),
+    random: createRng(7), // seeded: tie-breaks replay
   });
   const workers = Array.from({ length: numWorkers }, (_, i) => new SyntheticWorker(`w${i}`));
   for (const worker of workers) router.addWorker(worker, worker.modelInfo());
