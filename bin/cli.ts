@@ -2,7 +2,7 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { loadConfigFile, validateConfig, ConfigError, type Config } from '../configs/schema.ts';
+import { loadConfigFile, serverSchema, validateConfig, ConfigError, type Config } from '../configs/schema.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -19,6 +19,14 @@ const usage = `usage:
                  [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]
                   [--heartbeat-interval-s S] [--heartbeat-ttl-s S]]
   conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]   (conduit loadtest --help)`;
+
+/** A port flag checked as the configuration checks the field it sets, and an error blamed on the flag, not the file. */
+function portFlag(flag: string, value: string | undefined, field: 'http_port' | 'metrics_port' | 'grpc_port'): number | undefined {
+  if (value === undefined) return undefined;
+  const result = serverSchema.shape[field].safeParse(Number(value));
+  if (!result.success) throw new ConfigError(`command line: ${flag} ${value}: ${result.error.issues[0].message}`);
+  return result.data;
+}
 
 /** --model DIR adds a model with default settings to the file's (or replaces the default file). */
 export function resolveServeConfig(argv: string[]): Config {
@@ -37,6 +45,9 @@ export function resolveServeConfig(argv: string[]): Config {
       'load-model': { type: 'string', multiple: true },
     },
   });
+  const httpPort = portFlag('--http-port', values['http-port'], 'http_port');
+  const metricsPort = portFlag('--metrics-port', values['metrics-port'], 'metrics_port');
+  const grpcPort = portFlag('--grpc-port', values['grpc-port'], 'grpc_port');
   const modelDirs = values.model ?? [];
   const configFile = values.config ?? (modelDirs.length === 0 ? defaultConfigFile : undefined);
   const base: Config = configFile ? loadConfigFile(configFile) : validateConfig({ models: [{ path: '.' }] }, 'command line');
@@ -46,13 +57,13 @@ export function resolveServeConfig(argv: string[]): Config {
     models: [...(configFile ? base.models : []), ...modelDirs.map((dir) => ({ path: path.resolve(dir) }))],
     model_repository: values['model-repository'] === undefined ? base.model_repository : { ...base.model_repository, path: path.resolve(values['model-repository']) },
   };
-  if (values['grpc-port'] !== undefined) raw.server.grpc_port = Number(values['grpc-port']);
+  if (grpcPort !== undefined) raw.server.grpc_port = grpcPort;
   if (raw.model_repository !== undefined && values['model-control-mode'] !== undefined) {
     raw.model_repository = { ...raw.model_repository, model_control_mode: values['model-control-mode'] as 'none' };
   }
   if (raw.model_repository !== undefined && values['load-model'] !== undefined) raw.model_repository = { ...raw.model_repository, load_models: values['load-model'] };
-  if (values['http-port'] !== undefined) raw.server.http_port = Number(values['http-port']);
-  if (values['metrics-port'] !== undefined) raw.server.metrics_port = Number(values['metrics-port']);
+  if (httpPort !== undefined) raw.server.http_port = httpPort;
+  if (metricsPort !== undefined) raw.server.metrics_port = metricsPort;
   return validateConfig(raw, configFile ?? 'command line');
 }
 

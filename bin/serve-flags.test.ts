@@ -20,3 +20,10 @@ test('--model-repository, --model-control-mode, --load-model and --grpc-port', (
 test('a bad control mode is a config error naming the field', () => {
   assert.throws(() => resolveServeConfig(['--model-control-mode', 'sometimes']), /model_repository\.model_control_mode: /);
 });
+
+test('a bad port flag is blamed on the command line, not on the configuration file', () => {
+  assert.throws(() => resolveServeConfig(['--http-port', '99999']), /^ConfigError: command line: --http-port 99999: Too big/);
+  assert.throws(() => resolveServeConfig(['--metrics-port', 'abc']), /command line: --metrics-port abc: .*expected number/);
+  assert.throws(() => resolveServeConfig(['--grpc-port=-1']), /command line: --grpc-port -1: Too small/);
+  assert.equal(resolveServeConfig(['--http-port', '0']).server.http_port, 0);
+});

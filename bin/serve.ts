@@ -57,6 +57,10 @@ export async function serve(config: Config): Promise<RunningServer> {
   };
   let repository: ModelRepository | null = null;
   let grpcServer: KServeGrpcServer | null = null;
+  // Closed on any failure, so that a port taken after the HTTP one was bound ends the process
+  // instead of leaving a gateway answering 503 forever.
+  let gateway: Awaited<ReturnType<typeof createGateway>> | null = null;
+  let metrics: Awaited<ReturnType<typeof createMetricsServer>> | null = null;
   try {
     const models: ServedModel[] = [];
     for (const [modelIndex, model] of config.models.entries()) {
@@ -100,7 +104,7 @@ export async function serve(config: Config): Promise<RunningServer> {
     if (repository !== null) registerTritonMetrics(gatewayMetrics.registry, repository);
     const { server } = config;
     const readiness = new Readiness('starting');
-    const gateway = await createGateway({
+    gateway = await createGateway({
       models,
       bodyLimitBytes: server.body_limit_bytes,
       metrics: gatewayMetrics,
@@ -121,7 +125,7 @@ export async function serve(config: Config): Promise<RunningServer> {
         maxConcurrentRequests: server.max_concurrent_requests,
       },
     });
-    const metrics = await createMetricsServer({ metrics: gatewayMetrics });
+    metrics = await createMetricsServer({ metrics: gatewayMetrics });
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });
     if (repository !== null) {
@@ -136,13 +140,14 @@ export async function serve(config: Config): Promise<RunningServer> {
       async close() {
         // Drains: in-flight requests finish (up to drain_timeout_s), new ones get 503; KServe's gRPC
         // calls in flight finish alike.
-        await Promise.all([gateway.close(), grpcServer?.close()]);
-        await metrics.close();
+        await Promise.all([gateway?.close(), grpcServer?.close()]);
+        await metrics?.close();
         await repository?.close();
         await closeWorkers();
       },
     };
   } catch (err) {
+    await Promise.all([gateway?.close(), grpcServer?.close(), metrics?.close()]);
     await repository?.close();
     await closeWorkers();
     throw err;

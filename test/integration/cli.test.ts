@@ -3,12 +3,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
 import { openaiClient, repoRoot, within } from './harness.ts';
+import { freePort } from '../../tools/free-port.ts';
 
 test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
@@ -142,4 +145,33 @@ test('Ctrl-C to the process group stops the server and its worker, with no respa
     })(),
     'the process group to empty',
   );
+});
+
+test('a taken metrics port ends conduit serve with an error and leaves nothing serving', { timeout: 120_000 }, async (t) => {
+  const taken = net.createServer().listen(0, '127.0.0.1');
+  await once(taken, 'listening');
+  t.after(() => taken.close());
+  const metricsPort = (taken.address() as net.AddressInfo).port;
+  const httpPort = await freePort();
+  const server = spawn(
+    process.execPath,
+    [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', path.join(repoRoot, 'models', 'conduit-tiny'), '--http-port', String(httpPort), '--metrics-port', String(metricsPort)],
+    { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
+  );
+  t.after(() => {
+    try {
+      process.kill(-server.pid!, 'SIGKILL');
+    } catch {
+      // The group is gone already.
+    }
+  });
+  let stderr = '';
+  server.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
+  const code = await within(new Promise<number | null>((resolve) => server.once('exit', resolve)), 'exit on a taken port');
+  assert.notEqual(code, 0);
+  assert.match(stderr, /EADDRINUSE/);
+  // The HTTP port it had bound is free again: nothing is left answering 503 there.
+  const again = net.createServer().listen(httpPort, '127.0.0.1');
+  await once(again, 'listening');
+  again.close();
 });
