@@ -175,3 +175,43 @@ test('a taken metrics port ends conduit serve with an error and leaves nothing s
   await once(again, 'listening');
   again.close();
 });
+
+test('SIGTERM to `npm start` (what a process manager sends) stops the server and its worker', { timeout: 120_000 }, async (t) => {
+  const npm = spawn('npm', ['start', '--', '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'], {
+    cwd: repoRoot,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    detached: true,
+  });
+  t.after(() => {
+    try {
+      process.kill(-npm.pid!, 'SIGKILL');
+    } catch {
+      // The group is gone already.
+    }
+  });
+  let stderr = '';
+  await within(new Promise<void>((resolve, reject) => {
+    npm.stderr.on('data', (data: Buffer) => {
+      stderr += data.toString();
+      if (/serving on/.test(stderr)) resolve();
+    });
+    npm.once('exit', () => reject(new Error(`npm start exited before serving:\n${stderr}`)));
+  }), 'npm start serving');
+  const exited = new Promise<void>((resolve) => npm.once('exit', () => resolve()));
+  npm.kill('SIGTERM');
+  await within(exited, 'npm to exit');
+  // npm's child, the gateway, and its worker all share npm's process group: none may be left.
+  await within(
+    (async () => {
+      for (;;) {
+        try {
+          process.kill(-npm.pid!, 0);
+        } catch {
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    })(),
+    'the server and its worker to exit',
+  );
+});
