@@ -129,7 +129,7 @@ export async function serve(config: Config): Promise<RunningServer> {
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });
     if (repository !== null) {
-      grpcServer = await startKServeGrpc({ repository, version: CONDUIT_VERSION, host: config.server.host, port: config.server.grpc_port });
+      grpcServer = await startKServeGrpc({ repository, llms: models, version: CONDUIT_VERSION, host: config.server.host, port: config.server.grpc_port });
     }
     // Every worker answered serving above (the ports, gRPC's too, bind only then, for now).
     readiness.markReady();

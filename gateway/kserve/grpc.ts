@@ -9,6 +9,7 @@ import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRe
 import { toKServeError } from './errors.ts';
 import { decodeInputs, type WireInputTensor } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './index.ts';
+import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
 
 const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../proto');
 
@@ -120,14 +121,26 @@ export interface KServeGrpcServer {
   close(): Promise<void>;
 }
 
-export async function startKServeGrpc(options: { repository: ModelRepository; version: string; host: string; port: number }): Promise<KServeGrpcServer> {
-  const { repository } = options;
+export interface KServeGrpcOptions {
+  repository: ModelRepository;
+  /** The LLMs served beside the repository: they count for ServerReady and answer ModelReady. */
+  llms: readonly LlmWorkers[];
+  version: string;
+  host: string;
+  port: number;
+}
+
+export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServeGrpcServer> {
+  const { repository, llms } = options;
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
   server.addService(loadInferenceService().service, {
     ServerLive: unary(() => ({ live: true })),
-    ServerReady: unary(() => ({ ready: repository.isReady() })),
+    ServerReady: unary(() => ({ ready: isServerReady(repository, llms) })),
     ModelReady: unary((request: { name: string; version: string }) => {
+      const llm = llms.find((model) => model.name === request.name);
+      // An LLM has one version (1, as its /v2 metadata says).
+      if (llm !== undefined) return { ready: ['', '1'].includes(request.version) && isLlmReady(llm) };
       try {
         served(request.name, request.version);
         return { ready: true };

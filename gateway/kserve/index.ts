@@ -10,6 +10,7 @@ import type { ModelRegistry } from '../served-model.ts';
 import { toKServeError } from './errors.ts';
 import { registerGenerateRoutes } from './generate.ts';
 import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
+import { isLlmReady, isServerReady } from './readiness.ts';
 
 export interface KServePluginOptions {
   /** The ordinary models; null when the server has no model repository. */
@@ -120,7 +121,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
 
   // Health: Triton answers 400 when not live or ready, with an empty body.
   app.get('/health/live', async (_request, reply) => reply.code(200).send());
-  app.get('/health/ready', async (_request, reply) => reply.code(repository.isReady() ? 200 : 400).send());
+  app.get('/health/ready', async (_request, reply) => reply.code(isServerReady(repository, options.registry.models) ? 200 : 400).send());
 
   registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics });
 
@@ -148,7 +149,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   for (const url of versioned('/ready')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
       const llm = llmOf(request.params);
-      let ready = llm !== null && llm.workers.length > 0;
+      let ready = llm !== null && isLlmReady(llm);
       if (llm === null) {
         try {
           repository.get(request.params.model, versionOf(request.params));

@@ -119,7 +119,14 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
     this.emit('abort', requestId);
   }
 
-  get load(): WorkerLoad {
+  /** Set to act as a worker whose stream is down: no load to report (what GrpcEngineClient reports then). */
+  isStreamDown = false;
+
+  get load(): WorkerLoad | null {
+    return this.isStreamDown ? null : this.currentLoad();
+  }
+
+  private currentLoad(): WorkerLoad {
     return { numRunning: this.numInFlight, numWaiting: 0, numFreeBlocks: 90, numTotalBlocks: 100, numQueuedPrefillTokens: 0, numCachedBlocks: 0 };
   }
 
@@ -130,11 +137,11 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
 
   /** Pushes a step report to every listener, as a worker does after each step. */
   report(stats: StepReport['stats']) {
-    for (const listener of this.reportListeners) listener({ events: [], load: this.load, stats });
+    for (const listener of this.reportListeners) listener({ events: [], load: this.currentLoad(), stats });
   }
 
   async health() {
-    return { serving: this.serving, model: this.modelInfo, load: this.load };
+    return { serving: this.serving, model: this.modelInfo, load: this.currentLoad() };
   }
 
   close(): void {}

@@ -14,7 +14,7 @@ let grpcServer: KServeGrpcServer;
 const outDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-loadtest-kserve-'));
 before(async () => {
   server = await startKServeServer(MODELS_DIR);
-  grpcServer = await startKServeGrpc({ repository: server.repository, version: '0.1.0', host: '127.0.0.1', port: 0 });
+  grpcServer = await startKServeGrpc({ repository: server.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
 });
 after(async () => {
   await grpcServer.close();

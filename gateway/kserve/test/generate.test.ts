@@ -71,4 +71,17 @@ test('an LLM has metadata and readiness under /v2 too', async () => {
   });
   assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/ready`)).status, 200);
   assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/versions/2/ready`)).status, 400);
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/health/ready`)).status, 200);
+});
+
+test('an LLM whose workers have no live engine stream is not ready, nor is the server', async (t) => {
+  gateway.engine.isStreamDown = true;
+  t.after(() => {
+    gateway.engine.isStreamDown = false;
+  });
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/ready`)).status, 400);
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/health/ready`)).status, 400);
+  gateway.engine.isStreamDown = false;
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/ready`)).status, 200);
+  assert.equal((await fetch(`${gateway.baseUrl}/v2/health/ready`)).status, 200);
 });

@@ -9,6 +9,7 @@ import { heldOutDigits } from '../../../tools/make-classic-models.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { SAMPLES } from './datatypes.ts';
 import { makeTestRepo, MODELS_DIR } from './harness.ts';
+import type { LlmWorkers } from '../readiness.ts';
 
 type Client = grpc.Client & Record<string, (...args: any[]) => any>;
 
@@ -25,10 +26,10 @@ async function expectStatus(promise: Promise<unknown>, code: grpc.status, detail
   });
 }
 
-async function startServer(repoDir: string, mode: 'none' | 'explicit' = 'none') {
+async function startServer(repoDir: string, mode: 'none' | 'explicit' = 'none', llms: LlmWorkers[] = []) {
   const repository = new ModelRepository({ repoDir, mode, pollIntervalMs: 1000, startupModels: ['*'], log: () => {} });
   await repository.start();
-  const server = await startKServeGrpc({ repository, version: '0.1.0', host: '127.0.0.1', port: 0 });
+  const server = await startKServeGrpc({ repository, llms, version: '0.1.0', host: '127.0.0.1', port: 0 });
   const Service = loadInferenceService();
   const client = new Service(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure()) as unknown as Client;
   return {
@@ -222,4 +223,20 @@ describe('KServe v2 gRPC: every datatype, typed and raw', () => {
     await expectStatus(call(env.client, 'RepositoryModelLoad', { model_name: 'identity_fp32', parameters: { config: { string_param: '{"backend": "nope"}' } } }),
       grpc.status.INVALID_ARGUMENT, /^failed to load 'identity_fp32': config:1: backend: unknown backend "nope"/);
   });
+});
+
+test('an LLM served beside the repository counts for ServerReady and answers ModelReady by its workers\' streams', async () => {
+  // What ServerReady reads of an LLM: its workers' last load, null while a worker's engine stream is down.
+  const worker: { load: object | null } = { load: null };
+  const env = await startServer(MODELS_DIR, 'none', [{ name: 'tiny', workers: [worker] }]);
+  try {
+    assert.deepEqual(await call(env.client, 'ServerReady', {}), { ready: false });
+    assert.deepEqual(await call(env.client, 'ModelReady', { name: 'tiny', version: '' }), { ready: false });
+    worker.load = { numRunning: 0 };
+    assert.deepEqual(await call(env.client, 'ServerReady', {}), { ready: true });
+    assert.deepEqual(await call(env.client, 'ModelReady', { name: 'tiny', version: '1' }), { ready: true });
+    assert.deepEqual(await call(env.client, 'ModelReady', { name: 'tiny', version: '2' }), { ready: false });
+  } finally {
+    await env.close();
+  }
 });
