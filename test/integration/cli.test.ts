@@ -13,6 +13,28 @@ import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpo
 import { openaiClient, repoRoot, within } from './harness.ts';
 import { freePort } from '../../tools/free-port.ts';
 
+
+/** Ends a test's detached process group, whatever is left of it. */
+function killGroup(groupId: number): void {
+  try {
+    process.kill(-groupId, 'SIGKILL');
+  } catch {
+    // The group is gone already.
+  }
+}
+
+/** Resolves once no process of the group is left (signal 0 finds none). */
+async function groupEmptied(groupId: number): Promise<void> {
+  for (;;) {
+    try {
+      process.kill(-groupId, 0);
+    } catch {
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
   t.after(() => rmSync(workDir, { recursive: true, force: true }));
@@ -101,13 +123,7 @@ test('Ctrl-C to the process group stops the server and its worker, with no respa
     { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
   );
   const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
-  t.after(() => {
-    try {
-      process.kill(-server.pid!, 'SIGKILL');
-    } catch {
-      // The group is gone already.
-    }
-  });
+  t.after(() => killGroup(server.pid!));
   let stderr = '';
   const httpAddress = await within(new Promise<string>((resolve, reject) => {
     server.stderr.on('data', (data: Buffer) => {
@@ -132,19 +148,7 @@ test('Ctrl-C to the process group stops the server and its worker, with no respa
   assert.doesNotMatch(stderr, /restarting in/, 'no worker is respawned during shutdown');
   assert.doesNotMatch(stderr, /killed/, 'the worker exits on its own');
   // Nothing of the group is left: signalling it finds no process.
-  await within(
-    (async () => {
-      for (;;) {
-        try {
-          process.kill(-server.pid!, 0);
-        } catch {
-          return;
-        }
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    })(),
-    'the process group to empty',
-  );
+  await within(groupEmptied(server.pid!), 'the process group to empty');
 });
 
 test('a taken metrics port ends conduit serve with an error and leaves nothing serving', { timeout: 120_000 }, async (t) => {
@@ -158,13 +162,7 @@ test('a taken metrics port ends conduit serve with an error and leaves nothing s
     [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', path.join(repoRoot, 'models', 'conduit-tiny'), '--http-port', String(httpPort), '--metrics-port', String(metricsPort)],
     { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
   );
-  t.after(() => {
-    try {
-      process.kill(-server.pid!, 'SIGKILL');
-    } catch {
-      // The group is gone already.
-    }
-  });
+  t.after(() => killGroup(server.pid!));
   let stderr = '';
   server.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
   const code = await within(new Promise<number | null>((resolve) => server.once('exit', resolve)), 'exit on a taken port');
@@ -182,13 +180,7 @@ test('SIGTERM to `npm start` (what a process manager sends) stops the server and
     stdio: ['ignore', 'ignore', 'pipe'],
     detached: true,
   });
-  t.after(() => {
-    try {
-      process.kill(-npm.pid!, 'SIGKILL');
-    } catch {
-      // The group is gone already.
-    }
-  });
+  t.after(() => killGroup(npm.pid!));
   let stderr = '';
   await within(new Promise<void>((resolve, reject) => {
     npm.stderr.on('data', (data: Buffer) => {
@@ -201,17 +193,5 @@ test('SIGTERM to `npm start` (what a process manager sends) stops the server and
   npm.kill('SIGTERM');
   await within(exited, 'npm to exit');
   // npm's child, the gateway, and its worker all share npm's process group: none may be left.
-  await within(
-    (async () => {
-      for (;;) {
-        try {
-          process.kill(-npm.pid!, 0);
-        } catch {
-          return;
-        }
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    })(),
-    'the server and its worker to exit',
-  );
+  await within(groupEmptied(npm.pid!), 'the server and its worker to exit');
 });
