@@ -14,7 +14,7 @@
 // Load is what the worker last reported, or what this gateway has sent it since if that is
 // more: a report lags the requests routed since it was made, and a burst decided between two
 // reports must not all land on one worker (llm-d-router #2515, dynamo #589).
-import { appendBlockHashes, HASH_SCHEME, rootHash, type BlockHash } from '../engine/kv/block-hash.ts';
+import { BLOCK_HASH_WORDS, blockHashWords, chainBlockHashWords, HASH_SCHEME, rootHash } from '../engine/kv/block-hash.ts';
 import type { KvEvent, StepReport, WorkerLoad, WorkerModelInfo } from '../engine/types.ts';
 import { AffinityTable } from './affinity.ts';
 import { PrefixIndex } from './prefix-index.ts';
@@ -174,14 +174,13 @@ export class ModelRouter<W extends RoutableWorker> {
   private readonly affinity: AffinityTable;
   private readonly watchers = new Set<WorkerWatcher<W>>();
   private readonly unwatchByWorker = new Map<W, (() => void)[]>();
-  private readonly rootsBySalt = new Map<string, BlockHash>();
+  /** Per cache salt: its root hash in numeric form. */
+  private readonly rootsBySalt = new Map<string, Uint32Array>();
   private readonly random: () => number;
   private nextRoundRobin = 0;
   private readonly scratchCandidates: WorkerState<W>[] = [];
   /** Per slot: leading prompt blocks the worker holds (reused by every lookup). */
   private matchedBlocks = new Int32Array(8);
-  /** One run of a prompt's block hashes (matchPrompt). */
-  private readonly hashScratch: BlockHash[] = [];
 
   constructor(options: ModelRouterOptions) {
     this.modelName = options.modelName;
@@ -422,25 +421,26 @@ export class ModelRouter<W extends RoutableWorker> {
     const blockSizeTokens = this.blockSizeTokens;
     if (blockSizeTokens === null || request.usesPrefixCache === false) return;
     const numBlocks = Math.floor((request.promptTokenIds.length - 1) / blockSizeTokens);
-    const hashes = this.hashScratch;
     let parent = this.rootOf(request.cacheSalt);
+    let parentOffset = 0;
     for (let firstBlock = 0; firstBlock < numBlocks; firstBlock += HASH_RUN_BLOCKS) {
-      hashes.length = 0;
-      appendBlockHashes(hashes, parent, request.promptTokenIds, firstBlock, Math.min(HASH_RUN_BLOCKS, numBlocks - firstBlock), blockSizeTokens);
-      for (let i = 0; i < hashes.length; i++) {
-        if (!this.index.matchNext(hashes[i], firstBlock + i, this.matchedBlocks)) return;
-      }
-      parent = hashes[hashes.length - 1];
+      const numRunBlocks = Math.min(HASH_RUN_BLOCKS, numBlocks - firstBlock);
+      const hashWords = chainBlockHashWords(parent, parentOffset, request.promptTokenIds, firstBlock, numRunBlocks, blockSizeTokens);
+      if (!this.index.matchRun(hashWords, firstBlock, numRunBlocks, this.matchedBlocks)) return;
+      // The run's last hash is the next run's parent: chainBlockHashWords reads it before it overwrites.
+      parent = hashWords;
+      parentOffset = (numRunBlocks - 1) * BLOCK_HASH_WORDS;
     }
   }
 
-  private rootOf(cacheSalt: string | undefined): BlockHash {
+  private rootOf(cacheSalt: string | undefined): Uint32Array {
     const key = cacheSalt ?? '';
     let root = this.rootsBySalt.get(key);
     if (root === undefined) {
       // Salts are per tenant: few, but bounded all the same.
       if (this.rootsBySalt.size >= 4096) this.rootsBySalt.clear();
-      root = rootHash({ model: this.modelName, cacheSalt });
+      root = new Uint32Array(BLOCK_HASH_WORDS);
+      blockHashWords(rootHash({ model: this.modelName, cacheSalt }), root, 0);
       this.rootsBySalt.set(key, root);
     }
     return root;

@@ -39,9 +39,26 @@ export function rootHash(scope: HashScope): BlockHash {
 // microsecond a block (a Buffer and a hex string each).
 let tokenScratch = new Int32Array(4096);
 let hashScratch = new Uint8Array(BLOCK_HASH_BYTES * 256);
-const hashBytes = () => Buffer.from(hashScratch.buffer, hashScratch.byteOffset, hashScratch.byteLength);
-let hashScratchBytes = hashBytes();
+let hashScratchBytes = Buffer.from(hashScratch.buffer);
+let hashScratchWords = new Uint32Array(hashScratch.buffer);
 const parentScratch = Buffer.alloc(BLOCK_HASH_BYTES);
+
+/** 32-bit words of one block hash in its numeric form (blockHashWords). */
+export const BLOCK_HASH_WORDS = BLOCK_HASH_BYTES / 4;
+
+/** Hashes blocks [firstBlock, firstBlock + numBlocks) of tokenIds into hashScratch, after parentScratch. */
+function chainIntoScratch(tokenIds: ArrayLike<number>, firstBlock: number, numBlocks: number, blockSizeTokens: number): void {
+  const numTokens = numBlocks * blockSizeTokens;
+  if (tokenScratch.length < numTokens) tokenScratch = new Int32Array(Math.max(numTokens, 2 * tokenScratch.length));
+  if (hashScratch.length < numBlocks * BLOCK_HASH_BYTES) {
+    hashScratch = new Uint8Array(Math.max(numBlocks * BLOCK_HASH_BYTES, 2 * hashScratch.length));
+    hashScratchBytes = Buffer.from(hashScratch.buffer);
+    hashScratchWords = new Uint32Array(hashScratch.buffer);
+  }
+  const firstToken = firstBlock * blockSizeTokens;
+  for (let i = 0; i < numTokens; i++) tokenScratch[i] = tokenIds[firstToken + i];
+  chainBlockHashes(parentScratch, tokenScratch, blockSizeTokens, numBlocks, hashScratch);
+}
 
 /**
  * Appends to hashes the hashes of blocks [firstBlock, firstBlock + numBlocks) of tokenIds, the
@@ -55,20 +72,64 @@ export function appendBlockHashes(
   numBlocks: number,
   blockSizeTokens: number,
 ): BlockHash[] {
-  const numTokens = numBlocks * blockSizeTokens;
-  if (tokenScratch.length < numTokens) tokenScratch = new Int32Array(Math.max(numTokens, 2 * tokenScratch.length));
-  if (hashScratch.length < numBlocks * BLOCK_HASH_BYTES) {
-    hashScratch = new Uint8Array(Math.max(numBlocks * BLOCK_HASH_BYTES, 2 * hashScratch.length));
-    hashScratchBytes = hashBytes();
-  }
-  const firstToken = firstBlock * blockSizeTokens;
-  for (let i = 0; i < numTokens; i++) tokenScratch[i] = tokenIds[firstToken + i];
   parentScratch.write(parent, 0, BLOCK_HASH_BYTES, 'hex');
-  chainBlockHashes(parentScratch, tokenScratch, blockSizeTokens, numBlocks, hashScratch);
+  chainIntoScratch(tokenIds, firstBlock, numBlocks, blockSizeTokens);
   // One hex string for the run, sliced per block: a toString per block costs more than its hash.
   const hex = hashScratchBytes.toString('hex', 0, numBlocks * BLOCK_HASH_BYTES);
   for (let block = 0; block < numBlocks; block++) hashes.push(hex.slice(2 * BLOCK_HASH_BYTES * block, 2 * BLOCK_HASH_BYTES * (block + 1)));
   return hashes;
+}
+
+// The numeric form: a hash's 16 bytes as 4 little-endian 32-bit words (the native side asserts a
+// little-endian machine, so a Uint32Array over the hash bytes reads them), for the router's index,
+// which compares and buckets numbers where a Map of hex strings would hash every string and
+// chase a pointer per lookup. It is the same 128 bits as the hex string, so it names blocks
+// exactly as the engine's events do.
+
+/**
+ * Writes hash's BLOCK_HASH_WORDS words into words at offset. False (words unspecified) when hash
+ * is not 2 × BLOCK_HASH_BYTES lowercase hex digits, as hashes are written: no block has that name.
+ */
+export function blockHashWords(hash: BlockHash, words: Uint32Array, offset: number): boolean {
+  if (hash.length !== 2 * BLOCK_HASH_BYTES) return false;
+  for (let word = 0; word < BLOCK_HASH_WORDS; word++) {
+    let value = 0;
+    // Byte 0 of the word is its low byte (little endian); each byte is two hex digits, high first.
+    for (let byte = 3; byte >= 0; byte--) {
+      const at = 8 * word + 2 * byte;
+      const high = hexDigit(hash.charCodeAt(at));
+      const low = hexDigit(hash.charCodeAt(at + 1));
+      if ((high | low) < 0) return false;
+      value = (value << 8) | (high << 4) | low;
+    }
+    words[offset + word] = value;
+  }
+  return true;
+}
+
+/** A lowercase hex digit's value; -1 for any other character. */
+function hexDigit(code: number): number {
+  if (code >= 48 && code <= 57) return code - 48;
+  if (code >= 97 && code <= 102) return code - 87;
+  return -1;
+}
+
+/**
+ * The words of blocks [firstBlock, firstBlock + numBlocks) of tokenIds, the first of which
+ * follows parentWords[parentOffset..] (the root's words for block 0): block i's at
+ * BLOCK_HASH_WORDS × i. A scratch array that the next call overwrites: read it before then.
+ */
+export function chainBlockHashWords(
+  parentWords: Uint32Array,
+  parentOffset: number,
+  tokenIds: ArrayLike<number>,
+  firstBlock: number,
+  numBlocks: number,
+  blockSizeTokens: number,
+): Uint32Array {
+  for (let word = 0; word < BLOCK_HASH_WORDS; word++) parentScratch.writeUInt32LE(parentWords[parentOffset + word], 4 * word);
+  chainIntoScratch(tokenIds, firstBlock, numBlocks, blockSizeTokens);
+  return hashScratchWords;
 }
 
 /**

@@ -145,6 +145,29 @@ test('a cache salt keeps a tenant off another tenant\'s blocks', () => {
   assert.equal(routeTo(router, tokens, { cacheSalt: 'tenant-b' }).numPredictedCachedTokens, 0);
 });
 
+test('past 64 workers, a long prompt finds each worker\'s prefix; a reused slot starts empty', () => {
+  const { router, workers } = setup(100);
+  // 120 blocks: the router hashes and walks them in several runs.
+  const tokens = prompt(120 * BLOCK_SIZE + 1);
+  for (const [i, worker] of workers.entries()) worker.stores(tokens, i + 20 * (i % 2));
+  // w99 holds 119 blocks (odd: 99 + 20), w98 98, w97 117.
+  let routed = routeTo(router, tokens);
+  assert.equal(routed.worker.address, 'w99');
+  assert.equal(routed.numPredictedCachedTokens, 119 * BLOCK_SIZE);
+  routed.finished();
+  router.removeWorker('w99');
+  const newcomer = new SyntheticWorker('w100');
+  router.addWorker(newcomer, newcomer.modelInfo());
+  routed = routeTo(router, tokens);
+  assert.equal(routed.worker.address, 'w97');
+  assert.equal(routed.numPredictedCachedTokens, 117 * BLOCK_SIZE);
+  routed.finished();
+  newcomer.stores(tokens, 120);
+  routed = routeTo(router, tokens);
+  assert.equal(routed.worker.address, 'w100');
+  assert.equal(routed.numPredictedCachedTokens, 120 * BLOCK_SIZE);
+});
+
 test('a request that computes its whole prompt is routed by load alone', () => {
   const { router, workers } = setup(2);
   const tokens = prompt(40);
