@@ -15,6 +15,11 @@
 import { BLOCK_HASH_WORDS, blockHashWords, type BlockHash } from '../engine/kv/block-hash.ts';
 import type { KvEvent } from '../engine/types.ts';
 
+/**
+ * Words of a key: a block hash's numeric form. A module constant, read once: under tsx each read
+ * of an imported binding is a getter call, which in the lookup loops cost more than the lookups.
+ */
+const KEY_WORDS = BLOCK_HASH_WORDS;
 const MIN_CAPACITY = 1024;
 /** The share of buckets in use past which the table doubles: linear probing stays short below it. */
 const MAX_LOAD = 0.6;
@@ -25,24 +30,24 @@ export interface PrefixIndexOptions {
 }
 
 export class PrefixIndex {
-  /** Entries of `stride` words: the hash's BLOCK_HASH_WORDS words, then maskWords words of holder bits. Empty: no holder bit. */
+  /** Entries of `stride` words: the hash's KEY_WORDS words, then maskWords words of holder bits. Empty: no holder bit. */
   private entries: Uint32Array;
   /** Buckets, a power of two. */
   private capacity = MIN_CAPACITY;
   /** 32 - log2(capacity): a bucket is the top bits of a 32-bit mix. */
   private bucketShift = 32 - Math.log2(MIN_CAPACITY);
   private maskWords = 1;
-  private stride = BLOCK_HASH_WORDS + 1;
+  private stride = KEY_WORDS + 1;
   private numEntries = 0;
   /** Slot -> blocks it holds. */
   private numBlocksBySlot = new Int32Array(32);
   private readonly bucketSeed: number;
   /** One event hash's words. */
-  private readonly keyScratch = new Uint32Array(BLOCK_HASH_WORDS);
+  private readonly keyScratch = new Uint32Array(KEY_WORDS);
   /** Per mask word: the slots still holding every block of the walk so far (matchRun). */
   private liveMask = new Int32Array(1);
   /** The words of match's hashes. */
-  private hexWordsScratch = new Uint32Array(BLOCK_HASH_WORDS * 64);
+  private hexWordsScratch = new Uint32Array(KEY_WORDS * 64);
 
   constructor(options: PrefixIndexOptions = {}) {
     this.bucketSeed = (options.bucketSeed ?? Math.floor(Math.random() * 2 ** 32)) | 0;
@@ -80,7 +85,7 @@ export class PrefixIndex {
     if (this.numBlocksOf(slot) === 0) return;
     // A scan of the table: rare (a worker leaves or restarts), and no per-slot list to keep on every event.
     const { entries, stride } = this;
-    const maskAt = BLOCK_HASH_WORDS + (slot >>> 5);
+    const maskAt = KEY_WORDS + (slot >>> 5);
     const bit = 1 << (slot & 31);
     let bucket = 0;
     while (bucket < this.capacity) {
@@ -104,10 +109,10 @@ export class PrefixIndex {
    */
   match(hashes: readonly BlockHash[], matchedBlocks: Int32Array): number {
     matchedBlocks.fill(0);
-    if (this.hexWordsScratch.length < hashes.length * BLOCK_HASH_WORDS) this.hexWordsScratch = new Uint32Array(hashes.length * BLOCK_HASH_WORDS);
+    if (this.hexWordsScratch.length < hashes.length * KEY_WORDS) this.hexWordsScratch = new Uint32Array(hashes.length * KEY_WORDS);
     let numBlocks = 0;
     // A malformed name is no block: the prefix ends before it.
-    while (numBlocks < hashes.length && blockHashWords(hashes[numBlocks], this.hexWordsScratch, numBlocks * BLOCK_HASH_WORDS)) numBlocks++;
+    while (numBlocks < hashes.length && blockHashWords(hashes[numBlocks], this.hexWordsScratch, numBlocks * KEY_WORDS)) numBlocks++;
     this.matchRun(this.hexWordsScratch, 0, numBlocks, matchedBlocks);
     let most = 0;
     for (let slot = 0; slot < matchedBlocks.length; slot++) most = Math.max(most, matchedBlocks[slot]);
@@ -136,12 +141,12 @@ export class PrefixIndex {
       }
     }
     for (let block = 0; block < numBlocks && anyLive !== 0; block++) {
-      const at = this.find(hashWords, block * BLOCK_HASH_WORDS);
+      const at = this.find(hashWords, block * KEY_WORDS);
       anyLive = 0;
       for (let word = 0; word < maskWords; word++) {
         const before = live[word];
         if (before === 0) continue;
-        const after = at < 0 ? 0 : before & entries[at + BLOCK_HASH_WORDS + word];
+        const after = at < 0 ? 0 : before & entries[at + KEY_WORDS + word];
         // A slot that held every block so far but not this one has its prefix: firstBlock + block.
         let dropped = before & ~after;
         while (dropped !== 0) {
@@ -174,13 +179,13 @@ export class PrefixIndex {
     }
     if (this.numEntries + 1 > MAX_LOAD * this.capacity) this.rebuild(2 * this.capacity, this.maskWords);
     const { entries, stride } = this;
-    const maskAt = BLOCK_HASH_WORDS + (slot >>> 5);
+    const maskAt = KEY_WORDS + (slot >>> 5);
     const bit = 1 << (slot & 31);
     let bucket = this.bucketOf(key, keyOffset);
     for (;;) {
       const at = bucket * stride;
       if (this.isEmpty(at)) {
-        for (let word = 0; word < BLOCK_HASH_WORDS; word++) entries[at + word] = key[keyOffset + word];
+        for (let word = 0; word < KEY_WORDS; word++) entries[at + word] = key[keyOffset + word];
         entries[at + maskAt] = bit;
         this.numEntries++;
         break;
@@ -199,7 +204,7 @@ export class PrefixIndex {
     if (slot >= 32 * this.maskWords) return;
     const at = this.find(key, keyOffset);
     if (at < 0) return;
-    const maskAt = at + BLOCK_HASH_WORDS + (slot >>> 5);
+    const maskAt = at + KEY_WORDS + (slot >>> 5);
     const bit = 1 << (slot & 31);
     if ((this.entries[maskAt] & bit) === 0) return;
     this.entries[maskAt] &= ~bit;
@@ -252,17 +257,17 @@ export class PrefixIndex {
     this.capacity = capacity;
     this.bucketShift = 32 - Math.log2(capacity);
     this.maskWords = maskWords;
-    this.stride = BLOCK_HASH_WORDS + maskWords;
+    this.stride = KEY_WORDS + maskWords;
     this.entries = new Uint32Array(capacity * this.stride);
     const { entries, stride } = this;
     for (let bucket = 0; bucket < oldCapacity; bucket++) {
       const from = bucket * oldStride;
       let held = 0;
-      for (let word = 0; word < oldMaskWords; word++) held |= old[from + BLOCK_HASH_WORDS + word];
+      for (let word = 0; word < oldMaskWords; word++) held |= old[from + KEY_WORDS + word];
       if (held === 0) continue;
       let to = this.bucketOf(old, from);
       while (!this.isEmpty(to * stride)) to = (to + 1) & (capacity - 1);
-      entries.set(old.subarray(from, from + BLOCK_HASH_WORDS + oldMaskWords), to * stride);
+      entries.set(old.subarray(from, from + KEY_WORDS + oldMaskWords), to * stride);
     }
   }
 
@@ -273,7 +278,7 @@ export class PrefixIndex {
   }
 
   private isEmpty(at: number): boolean {
-    for (let word = BLOCK_HASH_WORDS; word < this.stride; word++) if (this.entries[at + word] !== 0) return false;
+    for (let word = KEY_WORDS; word < this.stride; word++) if (this.entries[at + word] !== 0) return false;
     return true;
   }
 
