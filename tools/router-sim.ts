@@ -5,7 +5,7 @@
 // of a fixed number of blocks named by the engine's real block hash, and reports its KV events and
 // load to every gateway's ModelRouter, as the engine streams (or Redis) do. The routers are the
 // real ones; only time is simulated, except each routing decision, which is timed for real.
-import { extendBlockHashes, HASH_SCHEME, rootHash, type BlockHash } from '../engine/kv/block-hash.ts';
+import { BLOCK_HASH_WORDS, blockHashWords, chainBlockHashWords, extendBlockHashes, HASH_SCHEME, rootHash, type BlockHash } from '../engine/kv/block-hash.ts';
 import type { KvEvent, StepReport, WorkerLoad, WorkerModelInfo } from '../engine/types.ts';
 import { createRng, exponentialGapMs, type Rng } from '../loadtest/random.ts';
 import { ModelRouter, type RoutableWorker, type RoutedRequest } from '../router/model-router.ts';
@@ -46,7 +46,10 @@ export interface SimResult {
   ttftsMs: Float64Array;
   /** Real microseconds per routing decision, sorted. */
   decisionsUs: Float64Array;
-  /** Real microseconds to hash every block a decision may look up, for every tenth request, sorted: the share of hashing. */
+  /**
+   * Real microseconds to hash every block a decision may look up, in the numeric form the router
+   * looks them up by, for every tenth request, sorted: the share of hashing.
+   */
   hashingUs: Float64Array;
   /** Distinct blocks in the first gateway's index at the end. */
   numIndexedBlocks: number;
@@ -243,6 +246,8 @@ export function simulate(settings: SimSettings): SimResult {
     modelName: MODEL, maxModelLen: 1 << 20, vocabSize: 32_000, blockSizeTokens: settings.blockSizeTokens, eosTokenIds: [2], blockHashScheme: HASH_SCHEME,
   };
   const root = rootHash({ model: MODEL });
+  const rootWords = new Uint32Array(BLOCK_HASH_WORDS);
+  blockHashWords(root, rootWords, 0);
   const workers = Array.from(
     { length: settings.numWorkers },
     (_, i) => new SimWorker(`sim-${i}`, info, root, settings.numKvBlocksPerWorker, settings.timing, clock, ttftsMs),
@@ -262,7 +267,7 @@ export function simulate(settings: SimSettings): SimResult {
     decisionsUs.push(Number(process.hrtime.bigint() - startNs) / 1000);
     if (decisionsUs.length % 10 === 0) {
       const hashStartNs = process.hrtime.bigint();
-      extendBlockHashes([], root, promptTokenIds, settings.blockSizeTokens, Math.floor((promptTokenIds.length - 1) / settings.blockSizeTokens));
+      chainBlockHashWords(rootWords, 0, promptTokenIds, 0, Math.floor((promptTokenIds.length - 1) / settings.blockSizeTokens), settings.blockSizeTokens);
       hashingUs.push(Number(process.hrtime.bigint() - hashStartNs) / 1000);
     }
     routed.worker.submit({ promptTokenIds, promptHashes, numOutputTokens, arrivalMs: clock.nowMs, routed, onDone });
