@@ -45,6 +45,9 @@ const parentScratch = Buffer.alloc(BLOCK_HASH_BYTES);
 
 /** 32-bit words of one block hash in its numeric form (blockHashWords). */
 export const BLOCK_HASH_WORDS = BLOCK_HASH_BYTES / 4;
+// A module constant, not the imported binding: under tsx every read of that is a getter call,
+// which per block costs more than slicing the block's hex.
+const HASH_HEX_DIGITS = 2 * BLOCK_HASH_BYTES;
 
 /** Hashes blocks [firstBlock, firstBlock + numBlocks) of tokenIds into hashScratch, after parentScratch. */
 function chainIntoScratch(tokenIds: ArrayLike<number>, firstBlock: number, numBlocks: number, blockSizeTokens: number): void {
@@ -76,7 +79,7 @@ export function appendBlockHashes(
   chainIntoScratch(tokenIds, firstBlock, numBlocks, blockSizeTokens);
   // One hex string for the run, sliced per block: a toString per block costs more than its hash.
   const hex = hashScratchBytes.toString('hex', 0, numBlocks * BLOCK_HASH_BYTES);
-  for (let block = 0; block < numBlocks; block++) hashes.push(hex.slice(2 * BLOCK_HASH_BYTES * block, 2 * BLOCK_HASH_BYTES * (block + 1)));
+  for (let block = 0; block < numBlocks; block++) hashes.push(hex.slice(HASH_HEX_DIGITS * block, HASH_HEX_DIGITS * (block + 1)));
   return hashes;
 }
 
@@ -91,27 +94,28 @@ export function appendBlockHashes(
  * is not 2 × BLOCK_HASH_BYTES lowercase hex digits, as hashes are written: no block has that name.
  */
 export function blockHashWords(hash: BlockHash, words: Uint32Array, offset: number): boolean {
-  if (hash.length !== 2 * BLOCK_HASH_BYTES) return false;
+  if (hash.length !== HASH_HEX_DIGITS) return false;
+  let invalid = 0;
   for (let word = 0; word < BLOCK_HASH_WORDS; word++) {
-    let value = 0;
     // Byte 0 of the word is its low byte (little endian); each byte is two hex digits, high first.
-    for (let byte = 3; byte >= 0; byte--) {
-      const at = 8 * word + 2 * byte;
-      const high = hexDigit(hash.charCodeAt(at));
-      const low = hexDigit(hash.charCodeAt(at + 1));
-      if ((high | low) < 0) return false;
+    let value = 0;
+    for (let at = 8 * word + 6; at >= 8 * word; at -= 2) {
+      const high = hexValue(hash.charCodeAt(at));
+      const low = hexValue(hash.charCodeAt(at + 1));
+      invalid |= high | low;
       value = (value << 8) | (high << 4) | low;
     }
     words[offset + word] = value;
   }
-  return true;
+  return invalid >= 0;
 }
 
-/** A lowercase hex digit's value; -1 for any other character. */
-function hexDigit(code: number): number {
-  if (code >= 48 && code <= 57) return code - 48;
-  if (code >= 97 && code <= 102) return code - 87;
-  return -1;
+/** Per character code below 128: its value as a lowercase hex digit, or -1. */
+const HEX_VALUES = Int8Array.from({ length: 128 }, (_, code) =>
+  code >= 48 && code <= 57 ? code - 48 : code >= 97 && code <= 102 ? code - 87 : -1);
+
+function hexValue(code: number): number {
+  return code < 128 ? HEX_VALUES[code] : -1;
 }
 
 /**
