@@ -15,10 +15,7 @@
 import { BLOCK_HASH_WORDS, blockHashWords, type BlockHash } from '../engine/kv/block-hash.ts';
 import type { KvEvent } from '../engine/types.ts';
 
-/**
- * Words of a key: a block hash's numeric form. A module constant, read once: under tsx each read
- * of an imported binding is a getter call, which in the lookup loops cost more than the lookups.
- */
+/** Words of a key: a block hash's numeric form. */
 const KEY_WORDS = BLOCK_HASH_WORDS;
 // keyEquals compares four words, unrolled: a hash of another width must change it.
 if (KEY_WORDS !== 4) throw new Error(`PrefixIndex compares 4-word keys, but a block hash has ${KEY_WORDS} words`);

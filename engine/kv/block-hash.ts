@@ -45,8 +45,7 @@ const parentScratch = Buffer.alloc(BLOCK_HASH_BYTES);
 
 /** 32-bit words of one block hash in its numeric form (blockHashWords). */
 export const BLOCK_HASH_WORDS = BLOCK_HASH_BYTES / 4;
-// A module constant, not the imported binding: under tsx every read of that is a getter call,
-// which per block costs more than slicing the block's hex.
+/** Hex digits of one block hash. */
 const HASH_HEX_DIGITS = 2 * BLOCK_HASH_BYTES;
 
 /** Hashes blocks [firstBlock, firstBlock + numBlocks) of tokenIds into hashScratch, after parentScratch. */
