@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
 import { MAX_INLINE_PROMPT_CHARS } from '../../gateway/prompt-encoder.ts';
@@ -43,17 +43,41 @@ function groupCommandLines(groupId: number): string[] {
   return commandLines;
 }
 
+/** `conduit serve ARGS` on free ports in a process group of its own, ended with the test. */
+function startServe(t: TestContext, args: string[]): ChildProcess {
+  const server = spawn(process.execPath, [conduitBin, 'serve', ...args, '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    detached: true,
+  });
+  t.after(() => {
+    try {
+      process.kill(-server.pid!, 'SIGKILL');
+    } catch {
+      // The group is gone already.
+    }
+  });
+  return server;
+}
+
 /** Resolves with the server's addresses once it prints them. */
-function addressesOf(server: ChildProcess): Promise<{ http: string; grpc: string }> {
+function addressesOf(server: ChildProcess): Promise<{ http: string; grpc: string | null }> {
   let stderr = '';
   return within(new Promise((resolve, reject) => {
     server.stderr!.on('data', (data: Buffer) => {
       stderr += data.toString();
-      const match = /serving on (http:\/\/\S+) .*KServe gRPC (\S+)\)/.exec(stderr);
-      if (match) resolve({ http: match[1].replace('0.0.0.0', '127.0.0.1'), grpc: match[2].replace('0.0.0.0', '127.0.0.1') });
+      const match = /serving on (http:\/\/\S+) \((.*)\)\n/.exec(stderr);
+      if (match === null) return;
+      const grpcAddress = /KServe gRPC (\S+)/.exec(match[2])?.[1].replace('0.0.0.0', '127.0.0.1') ?? null;
+      resolve({ http: match[1].replace('0.0.0.0', '127.0.0.1'), grpc: grpcAddress });
     });
     server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
   }), 'serving');
+}
+
+async function stop(server: ChildProcess): Promise<void> {
+  const exited = new Promise((resolve) => server.once('exit', resolve));
+  server.kill('SIGTERM');
+  assert.equal(await within(exited, 'exit after SIGTERM'), 0);
 }
 
 test('conduit --help runs from dist/', async () => {
@@ -87,28 +111,26 @@ test('a missing or stale dist/ is refused in one line, a current one runs', asyn
   assert.deepEqual(await run([packageBin, '--help']), { code: 0, stdout: 'compiled --help\n', stderr: '' });
 });
 
-test('the compiled server runs with no TypeScript loader and finds every file it reads', { timeout: 120_000 }, async (t) => {
-  // The model repository brings ONNX Runtime's worker threads and script models; the gRPC port the
-  // KServe protos; GET / the chat page; a long prompt the offload pool's threads; the LLM's worker
-  // engine.proto and the native addon.
-  const server = spawn(
-    process.execPath,
-    [conduitBin, 'serve', '--model', defaultModelDir, '--model-repository', path.join(repoRoot, 'models'), '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'],
-    { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
-  );
-  t.after(() => {
-    try {
-      process.kill(-server.pid!, 'SIGKILL');
-    } catch {
-      // The group is gone already.
-    }
-  });
+test('the compiled server and its worker run with no TypeScript loader beside them', { timeout: 120_000 }, async (t) => {
+  // No model repository: its script models are users' TypeScript, which tsx (and esbuild) loads.
+  const server = startServe(t, ['--model', defaultModelDir]);
   const addresses = await addressesOf(server);
+  const client = openaiClient(`${addresses.http}/v1`);
+  assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: 'In the beginning', max_tokens: 2 })).usage?.completion_tokens, 2);
 
   const commandLines = groupCommandLines(server.pid!);
   assert.ok(commandLines.some((commandLine) => commandLine.includes('conduit.js worker')), `the worker is in the group: ${commandLines.join('\n')}`);
   // Under tsx each gateway and worker had an esbuild service process beside it.
   assert.deepEqual(commandLines.filter((commandLine) => /esbuild|tsx/.test(commandLine)), []);
+  await stop(server);
+});
+
+test('the compiled server finds every file it reads', { timeout: 120_000 }, async (t) => {
+  // The model repository brings ONNX Runtime's worker threads and script models; the gRPC port the
+  // KServe protos; GET / the chat page; a long prompt the offload pool's threads; the LLM's worker
+  // engine.proto and the native addon.
+  const server = startServe(t, ['--model', defaultModelDir, '--model-repository', path.join(repoRoot, 'models')]);
+  const addresses = await addressesOf(server);
 
   const page = await boundedFetch(`${addresses.http}/`);
   assert.equal(page.status, 200);
@@ -131,14 +153,12 @@ test('the compiled server runs with no TypeScript loader and finds every file it
   assert.equal(digits.status, 200);
   assert.equal(((await digits.json()) as { outputs: { data: number[] }[] }).outputs[0].data.length, 10);
 
-  const grpcClient = new (loadInferenceService())(addresses.grpc, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
+  const grpcClient = new (loadInferenceService())(addresses.grpc!, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
   t.after(() => grpcClient.close());
   const pipeline = await within(new Promise<any>((resolve, reject) => grpcClient.ModelInfer({
     model_name: 'digits_pipeline', inputs: [{ name: 'RAW_PIXELS', datatype: 'UINT8', shape: [1, 64] }], outputs: [{ name: 'LABEL' }],
     raw_input_contents: [Buffer.from(images[0])],
   }, (err: Error | null, response: unknown) => (err ? reject(err) : resolve(response)))), 'ModelInfer');
   assert.equal(pipeline.raw_output_contents.length, 1);
-
-  server.kill('SIGTERM');
-  assert.equal(await within(new Promise((resolve) => server.once('exit', resolve)), 'exit after SIGTERM'), 0);
+  await stop(server);
 });
