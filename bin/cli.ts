@@ -1,12 +1,11 @@
 // The `conduit` command line: serve, worker, loadtest.
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { fileURLToPath } from 'node:url';
 import { loadConfigFile, serverSchema, validateConfig, ConfigError, type Config } from '../configs/schema.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
+import { packageRoot } from '../package-root.ts';
 
-const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const defaultConfigFile = path.join(repoRoot, 'configs', 'default.yaml');
+const defaultConfigFile = path.join(packageRoot, 'configs', 'default.yaml');
 
 const usage = `usage:
   conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--grpc-port N] [--metrics-port N]

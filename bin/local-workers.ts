@@ -5,10 +5,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { rmSync } from 'node:fs';
+import { packageRoot } from '../package-root.ts';
 
-const conduitBin = path.join(path.dirname(fileURLToPath(import.meta.url)), 'conduit.js');
+const conduitBin = path.join(packageRoot, 'bin', 'conduit.js');
 const firstRestartDelayMs = 500;
 const maxRestartDelayMs = 30_000;
 /** A worker up this long before it died was healthy: its restart starts the backoff over. */

@@ -4,9 +4,9 @@
 // options of Triton's own Node client.
 import http from 'node:http';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import { packageRoot } from '../package-root.ts';
 import { RequestError } from './transport.ts';
 
 export interface TensorSpec { name: string; datatype: string; shape: number[] }
@@ -68,7 +68,7 @@ export class KServeHttpTransport implements InferTransport {
   }
 }
 
-const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../proto');
+const PROTO_DIR = path.join(packageRoot, 'proto');
 
 type Client = grpc.Client & Record<string, (request: unknown, options: grpc.CallOptions, callback: (err: grpc.ServiceError | null, response: any) => void) => void>;
 

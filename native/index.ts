@@ -2,6 +2,8 @@
 // options and batches, hands C++ plain data, and turns native failures into Errors that carry
 // the caller's stack and a stable `code`.
 import { createRequire } from 'node:module';
+import path from 'node:path';
+import { packageRoot } from '../package-root.ts';
 import type {
   DtypeSetting,
   ForwardBatch,
@@ -59,7 +61,7 @@ export interface MatmulProbe {
   numRepeats: number;
 }
 
-const binding = createRequire(import.meta.url)('./build/Release/conduit_native.node') as Binding;
+const binding = createRequire(import.meta.url)(path.join(packageRoot, 'native', 'build', 'Release', 'conduit_native.node')) as Binding;
 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];

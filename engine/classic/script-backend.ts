@@ -1,10 +1,10 @@
-// The script backend: a TypeScript module at `<model>/<version>/model.ts` (the config's
-// default_model_filename to override) for pre- and post-processing and business logic, like
-// Triton's Python backend. It runs on the gateway's thread: keep heavy compute in ONNX models.
+// The script backend: a TypeScript module at `<model>/<version>/model.ts` (or a plain `model.js`;
+// the config's default_model_filename to override) for pre- and post-processing and business
+// logic, like Triton's Python backend. It runs on the gateway's thread: keep heavy compute in
+// ONNX models. Users' scripts are the one thing the compiled server loads through tsx.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { tsImport } from 'tsx/esm/api';
 import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
 import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
@@ -40,9 +40,18 @@ class ScriptInstance implements ModelInstance {
   }
 }
 
+/** The configured file, else model.ts, else model.js. */
+function scriptFile(versionDir: string, configuredName: string | undefined): string {
+  if (configuredName !== undefined) return path.join(versionDir, configuredName);
+  const tsFile = path.join(versionDir, 'model.ts');
+  return existsSync(tsFile) || !existsSync(path.join(versionDir, 'model.js')) ? tsFile : path.join(versionDir, 'model.js');
+}
+
 export async function createScriptInstance(spec: InstanceSpec): Promise<ModelInstance> {
-  const file = path.join(spec.modelDir, String(spec.version), spec.config.default_model_filename ?? 'model.ts');
+  const file = scriptFile(path.join(spec.modelDir, String(spec.version)), spec.config.default_model_filename);
   if (!existsSync(file)) throw new ClassicError('NOT_FOUND', `${file}: no such script`);
+  // Imported here, not at the top: a server without script models never starts tsx's esbuild.
+  const { tsImport } = await import('tsx/esm/api');
   // tsImport loads the file afresh in a namespace of its own: each instance has its own module
   // state, and a reload reads the new file (a plain import() would return the cached module).
   const module = (await tsImport(pathToFileURL(file).href, { parentURL: import.meta.url })) as Partial<ScriptModule>;

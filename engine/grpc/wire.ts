@@ -2,9 +2,10 @@
 // generated (generated/, `npm run gen:proto`) for the options loadEngineService loads them with:
 // camelCase fields, uint64 as decimal strings, enums as their names, unset `optional` fields
 // absent. Nothing outside engine/grpc/ sees a wire shape.
-import { fileURLToPath } from 'node:url';
+import path from 'node:path';
 import * as protoLoader from '@grpc/proto-loader';
 import * as grpc from '@grpc/grpc-js';
+import { packageRoot } from '../../package-root.ts';
 import { isEngineErrorCode, type EngineError } from '../errors.ts';
 import type {
   FinishReason,
@@ -38,7 +39,7 @@ import type { WorkerLoad__Output as WireWorkerLoad } from './generated/conduit/e
 export type { ClientMessage, ClientMessage__Output } from './generated/conduit/engine/v1/ClientMessage.ts';
 export type { HealthResponse, HealthResponse__Output, StepOutput, StepOutput__Output, WireRequestOutput };
 
-const protoFile = fileURLToPath(new URL('../../proto/engine.proto', import.meta.url));
+const protoFile = path.join(packageRoot, 'proto', 'engine.proto');
 
 export function loadEngineService(): grpc.ServiceClientConstructor {
   const packageDefinition = protoLoader.loadSync(protoFile, {

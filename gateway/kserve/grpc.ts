@@ -2,16 +2,16 @@
 // own port (8001), for the model repository's models. Unary errors are gRPC statuses from the
 // error catalogue; ModelStreamInfer reports a request's error in `error_message` and keeps going.
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import { packageRoot } from '../../package-root.ts';
 import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
 import { toKServeError } from './errors.ts';
 import { decodeInputs, type WireInputTensor } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './index.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
 
-const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../proto');
+const PROTO_DIR = path.join(packageRoot, 'proto');
 
 /** Triton's own Node client loads the protos with these options; so do we. */
 export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true, includeDirs: [PROTO_DIR] };

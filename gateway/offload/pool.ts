@@ -30,13 +30,18 @@ interface Thread {
 }
 
 /**
- * The thread runs TypeScript: the bootstrap registers tsx (as bin/conduit.js and the test runner
- * do on the main thread; Node 20 does not pass loader hooks on to workers), then imports it.
+ * Compiled (dist/), the thread is thread.js beside this module. Run from the sources (the tests,
+ * under tsx) it is TypeScript: a bootstrap registers tsx in the thread first, as Node 20 does not
+ * pass loader hooks on to workers.
  */
-const threadBootstrap = `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then((tsx) => {
+function startThread(): Worker {
+  if (import.meta.url.endsWith('.js')) return new Worker(new URL('./thread.js', import.meta.url));
+  const bootstrap = `import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}).then((tsx) => {
   tsx.register();
   return import(${JSON.stringify(new URL('./thread.ts', import.meta.url).href)});
 });`;
+  return new Worker(bootstrap, { eval: true });
+}
 
 export class OffloadPool {
   private readonly numThreads: number;
@@ -99,7 +104,7 @@ export class OffloadPool {
 
   private spawn(): Thread | null {
     if (this.threads.length >= this.numThreads) return null;
-    const worker = new Worker(threadBootstrap, { eval: true });
+    const worker = startThread();
     // The pool must not keep a process alive that is otherwise done.
     worker.unref();
     const thread: Thread = { worker, task: null };

@@ -140,3 +140,27 @@ input [ { name: "x" data_type: TYPE_FP32 dims: [ ${width} ] } ]\noutput [ { name
     assert.ok(computeInfer.ns / 1e6 > 4 * maxGapMs, `the run took ${runMs.toFixed(0)} ms; the loop's longest gap was ${maxGapMs.toFixed(1)} ms`);
   });
 });
+
+describe('a script model in plain JavaScript', () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-script-js-'));
+  let repo: ModelRepository;
+  before(async () => {
+    mkdirSync(path.join(dir, 'double', '1'), { recursive: true });
+    writeFileSync(path.join(dir, 'double', '1', 'model.js'), `export function execute({ X }) {
+  return { Y: { datatype: 'FP32', shape: X.shape, data: X.data.map((value) => 2 * value) } };
+}\n`);
+    writeFileSync(path.join(dir, 'double', 'config.pbtxt'), `backend: "script"\nmax_batch_size: 8
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]\noutput [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]`);
+    repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+    await repo.start();
+  });
+  after(async () => {
+    await repo.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('model.js serves where there is no model.ts', async () => {
+    const { Y } = await infer(repo, 'double', { X: { datatype: 'FP32', shape: [1, 2], data: new Float32Array([1.5, -2]) } });
+    assert.deepEqual(Array.from(Y.data as Float32Array), [3, -4]);
+  });
+});
