@@ -9,6 +9,7 @@ import type { ModelConfig } from './model-config.ts';
 import { createOnnxInstance } from './onnx-backend.ts';
 import { createScriptInstance } from './script-backend.ts';
 import { StatsRecorder, type FailureReason } from './stats.ts';
+import { traceNs, type TraceTimestamp } from './trace.ts';
 import { validateRequest } from './validate.ts';
 
 export interface InferRequest {
@@ -19,6 +20,8 @@ export interface InferRequest {
   priority: number;
   /** Queue timeout in µs (Triton's `timeout` parameter); 0 for the model's policy. */
   timeoutUs: number;
+  /** Set when the request is traced: the version and its batcher push what they see. */
+  timestamps?: TraceTimestamp[];
 }
 
 export interface ServedVersion {
@@ -59,9 +62,12 @@ class BatchedVersion implements ServedVersion {
 
   async infer(request: InferRequest): Promise<TensorMap> {
     const startMs = performance.now();
+    request.timestamps?.push({ name: 'REQUEST_START', ns: traceNs(startMs) });
     try {
       const batchSize = validateRequest(this.config, request.inputs, request.requestedOutputs);
-      const { outputs, timings } = await this.batcher.enqueue({ inputs: request.inputs, batchSize, priority: request.priority, timeoutUs: request.timeoutUs });
+      const { outputs, timings } = await this.batcher.enqueue({
+        inputs: request.inputs, batchSize, priority: request.priority, timeoutUs: request.timeoutUs, timestamps: request.timestamps,
+      });
       for (const output of this.config.output) {
         if (outputs[output.name] === undefined) throw new ClassicError('INTERNAL', `model '${this.config.name}' did not produce output '${output.name}'`);
       }
@@ -70,6 +76,8 @@ class BatchedVersion implements ServedVersion {
     } catch (err) {
       this.stats.recordFailure(Math.round((performance.now() - startMs) * 1e6), failureReason(err));
       throw err;
+    } finally {
+      request.timestamps?.push({ name: 'REQUEST_END', ns: traceNs(performance.now()) });
     }
   }
 
@@ -94,6 +102,8 @@ class EnsembleVersion implements ServedVersion {
 
   async infer(request: InferRequest): Promise<TensorMap> {
     const startMs = performance.now();
+    // An ensemble's trace has its own start and end; its steps are requests to their own models.
+    request.timestamps?.push({ name: 'REQUEST_START', ns: traceNs(startMs) });
     this.numRunning++;
     try {
       const batchSize = validateRequest(this.config, request.inputs, request.requestedOutputs);
@@ -107,6 +117,7 @@ class EnsembleVersion implements ServedVersion {
       this.stats.recordFailure(Math.round((performance.now() - startMs) * 1e6), failureReason(err));
       throw err;
     } finally {
+      request.timestamps?.push({ name: 'REQUEST_END', ns: traceNs(performance.now()) });
       if (--this.numRunning === 0) {
         for (const resolve of this.idleWaiters.splice(0)) resolve();
       }
