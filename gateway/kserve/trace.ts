@@ -141,8 +141,7 @@ export class TraceManager {
       if (Object.keys(scope.own).length === 0) this.models.delete(modelName);
       else this.models.set(modelName, scope);
     }
-    // Traces already taken are written under the frequency they were taken with.
-    this.flushIfDue();
+    this.flushIfDue(this.effective(modelName).logFrequency);
   }
 
   /** A trace for this request, or null when it is not one of the sampled ones. */
@@ -169,11 +168,11 @@ export class TraceManager {
     this.buffered.push({ id: trace.id, model_name: trace.modelName, model_version: modelVersion, request_id: requestId, timestamps: trace.timestamps });
     this.numBufferedTraces++;
     for (const { activity, name, tensor } of trace.tensors) this.buffered.push(tensorRecord(trace.id, activity, name, tensor));
-    this.flushIfDue();
+    this.flushIfDue(this.effective(trace.modelName).logFrequency);
   }
 
-  private flushIfDue() {
-    const { logFrequency } = this.effective(null);
+  /** Writes the buffered traces once there are `logFrequency` of them (0: only at close). */
+  private flushIfDue(logFrequency: number) {
     if (logFrequency === 0 || this.options.traceFile === null) return;
     if (this.numBufferedTraces < logFrequency) return;
     this.write(`${this.options.traceFile}.${this.nextFileIndex++}`);
