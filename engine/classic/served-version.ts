@@ -11,6 +11,7 @@ import { createScriptInstance } from './script-backend.ts';
 import { StatsRecorder, type FailureReason } from './stats.ts';
 import { traceNs, type TraceTimestamp } from './trace.ts';
 import { validateRequest } from './validate.ts';
+import { warmUp } from './warmup.ts';
 
 export interface InferRequest {
   inputs: TensorMap;
@@ -142,6 +143,8 @@ export async function loadVersion(spec: Omit<InstanceSpec, 'instanceIndex'>, run
   const instances: ModelInstance[] = [];
   try {
     for (let i = 0; i < numInstances; i++) instances.push(await create({ ...spec, instanceIndex: i }));
+    // Not serving (not READY) until every instance has run the samples.
+    await warmUp(config, spec.modelDir, instances);
   } catch (err) {
     await Promise.all(instances.map((instance) => instance.close()));
     throw err;
