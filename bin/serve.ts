@@ -98,8 +98,8 @@ export async function serve(config: Config): Promise<RunningServer> {
       });
     }
     if (config.model_repository !== undefined) {
-      const { path: repoDir, model_control_mode: mode, repository_poll_s: pollS, load_models: startupModels } = config.model_repository;
-      repository = new ModelRepository({ repoDir, mode, pollIntervalMs: pollS * 1000, startupModels });
+      const { path: repoDir, model_control_mode: mode, repository_poll_s: pollS, load_models: startupModels, response_cache_bytes: responseCacheBytes } = config.model_repository;
+      repository = new ModelRepository({ repoDir, mode, pollIntervalMs: pollS * 1000, startupModels, responseCacheBytes });
       await repository.start();
       kserveControl = new KServeControl({ traceFile: config.model_repository.trace_file ?? null });
     }

@@ -170,6 +170,8 @@ export const modelRepositorySchema = z
     load_models: z.array(z.string().min(1)).default([]),
     /** Where KServe traces are written (Triton's trace file, a start-up setting); tracing stays off without one. */
     trace_file: z.string().min(1).optional(),
+    /** The response cache's size in bytes, for models with `response_cache { enable: true }`; unset or 0: no cache. */
+    response_cache_bytes: z.number().int().nonnegative().optional(),
   })
   .strict();
 

@@ -105,7 +105,8 @@ export const modelConfigSchema = z.object({
   default_model_filename: z.string().optional(),
   parameters: z.record(z.string(), z.object({ string_value: z.string() }).strict()).default({}),
   model_warmup: z.array(warmupSchema).default([]),
-  optimization: ignored, model_transaction_policy: ignored, response_cache: ignored,
+  response_cache: z.object({ enable: z.boolean().default(false) }).strict().optional(),
+  optimization: ignored, model_transaction_policy: ignored,
   metric_tags: ignored, cc_model_filenames: ignored, model_operations: ignored, model_repository_agents: ignored,
 }).strict().superRefine((config, ctx) => {
   const issue = (message: string, at: (string | number)[]) => ctx.addIssue({ code: 'custom', message, path: at });
@@ -117,6 +118,7 @@ export const modelConfigSchema = z.object({
   if (backend !== 'ensemble' && config.ensemble_scheduling !== undefined) issue('ensemble_scheduling needs platform: "ensemble"', ['ensemble_scheduling']);
   if (backend === 'ensemble' && config.instance_group.length > 0) issue('an ensemble has no instance groups: its steps run on their own models', ['instance_group']);
   if (backend === 'ensemble' && config.dynamic_batching !== undefined) issue('an ensemble has no dynamic batcher: its steps batch on their own models', ['dynamic_batching']);
+  if (backend === 'ensemble' && config.response_cache?.enable === true) issue('not supported on an ensemble: enable it on its steps\' models', ['response_cache', 'enable']);
   if (backend === 'ensemble' && config.model_warmup.length > 0) issue('an ensemble has no warmup: its steps warm up on their own models', ['model_warmup']);
   config.model_warmup.forEach((sample, i) => {
     if (config.max_batch_size === 0 && sample.batch_size !== 1) issue('must be 1 for a model without batching', ['model_warmup', i, 'batch_size']);
