@@ -5,6 +5,7 @@
 // expired requests are rejected or delayed per queue policy; a full queue answers UNAVAILABLE.
 // Without dynamic_batching every request is its own batch, FIFO to any free instance.
 import type { ModelInstance, TensorMap } from './backend.ts';
+import { batchInputsOf } from './batch-input.ts';
 import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
 import { concatBatch, sliceBatch, type Tensor } from './tensor.ts';
@@ -101,7 +102,10 @@ export class Batcher {
   private numRunning = 0;
   private idleWaiters: Array<() => void> = [];
 
-  constructor(config: ModelConfig, instances: ModelInstance[], private readonly observer: BatcherObserver) {
+  private readonly hasBatchInputs: boolean;
+
+  constructor(private readonly config: ModelConfig, instances: ModelInstance[], private readonly observer: BatcherObserver) {
+    this.hasBatchInputs = config.batch_input.length > 0;
     this.freeInstances = [...instances];
     const dynamic = config.dynamic_batching;
     this.batching = dynamic !== undefined;
@@ -274,6 +278,7 @@ export class Batcher {
       for (const name of Object.keys(batch[0].request.inputs)) {
         inputs[name] = concatBatch(batch.map((queued) => queued.request.inputs[name]));
       }
+      if (this.hasBatchInputs) Object.assign(inputs, batchInputsOf(this.config, batch.map((queued) => queued.request.inputs)));
       const inferStartMs = performance.now();
       const outputs = await instance.execute(inputs);
       const inferEndMs = performance.now();

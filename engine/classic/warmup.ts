@@ -1,16 +1,18 @@
 // Triton's model warmup (ModelConfig.model_warmup): sample requests run on every instance at
 // load, before the version serves, so the first real request does not pay for lazy
-// initialization. Each sample's inputs are zero_data, random_data or input_data_file (raw bytes,
-// the binary extension's layout, read from `<model>/warmup/<file>`); a sample runs `count` times
+// initialization. Each sample's inputs are zero_data, random_data or input_data_file (one batch
+// item's raw bytes, the binary extension's layout, in `<model>/warmup/<file>`, repeated
+// batch_size times); a sample runs `count` times
 // (0 means once). Warmup requests go straight to the instances: they are not in the statistics.
 // A sample that fails validation or execution fails the load, naming the sample.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { ModelInstance, TensorMap } from './backend.ts';
+import { batchInputsOf } from './batch-input.ts';
 import { fromConfigDataType, type DataType } from './datatype.ts';
 import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
-import { allocate, elementCount, fromRaw, TensorError, type Tensor } from './tensor.ts';
+import { allocate, concatBatch, elementCount, fromRaw, TensorError, type Tensor } from './tensor.ts';
 import { validateRequest } from './validate.ts';
 
 type WarmupSample = ModelConfig['model_warmup'][number];
@@ -59,7 +61,11 @@ function sampleTensor(config: ModelConfig, modelDir: string, sample: WarmupSampl
   } catch (err) {
     throw new ClassicError('INVALID_ARG', `input '${name}': cannot read ${file}: ${(err as Error).message}`);
   }
-  return fromRaw(datatype, shape, bytes, `input '${name}' (${input.input_data_file})`);
+  // The file holds one batch item, repeated batch_size times, as Triton does.
+  const item = fromRaw(datatype, [...input.dims], bytes, `input '${name}' (${input.input_data_file})`);
+  if (config.max_batch_size === 0) return item;
+  const row = { ...item, shape: [1, ...item.shape] };
+  return concatBatch(Array.from({ length: sample.batch_size }, () => row));
 }
 
 /** Runs every warmup sample on every instance; throws (failing the load) on the first failure. */
@@ -69,6 +75,8 @@ export async function warmUp(config: ModelConfig, modelDir: string, instances: r
       const inputs: TensorMap = {};
       for (const [name, input] of Object.entries(sample.inputs)) inputs[name] = sampleTensor(config, modelDir, sample, name, input, sampleIndex + 1);
       validateRequest(config, inputs, null);
+      // The sample is a batch of its own: it gets the batch inputs the batcher would make.
+      Object.assign(inputs, batchInputsOf(config, [{ ...inputs }]));
       for (const instance of instances) {
         for (let run = 0; run < Math.max(1, sample.count); run++) await instance.execute(inputs);
       }

@@ -114,6 +114,9 @@ function configMessage(config: ModelConfig) {
     instance_group: config.instance_group,
     default_model_filename: config.default_model_filename ?? '',
     parameters: config.parameters,
+    model_warmup: config.model_warmup,
+    batch_input: config.batch_input,
+    ...(config.response_cache === undefined ? {} : { response_cache: config.response_cache }),
     ...(batching === undefined ? {} : { dynamic_batching: batching }),
     ...(ensemble === undefined ? {} : { ensemble_scheduling: ensemble }),
   };

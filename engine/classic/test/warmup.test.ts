@@ -36,7 +36,7 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 
 const WARMUP = `model_warmup [
   { name: "zeros" batch_size: 2 count: 2 inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 3 ] zero_data: true } } },
-  { name: "from_file" inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 3 ] input_data_file: "input.bin" } } },
+  { name: "from_file" batch_size: 2 inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 3 ] input_data_file: "input.bin" } } },
   { name: "random" inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 3 ] random_data: true } } }
 ]
 `;
@@ -79,7 +79,8 @@ test('every sample runs on every instance at load, count times, with zero, file 
   const zeros = log.slice(0, 4);
   assert.deepEqual(zeros.map((call) => call.instance).sort(), [0, 0, 1, 1]);
   assert.ok(zeros.every((call) => call.shape.join() === '2,3' && call.values.every((v) => v === 0)));
-  assert.deepEqual(log.slice(4, 6).map((call) => [call.instance, call.shape, call.values]), [[0, [1, 3], [7, 8, 9]], [1, [1, 3], [7, 8, 9]]]);
+  // The file holds one item; a batch of 2 repeats it.
+  assert.deepEqual(log.slice(4, 6).map((call) => [call.instance, call.shape, call.values]), [[0, [2, 3], [7, 8, 9, 7, 8, 9]], [1, [2, 3], [7, 8, 9, 7, 8, 9]]]);
   const random = log.slice(6);
   assert.deepEqual(random.map((call) => call.instance), [0, 1]);
   assert.ok(random.every((call) => call.shape.join() === '1,3' && call.values.every((v) => Number.isInteger(v) && v >= 0 && v < 128)));
