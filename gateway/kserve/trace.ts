@@ -146,15 +146,18 @@ export class TraceManager {
 
   /** A trace for this request, or null when it is not one of the sampled ones. */
   sample(modelName: string): ActiveTrace | null {
+    // On every request: read the two scopes without building the merged settings.
     const modelScope = this.models.get(modelName);
-    const scope = modelScope ?? this.global;
-    const settings = this.effective(modelName);
-    if (settings.level.length === 0 || settings.count === 0) return null;
-    if (++scope.numSampled % settings.rate !== 0) return null;
+    const global = this.global.own as Settings;
+    const level = modelScope?.own.level ?? global.level;
+    if (level.length === 0) return null;
     // The count left lives where the count was set.
     const countOwner = modelScope?.own.count !== undefined ? modelScope : this.global;
+    if (countOwner.own.count === 0) return null;
+    const scope = modelScope ?? this.global;
+    if (++scope.numSampled % (modelScope?.own.rate ?? global.rate) !== 0) return null;
     if (countOwner.own.count! > 0) countOwner.own.count!--;
-    return { id: this.nextId++, modelName, withTensors: settings.level.includes('TENSORS'), timestamps: [], tensors: [] };
+    return { id: this.nextId++, modelName, withTensors: level.includes('TENSORS'), timestamps: [], tensors: [] };
   }
 
   /** Records a traced request's tensors (TENSORS level). */
