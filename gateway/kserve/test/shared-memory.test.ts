@@ -4,6 +4,7 @@
 // file is created at the region's full size and the input bytes written at their offset.
 import assert from 'node:assert/strict';
 import { readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { access } from 'node:fs/promises';
 import path from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
@@ -12,7 +13,8 @@ import { testSeed } from '../../../test/seed.ts';
 import { KServeControl } from '../control.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { SHM_DIR } from '../shared-memory.ts';
-import { MODELS_DIR, startKServeServer, type KServeTestServer } from './harness.ts';
+import { pollUntil } from '../../../test/wait.ts';
+import { makeTestRepo, MODELS_DIR, startKServeServer, type KServeTestServer } from './harness.ts';
 
 type Client = grpc.Client & Record<string, (...args: any[]) => any>;
 
@@ -233,4 +235,56 @@ describe('system shared memory over HTTP and gRPC', () => {
     assert.deepEqual(((await (await fetch(v2)).json()) as any).extensions, expected);
     assert.deepEqual((await call(client, 'ServerMetadata', {})).extensions, expected);
   });
+});
+
+test('a region unregistered while a request that writes into it runs stays open until the request has written', async () => {
+  // An identity model that signals when it runs and holds while the test's `hold` file exists.
+  const testRepo = makeTestRepo({
+    held: {
+      config: 'backend: "script"\nmax_batch_size: 0\ninput [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 4 ] } ]\noutput [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 4 ] } ]\n',
+      script: `import { existsSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+let dir = '';
+export function initialize(args) { dir = args.modelDir; }
+export async function execute(inputs) {
+  writeFileSync(path.join(dir, 'running'), '');
+  while (existsSync(path.join(dir, 'hold'))) await new Promise((resolve) => setTimeout(resolve, 5));
+  return { OUTPUT: inputs.INPUT };
+}
+`,
+    },
+  });
+  const control = new KServeControl();
+  const server = await startKServeServer(testRepo.dir, 'none', [], { control });
+  const key = `/conduit_test_${process.pid}_inflight`;
+  const file = path.join(SHM_DIR, key.slice(1));
+  writeFileSync(file, Buffer.alloc(16));
+  try {
+    const v2 = `${server.baseUrl}/v2`;
+    assert.equal((await post(`${v2}/systemsharedmemory/region/out/register`, { key, offset: 0, byte_size: 16 })).status, 200);
+    writeFileSync(path.join(testRepo.dir, 'held', 'hold'), '');
+    const responding = post(`${v2}/models/held/infer`, {
+      inputs: [{ name: 'INPUT', shape: [4], datatype: 'INT32', data: [5, 6, 7, 8] }],
+      outputs: [{ name: 'OUTPUT', parameters: { shared_memory_region: 'out', shared_memory_byte_size: 16 } }],
+    });
+    await pollUntil(() => access(path.join(testRepo.dir, 'held', 'running')).then(() => true, () => false), 'the model runs');
+    assert.equal((await post(`${v2}/systemsharedmemory/region/out/unregister`)).status, 200);
+    assert.deepEqual(await (await fetch(`${v2}/systemsharedmemory/status`)).json(), []);
+    rmSync(path.join(testRepo.dir, 'held', 'hold'));
+    const response = await responding;
+    assert.equal(response.status, 200);
+    assert.deepEqual(((await response.json()) as any).outputs, [{ name: 'OUTPUT', datatype: 'INT32', shape: [4] }]);
+    const written = readFileSync(file);
+    assert.deepEqual(Array.from(new Int32Array(written.buffer.slice(written.byteOffset, written.byteOffset + 16))), [5, 6, 7, 8]);
+    // Gone for new requests.
+    await expectError(await post(`${v2}/models/held/infer`, {
+      inputs: [{ name: 'INPUT', shape: [4], datatype: 'INT32', data: [1, 2, 3, 4] }],
+      outputs: [{ name: 'OUTPUT', parameters: { shared_memory_region: 'out', shared_memory_byte_size: 16 } }],
+    }), 404, "Unable to find shared memory region: 'out'");
+  } finally {
+    await server.close();
+    control.close();
+    rmSync(file, { force: true });
+    testRepo.remove();
+  }
 });
