@@ -7,13 +7,13 @@ import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
-import { KServeControl } from './control.ts';
+import { KServeControl, type OutputTarget } from './control.ts';
 import { toKServeError } from './errors.ts';
 import { controlHandlers } from './grpc-control.ts';
 import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './index.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
-import { sharedMemoryRefOf, writeSharedMemoryOutput, type SharedMemoryLease } from './shared-memory.ts';
+import { sharedMemoryRefOf } from './shared-memory.ts';
 
 const PROTO_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../proto');
 
@@ -64,36 +64,28 @@ async function runInfer(repository: ModelRepository, control: KServeControl, req
     ? request.outputs
     : served.config.output.map((output) => ({ name: output.name, parameters: {} as Record<string, Parameter> }));
   const names = requested.map((output) => output.name);
+  const priority = parameterNumber(request.parameters.priority, 'priority');
+  const timeoutUs = parameterNumber(request.parameters.timeout, 'timeout');
   // Held from now on, so an unregister while the model runs cannot pull a region away.
-  const leases: Array<SharedMemoryLease | null> = [];
-  const trace = control.trace.sample(served.config.name);
+  const targets: OutputTarget[] = [];
   try {
     for (const output of requested) {
       const ref = sharedMemoryRefOf(plainParameters(output.parameters), `output '${output.name}'`);
-      leases.push(ref === null ? null : control.sharedMemory.lease(ref));
+      targets.push({ name: output.name, sharedMemory: ref === null ? null : control.sharedMemory.lease(ref) });
     }
-    if (trace !== null) control.trace.recordTensors(trace, 'TENSOR_QUEUE_INPUT', inputs);
-    const outputs = await served.infer({
-      inputs,
-      requestedOutputs: names,
-      priority: parameterNumber(request.parameters.priority, 'priority'),
-      timeoutUs: parameterNumber(request.parameters.timeout, 'timeout'),
-      timestamps: trace?.timestamps,
-    });
-    if (trace !== null) control.trace.recordTensors(trace, 'TENSOR_BACKEND_OUTPUT', outputs);
-    names.forEach((name, i) => { if (leases[i] !== null) writeSharedMemoryOutput(leases[i], outputs[name], name); });
-    return {
-      model_name: served.config.name,
-      model_version: String(served.version),
-      id: request.id,
-      outputs: names.map((name) => ({ name, datatype: outputs[name].datatype, shape: outputs[name].shape })),
-      // An output in shared memory keeps its (empty) entry, so the others stay at their index.
-      raw_output_contents: names.map((name, i) => (leases[i] === null ? toRaw(outputs[name]) : Buffer.alloc(0))),
-    };
-  } finally {
-    for (const lease of leases) lease?.release();
-    if (trace !== null) control.trace.finish(trace, served.version, request.id);
+  } catch (err) {
+    for (const target of targets) target.sharedMemory?.release();
+    throw err;
   }
+  const outputs = await control.infer(served, { inputs, requestedOutputs: names, priority, timeoutUs }, request.id, targets);
+  return {
+    model_name: served.config.name,
+    model_version: String(served.version),
+    id: request.id,
+    outputs: names.map((name) => ({ name, datatype: outputs[name].datatype, shape: outputs[name].shape })),
+    // An output in shared memory keeps its (empty) entry, so the others stay at their index.
+    raw_output_contents: targets.map(({ name, sharedMemory }) => (sharedMemory === null ? toRaw(outputs[name]) : Buffer.alloc(0))),
+  };
 }
 
 function tensorMetadata(config: ModelConfig, list: ModelConfig['input'] | ModelConfig['output']) {

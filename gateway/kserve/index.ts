@@ -12,9 +12,8 @@ import { KServeControl } from './control.ts';
 import { registerControlRoutes } from './control-routes.ts';
 import { toKServeError } from './errors.ts';
 import { registerGenerateRoutes } from './generate.ts';
-import { decodeInferRequest, encodeInferResponse, releaseOutputs } from './infer-codec.ts';
+import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
 import { isLlmReady, isServerReady } from './readiness.ts';
-import { writeSharedMemoryOutput } from './shared-memory.ts';
 
 export interface KServePluginOptions {
   /** The ordinary models; null when the server has no model repository. */
@@ -196,26 +195,16 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
       const body = decompress(request, (request.body as Buffer | undefined) ?? Buffer.alloc(0));
       const decoded = decodeInferRequest(body, headerLength, served.config, control.sharedMemory);
       const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault, sharedMemory: null }));
-      const trace = control.trace.sample(served.config.name);
-      try {
-        if (trace !== null) control.trace.recordTensors(trace, 'TENSOR_QUEUE_INPUT', decoded.inputs);
-        const outputs = await served.infer({
-          inputs: decoded.inputs,
-          requestedOutputs: order.map((output) => output.name),
-          priority: decoded.priority,
-          timeoutUs: decoded.timeoutUs,
-          timestamps: trace?.timestamps,
-        });
-        if (trace !== null) control.trace.recordTensors(trace, 'TENSOR_BACKEND_OUTPUT', outputs);
-        for (const output of order) if (output.sharedMemory !== null) writeSharedMemoryOutput(output.sharedMemory, outputs[output.name], output.name);
-        const encoded = encodeInferResponse(served.config.name, served.version, decoded.id, outputs, order);
-        if (encoded.jsonLength === null) return send(request, reply, encoded.body, 'application/json');
-        reply.header('inference-header-content-length', String(encoded.jsonLength));
-        return send(request, reply, encoded.body, 'application/octet-stream');
-      } finally {
-        releaseOutputs(decoded.outputs);
-        if (trace !== null) control.trace.finish(trace, served.version, decoded.id);
-      }
+      const outputs = await control.infer(served, {
+        inputs: decoded.inputs,
+        requestedOutputs: order.map((output) => output.name),
+        priority: decoded.priority,
+        timeoutUs: decoded.timeoutUs,
+      }, decoded.id, order);
+      const encoded = encodeInferResponse(served.config.name, served.version, decoded.id, outputs, order);
+      if (encoded.jsonLength === null) return send(request, reply, encoded.body, 'application/json');
+      reply.header('inference-header-content-length', String(encoded.jsonLength));
+      return send(request, reply, encoded.body, 'application/octet-stream');
     });
   }
 

@@ -90,8 +90,8 @@ function decodeRawRequest(body: Uint8Array, config: ModelConfig): DecodedInferRe
   };
 }
 
-/** Releases the shared-memory regions a decoded request holds for its outputs. */
-export function releaseOutputs(outputs: RequestedOutput[] | null): void {
+/** Releases the shared-memory regions the outputs of a request that failed to decode hold. */
+function releaseOutputs(outputs: RequestedOutput[] | null): void {
   for (const output of outputs ?? []) output.sharedMemory?.release();
 }
 
