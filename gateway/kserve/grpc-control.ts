@@ -40,7 +40,11 @@ export function controlHandlers(control: KServeControl, repository: ModelReposit
       sharedMemory.unregister(nameOrAll(request.name));
       return {};
     },
-    CudaSharedMemoryStatus: (request: { name: string }) => ({ regions: Object.fromEntries(cudaStatus(nameOrAll(request.name)).map((region) => [region, region])) }),
+    // No region is ever registered: every region is none, a named one NOT_FOUND.
+    CudaSharedMemoryStatus: (request: { name: string }) => {
+      cudaStatus(nameOrAll(request.name));
+      return { regions: {} };
+    },
     CudaSharedMemoryRegister: (request: { name: string }) => {
       throw cudaRegisterError(request.name);
     },
