@@ -5,6 +5,7 @@ import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { ModelRepository } from '../engine/classic/index.ts';
 import { GrpcEngineClient } from '../engine/grpc/client.ts';
+import { KServeControl } from '../gateway/kserve/control.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
@@ -56,6 +57,8 @@ export async function serve(config: Config): Promise<RunningServer> {
     await Promise.all(localWorkers.map((worker) => worker.stop()));
   };
   let repository: ModelRepository | null = null;
+  // KServe's shared memory, trace and log settings, shared by /v2 and gRPC; closed after both.
+  let kserveControl: KServeControl | null = null;
   let grpcServer: KServeGrpcServer | null = null;
   // Closed on any failure, so that a port taken after the HTTP one was bound ends the process
   // instead of leaving a gateway answering 503 forever.
@@ -95,9 +98,10 @@ export async function serve(config: Config): Promise<RunningServer> {
       });
     }
     if (config.model_repository !== undefined) {
-      const { path: repoDir, model_control_mode: mode, repository_poll_s: pollS, load_models: startupModels } = config.model_repository;
-      repository = new ModelRepository({ repoDir, mode, pollIntervalMs: pollS * 1000, startupModels });
+      const { path: repoDir, model_control_mode: mode, repository_poll_s: pollS, load_models: startupModels, response_cache_bytes: responseCacheBytes } = config.model_repository;
+      repository = new ModelRepository({ repoDir, mode, pollIntervalMs: pollS * 1000, startupModels, responseCacheBytes });
       await repository.start();
+      kserveControl = new KServeControl({ traceFile: config.model_repository.trace_file ?? null });
     }
     const gatewayMetrics = new GatewayMetrics(models);
     if (sharedState !== null) gatewayMetrics.routing.watchSharedState(sharedState);
@@ -116,7 +120,7 @@ export async function serve(config: Config): Promise<RunningServer> {
         websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
         maxBufferedBytes: server.stream_max_buffered_bytes,
       },
-      classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION },
+      classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION, control: kserveControl ?? undefined },
       readiness,
       drainTimeoutMs: server.drain_timeout_s * 1000,
       access: {
@@ -129,7 +133,9 @@ export async function serve(config: Config): Promise<RunningServer> {
     const httpAddress = await gateway.listen({ host: config.server.host, port: config.server.http_port });
     const metricsAddress = await metrics.listen({ host: config.server.host, port: config.server.metrics_port });
     if (repository !== null) {
-      grpcServer = await startKServeGrpc({ repository, llms: models, version: CONDUIT_VERSION, host: config.server.host, port: config.server.grpc_port });
+      grpcServer = await startKServeGrpc({
+        repository, llms: models, version: CONDUIT_VERSION, host: config.server.host, port: config.server.grpc_port, control: kserveControl ?? undefined,
+      });
     }
     // Every worker answered serving above (the ports, gRPC's too, bind only then, for now).
     readiness.markReady();
@@ -141,6 +147,7 @@ export async function serve(config: Config): Promise<RunningServer> {
         // Drains: in-flight requests finish (up to drain_timeout_s), new ones get 503; KServe's gRPC
         // calls in flight finish alike.
         await Promise.all([gateway?.close(), grpcServer?.close()]);
+        kserveControl?.close();
         await metrics?.close();
         await repository?.close();
         await closeWorkers();
@@ -148,6 +155,7 @@ export async function serve(config: Config): Promise<RunningServer> {
     };
   } catch (err) {
     await Promise.all([gateway?.close(), grpcServer?.close(), metrics?.close()]);
+    kserveControl?.close();
     await repository?.close();
     await closeWorkers();
     throw err;

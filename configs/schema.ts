@@ -168,6 +168,10 @@ export const modelRepositorySchema = z
     repository_poll_s: z.number().positive().default(15),
     /** explicit mode: models loaded at start (`*` for every model). */
     load_models: z.array(z.string().min(1)).default([]),
+    /** Where KServe traces are written (Triton's trace file, a start-up setting); tracing stays off without one. */
+    trace_file: z.string().min(1).optional(),
+    /** The response cache's size in bytes, for models with `response_cache { enable: true }`; unset or 0: no cache. */
+    response_cache_bytes: z.number().int().nonnegative().optional(),
   })
   .strict();
 
@@ -216,6 +220,7 @@ export function validateConfig(raw: unknown, source: string): Config {
   const baseDir = path.dirname(path.resolve(source));
   for (const model of config.models) model.path = path.resolve(baseDir, model.path);
   if (config.model_repository !== undefined) config.model_repository.path = path.resolve(baseDir, config.model_repository.path);
+  if (config.model_repository?.trace_file !== undefined) config.model_repository.trace_file = path.resolve(baseDir, config.model_repository.trace_file);
   if (config.server.api_keys_file !== undefined) config.server.api_keys_file = path.resolve(baseDir, config.server.api_keys_file);
   return config;
 }

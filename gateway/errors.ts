@@ -11,6 +11,7 @@ const GRPC = {
   INVALID_ARGUMENT: 3,
   DEADLINE_EXCEEDED: 4,
   NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
   RESOURCE_EXHAUSTED: 8,
   FAILED_PRECONDITION: 9,
   UNIMPLEMENTED: 12,
@@ -85,8 +86,10 @@ const catalogue = {
   // KServe v2 / Triton (gateway/kserve/), for Triton's UNAVAILABLE and UNSUPPORTED statuses.
   /** A model that is loading, unloading or not ready; a full queue; a queue timeout; load/unload outside explicit mode. */
   model_unavailable: { httpStatus: 503, type: 'service_unavailable_error', grpcStatus: GRPC.UNAVAILABLE },
-  /** A protocol feature Conduit does not implement (classification, sequence batching, shared memory). */
+  /** A protocol feature Conduit does not implement (classification, sequence batching, CUDA shared memory). */
   not_implemented: { httpStatus: 501, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
+  /** A shared-memory region name that is already registered (Triton's ALREADY_EXISTS: 400 over HTTP). */
+  already_exists: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.ALREADY_EXISTS },
 
   // Keys, limits and lifecycle (gateway/auth.ts, admission.ts, readiness.ts); every 429 and 503
   // of these carries Retry-After.

@@ -11,6 +11,7 @@ import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { kservePlugin } from './kserve/index.ts';
 import type { ModelRepository } from '../engine/classic/index.ts';
+import type { KServeControl } from './kserve/control.ts';
 import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './limits.ts';
 import { OffloadPool } from './offload/pool.ts';
 import { PromptEncoder } from './prompt-encoder.ts';
@@ -40,7 +41,7 @@ export interface GatewayOptions {
   /** The Responses API's store, WebSocket and stream limits; each omitted one takes its default. */
   responses?: Partial<ResponsesSettings>;
   /** Ordinary models, served over KServe v2 at /v2 (where the LLMs answer Triton's generate too). */
-  classic?: { repository: ModelRepository; version: string };
+  classic?: { repository: ModelRepository; version: string; control?: KServeControl };
   /** API keys and limits; none of either when omitted. */
   access?: AccessOptions;
   /** The lifecycle state the caller drives (markReady) and close() ends; ready from the start when omitted. */
@@ -109,6 +110,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
+    control: options.classic?.control,
   });
   return app;
 }

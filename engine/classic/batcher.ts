@@ -5,9 +5,11 @@
 // expired requests are rejected or delayed per queue policy; a full queue answers UNAVAILABLE.
 // Without dynamic_batching every request is its own batch, FIFO to any free instance.
 import type { ModelInstance, TensorMap } from './backend.ts';
+import { batchInputsOf } from './batch-input.ts';
 import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
 import { concatBatch, sliceBatch, type Tensor } from './tensor.ts';
+import { traceNs, type TraceTimestamp } from './trace.ts';
 
 export interface BatchRequest {
   inputs: TensorMap;
@@ -17,6 +19,8 @@ export interface BatchRequest {
   priority: number;
   /** The request's own queue timeout (Triton's `timeout` parameter), or 0 for the policy's. */
   timeoutUs: number;
+  /** Set when the request is traced: queue and compute times are pushed here. */
+  timestamps?: TraceTimestamp[];
 }
 
 /** Durations of one request, for statistics and metrics. */
@@ -98,7 +102,10 @@ export class Batcher {
   private numRunning = 0;
   private idleWaiters: Array<() => void> = [];
 
-  constructor(config: ModelConfig, instances: ModelInstance[], private readonly observer: BatcherObserver) {
+  private readonly hasBatchInputs: boolean;
+
+  constructor(private readonly config: ModelConfig, instances: ModelInstance[], private readonly observer: BatcherObserver) {
+    this.hasBatchInputs = config.batch_input.length > 0;
     this.freeInstances = [...instances];
     const dynamic = config.dynamic_batching;
     this.batching = dynamic !== undefined;
@@ -134,6 +141,7 @@ export class Batcher {
     let timeoutUs = policy.defaultTimeoutUs;
     if (request.timeoutUs > 0 && policy.allowOverride && (timeoutUs === 0 || request.timeoutUs < timeoutUs)) timeoutUs = request.timeoutUs;
     const nowMs = performance.now();
+    request.timestamps?.push({ name: 'QUEUE_START', ns: traceNs(nowMs) });
     return new Promise<BatchResult>((resolve, reject) => {
       const queued: Queued = {
         request,
@@ -270,6 +278,7 @@ export class Batcher {
       for (const name of Object.keys(batch[0].request.inputs)) {
         inputs[name] = concatBatch(batch.map((queued) => queued.request.inputs[name]));
       }
+      if (this.hasBatchInputs) Object.assign(inputs, batchInputsOf(this.config, batch.map((queued) => queued.request.inputs)));
       const inferStartMs = performance.now();
       const outputs = await instance.execute(inputs);
       const inferEndMs = performance.now();
@@ -289,6 +298,14 @@ export class Batcher {
         computeOutputNs: Math.round((endMs - inferEndMs) * 1e6),
       };
       this.observer.onExecution(batchSize, timings);
+      for (const queued of batch) {
+        queued.request.timestamps?.push(
+          { name: 'COMPUTE_START', ns: traceNs(startMs) },
+          { name: 'COMPUTE_INPUT_END', ns: traceNs(inferStartMs) },
+          { name: 'COMPUTE_OUTPUT_START', ns: traceNs(inferEndMs) },
+          { name: 'COMPUTE_END', ns: traceNs(endMs) },
+        );
+      }
       batch.forEach((queued, i) => {
         const result = { outputs: results[i], timings: { ...timings, queueNs: Math.round((startMs - queued.enqueuedMs) * 1e6) } };
         this.finish(queued, () => queued.resolve(result), false);

@@ -65,6 +65,35 @@ const instanceGroupSchema = z.object({
   gpus: z.array(int.nonnegative()).default([]),
 }).strict();
 
+const warmupInputSchema = z.object({
+  data_type: z.enum(CONFIG_DATATYPES),
+  dims: z.array(int.nonnegative()).default([]),
+  zero_data: z.boolean().optional(),
+  random_data: z.boolean().optional(),
+  /** A file in `<model>/warmup/`. */
+  input_data_file: z.string().regex(/^(?!\.\.?$)[^/\\]+$/, 'expected a file name in the model\'s warmup/ folder').optional(),
+}).strict().refine((input) => [input.zero_data === true, input.random_data === true, input.input_data_file !== undefined].filter(Boolean).length === 1, {
+  message: 'expected exactly one of zero_data: true, random_data: true, input_data_file',
+});
+
+const warmupSchema = z.object({
+  name: z.string().min(1),
+  batch_size: int.positive().default(1),
+  inputs: z.record(z.string(), warmupInputSchema).default({}),
+  /** Runs of this sample; 0 means once, as in Triton. */
+  count: int.nonnegative().default(0),
+}).strict();
+
+const batchInputSchema = z.object({
+  kind: z.enum([
+    'BATCH_ELEMENT_COUNT', 'BATCH_ACCUMULATED_ELEMENT_COUNT', 'BATCH_ACCUMULATED_ELEMENT_COUNT_WITH_ZERO',
+    'BATCH_MAX_ELEMENT_COUNT_AS_SHAPE', 'BATCH_ITEM_SHAPE', 'BATCH_ITEM_SHAPE_FLATTEN',
+  ]).default('BATCH_ELEMENT_COUNT'),
+  target_name: z.array(z.string().min(1)).min(1),
+  data_type: z.enum(['TYPE_INT32', 'TYPE_FP32']),
+  source_input: z.array(z.string().min(1)).length(1, 'expected exactly one source_input'),
+}).strict();
+
 /** Triton fields Conduit accepts and ignores, so existing repositories load unchanged. */
 const ignored = z.unknown().optional();
 
@@ -85,7 +114,10 @@ export const modelConfigSchema = z.object({
   ensemble_scheduling: z.object({ step: z.array(stepSchema).min(1) }).strict().optional(),
   default_model_filename: z.string().optional(),
   parameters: z.record(z.string(), z.object({ string_value: z.string() }).strict()).default({}),
-  optimization: ignored, model_warmup: ignored, model_transaction_policy: ignored, response_cache: ignored,
+  model_warmup: z.array(warmupSchema).default([]),
+  response_cache: z.object({ enable: z.boolean().default(false) }).strict().optional(),
+  batch_input: z.array(batchInputSchema).default([]),
+  optimization: ignored, model_transaction_policy: ignored,
   metric_tags: ignored, cc_model_filenames: ignored, model_operations: ignored, model_repository_agents: ignored,
 }).strict().superRefine((config, ctx) => {
   const issue = (message: string, at: (string | number)[]) => ctx.addIssue({ code: 'custom', message, path: at });
@@ -97,6 +129,19 @@ export const modelConfigSchema = z.object({
   if (backend !== 'ensemble' && config.ensemble_scheduling !== undefined) issue('ensemble_scheduling needs platform: "ensemble"', ['ensemble_scheduling']);
   if (backend === 'ensemble' && config.instance_group.length > 0) issue('an ensemble has no instance groups: its steps run on their own models', ['instance_group']);
   if (backend === 'ensemble' && config.dynamic_batching !== undefined) issue('an ensemble has no dynamic batcher: its steps batch on their own models', ['dynamic_batching']);
+  if (backend === 'ensemble' && config.response_cache?.enable === true) issue('not supported on an ensemble: enable it on its steps\' models', ['response_cache', 'enable']);
+  if (backend === 'ensemble' && config.batch_input.length > 0) issue('an ensemble has no batch inputs: its steps batch on their own models', ['batch_input']);
+  config.batch_input.forEach((spec, i) => {
+    if (!config.input.some((input) => input.name === spec.source_input[0])) issue(`source_input ${JSON.stringify(spec.source_input[0])} is not an input of the model`, ['batch_input', i, 'source_input']);
+    spec.target_name.forEach((target, j) => {
+      if (config.input.some((input) => input.name === target)) issue(`target_name ${JSON.stringify(target)} is an input the requests give; a batch input must have a name of its own`, ['batch_input', i, 'target_name', j]);
+    });
+  });
+  if (backend === 'ensemble' && config.model_warmup.length > 0) issue('an ensemble has no warmup: its steps warm up on their own models', ['model_warmup']);
+  config.model_warmup.forEach((sample, i) => {
+    if (config.max_batch_size === 0 && sample.batch_size !== 1) issue('must be 1 for a model without batching', ['model_warmup', i, 'batch_size']);
+    if (config.max_batch_size > 0 && sample.batch_size > config.max_batch_size) issue(`must be at most max_batch_size ${config.max_batch_size}`, ['model_warmup', i, 'batch_size']);
+  });
   const names = new Set<string>();
   for (const [kind, tensors] of [['input', config.input], ['output', config.output]] as const) {
     tensors.forEach((tensor, i) => {
@@ -148,8 +193,8 @@ export class ModelConfigError extends Error {
 
 /** The field shape pbtxt cannot express by itself. */
 const PBTXT_SHAPE = {
-  repeatedFields: new Set(['input', 'output', 'dims', 'shape', 'instance_group', 'gpus', 'preferred_batch_size', 'step', 'versions', 'model_warmup']),
-  mapFields: new Set(['input_map', 'output_map', 'parameters', 'priority_queue_policy', 'metric_tags', 'cc_model_filenames']),
+  repeatedFields: new Set(['input', 'output', 'dims', 'shape', 'instance_group', 'gpus', 'preferred_batch_size', 'step', 'versions', 'model_warmup', 'batch_input', 'target_name', 'source_input']),
+  mapFields: new Set(['input_map', 'output_map', 'parameters', 'priority_queue_policy', 'metric_tags', 'cc_model_filenames', 'inputs']),
 };
 
 /** `input[0].data_type`, the way users write it. */

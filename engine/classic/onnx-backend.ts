@@ -51,13 +51,16 @@ class OnnxInstance implements ModelInstance {
     const { config } = this.spec;
     const batched = config.max_batch_size > 0;
     const decoder = new TextDecoder();
-    const feeds = config.input.filter((input) => inputs[input.name] !== undefined).map((input) => {
-      const tensor = inputs[input.name];
+    const feed = (name: string, tensor: Tensor, dims: number[]) => {
       const type = ORT_TYPES[tensor.datatype];
-      if (type === undefined) throw new ClassicError('UNSUPPORTED', `onnxruntime does not take ${tensor.datatype} input '${input.name}'`);
+      if (type === undefined) throw new ClassicError('UNSUPPORTED', `onnxruntime does not take ${tensor.datatype} input '${name}'`);
       const data = tensor.datatype === 'BYTES' ? (tensor.data as Uint8Array[]).map((element) => decoder.decode(element)) : tensor.data;
-      return { name: input.name, type, data, dims: reshapeFor(batched, tensor.shape, input.reshape?.shape) };
-    });
+      return { name, type, data, dims };
+    };
+    const feeds = config.input.filter((input) => inputs[input.name] !== undefined)
+      .map((input) => feed(input.name, inputs[input.name], reshapeFor(batched, inputs[input.name].shape, input.reshape?.shape)));
+    // The batch inputs the batcher made for this batch (batch_input), as they are.
+    for (const spec of config.batch_input) for (const target of spec.target_name) feeds.push(feed(target, inputs[target], inputs[target].shape));
     const id = this.nextId++;
     const outputs = await new Promise<WorkerOutput[]>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });

@@ -10,6 +10,7 @@ import { checkEnsemble } from './ensemble.ts';
 import { ClassicError } from './errors.ts';
 import { ModelConfigError, validateModelConfig, type ModelConfig } from './model-config.ts';
 import { listModelNames, listVersions, readModelSource, selectVersions } from './repository-scan.ts';
+import { ResponseCache } from './response-cache.ts';
 import { loadVersion, type InferRequest, type ServedVersion } from './served-version.ts';
 
 export type ModelControlMode = 'none' | 'poll' | 'explicit';
@@ -22,6 +23,8 @@ export interface RepositoryOptions {
   pollIntervalMs: number;
   /** explicit mode: models loaded at start (`*` for all). */
   startupModels: string[];
+  /** The response cache's size in bytes (Triton's `--cache-config local,size=`); 0 or unset: no cache. */
+  responseCacheBytes?: number;
   log?: (message: string) => void;
 }
 
@@ -47,9 +50,12 @@ export class ModelRepository {
   private readonly models = new Map<string, ModelEntry>();
   private pollTimer: NodeJS.Timeout | null = null;
   private readonly log: (message: string) => void;
+  /** Shared by the models that enable response_cache; null when the server has none. */
+  readonly responseCache: ResponseCache | null;
 
   constructor(private readonly options: RepositoryOptions) {
     this.log = options.log ?? ((message) => process.stderr.write(`${message}\n`));
+    this.responseCache = (options.responseCacheBytes ?? 0) > 0 ? new ResponseCache(options.responseCacheBytes!) : null;
   }
 
   async start(): Promise<void> {
@@ -195,7 +201,10 @@ export class ModelRepository {
           this.infer(stepModel, stepVersion === -1 ? null : stepVersion, request);
         const loaded = new Map<number, ServedVersion>();
         try {
-          for (const version of versions) loaded.set(version, await loadVersion({ config, modelDir: dir, version }, runStep));
+          if (config.response_cache?.enable === true && this.responseCache === null) {
+            this.log(`model '${name}': response_cache is enabled but the server has no response cache (model_repository.response_cache_bytes): not caching`);
+          }
+          for (const version of versions) loaded.set(version, await loadVersion({ config, modelDir: dir, version }, runStep, this.responseCache));
         } catch (err) {
           await Promise.all([...loaded.values()].map((served) => served.close()));
           throw err;

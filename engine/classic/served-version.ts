@@ -8,8 +8,11 @@ import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
 import { createOnnxInstance } from './onnx-backend.ts';
 import { createScriptInstance } from './script-backend.ts';
+import type { ResponseCache } from './response-cache.ts';
 import { StatsRecorder, type FailureReason } from './stats.ts';
+import { traceNs, type TraceTimestamp } from './trace.ts';
 import { validateRequest } from './validate.ts';
+import { warmUp } from './warmup.ts';
 
 export interface InferRequest {
   inputs: TensorMap;
@@ -19,6 +22,8 @@ export interface InferRequest {
   priority: number;
   /** Queue timeout in µs (Triton's `timeout` parameter); 0 for the model's policy. */
   timeoutUs: number;
+  /** Set when the request is traced: the version and its batcher push what they see. */
+  timestamps?: TraceTimestamp[];
 }
 
 export interface ServedVersion {
@@ -49,7 +54,11 @@ class BatchedVersion implements ServedVersion {
   readonly stats: StatsRecorder;
   private readonly batcher: Batcher;
 
-  constructor(readonly config: ModelConfig, readonly version: number, private readonly instances: ModelInstance[]) {
+  constructor(
+    readonly config: ModelConfig, readonly version: number, private readonly instances: ModelInstance[],
+    /** Set when the model enables response_cache and the server has a cache. */
+    private readonly cache: ResponseCache | null,
+  ) {
     this.stats = new StatsRecorder(config.name, version);
     this.batcher = new Batcher(config, instances, {
       onExecution: (batchSize, t) => this.stats.recordExecution(batchSize, t.computeInputNs, t.computeInferNs, t.computeOutputNs),
@@ -59,17 +68,40 @@ class BatchedVersion implements ServedVersion {
 
   async infer(request: InferRequest): Promise<TensorMap> {
     const startMs = performance.now();
+    request.timestamps?.push({ name: 'REQUEST_START', ns: traceNs(startMs) });
     try {
       const batchSize = validateRequest(this.config, request.inputs, request.requestedOutputs);
-      const { outputs, timings } = await this.batcher.enqueue({ inputs: request.inputs, batchSize, priority: request.priority, timeoutUs: request.timeoutUs });
+      let cacheKey: string | null = null;
+      let lookupNs = 0;
+      if (this.cache !== null) {
+        cacheKey = this.cache.keyOf(this.config.name, this.version, request.inputs, request.requestedOutputs);
+        const cached = this.cache.lookup(cacheKey);
+        const nowMs = performance.now();
+        lookupNs = Math.round((nowMs - startMs) * 1e6);
+        if (cached !== undefined) {
+          this.stats.recordCacheHit(lookupNs, lookupNs);
+          return cached;
+        }
+      }
+      const { outputs, timings } = await this.batcher.enqueue({
+        inputs: request.inputs, batchSize, priority: request.priority, timeoutUs: request.timeoutUs, timestamps: request.timestamps,
+      });
       for (const output of this.config.output) {
         if (outputs[output.name] === undefined) throw new ClassicError('INTERNAL', `model '${this.config.name}' did not produce output '${output.name}'`);
       }
+      const picked = pickOutputs(outputs, request.requestedOutputs);
+      if (cacheKey !== null) {
+        const insertStartMs = performance.now();
+        this.cache!.insert(cacheKey, picked, this);
+        this.stats.recordCacheMiss(lookupNs + Math.round((performance.now() - insertStartMs) * 1e6));
+      }
       this.stats.recordSuccess(Math.round((performance.now() - startMs) * 1e6), timings.queueNs, timings.computeInputNs, timings.computeInferNs, timings.computeOutputNs);
-      return pickOutputs(outputs, request.requestedOutputs);
+      return picked;
     } catch (err) {
       this.stats.recordFailure(Math.round((performance.now() - startMs) * 1e6), failureReason(err));
       throw err;
+    } finally {
+      request.timestamps?.push({ name: 'REQUEST_END', ns: traceNs(performance.now()) });
     }
   }
 
@@ -79,6 +111,7 @@ class BatchedVersion implements ServedVersion {
 
   async close(): Promise<void> {
     await this.batcher.drain();
+    this.cache?.evictOwner(this);
     await Promise.all(this.instances.map((instance) => instance.close()));
   }
 }
@@ -94,6 +127,8 @@ class EnsembleVersion implements ServedVersion {
 
   async infer(request: InferRequest): Promise<TensorMap> {
     const startMs = performance.now();
+    // An ensemble's trace has its own start and end; its steps are requests to their own models.
+    request.timestamps?.push({ name: 'REQUEST_START', ns: traceNs(startMs) });
     this.numRunning++;
     try {
       const batchSize = validateRequest(this.config, request.inputs, request.requestedOutputs);
@@ -107,6 +142,7 @@ class EnsembleVersion implements ServedVersion {
       this.stats.recordFailure(Math.round((performance.now() - startMs) * 1e6), failureReason(err));
       throw err;
     } finally {
+      request.timestamps?.push({ name: 'REQUEST_END', ns: traceNs(performance.now()) });
       if (--this.numRunning === 0) {
         for (const resolve of this.idleWaiters.splice(0)) resolve();
       }
@@ -123,7 +159,8 @@ class EnsembleVersion implements ServedVersion {
   }
 }
 
-export async function loadVersion(spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner): Promise<ServedVersion> {
+/** `cache`: the server's response cache, or null when it has none. */
+export async function loadVersion(spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner, cache: ResponseCache | null): Promise<ServedVersion> {
   const { config } = spec;
   if (config.backend === 'ensemble') return new EnsembleVersion(config, spec.version, runStep);
   const create = config.backend === 'onnxruntime' ? createOnnxInstance : createScriptInstance;
@@ -131,9 +168,11 @@ export async function loadVersion(spec: Omit<InstanceSpec, 'instanceIndex'>, run
   const instances: ModelInstance[] = [];
   try {
     for (let i = 0; i < numInstances; i++) instances.push(await create({ ...spec, instanceIndex: i }));
+    // Not serving (not READY) until every instance has run the samples.
+    await warmUp(config, spec.modelDir, instances);
   } catch (err) {
     await Promise.all(instances.map((instance) => instance.close()));
     throw err;
   }
-  return new BatchedVersion(config, spec.version, instances);
+  return new BatchedVersion(config, spec.version, instances, config.response_cache?.enable === true ? cache : null);
 }

@@ -50,6 +50,20 @@ export class StatsRecorder {
     this.stats.last_inference = Date.now();
   }
 
+  /** A request answered from the response cache: a success that neither queued nor executed. */
+  recordCacheHit(requestNs: number, lookupNs: number) {
+    const s = this.stats.inference_stats;
+    s.success.count++; s.success.ns += requestNs;
+    s.cache_hit.count++; s.cache_hit.ns += lookupNs;
+    this.stats.last_inference = Date.now();
+  }
+
+  /** A cache lookup that missed: `ns` covers the lookup and the insertion of the new result. */
+  recordCacheMiss(ns: number) {
+    this.stats.inference_stats.cache_miss.count++;
+    this.stats.inference_stats.cache_miss.ns += ns;
+  }
+
   recordFailure(requestNs: number, reason: FailureReason) {
     this.stats.inference_stats.fail.count++;
     this.stats.inference_stats.fail.ns += requestNs;

@@ -1,4 +1,4 @@
-// Triton's statuses onto the one error catalogue: INVALID_ARG 400, NOT_FOUND 404, UNAVAILABLE
+// Triton's statuses onto the one error catalogue: INVALID_ARG and ALREADY_EXISTS 400, NOT_FOUND 404, UNAVAILABLE
 // 503, UNSUPPORTED 501, INTERNAL 500 (server src/http_server.cc HttpCodeFromError).
 import { ClassicError, ModelConfigError, TensorError, type ClassicStatus } from '../../engine/classic/index.ts';
 import { ApiError, type ErrorCode } from '../errors.ts';
@@ -6,6 +6,7 @@ import { ApiError, type ErrorCode } from '../errors.ts';
 const CODES: Record<ClassicStatus, ErrorCode> = {
   INVALID_ARG: 'invalid_request',
   NOT_FOUND: 'model_not_found',
+  ALREADY_EXISTS: 'already_exists',
   UNAVAILABLE: 'model_unavailable',
   UNSUPPORTED: 'not_implemented',
   INTERNAL: 'internal_error',

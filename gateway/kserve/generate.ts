@@ -2,6 +2,8 @@
 // POST /v2/models/{m}[/versions/{v}]/generate answers once with the whole text;
 // /generate_stream answers with Server-Sent Events, one `data: {...}` per text delta, and an
 // error after the first event as a `data: {"error": "..."}` event inside the 200 response.
+// `exclude_input_in_output` as Triton's vLLM backend has it: /generate echoes the prompt before
+// the text unless it is true; streaming never echoes, and refuses it set to false.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { SamplingParams } from '../../engine/types.ts';
@@ -20,6 +22,7 @@ const fieldsSchema = z.object({
   stop: z.union([z.string(), z.array(z.string()).max(4)]).optional(),
   ignore_eos: z.boolean().optional(),
   stream: z.boolean().optional(),
+  exclude_input_in_output: z.boolean().optional(),
 });
 
 const requestSchema = fieldsSchema.extend({
@@ -80,6 +83,10 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
     }
     const body = parse(request);
     const fields: Fields = { ...body, ...body.parameters };
+    if (streamed && fields.exclude_input_in_output === false) {
+      throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');
+    }
+    const echoedPrompt = !streamed && fields.exclude_input_in_output !== true ? body.text_input : '';
     const promptTokenIds = model.tokenizer.encode(body.text_input, { addSpecialTokens: true });
     const maxTokens = Math.min(fields.max_tokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
     if (maxTokens < 1) {
@@ -96,7 +103,7 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
         // The response closing before it was written means the client left.
         reply.raw.once('close', () => { if (!reply.raw.writableEnded) generation.abort(); });
       });
-      return reply.type('application/json').send({ ...head, text_output: text, finish_reason: finish.finishReason, usage: finish.usage });
+      return reply.type('application/json').send({ ...head, text_output: echoedPrompt + text, finish_reason: finish.finishReason, usage: finish.usage });
     }
 
     // Headers wait for the first text, so an error before it is a plain HTTP error.

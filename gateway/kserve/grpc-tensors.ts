@@ -1,7 +1,22 @@
 // gRPC tensor contents to and from plain tensors: `raw_input_contents` (little-endian, as the
 // HTTP binary extension) or the typed `contents` fields, never both; outputs always raw, one
-// `raw_output_contents` entry per output, which is what Triton's clients read.
+// `raw_output_contents` entry per output, which is what Triton's clients read. An input may name
+// a system shared-memory region instead; raw_input_contents then holds the other inputs' bytes.
 import { ClassicError, elementCount, fromRaw, isDataType, type DataType, type Tensor } from '../../engine/classic/index.ts';
+import { readSharedMemoryInput, sharedMemoryRefOf, type SystemSharedMemory } from './shared-memory.ts';
+
+/** InferParameter as @grpc/proto-loader decodes it (oneofs: the set field's name in parameter_choice). */
+export type WireParameter = { parameter_choice?: string; bool_param?: boolean; int64_param?: string; string_param?: string; double_param?: number; uint64_param?: string };
+
+/** A parameter map as plain values (64-bit integers as their decimal strings, as the loader gives them). */
+export function plainParameters(parameters: Record<string, WireParameter>): Record<string, unknown> {
+  const plain: Record<string, unknown> = {};
+  for (const [name, parameter] of Object.entries(parameters)) {
+    const choice = parameter.parameter_choice as keyof WireParameter | undefined;
+    plain[name] = choice === undefined ? undefined : parameter[choice];
+  }
+  return plain;
+}
 
 /** InferTensorContents as @grpc/proto-loader decodes it (longs as strings). */
 export interface WireContents {
@@ -19,6 +34,7 @@ export interface WireInputTensor {
   name: string;
   datatype: string;
   shape: string[];
+  parameters: Record<string, WireParameter>;
   contents: WireContents | null;
 }
 
@@ -56,22 +72,29 @@ function hasContents(contents: WireContents | null): boolean {
   return Object.values(contents).some((list) => Array.isArray(list) && list.length > 0);
 }
 
-export function decodeInputs(inputs: WireInputTensor[], raw: Buffer[]): Record<string, Tensor> {
-  if (raw.length > 0 && raw.length !== inputs.length) {
-    throw invalid(`raw_input_contents has ${raw.length} entries for ${inputs.length} inputs`);
+export function decodeInputs(inputs: WireInputTensor[], raw: Buffer[], sharedMemory: SystemSharedMemory): Record<string, Tensor> {
+  const refs = inputs.map((input) => sharedMemoryRefOf(plainParameters(input.parameters ?? {}), `input '${input.name}'`));
+  const numRawInputs = refs.filter((ref) => ref === null).length;
+  if (raw.length > 0 && raw.length !== numRawInputs) {
+    throw invalid(`raw_input_contents has ${raw.length} entries for ${numRawInputs} inputs not in shared memory`);
   }
   const tensors: Record<string, Tensor> = {};
+  let rawIndex = 0;
   inputs.forEach((input, i) => {
     const what = `input '${input.name}'`;
     if (!isDataType(input.datatype)) throw invalid(`${what}: invalid datatype '${input.datatype}'`);
     const shape = input.shape.map(Number);
     if (shape.some((dim) => !Number.isSafeInteger(dim) || dim < 0)) throw invalid(`${what}: invalid shape [${input.shape.join(',')}]`);
     if (tensors[input.name] !== undefined) throw invalid(`${what} is given more than once`);
-    if (raw.length > 0) {
+    const ref = refs[i];
+    if (ref !== null) {
+      if (hasContents(input.contents)) throw invalid(`contents field must not be specified when using shared memory for '${input.name}'`);
+      tensors[input.name] = readSharedMemoryInput(sharedMemory, ref, input.datatype, shape, what);
+    } else if (raw.length > 0) {
       if (hasContents(input.contents)) {
         throw invalid(`contents field must not be specified when using raw_input_contents for '${input.name}' for model`);
       }
-      tensors[input.name] = fromRaw(input.datatype, shape, raw[i], what);
+      tensors[input.name] = fromRaw(input.datatype, shape, raw[rawIndex++], what);
     } else {
       tensors[input.name] = typedContents(input.datatype, shape, input.contents, what);
     }

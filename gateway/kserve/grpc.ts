@@ -1,15 +1,19 @@
 // KServe v2 over gRPC (`inference.GRPCInferenceService` from proto/grpc_service.proto) on its
 // own port (8001), for the model repository's models. Unary errors are gRPC statuses from the
 // error catalogue; ModelStreamInfer reports a request's error in `error_message` and keeps going.
+// Shared memory, trace and log settings share their state with the HTTP routes (KServeControl).
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { packageRoot } from '../../package-root.ts';
 import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { KServeControl, type OutputTarget } from './control.ts';
 import { toKServeError } from './errors.ts';
-import { decodeInputs, type WireInputTensor } from './grpc-tensors.ts';
+import { controlHandlers } from './grpc-control.ts';
+import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './index.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
+import { sharedMemoryRefOf } from './shared-memory.ts';
 
 const PROTO_DIR = path.join(packageRoot, 'proto');
 
@@ -22,7 +26,7 @@ export function loadInferenceService(): grpc.ServiceClientConstructor {
   return root.inference.GRPCInferenceService;
 }
 
-type Parameter = { parameter_choice?: string; bool_param?: boolean; int64_param?: string; string_param?: string; double_param?: number; uint64_param?: string };
+type Parameter = WireParameter;
 
 interface WireInferRequest {
   model_name: string;
@@ -50,25 +54,37 @@ function versionOf(version: string): number | null {
   return Number(version);
 }
 
-async function runInfer(repository: ModelRepository, request: WireInferRequest) {
+async function runInfer(repository: ModelRepository, control: KServeControl, request: WireInferRequest) {
   const served = repository.get(request.model_name, versionOf(request.model_version));
   for (const name of ['sequence_id', 'sequence_start', 'sequence_end']) {
     if (request.parameters[name] !== undefined) throw new ClassicError('UNSUPPORTED', `sequence batching is not supported ('${name}')`);
   }
-  const inputs = decodeInputs(request.inputs, request.raw_input_contents);
-  const names = request.outputs.length > 0 ? request.outputs.map((output) => output.name) : served.config.output.map((output) => output.name);
-  const outputs = await served.infer({
-    inputs,
-    requestedOutputs: names,
-    priority: parameterNumber(request.parameters.priority, 'priority'),
-    timeoutUs: parameterNumber(request.parameters.timeout, 'timeout'),
-  });
+  const inputs = decodeInputs(request.inputs, request.raw_input_contents, control.sharedMemory);
+  const requested = request.outputs.length > 0
+    ? request.outputs
+    : served.config.output.map((output) => ({ name: output.name, parameters: {} as Record<string, Parameter> }));
+  const names = requested.map((output) => output.name);
+  const priority = parameterNumber(request.parameters.priority, 'priority');
+  const timeoutUs = parameterNumber(request.parameters.timeout, 'timeout');
+  // Held from now on, so an unregister while the model runs cannot pull a region away.
+  const targets: OutputTarget[] = [];
+  try {
+    for (const output of requested) {
+      const ref = sharedMemoryRefOf(plainParameters(output.parameters), `output '${output.name}'`);
+      targets.push({ name: output.name, sharedMemory: ref === null ? null : control.sharedMemory.lease(ref) });
+    }
+  } catch (err) {
+    for (const target of targets) target.sharedMemory?.release();
+    throw err;
+  }
+  const outputs = await control.infer(served, { inputs, requestedOutputs: names, priority, timeoutUs }, request.id, targets);
   return {
     model_name: served.config.name,
     model_version: String(served.version),
     id: request.id,
     outputs: names.map((name) => ({ name, datatype: outputs[name].datatype, shape: outputs[name].shape })),
-    raw_output_contents: names.map((name) => toRaw(outputs[name])),
+    // An output in shared memory keeps its (empty) entry, so the others stay at their index.
+    raw_output_contents: targets.map(({ name, sharedMemory }) => (sharedMemory === null ? toRaw(outputs[name]) : Buffer.alloc(0))),
   };
 }
 
@@ -90,6 +106,9 @@ function configMessage(config: ModelConfig) {
     instance_group: config.instance_group,
     default_model_filename: config.default_model_filename ?? '',
     parameters: config.parameters,
+    model_warmup: config.model_warmup,
+    batch_input: config.batch_input,
+    ...(config.response_cache === undefined ? {} : { response_cache: config.response_cache }),
     ...(batching === undefined ? {} : { dynamic_batching: batching }),
     ...(ensemble === undefined ? {} : { ensemble_scheduling: ensemble }),
   };
@@ -128,10 +147,13 @@ export interface KServeGrpcOptions {
   version: string;
   host: string;
   port: number;
+  /** Shared memory, trace and log settings, shared with the HTTP routes; the service's own (closed with it) when omitted. */
+  control?: KServeControl;
 }
 
 export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServeGrpcServer> {
   const { repository, llms } = options;
+  const control = options.control ?? new KServeControl();
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
   server.addService(loadInferenceService().service, {
@@ -182,7 +204,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       await repository.unload(request.model_name, parameter?.bool_param === true);
       return {};
     }),
-    ModelInfer: unary((request: WireInferRequest) => runInfer(repository, request)),
+    ModelInfer: unary((request: WireInferRequest) => runInfer(repository, control, request)),
     ModelStreamInfer: (call: grpc.ServerDuplexStream<WireInferRequest, unknown>) => {
       const statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true';
       let numInFlight = 0;
@@ -192,7 +214,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       call.on('data', (request: WireInferRequest) => {
         if (failed) return;
         numInFlight++;
-        runInfer(repository, request).then(
+        runInfer(repository, control, request).then(
           (response) => { if (!failed) call.write({ error_message: '', infer_response: response }); },
           (err: unknown) => {
             const error = toKServeError(err);
@@ -207,12 +229,16 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       });
       call.on('end', () => { ended = true; maybeEnd(); });
     },
+    ...Object.fromEntries(Object.entries(controlHandlers(control, repository)).map(([rpc, handler]) => [rpc, unary(handler as (request: unknown) => unknown)])),
   });
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(`${options.host}:${options.port}`, grpc.ServerCredentials.createInsecure(), (err, boundPort) => (err ? reject(err) : resolve(boundPort)));
   });
   return {
     port,
-    close: () => new Promise<void>((resolve) => server.tryShutdown(() => resolve())),
+    async close() {
+      await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
+      if (options.control === undefined) control.close();
+    },
   };
 }

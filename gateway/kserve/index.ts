@@ -1,12 +1,15 @@
 // The KServe v2 / Triton HTTP surface (`/v2/...`) for the models of the model repository:
 // health, server and model metadata, readiness, config, infer (JSON and binary), statistics and
-// the repository extension. Errors are Triton's `{"error": "..."}` with Triton's status codes.
+// the repository extension; shared memory, trace and logging settings (control-routes.ts). Errors
+// are Triton's `{"error": "..."}` with Triton's status codes.
 import { gunzipSync, gzipSync, inflateSync } from 'node:zlib';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { ModelRegistry } from '../served-model.ts';
+import { KServeControl } from './control.ts';
+import { registerControlRoutes } from './control-routes.ts';
 import { toKServeError } from './errors.ts';
 import { registerGenerateRoutes } from './generate.ts';
 import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
@@ -19,11 +22,16 @@ export interface KServePluginOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
   version: string;
+  /** Shared memory, trace and log settings, shared with the gRPC service; the plugin's own (closed with it) when omitted. */
+  control?: KServeControl;
 }
 
 export const SERVER_NAME = 'conduit';
-/** Triton's extensions that Conduit implements. */
-export const EXTENSIONS = ['model_repository', 'model_repository(unload_dependents)', 'schedule_policy', 'model_configuration', 'binary_tensor_data', 'parameters', 'statistics', 'generate'];
+/** Triton's extensions that Conduit implements (not cuda_shared_memory: see cuda-shared-memory.ts). */
+export const EXTENSIONS = [
+  'model_repository', 'model_repository(unload_dependents)', 'schedule_policy', 'model_configuration', 'system_shared_memory',
+  'binary_tensor_data', 'parameters', 'statistics', 'trace', 'logging', 'generate',
+];
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
@@ -125,6 +133,11 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
 
   registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics });
 
+  const control = options.control ?? new KServeControl();
+  if (options.control === undefined) app.addHook('onClose', async () => control.close());
+  control.logging.attach(app.log);
+  registerControlRoutes(app, control, repository, { jsonBody, send });
+
   app.get('', async (request, reply) => send(request, reply, JSON.stringify({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS }), 'application/json'));
 
   const versioned = (suffix: string) => [`/models/:model${suffix}`, `/models/:model/versions/:version(^\\d+)${suffix}`];
@@ -180,14 +193,14 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
         if (!/^\d+$/.test(String(headerValue))) throw new ClassicError('INVALID_ARG', `Inference-Header-Content-Length '${String(headerValue)}' is not a byte count`);
       }
       const body = decompress(request, (request.body as Buffer | undefined) ?? Buffer.alloc(0));
-      const decoded = decodeInferRequest(body, headerLength, served.config);
-      const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault }));
-      const outputs = await served.infer({
+      const decoded = decodeInferRequest(body, headerLength, served.config, control.sharedMemory);
+      const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault, sharedMemory: null }));
+      const outputs = await control.infer(served, {
         inputs: decoded.inputs,
         requestedOutputs: order.map((output) => output.name),
         priority: decoded.priority,
         timeoutUs: decoded.timeoutUs,
-      });
+      }, decoded.id, order);
       const encoded = encodeInferResponse(served.config.name, served.version, decoded.id, outputs, order);
       if (encoded.jsonLength === null) return send(request, reply, encoded.body, 'application/json');
       reply.header('inference-header-content-length', String(encoded.jsonLength));

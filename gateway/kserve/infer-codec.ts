@@ -1,11 +1,13 @@
 // The HTTP infer body in both forms: JSON, and JSON followed by raw tensors (the binary tensor
 // data extension: Inference-Header-Content-Length, binary_data_size on inputs, binary_data on
-// outputs; a header length of 0 is a raw binary request of the model's one input).
+// outputs; a header length of 0 is a raw binary request of the model's one input). Inputs and
+// outputs may instead name a system shared-memory region (shared_memory_region and friends).
 import { z } from 'zod';
 import {
   bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
   type ModelConfig, type Tensor, type TensorMap,
 } from '../../engine/classic/index.ts';
+import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SystemSharedMemory } from './shared-memory.ts';
 
 const parameterValue = z.union([z.string(), z.number(), z.boolean()]);
 const parameters = z.record(z.string(), parameterValue);
@@ -23,7 +25,12 @@ const requestSchema = z.object({
   outputs: z.array(z.object({ name: z.string(), parameters: parameters.optional() })).optional(),
 });
 
-export interface RequestedOutput { name: string; binary: boolean }
+export interface RequestedOutput {
+  name: string;
+  binary: boolean;
+  /** Set when the output goes into a shared-memory region: the response carries no data for it. */
+  sharedMemory: SharedMemoryLease | null;
+}
 
 export interface DecodedInferRequest {
   id: string;
@@ -83,7 +90,12 @@ function decodeRawRequest(body: Uint8Array, config: ModelConfig): DecodedInferRe
   };
 }
 
-export function decodeInferRequest(body: Uint8Array, headerLength: number | null, config: ModelConfig): DecodedInferRequest {
+/** Releases the shared-memory regions the outputs of a request that failed to decode hold. */
+function releaseOutputs(outputs: RequestedOutput[] | null): void {
+  for (const output of outputs ?? []) output.sharedMemory?.release();
+}
+
+export function decodeInferRequest(body: Uint8Array, headerLength: number | null, config: ModelConfig, sharedMemory: SystemSharedMemory): DecodedInferRequest {
   if (headerLength === 0) return decodeRawRequest(body, config);
   const jsonLength = headerLength ?? body.byteLength;
   if (jsonLength > body.byteLength) {
@@ -106,8 +118,12 @@ export function decodeInferRequest(body: Uint8Array, headerLength: number | null
     if (!isDataType(input.datatype)) throw invalid(`${what}: invalid datatype '${input.datatype}'`);
     if (inputs[input.name] !== undefined) throw invalid(`input '${input.name}' is given more than once`);
     const binarySize = input.parameters?.binary_data_size;
+    const shmRef = sharedMemoryRefOf(input.parameters, what);
     let tensor: Tensor;
-    if (binarySize !== undefined) {
+    if (shmRef !== null) {
+      if (input.data !== undefined || binarySize !== undefined) throw invalid(`${what} has both shared memory and data`);
+      tensor = readSharedMemoryInput(sharedMemory, shmRef, input.datatype, input.shape, what);
+    } else if (binarySize !== undefined) {
       const numBytes = nonNegativeInteger(binarySize, 'binary_data_size');
       if (input.data !== undefined) throw invalid(`${what} has both data and binary_data_size`);
       if (offset + numBytes > body.byteLength) throw invalid(`${what}: binary_data_size ${numBytes} runs past the end of the body`);
@@ -121,12 +137,20 @@ export function decodeInferRequest(body: Uint8Array, headerLength: number | null
   }
   if (offset !== body.byteLength) throw invalid(`the body has ${body.byteLength - offset} bytes after the last input's binary data`);
   const binaryByDefault = params.binary_data_output === true;
-  const outputs = request.outputs?.map((output) => {
-    const binary = output.parameters?.binary_data;
-    if (binary !== undefined && typeof binary !== 'boolean') throw invalid(`output '${output.name}': binary_data must be a boolean`);
-    if (output.parameters?.classification !== undefined) throw new ClassicError('UNSUPPORTED', 'the classification extension is not supported');
-    return { name: output.name, binary: binary ?? binaryByDefault };
-  }) ?? null;
+  const outputs: RequestedOutput[] | null = request.outputs === undefined ? null : [];
+  try {
+    for (const output of request.outputs ?? []) {
+      const binary = output.parameters?.binary_data;
+      if (binary !== undefined && typeof binary !== 'boolean') throw invalid(`output '${output.name}': binary_data must be a boolean`);
+      if (output.parameters?.classification !== undefined) throw new ClassicError('UNSUPPORTED', 'the classification extension is not supported');
+      const shmRef = sharedMemoryRefOf(output.parameters, `output '${output.name}'`);
+      // Held from now on, so an unregister while the model runs cannot pull the region away.
+      outputs!.push({ name: output.name, binary: binary ?? binaryByDefault, sharedMemory: shmRef === null ? null : sharedMemory.lease(shmRef) });
+    }
+  } catch (err) {
+    releaseOutputs(outputs);
+    throw err;
+  }
   return {
     id: request.id ?? '',
     inputs,
@@ -152,9 +176,10 @@ export function encodeInferResponse(
     ...(id === '' ? {} : { id }),
     model_name: modelName,
     model_version: String(version),
-    outputs: order.map(({ name, binary }) => {
+    outputs: order.map(({ name, binary, sharedMemory }) => {
       const tensor = outputs[name];
       const head = { name, datatype: tensor.datatype, shape: tensor.shape };
+      if (sharedMemory !== null) return head;
       if (!binary) return { ...head, data: toJson(tensor) };
       const numBytes = rawByteLength(tensor);
       binaries.push(tensor);

@@ -38,6 +38,11 @@ export function registerTritonMetrics(registry: Registry, repository: ModelRepos
   counter('nv_inference_compute_input_duration_us', 'Cumulative compute input duration in microseconds', (s) => us(stats(s).inference_stats.compute_input.ns));
   counter('nv_inference_compute_infer_duration_us', 'Cumulative compute inference duration in microseconds', (s) => us(stats(s).inference_stats.compute_infer.ns));
   counter('nv_inference_compute_output_duration_us', 'Cumulative inference compute output duration in microseconds', (s) => us(stats(s).inference_stats.compute_output.ns));
+  // The response cache, per model (Triton's names; durations are the lookups, and for misses the insertions too).
+  counter('nv_cache_num_hits_per_model', 'Number of cache hits per model', (s) => stats(s).inference_stats.cache_hit.count);
+  counter('nv_cache_num_misses_per_model', 'Number of cache misses per model', (s) => stats(s).inference_stats.cache_miss.count);
+  counter('nv_cache_hit_duration_per_model', 'Total cache hit duration per model, in microseconds', (s) => us(stats(s).inference_stats.cache_hit.ns));
+  counter('nv_cache_miss_duration_per_model', 'Total cache miss (insertion) duration per model, in microseconds', (s) => us(stats(s).inference_stats.cache_miss.ns));
   new Gauge({
     name: 'nv_inference_pending_request_count',
     help: 'Instantaneous number of pending requests awaiting execution per-model.',

@@ -11,13 +11,13 @@ before(async () => {
 });
 after(() => gateway.close());
 
-test('generate answers with the whole text, the id echoed, parameters read from `parameters` too', async () => {
+test('generate answers with the prompt and the whole text (as the vLLM backend by default), the id echoed, parameters read from `parameters` too', async () => {
   script = { steps: oneTokenPerStep(gateway.tokens(' the quick brown fox')), finishReason: 'length' };
   const response = await gateway.post('/v2/models/tiny/generate', { id: 'g-1', text_input: 'Say:', parameters: { max_tokens: 4, temperature: 0 } });
   assert.equal(response.status, 200);
   const body = await response.json() as Record<string, unknown>;
   assert.deepEqual(body, {
-    id: 'g-1', model_name: 'tiny', model_version: '1', text_output: ' the quick brown fox', finish_reason: 'length',
+    id: 'g-1', model_name: 'tiny', model_version: '1', text_output: 'Say: the quick brown fox', finish_reason: 'length',
     usage: { prompt_tokens: gateway.tokens('Say:').length, completion_tokens: 4, total_tokens: gateway.tokens('Say:').length + 4, prompt_tokens_details: { cached_tokens: 0 } },
   });
   const sent = gateway.engine.requests.at(-1)!;
@@ -39,9 +39,27 @@ test('generate_stream sends one SSE event per text delta, then the finish', asyn
 
 test('a stop string cuts the text', async () => {
   script = { steps: oneTokenPerStep(gateway.tokens(' one two three')), finishReason: 'length' };
-  const body = await (await gateway.post('/v2/models/tiny/generate', { text_input: 'x', stop: ' two' })).json() as { text_output: string; finish_reason: string };
+  const body = await (await gateway.post('/v2/models/tiny/generate', { text_input: 'x', stop: ' two', exclude_input_in_output: true })).json() as { text_output: string; finish_reason: string };
   assert.equal(body.text_output, ' one');
   assert.equal(body.finish_reason, 'stop');
+});
+
+test('exclude_input_in_output: true leaves the prompt out of /generate; streaming never echoes it and refuses false', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens(' red green')), finishReason: 'length' };
+  for (const where of ['top', 'parameters']) {
+    const request = where === 'top' ? { text_input: 'Colours:', exclude_input_in_output: true } : { text_input: 'Colours:', parameters: { exclude_input_in_output: true } };
+    const body = await (await gateway.post('/v2/models/tiny/generate', request)).json() as { text_output: string };
+    assert.equal(body.text_output, ' red green');
+  }
+  const echoed = await (await gateway.post('/v2/models/tiny/generate', { text_input: 'Colours:', exclude_input_in_output: false })).json() as { text_output: string };
+  assert.equal(echoed.text_output, 'Colours: red green');
+  const streamed = sseEvents(await (await gateway.post('/v2/models/tiny/generate_stream', { text_input: 'Colours:' })).text()) as Array<{ text_output: string }>;
+  assert.equal(streamed.map((event) => event.text_output).join(''), ' red green');
+  const refused = await gateway.post('/v2/models/tiny/generate_stream', { text_input: 'Colours:', exclude_input_in_output: false });
+  assert.equal(refused.status, 400);
+  assert.deepEqual(await refused.json(), { error: 'When streaming, `exclude_input_in_output` = False is not allowed.' });
+  const badType = await gateway.post('/v2/models/tiny/generate', { text_input: 'Colours:', exclude_input_in_output: 'yes' });
+  assert.equal(badType.status, 400);
 });
 
 test("errors are Triton's bodies: unknown model, bad body, a worker error before and after the first event", async () => {

@@ -9,7 +9,8 @@ import { CONFIG_DATATYPE_NAMES } from './datatypes.ts';
 
 export { serializeBytes } from './datatypes.ts';
 import { ModelRepository, type ModelControlMode } from '../../../engine/classic/index.ts';
-import { createGateway } from '../../server.ts';
+import { createGateway, type GatewayOptions } from '../../server.ts';
+import type { KServeControl } from '../control.ts';
 
 export const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../models');
 export const BODY_LIMIT_BYTES = 1 << 20;
@@ -20,10 +21,20 @@ export interface KServeTestServer {
   close(): Promise<void>;
 }
 
-export async function startKServeServer(repoDir: string, mode: ModelControlMode = 'none', startupModels: string[] = []): Promise<KServeTestServer> {
+export interface KServeServerExtras {
+  /** Shared with a gRPC service the test starts; the plugin's own when omitted. */
+  control?: KServeControl;
+  logger?: GatewayOptions['logger'];
+}
+
+export async function startKServeServer(
+  repoDir: string, mode: ModelControlMode = 'none', startupModels: string[] = [], extras: KServeServerExtras = {},
+): Promise<KServeTestServer> {
   const repository = new ModelRepository({ repoDir, mode, pollIntervalMs: 100, startupModels, log: () => {} });
   await repository.start();
-  const gateway: FastifyInstance = await createGateway({ models: [], bodyLimitBytes: BODY_LIMIT_BYTES, classic: { repository, version: '0.1.0' } });
+  const gateway: FastifyInstance = await createGateway({
+    models: [], bodyLimitBytes: BODY_LIMIT_BYTES, logger: extras.logger, classic: { repository, version: '0.1.0', control: extras.control },
+  });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
   return {
     baseUrl,

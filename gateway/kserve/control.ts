@@ -1,0 +1,53 @@
+// The server-wide state behind Triton's shared-memory, trace and logging extensions, one object
+// shared by the HTTP routes and the gRPC service (a region registered over one is used over the
+// other). Whoever creates it closes it, after both servers have closed.
+import type { InferRequest, ServedVersion, TensorMap } from '../../engine/classic/index.ts';
+import { LogSettings } from './log-settings.ts';
+import { SystemSharedMemory, writeSharedMemoryOutput, type SharedMemoryLease } from './shared-memory.ts';
+import { TraceManager } from './trace.ts';
+
+/** A requested output, and the region it goes into when the request named one. */
+export interface OutputTarget {
+  readonly name: string;
+  readonly sharedMemory: SharedMemoryLease | null;
+}
+
+export interface KServeControlOptions {
+  /** The trace file (a start-up setting, as Triton's `--trace-config triton,file=`); null for none. */
+  traceFile?: string | null;
+}
+
+export class KServeControl {
+  readonly sharedMemory = new SystemSharedMemory();
+  readonly trace: TraceManager;
+  readonly logging = new LogSettings();
+
+  constructor(options: KServeControlOptions = {}) {
+    this.trace = new TraceManager({ traceFile: options.traceFile ?? null });
+  }
+
+  /**
+   * Runs a decoded request as HTTP and gRPC both do: traced when the trace settings sample it,
+   * outputs that name a region written there. The regions the outputs hold are released at the
+   * end, whatever happens.
+   */
+  async infer(served: ServedVersion, request: Omit<InferRequest, 'timestamps'>, requestId: string, targets: readonly OutputTarget[]): Promise<TensorMap> {
+    const trace = this.trace.sample(served.config.name);
+    try {
+      if (trace !== null) this.trace.recordTensors(trace, 'TENSOR_QUEUE_INPUT', request.inputs);
+      const outputs = await served.infer({ ...request, timestamps: trace?.timestamps });
+      if (trace !== null) this.trace.recordTensors(trace, 'TENSOR_BACKEND_OUTPUT', outputs);
+      for (const { name, sharedMemory } of targets) if (sharedMemory !== null) writeSharedMemoryOutput(sharedMemory, outputs[name], name);
+      return outputs;
+    } finally {
+      for (const target of targets) target.sharedMemory?.release();
+      if (trace !== null) this.trace.finish(trace, served.version, requestId);
+    }
+  }
+
+  /** Writes buffered traces and closes every region. */
+  close(): void {
+    this.trace.close();
+    this.sharedMemory.close();
+  }
+}
