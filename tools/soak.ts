@@ -2,7 +2,8 @@
 // under steady load for a while, with the resident memory of the gateway and of each of its
 // engine workers sampled every minute (VmRSS from /proc). After a warm-up, a least-squares line
 // through each process's samples gives its growth in MB per 10 minutes; the run fails when any
-// process grows faster than the threshold, or when any request fails.
+// process grows faster than the threshold, or when any request fails. Before the clock starts,
+// every KV-cache block is written once (see fillKvCache), so the worker's pool counts in full.
 //
 //   npm run soak [-- --minutes 30 --streams 2 --kserve-clients 1 --sample-s 60 --warmup-minutes 5 --max-slope-mb 5]
 //
@@ -154,6 +155,34 @@ async function kserveLoop(url: string, counts: Counts, stop: () => boolean): Pro
   }
 }
 
+/** Block size of configs/default.yaml's model (the schema's default). */
+const BLOCK_SIZE_TOKENS = 16;
+const FILL_PROMPT_TOKENS = 1000;
+
+/**
+ * Touches every KV-cache block once before the soak: the pool is allocated up front but its pages
+ * become resident only when first written, and the free queue hands out never-used blocks before
+ * cached ones, so under steady load a worker's RSS would climb for many minutes as it reaches
+ * blocks it never wrote. Distinct prompts of FILL_PROMPT_TOKENS token ids, enough to cover the
+ * pool of every worker.
+ */
+async function fillKvCache(url: string, metricsUrl: string): Promise<number> {
+  const text = await (await fetch(`${metricsUrl}/metrics`)).text();
+  const numBlocks = [...text.matchAll(/^conduit_kv_blocks_total\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+  const numPrompts = Math.ceil((numBlocks * BLOCK_SIZE_TOKENS * 1.25) / FILL_PROMPT_TOKENS);
+  for (let i = 0; i < numPrompts; i++) {
+    const prompt = Array.from({ length: FILL_PROMPT_TOKENS }, (_, j) => 10 + ((i * 7919 + j * 104729) % 4000));
+    const response = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'conduit-tiny', prompt, max_tokens: 1 }),
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+    if (response.status !== 200) throw new Error(`filling the KV cache: ${response.status} ${await response.text()}`);
+  }
+  return numBlocks;
+}
+
 async function main(): Promise<number> {
   console.log(`CPU: ${os.cpus()[0]?.model.trim()}, ${os.availableParallelism()} CPUs; ${new Date().toISOString()}`);
   console.log(`soak: conduit serve (configs/default.yaml) for ${values.minutes} min, ${values.streams} chat streams + ` +
@@ -173,6 +202,8 @@ async function main(): Promise<number> {
   let stopping = false;
   try {
     await waitForHealth(url, server, serverLog);
+    const numBlocks = await fillKvCache(url, `http://127.0.0.1:${metricsPort}`);
+    console.log(`every KV block written once first (${numBlocks} blocks of ${BLOCK_SIZE_TOKENS} tokens)`);
     const gatewayPid = server.pid!;
     const startedMs = Date.now();
     const loops = [
