@@ -51,6 +51,12 @@ interface Outcome { label: string; failed: boolean; detail: string; request?: st
 /** One fuzz case: sends itself and says what came back. */
 type Case = () => Promise<Outcome>;
 
+/** A target's server and its cases, made one at a time (a case can hold a megabyte of body). */
+interface FuzzTarget {
+  nextCase(): Case;
+  close(): Promise<void>;
+}
+
 /** Failures grouped by what came back (its first 100 characters): a count and the first case. */
 const failures = new Map<string, { count: number; example: string }>();
 
@@ -127,11 +133,11 @@ const openaiBases: { route: string; body: Json }[] = [
   },
 ];
 
-async function openaiCases(count: number, mutator: Mutator): Promise<{ cases: Case[]; close(): Promise<void> }> {
+async function openaiTarget(mutator: Mutator): Promise<FuzzTarget> {
   const gateway = await startTestGateway(() => ({ steps: [gateway.tokens(' Hello'), gateway.tokens(' world')], finishReason: 'stop' }), {
     bodyLimitBytes: FUZZ_BODY_LIMIT_BYTES,
   });
-  const cases = Array.from({ length: count }, (): Case => {
+  const nextCase = (): Case => {
     const { route, body } = mutator.pick(openaiBases);
     let tree = body;
     for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
@@ -140,8 +146,8 @@ async function openaiCases(count: number, mutator: Mutator): Promise<{ cases: Ca
       const outcome = await httpOutcome(`${gateway.baseUrl}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array(bytes) });
       return { ...outcome, request: `POST ${route} ${bytes.subarray(0, 300).toString('utf8')}` };
     };
-  });
-  return { cases, close: () => gateway.close() };
+  };
+  return { nextCase, close: () => gateway.close() };
 }
 
 // ---- kserve-http --------------------------------------------------------------------------
@@ -177,10 +183,10 @@ function headerLengthFor(mutator: Mutator, right: number, bodyLength: number): s
   ]);
 }
 
-async function kserveHttpCases(count: number, mutator: Mutator): Promise<{ cases: Case[]; close(): Promise<void> }> {
+async function kserveHttpTarget(mutator: Mutator): Promise<FuzzTarget> {
   // Explicit mode, every model loaded: load requests are parsed rather than refused outright.
   const server = await startKServeServer(MODELS_DIR, 'explicit', ['*']);
-  const cases = Array.from({ length: count }, (): Case => {
+  const nextCase = (): Case => {
     const binary = mutator.int(3) === 0;
     let route: string;
     let bytes: Buffer;
@@ -216,8 +222,8 @@ async function kserveHttpCases(count: number, mutator: Mutator): Promise<{ cases
       const outcome = await httpOutcome(`${server.baseUrl}${route}`, { method: 'POST', headers, body: new Uint8Array(bytes) });
       return { ...outcome, request: `POST ${route} ${JSON.stringify(headers)} ${bytes.subarray(0, 300).toString('utf8')}` };
     };
-  });
-  return { cases, close: () => server.close() };
+  };
+  return { nextCase, close: () => server.close() };
 }
 
 // ---- kserve-grpc --------------------------------------------------------------------------
@@ -261,7 +267,7 @@ function setPath(tree: Json, at: string[], value: Json): Json {
   return copy;
 }
 
-async function kserveGrpcCases(count: number, mutator: Mutator): Promise<{ cases: Case[]; close(): Promise<void> }> {
+async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
   const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
   await repository.start();
   const server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
@@ -276,7 +282,7 @@ async function kserveGrpcCases(count: number, mutator: Mutator): Promise<{ cases
       resolve({ label: err.code === grpc.status.DEADLINE_EXCEEDED ? 'no answer' : name, failed: GRPC_FAILURES.has(err.code) || err.code === grpc.status.DEADLINE_EXCEEDED, detail: `${name}: ${err.details}` });
     });
   });
-  const cases = Array.from({ length: count }, (): Case => {
+  const nextCase = (): Case => {
     let tree = mutator.pick(grpcBases);
     if (mutator.int(2) === 0) {
       const [at, choices] = mutator.pick(grpcOddFields);
@@ -297,9 +303,9 @@ async function kserveGrpcCases(count: number, mutator: Mutator): Promise<{ cases
       const outcome = await send(bytes);
       return { ...outcome, request: `ModelInfer ${JSON.stringify(tree).slice(0, 300)} (${bytes.byteLength} bytes: ${bytes.subarray(0, 64).toString('hex')})` };
     };
-  });
+  };
   return {
-    cases,
+    nextCase,
     async close() {
       client.close();
       await server.close();
@@ -312,18 +318,21 @@ async function kserveGrpcCases(count: number, mutator: Mutator): Promise<{ cases
 
 async function runTarget(target: Target, count: number): Promise<boolean> {
   const mutator = new Mutator(rng(seed + TARGETS.indexOf(target)));
-  const { cases, close } = target === 'openai' ? await openaiCases(count, mutator)
-    : target === 'kserve-http' ? await kserveHttpCases(count, mutator)
-    : await kserveGrpcCases(count, mutator);
+  const { nextCase, close } = target === 'openai' ? await openaiTarget(mutator)
+    : target === 'kserve-http' ? await kserveHttpTarget(mutator)
+    : await kserveGrpcTarget(mutator);
   const counts = new Map<string, number>();
   let numFailed = 0;
   let next = 0;
+  let numDone = 0;
   const startMs = performance.now();
   const lane = async () => {
-    while (next < cases.length) {
+    while (next < count) {
       const index = next++;
-      const outcome = await cases[index]();
+      // Made here, in index order whichever lane takes it, so a seed replays case for case.
+      const outcome = await nextCase()();
       counts.set(outcome.label, (counts.get(outcome.label) ?? 0) + 1);
+      if (++numDone % 10_000 === 0) console.log(`  ${target}: ${numDone} / ${count} (${((performance.now() - startMs) / 1000).toFixed(0)} s)`);
       if (outcome.failed) {
         numFailed++;
         recordFailure(`${target}: ${outcome.detail.slice(0, 100)}`, `seed ${seed}, case ${index}: ${outcome.request}`);
