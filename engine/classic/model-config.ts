@@ -112,7 +112,10 @@ export const modelConfigSchema = z.object({
   version_policy: versionPolicySchema.default({ latest: { num_versions: 1 } }),
   dynamic_batching: dynamicBatchingSchema.optional(),
   ensemble_scheduling: z.object({ step: z.array(stepSchema).min(1) }).strict().optional(),
-  default_model_filename: z.string().optional(),
+  // One name inside the version directory: a path could reach files outside the repository.
+  default_model_filename: z.string().refine((name) => name !== '' && name !== '.' && name !== '..' && !/[/\\\0]/.test(name), {
+    message: 'must be a file name inside the version directory: no path separators, no \'..\', no NUL',
+  }).optional(),
   parameters: z.record(z.string(), z.object({ string_value: z.string() }).strict()).default({}),
   model_warmup: z.array(warmupSchema).default([]),
   response_cache: z.object({ enable: z.boolean().default(false) }).strict().optional(),

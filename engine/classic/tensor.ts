@@ -106,9 +106,33 @@ export function toRaw(tensor: Tensor): Buffer {
   return out;
 }
 
+/**
+ * Appends data's leaves to out, row-major. With an explicit stack: JSON nests as deep as a
+ * client likes, and recursion would overflow the call stack (a 500) on an array 10^5 deep.
+ */
 function flatten(data: unknown, out: unknown[]): void {
-  if (Array.isArray(data)) for (const item of data) flatten(item, out);
-  else out.push(data);
+  const stack: { items: unknown[]; next: number }[] = [];
+  let current: unknown = data;
+  for (;;) {
+    if (Array.isArray(current)) {
+      stack.push({ items: current, next: 0 });
+    } else {
+      out.push(current);
+    }
+    let top = stack.at(-1);
+    while (top !== undefined && top.next === top.items.length) {
+      stack.pop();
+      top = stack.at(-1);
+    }
+    if (top === undefined) return;
+    current = top.items[top.next++];
+  }
+}
+
+/** An element for an error message: a scalar as JSON, a container by its kind (it may nest too deep to print). */
+function describe(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? String(value);
+  return Array.isArray(value) ? 'an array' : 'an object';
 }
 
 const INTEGER_RANGES: Partial<Record<DataType, [number, number]>> = {
@@ -128,7 +152,7 @@ export function fromJson(datatype: DataType, shape: number[], data: unknown, wha
     throw new TensorError(`${what}: expected ${numElements} elements for shape [${shape.join(',')}], got ${values.length}`);
   }
   const bad = (index: number, expected: string) =>
-    new TensorError(`${what}: element ${index} is ${JSON.stringify(values[index])}; expected ${expected} for ${datatype}`);
+    new TensorError(`${what}: element ${index} is ${describe(values[index])}; expected ${expected} for ${datatype}`);
   if (datatype === 'BYTES') {
     const encoder = new TextEncoder();
     return {

@@ -123,11 +123,35 @@ function stringParameter(parameters: Record<string, Parameter & { bytes_param?: 
 
 type Unary<Req> = (call: grpc.ServerUnaryCall<Req, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
 
+/** A request message that did not decode as protobuf: the client's fault, where grpc-js would answer INTERNAL. */
+class MalformedMessage {
+  constructor(readonly reason: string) {}
+}
+
+function decoded<Req>(request: Req | MalformedMessage): Req {
+  if (request instanceof MalformedMessage) throw new ClassicError('INVALID_ARG', `malformed request message: ${request.reason}`);
+  return request;
+}
+
+/** The service with each request decoder's failure handed to the handler, so it is answered INVALID_ARGUMENT. */
+function tolerantDecoding(service: grpc.ServiceDefinition): grpc.ServiceDefinition {
+  return Object.fromEntries(Object.entries(service).map(([name, method]) => [name, {
+    ...method,
+    requestDeserialize: (bytes: Buffer) => {
+      try {
+        return method.requestDeserialize(bytes);
+      } catch (err) {
+        return new MalformedMessage((err as Error).message);
+      }
+    },
+  }]));
+}
+
 /** Wraps a handler so every failure is a gRPC status from the catalogue. */
 function unary<Req>(handler: (request: Req) => unknown): Unary<Req> {
   return (call, callback) => {
     Promise.resolve()
-      .then(() => handler(call.request))
+      .then(() => handler(decoded<Req>(call.request)))
       .then((response) => callback(null, response), (err: unknown) => {
         const error = toKServeError(err);
         callback({ code: error.grpcStatus, details: error.message });
@@ -156,7 +180,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
   const control = options.control ?? new KServeControl();
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
-  server.addService(loadInferenceService().service, {
+  server.addService(tolerantDecoding(loadInferenceService().service), {
     ServerLive: unary(() => ({ live: true })),
     ServerReady: unary(() => ({ ready: isServerReady(repository, llms) })),
     ModelReady: unary((request: { name: string; version: string }) => {
@@ -214,7 +238,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       call.on('data', (request: WireInferRequest) => {
         if (failed) return;
         numInFlight++;
-        runInfer(repository, control, request).then(
+        Promise.resolve().then(() => runInfer(repository, control, decoded(request))).then(
           (response) => { if (!failed) call.write({ error_message: '', infer_response: response }); },
           (err: unknown) => {
             const error = toKServeError(err);

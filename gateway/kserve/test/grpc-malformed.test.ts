@@ -1,0 +1,64 @@
+// Bytes that do not decode as the RPC's request message are the client's fault: INVALID_ARGUMENT
+// (grpc-js alone answers INTERNAL, as if the server had failed), and the server serves on.
+// Found by `npm run fuzz -- --target kserve-grpc`.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { ModelRepository } from '../../../engine/classic/index.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { MODELS_DIR } from './harness.ts';
+
+/** Field 1's tag (model_name / name, length-delimited) and nothing after it. */
+const TRUNCATED = Buffer.from([0x0a]);
+/** Field 5, a length-delimited message claiming 2 bytes where 1 follows. */
+const SHORT_MESSAGE = Buffer.from([0x2a, 0x02, 0xff]);
+
+let repository: ModelRepository;
+let server: KServeGrpcServer;
+let client: grpc.Client;
+before(async () => {
+  repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  await repository.start();
+  server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
+  client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+});
+after(async () => {
+  client.close();
+  await server.close();
+  await repository.close();
+});
+
+const identity = (bytes: Buffer) => bytes;
+
+function unary(method: string, bytes: Buffer): Promise<grpc.ServiceError | null> {
+  return new Promise((resolve) => {
+    client.makeUnaryRequest(`/inference.GRPCInferenceService/${method}`, identity, identity, bytes, { deadline: Date.now() + 10_000 }, (err) => resolve(err));
+  });
+}
+
+test('a unary request that does not decode is INVALID_ARGUMENT, and a valid one after it is served', async () => {
+  for (const method of ['ModelInfer', 'ModelReady', 'ModelMetadata', 'RepositoryModelLoad']) {
+    for (const bytes of [TRUNCATED, SHORT_MESSAGE]) {
+      const err = await unary(method, bytes);
+      assert.equal(err?.code, grpc.status.INVALID_ARGUMENT, `${method} ${bytes.toString('hex')}: ${err?.code} ${err?.details}`);
+      assert.match(err!.details, /malformed request message/);
+    }
+  }
+  // ModelReadyRequest { name: "digits" }
+  assert.equal(await unary('ModelReady', Buffer.concat([Buffer.from([0x0a, 6]), Buffer.from('digits')])), null);
+});
+
+test('a stream message that does not decode gets an error_message and the stream goes on', async () => {
+  const call = client.makeBidiStreamRequest('/inference.GRPCInferenceService/ModelStreamInfer', identity, identity, new grpc.Metadata(), { deadline: Date.now() + 10_000 });
+  const responses: Buffer[] = [];
+  call.on('data', (bytes: Buffer) => responses.push(bytes));
+  const ended = new Promise<grpc.StatusObject>((resolve) => call.on('status', resolve));
+  call.write(TRUNCATED);
+  call.write(SHORT_MESSAGE);
+  call.end();
+  const status = await ended;
+  assert.equal(status.code, grpc.status.OK, status.details);
+  assert.equal(responses.length, 2);
+  // ModelStreamInferResponse field 1 is error_message.
+  for (const response of responses) assert.match(response.toString('latin1'), /malformed request message/);
+});

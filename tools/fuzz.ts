@@ -1,0 +1,365 @@
+// Fuzzes the servers' request parsing at volume: seeded random mutations of valid requests
+// (gateway/test/fuzz-mutator.ts: type swaps, deletions, huge numbers, NaN-like strings, lone
+// surrogates, deep nesting, random bytes, truncation) sent to real listening servers, counted by
+// status. Any 5xx (or gRPC INTERNAL / UNKNOWN / DATA_LOSS / UNAVAILABLE), any request left
+// unanswered, any uncaught exception in this process (which hosts the servers) fails the run.
+//
+//   npm run fuzz [-- --count 100000 --target openai|kserve-http|kserve-grpc|all --seed N --concurrency 32]
+//
+// Targets (--count is split evenly between them with `all`):
+// - openai: the gateway over the test harness's ScriptedEngine; chat, completions, Responses,
+//   tokenize, detokenize bodies.
+// - kserve-http: KServe v2 over HTTP on models/ (digits, fraud, digits_pipeline): JSON infer
+//   bodies, binary-tensor bodies with a mutated Inference-Header-Content-Length, repository calls.
+// - kserve-grpc: KServe v2 over gRPC on models/: ModelInfer messages with mutated fields, and raw
+//   damaged protobuf bytes, both sent through a generic client call.
+import os from 'node:os';
+import { parseArgs } from 'node:util';
+import * as grpc from '@grpc/grpc-js';
+import { ModelRepository } from '../engine/classic/index.ts';
+import { loadInferenceService, startKServeGrpc } from '../gateway/kserve/grpc.ts';
+import { MODELS_DIR, startKServeServer, binaryBody } from '../gateway/kserve/test/harness.ts';
+import { Mutator, rng, serialize, type Json } from '../gateway/test/fuzz-mutator.ts';
+import { MODEL_NAME, startTestGateway } from '../gateway/test/harness.ts';
+
+const TARGETS = ['openai', 'kserve-http', 'kserve-grpc'] as const;
+type Target = (typeof TARGETS)[number];
+/** A request unanswered this long counts as a hang (they take milliseconds). */
+const HANG_MS = 30_000;
+/** Large enough that deep nesting reaches the parsers instead of the body limit. */
+const FUZZ_BODY_LIMIT_BYTES = 1024 * 1024;
+/** gRPC statuses that are the server's fault, as a 5xx is over HTTP. */
+const GRPC_FAILURES = new Set([grpc.status.INTERNAL, grpc.status.UNKNOWN, grpc.status.DATA_LOSS, grpc.status.UNAVAILABLE]);
+const MAX_REPORTED_KINDS = 20;
+
+const { values } = parseArgs({
+  options: {
+    count: { type: 'string', default: '100000' },
+    target: { type: 'string', default: 'all' },
+    seed: { type: 'string' },
+    concurrency: { type: 'string', default: '32' },
+  },
+});
+const targets: readonly Target[] = values.target === 'all' ? TARGETS : [values.target as Target];
+if (!targets.every((target) => TARGETS.includes(target))) throw new Error(`--target must be one of ${TARGETS.join(', ')} or all, not ${values.target}`);
+const seed = Number(values.seed ?? process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+const numInFlight = Number(values.concurrency);
+
+/** What one case got back: an HTTP status, a gRPC status name, or `no answer`; what came back and, after it, the request. */
+interface Outcome { label: string; failed: boolean; detail: string; request?: string }
+
+/** One fuzz case: sends itself and says what came back. */
+type Case = () => Promise<Outcome>;
+
+/** A target's server and its cases, made one at a time (a case can hold a megabyte of body). */
+interface FuzzTarget {
+  nextCase(): Case;
+  close(): Promise<void>;
+}
+
+/** Failures grouped by what came back (its first 100 characters): a count and the first case. */
+const failures = new Map<string, { count: number; example: string }>();
+
+function recordFailure(kind: string, example: string): void {
+  const known = failures.get(kind);
+  if (known !== undefined) known.count++;
+  else if (failures.size < MAX_REPORTED_KINDS) failures.set(kind, { count: 1, example });
+}
+let numCrashes = 0;
+// The servers run in this process: an uncaught error anywhere in them is the crash we look for.
+process.on('uncaughtException', (err) => {
+  numCrashes++;
+  recordFailure(`uncaught exception: ${err.message}`, err.stack ?? '');
+});
+process.on('unhandledRejection', (err) => {
+  numCrashes++;
+  recordFailure(`unhandled rejection: ${(err as Error)?.message ?? err}`, String((err as Error)?.stack ?? err));
+});
+
+async function httpOutcome(url: string, init: RequestInit): Promise<Outcome> {
+  try {
+    const response = await fetch(url, { ...init, signal: AbortSignal.timeout(HANG_MS) });
+    const text = await response.text();
+    const failed = response.status >= 500;
+    let detail = text.slice(0, 300);
+    // Every refusal carries an error body: OpenAI's envelope or Triton's {"error": "..."}.
+    if (!failed && response.status >= 400) {
+      try {
+        const { error } = JSON.parse(text);
+        if (error === undefined) return { label: String(response.status), failed: true, detail: `no error in the body: ${detail}` };
+      } catch {
+        return { label: String(response.status), failed: true, detail: `a body that is not JSON: ${detail}` };
+      }
+    }
+    if (failed) detail = `${response.status} ${detail}`;
+    return { label: String(response.status), failed, detail };
+  } catch (err) {
+    return { label: 'no answer', failed: true, detail: (err as Error).message };
+  }
+}
+
+// ---- openai -------------------------------------------------------------------------------
+
+const openaiBases: { route: string; body: Json }[] = [
+  {
+    route: '/v1/chat/completions',
+    body: {
+      model: MODEL_NAME,
+      messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: [{ type: 'text', text: 'Grüße 🎉' }] }],
+      max_tokens: 4, temperature: 0.5, top_p: 0.9, n: 2, stop: ['\n', 'END'], logprobs: true, top_logprobs: 2, seed: 7,
+      presence_penalty: 0.1, frequency_penalty: 0.1, logit_bias: { '13': 1 }, stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true }, user: 'fuzz', min_p: 0.05, min_tokens: 1,
+      stop_token_ids: [13], include_stop_str_in_output: true,
+      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'string' } } } } }],
+      response_format: { type: 'json_object' },
+    },
+  },
+  {
+    route: '/v1/completions',
+    body: {
+      model: MODEL_NAME, prompt: ['Once upon', 'a time'], max_tokens: 3, echo: true, logprobs: 2, n: 2, stop: 'x',
+      ignore_eos: false, priority: 0, cache_salt: 'salt', prompt_logprobs: 1, stream: false,
+    },
+  },
+  { route: '/v1/completions', body: { model: MODEL_NAME, prompt: [[1, 2, 3], [4, 5]], stream: true, stream_options: { include_usage: true } } },
+  { route: '/tokenize', body: { model: MODEL_NAME, messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: true } },
+  { route: '/detokenize', body: { model: MODEL_NAME, tokens: [1, 2, 3] } },
+  {
+    route: '/v1/responses',
+    body: {
+      model: MODEL_NAME, input: [{ role: 'user', content: [{ type: 'input_text', text: 'hi' }] }], instructions: 'Answer.',
+      max_output_tokens: 5, temperature: 0.2, stream: true, store: true,
+    },
+  },
+];
+
+async function openaiTarget(mutator: Mutator): Promise<FuzzTarget> {
+  const gateway = await startTestGateway(() => ({ steps: [gateway.tokens(' Hello'), gateway.tokens(' world')], finishReason: 'stop' }), {
+    bodyLimitBytes: FUZZ_BODY_LIMIT_BYTES,
+  });
+  const nextCase = (): Case => {
+    const { route, body } = mutator.pick(openaiBases);
+    let tree = body;
+    for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+    const bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
+    return async () => {
+      const outcome = await httpOutcome(`${gateway.baseUrl}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array(bytes) });
+      return { ...outcome, request: `POST ${route} ${bytes.subarray(0, 300).toString('utf8')}` };
+    };
+  };
+  return { nextCase, close: () => gateway.close() };
+}
+
+// ---- kserve-http --------------------------------------------------------------------------
+
+const pixels = Array.from({ length: 64 }, (_, i) => (i % 17) / 16);
+const rawPixels = Array.from({ length: 64 }, (_, i) => (i * 7) % 17);
+const features = [0.1, 0.5, 0.2, 0.9, 0.3, 0.0, 1.0, 0.4];
+
+const kserveJsonBases: { route: string; body: Json }[] = [
+  {
+    route: '/v2/models/digits/infer',
+    body: {
+      id: 'fuzz', parameters: { priority: 0 },
+      inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', data: pixels }],
+      outputs: [{ name: 'probabilities', parameters: { binary_data: false } }],
+    },
+  },
+  { route: '/v2/models/fraud/versions/1/infer', body: { inputs: [{ name: 'features', shape: [2, 8], datatype: 'FP32', data: [...features, ...features] }] } },
+  {
+    route: '/v2/models/digits_pipeline/infer',
+    body: { inputs: [{ name: 'RAW_PIXELS', shape: [1, 64], datatype: 'UINT8', data: rawPixels }], outputs: [{ name: 'LABEL' }, { name: 'PROBABILITIES' }] },
+  },
+  { route: '/v2/repository/index', body: { ready: true } },
+  // A model the repository does not hold: the body is parsed and checked, and nothing loads.
+  { route: '/v2/repository/models/absent/load', body: { parameters: { config: '{"max_batch_size": 8}' } } },
+];
+
+/** Header lengths around the right one, and values no parser should take. */
+function headerLengthFor(mutator: Mutator, right: number, bodyLength: number): string | null {
+  return mutator.pick([
+    String(right), String(right), null, '0', '-1', String(right - 1), String(right + 1), String(bodyLength), String(bodyLength + 10),
+    'abc', '1e3', ` ${right}`, `${right}.0`, '', '0x10', '99999999999999999999', String(2 ** 31), `${right},${right}`,
+  ]);
+}
+
+async function kserveHttpTarget(mutator: Mutator): Promise<FuzzTarget> {
+  // Explicit mode, every model loaded: load requests are parsed rather than refused outright.
+  const server = await startKServeServer(MODELS_DIR, 'explicit', ['*']);
+  const nextCase = (): Case => {
+    const binary = mutator.int(3) === 0;
+    let route: string;
+    let bytes: Buffer;
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (binary) {
+      // The binary extension: a JSON header, then the tensors' bytes, split where the header says.
+      const [model, input, datatype, tensor] = mutator.pick([
+        ['digits', 'pixels', 'FP32', Buffer.from(new Float32Array(pixels).buffer)],
+        ['fraud', 'features', 'FP32', Buffer.from(new Float32Array(features).buffer)],
+        ['digits_pipeline', 'RAW_PIXELS', 'UINT8', Buffer.from(rawPixels)],
+      ] as const);
+      route = `/v2/models/${model}/infer`;
+      let header: Json = {
+        inputs: [{ name: input, shape: [1, datatype === 'UINT8' ? 64 : tensor.byteLength / 4], datatype, parameters: { binary_data_size: tensor.byteLength } }],
+        outputs: [{ name: model === 'digits_pipeline' ? 'LABEL' : model === 'digits' ? 'probabilities' : 'fraud_probability', parameters: { binary_data: true } }],
+      };
+      for (let n = mutator.int(3); n > 0; n--) header = mutator.mutate(header);
+      let tensorBytes: Buffer = tensor;
+      if (mutator.int(4) === 0) tensorBytes = mutator.damage(tensor);
+      const built = binaryBody(header, [tensorBytes]);
+      bytes = mutator.int(8) === 0 ? mutator.damage(built.body) : built.body;
+      const headerLength = headerLengthFor(mutator, built.headerLength, bytes.byteLength);
+      headers['content-type'] = 'application/octet-stream';
+      if (headerLength !== null) headers['inference-header-content-length'] = headerLength;
+    } else {
+      const base = mutator.pick(kserveJsonBases);
+      route = base.route;
+      let tree = base.body;
+      for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+      bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
+    }
+    return async () => {
+      const outcome = await httpOutcome(`${server.baseUrl}${route}`, { method: 'POST', headers, body: new Uint8Array(bytes) });
+      return { ...outcome, request: `POST ${route} ${JSON.stringify(headers)} ${bytes.subarray(0, 300).toString('utf8')}` };
+    };
+  };
+  return { nextCase, close: () => server.close() };
+}
+
+// ---- kserve-grpc --------------------------------------------------------------------------
+
+const grpcBases: Json[] = [
+  {
+    model_name: 'digits', model_version: '', id: 'fuzz',
+    inputs: [{ name: 'pixels', datatype: 'FP32', shape: ['1', '64'], contents: { fp32_contents: pixels } }],
+    outputs: [{ name: 'probabilities' }],
+  },
+  {
+    model_name: 'fraud', model_version: '1',
+    inputs: [{ name: 'features', datatype: 'FP32', shape: ['1', '8'] }],
+    raw_input_contents: [Buffer.from(new Float32Array(features).buffer).toString('base64')],
+    parameters: { priority: { int64_param: '0' }, timeout: { int64_param: '0' } },
+  },
+  {
+    model_name: 'digits_pipeline',
+    inputs: [{ name: 'RAW_PIXELS', datatype: 'UINT8', shape: ['1', '64'], contents: { uint_contents: rawPixels } }],
+    outputs: [{ name: 'LABEL' }, { name: 'PROBABILITIES' }],
+  },
+];
+
+/** Field values a ModelInfer request can hold that a server must refuse cleanly. */
+const grpcOddFields: [string[], Json[]][] = [
+  [['inputs', '0', 'datatype'], ['FP64', 'INT64', 'BYTES', 'BOOL', 'FP16', 'BF16', 'UINT8', 'INT8', 'garbage', '']],
+  [['inputs', '0', 'shape'], [[], ['-1', '64'], ['0'], ['1', '1', '64'], ['9223372036854775807'], ['1', '-9223372036854775808'], ['4294967297', '64']]],
+  [['inputs', '0', 'name'], ['', 'nope', 'pixels', 'features', 'RAW_PIXELS']],
+  [['model_name'], ['', 'digits', 'fraud', 'nope', '../digits', 'digits_preprocess']],
+  [['model_version'], ['', '1', '2', '-1', 'x', '99999999999999999999']],
+  [['raw_input_contents'], [[], [''], ['AAAA'], ['AAAA', 'AAAA'], [Buffer.alloc(257).toString('base64')]]],
+  [['inputs', '0', 'contents'], [{}, { int64_contents: ['1', '2'] }, { bytes_contents: ['AA=='] }, { bool_contents: [true] }, { fp64_contents: [1.5] }, { uint64_contents: ['18446744073709551615'] }]],
+  [['parameters'], [{ sequence_id: { int64_param: '1' } }, { priority: { double_param: 1.5 } }, { timeout: { int64_param: '-1' } }, { binary_data_output: { bool_param: true } }]],
+];
+
+function setPath(tree: Json, at: string[], value: Json): Json {
+  if (at.length === 0) return value;
+  if (tree === null || typeof tree !== 'object') return tree;
+  const copy: any = Array.isArray(tree) ? [...tree] : { ...tree };
+  copy[at[0]] = setPath(copy[at[0]] ?? (at.length > 1 ? {} : null), at.slice(1), value);
+  return copy;
+}
+
+async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
+  const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  await repository.start();
+  const server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
+  const Service = loadInferenceService();
+  const client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
+  const { requestSerialize } = Service.service.ModelInfer;
+  const identity = (bytes: Buffer) => bytes;
+  const send = (bytes: Buffer): Promise<Outcome> => new Promise((resolve) => {
+    client.makeUnaryRequest('/inference.GRPCInferenceService/ModelInfer', identity, identity, bytes, { deadline: Date.now() + HANG_MS }, (err) => {
+      if (err === null) return resolve({ label: 'OK', failed: false, detail: '' });
+      const name = grpc.status[err.code] ?? String(err.code);
+      resolve({ label: err.code === grpc.status.DEADLINE_EXCEEDED ? 'no answer' : name, failed: GRPC_FAILURES.has(err.code) || err.code === grpc.status.DEADLINE_EXCEEDED, detail: `${name}: ${err.details}` });
+    });
+  });
+  const nextCase = (): Case => {
+    let tree = mutator.pick(grpcBases);
+    if (mutator.int(2) === 0) {
+      const [at, choices] = mutator.pick(grpcOddFields);
+      tree = setPath(tree, at, mutator.pick(choices));
+    }
+    for (let n = mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+    let bytes: Buffer;
+    try {
+      bytes = requestSerialize(tree);
+    } catch {
+      // Not a ModelInferRequest protobuf can hold (a string where a number goes): send a valid
+      // request's bytes damaged instead.
+      bytes = mutator.damage(requestSerialize(mutator.pick(grpcBases)));
+    }
+    // Raw damage: random bytes, truncation, insertion, through the generic call.
+    if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
+    return async () => {
+      const outcome = await send(bytes);
+      return { ...outcome, request: `ModelInfer ${JSON.stringify(tree).slice(0, 300)} (${bytes.byteLength} bytes: ${bytes.subarray(0, 64).toString('hex')})` };
+    };
+  };
+  return {
+    nextCase,
+    async close() {
+      client.close();
+      await server.close();
+      await repository.close();
+    },
+  };
+}
+
+// ---- run ----------------------------------------------------------------------------------
+
+async function runTarget(target: Target, count: number): Promise<boolean> {
+  const mutator = new Mutator(rng(seed + TARGETS.indexOf(target)));
+  const { nextCase, close } = target === 'openai' ? await openaiTarget(mutator)
+    : target === 'kserve-http' ? await kserveHttpTarget(mutator)
+    : await kserveGrpcTarget(mutator);
+  const counts = new Map<string, number>();
+  let numFailed = 0;
+  let next = 0;
+  let numDone = 0;
+  const startMs = performance.now();
+  const lane = async () => {
+    while (next < count) {
+      const index = next++;
+      // Made here, in index order whichever lane takes it, so a seed replays case for case.
+      const outcome = await nextCase()();
+      counts.set(outcome.label, (counts.get(outcome.label) ?? 0) + 1);
+      if (++numDone % 10_000 === 0) console.log(`  ${target}: ${numDone} / ${count} (${((performance.now() - startMs) / 1000).toFixed(0)} s)`);
+      if (outcome.failed) {
+        numFailed++;
+        recordFailure(`${target}: ${outcome.detail.slice(0, 100)}`, `seed ${seed}, case ${index}: ${outcome.request}`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: numInFlight }, lane));
+  const seconds = (performance.now() - startMs) / 1000;
+  await close();
+  const table = [...counts].sort(([a], [b]) => a.localeCompare(b)).map(([label, n]) => `${label}: ${n}`).join(', ');
+  console.log(`${target}: ${count} cases in ${seconds.toFixed(1)} s (${(count / seconds).toFixed(0)}/s); ${table}; ${numFailed} failed`);
+  return numFailed === 0;
+}
+
+async function main(): Promise<number> {
+  const total = Number(values.count);
+  console.log(`CPU: ${os.cpus()[0]?.model.trim()}, ${os.availableParallelism()} CPUs; ${new Date().toISOString()}`);
+  console.log(`fuzz: ${total} cases over ${targets.join(', ')}, seed ${seed} (replay: --seed ${seed}), ${numInFlight} in flight`);
+  let passed = true;
+  for (const [i, target] of targets.entries()) {
+    const count = Math.floor(total / targets.length) + (i < total % targets.length ? 1 : 0);
+    passed = (await runTarget(target, count)) && passed;
+  }
+  for (const [kind, { count, example }] of failures) console.log(`  FAIL x${count} ${kind}\n    first: ${example}`);
+  passed &&= numCrashes === 0;
+  console.log(`fuzz: ${passed ? 'pass' : 'FAIL'} (${numCrashes} crashes)`);
+  return passed ? 0 : 1;
+}
+
+process.exitCode = await main();
