@@ -128,6 +128,8 @@ export interface KServeGrpcOptions {
   version: string;
   host: string;
   port: number;
+  /** The gateway's life: ServerReady is false unless it is ready (while starting and draining). Ready when omitted. */
+  readiness?: { readonly state: string };
 }
 
 export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServeGrpcServer> {
@@ -136,7 +138,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
   server.addService(loadInferenceService().service, {
     ServerLive: unary(() => ({ live: true })),
-    ServerReady: unary(() => ({ ready: isServerReady(repository, llms) })),
+    ServerReady: unary(() => ({ ready: (options.readiness?.state ?? 'ready') === 'ready' && isServerReady(repository, llms) })),
     ModelReady: unary((request: { name: string; version: string }) => {
       const llm = llms.find((model) => model.name === request.name);
       // An LLM has one version (1, as its /v2 metadata says).
