@@ -57,9 +57,9 @@ export interface CliProcess {
   waitFor(pattern: RegExp, what: string): Promise<RegExpExecArray>;
 }
 
-/** `conduit ...args` in its own process group, ended (the whole group) after the test. */
-export function startCli(t: TestContext, args: string[]): CliProcess {
-  const child = spawn(process.execPath, [path.join(repoRoot, 'bin', 'conduit.js'), ...args], {
+/** `conduit ...args` in its own process group, ended (the whole group) after the test; nodeArgs go to node before the script. */
+export function startCli(t: TestContext, args: string[], nodeArgs: string[] = []): CliProcess {
+  const child = spawn(process.execPath, [...nodeArgs, path.join(repoRoot, 'bin', 'conduit.js'), ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
     detached: true,
   });

@@ -10,6 +10,7 @@ import { once } from 'node:events';
 import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import OpenAI from 'openai';
 import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
 import { freePort } from '../../tools/free-port.ts';
 import { childProcesses, groupEmptied, startCli } from './cli-process.ts';
@@ -172,4 +173,22 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
 
   server.child.kill('SIGTERM');
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+});
+
+test('an error thrown and caught nowhere, once serving, is one line, a drain (the stream in flight finishes) and exit code 1', { timeout: 120_000 }, async (t) => {
+  // A bug on demand: SIGUSR2 throws from a signal handler, outside any request.
+  const injectBug = 'data:text/javascript,process.on("SIGUSR2",()=>{throw new Error("injected bug")})';
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0'], ['--import', injectBug]);
+  const [, httpAddress] = await server.waitFor(/serving on (http:\/\/\S+)/, 'serving');
+  const client = openaiClient(`${httpAddress}/v1`);
+  const stream = await client.completions.create({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 64, ignore_eos: true, stream: true } as OpenAI.Completions.CompletionCreateParamsStreaming);
+  const iterator = stream[Symbol.asyncIterator]();
+  await iterator.next();
+  process.kill(server.pid, 'SIGUSR2');
+  let finishReason: string | null = null;
+  for (let chunk = await iterator.next(); !chunk.done; chunk = await iterator.next()) finishReason = chunk.value.choices[0]?.finish_reason ?? finishReason;
+  assert.equal(finishReason, 'length', 'the stream in flight finished');
+  assert.equal(await within(server.exited, 'exit after the bug'), 1);
+  assert.match(server.stderr(), /^conduit: stopping on an uncaught error: Error: injected bug$/m);
+  await within(groupEmptied(server.pid), 'the process group to empty');
 });
