@@ -19,7 +19,7 @@ function write(line: string): void {
 export const lifecycleLog = {
   /** The ports are bound; the models load next (the gateway answers 503 `starting` meanwhile). */
   listening(addresses: ListeningAddresses): void {
-    write(`conduit: listening on ${addresses.httpAddress}, loading models`);
+    write(`conduit: listening on ${addressesOf(addresses)}; loading models`);
   },
   serving(addresses: ListeningAddresses): void {
     write(`conduit: serving on ${addressesOf(addresses)}`);

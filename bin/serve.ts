@@ -42,9 +42,10 @@ export interface ServeOptions {
 /** One model of the configuration, its workers known by address before any of them runs. */
 interface PlannedModel {
   served: ServedModel;
-  /** The clients of the workers spawned here and of the configured remote ones. */
-  clients: GrpcEngineClient[];
+  /** The workers spawned here, each with its client. */
   localWorkers: { worker: LocalWorker; client: GrpcEngineClient }[];
+  /** The clients of the workers the configuration names by address. */
+  remoteClients: GrpcEngineClient[];
   /** The configured cap, if any, on what the workers report. */
   maxModelLenCap: number;
 }
@@ -71,14 +72,14 @@ async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number, si
 /** The model's workers serving (a local one that exits first fails the start), then its context length. */
 async function waitForModel(model: PlannedModel, sharedState: RedisSharedState<ServedWorker> | null, signal: AbortSignal): Promise<number> {
   const deadlineMs = Date.now() + workerReadyTimeoutMs;
-  const local = new Set(model.localWorkers.map(({ client }) => client));
-  const healths = await Promise.all(model.clients.map(async (client) => {
-    if (!local.has(client)) return waitUntilServing(client, deadlineMs, signal);
-    const { worker } = model.localWorkers.find((entry) => entry.client === client)!;
-    const health = await Promise.race([waitUntilServing(client, deadlineMs, signal), worker.startFailure]);
-    worker.markServing();
-    return health;
-  }));
+  const healths = await Promise.all([
+    ...model.localWorkers.map(async ({ worker, client }) => {
+      const health = await Promise.race([waitUntilServing(client, deadlineMs, signal), worker.startFailure]);
+      worker.markServing();
+      return health;
+    }),
+    ...model.remoteClients.map((client) => waitUntilServing(client, deadlineMs, signal)),
+  ]);
   if (healths.length > 0 || sharedState === null) return Math.min(model.maxModelLenCap, ...healths.map((h) => h.model.maxModelLen));
   // A model served only by workers found in Redis waits for the first of them.
   try {
@@ -123,10 +124,10 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       });
       return { worker, client: new GrpcEngineClient(worker.address) };
     });
-    const clients = [...localWorkers.map(({ client }) => client), ...model.remote_workers.map((address) => new GrpcEngineClient(address))];
+    const remoteClients = model.remote_workers.map((address) => new GrpcEngineClient(address));
     // Added before any stream message arrives: a stream's first lists the worker's cache.
     const router = createRouter<ServedWorker>(model, config.router);
-    for (const client of clients) router.addWorker(client);
+    for (const client of [...localWorkers.map(({ client }) => client), ...remoteClients]) router.addWorker(client);
     routers.set(servedName(model), router);
     const served: ServedModel = {
       name: servedName(model),
@@ -138,7 +139,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       workers: router.workers,
       router,
     };
-    return { served, clients, localWorkers, maxModelLenCap: model.max_model_len ?? Infinity };
+    return { served, localWorkers, remoteClients, maxModelLenCap: model.max_model_len ?? Infinity };
   });
   const models = planned.map((model) => model.served);
   const localWorkers = planned.flatMap((model) => model.localWorkers.map(({ worker }) => worker));
@@ -160,7 +161,10 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     await metrics?.close();
     await repository?.close();
     await sharedState?.close();
-    for (const model of planned) for (const client of model.clients) client.close();
+    for (const model of planned) {
+      for (const { client } of model.localWorkers) client.close();
+      for (const client of model.remoteClients) client.close();
+    }
     await Promise.all(localWorkers.map((worker) => worker.stop()));
   };
   const startWaits = new AbortController();
@@ -168,7 +172,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     if (sharedState !== null) gatewayMetrics.routing.watchSharedState(sharedState);
     if (repository !== null) registerTritonMetrics(gatewayMetrics.registry, repository);
     const readiness = new Readiness('starting');
-    gateway = await createGateway({
+    const app = await createGateway({
       models,
       bodyLimitBytes: server.body_limit_bytes,
       metrics: gatewayMetrics,
@@ -189,11 +193,11 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
         maxConcurrentRequests: server.max_concurrent_requests,
       },
     });
-    metrics = await createMetricsServer({ metrics: gatewayMetrics });
+    gateway = app;
+    const metricsApp = await createMetricsServer({ metrics: gatewayMetrics });
+    metrics = metricsApp;
     const { host } = server;
-    const app = gateway;
     const httpAddress = await listenOrExplain(host, server.http_port, 'server.http_port / --http-port', (port) => app.listen({ host, port }));
-    const metricsApp = metrics;
     const metricsAddress = await listenOrExplain(host, server.metrics_port, 'server.metrics_port / --metrics-port', (port) => metricsApp.listen({ host, port }));
     if (repository !== null) {
       grpcServer = await listenOrExplain(host, server.grpc_port, 'server.grpc_port / --grpc-port', (port) =>

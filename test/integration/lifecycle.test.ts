@@ -90,6 +90,22 @@ test('the ports answer before the models load: 503 starting, live but not ready;
   await within(workerExited, 'the worker to exit');
 });
 
+test('SIGTERM while the models load stops the start: exit code 0, its worker stopped, nothing left', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  // A remote worker that never comes keeps the server starting for as long as the test needs.
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0 },
+    models: [{ path: defaultModelDir, num_workers: 1, remote_workers: [`unix:${path.join(dir, 'absent.sock')}`] }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  await server.waitFor(/listening on/, 'listening');
+  await server.waitFor(/conduit worker: /, 'the local worker to load');
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+  assert.doesNotMatch(server.stderr(), /serving on|restarting in|killed/);
+  await within(groupEmptied(server.pid), 'the process group to empty');
+});
+
 test('a worker that exits before it ever served ends conduit serve with exit code 1, not 503 forever', { timeout: 120_000 }, async (t) => {
   // A checkpoint whose tokenizer loads (the gateway's part) and whose weights do not (the worker's).
   const modelDir = path.join(tempDir(t), 'not-a-checkpoint');
