@@ -149,7 +149,7 @@ test('a taken gRPC port is one line naming the flag, before any worker starts', 
   assert.doesNotMatch(server.stderr(), /conduit worker:|\n\s+at /, 'no worker started, no stack');
 });
 
-test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an error, the server serves again, the restart is counted', { timeout: 120_000 }, async (t) => {
+test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an error, the server serves again, each restart is counted by reason', { timeout: 120_000 }, async (t) => {
   const dir = tempDir(t);
   const configFile = writeConfig(dir, {
     server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3 },
@@ -183,9 +183,14 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
     if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
     return completion !== null;
   }, 'a completion from the restarted worker');
+  const [restarted] = childProcesses(server.pid).filter((child) => / worker /.test(child.commandLine));
+  assert.notEqual(restarted?.pid, worker.pid, 'a new worker process');
+  // A crash, beside the hang, counts under its signal.
+  process.kill(restarted.pid, 'SIGKILL');
+  await server.waitFor(/conduit: worker 0-0 exited \(SIGKILL\); restarting in \d+ ms/, 'the restart after a crash');
   const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
   assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="hung"\} 1/);
-  assert.notEqual(childProcesses(server.pid).find((child) => / worker /.test(child.commandLine))?.pid, worker.pid, 'a new worker process');
+  assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="SIGKILL"\} 1/);
 
   server.child.kill('SIGTERM');
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
