@@ -151,7 +151,7 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     if (err instanceof FatalError) {
-      lifecycleLog.fatal((err as Error).message);
+      lifecycleLog.fatal(err.message);
       return 1;
     }
     if (err instanceof ConfigError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
