@@ -2,6 +2,8 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadConfigFile, serverSchema, validateConfig, ConfigError, type Config } from '../configs/schema.ts';
+import { FatalError } from './fatal-error.ts';
+import { lifecycleLog } from './lifecycle-log.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
 import { packageRoot } from '../package-root.ts';
 
@@ -66,17 +68,39 @@ export function resolveServeConfig(argv: string[]): Config {
   return validateConfig(raw, configFile ?? 'command line');
 }
 
+/** Why a start was stopped: a signal, not a failure. */
+const stopSignalled = new Error('stopped by a signal');
+
 async function runServe(argv: string[]): Promise<number> {
+  const config = resolveServeConfig(argv);
   const { serve } = await import('./serve.ts');
-  const server = await serve(resolveServeConfig(argv));
-  console.error(`conduit: serving on ${server.httpAddress} (metrics ${server.metricsAddress}${server.grpcAddress === null ? '' : `, KServe gRPC ${server.grpcAddress}`})`);
-  await new Promise<void>((resolve) => {
-    const shutdown = () => resolve();
-    process.once('SIGINT', shutdown);
-    process.once('SIGTERM', shutdown);
-  });
+  // SIGINT or SIGTERM stops the start while the models load, and drains once serving. A fatal
+  // error (thrown and caught nowhere) does the same, and the exit code is then 1.
+  const stop = new AbortController();
+  let fatalError: Error | null = null;
+  const onSignal = () => stop.abort(stopSignalled);
+  const onFatal = (err: unknown) => {
+    if (fatalError !== null) return;
+    fatalError = err instanceof Error ? err : new Error(String(err));
+    lifecycleLog.fatal(`stopping on an uncaught error: ${fatalError.stack ?? fatalError.message}`);
+    stop.abort(fatalError);
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  process.on('uncaughtException', onFatal);
+  process.on('unhandledRejection', onFatal);
+  let server;
+  try {
+    server = await serve(config, { signal: stop.signal, onListening: lifecycleLog.listening });
+  } catch (err) {
+    if (err === stopSignalled) return 0;
+    if (err === fatalError) return 1;
+    throw err;
+  }
+  lifecycleLog.serving(server);
+  if (!stop.signal.aborted) await new Promise((resolve) => stop.signal.addEventListener('abort', resolve, { once: true }));
   await server.close();
-  return 0;
+  return fatalError === null ? 0 : 1;
 }
 
 async function runWorker(argv: string[]): Promise<number> {
@@ -125,6 +149,10 @@ export async function main(argv: string[]): Promise<number> {
         return 2;
     }
   } catch (err) {
+    if (err instanceof FatalError) {
+      lifecycleLog.fatal(err.message);
+      return 1;
+    }
     if (err instanceof ConfigError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
       console.error(`conduit: ${(err as Error).message}`);
       return 2;

@@ -1,18 +1,24 @@
 // Spawns and supervises the engine workers a configuration asks for on this machine: each a
 // child process serving engine.proto on a local socket, restarted with backoff if it dies. The
 // backoff doubles while a worker keeps dying soon after it starts and starts over once one has
-// run well for a while, so a crash hours after the last costs half a second, not the cap.
+// run well for a while, so a crash hours after the last costs half a second, not the cap. A
+// worker that dies before it ever served is not restarted: the server fails to start instead.
+// A worker whose engine stream goes silent (no step, no heartbeat) is killed as hung and restarted.
 import { spawn, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { rmSync } from 'node:fs';
 import { packageRoot } from '../package-root.ts';
+import { FatalError } from './fatal-error.ts';
+import { lifecycleLog } from './lifecycle-log.ts';
 
 const conduitBin = path.join(packageRoot, 'bin', 'conduit.js');
 const firstRestartDelayMs = 500;
 const maxRestartDelayMs = 30_000;
 /** A worker up this long before it died was healthy: its restart starts the backoff over. */
 const healthyUptimeMs = 60_000;
+/** stop() sends SIGTERM, then SIGKILL after this long. */
+const stopGraceMs = 5_000;
 
 /** The delay before each restart of one worker, from how long each run lasted. */
 export class RestartBackoff {
@@ -31,51 +37,115 @@ export class RestartBackoff {
   }
 }
 
+export interface LocalWorkerOptions {
+  /** The worker's command line after `conduit`, given the address it is to listen on. */
+  args: (listen: string) => string[];
+  /** Unique among this gateway's workers: names its socket and its log lines. */
+  name: string;
+  /** Called at each restart, with why the worker exited: `code N`, a signal's name, or `hung`. */
+  onRestart?: (reason: string) => void;
+}
+
 export class LocalWorker {
   readonly address: string;
+  readonly name: string;
+  /**
+   * Rejects with a FatalError if the process exits before markServing(): a worker that never
+   * served (a checkpoint that does not load, a bad setting) would only fail again, so it is the
+   * server's failure, not one to restart.
+   */
+  readonly startFailure: Promise<never>;
+  private rejectStart: (error: FatalError) => void = () => {};
+  private hasServed = false;
   private child: ChildProcess | null = null;
+  /** performance.now() when the running process was spawned. */
+  private spawnedAtMs = 0;
+  /** Set when this gateway kills the process for a reason its exit status does not tell (a hang). */
+  private killReason: string | null = null;
   private stopping = false;
   private readonly backoff = new RestartBackoff();
   private restartTimer: NodeJS.Timeout | null = null;
+  private watchdogTimer: NodeJS.Timeout | null = null;
 
-  constructor(
-    private readonly args: (listen: string) => string[],
-    readonly name: string,
-  ) {
-    const socketPath = path.join(os.tmpdir(), `conduit-${process.pid}-${name}.sock`);
+  constructor(private readonly options: LocalWorkerOptions) {
+    this.name = options.name;
+    const socketPath = path.join(os.tmpdir(), `conduit-${process.pid}-${options.name}.sock`);
     this.address = `unix:${socketPath}`;
+    this.startFailure = new Promise<never>((_resolve, reject) => (this.rejectStart = reject));
+    // Awaited only while the server starts; later it never settles.
+    this.startFailure.catch(() => {});
   }
 
   start(): void {
     rmSync(this.address.slice('unix:'.length), { force: true });
-    const child = spawn(process.execPath, [conduitBin, ...this.args(this.address)], {
+    const child = spawn(process.execPath, [conduitBin, ...this.options.args(this.address)], {
       // The IPC channel is only a lifeline: the worker exits when it closes, so a gateway
       // that dies without cleaning up (SIGKILL, a crash) leaves no orphan workers behind.
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     this.child = child;
-    const startedAtMs = performance.now();
+    this.spawnedAtMs = performance.now();
+    const spawnedAtMs = this.spawnedAtMs;
     child.once('exit', (code, signal) => {
       this.child = null;
+      const reason = this.killReason ?? signal ?? `code ${code}`;
+      this.killReason = null;
       if (this.stopping) return;
-      const delayMs = this.backoff.nextDelayMs(performance.now() - startedAtMs);
-      console.error(`worker ${this.name} exited (${signal ?? `code ${code}`}); restarting in ${delayMs} ms`);
+      if (!this.hasServed) {
+        this.rejectStart(new FatalError(`worker ${this.name} exited (${reason}) before it served; its output is above`));
+        return;
+      }
+      const delayMs = this.backoff.nextDelayMs(performance.now() - spawnedAtMs);
+      lifecycleLog.workerRestarting(this.name, reason, delayMs);
+      this.options.onRestart?.(reason);
       this.restartTimer = setTimeout(() => this.start(), delayMs);
     });
+  }
+
+  /** The worker answered serving: from now on an exit is restarted, not fatal. */
+  markServing(): void {
+    this.hasServed = true;
+  }
+
+  /**
+   * Kills the worker as hung once its engine stream, having carried a message from the running
+   * process, stays silent for timeoutMs (a worker sends a heartbeat every second when idle).
+   * lastMessageAtMs: performance.now() of the stream's latest message.
+   */
+  watchHeartbeats(lastMessageAtMs: () => number, timeoutMs: number): void {
+    const checkIntervalMs = Math.min(1_000, timeoutMs / 4);
+    let lastCheckAtMs = performance.now();
+    this.watchdogTimer = setInterval(() => {
+      const nowMs = performance.now();
+      // This event loop stalled: what the worker sent meanwhile may still be unread. Look next time.
+      const isLate = nowMs - lastCheckAtMs > 2 * checkIntervalMs;
+      lastCheckAtMs = nowMs;
+      const heardAtMs = lastMessageAtMs();
+      // Not yet heard from this process (it is loading its model): the ready timeout covers that.
+      if (isLate || this.child === null || this.killReason !== null || heardAtMs < this.spawnedAtMs) return;
+      const silentMs = nowMs - heardAtMs;
+      if (silentMs <= timeoutMs) return;
+      lifecycleLog.workerHung(this.name, silentMs);
+      this.killReason = 'hung';
+      // SIGKILL: a stopped or spinning process would not act on SIGTERM.
+      this.child.kill('SIGKILL');
+    }, checkIntervalMs);
+    this.watchdogTimer.unref();
   }
 
   /** Resolves once the process is gone. */
   async stop(): Promise<void> {
     this.stopping = true;
     if (this.restartTimer) clearTimeout(this.restartTimer);
+    if (this.watchdogTimer) clearInterval(this.watchdogTimer);
     const child = this.child;
     if (!child) return;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     child.kill('SIGTERM');
     const killTimer = setTimeout(() => {
-      console.error(`worker ${this.name} still running 5 s after SIGTERM; killed`);
+      lifecycleLog.workerStopKilled(this.name, stopGraceMs);
       child.kill('SIGKILL');
-    }, 5_000);
+    }, stopGraceMs);
     await exited;
     clearTimeout(killTimer);
   }

@@ -127,6 +127,11 @@ export const serverSchema = z
     max_concurrent_requests: z.number().int().positive().optional(),
     /** How long a shutdown lets in-flight requests finish before cutting them. */
     drain_timeout_s: z.number().nonnegative().default(30),
+    /**
+     * A local worker whose engine stream carries nothing this long (an idle one sends a heartbeat
+     * every second) is killed as hung and restarted. Above the longest engine step.
+     */
+    worker_heartbeat_timeout_s: z.number().min(2).default(30),
     /** A request's headers must arrive within this (slowloris); a 408 `receive_timeout` otherwise. */
     headers_timeout_s: z.number().positive().default(10),
     /** The whole request, headers and body, must arrive within this (a dripped body); 60 s carries 8 MiB at 140 KB/s. */

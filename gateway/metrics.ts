@@ -177,3 +177,16 @@ export async function createMetricsServer(options: { metrics: GatewayMetrics; lo
   });
   return app;
 }
+
+/**
+ * conduit_worker_restarts_total: restarts of the workers this gateway supervises, by why the
+ * worker exited (`code N`, a signal's name, or `hung`: killed after its stream went silent).
+ */
+export function registerWorkerRestarts(registry: Registry): Counter<'model_name' | 'worker' | 'reason'> {
+  return new Counter({
+    name: 'conduit_worker_restarts_total',
+    help: 'Restarts of the engine workers this gateway supervises, by why each exited.',
+    labelNames: ['model_name', 'worker', 'reason'],
+    registers: [registry],
+  });
+}

@@ -1,10 +1,11 @@
 // The gateway's life: starting (listening, workers not serving yet), ready, draining (close()
 // began: what is in flight finishes, nothing new starts). The caller drives the first step
-// (markReady), close() the second. Outside `ready` every request but /health is answered 503
-// with Retry-After in OpenAI's envelope (instead of fastify's own body while it closes), and
-// /health says which state it is in.
+// (markReady), close() the second. Outside `ready` every request but the probes is answered 503
+// with Retry-After in OpenAI's envelope (KServe's `{"error"}` body under /v2; instead of
+// fastify's own body while it closes); /health says which state it is in, /v2/health/ready is
+// 400 (Triton's not ready) and /v2/health/live 200.
 import type { FastifyInstance } from 'fastify';
-import { ApiError } from './errors.ts';
+import { ApiError, toKServeBody } from './errors.ts';
 import { refuse } from './refusal.ts';
 
 export type ReadinessState = 'starting' | 'ready' | 'draining';
@@ -61,8 +62,9 @@ export class Readiness {
   }
 }
 
-function isHealthProbe(url: string): boolean {
-  return url === '/health' || url.startsWith('/health?');
+function pathOf(url: string): string {
+  const queryAt = url.indexOf('?');
+  return queryAt === -1 ? url : url.slice(0, queryAt);
 }
 
 export function notReadyError(state: Exclude<ReadinessState, 'ready'>): ApiError {
@@ -80,13 +82,20 @@ export function notReadyError(state: Exclude<ReadinessState, 'ready'>): ApiError
 export function installReadinessGate(app: FastifyInstance, readiness: Readiness, drainTimeoutMs: number): void {
   app.addHook('onRequest', async (request, reply) => {
     const { state } = readiness;
-    if (state === 'ready' || isHealthProbe(request.url)) {
+    const path = pathOf(request.url);
+    // /health reports the state itself; a process that is starting or draining is alive (a
+    // failed liveness probe would restart a pod that is only loading its models).
+    if (state === 'ready' || path === '/health' || path === '/v2/health/live') {
       // An upgraded socket never ends as a request: its turns are counted instead (admission.ts).
       if (request.raw.headers.upgrade === undefined) reply.raw.once('close', readiness.begin());
       return;
     }
+    // Triton's answer to a server that is not ready: 400, empty.
+    if (path === '/v2/health/ready') return reply.code(400).send();
     const error = notReadyError(state);
-    return refuse(request, reply, error, { 'retry-after': String(NOT_READY_RETRY_AFTER_S) });
+    const retryAfter = { 'retry-after': String(NOT_READY_RETRY_AFTER_S) };
+    if (path.startsWith('/v2/')) return reply.code(error.httpStatus).headers(retryAfter).type('application/json').send(toKServeBody(error));
+    return refuse(request, reply, error, retryAfter);
   });
 
   app.addHook('preClose', async () => {

@@ -19,7 +19,7 @@ export interface ServedModel {
   name: string;
   /** The checkpoint directory; its tokenizer files are read from here. */
   modelDir: string;
-  /** Longest prompt + output in tokens. */
+  /** Longest prompt + output in tokens; may be set after the gateway is created (before it is ready). */
   maxModelLen: number;
   /** Deadlines every request gets (the engine ends it with queue_timeout / request_timeout); undefined: none. */
   queueTimeoutMs?: number;
@@ -59,7 +59,13 @@ export class ModelRegistry {
     const createdAtSec = Math.floor(Date.now() / 1000);
     this.models = models.map((model) => {
       const { tokenizer, config } = loadTokenizer(model.modelDir);
-      return { ...model, router: routerOf(model), tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec };
+      return {
+        ...model, router: routerOf(model), tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec,
+        // Read through: a server that listens before its workers answer fills it in when they do.
+        get maxModelLen() {
+          return model.maxModelLen;
+        },
+      };
     });
     this.modelsByName = new Map(this.models.map((model) => [model.name, model]));
   }

@@ -46,6 +46,7 @@ export class GrpcEngineClient implements EngineClient {
   private readonly pending = new Map<string, PendingRequest>();
   private readonly reportListeners = new Set<ReportListener>();
   private latestLoad: WorkerLoad | null = null;
+  private latestMessageAtMs = -Infinity;
   private retryMs = firstRetryMs;
   private retryTimer: NodeJS.Timeout | null = null;
   private closed = false;
@@ -70,6 +71,15 @@ export class GrpcEngineClient implements EngineClient {
     return this.latestLoad;
   }
 
+  /**
+   * performance.now() when the worker's latest message arrived, on this stream or an earlier one;
+   * -Infinity before the first. An idle worker sends a heartbeat every second: a supervisor
+   * reads a long silence as a hang.
+   */
+  get lastMessageAtMs(): number {
+    return this.latestMessageAtMs;
+  }
+
   /** Calls listener with every report; each new stream begins with the whole prefix cache. */
   onReport(listener: ReportListener): () => void {
     this.reportListeners.add(listener);
@@ -88,6 +98,11 @@ export class GrpcEngineClient implements EngineClient {
     }
     this.pending.set(requestId, { onOutput, numPromptTokens });
     this.openStream().write({ generate: generateToWire(request) });
+  }
+
+  /** Opens the stream now if it is down, instead of when its backoff ends: the worker just answered. */
+  connect(): void {
+    if (!this.closed) this.openStream();
   }
 
   /** The request ends with its own 'abort' output once the worker has freed it. */
@@ -139,6 +154,7 @@ export class GrpcEngineClient implements EngineClient {
         return;
       }
       this.retryMs = firstRetryMs;
+      this.latestMessageAtMs = performance.now();
       for (const output of step.outputs) {
         const request = this.pending.get(output.requestId);
         if (request === undefined) continue;

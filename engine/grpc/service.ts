@@ -2,7 +2,9 @@
 // call gets its own request-id namespace; its requests' outputs are gathered through a step and
 // sent in one message with the step's report (KV events, load, statistics), so the wire carries
 // one message per step, not one per request per token. When the call goes away every request it
-// started is aborted, so a vanished gateway never leaves blocks behind.
+// started is aborted, so a vanished gateway never leaves blocks behind. A stream with nothing to
+// carry for a second gets a heartbeat (the load, no outputs), so that a silent stream means a
+// hung worker, which the gateway's supervisor kills and restarts.
 import * as grpc from '@grpc/grpc-js';
 import type { Engine } from '../engine.ts';
 import { errorOutput } from '../request-output.ts';
@@ -27,22 +29,33 @@ export interface EngineServer {
 
 type StreamCall = grpc.ServerDuplexStream<ClientMessage__Output, StepOutput>;
 
+/** An idle stream carries a heartbeat this often (a step report, when steps run, is one too). */
+export const HEARTBEAT_INTERVAL_MS = 1_000;
+
 function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClosed: () => void): () => void {
   /** Wire request ids still in flight on this stream. */
   const inFlight = new Set<string>();
   /** This stream's outputs since the last report. */
   let pending: WireRequestOutput[] = [];
   let open = true;
+  let hasWrittenSinceHeartbeat = false;
 
   const unsubscribe = engine.onReport((report) => {
     if (!open) return;
     call.write(stepToWire(pending, report));
     pending = [];
+    hasWrittenSinceHeartbeat = true;
   });
+  const heartbeatTimer = setInterval(() => {
+    // Outputs waiting for their step's report go with it, never ahead of it.
+    if (!hasWrittenSinceHeartbeat && pending.length === 0) call.write(stepToWire([], { events: [], load: engine.health().load, stats: null }));
+    hasWrittenSinceHeartbeat = false;
+  }, HEARTBEAT_INTERVAL_MS);
 
   const close = () => {
     if (!open) return;
     open = false;
+    clearInterval(heartbeatTimer);
     unsubscribe();
     for (const requestId of inFlight) engine.abort(streamKey + requestId);
     inFlight.clear();

@@ -300,3 +300,20 @@ test('the worker sends one message per step with every request\'s outputs, its l
     new Set(stored.flatMap((event) => (event.kind === 'stored' ? event.blockHashes : []))),
   );
 });
+
+test('an idle stream carries a heartbeat (the load and nothing else) every second, so that silence means a hung worker', async (t) => {
+  const { server, stop } = await startWorker();
+  const stream = openRawStream(server.address);
+  t.after(() => {
+    stream.close();
+    return stop();
+  });
+  // The cache snapshot, then two heartbeats.
+  await stream.waitFor(3);
+  for (const heartbeat of stream.messages.slice(1, 3)) {
+    assert.deepEqual(heartbeat.outputs, []);
+    assert.deepEqual(heartbeat.report.events, []);
+    assert.equal(heartbeat.report.stats, null);
+    assert.equal(heartbeat.report.load.numTotalBlocks, numKvBlocks);
+  }
+});

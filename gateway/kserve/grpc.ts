@@ -173,6 +173,8 @@ export interface KServeGrpcOptions {
   port: number;
   /** Shared memory, trace and log settings, shared with the HTTP routes; the service's own (closed with it) when omitted. */
   control?: KServeControl;
+  /** The gateway's life: ServerReady is false unless it is ready (while starting and draining). Ready when omitted. */
+  readiness?: { readonly state: string };
 }
 
 export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServeGrpcServer> {
@@ -182,7 +184,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
   server.addService(tolerantDecoding(loadInferenceService().service), {
     ServerLive: unary(() => ({ live: true })),
-    ServerReady: unary(() => ({ ready: isServerReady(repository, llms) })),
+    ServerReady: unary(() => ({ ready: (options.readiness?.state ?? 'ready') === 'ready' && isServerReady(repository, llms) })),
     ModelReady: unary((request: { name: string; version: string }) => {
       const llm = llms.find((model) => model.name === request.name);
       // An LLM has one version (1, as its /v2 metadata says).

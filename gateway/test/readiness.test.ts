@@ -1,6 +1,6 @@
-// The gateway's readiness over real sockets: 503 with Retry-After in OpenAI's envelope while it
-// starts and while it drains, /health reporting the state, and streams in flight finishing
-// during the drain while new requests are turned away.
+// The gateway's readiness over real sockets: 503 with Retry-After in OpenAI's envelope (KServe's
+// under /v2, whose live probe stays 200) while it starts and while it drains, /health reporting
+// the state, and streams in flight finishing during the drain while new requests are turned away.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { test } from 'node:test';
@@ -19,6 +19,18 @@ async function expectUnavailable(response: Response, code: 'server_starting' | '
   const { error } = await response.json();
   assert.deepEqual(error, { message: error.message, type: 'service_unavailable_error', param: null, code });
   assert.match(error.message, message);
+}
+
+/** Outside `ready`: alive, not ready (Triton's 400), and KServe's own body on the rest of /v2. */
+async function expectKServeProbes(baseUrl: string, message: string) {
+  assert.equal((await fetch(`${baseUrl}/v2/health/live`)).status, 200);
+  const ready = await fetch(`${baseUrl}/v2/health/ready`);
+  assert.equal(ready.status, 400);
+  assert.equal(await ready.text(), '');
+  const metadata = await fetch(`${baseUrl}/v2/models/${MODEL_NAME}`);
+  assert.equal(metadata.status, 503);
+  assert.equal(metadata.headers.get('retry-after'), '5');
+  assert.match((await metadata.json()).error, new RegExp(message));
 }
 
 test('while starting: 503 with Retry-After for every request, /health says starting; then ready', async () => {
@@ -42,6 +54,7 @@ test('while starting: 503 with Retry-After for every request, /health says start
     const body = await health.json();
     assert.equal(body.status, 'unavailable');
     assert.equal(body.state, 'starting');
+    await expectKServeProbes(gateway.baseUrl, 'is starting');
 
     readiness.markReady();
     script = { steps: [gateway.tokens('up')], finishReason: 'stop' };
@@ -71,6 +84,7 @@ test('while draining: the stream in flight finishes, new requests get 503, /heal
   assert.equal(health.status, 503);
   assert.equal(health.headers.get('retry-after'), '5');
   assert.equal((await health.json()).state, 'draining');
+  await expectKServeProbes(gateway.baseUrl, 'shutting down');
 
   // The stream in flight was not cut: it ends as its generation does.
   gateway.engine.finishHanging(gateway.engine.requests[0].requestId);

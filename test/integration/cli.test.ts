@@ -12,28 +12,7 @@ import OpenAI from 'openai';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
 import { openaiClient, repoRoot, within } from './harness.ts';
 import { freePort } from '../../tools/free-port.ts';
-
-
-/** Ends a test's detached process group, whatever is left of it. */
-function killGroup(groupId: number): void {
-  try {
-    process.kill(-groupId, 'SIGKILL');
-  } catch {
-    // The group is gone already.
-  }
-}
-
-/** Resolves once no process of the group is left (signal 0 finds none). */
-async function groupEmptied(groupId: number): Promise<void> {
-  for (;;) {
-    try {
-      process.kill(-groupId, 0);
-    } catch {
-      return;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+import { groupEmptied, killGroup } from './cli-process.ts';
 
 test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
@@ -151,7 +130,7 @@ test('Ctrl-C to the process group stops the server and its worker, with no respa
   await within(groupEmptied(server.pid!), 'the process group to empty');
 });
 
-test('a taken metrics port ends conduit serve with an error and leaves nothing serving', { timeout: 120_000 }, async (t) => {
+test('a taken metrics port ends conduit serve with one line naming the flag, before any worker starts, leaving nothing serving', { timeout: 120_000 }, async (t) => {
   const taken = net.createServer().listen(0, '127.0.0.1');
   await once(taken, 'listening');
   t.after(() => taken.close());
@@ -165,9 +144,12 @@ test('a taken metrics port ends conduit serve with an error and leaves nothing s
   t.after(() => killGroup(server.pid!));
   let stderr = '';
   server.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
-  const code = await within(new Promise<number | null>((resolve) => server.once('exit', resolve)), 'exit on a taken port');
-  assert.notEqual(code, 0);
-  assert.match(stderr, /EADDRINUSE/);
+  const code = await within(new Promise<number | null>((resolve) => server.once('close', resolve)), 'exit on a taken port');
+  assert.equal(code, 1);
+  assert.match(stderr, new RegExp(`^conduit: cannot listen on 0\\.0\\.0\\.0:${metricsPort} \\(server\\.metrics_port / --metrics-port\\): address already in use$`, 'm'));
+  // A worker would have loaded the model and said so; the line would come with no stack either.
+  assert.doesNotMatch(stderr, /conduit worker:|\n\s+at /, 'no worker started, no stack');
+  await within(groupEmptied(server.pid!), 'the process group to empty');
   // The HTTP port it had bound is free again: nothing is left answering 503 there.
   const again = net.createServer().listen(httpPort, '127.0.0.1');
   await once(again, 'listening');

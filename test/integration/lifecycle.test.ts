@@ -1,0 +1,215 @@
+// `conduit serve`'s own life, started as a process: it listens before its models load (503
+// `starting` meanwhile), a start that cannot succeed ends with exit code 1 and one line, and a
+// worker that hangs is killed and restarted, which the metrics and the log show.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { once } from 'node:events';
+import os from 'node:os';
+import path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import OpenAI from 'openai';
+import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
+import { freePort } from '../../tools/free-port.ts';
+import { childProcesses, groupEmptied, startCli } from './cli-process.ts';
+import { boundedFetch, defaultModelDir, openaiClient, repoRoot, within } from './harness.ts';
+import { pollUntil } from '../wait.ts';
+
+function tempDir(t: { after(fn: () => void): void }): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-lifecycle-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** A configuration file (JSON is YAML) in dir. */
+function writeConfig(dir: string, config: object): string {
+  const file = path.join(dir, 'conduit.yaml');
+  writeFileSync(file, JSON.stringify(config));
+  return file;
+}
+
+function serverReady(grpcAddress: string): Promise<boolean> {
+  const client = new (loadInferenceService())(grpcAddress, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
+  return within(new Promise<boolean>((resolve, reject) => {
+    client.ServerReady({}, (err: Error | null, response: { ready: boolean }) => (err ? reject(err) : resolve(response.ready)));
+  }), 'gRPC ServerReady').finally(() => client.close());
+}
+
+test('the ports answer before the models load: 503 starting, live but not ready; ready once the worker serves', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const [httpPort, metricsPort, grpcPort] = [await freePort(), await freePort(), await freePort()];
+  const workerAddress = `unix:${path.join(dir, 'worker.sock')}`;
+  // A worker of its own, started below by hand: until then the gateway is starting, as long as we look.
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: httpPort, metrics_port: metricsPort, grpc_port: grpcPort },
+    models: [{ path: defaultModelDir, num_workers: 0, remote_workers: [workerAddress] }],
+    model_repository: { path: path.join(repoRoot, 'models'), model_control_mode: 'explicit', load_models: ['fraud'] },
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  await server.waitFor(/listening on/, 'listening');
+  const base = `http://127.0.0.1:${httpPort}`;
+
+  const health = await boundedFetch(`${base}/health`);
+  assert.equal(health.status, 503);
+  assert.equal(health.headers.get('retry-after'), '5');
+  assert.equal((await health.json()).state, 'starting');
+  assert.equal((await boundedFetch(`${base}/v2/health/live`)).status, 200, 'live while the models load');
+  assert.equal((await boundedFetch(`${base}/v2/health/ready`)).status, 400, "Triton's not ready");
+  const chat = await boundedFetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'conduit-tiny', messages: [{ role: 'user', content: 'Hi' }] }),
+  });
+  assert.equal(chat.status, 503);
+  assert.equal(chat.headers.get('retry-after'), '5');
+  assert.equal((await chat.json()).error.code, 'server_starting');
+  const kserve = await boundedFetch(`${base}/v2/models/fraud`);
+  assert.equal(kserve.status, 503);
+  assert.match((await kserve.json()).error, /starting/, "KServe's body under /v2");
+  assert.equal(await serverReady(`127.0.0.1:${grpcPort}`), false);
+  assert.match(await (await boundedFetch(`http://127.0.0.1:${metricsPort}/metrics`)).text(), /conduit_worker_restarts_total/);
+
+  const worker = spawn(process.execPath, [
+    path.join(repoRoot, 'bin', 'conduit.js'), 'worker', '--model', defaultModelDir, '--listen', workerAddress,
+    '--threads', '1', '--kv-cache-blocks', '64', '--max-model-len', '512',
+  ], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const workerExited = new Promise((resolve) => worker.once('exit', resolve));
+  t.after(() => worker.kill('SIGKILL'));
+  await server.waitFor(/serving on/, 'serving once the worker serves');
+  const models = await openaiClient(`${base}/v1`).models.list();
+  assert.equal((models.data[0] as unknown as { max_model_len: number }).max_model_len, 512, "the context length the worker reported, filled in after the gateway was built");
+  assert.equal((await boundedFetch(`${base}/health`)).status, 200);
+  assert.equal((await boundedFetch(`${base}/v2/health/ready`)).status, 200);
+  assert.equal(await serverReady(`127.0.0.1:${grpcPort}`), true);
+
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+  worker.kill('SIGTERM');
+  await within(workerExited, 'the worker to exit');
+});
+
+test('SIGTERM while the models load stops the start: exit code 0, its worker stopped, nothing left', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  // A remote worker that never comes keeps the server starting for as long as the test needs.
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0 },
+    models: [{ path: defaultModelDir, num_workers: 1, remote_workers: [`unix:${path.join(dir, 'absent.sock')}`] }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  await server.waitFor(/listening on/, 'listening');
+  await server.waitFor(/conduit worker: /, 'the local worker to load');
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+  assert.doesNotMatch(server.stderr(), /serving on|restarting in|killed/);
+  await within(groupEmptied(server.pid), 'the process group to empty');
+});
+
+test('a worker that exits before it ever served ends conduit serve with exit code 1, not 503 forever', { timeout: 120_000 }, async (t) => {
+  // A checkpoint whose tokenizer loads (the gateway's part) and whose weights do not (the worker's).
+  const modelDir = path.join(tempDir(t), 'not-a-checkpoint');
+  mkdirSync(modelDir);
+  for (const file of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) {
+    copyFileSync(path.join(defaultModelDir, file), path.join(modelDir, file));
+  }
+  writeFileSync(path.join(modelDir, 'model.safetensors'), 'not safetensors');
+  const server = startCli(t, ['serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0']);
+  assert.equal(await within(server.exited, 'exit on a worker that cannot load'), 1);
+  assert.match(server.stderr(), /conduit: worker 0-0 exited \(code 1\) before it served/);
+  assert.doesNotMatch(server.stderr(), /restarting in/, 'not restarted: it would only fail again');
+  await within(groupEmptied(server.pid), 'the process group to empty');
+});
+
+test('a repository model that fails to load at start ends conduit serve with exit code 1 (as Triton exits)', { timeout: 120_000 }, async (t) => {
+  const repoDir = tempDir(t);
+  mkdirSync(path.join(repoDir, 'fraud', '1'), { recursive: true });
+  copyFileSync(path.join(repoRoot, 'models', 'fraud', 'config.pbtxt'), path.join(repoDir, 'fraud', 'config.pbtxt'));
+  writeFileSync(path.join(repoDir, 'fraud', '1', 'model.onnx'), 'not onnx');
+  const server = startCli(t, [
+    'serve', '--model', defaultModelDir, '--model-repository', repoDir,
+    '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0',
+  ]);
+  assert.equal(await within(server.exited, 'exit on a model that cannot load'), 1);
+  assert.match(server.stderr(), /conduit: model repository: fraud failed to load/);
+  await within(groupEmptied(server.pid), 'the process group, its worker too, to empty');
+});
+
+test('a taken gRPC port is one line naming the flag, before any worker starts', { timeout: 120_000 }, async (t) => {
+  const taken = net.createServer().listen(0, '127.0.0.1');
+  await once(taken, 'listening');
+  t.after(() => taken.close());
+  const grpcPort = (taken.address() as net.AddressInfo).port;
+  const server = startCli(t, [
+    'serve', '--model', defaultModelDir, '--model-repository', path.join(repoRoot, 'models'), '--model-control-mode', 'explicit',
+    '--http-port', '0', '--metrics-port', '0', '--grpc-port', String(grpcPort),
+  ]);
+  assert.equal(await within(server.exited, 'exit on a taken port'), 1);
+  assert.match(server.stderr(), new RegExp(`^conduit: cannot listen on 0\\.0\\.0\\.0:${grpcPort} \\(server\\.grpc_port / --grpc-port\\): address already in use$`, 'm'));
+  assert.doesNotMatch(server.stderr(), /conduit worker:|\n\s+at /, 'no worker started, no stack');
+});
+
+test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an error, the server serves again, each restart is counted by reason', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3 },
+    models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  const [, httpAddress, metricsAddress] = await server.waitFor(/serving on (http:\/\/\S+) \(metrics (http:\/\/[^\s)]+)/, 'serving');
+  const [worker] = childProcesses(server.pid).filter((child) => / worker /.test(child.commandLine));
+  assert.ok(worker !== undefined, 'the worker is a child of the gateway');
+
+  // A long stream in flight when the worker hangs.
+  const stream = await boundedFetch(`${httpAddress}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 500, ignore_eos: true, stream: true }),
+  });
+  const reader = stream.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = decoder.decode((await reader.read()).value);
+  process.kill(worker.pid, 'SIGSTOP');
+  for (let chunk = await within(reader.read(), 'the stream to end'); !chunk.done; chunk = await within(reader.read(), 'the stream to end')) {
+    text += decoder.decode(chunk.value, { stream: true });
+  }
+  assert.match(text, /"code":"engine_unavailable"/, 'the client of the hung worker got a clean error');
+  assert.match(server.stderr(), /conduit: worker 0-0 sent nothing on its engine stream for \d+\.\d s; killing it as hung/);
+  await server.waitFor(/conduit: worker 0-0 exited \(hung\); restarting in \d+ ms/, 'the restart');
+
+  const client = openaiClient(`${httpAddress}/v1`);
+  await pollUntil(async () => {
+    const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 }).catch(() => null);
+    if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
+    return completion !== null;
+  }, 'a completion from the restarted worker');
+  const [restarted] = childProcesses(server.pid).filter((child) => / worker /.test(child.commandLine));
+  assert.notEqual(restarted?.pid, worker.pid, 'a new worker process');
+  // A crash, beside the hang, counts under its signal.
+  process.kill(restarted.pid, 'SIGKILL');
+  await server.waitFor(/conduit: worker 0-0 exited \(SIGKILL\); restarting in \d+ ms/, 'the restart after a crash');
+  const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
+  assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="hung"\} 1/);
+  assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="SIGKILL"\} 1/);
+
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+});
+
+test('an error thrown and caught nowhere, once serving, is one line, a drain (the stream in flight finishes) and exit code 1', { timeout: 120_000 }, async (t) => {
+  // A bug on demand: SIGUSR2 throws from a signal handler, outside any request.
+  const injectBug = 'data:text/javascript,process.on("SIGUSR2",()=>{throw new Error("injected bug")})';
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0'], ['--import', injectBug]);
+  const [, httpAddress] = await server.waitFor(/serving on (http:\/\/\S+)/, 'serving');
+  const client = openaiClient(`${httpAddress}/v1`);
+  const stream = await client.completions.create({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 64, ignore_eos: true, stream: true } as OpenAI.Completions.CompletionCreateParamsStreaming);
+  const iterator = stream[Symbol.asyncIterator]();
+  await iterator.next();
+  process.kill(server.pid, 'SIGUSR2');
+  let finishReason: string | null = null;
+  for (let chunk = await iterator.next(); !chunk.done; chunk = await iterator.next()) finishReason = chunk.value.choices[0]?.finish_reason ?? finishReason;
+  assert.equal(finishReason, 'length', 'the stream in flight finished');
+  assert.equal(await within(server.exited, 'exit after the bug'), 1);
+  assert.match(server.stderr(), /^conduit: stopping on an uncaught error: Error: injected bug$/m);
+  await within(groupEmptied(server.pid), 'the process group to empty');
+});
