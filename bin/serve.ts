@@ -119,6 +119,7 @@ export async function serve(config: Config): Promise<RunningServer> {
       classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION },
       readiness,
       drainTimeoutMs: server.drain_timeout_s * 1000,
+      logger: { level: server.log_level },
       access: {
         apiKeys,
         anonymousLimits: keyLimitsOf(server.key_limits),

@@ -2,9 +2,12 @@
 // call gets its own request-id namespace; its requests' outputs are gathered through a step and
 // sent in one message with the step's report (KV events, load, statistics), so the wire carries
 // one message per step, not one per request per token. When the call goes away every request it
-// started is aborted, so a vanished gateway never leaves blocks behind.
+// started is aborted, so a vanished gateway never leaves blocks behind. A request that ends
+// aborted or failed leaves one log line with the gateway's id of it; tokens are never logged.
 import * as grpc from '@grpc/grpc-js';
 import type { Engine } from '../engine.ts';
+import { silentLogger, type Logger } from '../log.ts';
+import type { RequestOutput } from '../types.ts';
 import { errorOutput } from '../request-output.ts';
 import {
   generateFromWire,
@@ -27,9 +30,21 @@ export interface EngineServer {
 
 type StreamCall = grpc.ServerDuplexStream<ClientMessage__Output, StepOutput>;
 
-function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClosed: () => void): () => void {
-  /** Wire request ids still in flight on this stream. */
-  const inFlight = new Set<string>();
+/** One line for a request that did not finish normally: an abort at info, a failure at warn. */
+function logEnding(log: Logger, output: RequestOutput, externalRequestId: string | undefined, engineRequestId: string) {
+  const fields = {
+    request_id: externalRequestId,
+    engine_request_id: engineRequestId,
+    num_prompt_tokens: output.numPromptTokens,
+    num_output_tokens: output.numOutputTokens,
+  };
+  if (output.finishReason === 'abort') log.info(fields, 'request aborted');
+  else if (output.finishReason === 'error') log.warn({ ...fields, code: output.error?.code, detail: output.error?.message }, 'request failed');
+}
+
+function serveStream(engine: Engine, call: StreamCall, streamKey: string, log: Logger, onClosed: () => void): () => void {
+  /** Wire request ids still in flight on this stream, with the gateway's id of each (for the log). */
+  const inFlight = new Map<string, string | undefined>();
   /** This stream's outputs since the last report. */
   let pending: WireRequestOutput[] = [];
   let open = true;
@@ -44,7 +59,10 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
     if (!open) return;
     open = false;
     unsubscribe();
-    for (const requestId of inFlight) engine.abort(streamKey + requestId);
+    for (const [requestId, externalRequestId] of inFlight) {
+      engine.abort(streamKey + requestId);
+      log.info({ request_id: externalRequestId, engine_request_id: streamKey + requestId }, 'request aborted: its stream closed');
+    }
     inFlight.clear();
     onClosed();
   };
@@ -63,10 +81,14 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
       call.write(stepToWire([output], { events: [], load: engine.health().load, stats: null }));
       return;
     }
-    inFlight.add(requestId);
+    const { externalRequestId } = request;
+    inFlight.set(requestId, externalRequestId);
     engine.generate({ ...request, requestId: streamKey + requestId }, (output) => {
       if (!open) return;
-      if (output.finishReason !== null) inFlight.delete(requestId);
+      if (output.finishReason !== null) {
+        inFlight.delete(requestId);
+        logEnding(log, output, externalRequestId, output.requestId);
+      }
       pending.push(outputToWire(output, requestId));
     });
   });
@@ -83,13 +105,13 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
 }
 
 /** Serves the engine on listen ('HOST:PORT', port 0 for any free port, or 'unix:PATH'). */
-export async function serveEngine(engine: Engine, listen: string): Promise<EngineServer> {
+export async function serveEngine(engine: Engine, listen: string, log: Logger = silentLogger): Promise<EngineServer> {
   const server = new grpc.Server();
   const openStreams = new Set<() => void>();
   let numStreams = 0;
   server.addService(loadEngineService().service, {
     Stream(call: StreamCall) {
-      const endStream = serveStream(engine, call, `${numStreams++}/`, () => openStreams.delete(endStream));
+      const endStream = serveStream(engine, call, `${numStreams++}/`, log, () => openStreams.delete(endStream));
       openStreams.add(endStream);
     },
     Health(_call: grpc.ServerUnaryCall<unknown, HealthResponse>, callback: grpc.sendUnaryData<HealthResponse>) {
