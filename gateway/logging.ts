@@ -139,7 +139,8 @@ export function installAccessLog(app: FastifyInstance): void {
     upgradeIds.set(request.raw, request.id);
     const trace = new RequestTrace(request.id, TEXT_LEVELS.has(request.log.level));
     request.trace = trace;
-    reply.raw.once('close', () => writeAccessLine(request, reply, trace, startMs));
+    // After the route's own close listeners, which end the generations of a client that left.
+    reply.raw.once('close', () => setImmediate(writeAccessLine, request, reply, trace, startMs));
   });
 }
 
