@@ -127,6 +127,8 @@ export interface StepStats {
   numPrefixQueriedTokens: number;
   numPrefixHitTokens: number;
   kvUsage: number;
+  /** The worker process's resident set size, sampled at most once a second. */
+  residentMemoryBytes: number;
 }
 
 /** Everything a worker reports between two steps: each listener gets it once per step. */

@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import type { IncomingMessage } from 'node:http';
-import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify';
+import { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
 import type { DestinationStream, LevelWithSilent } from 'pino';
 
 export interface LogSettings {
@@ -35,8 +35,7 @@ export function loggerOptions(settings: LogSettings): Partial<FastifyServerOptio
       formatters: { level: (label: string) => ({ level: label }) },
     },
     genReqId: (raw) => requestIdOf(raw.headers[REQUEST_ID_HEADER]),
-    requestIdLogLabel: 'request_id',
-    disableRequestLogging: true,
+    logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
   };
 }
 

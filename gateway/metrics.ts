@@ -115,6 +115,7 @@ export class GatewayMetrics {
   private readonly numKvBlocksUsed: Gauge<WorkerLabel>;
   private readonly numKvBlocksTotal: Gauge<WorkerLabel>;
   private readonly kvCacheUsage: Gauge<WorkerLabel>;
+  private readonly workerResidentMemory: Gauge<WorkerLabel>;
   private readonly numPreemptions: Counter<WorkerLabel>;
   private readonly numPrefixQueriedTokens: Counter<WorkerLabel>;
   private readonly numPrefixHitTokens: Counter<WorkerLabel>;
@@ -190,6 +191,10 @@ export class GatewayMetrics {
     this.numKvBlocksUsed = workerGauge('conduit_kv_blocks_used', 'KV-cache blocks in use on a worker (cached free blocks not counted).');
     this.numKvBlocksTotal = workerGauge('conduit_kv_blocks_total', 'KV-cache blocks of a worker.');
     this.kvCacheUsage = workerGauge('conduit_kv_cache_usage_ratio', 'Fraction of a worker\'s KV-cache blocks in use, 0 to 1.');
+    this.workerResidentMemory = workerGauge(
+      'conduit_worker_resident_memory_bytes',
+      'A worker process\'s resident set size, as its last step reported it.',
+    );
     this.numPreemptions = workerCounter('conduit_num_preemptions_total', 'Sequences preempted (their KV freed, recomputed later).');
     this.numPrefixQueriedTokens = workerCounter(
       'conduit_prefix_cache_queries_total',
@@ -219,8 +224,10 @@ export class GatewayMetrics {
           schedulingTime: this.schedulingTime.labels(labels),
           tokensPerStep: this.tokensPerStep.labels(labels),
         };
-        return worker.onReport(({ stats }) => {
+        const residentMemory = this.workerResidentMemory.labels(labels);
+        const stopWatching = worker.onReport(({ stats }) => {
           if (stats === null) return;
+          residentMemory.set(stats.residentMemoryBytes);
           step.numPreemptions.inc(stats.numPreempted);
           step.numPrefixQueriedTokens.inc(stats.numPrefixQueriedTokens);
           step.numPrefixHitTokens.inc(stats.numPrefixHitTokens);
@@ -228,6 +235,10 @@ export class GatewayMetrics {
           step.schedulingTime.observe(stats.scheduleMs / 1000);
           step.tokensPerStep.observe(stats.numScheduledTokens);
         });
+        return () => {
+          stopWatching();
+          this.workerResidentMemory.remove(labels);
+        };
       });
     }
   }
