@@ -179,7 +179,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       if (output.queueTimeMs !== undefined && output.prefillTimeMs !== undefined) {
         observed.engineTimings(output.queueTimeMs / 1000, output.prefillTimeMs / 1000);
       }
-      // Tokens that arrive together after the first came with it: no gap between them.
+      // Tokens of the same step as the first: no gap between them.
       observed.interTokens(0, numNewTokens - 1);
     } else {
       observed.interTokens((nowMs - lastTokenMs) / 1000 / numNewTokens, numNewTokens);
