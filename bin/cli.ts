@@ -1,7 +1,7 @@
 // The `conduit` command line: serve, worker, loadtest.
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { loadConfigFile, serverSchema, validateConfig, ConfigError, type Config } from '../configs/schema.ts';
+import { loadConfigFile, logLevelSchema, serverSchema, validateConfig, ConfigError, type Config, type LogLevel } from '../configs/schema.ts';
 import { FatalError } from './fatal-error.ts';
 import { lifecycleLog } from './lifecycle-log.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
@@ -12,11 +12,12 @@ const defaultConfigFile = path.join(packageRoot, 'configs', 'default.yaml');
 const usage = `usage:
   conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--grpc-port N] [--metrics-port N]
                 [--model-repository DIR] [--model-control-mode none|poll|explicit] [--load-model NAME ...]
+                [--log-level trace|debug|info|warn|error|fatal|silent]
   conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
                  [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                  [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
                  [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
-                 [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority]
+                 [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
                  [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]
                   [--heartbeat-interval-s S] [--heartbeat-ttl-s S]]
   conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]   (conduit loadtest --help)`;
@@ -26,6 +27,15 @@ function portFlag(flag: string, value: string | undefined, field: 'http_port' | 
   if (value === undefined) return undefined;
   const result = serverSchema.shape[field].safeParse(Number(value));
   if (!result.success) throw new ConfigError(`command line: ${flag} ${value}: ${result.error.issues[0].message}`);
+  return result.data;
+}
+
+/** --log-level, else CONDUIT_LOG_LEVEL, checked like server.log_level and blamed on where it came from. */
+export function logLevelOverride(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): LogLevel | undefined {
+  const [source, value] = flag !== undefined ? ['--log-level', flag] : ['CONDUIT_LOG_LEVEL', env.CONDUIT_LOG_LEVEL];
+  if (value === undefined) return undefined;
+  const result = logLevelSchema.safeParse(value);
+  if (!result.success) throw new ConfigError(`command line: ${source} ${value}: ${result.error.issues[0].message}`);
   return result.data;
 }
 
@@ -44,8 +54,10 @@ export function resolveServeConfig(argv: string[]): Config {
       'model-repository': { type: 'string' },
       'model-control-mode': { type: 'string' },
       'load-model': { type: 'string', multiple: true },
+      'log-level': { type: 'string' },
     },
   });
+  const logLevel = logLevelOverride(values['log-level']);
   const httpPort = portFlag('--http-port', values['http-port'], 'http_port');
   const metricsPort = portFlag('--metrics-port', values['metrics-port'], 'metrics_port');
   const grpcPort = portFlag('--grpc-port', values['grpc-port'], 'grpc_port');
@@ -65,6 +77,7 @@ export function resolveServeConfig(argv: string[]): Config {
   if (raw.model_repository !== undefined && values['load-model'] !== undefined) raw.model_repository = { ...raw.model_repository, load_models: values['load-model'] };
   if (httpPort !== undefined) raw.server.http_port = httpPort;
   if (metricsPort !== undefined) raw.server.metrics_port = metricsPort;
+  if (logLevel !== undefined) raw.server.log_level = logLevel;
   return validateConfig(raw, configFile ?? 'command line');
 }
 
@@ -89,6 +102,8 @@ async function runServe(argv: string[]): Promise<number> {
   process.once('SIGTERM', onSignal);
   process.on('uncaughtException', onFatal);
   process.on('unhandledRejection', onFatal);
+  // The workers this spawns log at the gateway's level.
+  process.env.CONDUIT_LOG_LEVEL = config.server.log_level;
   let server;
   try {
     server = await serve(config, { signal: stop.signal, onListening: lifecycleLog.listening });

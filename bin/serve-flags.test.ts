@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { test } from 'node:test';
-import { resolveServeConfig } from './cli.ts';
+import { logLevelOverride, resolveServeConfig } from './cli.ts';
 
 test('the default config serves models/ as a model repository in none mode', () => {
   const config = resolveServeConfig([]);
@@ -26,4 +26,14 @@ test('a bad port flag is blamed on the command line, not on the configuration fi
   assert.throws(() => resolveServeConfig(['--metrics-port', 'abc']), /command line: --metrics-port abc: .*expected number/);
   assert.throws(() => resolveServeConfig(['--grpc-port=-1']), /command line: --grpc-port -1: Too small/);
   assert.equal(resolveServeConfig(['--http-port', '0']).server.http_port, 0);
+});
+
+test('--log-level over CONDUIT_LOG_LEVEL over server.log_level (info by default), a bad one blamed on its source', () => {
+  assert.equal(resolveServeConfig([]).server.log_level, process.env.CONDUIT_LOG_LEVEL ?? 'info');
+  assert.equal(resolveServeConfig(['--log-level', 'debug']).server.log_level, 'debug');
+  assert.equal(logLevelOverride(undefined, { CONDUIT_LOG_LEVEL: 'warn' }), 'warn');
+  assert.equal(logLevelOverride('error', { CONDUIT_LOG_LEVEL: 'warn' }), 'error');
+  assert.equal(logLevelOverride(undefined, {}), undefined);
+  assert.throws(() => resolveServeConfig(['--log-level', 'loud']), /^ConfigError: command line: --log-level loud: Invalid option/);
+  assert.throws(() => logLevelOverride(undefined, { CONDUIT_LOG_LEVEL: 'INFO' }), /CONDUIT_LOG_LEVEL INFO: Invalid option/);
 });

@@ -192,6 +192,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION, control: kserveControl ?? undefined },
       readiness,
       drainTimeoutMs: server.drain_timeout_s * 1000,
+      logger: { level: server.log_level },
       access: {
         apiKeys,
         anonymousLimits: keyLimitsOf(server.key_limits),

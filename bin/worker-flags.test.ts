@@ -62,3 +62,9 @@ test('--redis-url registers the worker in Redis; its heartbeat flags are checked
   );
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--advertise-address', 'a:1']), /--advertise-address needs --redis-url/);
 });
+
+test('--log-level sets the worker\'s log level, checked', () => {
+  const args = ['--model', '/m', '--listen', 'unix:/tmp/w.sock'];
+  assert.equal(parseWorkerArgs([...args, '--log-level', 'debug']).logLevel, 'debug');
+  assert.throws(() => parseWorkerArgs([...args, '--log-level', 'chatty']), /conduit worker: --log-level chatty: Invalid option/);
+});

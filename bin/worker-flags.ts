@@ -4,7 +4,7 @@
 import { parseArgs } from 'node:util';
 import os from 'node:os';
 import type { ModelConfig } from '../configs/schema.ts';
-import { modelSchema, routerSchema, servedName } from '../configs/schema.ts';
+import { logLevelSchema, modelSchema, routerSchema, servedName, type LogLevel } from '../configs/schema.ts';
 import type { SharedStateSettings, WorkerSettings } from '../engine/worker.ts';
 
 /** The KV-cache size of a worker whose configuration names none. */
@@ -32,6 +32,8 @@ export const workerFlagOptions = {
   'advertise-address': { type: 'string' },
   'heartbeat-interval-s': { type: 'string' },
   'heartbeat-ttl-s': { type: 'string' },
+  // Not a model setting: spawned workers take their gateway's level from CONDUIT_LOG_LEVEL.
+  'log-level': { type: 'string' },
 } as const;
 
 const flagToField: Record<string, keyof ModelConfig> = {
@@ -121,6 +123,15 @@ function sharedStateOf(values: WorkerFlagValues): SharedStateSettings | undefine
   };
 }
 
+/** --log-level, else CONDUIT_LOG_LEVEL; the worker logs at info without either. */
+function workerLogLevelOf(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): LogLevel | undefined {
+  const [source, value] = flag !== undefined ? ['--log-level', flag] : ['CONDUIT_LOG_LEVEL', env.CONDUIT_LOG_LEVEL];
+  if (value === undefined) return undefined;
+  const result = logLevelSchema.safeParse(value);
+  if (!result.success) throw new Error(`conduit worker: ${source} ${value}: ${result.error.issues[0].message}`);
+  return result.data;
+}
+
 /** Parses `conduit worker` flags into the worker's settings. */
 export function parseWorkerArgs(argv: string[]): WorkerSettings {
   const { values } = parseArgs({ args: argv, options: workerFlagOptions, strict: true });
@@ -140,6 +151,8 @@ export function parseWorkerArgs(argv: string[]): WorkerSettings {
     throw new Error(`conduit worker: --${flag}: ${issue.message}`);
   }
   const settings = workerSettings(parsed.data, values.listen);
+  const logLevel = workerLogLevelOf(values['log-level']);
+  if (logLevel !== undefined) settings.logLevel = logLevel;
   const sharedState = sharedStateOf(values);
   return sharedState === undefined ? settings : { ...settings, sharedState };
 }

@@ -6,6 +6,9 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 
 const dtype = z.enum(['auto', 'fp32', 'bf16', 'fp16']);
+/** pino's levels: `info` logs one access line per request; `debug` adds request bodies and output text. */
+export const logLevelSchema = z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']);
+export type LogLevel = z.infer<typeof logLevelSchema>;
 const hostPort = z.string().regex(/^(unix:.+|[^:\s]+:\d+)$/, 'expected HOST:PORT or unix:PATH');
 
 export const modelSchema = z
@@ -155,6 +158,8 @@ export const serverSchema = z
     websocket_ping_interval_s: z.number().positive().default(30),
     /** Bytes a response stream (SSE or WebSocket) may have queued for a slow reader before it is cancelled. */
     stream_max_buffered_bytes: z.number().int().positive().default(4 * 1024 * 1024),
+    /** JSON log lines on stdout at this level and above; --log-level and CONDUIT_LOG_LEVEL override it. */
+    log_level: logLevelSchema.default('info'),
   })
   .strict()
   .refine((s) => s.headers_timeout_s <= s.receive_timeout_s, {

@@ -23,6 +23,8 @@ export interface EngineSettings {
   policy?: SchedulingPolicy;
 }
 
+const RSS_SAMPLE_INTERVAL_MS = 1000;
+
 export type OutputListener = (output: RequestOutput) => void;
 export type ReportListener = (report: StepReport) => void;
 
@@ -49,6 +51,8 @@ export class Engine {
   private numUnreportedOutputs = 0;
   private readonly loopDone: Promise<void>;
   private closing: Promise<void> | null = null;
+  private residentMemoryBytes = 0;
+  private residentMemoryReadAtMs = -Infinity;
 
   constructor(runner: ModelRunner, settings: EngineSettings) {
     const { numKvBlocks, blockSizeTokens, maxModelLen, vocabSize } = runner.info;
@@ -213,7 +217,18 @@ export class Engine {
       numPrefixQueriedTokens: counters.numPrefixQueriedTokens,
       numPrefixHitTokens: counters.numPrefixHitTokens,
       kvUsage: this.scheduler.kvUsage,
+      residentMemoryBytes: this.sampleResidentMemory(),
     };
+  }
+
+  /** Reading the RSS costs a read of /proc: once a second is plenty for a gauge. */
+  private sampleResidentMemory(): number {
+    const nowMs = performance.now();
+    if (nowMs - this.residentMemoryReadAtMs >= RSS_SAMPLE_INTERVAL_MS) {
+      this.residentMemoryBytes = process.memoryUsage.rss();
+      this.residentMemoryReadAtMs = nowMs;
+    }
+    return this.residentMemoryBytes;
   }
 
   /** Tells every report listener what this round did, if it did anything worth telling. */

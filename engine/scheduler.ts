@@ -284,6 +284,10 @@ export class Scheduler {
         sequence.hasSentPromptLogprobs = true;
       }
       if (finishReason === 'stop') news.stopTokenId = tokenId;
+      if (sequence.numOutputTokens === 1) {
+        news.queueTimeMs = sequence.firstScheduledMs - sequence.arrivalMs;
+        news.prefillTimeMs = this.now() - sequence.firstScheduledMs;
+      }
       outputs.push(news);
     }
     return outputs;
@@ -323,6 +327,7 @@ export class Scheduler {
       sequence.isRecomputing = true;
     } else {
       sequence.wasAdmitted = true;
+      sequence.firstScheduledMs = this.now();
       sequence.numCachedTokens = numPrefixTokens;
     }
     return numNewTokens;

@@ -42,6 +42,8 @@ export class Sequence implements KvSequence, Queued {
   numCachedTokens = 0;
   /** Admitted at least once (a waiting sequence that was admitted before was preempted). */
   wasAdmitted = false;
+  /** When it was first admitted (the scheduler's clock); its first output token reports the wait. */
+  firstScheduledMs = 0;
   /** In the running list (else in the waiting queue). */
   isRunning = false;
   /**

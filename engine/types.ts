@@ -43,6 +43,8 @@ export interface GenerateRequest {
   queueTimeoutMs?: number;
   /** Ends the request with 'request_timeout' if it has not finished this long after it arrived. */
   timeoutMs?: number;
+  /** The client request's id (the gateway's x-request-id) for the worker's log lines; choices share it. */
+  externalRequestId?: string;
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
@@ -85,6 +87,12 @@ export interface RequestOutput {
   numCachedTokens: number;
   numOutputTokens: number;
   error?: EngineError;
+  /**
+   * With the first output token, on the worker's clock: from arrival to first scheduled (vLLM's
+   * queue time), and from first scheduled to the first token (its prefill time).
+   */
+  queueTimeMs?: number;
+  prefillTimeMs?: number;
 }
 
 /** A worker's load, as routers weigh it: pushed with every step. */
@@ -119,6 +127,8 @@ export interface StepStats {
   numPrefixQueriedTokens: number;
   numPrefixHitTokens: number;
   kvUsage: number;
+  /** The worker process's resident set size, sampled at most once a second. */
+  residentMemoryBytes: number;
 }
 
 /** Everything a worker reports between two steps: each listener gets it once per step. */

@@ -1,5 +1,6 @@
 // One engine worker process: loads the model into the native runtime, runs the engine loop
 // over it, and serves proto/engine.proto on one address.
+import type { LevelWithSilent } from 'pino';
 import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
@@ -7,6 +8,7 @@ import type { SchedulingPolicy } from './scheduler.ts';
 import { readGenerationDefaults } from './generation-config.ts';
 import { serveEngine } from './grpc/service.ts';
 import { kvBytesPerBlock } from './kv/cache-size.ts';
+import { createWorkerLogger, type Logger } from './log.ts';
 import { NativeRunner } from './native-runner.ts';
 import { RedisPublisher } from './redis-publisher.ts';
 
@@ -34,6 +36,9 @@ export interface WorkerSettings {
   listen: string;
   /** Register in Redis and publish KV events there, for gateways on other machines (proto/redis-state.ts). */
   sharedState?: SharedStateSettings;
+  /** JSON lines on stdout at this level and above ('info' when unset); or a logger of the caller's. */
+  logLevel?: LevelWithSilent;
+  log?: Logger;
 }
 
 export interface SharedStateSettings {
@@ -63,6 +68,7 @@ function numKvBlocksOf(settings: WorkerSettings): number {
 }
 
 export async function startWorker(settings: WorkerSettings): Promise<RunningWorker> {
+  const log = settings.log ?? createWorkerLogger(settings.logLevel ?? 'info');
   const numKvBlocks = numKvBlocksOf(settings);
   const generationDefaults = readGenerationDefaults(settings.modelDir);
   const model = await loadModel({
@@ -102,7 +108,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
   }
   let server;
   try {
-    server = await serveEngine(engine, settings.listen);
+    server = await serveEngine(engine, settings.listen, log);
   } catch (err) {
     await engine.close();
     throw err;
@@ -120,6 +126,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       redisUrl, address, model: engine.model, numKvBlocks, maxNumSeqs: settings.maxNumSeqs, heartbeatIntervalMs, heartbeatTtlMs,
     });
   }
+  log.info({ model: settings.servedName, address: server.address, num_kv_blocks: numKvBlocks, max_model_len: maxModelLen }, 'worker serving');
   return {
     address: server.address,
     async close() {

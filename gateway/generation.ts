@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type { EngineError } from '../engine/errors.ts';
 import type { PromptTokenLogprobs, RequestOutput, SamplingParams } from '../engine/types.ts';
 import { ApiError, fromEngineError, publicError } from './errors.ts';
+import type { GenerationEnd, RequestTrace } from './logging.ts';
 import type { GatewayMetrics } from './metrics.ts';
 import type { LoadedModel } from './served-model.ts';
 import { createDetokenizer } from './tokenizer/incremental-detokenizer.ts';
@@ -34,6 +35,8 @@ export interface GenerationRequest {
   arrivalMs: number;
   /** Who pays for the tokens (the caller's tokens-per-minute quota), told once when the generation ends. */
   account?: UsageAccount;
+  /** The request's access-line record; its id goes to the worker with the request, for the worker's log. */
+  trace?: RequestTrace;
 }
 
 export interface UsageAccount {
@@ -116,9 +119,14 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   // A worker that fails the request before it starts hands it to the next one (route.retry).
   let route = firstRoute;
   const requestId = randomUUID();
+  const { trace } = request;
+  trace?.onStart(model.name, promptTokenIds);
+  const observed = metrics.forModel(model.name);
   const detokenizer = createDetokenizer(model.tokenizer);
   const stopMatcher = new StopMatcher(request.stopStrings);
   let numOutputTokens = 0;
+  let firstTokenMs = 0;
+  let lastTokenMs = 0;
   let numCachedTokens = 0;
   let promptLogprobs: PromptTokenLogprobs[] | null = null;
   let isFinished = false;
@@ -132,13 +140,22 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     return taken;
   };
   const emit = (text: string) => {
-    if (text !== '') handlers.onText(text, takeLogprobs(), numOutputTokens);
+    if (text === '') return;
+    trace?.onText(text);
+    handlers.onText(text, takeLogprobs(), numOutputTokens);
   };
-  const finish = (finishReason: 'stop' | 'length') => {
+  /** Every way a generation ends passes here once. */
+  const end = (how: GenerationEnd) => {
     isFinished = true;
     request.account?.settle(promptTokenIds.length, numOutputTokens);
     route.finished();
-    metrics.observeFinished(model.name, (performance.now() - request.arrivalMs) / 1000, promptTokenIds.length, numOutputTokens);
+    observed.ended(how);
+    trace?.onEnd(numOutputTokens, how);
+  };
+  const finish = (finishReason: 'stop' | 'length') => {
+    end(finishReason);
+    const decodeSeconds = numOutputTokens === 0 ? 0 : (lastTokenMs - firstTokenMs) / 1000;
+    observed.finished((performance.now() - request.arrivalMs) / 1000, decodeSeconds, promptTokenIds.length, numOutputTokens);
     handlers.onFinish({
       finishReason,
       usage: usageOf(promptTokenIds.length, numCachedTokens, numOutputTokens),
@@ -147,10 +164,27 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     });
   };
   const fail = (error: ApiError) => {
-    isFinished = true;
-    request.account?.settle(promptTokenIds.length, numOutputTokens);
-    route.finished();
+    end(error.code === 'request_aborted' ? 'abort' : 'error');
     handlers.onError(error);
+  };
+  const observeTokens = (output: RequestOutput) => {
+    const numNewTokens = output.newTokenIds.length;
+    if (numNewTokens === 0) return;
+    const nowMs = performance.now();
+    if (numOutputTokens === 0) {
+      firstTokenMs = nowMs;
+      const ttftMs = nowMs - request.arrivalMs;
+      observed.firstToken(ttftMs / 1000);
+      trace?.onFirstToken(ttftMs);
+      if (output.queueTimeMs !== undefined && output.prefillTimeMs !== undefined) {
+        observed.engineTimings(output.queueTimeMs / 1000, output.prefillTimeMs / 1000);
+      }
+      // Tokens of the same step as the first: no gap between them.
+      observed.interTokens(0, numNewTokens - 1);
+    } else {
+      observed.interTokens((nowMs - lastTokenMs) / 1000 / numNewTokens, numNewTokens);
+    }
+    lastTokenMs = nowMs;
   };
 
   const handleOutput = (output: RequestOutput) => {
@@ -172,9 +206,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       isStarted = true;
       route.started(output.numCachedTokens);
     }
-    if (numOutputTokens === 0 && output.newTokenIds.length > 0) {
-      metrics.observeFirstToken(model.name, (performance.now() - request.arrivalMs) / 1000);
-    }
+    observeTokens(output);
     numOutputTokens += output.newTokenIds.length;
     numCachedTokens = output.numCachedTokens;
     if (output.promptLogprobs !== undefined && promptLogprobs === null) {
@@ -230,6 +262,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
           cacheSalt: request.cacheSalt,
           queueTimeoutMs: model.queueTimeoutMs,
           timeoutMs: model.requestTimeoutMs,
+          externalRequestId: trace?.requestId,
         },
         onOutput,
       );
@@ -242,9 +275,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   return {
     abort() {
       if (isFinished) return;
-      isFinished = true;
-      request.account?.settle(promptTokenIds.length, numOutputTokens);
-      route.finished();
+      end('abort');
       route.worker.abort(requestId);
     },
   };

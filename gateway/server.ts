@@ -1,7 +1,7 @@
 // The HTTP gateway: one fastify instance with one plugin per API surface, every error rendered
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
 import websocketPlugin from '@fastify/websocket';
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import { installAdmission, type AccessOptions } from './admission.ts';
 import { ApiKeyRing, installAuth, selectSubprotocol } from './auth.ts';
 import { capConnections, connectionOptions } from './connections.ts';
@@ -9,6 +9,7 @@ import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
+import { echoRequestIdOnUpgrade, installAccessLog, loggerOptions, type LogSettings } from './logging.ts';
 import { kservePlugin } from './kserve/index.ts';
 import type { ModelRepository } from '../engine/classic/index.ts';
 import type { KServeControl } from './kserve/control.ts';
@@ -26,6 +27,7 @@ export type { ServedModel, ServedWorker } from './served-model.ts';
 export type { ResponsesSettings } from './openai/responses/index.ts';
 export type { AccessOptions } from './admission.ts';
 export type { ApiKeySpec } from './auth.ts';
+export type { LogSettings } from './logging.ts';
 export { Readiness } from './readiness.ts';
 
 const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
@@ -33,7 +35,8 @@ const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
 export interface GatewayOptions {
   models: ServedModel[];
   bodyLimitBytes: number;
-  logger?: FastifyServerOptions['logger'];
+  /** JSON lines (gateway/logging.ts): one access line per request, errors; none when omitted. */
+  logger?: LogSettings;
   /** Shared with createMetricsServer; a private set when omitted. */
   metrics?: GatewayMetrics;
   /** Timeouts, connection cap, stream bounds (configs `server`); each omitted one takes its default. */
@@ -68,7 +71,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   const limits: GatewayLimits = { ...DEFAULT_GATEWAY_LIMITS, ...options.limits };
   // While closing, the readiness gate answers in OpenAI's envelope instead of fastify's own 503.
   const app = Fastify({
-    logger: options.logger ?? false,
+    ...loggerOptions(options.logger ?? { level: 'silent' }),
     bodyLimit: options.bodyLimitBytes,
     return503OnClosing: false,
     ...connectionOptions(limits),
@@ -89,8 +92,12 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   });
   // On the raw response, so streamed (hijacked) replies and dropped clients count too.
   app.addHook('onRequest', async (request, reply) => {
-    reply.raw.once('close', () => metrics.observeRequest(request.routeOptions.url ?? 'unmatched', reply.raw.statusCode));
+    const startMs = performance.now();
+    reply.raw.once('close', () => {
+      metrics.observeRequest(request.routeOptions.url ?? 'unmatched', request.method, reply.raw.statusCode, (performance.now() - startMs) / 1000);
+    });
   });
+  installAccessLog(app);
 
   // Lifecycle, keys and limits, in this order: 503 unless ready, 401 without a key, 429 over a limit.
   installReadinessGate(app, readiness, options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
@@ -99,6 +106,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
 
   // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
   await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes, handleProtocols: selectSubprotocol } });
+  echoRequestIdOnUpgrade(app);
   await app.register(openaiPlugin, {
     registry,
     metrics,

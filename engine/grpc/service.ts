@@ -4,9 +4,12 @@
 // one message per step, not one per request per token. When the call goes away every request it
 // started is aborted, so a vanished gateway never leaves blocks behind. A stream with nothing to
 // carry for a second gets a heartbeat (the load, no outputs), so that a silent stream means a
-// hung worker, which the gateway's supervisor kills and restarts.
+// hung worker, which the gateway's supervisor kills and restarts. A request that ends aborted
+// or failed leaves one log line with the gateway's id of it; tokens are never logged.
 import * as grpc from '@grpc/grpc-js';
 import type { Engine } from '../engine.ts';
+import { silentLogger, type Logger } from '../log.ts';
+import type { RequestOutput } from '../types.ts';
 import { errorOutput } from '../request-output.ts';
 import {
   generateFromWire,
@@ -32,9 +35,21 @@ type StreamCall = grpc.ServerDuplexStream<ClientMessage__Output, StepOutput>;
 /** An idle stream carries a heartbeat this often (a step report, when steps run, is one too). */
 export const HEARTBEAT_INTERVAL_MS = 1_000;
 
-function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClosed: () => void): () => void {
-  /** Wire request ids still in flight on this stream. */
-  const inFlight = new Set<string>();
+/** One line for a request that did not finish normally: an abort at info, a failure at warn. */
+function logEnding(log: Logger, output: RequestOutput, externalRequestId: string | undefined, engineRequestId: string) {
+  const fields = {
+    request_id: externalRequestId,
+    engine_request_id: engineRequestId,
+    num_prompt_tokens: output.numPromptTokens,
+    num_output_tokens: output.numOutputTokens,
+  };
+  if (output.finishReason === 'abort') log.info(fields, 'request aborted');
+  else if (output.finishReason === 'error') log.warn({ ...fields, code: output.error?.code, detail: output.error?.message }, 'request failed');
+}
+
+function serveStream(engine: Engine, call: StreamCall, streamKey: string, log: Logger, onClosed: () => void): () => void {
+  /** Wire request ids still in flight on this stream, with the gateway's id of each (for the log). */
+  const inFlight = new Map<string, string | undefined>();
   /** This stream's outputs since the last report. */
   let pending: WireRequestOutput[] = [];
   let open = true;
@@ -57,7 +72,10 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
     open = false;
     clearInterval(heartbeatTimer);
     unsubscribe();
-    for (const requestId of inFlight) engine.abort(streamKey + requestId);
+    for (const [requestId, externalRequestId] of inFlight) {
+      engine.abort(streamKey + requestId);
+      log.info({ request_id: externalRequestId, engine_request_id: streamKey + requestId }, 'request aborted: its stream closed');
+    }
     inFlight.clear();
     onClosed();
   };
@@ -76,10 +94,14 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
       call.write(stepToWire([output], { events: [], load: engine.health().load, stats: null }));
       return;
     }
-    inFlight.add(requestId);
+    const { externalRequestId } = request;
+    inFlight.set(requestId, externalRequestId);
     engine.generate({ ...request, requestId: streamKey + requestId }, (output) => {
       if (!open) return;
-      if (output.finishReason !== null) inFlight.delete(requestId);
+      if (output.finishReason !== null) {
+        inFlight.delete(requestId);
+        logEnding(log, output, externalRequestId, output.requestId);
+      }
       pending.push(outputToWire(output, requestId));
     });
   });
@@ -96,13 +118,13 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, onClos
 }
 
 /** Serves the engine on listen ('HOST:PORT', port 0 for any free port, or 'unix:PATH'). */
-export async function serveEngine(engine: Engine, listen: string): Promise<EngineServer> {
+export async function serveEngine(engine: Engine, listen: string, log: Logger = silentLogger): Promise<EngineServer> {
   const server = new grpc.Server();
   const openStreams = new Set<() => void>();
   let numStreams = 0;
   server.addService(loadEngineService().service, {
     Stream(call: StreamCall) {
-      const endStream = serveStream(engine, call, `${numStreams++}/`, () => openStreams.delete(endStream));
+      const endStream = serveStream(engine, call, `${numStreams++}/`, log, () => openStreams.delete(endStream));
       openStreams.add(endStream);
     },
     Health(_call: grpc.ServerUnaryCall<unknown, HealthResponse>, callback: grpc.sendUnaryData<HealthResponse>) {

@@ -99,6 +99,7 @@ export function generateToWire(request: GenerateRequest): WireGenerateRequest {
     cacheSalt: request.cacheSalt,
     queueTimeoutMs: request.queueTimeoutMs,
     timeoutMs: request.timeoutMs,
+    externalRequestId: request.externalRequestId,
   };
 }
 
@@ -130,6 +131,7 @@ export function generateFromWire(wire: WireGenerateRequestOutput): GenerateReque
     cacheSalt: wire.cacheSalt,
     queueTimeoutMs: wire.queueTimeoutMs,
     timeoutMs: wire.timeoutMs,
+    externalRequestId: wire.externalRequestId,
   };
 }
 
@@ -161,6 +163,8 @@ export function outputToWire(output: RequestOutput, requestId: string): WireRequ
     error: output.error ?? null,
     newTopLogprobs: output.newTopLogprobs,
     promptLogprobs: output.promptLogprobs,
+    queueTimeMs: output.queueTimeMs,
+    prefillTimeMs: output.prefillTimeMs,
   };
 }
 
@@ -178,6 +182,8 @@ export function outputFromWire(wire: WireRequestOutputOutput): RequestOutput {
   if (wire.error !== null) output.error = errorFromWire(wire.error);
   if (wire.newTopLogprobs.length > 0) output.newTopLogprobs = wire.newTopLogprobs.map(logprobsFromWire);
   if (wire.promptLogprobs.length > 0) output.promptLogprobs = wire.promptLogprobs.map(promptLogprobsFromWire);
+  if (wire.queueTimeMs !== undefined) output.queueTimeMs = wire.queueTimeMs;
+  if (wire.prefillTimeMs !== undefined) output.prefillTimeMs = wire.prefillTimeMs;
   return output;
 }
 

@@ -12,6 +12,7 @@ import { generateToWire, loadEngineService, stepFromWire, type ClientMessage, ty
 import type { GenerateRequest, RequestOutput, StepReport } from '../types.ts';
 import { pollUntil, within } from '../../test/wait.ts';
 import { FakeRunner, distinctPrompt, scriptedTokenId } from './fake-runner.ts';
+import { createWorkerLogger, type Logger } from '../log.ts';
 
 const numKvBlocks = 64;
 
@@ -40,7 +41,7 @@ class StepGate {
   }
 }
 
-async function startWorker(listen = '127.0.0.1:0') {
+async function startWorker(listen = '127.0.0.1:0', log?: Logger) {
   const runner = new FakeRunner({ numKvBlocks, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 128 });
   const engine = createEngine(runner, {
     servedName: 'fake',
@@ -48,7 +49,7 @@ async function startWorker(listen = '127.0.0.1:0') {
     maxNumBatchedTokens: 64,
     generationDefaults: { eosTokenIds: [2], temperature: 0.5 },
   });
-  const server = await serveEngine(engine, listen);
+  const server = await serveEngine(engine, listen, log);
   const client = new GrpcEngineClient(server.address);
   const stop = async () => {
     client.close();
@@ -316,4 +317,39 @@ test('an idle stream carries a heartbeat (the load and nothing else) every secon
     assert.equal(heartbeat.report.stats, null);
     assert.equal(heartbeat.report.load.numTotalBlocks, numKvBlocks);
   }
+});
+
+test('the worker logs an aborted or failed request under the gateway\'s id, and never its tokens; the first token reports queue and prefill times', async (t) => {
+  const lines: Record<string, unknown>[] = [];
+  const log = createWorkerLogger('info', { write: (line: string) => lines.push(JSON.parse(line)) });
+  const { client, stop } = await startWorker('127.0.0.1:0', log);
+  t.after(stop);
+
+  const finished = await collect(client, { ...request('done', 3), externalRequestId: 'ext-done' });
+  const first = finished.find((output) => output.newTokenIds.length > 0)!;
+  assert.ok(first.queueTimeMs !== undefined && first.queueTimeMs >= 0);
+  assert.ok(first.prefillTimeMs !== undefined && first.prefillTimeMs >= 0);
+  assert.ok(finished.filter((output) => output.queueTimeMs !== undefined).length === 1);
+
+  let aborted = false;
+  await collect(client, { ...request('cut', 100), externalRequestId: 'ext-cut' }, (output) => {
+    if (aborted || output.newTokenIds.length === 0) return;
+    aborted = true;
+    client.abort('cut');
+  });
+  await collect(client, { requestId: 'big', promptTokenIds: distinctPrompt('big', 6), sampling: { maxTokens: 1000 }, externalRequestId: 'ext-big' });
+
+  await pollUntil(async () => lines.length >= 2, 'two log lines');
+  const abortLine = lines.find((line) => line.request_id === 'ext-cut')!;
+  assert.equal(abortLine.msg, 'request aborted');
+  assert.equal(abortLine.level, 'info');
+  assert.equal(abortLine.role, 'worker');
+  const failLine = lines.find((line) => line.request_id === 'ext-big')!;
+  assert.equal(failLine.msg, 'request failed');
+  assert.equal(failLine.level, 'warn');
+  assert.equal(typeof failLine.code, 'string');
+  // A request that finished normally leaves no line; no line holds token ids.
+  assert.ok(!lines.some((line) => line.request_id === 'ext-done'));
+  assert.ok(!JSON.stringify(lines).includes('token_ids'));
+  assert.ok(!JSON.stringify(lines).includes(String(distinctPrompt('cut', 6))));
 });

@@ -94,7 +94,9 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
     }
     const head = { ...(body.id === undefined ? {} : { id: body.id }), model_name: model.name, model_version: '1' };
     const stopStrings = fields.stop === undefined ? [] : typeof fields.stop === 'string' ? [fields.stop] : fields.stop;
-    const generationRequest = { model, promptTokenIds, sampling: samplingOf(fields, maxTokens), stopStrings, wantsLogprobs: false, arrivalMs };
+    const generationRequest = {
+      model, promptTokenIds, sampling: samplingOf(fields, maxTokens), stopStrings, wantsLogprobs: false, arrivalMs, trace: request.trace,
+    };
 
     if (!streamed) {
       let text = '';

@@ -118,6 +118,7 @@ export function registerChatRoute(app: FastifyInstance, { registry, metrics, str
       affinityKey: affinityKeyOf(httpRequest.headers),
       arrivalMs,
       account: httpRequest.account,
+      trace: httpRequest.trace,
     };
     return respond(
       reply,

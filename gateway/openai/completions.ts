@@ -171,6 +171,7 @@ export function registerCompletionsRoute(app: FastifyInstance, { registry, metri
         affinityKey: affinityKeyOf(httpRequest.headers),
         arrivalMs,
         account: httpRequest.account,
+        trace: httpRequest.trace,
       };
       return choiceRequestsOf(generationRequest, numChoicesPerPrompt, echoesLogprobs && isStream);
     });

@@ -247,10 +247,11 @@ test('the server never selects the key offer as the subprotocol', async () => {
 test('no key, right or wrong, is ever written back in a response or a log line', () => {
   const written = [...logLines, ...responsesSeen].join('\n');
   for (const key of EVERY_KEY) assert.ok(!written.includes(key), 'a key was written back');
-  // The check saw real traffic: every request above was logged.
-  assert.ok(logLines.length > 40);
+  // The check saw real traffic: every request above was logged (its access line, at trace level with its body).
+  const entries = logLines.map((line) => JSON.parse(line));
   assert.ok(responsesSeen.length > 10);
-  const refusals = logLines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === 'request refused');
+  assert.ok(entries.filter((entry) => entry.msg === 'request completed').length >= responsesSeen.length);
+  const refusals = entries.filter((entry) => entry.msg === 'request refused');
   assert.ok(refusals.length >= 8);
   assert.ok(refusals.every((entry) => entry.code === 'invalid_api_key'));
   assert.ok(refusals.some((entry) => entry.keyPresented === true));

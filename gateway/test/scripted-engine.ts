@@ -22,6 +22,9 @@ export interface Script {
   firstStepDelayMs?: number;
   /** Milliseconds between steps; one step per event-loop turn otherwise. */
   stepIntervalMs?: number;
+  /** The worker's queue and prefill times, reported with the first token as a worker does; none when unset. */
+  queueTimeMs?: number;
+  prefillTimeMs?: number;
 }
 
 /**
@@ -82,6 +85,10 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
       const output: Omit<RequestOutput, 'finishReason'> = numTopLogprobs === 0
         ? news
         : { ...news, newTopLogprobs: newTokenIds.map((id, i) => scriptedAlternatives(id, newLogprobs[i], numTopLogprobs)) };
+      if (numOutputTokens === newTokenIds.length && newTokenIds.length > 0 && script.queueTimeMs !== undefined) {
+        output.queueTimeMs = script.queueTimeMs;
+        output.prefillTimeMs = script.prefillTimeMs ?? 0;
+      }
       if (isFirstStep && sampling.numPromptLogprobs !== undefined) {
         // Prompt token i (from 1) has log-probability -i/8.
         output.promptLogprobs = promptTokenIds

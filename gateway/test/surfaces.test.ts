@@ -82,7 +82,7 @@ test('the metrics server exposes request, latency, token and worker families', a
   await (await gateway.post('/v1/chat/completions', { model: 'missing', messages: [] })).text();
   const stats = {
     numScheduledTokens: 48, numScheduledSeqs: 3, numPreempted: 2, scheduleMs: 0.2, forwardMs: 3.8,
-    numPrefixQueriedTokens: 64, numPrefixHitTokens: 32, kvUsage: 0.1,
+    numPrefixQueriedTokens: 64, numPrefixHitTokens: 32, kvUsage: 0.1, residentMemoryBytes: 123_456_789,
   };
   gateway.engine.report(stats);
   gateway.engine.report({ ...stats, numPreempted: 0, numPrefixQueriedTokens: 0, numPrefixHitTokens: 0, numScheduledTokens: 3 });
@@ -103,6 +103,7 @@ test('the metrics server exposes request, latency, token and worker families', a
     `conduit_kv_blocks_used{model_name="${MODEL_NAME}",worker="scripted:0"} 10`,
     `conduit_kv_blocks_total{model_name="${MODEL_NAME}",worker="scripted:0"} 100`,
     `conduit_kv_cache_usage_ratio{model_name="${MODEL_NAME}",worker="scripted:0"} 0.1`,
+    `conduit_worker_resident_memory_bytes{model_name="${MODEL_NAME}",worker="scripted:0"} 123456789`,
     `conduit_num_queued_prefill_tokens{model_name="${MODEL_NAME}",worker="scripted:0"} 0`,
     `conduit_num_preemptions_total{model_name="${MODEL_NAME}",worker="scripted:0"} 2`,
     `conduit_prefix_cache_queries_total{model_name="${MODEL_NAME}",worker="scripted:0"} 64`,

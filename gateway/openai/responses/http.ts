@@ -55,6 +55,7 @@ export function registerResponsesHttpRoutes(app: FastifyInstance, context: Respo
     if (previous === undefined) throw previousNotFound(previousId!);
     const prepared = await prepareTurn(registry, context.prompts, request, previous, arrivalMs, clientIsConnected(httpRequest));
     prepared.generation.account = httpRequest.account;
+    prepared.generation.trace = httpRequest.trace;
     const sink = request.stream === true ? sseSink(reply) : null;
     const turn = startTurn(prepared, { sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
 

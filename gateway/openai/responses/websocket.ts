@@ -9,6 +9,7 @@ import type { RawData, WebSocket } from 'ws';
 import type { TurnAdmission, TurnAdmitter } from '../../admission.ts';
 import { ApiError, toResponsesErrorEvent } from '../../errors.ts';
 import { checkJsonShape } from '../../json-body.ts';
+import type { RequestTrace } from '../../logging.ts';
 import type { ResponsesContext } from './index.ts';
 import type { EventSink } from './objects.ts';
 import { prepareTurn, previousNotFound, type PreparedTurn } from './prepare.ts';
@@ -41,7 +42,14 @@ class ResponsesConnection {
   private readonly deadlineTimer: NodeJS.Timeout;
   private readonly sink: EventSink;
 
-  constructor(socket: WebSocket, context: ResponsesContext, log: FastifyBaseLogger, private readonly admitTurn: TurnAdmitter | null) {
+  constructor(
+    socket: WebSocket,
+    context: ResponsesContext,
+    log: FastifyBaseLogger,
+    private readonly admitTurn: TurnAdmitter | null,
+    /** The upgrade request's: every turn's generation reports into the connection's access line. */
+    private readonly trace: RequestTrace,
+  ) {
     this.socket = socket;
     this.context = context;
     this.log = log;
@@ -125,6 +133,7 @@ class ResponsesConnection {
       return;
     }
     prepared.generation.account = admission?.account;
+    prepared.generation.trace = this.trace;
     const { settings, metrics } = this.context;
     const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
     this.turn = turn;
@@ -208,7 +217,7 @@ export function registerResponsesWebSocketRoute(app: FastifyInstance, context: R
       );
     },
     wsHandler: (socket, request) => {
-      new ResponsesConnection(socket, context, request.log, request.admitTurn);
+      new ResponsesConnection(socket, context, request.log, request.admitTurn, request.trace);
     },
   });
 }

@@ -10,9 +10,11 @@ export interface GenerateRequest {
   'cacheSalt'?: (string);
   'queueTimeoutMs'?: (number | string);
   'timeoutMs'?: (number | string);
+  'externalRequestId'?: (string);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";
+  '_externalRequestId'?: "externalRequestId";
 }
 
 export interface GenerateRequest__Output {
@@ -23,7 +25,9 @@ export interface GenerateRequest__Output {
   'cacheSalt'?: (string);
   'queueTimeoutMs'?: (number);
   'timeoutMs'?: (number);
+  'externalRequestId'?: (string);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";
+  '_externalRequestId'?: "externalRequestId";
 }

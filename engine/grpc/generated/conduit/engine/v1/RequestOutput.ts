@@ -16,7 +16,11 @@ export interface RequestOutput {
   'numCachedTokens'?: (number);
   'newTopLogprobs'?: (_conduit_engine_v1_TokenLogprobs)[];
   'promptLogprobs'?: (_conduit_engine_v1_TokenLogprobs)[];
+  'queueTimeMs'?: (number | string);
+  'prefillTimeMs'?: (number | string);
   '_stopTokenId'?: "stopTokenId";
+  '_queueTimeMs'?: "queueTimeMs";
+  '_prefillTimeMs'?: "prefillTimeMs";
 }
 
 export interface RequestOutput__Output {
@@ -31,5 +35,9 @@ export interface RequestOutput__Output {
   'numCachedTokens': (number);
   'newTopLogprobs': (_conduit_engine_v1_TokenLogprobs__Output)[];
   'promptLogprobs': (_conduit_engine_v1_TokenLogprobs__Output)[];
+  'queueTimeMs'?: (number);
+  'prefillTimeMs'?: (number);
   '_stopTokenId'?: "stopTokenId";
+  '_queueTimeMs'?: "queueTimeMs";
+  '_prefillTimeMs'?: "prefillTimeMs";
 }

@@ -10,6 +10,7 @@ export interface StepStats {
   'numPrefixQueriedTokens'?: (number);
   'numPrefixHitTokens'?: (number);
   'kvUsage'?: (number | string);
+  'residentMemoryBytes'?: (number | string);
 }
 
 export interface StepStats__Output {
@@ -21,4 +22,5 @@ export interface StepStats__Output {
   'numPrefixQueriedTokens': (number);
   'numPrefixHitTokens': (number);
   'kvUsage': (number);
+  'residentMemoryBytes': (number);
 }
