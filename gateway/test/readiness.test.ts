@@ -10,6 +10,7 @@ import { ResponsesWS } from 'openai/resources/responses/ws';
 import { Readiness } from '../server.ts';
 import { MODEL_NAME, startTestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
+import { within } from '../../test/wait.ts';
 
 const chatBody = { model: MODEL_NAME, messages: [{ role: 'user' as const, content: 'hi' }] };
 
@@ -152,4 +153,21 @@ test('a drain that outlasts its timeout cuts what still runs, aborting it in the
   await assert.rejects(async () => {
     for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read());
   });
+});
+
+test('a client that abandons its stream without closing its connection does not hold up the close', async () => {
+  const script: Script = { steps: Array.from({ length: 20 }, () => [318]), finishReason: 'length' };
+  const gateway = await startTestGateway(() => script, { gatewayOptions: { drainTimeoutMs: 60_000 } });
+  // fetch's abort leaves the socket open in its pool; the server sees no close, only silence.
+  const abandon = new AbortController();
+  const stream = await fetch(`${gateway.baseUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...chatBody, stream: true, max_tokens: 20 }),
+    signal: abandon.signal,
+  });
+  await stream.body!.getReader().read();
+  abandon.abort();
+  // The drain lets the stream run to its end in the worker; the abandoned socket must not keep the server open after.
+  await within(gateway.close(), 'the gateway to close', 10_000);
 });
