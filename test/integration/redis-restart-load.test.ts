@@ -93,7 +93,11 @@ test('Redis stopped and restarted under load: no request lost, workers re-regist
       await redis.start();
       // Back: connected, both workers registered in the new (empty) Redis, the index in step with the workers.
       await pollUntil(async () => (await metric(server, 'conduit_router_redis_connected'))[0] === 1, 'the gateway reconnected');
-      await pollUntil(async () => (await numWorkersOf(server)) === 2, 'both workers registered again');
+      let numWorkers = 0;
+      await pollUntil(async () => (numWorkers = await numWorkersOf(server)) === 2, 'both workers registered again')
+        .catch((err: Error) => {
+          throw new Error(`${err.message} (the gateway counts ${numWorkers}; worker logs:\n${workers.map((worker) => worker.log().slice(-2000)).join('\n---\n')})`);
+        });
       await pollUntil(async () => {
         const drift = await metric(server, 'conduit_router_index_drift_blocks');
         return drift.length === 2 && drift.every((blocks) => blocks === 0);
