@@ -320,7 +320,7 @@ export class Scheduler {
     if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return 0;
     this.kv.recordLookup(sequence.numTokens, numPrefixTokens);
     this.waiting.remove(sequence);
-    this.numQueuedPrefillTokens -= sequence.numTokens;
+    this.numQueuedPrefillTokens -= sequence.numQueuedPrefillTokens;
     this.running.pushBack(sequence);
     sequence.isRunning = true;
     if (sequence.wasAdmitted) {
@@ -382,7 +382,11 @@ export class Scheduler {
   private pushWaiting(sequence: Sequence, preempted: boolean): void {
     if (preempted) this.waiting.pushPreempted(sequence);
     else this.waiting.push(sequence);
-    this.numQueuedPrefillTokens += sequence.numTokens;
+    // Only what it must compute: a router that counted whole prompts saw the worker holding a
+    // conversation's history as far busier than it is, and sent the next turn elsewhere.
+    const numCachedTokens = this.kv.findCachedPrefix(sequence).length * this.config.blockSizeTokens;
+    sequence.numQueuedPrefillTokens = sequence.numTokens - numCachedTokens;
+    this.numQueuedPrefillTokens += sequence.numQueuedPrefillTokens;
   }
 
   private finish(sequence: Sequence): void {
@@ -392,7 +396,7 @@ export class Scheduler {
       this.running.remove(sequence);
     } else {
       this.waiting.remove(sequence);
-      this.numQueuedPrefillTokens -= sequence.numTokens;
+      this.numQueuedPrefillTokens -= sequence.numQueuedPrefillTokens;
     }
   }
 

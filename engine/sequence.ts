@@ -40,6 +40,8 @@ export class Sequence implements KvSequence, Queued {
   numComputedTokens = 0;
   /** Prompt tokens found in the prefix cache when the sequence was first admitted. */
   numCachedTokens = 0;
+  /** What it adds to the scheduler's queued prefill tokens while it waits: its tokens the cache lacked when it was queued. */
+  numQueuedPrefillTokens = 0;
   /** Admitted at least once (a waiting sequence that was admitted before was preempted). */
   wasAdmitted = false;
   /** When it was first admitted (the scheduler's clock); its first output token reports the wait. */

@@ -155,6 +155,22 @@ test('waiting prefill tokens are counted for the router', () => {
   assert.equal(scheduler.load().numQueuedPrefillTokens, 0);
 });
 
+test('a waiting request counts only the prefill tokens the prefix cache lacks', async () => {
+  const { scheduler, step } = setup({ enablePrefixCaching: true });
+  const shared = [1, 2, 3, 4, 5, 6, 7, 8];
+  scheduler.add(prompt('first', [...shared, 9, 10]));
+  assert.equal(scheduler.load().numQueuedPrefillTokens, 10);
+  await step();
+  // Two full blocks of 4 cached: 3 of its 11 tokens are left to compute.
+  scheduler.add(prompt('second', [...shared, 11, 12, 13]));
+  assert.equal(scheduler.load().numQueuedPrefillTokens, 3);
+  scheduler.abort('second');
+  assert.equal(scheduler.load().numQueuedPrefillTokens, 0);
+  scheduler.add(prompt('third', [...shared, 14]));
+  await step();
+  assert.equal(scheduler.load().numQueuedPrefillTokens, 0);
+});
+
 test('min_tokens keeps EOS and stop tokens from ending the output early and bans them for the runner', async () => {
   const script = (entry: { numOutputTokens: number }) => [2, 7, 2, 9][entry.numOutputTokens];
   const { scheduler, step } = setup({}, script);
