@@ -12,6 +12,7 @@ import { ModelRepository } from '../../engine/classic/index.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../kserve/grpc.ts';
 import { makeTestRepo, startKServeServer, type KServeTestServer } from '../kserve/test/harness.ts';
 import { MODEL_NAME, oneTokenPerStep, startTestGateway, type TestGateway } from './harness.ts';
+import { call, type Client } from '../kserve/test/grpc-client.ts';
 
 const CONFIG = 'backend: "script"\nmax_batch_size: 0\ninput [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\noutput [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\n';
 const CONFIG_JSON = (defaultModelFilename: string) => JSON.stringify({
@@ -22,11 +23,6 @@ const CONFIG_JSON = (defaultModelFilename: string) => JSON.stringify({
 /** Names that must never reach the file system as a path: separators, parent steps, NUL. */
 const HOSTILE_NAMES = ['../outside', '..', '../../etc', 'a/b', 'a\\b', '..\\outside', 'x\u0000y', '/etc/passwd', '.hidden'];
 
-type Client = grpc.Client & Record<string, (...args: any[]) => any>;
-
-function call(client: Client, rpc: string, request: unknown): Promise<any> {
-  return new Promise((resolve, reject) => client[rpc](request, (err: grpc.ServiceError | null, response: unknown) => (err ? reject(err) : resolve(response))));
-}
 
 /** A request whose path is sent byte for byte (fetch would resolve `..` segments first). */
 function rawRequest(baseUrl: string, method: string, rawPath: string, body = ''): Promise<{ status: number; body: string }> {

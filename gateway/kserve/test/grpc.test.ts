@@ -9,22 +9,8 @@ import { heldOutDigits } from '../../../tools/make-classic-models.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { SAMPLES } from './datatypes.ts';
 import { makeTestRepo, MODELS_DIR } from './harness.ts';
+import { call, expectStatus, type Client } from './grpc-client.ts';
 import type { LlmWorkers } from '../readiness.ts';
-
-type Client = grpc.Client & Record<string, (...args: any[]) => any>;
-
-function call(client: Client, rpc: string, request: unknown): Promise<any> {
-  return new Promise((resolve, reject) => client[rpc](request, (err: grpc.ServiceError | null, response: unknown) => (err ? reject(err) : resolve(response))));
-}
-
-async function expectStatus(promise: Promise<unknown>, code: grpc.status, details: RegExp | string) {
-  await assert.rejects(promise, (err: grpc.ServiceError) => {
-    assert.equal(err.code, code, `${err.code}: ${err.details}`);
-    if (typeof details === 'string') assert.equal(err.details, details);
-    else assert.match(err.details, details);
-    return true;
-  });
-}
 
 async function startServer(repoDir: string, mode: 'none' | 'explicit' = 'none', llms: LlmWorkers[] = []) {
   const repository = new ModelRepository({ repoDir, mode, pollIntervalMs: 1000, startupModels: ['*'], log: () => {} });

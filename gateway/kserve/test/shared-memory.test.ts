@@ -15,21 +15,7 @@ import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '..
 import { SHM_DIR } from '../shared-memory.ts';
 import { pollUntil } from '../../../test/wait.ts';
 import { makeTestRepo, MODELS_DIR, startKServeServer, type KServeTestServer } from './harness.ts';
-
-type Client = grpc.Client & Record<string, (...args: any[]) => any>;
-
-function call(client: Client, rpc: string, request: unknown): Promise<any> {
-  return new Promise((resolve, reject) => client[rpc](request, (err: grpc.ServiceError | null, response: unknown) => (err ? reject(err) : resolve(response))));
-}
-
-async function expectStatus(promise: Promise<unknown>, code: grpc.status, details: RegExp | string) {
-  await assert.rejects(promise, (err: grpc.ServiceError) => {
-    assert.equal(err.code, code, `${err.code}: ${err.details}`);
-    if (typeof details === 'string') assert.equal(err.details, details);
-    else assert.match(err.details, details);
-    return true;
-  });
-}
+import { call, expectStatus, type Client } from './grpc-client.ts';
 
 const post = (url: string, body?: unknown) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
