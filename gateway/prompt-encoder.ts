@@ -14,6 +14,17 @@ export const MAX_INLINE_MESSAGES = 64;
 /** False once the request's client has gone: queued work for it is dropped. */
 export type IsWanted = () => boolean;
 
+export interface EncodeOptions {
+  isWanted?: IsWanted;
+  /** The request field errors point at: `messages` by default, the Responses API's `input`. */
+  param?: string;
+  /**
+   * Refuse text the context cannot hold (the default). vLLM's /tokenize counts any text: its
+   * size is bounded by the body limit, not the context.
+   */
+  fitContext?: boolean;
+}
+
 export class PromptEncoder {
   private readonly pool: OffloadPool;
 
@@ -22,27 +33,22 @@ export class PromptEncoder {
   }
 
   /** addSpecialTokens: what the checkpoint adds around a bare prompt (a rendered chat has its own). */
-  async encodePrompt(model: LoadedModel, text: string, addSpecialTokens: boolean, isWanted?: IsWanted): Promise<number[]> {
-    checkPromptChars(model, text.length);
-    if (text.length <= MAX_INLINE_PROMPT_CHARS) return encodePrompt(model, text, addSpecialTokens);
-    return numbersOf(await this.pool.run({ kind: 'encodePrompt', model: refOf(model), text, addSpecialTokens }, { isWanted }));
+  async encodePrompt(model: LoadedModel, text: string, addSpecialTokens: boolean, options: EncodeOptions = {}): Promise<number[]> {
+    const { isWanted, fitContext = true } = options;
+    if (fitContext) checkPromptChars(model, text.length);
+    if (text.length <= MAX_INLINE_PROMPT_CHARS) return encodePrompt(model, text, addSpecialTokens, fitContext);
+    return numbersOf(await this.pool.run({ kind: 'encodePrompt', model: refOf(model), text, addSpecialTokens, fitContext }, { isWanted }));
   }
 
-  /** param: the request field template errors point at (the Responses API's is `input`). */
-  async encodeChat(
-    model: LoadedModel,
-    messages: readonly ChatMessage[],
-    addGenerationPrompt: boolean,
-    isWanted?: IsWanted,
-    param = 'messages',
-  ): Promise<number[]> {
+  async encodeChat(model: LoadedModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, options: EncodeOptions = {}): Promise<number[]> {
+    const { isWanted, param = 'messages', fitContext = true } = options;
     if (messages.length > MAX_INLINE_MESSAGES && model.chatTemplate !== null) {
-      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param } as const;
+      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param, fitContext } as const;
       return numbersOf(await this.pool.run(job, { isWanted }));
     }
     // Rendering a few messages is cheap however long they are; tokenizing them may not be.
     const prompt = renderChat(model, messages, addGenerationPrompt, param);
-    return this.encodePrompt(model, prompt, false, isWanted);
+    return this.encodePrompt(model, prompt, false, { isWanted, fitContext });
   }
 }
 

@@ -15,8 +15,8 @@ export interface ModelRef {
 
 export type Job =
   | { kind: 'parseJson'; bytes: Uint8Array }
-  | { kind: 'encodePrompt'; model: ModelRef; text: string; addSpecialTokens: boolean }
-  | { kind: 'encodeChat'; model: ModelRef; messages: ChatMessage[]; addGenerationPrompt: boolean; param: string };
+  | { kind: 'encodePrompt'; model: ModelRef; text: string; addSpecialTokens: boolean; fitContext: boolean }
+  | { kind: 'encodeChat'; model: ModelRef; messages: ChatMessage[]; addGenerationPrompt: boolean; param: string; fitContext: boolean };
 
 export interface JobResults {
   parseJson: unknown;
@@ -64,9 +64,9 @@ export function runJob(job: Job): JobOutcome {
     case 'parseJson':
       return { value: parseJsonBody(job.bytes), transfer: [] };
     case 'encodePrompt':
-      return tokenIdsOutcome(encodePrompt(promptModelOf(job.model), job.text, job.addSpecialTokens));
+      return tokenIdsOutcome(encodePrompt(promptModelOf(job.model), job.text, job.addSpecialTokens, job.fitContext));
     case 'encodeChat':
-      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt, job.param));
+      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt, job.param, job.fitContext));
   }
 }
 

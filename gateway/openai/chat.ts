@@ -97,7 +97,7 @@ export function registerChatRoute(app: FastifyInstance, { registry, metrics, str
     const model = registry.get(request.model);
     rejectUnsupportedChat(request);
     const streamUsage = streamUsageOf(request);
-    const promptTokenIds = await prompts.encodeChat(model, chatMessagesOf(request.messages), true, clientIsConnected(httpRequest));
+    const promptTokenIds = await prompts.encodeChat(model, chatMessagesOf(request.messages), true, { isWanted: clientIsConnected(httpRequest) });
     const maxTokens = resolveMaxTokens(
       model,
       promptTokenIds.length,

@@ -40,7 +40,7 @@ async function promptsOf(
   prompts: PromptEncoder,
   isWanted: IsWanted,
 ): Promise<CompletionPrompt[]> {
-  const fromText = async (text: string, param: string) => ({ tokenIds: await prompts.encodePrompt(model, text, true, isWanted), text, param });
+  const fromText = async (text: string, param: string) => ({ tokenIds: await prompts.encodePrompt(model, text, true, { isWanted }), text, param });
   const fromTokenIds = (tokenIds: number[], param: string) => {
     checkTokenIds(model, tokenIds, param);
     return { tokenIds, text: echo ? model.tokenizer.decode(tokenIds, { skipSpecialTokens: false }) : '', param };

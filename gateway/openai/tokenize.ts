@@ -14,8 +14,8 @@ export function registerTokenizeRoutes(app: FastifyInstance, registry: ModelRegi
     const isWanted = clientIsConnected(httpRequest);
     const tokens =
       'messages' in request
-        ? await prompts.encodeChat(model, chatMessagesOf(request.messages), request.add_generation_prompt, isWanted)
-        : await prompts.encodePrompt(model, request.prompt, request.add_special_tokens, isWanted);
+        ? await prompts.encodeChat(model, chatMessagesOf(request.messages), request.add_generation_prompt, { isWanted, fitContext: false })
+        : await prompts.encodePrompt(model, request.prompt, request.add_special_tokens, { isWanted, fitContext: false });
     return { tokens, count: tokens.length, max_model_len: model.maxModelLen };
   });
 

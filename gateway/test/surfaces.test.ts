@@ -55,6 +55,27 @@ test('/tokenize a prompt or chat messages, /detokenize back', async () => {
   assert.equal((await gateway.post('/tokenize', { model: MODEL_NAME })).status, 400);
 });
 
+test('/tokenize counts text longer than the context, as vLLM does; generating from it is refused', async (t) => {
+  // The body limit, not the context, bounds what /tokenize reads.
+  const gateway = await startTestGateway(() => script, { bodyLimitBytes: 1 << 20 });
+  t.after(() => gateway.close());
+  const maxChars = gateway.tokenizer.maxTokenChars! * MAX_MODEL_LEN;
+  // Past the length check, both on the loop and (over 2,048 characters) in the offload pool.
+  for (const text of ['x '.repeat(Math.ceil(maxChars / 2) + 1), 'x '.repeat(Math.max(1100, Math.ceil(maxChars / 2) + 1))]) {
+    assert.ok(text.length > maxChars);
+    const response = await gateway.post('/tokenize', { model: MODEL_NAME, prompt: text });
+    assert.equal(response.status, 200);
+    const body = await response.json();
+    assert.deepEqual(body, { tokens: gateway.tokens(text), count: gateway.tokens(text).length, max_model_len: MAX_MODEL_LEN });
+    assert.ok(body.count > MAX_MODEL_LEN);
+    const chat = await (await gateway.post('/tokenize', { model: MODEL_NAME, messages: [{ role: 'user', content: text }] })).json();
+    assert.ok(chat.count > body.count);
+    const completion = await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: text, max_tokens: 1 });
+    assert.equal(completion.status, 400);
+    assert.equal((await completion.json()).error.code, 'context_length_exceeded');
+  }
+});
+
 test('/health is 200 while every model has a serving worker, 503 otherwise', async () => {
   const healthy = await fetch(`${gateway.baseUrl}/health`);
   assert.equal(healthy.status, 200);

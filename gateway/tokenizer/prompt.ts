@@ -47,13 +47,18 @@ export function renderChat(model: PromptModel, messages: readonly ChatMessage[],
   }
 }
 
-/** addSpecialTokens: what the checkpoint adds around a bare prompt; a rendered chat has its own. */
-export function encodePrompt(model: PromptModel, text: string, addSpecialTokens: boolean): number[] {
-  checkPromptChars(model, text.length);
+/**
+ * addSpecialTokens: what the checkpoint adds around a bare prompt; a rendered chat has its own.
+ * fitContext: refuse text the context cannot hold; vLLM's /tokenize counts any text, as here without it.
+ */
+export function encodePrompt(model: PromptModel, text: string, addSpecialTokens: boolean, fitContext = true): number[] {
+  if (fitContext) checkPromptChars(model, text.length);
   return model.tokenizer.encode(text, { addSpecialTokens });
 }
 
 /** The chat template rendered, then encoded with its special tokens as written. */
-export function encodeChat(model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages'): number[] {
-  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt, param), false);
+export function encodeChat(
+  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', fitContext = true,
+): number[] {
+  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt, param), false, fitContext);
 }

@@ -56,7 +56,7 @@ export async function prepareTurn(
   const messages = appendInput(previous?.messages ?? [], items);
   const isWarmUp = request.generate === false;
   // A warm-up's prompt stops before the generation prompt, so the turn that continues it extends it.
-  const promptTokenIds = await prompts.encodeChat(model, promptMessages(request.instructions, messages), !isWarmUp, isWanted, 'input');
+  const promptTokenIds = await prompts.encodeChat(model, promptMessages(request.instructions, messages), !isWarmUp, { isWanted, param: 'input' });
   const maxTokens = resolveMaxTokens(model, promptTokenIds.length, isWarmUp ? 1 : request.max_output_tokens, 'max_output_tokens', 'input', null);
   const wantsLogprobs = request.include?.includes(INCLUDE_LOGPROBS) === true;
   const numTopLogprobs = wantsLogprobs ? (request.top_logprobs ?? 0) : 0;
