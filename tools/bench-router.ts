@@ -3,6 +3,11 @@
 // 1. Served: `conduit serve` with 4 workers of the 125 M benchmark model (1 thread each) behind
 //    one gateway, driven by `conduit loadtest`'s multi-turn and shared-prefix scenarios, once
 //    per policy: prefix-cache hit rate and TTFT p50 / p99, and round-robin's over kv-aware's.
+//    First closed loop (8 clients, each sending its next request when the last ends: the
+//    servers saturated), which measures round-robin's capacity; then open loop, sessions
+//    arriving at random (Poisson) at OPEN_LOOP_LOAD_FRACTION of that capacity, the same rate for
+//    both policies: a server below saturation, as a deployment runs, where routing decides
+//    whether requests queue.
 // 2. Simulated (tools/router-sim.ts): 64 workers behind 2 gateway replicas with the real
 //    routers and a timing model of prefill and decode, the same two workloads, and the time of
 //    each routing decision with the index at its full size.
@@ -18,6 +23,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { runLoadtest } from '../loadtest/run.ts';
+import type { LoadSpec } from '../loadtest/run.ts';
 import type { ScenarioSpec } from '../loadtest/scenarios.ts';
 import type { RoutingPolicy } from '../router/settings.ts';
 import { describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
@@ -27,7 +33,8 @@ import { freePort } from './free-port.ts';
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
 const HEALTH_TIMEOUT_MS = 300_000;
-const POLICIES: readonly RoutingPolicy[] = ['kv-aware', 'round-robin'];
+// Round-robin first: its closed-loop throughput sets the open-loop rate of both.
+const POLICIES: readonly RoutingPolicy[] = ['round-robin', 'kv-aware'];
 const SERVED_NAME = 'bench-125m';
 
 interface Figures {
@@ -35,6 +42,13 @@ interface Figures {
   ttftP50Ms: number;
   ttftP99Ms: number;
 }
+
+interface MeasuredFigures extends Figures {
+  requestsPerS: number;
+}
+
+/** Open loop at this fraction of round-robin's closed-loop throughput, for both policies. */
+const OPEN_LOOP_LOAD_FRACTION = 0.8;
 
 interface ServedScenario {
   label: string;
@@ -79,8 +93,25 @@ async function waitForHealth(url: string, server: ReturnType<typeof spawn>, log:
   throw new Error(`conduit serve did not become healthy within ${HEALTH_TIMEOUT_MS / 1000} s:\n${Buffer.concat(log).toString()}`);
 }
 
-/** One server per policy, both scenarios against it (each scenario's prompts are its own: no cross-talk). */
-async function servedRun(workDir: string, modelDir: string, policy: RoutingPolicy): Promise<Map<string, Figures>> {
+interface ServedFigures {
+  closedLoop: MeasuredFigures;
+  openLoop: MeasuredFigures;
+  /** Sessions per second offered in the open loop. */
+  sessionsPerS: number;
+}
+
+function sessionTurnsOf(scenario: ScenarioSpec): number {
+  return scenario.name === 'multi-turn' ? scenario.numTurns : 1;
+}
+
+/**
+ * One server per policy, both scenarios against it, closed loop then open loop (each run's
+ * prompts are its own, by seed: no cross-talk). sessionsPerS: the open-loop rate of each
+ * scenario; null: derive it from this run's closed-loop throughput.
+ */
+async function servedRun(
+  workDir: string, modelDir: string, policy: RoutingPolicy, sessionsPerS: ReadonlyMap<string, number> | null,
+): Promise<Map<string, ServedFigures>> {
   const [httpPort, metricsPort] = [await freePort(), await freePort()];
   const configPath = path.join(workDir, `${policy}.yaml`);
   writeFileSync(configPath, [
@@ -102,23 +133,27 @@ async function servedRun(workDir: string, modelDir: string, policy: RoutingPolic
   const log: Buffer[] = [];
   server.stderr!.on('data', (chunk: Buffer) => log.push(chunk));
   const url = `http://127.0.0.1:${httpPort}`;
-  const figures = new Map<string, Figures>();
+  const figures = new Map<string, ServedFigures>();
+  const measure = async (label: string, scenario: ScenarioSpec, numRequests: number, load: LoadSpec, seed: number): Promise<MeasuredFigures> => {
+    const results = await runLoadtest({
+      url, model: SERVED_NAME, endpoint: 'completions', workload: { kind: 'scenario', scenario, numRequests }, load, seed,
+    });
+    if (results.num_succeeded !== results.num_requests) {
+      throw new Error(`${policy}, ${label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);
+    }
+    return {
+      hitRate: results.prefix_cache_hit_rate ?? 0, ttftP50Ms: results.ttft_ms.p50, ttftP99Ms: results.ttft_ms.p99, requestsPerS: results.request_throughput,
+    };
+  };
   try {
     await waitForHealth(url, server, log);
     for (const { label, scenario, numRequests, numClients } of SERVED_SCENARIOS) {
-      const results = await runLoadtest({
-        url,
-        model: SERVED_NAME,
-        endpoint: 'completions',
-        workload: { kind: 'scenario', scenario, numRequests },
-        load: { kind: 'concurrency', numClientsList: [numClients] },
-        seed: 1,
-      });
-      if (results.num_succeeded !== results.num_requests) {
-        throw new Error(`${policy}, ${label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);
-      }
-      figures.set(label, { hitRate: results.prefix_cache_hit_rate ?? 0, ttftP50Ms: results.ttft_ms.p50, ttftP99Ms: results.ttft_ms.p99 });
-      console.log(`  ${policy}, ${label}: ${describe(figures.get(label)!)}`);
+      const closedLoop = await measure(label, scenario, numRequests, { kind: 'concurrency', numClientsList: [numClients] }, 1);
+      console.log(`  ${policy}, ${label}, closed loop: ${describe(closedLoop)}, ${closedLoop.requestsPerS.toFixed(2)} requests/s`);
+      const rate = sessionsPerS?.get(label) ?? OPEN_LOOP_LOAD_FRACTION * closedLoop.requestsPerS / sessionTurnsOf(scenario);
+      const openLoop = await measure(label, scenario, numRequests, { kind: 'rate', ratesPerS: [rate] }, 2);
+      console.log(`  ${policy}, ${label}, open loop at ${rate.toFixed(3)} sessions/s: ${describe(openLoop)}`);
+      figures.set(label, { closedLoop, openLoop, sessionsPerS: rate });
     }
   } finally {
     server.kill('SIGTERM');
@@ -147,10 +182,19 @@ async function benchServed(): Promise<void> {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-router-'));
   try {
     const modelDir = servableModelDir(workDir);
-    const byPolicy = new Map<RoutingPolicy, Map<string, Figures>>();
-    for (const policy of POLICIES) byPolicy.set(policy, await servedRun(workDir, modelDir, policy));
+    const byPolicy = new Map<RoutingPolicy, Map<string, ServedFigures>>();
+    let sessionsPerS: Map<string, number> | null = null;
+    for (const policy of POLICIES) {
+      const figures = await servedRun(workDir, modelDir, policy, sessionsPerS);
+      byPolicy.set(policy, figures);
+      sessionsPerS ??= new Map([...figures].map(([label, served]) => [label, served.sessionsPerS]));
+    }
     console.log('');
-    for (const { label } of SERVED_SCENARIOS) printComparison(label, byPolicy.get('kv-aware')!.get(label)!, byPolicy.get('round-robin')!.get(label)!);
+    for (const { label } of SERVED_SCENARIOS) {
+      const [kvAware, roundRobin] = [byPolicy.get('kv-aware')!.get(label)!, byPolicy.get('round-robin')!.get(label)!];
+      printComparison(`${label}, closed loop`, kvAware.closedLoop, roundRobin.closedLoop);
+      printComparison(`${label}, open loop at ${OPEN_LOOP_LOAD_FRACTION} x round-robin's throughput`, kvAware.openLoop, roundRobin.openLoop);
+    }
   } finally {
     rmSync(workDir, { recursive: true, force: true });
   }
