@@ -10,7 +10,7 @@ import path from 'node:path';
 import { rmSync } from 'node:fs';
 import { packageRoot } from '../package-root.ts';
 import { FatalError } from './fatal-error.ts';
-import { lifecycleLog } from './lifecycle-log.ts';
+import type { LifecycleLog } from './lifecycle-log.ts';
 
 const conduitBin = path.join(packageRoot, 'bin', 'conduit.js');
 const firstRestartDelayMs = 500;
@@ -42,6 +42,8 @@ export interface LocalWorkerOptions {
   args: (listen: string) => string[];
   /** Unique among this gateway's workers: names its socket and its log lines. */
   name: string;
+  /** Where its restarts, hangs and kills are told. */
+  log: LifecycleLog;
   /** Called at each restart, with why the worker exited: `code N`, a signal's name, or `hung`. */
   onRestart?: (reason: string) => void;
 }
@@ -96,7 +98,7 @@ export class LocalWorker {
         return;
       }
       const delayMs = this.backoff.nextDelayMs(performance.now() - spawnedAtMs);
-      lifecycleLog.workerRestarting(this.name, reason, delayMs);
+      this.options.log.workerRestarting(this.name, reason, delayMs);
       this.options.onRestart?.(reason);
       this.restartTimer = setTimeout(() => this.start(), delayMs);
     });
@@ -125,7 +127,7 @@ export class LocalWorker {
       if (isLate || this.child === null || this.killReason !== null || heardAtMs < this.spawnedAtMs) return;
       const silentMs = nowMs - heardAtMs;
       if (silentMs <= timeoutMs) return;
-      lifecycleLog.workerHung(this.name, silentMs);
+      this.options.log.workerHung(this.name, silentMs);
       this.killReason = 'hung';
       // SIGKILL: a stopped or spinning process would not act on SIGTERM.
       this.child.kill('SIGKILL');
@@ -143,7 +145,7 @@ export class LocalWorker {
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     child.kill('SIGTERM');
     const killTimer = setTimeout(() => {
-      lifecycleLog.workerStopKilled(this.name, stopGraceMs);
+      this.options.log.workerStopKilled(this.name, stopGraceMs);
       child.kill('SIGKILL');
     }, stopGraceMs);
     await exited;

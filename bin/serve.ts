@@ -16,7 +16,9 @@ import { registerWorkerRestarts } from '../gateway/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { FatalError } from './fatal-error.ts';
 import { gatewayLimitsOf } from './gateway-limits.ts';
-import type { ListeningAddresses } from './lifecycle-log.ts';
+import { createGatewayLogger } from '../gateway/logging.ts';
+import { createLifecycleLog, type ListeningAddresses } from './lifecycle-log.ts';
+import type { Logger } from 'pino';
 import { LocalWorker } from './local-workers.ts';
 import { listenOrExplain } from './listen.ts';
 import type { ModelRouter } from '../router/model-router.ts';
@@ -38,6 +40,8 @@ export interface ServeOptions {
   onListening?: (addresses: ListeningAddresses) => void;
   /** Aborting it while the models load stops the start: everything is closed and serve() rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** The gateway's log, shared with the caller's lifecycle lines; one at server.log_level on stdout when omitted. */
+  logger?: Logger;
 }
 
 /** One model of the configuration, its workers known by address before any of them runs. */
@@ -110,6 +114,8 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   // Before any port is bound: a missing key file fails at once.
   const apiKeys = resolveApiKeys(config.server);
   const { server } = config;
+  const logger = options.logger ?? createGatewayLogger({ level: server.log_level });
+  const lifecycleLog = createLifecycleLog(logger);
   const routers = new Map<string, ModelRouter<ServedWorker>>();
   // Workers registered in Redis join the routers as they are found (none without router.redis_url).
   const sharedState = startSharedState(config.router, routers, (registration) => new GrpcEngineClient(registration.address));
@@ -121,6 +127,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       const worker: LocalWorker = new LocalWorker({
         args: (listen) => workerArgs(model, numThreads, listen),
         name: `${modelIndex}-${i}`,
+        log: lifecycleLog,
         onRestart: (reason) => workerRestarts.inc({ model_name: servedName(model), worker: worker.address, reason }),
       });
       return { worker, client: new GrpcEngineClient(worker.address) };
@@ -192,7 +199,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION, control: kserveControl ?? undefined },
       readiness,
       drainTimeoutMs: server.drain_timeout_s * 1000,
-      logger: { level: server.log_level },
+      logger,
       access: {
         apiKeys,
         anonymousLimits: keyLimitsOf(server.key_limits),

@@ -48,7 +48,7 @@ test('the ports answer before the models load: 503 starting, live but not ready;
     model_repository: { path: path.join(repoRoot, 'models'), model_control_mode: 'explicit', load_models: ['fraud'] },
   });
   const server = startCli(t, ['serve', '--config', configFile]);
-  await server.waitFor(/listening on/, 'listening');
+  await server.waitFor('listening');
   const base = `http://127.0.0.1:${httpPort}`;
 
   const health = await boundedFetch(`${base}/health`);
@@ -77,7 +77,7 @@ test('the ports answer before the models load: 503 starting, live but not ready;
   ], { stdio: ['ignore', 'ignore', 'inherit'] });
   const workerExited = new Promise((resolve) => worker.once('exit', resolve));
   t.after(() => worker.kill('SIGKILL'));
-  await server.waitFor(/serving on/, 'serving once the worker serves');
+  await server.waitFor('serving', 'serving once the worker serves');
   const models = await openaiClient(`${base}/v1`).models.list();
   assert.equal((models.data[0] as unknown as { max_model_len: number }).max_model_len, 512, "the context length the worker reported, filled in after the gateway was built");
   assert.equal((await boundedFetch(`${base}/health`)).status, 200);
@@ -98,11 +98,11 @@ test('SIGTERM while the models load stops the start: exit code 0, its worker sto
     models: [{ path: defaultModelDir, num_workers: 1, remote_workers: [`unix:${path.join(dir, 'absent.sock')}`] }],
   });
   const server = startCli(t, ['serve', '--config', configFile]);
-  await server.waitFor(/listening on/, 'listening');
-  await server.waitFor(/conduit worker: /, 'the local worker to load');
+  await server.waitFor('listening');
+  await server.waitFor((entry) => entry.msg === 'worker serving', 'the local worker to load');
   server.child.kill('SIGTERM');
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
-  assert.doesNotMatch(server.stderr(), /serving on|restarting in|killed/);
+  assert.deepEqual(server.events(), ['listening'], 'not serving, no worker restarted or killed');
   await within(groupEmptied(server.pid), 'the process group to empty');
 });
 
@@ -116,8 +116,11 @@ test('a worker that exits before it ever served ends conduit serve with exit cod
   writeFileSync(path.join(modelDir, 'model.safetensors'), 'not safetensors');
   const server = startCli(t, ['serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0']);
   assert.equal(await within(server.exited, 'exit on a worker that cannot load'), 1);
-  assert.match(server.stderr(), /conduit: worker 0-0 exited \(code 1\) before it served/);
-  assert.doesNotMatch(server.stderr(), /restarting in/, 'not restarted: it would only fail again');
+  const fatal = await server.waitFor('fatal');
+  assert.match(fatal.msg as string, /^worker 0-0 exited \(code 1\) before it served/);
+  assert.equal(fatal.level, 'fatal');
+  assert.equal(fatal.exit_code, 1);
+  assert.deepEqual(server.events(), ['listening', 'fatal'], 'not restarted: it would only fail again');
   await within(groupEmptied(server.pid), 'the process group to empty');
 });
 
@@ -131,7 +134,7 @@ test('a repository model that fails to load at start ends conduit serve with exi
     '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0',
   ]);
   assert.equal(await within(server.exited, 'exit on a model that cannot load'), 1);
-  assert.match(server.stderr(), /conduit: model repository: fraud failed to load/);
+  assert.match((await server.waitFor('fatal')).msg as string, /^model repository: fraud failed to load/);
   await within(groupEmptied(server.pid), 'the process group, its worker too, to empty');
 });
 
@@ -145,8 +148,11 @@ test('a taken gRPC port is one line naming the flag, before any worker starts', 
     '--http-port', '0', '--metrics-port', '0', '--grpc-port', String(grpcPort),
   ]);
   assert.equal(await within(server.exited, 'exit on a taken port'), 1);
-  assert.match(server.stderr(), new RegExp(`^conduit: cannot listen on 0\\.0\\.0\\.0:${grpcPort} \\(server\\.grpc_port / --grpc-port\\): address already in use$`, 'm'));
-  assert.doesNotMatch(server.stderr(), /conduit worker:|\n\s+at /, 'no worker started, no stack');
+  const fatal = await server.waitFor('fatal');
+  assert.equal(fatal.msg, `cannot listen on 0.0.0.0:${grpcPort} (server.grpc_port / --grpc-port): address already in use`);
+  assert.equal(fatal.err, undefined, 'no stack');
+  assert.deepEqual(server.events(), ['fatal'], 'one line, before listening');
+  assert.ok(!server.logEntries().some((entry) => entry.role === 'worker') && !/conduit worker:/.test(server.stderr()), 'no worker started');
 });
 
 test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an error, the server serves again, each restart is counted by reason', { timeout: 120_000 }, async (t) => {
@@ -156,7 +162,7 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
     models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
   });
   const server = startCli(t, ['serve', '--config', configFile]);
-  const [, httpAddress, metricsAddress] = await server.waitFor(/serving on (http:\/\/\S+) \(metrics (http:\/\/[^\s)]+)/, 'serving');
+  const { http: httpAddress, metrics: metricsAddress } = await server.serving();
   const [worker] = childProcesses(server.pid).filter((child) => / worker /.test(child.commandLine));
   assert.ok(worker !== undefined, 'the worker is a child of the gateway');
 
@@ -174,8 +180,14 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
     text += decoder.decode(chunk.value, { stream: true });
   }
   assert.match(text, /"code":"engine_unavailable"/, 'the client of the hung worker got a clean error');
-  assert.match(server.stderr(), /conduit: worker 0-0 sent nothing on its engine stream for \d+\.\d s; killing it as hung/);
-  await server.waitFor(/conduit: worker 0-0 exited \(hung\); restarting in \d+ ms/, 'the restart');
+  const hung = await server.waitFor('worker_hung');
+  assert.equal(hung.level, 'warn');
+  assert.equal(hung.worker, '0-0');
+  assert.ok((hung.silent_ms as number) > 3_000, 'silent past the timeout');
+  assert.match(hung.msg as string, /^worker 0-0 sent nothing on its engine stream for \d+\.\d s; killing it as hung$/);
+  const restart = await server.waitFor('worker_restarting', 'the restart');
+  assert.deepEqual([restart.level, restart.worker, restart.reason, typeof restart.delay_ms], ['warn', '0-0', 'hung', 'number']);
+  assert.match(restart.msg as string, /^worker 0-0 exited \(hung\); restarting in \d+ ms$/);
 
   const client = openaiClient(`${httpAddress}/v1`);
   await pollUntil(async () => {
@@ -187,7 +199,7 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
   assert.notEqual(restarted?.pid, worker.pid, 'a new worker process');
   // A crash, beside the hang, counts under its signal.
   process.kill(restarted.pid, 'SIGKILL');
-  await server.waitFor(/conduit: worker 0-0 exited \(SIGKILL\); restarting in \d+ ms/, 'the restart after a crash');
+  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'SIGKILL', 'the restart after a crash');
   const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
   assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="hung"\} 1/);
   assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="SIGKILL"\} 1/);
@@ -199,8 +211,8 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
 test('an error thrown and caught nowhere, once serving, is one line, a drain (the stream in flight finishes) and exit code 1', { timeout: 120_000 }, async (t) => {
   // A bug on demand: SIGUSR2 throws from a signal handler, outside any request.
   const injectBug = 'data:text/javascript,process.on("SIGUSR2",()=>{throw new Error("injected bug")})';
-  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0'], ['--import', injectBug]);
-  const [, httpAddress] = await server.waitFor(/serving on (http:\/\/\S+)/, 'serving');
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0'], { nodeArgs: ['--import', injectBug] });
+  const { http: httpAddress } = await server.serving();
   const client = openaiClient(`${httpAddress}/v1`);
   const stream = await client.completions.create({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 64, ignore_eos: true, stream: true } as OpenAI.Completions.CompletionCreateParamsStreaming);
   const iterator = stream[Symbol.asyncIterator]();
@@ -210,6 +222,9 @@ test('an error thrown and caught nowhere, once serving, is one line, a drain (th
   for (let chunk = await iterator.next(); !chunk.done; chunk = await iterator.next()) finishReason = chunk.value.choices[0]?.finish_reason ?? finishReason;
   assert.equal(finishReason, 'length', 'the stream in flight finished');
   assert.equal(await within(server.exited, 'exit after the bug'), 1);
-  assert.match(server.stderr(), /^conduit: stopping on an uncaught error: Error: injected bug$/m);
+  const fatal = await server.waitFor('fatal');
+  assert.equal(fatal.msg, 'stopping on an uncaught error: Error: injected bug');
+  assert.equal(fatal.exit_code, 1);
+  assert.match((fatal.err as { stack: string }).stack, /injected bug\n\s+at /, 'the stack, as a field');
   await within(groupEmptied(server.pid), 'the process group to empty');
 });
