@@ -26,7 +26,6 @@ import type { RedisSharedState } from '../router/redis-state.ts';
 import { createRouter, startSharedState } from './routing.ts';
 import { workerArgs } from './worker-flags.ts';
 
-const workerReadyTimeoutMs = 300_000;
 /** The version /v2 reports. */
 const CONDUIT_VERSION = '0.1.0';
 const healthPollIntervalMs = 200;
@@ -55,7 +54,8 @@ interface PlannedModel {
   maxModelLenCap: number;
 }
 
-async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number, signal: AbortSignal) {
+/** deadlineMs: Date.now() by which it must serve, timeoutMs from the start (for the message). */
+async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number, timeoutMs: number, signal: AbortSignal) {
   let lastError: unknown = null;
   while (Date.now() < deadlineMs) {
     // The start failed elsewhere: stop polling, so that nothing holds the process.
@@ -70,25 +70,25 @@ async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number, si
     }
     await new Promise((resolve) => setTimeout(resolve, healthPollIntervalMs));
   }
-  throw new FatalError(`worker ${client.address} not serving after ${workerReadyTimeoutMs / 1000} s` +
+  throw new FatalError(`worker ${client.address} not serving after ${timeoutMs / 1000} s (server.worker_ready_timeout_s)` +
     (lastError ? `: ${(lastError as Error).message}` : ''));
 }
 
 /** The model's workers serving (a local one that exits first fails the start), then its context length. */
-async function waitForModel(model: PlannedModel, sharedState: RedisSharedState<ServedWorker> | null, signal: AbortSignal): Promise<number> {
-  const deadlineMs = Date.now() + workerReadyTimeoutMs;
+async function waitForModel(model: PlannedModel, sharedState: RedisSharedState<ServedWorker> | null, timeoutMs: number, signal: AbortSignal): Promise<number> {
+  const deadlineMs = Date.now() + timeoutMs;
   const healths = await Promise.all([
     ...model.localWorkers.map(async ({ worker, client }) => {
-      const health = await Promise.race([waitUntilServing(client, deadlineMs, signal), worker.startFailure]);
+      const health = await Promise.race([waitUntilServing(client, deadlineMs, timeoutMs, signal), worker.startFailure]);
       worker.markServing();
       return health;
     }),
-    ...model.remoteClients.map((client) => waitUntilServing(client, deadlineMs, signal)),
+    ...model.remoteClients.map((client) => waitUntilServing(client, deadlineMs, timeoutMs, signal)),
   ]);
   if (healths.length > 0 || sharedState === null) return Math.min(model.maxModelLenCap, ...healths.map((h) => h.model.maxModelLen));
   // A model served only by workers found in Redis waits for the first of them.
   try {
-    const registration = await sharedState.waitForWorker(model.served.name, workerReadyTimeoutMs);
+    const registration = await sharedState.waitForWorker(model.served.name, timeoutMs);
     return Math.min(model.maxModelLenCap, registration.model.maxModelLen);
   } catch (err) {
     throw new FatalError((err as Error).message);
@@ -222,7 +222,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     for (const worker of localWorkers) worker.start();
     const loaded = Promise.all([
       ...planned.map(async (model) => {
-        model.served.maxModelLen = await waitForModel(model, sharedState, startWaits.signal);
+        model.served.maxModelLen = await waitForModel(model, sharedState, server.worker_ready_timeout_s * 1000, startWaits.signal);
       }),
       repository?.start().then(() => checkRepositoryLoaded(repository)),
     ]);

@@ -124,6 +124,23 @@ test('a worker that exits before it ever served ends conduit serve with exit cod
   await within(groupEmptied(server.pid), 'the process group to empty');
 });
 
+test('a worker not serving within server.worker_ready_timeout_s ends conduit serve with one fatal line naming it and the setting, exit code 1', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const absentAddress = `unix:${path.join(dir, 'absent.sock')}`;
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_ready_timeout_s: 1 },
+    models: [{ path: defaultModelDir, num_workers: 0, remote_workers: [absentAddress] }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  // Well within the wait bound: 1 s, not the 300 s default.
+  assert.equal(await within(server.exited, 'exit on a worker that never serves'), 1);
+  const fatal = await server.waitFor('fatal');
+  assert.match(fatal.msg as string, new RegExp(`^worker ${absentAddress.replaceAll('.', '\\.')} not serving after 1 s \\(server\\.worker_ready_timeout_s\\)`));
+  assert.equal(fatal.exit_code, 1);
+  assert.deepEqual(server.events(), ['listening', 'fatal']);
+  await within(groupEmptied(server.pid), 'the process group to empty');
+});
+
 test('a repository model that fails to load at start ends conduit serve with exit code 1 (as Triton exits)', { timeout: 120_000 }, async (t) => {
   const repoDir = tempDir(t);
   mkdirSync(path.join(repoDir, 'fraud', '1'), { recursive: true });
