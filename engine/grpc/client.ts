@@ -19,6 +19,7 @@ import {
 const healthTimeoutMs = 5_000;
 const firstRetryMs = 100;
 const maxRetryMs = 5_000;
+const maxReconnectBackoffMs = 1_000;
 
 type StreamCall = grpc.ClientDuplexStream<ClientMessage, StepOutput__Output>;
 
@@ -54,10 +55,15 @@ export class GrpcEngineClient implements EngineClient {
   constructor(address: string) {
     this.address = address;
     const Engine = loadEngineService();
-    // Keepalive pings notice a worker whose host vanished without closing the connection.
+    // Keepalive pings notice a worker whose host vanished without closing the connection. The
+    // reconnect backoff is capped at a second (grpc's default grows to two minutes): a worker
+    // back after a restart is reached within a second of listening, not half its absence later,
+    // since the channel fails every call at once until it reconnects.
     this.client = new Engine(address, grpc.credentials.createInsecure(), {
       'grpc.keepalive_time_ms': 20_000,
       'grpc.keepalive_timeout_ms': 10_000,
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': maxReconnectBackoffMs,
     }) as unknown as EngineStub;
     this.openStream();
   }
@@ -100,9 +106,14 @@ export class GrpcEngineClient implements EngineClient {
     this.openStream().write({ generate: generateToWire(request) });
   }
 
-  /** Opens the stream now if it is down, instead of when its backoff ends: the worker just answered. */
+  /**
+   * Opens the stream now if it is down, instead of when its backoff ends, and retries from the
+   * shortest pause if that fails: the worker just answered, or just began to listen.
+   */
   connect(): void {
-    if (!this.closed) this.openStream();
+    if (this.closed) return;
+    this.retryMs = firstRetryMs;
+    this.openStream();
   }
 
   /** The request ends with its own 'abort' output once the worker has freed it. */

@@ -225,6 +225,37 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
 });
 
+test('a restarted worker that hangs (SIGSTOP) right after it is ready, before its engine stream carries anything, is killed as hung too', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3 },
+    models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  const { http: httpAddress } = await server.serving();
+  const workerPid = () => childProcesses(server.pid).find((child) => / worker /.test(child.commandLine))?.pid;
+  const first = workerPid()!;
+  process.kill(first, 'SIGKILL');
+  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'SIGKILL', 'the restart after a crash');
+  // The restarted worker says it listens (its model loaded) on stderr; the gateway's stream to it
+  // reopens with a backoff, so the stop lands before the worker's first message on it.
+  await server.waitForStderr(/conduit worker: [^\n]*\n[^]*conduit worker: /, 'the restarted worker to listen');
+  const restarted = workerPid();
+  assert.ok(restarted !== undefined && restarted !== first, 'a new worker process');
+  process.kill(restarted, 'SIGSTOP');
+  const hung = await server.waitFor('worker_hung', 'the silent restarted worker killed as hung');
+  assert.equal(hung.worker, '0-0');
+  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'hung', 'its restart');
+  const client = openaiClient(`${httpAddress}/v1`);
+  await pollUntil(async () => {
+    const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 }).catch(() => null);
+    if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
+    return completion !== null;
+  }, 'a completion from the worker restarted after the hang');
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+});
+
 test('an error thrown and caught nowhere, once serving, is one line, a drain (the stream in flight finishes) and exit code 1', { timeout: 120_000 }, async (t) => {
   // A bug on demand: SIGUSR2 throws from a signal handler, outside any request.
   const injectBug = 'data:text/javascript,process.on("SIGUSR2",()=>{throw new Error("injected bug")})';
