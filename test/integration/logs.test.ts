@@ -1,5 +1,6 @@
-// The real `conduit serve` on conduit-tiny: its stdout is JSON lines, a request's id reaches the
-// gateway's access line and the worker's line about it, and /metrics has the worker's figures.
+// The real `conduit serve` on conduit-tiny: its stdout is JSON lines (its lifecycle lines too), a
+// request's id reaches the gateway's access line and the worker's line about it, and /metrics has
+// the worker's figures.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startCli } from './cli-process.ts';
