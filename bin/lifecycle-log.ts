@@ -13,7 +13,9 @@ export interface ListeningAddresses {
 }
 
 /** What each lifecycle line's `event` field says. */
-export type LifecycleEvent = 'listening' | 'serving' | 'worker_restarting' | 'worker_hung' | 'worker_stop_killed' | 'fatal';
+export type LifecycleEvent =
+  | 'listening' | 'serving' | 'worker_restarting' | 'worker_hung' | 'worker_stop_killed'
+  | 'worker_unresponsive' | 'worker_answered' | 'fatal';
 
 function addressesOf({ httpAddress, metricsAddress, grpcAddress }: ListeningAddresses): string {
   return `${httpAddress} (metrics ${metricsAddress}${grpcAddress === null ? '' : `, KServe gRPC ${grpcAddress}`})`;
@@ -45,6 +47,15 @@ export function createLifecycleLog(log: Logger) {
       const silentS = (silentMs / 1000).toFixed(1);
       write('warn', 'worker_hung', { worker: workerName, silent_ms: Math.round(silentMs) },
         `worker ${workerName} sent nothing on its engine stream for ${silentS} s; killing it as hung`);
+    },
+    /** A remote worker (no process here to kill) is out of routing until it answers again. */
+    workerUnresponsive(address: string, silentMs: number): void {
+      const silentS = (silentMs / 1000).toFixed(1);
+      write('warn', 'worker_unresponsive', { worker: address, silent_ms: Math.round(silentMs) },
+        `worker ${address} sent nothing on its engine stream for ${silentS} s; its requests failed, none is routed to it until it answers`);
+    },
+    workerAnswered(address: string): void {
+      write('info', 'worker_answered', { worker: address }, `worker ${address} answers again; requests are routed to it`);
     },
     workerStopKilled(workerName: string, graceMs: number): void {
       write('warn', 'worker_stop_killed', { worker: workerName, grace_ms: graceMs },

@@ -8,11 +8,11 @@ import { keyLimitsOf, resolveApiKeys } from '../configs/api-keys.ts';
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { ModelRepository } from '../engine/classic/index.ts';
-import { GrpcEngineClient } from '../engine/grpc/client.ts';
+import { GrpcEngineClient, type EngineClientOptions } from '../engine/grpc/client.ts';
 import { KServeControl } from '../gateway/kserve/control.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
-import { registerWorkerRestarts } from '../gateway/metrics.ts';
+import { registerWorkerRestarts, registerWorkerUnresponsive } from '../gateway/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { FatalError } from './fatal-error.ts';
 import { gatewayLimitsOf } from './gateway-limits.ts';
@@ -118,7 +118,18 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   const lifecycleLog = createLifecycleLog(logger);
   const routers = new Map<string, ModelRouter<ServedWorker>>();
   // Workers registered in Redis join the routers as they are found (none without router.redis_url).
-  const sharedState = startSharedState(config.router, routers, (registration) => new GrpcEngineClient(registration.address));
+  // A remote worker (named by address or found in Redis) has no process here to kill: a silent
+  // stream takes it out of routing until it answers again.
+  const remoteClientOptions = (modelName: string, address: string): EngineClientOptions => ({
+    silenceTimeoutMs: server.worker_heartbeat_timeout_s * 1000,
+    onSilent: (silentMs) => {
+      lifecycleLog.workerUnresponsive(address, silentMs);
+      workerUnresponsive.inc({ model_name: modelName, worker: address });
+    },
+    onAnswered: () => lifecycleLog.workerAnswered(address),
+  });
+  const sharedState = startSharedState(config.router, routers, (registration) =>
+    new GrpcEngineClient(registration.address, remoteClientOptions(registration.model.modelName, registration.address)));
   // Every model with its workers' clients up front, so that the gateway can be built and listen
   // before any worker runs; maxModelLen is filled in when the workers answer.
   const planned: PlannedModel[] = config.models.map((model, modelIndex) => {
@@ -132,7 +143,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       });
       return { worker, client: new GrpcEngineClient(worker.address) };
     });
-    const remoteClients = model.remote_workers.map((address) => new GrpcEngineClient(address));
+    const remoteClients = model.remote_workers.map((address) => new GrpcEngineClient(address, remoteClientOptions(servedName(model), address)));
     // Added before any stream message arrives: a stream's first lists the worker's cache.
     const router = createRouter<ServedWorker>(model, config.router);
     for (const client of [...localWorkers.map(({ client }) => client), ...remoteClients]) router.addWorker(client);
@@ -160,6 +171,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   });
   const gatewayMetrics = new GatewayMetrics(models);
   const workerRestarts = registerWorkerRestarts(gatewayMetrics.registry);
+  const workerUnresponsive = registerWorkerUnresponsive(gatewayMetrics.registry);
   let gateway: Awaited<ReturnType<typeof createGateway>> | null = null;
   let metrics: Awaited<ReturnType<typeof createMetricsServer>> | null = null;
   let grpcServer: KServeGrpcServer | null = null;

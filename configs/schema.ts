@@ -132,7 +132,8 @@ export const serverSchema = z
     drain_timeout_s: z.number().nonnegative().default(30),
     /**
      * A local worker whose engine stream carries nothing this long (an idle one sends a heartbeat
-     * every second) is killed as hung and restarted. Above the longest engine step.
+     * every second) is killed as hung and restarted; a remote one is out of routing, its requests
+     * failed, until it answers again. Above the longest engine step.
      */
     worker_heartbeat_timeout_s: z.number().min(2).default(30),
     /**
