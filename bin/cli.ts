@@ -3,7 +3,8 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadConfigFile, logLevelSchema, serverSchema, validateConfig, ConfigError, type Config, type LogLevel } from '../configs/schema.ts';
 import { FatalError } from './fatal-error.ts';
-import { lifecycleLog } from './lifecycle-log.ts';
+import { createLifecycleLog } from './lifecycle-log.ts';
+import { createGatewayLogger } from '../gateway/logging.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
 import { packageRoot } from '../package-root.ts';
 
@@ -85,8 +86,12 @@ export function resolveServeConfig(argv: string[]): Config {
 const stopSignalled = new Error('stopped by a signal');
 
 async function runServe(argv: string[]): Promise<number> {
+  // Before the logger: a bad flag or configuration is one plain line on stderr (main, exit code 2).
   const config = resolveServeConfig(argv);
   const { serve } = await import('./serve.ts');
+  // From here every line, the lifecycle's and the gateway's, is JSON on stdout at the configured level.
+  const logger = createGatewayLogger({ level: config.server.log_level });
+  const lifecycleLog = createLifecycleLog(logger);
   // SIGINT or SIGTERM stops the start while the models load, and drains once serving. A fatal
   // error (thrown and caught nowhere) does the same, and the exit code is then 1.
   const stop = new AbortController();
@@ -95,7 +100,7 @@ async function runServe(argv: string[]): Promise<number> {
   const onFatal = (err: unknown) => {
     if (fatalError !== null) return;
     fatalError = err instanceof Error ? err : new Error(String(err));
-    lifecycleLog.fatal(`stopping on an uncaught error: ${fatalError.stack ?? fatalError.message}`);
+    lifecycleLog.fatal(`stopping on an uncaught error: ${String(fatalError)}`, 1, fatalError);
     stop.abort(fatalError);
   };
   process.once('SIGINT', onSignal);
@@ -106,10 +111,14 @@ async function runServe(argv: string[]): Promise<number> {
   process.env.CONDUIT_LOG_LEVEL = config.server.log_level;
   let server;
   try {
-    server = await serve(config, { signal: stop.signal, onListening: lifecycleLog.listening });
+    server = await serve(config, { signal: stop.signal, onListening: lifecycleLog.listening, logger });
   } catch (err) {
     if (err === stopSignalled) return 0;
     if (err === fatalError) return 1;
+    if (err instanceof FatalError) {
+      lifecycleLog.fatal(err.message, 1);
+      return 1;
+    }
     throw err;
   }
   lifecycleLog.serving(server);
@@ -164,10 +173,6 @@ export async function main(argv: string[]): Promise<number> {
         return 2;
     }
   } catch (err) {
-    if (err instanceof FatalError) {
-      lifecycleLog.fatal(err.message);
-      return 1;
-    }
     if (err instanceof ConfigError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
       console.error(`conduit: ${(err as Error).message}`);
       return 2;

@@ -7,10 +7,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { packageRoot } from '../package-root.ts';
 import { FatalError } from './fatal-error.ts';
-import { lifecycleLog } from './lifecycle-log.ts';
+import type { LifecycleLog } from './lifecycle-log.ts';
 
 const conduitBin = path.join(packageRoot, 'bin', 'conduit.js');
 const firstRestartDelayMs = 500;
@@ -42,8 +42,18 @@ export interface LocalWorkerOptions {
   args: (listen: string) => string[];
   /** Unique among this gateway's workers: names its socket and its log lines. */
   name: string;
+  /** Where its restarts, hangs and kills are told. */
+  log: LifecycleLog;
   /** Called at each restart, with why the worker exited: `code N`, a signal's name, or `hung`. */
   onRestart?: (reason: string) => void;
+}
+
+/** What the watchdog reads of a worker's engine stream (a GrpcEngineClient). */
+export interface EngineStream {
+  /** performance.now() of the stream's latest message, on any stream to this address; -Infinity before the first. */
+  readonly lastMessageAtMs: number;
+  /** Opens the stream now if it is down. */
+  connect(): void;
 }
 
 export class LocalWorker {
@@ -60,6 +70,8 @@ export class LocalWorker {
   private child: ChildProcess | null = null;
   /** performance.now() when the running process was spawned. */
   private spawnedAtMs = 0;
+  /** performance.now() when the watchdog first found the running process listening (its model loaded); null before. */
+  private listeningAtMs: number | null = null;
   /** Set when this gateway kills the process for a reason its exit status does not tell (a hang). */
   private killReason: string | null = null;
   private stopping = false;
@@ -85,6 +97,7 @@ export class LocalWorker {
     });
     this.child = child;
     this.spawnedAtMs = performance.now();
+    this.listeningAtMs = null;
     const spawnedAtMs = this.spawnedAtMs;
     child.once('exit', (code, signal) => {
       this.child = null;
@@ -96,7 +109,7 @@ export class LocalWorker {
         return;
       }
       const delayMs = this.backoff.nextDelayMs(performance.now() - spawnedAtMs);
-      lifecycleLog.workerRestarting(this.name, reason, delayMs);
+      this.options.log.workerRestarting(this.name, reason, delayMs);
       this.options.onRestart?.(reason);
       this.restartTimer = setTimeout(() => this.start(), delayMs);
     });
@@ -108,24 +121,35 @@ export class LocalWorker {
   }
 
   /**
-   * Kills the worker as hung once its engine stream, having carried a message from the running
-   * process, stays silent for timeoutMs (a worker sends a heartbeat every second when idle).
-   * lastMessageAtMs: performance.now() of the stream's latest message.
+   * Kills the worker as hung once the running process stays silent on its engine stream for
+   * timeoutMs (a worker sends a message as a stream opens, and a heartbeat every second when
+   * idle), counting from its latest message or, before its first, from when it was found
+   * listening: a worker that hangs right after it loaded, before it said anything, is caught too.
    */
-  watchHeartbeats(lastMessageAtMs: () => number, timeoutMs: number): void {
+  watchHeartbeats(stream: EngineStream, timeoutMs: number): void {
     const checkIntervalMs = Math.min(1_000, timeoutMs / 4);
+    const socketPath = this.address.slice('unix:'.length);
     let lastCheckAtMs = performance.now();
     this.watchdogTimer = setInterval(() => {
       const nowMs = performance.now();
       // This event loop stalled: what the worker sent meanwhile may still be unread. Look next time.
       const isLate = nowMs - lastCheckAtMs > 2 * checkIntervalMs;
       lastCheckAtMs = nowMs;
-      const heardAtMs = lastMessageAtMs();
-      // Not yet heard from this process (it is loading its model): the ready timeout covers that.
-      if (isLate || this.child === null || this.killReason !== null || heardAtMs < this.spawnedAtMs) return;
-      const silentMs = nowMs - heardAtMs;
+      if (isLate || this.child === null || this.killReason !== null) return;
+      const heardAtMs = stream.lastMessageAtMs;
+      if (heardAtMs < this.spawnedAtMs) {
+        // Not heard from this process yet. It listens once its model has loaded (start() removed
+        // the socket of the one before); until then the ready timeout covers the start.
+        if (this.listeningAtMs === null) {
+          if (!existsSync(socketPath)) return;
+          this.listeningAtMs = nowMs;
+        }
+        // The stream reopens now, not when its backoff ends: a live worker answers at once.
+        stream.connect();
+      }
+      const silentMs = nowMs - Math.max(heardAtMs, this.listeningAtMs ?? -Infinity);
       if (silentMs <= timeoutMs) return;
-      lifecycleLog.workerHung(this.name, silentMs);
+      this.options.log.workerHung(this.name, silentMs);
       this.killReason = 'hung';
       // SIGKILL: a stopped or spinning process would not act on SIGTERM.
       this.child.kill('SIGKILL');
@@ -143,7 +167,7 @@ export class LocalWorker {
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     child.kill('SIGTERM');
     const killTimer = setTimeout(() => {
-      lifecycleLog.workerStopKilled(this.name, stopGraceMs);
+      this.options.log.workerStopKilled(this.name, stopGraceMs);
       child.kill('SIGKILL');
     }, stopGraceMs);
     await exited;

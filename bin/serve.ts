@@ -8,15 +8,17 @@ import { keyLimitsOf, resolveApiKeys } from '../configs/api-keys.ts';
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
 import { ModelRepository } from '../engine/classic/index.ts';
-import { GrpcEngineClient } from '../engine/grpc/client.ts';
+import { GrpcEngineClient, type EngineClientOptions } from '../engine/grpc/client.ts';
 import { KServeControl } from '../gateway/kserve/control.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
-import { registerWorkerRestarts } from '../gateway/metrics.ts';
+import { registerWorkerRestarts, registerWorkerUnresponsive } from '../gateway/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { FatalError } from './fatal-error.ts';
 import { gatewayLimitsOf } from './gateway-limits.ts';
-import type { ListeningAddresses } from './lifecycle-log.ts';
+import { createGatewayLogger } from '../gateway/logging.ts';
+import { createLifecycleLog, type ListeningAddresses } from './lifecycle-log.ts';
+import type { Logger } from 'pino';
 import { LocalWorker } from './local-workers.ts';
 import { listenOrExplain } from './listen.ts';
 import type { ModelRouter } from '../router/model-router.ts';
@@ -24,7 +26,6 @@ import type { RedisSharedState } from '../router/redis-state.ts';
 import { createRouter, startSharedState } from './routing.ts';
 import { workerArgs } from './worker-flags.ts';
 
-const workerReadyTimeoutMs = 300_000;
 /** The version /v2 reports. */
 const CONDUIT_VERSION = '0.1.0';
 const healthPollIntervalMs = 200;
@@ -38,6 +39,8 @@ export interface ServeOptions {
   onListening?: (addresses: ListeningAddresses) => void;
   /** Aborting it while the models load stops the start: everything is closed and serve() rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** The gateway's log, shared with the caller's lifecycle lines; one at server.log_level on stdout when omitted. */
+  logger?: Logger;
 }
 
 /** One model of the configuration, its workers known by address before any of them runs. */
@@ -51,7 +54,8 @@ interface PlannedModel {
   maxModelLenCap: number;
 }
 
-async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number, signal: AbortSignal) {
+/** deadlineMs: Date.now() by which it must serve, timeoutMs from the start (for the message). */
+async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number, timeoutMs: number, signal: AbortSignal) {
   let lastError: unknown = null;
   while (Date.now() < deadlineMs) {
     // The start failed elsewhere: stop polling, so that nothing holds the process.
@@ -66,25 +70,25 @@ async function waitUntilServing(client: GrpcEngineClient, deadlineMs: number, si
     }
     await new Promise((resolve) => setTimeout(resolve, healthPollIntervalMs));
   }
-  throw new FatalError(`worker ${client.address} not serving after ${workerReadyTimeoutMs / 1000} s` +
+  throw new FatalError(`worker ${client.address} not serving after ${timeoutMs / 1000} s (server.worker_ready_timeout_s)` +
     (lastError ? `: ${(lastError as Error).message}` : ''));
 }
 
 /** The model's workers serving (a local one that exits first fails the start), then its context length. */
-async function waitForModel(model: PlannedModel, sharedState: RedisSharedState<ServedWorker> | null, signal: AbortSignal): Promise<number> {
-  const deadlineMs = Date.now() + workerReadyTimeoutMs;
+async function waitForModel(model: PlannedModel, sharedState: RedisSharedState<ServedWorker> | null, timeoutMs: number, signal: AbortSignal): Promise<number> {
+  const deadlineMs = Date.now() + timeoutMs;
   const healths = await Promise.all([
     ...model.localWorkers.map(async ({ worker, client }) => {
-      const health = await Promise.race([waitUntilServing(client, deadlineMs, signal), worker.startFailure]);
+      const health = await Promise.race([waitUntilServing(client, deadlineMs, timeoutMs, signal), worker.startFailure]);
       worker.markServing();
       return health;
     }),
-    ...model.remoteClients.map((client) => waitUntilServing(client, deadlineMs, signal)),
+    ...model.remoteClients.map((client) => waitUntilServing(client, deadlineMs, timeoutMs, signal)),
   ]);
   if (healths.length > 0 || sharedState === null) return Math.min(model.maxModelLenCap, ...healths.map((h) => h.model.maxModelLen));
   // A model served only by workers found in Redis waits for the first of them.
   try {
-    const registration = await sharedState.waitForWorker(model.served.name, workerReadyTimeoutMs);
+    const registration = await sharedState.waitForWorker(model.served.name, timeoutMs);
     return Math.min(model.maxModelLenCap, registration.model.maxModelLen);
   } catch (err) {
     throw new FatalError((err as Error).message);
@@ -110,9 +114,22 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   // Before any port is bound: a missing key file fails at once.
   const apiKeys = resolveApiKeys(config.server);
   const { server } = config;
+  const logger = options.logger ?? createGatewayLogger({ level: server.log_level });
+  const lifecycleLog = createLifecycleLog(logger);
   const routers = new Map<string, ModelRouter<ServedWorker>>();
   // Workers registered in Redis join the routers as they are found (none without router.redis_url).
-  const sharedState = startSharedState(config.router, routers, (registration) => new GrpcEngineClient(registration.address));
+  // A remote worker (named by address or found in Redis) has no process here to kill: a silent
+  // stream takes it out of routing until it answers again.
+  const remoteClientOptions = (modelName: string, address: string): EngineClientOptions => ({
+    silenceTimeoutMs: server.worker_heartbeat_timeout_s * 1000,
+    onSilent: (silentMs) => {
+      lifecycleLog.workerUnresponsive(address, silentMs);
+      workerUnresponsive.inc({ model_name: modelName, worker: address });
+    },
+    onAnswered: () => lifecycleLog.workerAnswered(address),
+  });
+  const sharedState = startSharedState(config.router, routers, (registration) =>
+    new GrpcEngineClient(registration.address, remoteClientOptions(registration.model.modelName, registration.address)));
   // Every model with its workers' clients up front, so that the gateway can be built and listen
   // before any worker runs; maxModelLen is filled in when the workers answer.
   const planned: PlannedModel[] = config.models.map((model, modelIndex) => {
@@ -121,11 +138,12 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       const worker: LocalWorker = new LocalWorker({
         args: (listen) => workerArgs(model, numThreads, listen),
         name: `${modelIndex}-${i}`,
+        log: lifecycleLog,
         onRestart: (reason) => workerRestarts.inc({ model_name: servedName(model), worker: worker.address, reason }),
       });
       return { worker, client: new GrpcEngineClient(worker.address) };
     });
-    const remoteClients = model.remote_workers.map((address) => new GrpcEngineClient(address));
+    const remoteClients = model.remote_workers.map((address) => new GrpcEngineClient(address, remoteClientOptions(servedName(model), address)));
     // Added before any stream message arrives: a stream's first lists the worker's cache.
     const router = createRouter<ServedWorker>(model, config.router);
     for (const client of [...localWorkers.map(({ client }) => client), ...remoteClients]) router.addWorker(client);
@@ -153,6 +171,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
   });
   const gatewayMetrics = new GatewayMetrics(models);
   const workerRestarts = registerWorkerRestarts(gatewayMetrics.registry);
+  const workerUnresponsive = registerWorkerUnresponsive(gatewayMetrics.registry);
   let gateway: Awaited<ReturnType<typeof createGateway>> | null = null;
   let metrics: Awaited<ReturnType<typeof createMetricsServer>> | null = null;
   let grpcServer: KServeGrpcServer | null = null;
@@ -192,7 +211,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION, control: kserveControl ?? undefined },
       readiness,
       drainTimeoutMs: server.drain_timeout_s * 1000,
-      logger: { level: server.log_level },
+      logger,
       access: {
         apiKeys,
         anonymousLimits: keyLimitsOf(server.key_limits),
@@ -215,7 +234,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     for (const worker of localWorkers) worker.start();
     const loaded = Promise.all([
       ...planned.map(async (model) => {
-        model.served.maxModelLen = await waitForModel(model, sharedState, startWaits.signal);
+        model.served.maxModelLen = await waitForModel(model, sharedState, server.worker_ready_timeout_s * 1000, startWaits.signal);
       }),
       repository?.start().then(() => checkRepositoryLoaded(repository)),
     ]);
@@ -228,7 +247,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       startWaits.abort(new FatalError('the start was stopped'));
     }
     for (const model of planned) {
-      for (const { worker, client } of model.localWorkers) worker.watchHeartbeats(() => client.lastMessageAtMs, server.worker_heartbeat_timeout_s * 1000);
+      for (const { worker, client } of model.localWorkers) worker.watchHeartbeats(client, server.worker_heartbeat_timeout_s * 1000);
     }
     readiness.markReady();
     return { ...addresses, close: closeAll };

@@ -58,3 +58,11 @@ test('the Responses API settings: defaults (a 60-minute WebSocket, as OpenAI), p
   assert.throws(() => validateConfig({ server: { response_store_max_responses: 0 }, models: [{ path: 'm' }] }, 's.yaml'), /s\.yaml: server\.response_store_max_responses/);
   assert.throws(() => validateConfig({ server: { websocket_ping_interval_s: -1 }, models: [{ path: 'm' }] }, 's.yaml'), /s\.yaml: server\.websocket_ping_interval_s/);
 });
+
+test('the worker ready timeout: 300 s by default, positive only', () => {
+  assert.equal(validateConfig({ models: [{ path: 'm' }] }, 'r.yaml').server.worker_ready_timeout_s, 300);
+  assert.equal(validateConfig({ server: { worker_ready_timeout_s: 0.5 }, models: [{ path: 'm' }] }, 'r.yaml').server.worker_ready_timeout_s, 0.5);
+  for (const bad of [0, -1, 'soon']) {
+    assert.throws(() => validateConfig({ server: { worker_ready_timeout_s: bad }, models: [{ path: 'm' }] }, 's.yaml'), /s\.yaml: server\.worker_ready_timeout_s/);
+  }
+});

@@ -132,9 +132,15 @@ export const serverSchema = z
     drain_timeout_s: z.number().nonnegative().default(30),
     /**
      * A local worker whose engine stream carries nothing this long (an idle one sends a heartbeat
-     * every second) is killed as hung and restarted. Above the longest engine step.
+     * every second) is killed as hung and restarted; a remote one is out of routing, its requests
+     * failed, until it answers again. Above the longest engine step.
      */
     worker_heartbeat_timeout_s: z.number().min(2).default(30),
+    /**
+     * At start, every worker (local, remote, or the first found in Redis) must serve within this,
+     * loading its model included; otherwise the start fails and the server exits 1.
+     */
+    worker_ready_timeout_s: z.number().positive().default(300),
     /** A request's headers must arrive within this (slowloris); a 408 `receive_timeout` otherwise. */
     headers_timeout_s: z.number().positive().default(10),
     /** The whole request, headers and body, must arrive within this (a dripped body); 60 s carries 8 MiB at 140 KB/s. */

@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { startCli } from '../test/integration/cli-process.ts';
 import { pollUntil, within } from '../test/wait.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -124,31 +125,12 @@ test('the runtime stage, laid out by its COPY lines, serves by its ENTRYPOINT an
 
   const command = [...JSON.parse(runtimeStage.instructions.get('ENTRYPOINT')!), ...JSON.parse(runtimeStage.instructions.get('CMD')!)] as string[];
   assert.equal(command[0], 'node');
-  const server = spawn(process.execPath, [...command.slice(1), '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'], {
-    cwd: imageDir,
-    stdio: ['ignore', 'ignore', 'pipe'],
-    detached: true,
-  });
-  t.after(() => {
-    try {
-      process.kill(-server.pid!, 'SIGKILL');
-    } catch {
-      // The group is gone already.
-    }
-  });
-  let stderr = '';
-  const httpAddress = await within(new Promise<string>((resolve, reject) => {
-    server.stderr.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      const match = /serving on (http:\/\/\S+)/.exec(stderr);
-      if (match) resolve(match[1].replace('0.0.0.0', '127.0.0.1'));
-    });
-    server.once('exit', () => reject(new Error(`the image's server exited before serving:\n${stderr}`)));
-  }), 'serving');
+  const server = startCli(t, ['--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'], { command: [process.execPath, ...command.slice(1)], cwd: imageDir });
+  const { http: httpAddress } = await server.serving();
   await pollUntil(async () => (await fetch(`${httpAddress}/health`)).ok, 'healthy');
   assert.equal((await fetch(`${httpAddress}/`)).status, 200, 'the chat page');
   const models = (await (await fetch(`${httpAddress}/v2/repository/index`, { method: 'POST' })).json()) as { name: string; state: string }[];
   assert.ok(models.length > 0 && models.every((model) => model.state === 'READY'), JSON.stringify(models));
-  server.kill('SIGTERM');
-  assert.equal(await within(new Promise((resolve) => server.once('exit', resolve)), 'exit after SIGTERM'), 0);
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
 });

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import type { IncomingMessage } from 'node:http';
 import { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify';
-import type { DestinationStream, LevelWithSilent } from 'pino';
+import { pino, type DestinationStream, type LevelWithSilent, type Logger } from 'pino';
 
 export interface LogSettings {
   level: LevelWithSilent;
@@ -24,16 +24,24 @@ export function requestIdOf(header: string | string[] | undefined): string {
   return typeof header === 'string' && SOUND_REQUEST_ID.test(header) ? header : randomUUID();
 }
 
-/** Fastify's options for the log: the format, the request ids, and no per-request lines of its own. */
-export function loggerOptions(settings: LogSettings): Partial<FastifyServerOptions> {
+/**
+ * The gateway's logger. `conduit serve` makes one and hands it to the gateway and to its own
+ * lifecycle lines (bin/lifecycle-log.ts), so that both share the format, the level and stdout.
+ */
+export function createGatewayLogger(settings: LogSettings): Logger {
+  const options = {
+    level: settings.level,
+    base: { pid: process.pid, hostname: os.hostname(), role: 'gateway' },
+    timestamp: () => `,"time":"${new Date().toISOString()}"`,
+    formatters: { level: (label: string) => ({ level: label }) },
+  };
+  return settings.stream === undefined ? pino(options) : pino(options, settings.stream);
+}
+
+/** Fastify's options for the log: the logger (one of the caller's, or made from settings), the request ids, and no per-request lines of its own. */
+export function loggerOptions(log: LogSettings | Logger): Partial<FastifyServerOptions> {
   return {
-    logger: {
-      level: settings.level,
-      stream: settings.stream,
-      base: { pid: process.pid, hostname: os.hostname(), role: 'gateway' },
-      timestamp: () => `,"time":"${new Date().toISOString()}"`,
-      formatters: { level: (label: string) => ({ level: label }) },
-    },
+    loggerInstance: 'child' in log ? log : createGatewayLogger(log),
     genReqId: (raw) => requestIdOf(raw.headers[REQUEST_ID_HEADER]),
     logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
   };

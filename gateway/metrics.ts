@@ -295,6 +295,16 @@ export async function createMetricsServer(options: { metrics: GatewayMetrics; lo
   return app;
 }
 
+/** Times a remote worker's engine stream went silent past server.worker_heartbeat_timeout_s (it was out of routing until it answered). */
+export function registerWorkerUnresponsive(registry: Registry): Counter<'model_name' | 'worker'> {
+  return new Counter({
+    name: 'conduit_worker_unresponsive_total',
+    help: 'Times a remote engine worker sent nothing on its stream past the heartbeat timeout and was taken out of routing until it answered.',
+    labelNames: ['model_name', 'worker'],
+    registers: [registry],
+  });
+}
+
 /**
  * conduit_worker_restarts_total: restarts of the workers this gateway supervises, by why the
  * worker exited (`code N`, a signal's name, or `hung`: killed after its stream went silent).

@@ -10,6 +10,7 @@ import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { echoRequestIdOnUpgrade, installAccessLog, loggerOptions, type LogSettings } from './logging.ts';
+import type { Logger } from 'pino';
 import { kservePlugin } from './kserve/index.ts';
 import type { ModelRepository } from '../engine/classic/index.ts';
 import type { KServeControl } from './kserve/control.ts';
@@ -35,8 +36,8 @@ const DEFAULT_DRAIN_TIMEOUT_MS = 30_000;
 export interface GatewayOptions {
   models: ServedModel[];
   bodyLimitBytes: number;
-  /** JSON lines (gateway/logging.ts): one access line per request, errors; none when omitted. */
-  logger?: LogSettings;
+  /** JSON lines (gateway/logging.ts): one access line per request, errors; none when omitted. A Logger: the caller's, shared. */
+  logger?: LogSettings | Logger;
   /** Shared with createMetricsServer; a private set when omitted. */
   metrics?: GatewayMetrics;
   /** Timeouts, connection cap, stream bounds (configs `server`); each omitted one takes its default. */

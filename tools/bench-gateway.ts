@@ -16,7 +16,7 @@
 //   npm run bench:gateway [-- --tokens 200 --min-tokens 40000 --warmup-tokens 24000 --step-ms 2 --sse-clients 1,16,100,1000 --websocket-clients 1000]
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -293,9 +293,15 @@ async function main() {
       `    remote_workers: [${JSON.stringify(address)}]`,
       '',
     ].join('\n'));
-    const gateway = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', 'ignore', 'inherit'] });
+    // Its log (JSON on stdout, a failed start's fatal line among it) goes to a file, read only on a failure.
+    const logFile = path.join(workDir, 'gateway.log');
+    const logFd = openSync(logFile, 'w');
+    const gateway = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', logFd, 'inherit'] });
+    closeSync(logFd);
     children.push(gateway);
-    await waitForHealth(`http://127.0.0.1:${httpPort}`, gateway);
+    await waitForHealth(`http://127.0.0.1:${httpPort}`, gateway).catch((err: Error) => {
+      throw new Error(`${err.message}:\n${readFileSync(logFile, 'utf8')}`);
+    });
     const bare = spawnChild(['--bare-sse', '--step-ms', String(stepMs)]);
     children.push(bare);
     const { port: barePort } = await messageFrom<{ port: number }>(bare);

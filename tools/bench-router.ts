@@ -17,7 +17,7 @@
 // Every process shares the machine; on 2 cores the served part takes a few minutes.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, copyFileSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -83,14 +83,14 @@ function servableModelDir(workDir: string): string {
   return modelDir;
 }
 
-async function waitForHealth(url: string, server: ReturnType<typeof spawn>, log: Buffer[]): Promise<void> {
+async function waitForHealth(url: string, server: ReturnType<typeof spawn>, log: Buffer[], logFile: string): Promise<void> {
   const deadline = Date.now() + HEALTH_TIMEOUT_MS;
   while (Date.now() < deadline) {
-    if (server.exitCode !== null) throw new Error(`conduit serve exited with code ${server.exitCode}:\n${Buffer.concat(log).toString()}`);
+    if (server.exitCode !== null) throw new Error(`conduit serve exited with code ${server.exitCode}:\n${readFileSync(logFile, 'utf8')}${Buffer.concat(log).toString()}`);
     if (await fetch(`${url}/health`).then((response) => response.ok, () => false)) return;
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
-  throw new Error(`conduit serve did not become healthy within ${HEALTH_TIMEOUT_MS / 1000} s:\n${Buffer.concat(log).toString()}`);
+  throw new Error(`conduit serve did not become healthy within ${HEALTH_TIMEOUT_MS / 1000} s:\n${readFileSync(logFile, 'utf8')}${Buffer.concat(log).toString()}`);
 }
 
 interface ServedFigures {
@@ -129,7 +129,11 @@ async function servedRun(
     `    routing_policy: ${policy}`,
     '',
   ].join('\n'));
-  const server = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  // Its log (JSON on stdout, a failed start's fatal line among it) goes to a file, read only on a failure.
+  const logFile = path.join(workDir, `${policy}.log`);
+  const logFd = openSync(logFile, 'w');
+  const server = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', logFd, 'pipe'] });
+  closeSync(logFd);
   const log: Buffer[] = [];
   server.stderr!.on('data', (chunk: Buffer) => log.push(chunk));
   const url = `http://127.0.0.1:${httpPort}`;
@@ -146,7 +150,7 @@ async function servedRun(
     };
   };
   try {
-    await waitForHealth(url, server, log);
+    await waitForHealth(url, server, log, logFile);
     for (const { label, scenario, numRequests, numClients } of SERVED_SCENARIOS) {
       const closedLoop = await measure(label, scenario, numRequests, { kind: 'concurrency', numClientsList: [numClients] }, 1);
       console.log(`  ${policy}, ${label}, closed loop: ${describe(closedLoop)}, ${closedLoop.requestsPerS.toFixed(2)} requests/s`);

@@ -9,7 +9,7 @@
 // Every process (gateway, worker, load generator) shares the machine, as on a one-box deployment.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -51,13 +51,17 @@ async function runOnce(workDir: string, numThreads: number, values: Record<strin
     `    threads_per_worker: ${numThreads}`,
     '',
   ].join('\n'));
-  const server = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', 'ignore', 'pipe'] });
+  // Its log (JSON on stdout, a failed start's fatal line among it) goes to a file, read only on a failure.
+  const logFile = path.join(workDir, `threads-${numThreads}.log`);
+  const logFd = openSync(logFile, 'w');
+  const server = spawn(process.execPath, [conduitBin, 'serve', '--config', configPath], { stdio: ['ignore', logFd, 'pipe'] });
+  closeSync(logFd);
   const serverLog: Buffer[] = [];
   server.stderr!.on('data', (chunk: Buffer) => serverLog.push(chunk));
   const url = `http://127.0.0.1:${httpPort}`;
   try {
     await waitForHealth(url, server).catch((err: Error) => {
-      throw new Error(`${err.message}:\n${Buffer.concat(serverLog).toString()}`);
+      throw new Error(`${err.message}:\n${readFileSync(logFile, 'utf8')}${Buffer.concat(serverLog).toString()}`);
     });
     const outDir = path.join(workDir, `out-${numThreads}`);
     const loadtest = spawn(process.execPath, [

@@ -191,12 +191,15 @@ async function main(): Promise<number> {
   const [httpPort, metricsPort, grpcPort] = [await freePort(), await freePort(), await freePort()];
   const server = spawn(process.execPath, [
     conduitBin, 'serve', '--http-port', String(httpPort), '--metrics-port', String(metricsPort), '--grpc-port', String(grpcPort),
-  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+  ], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // The latest of its output, its log (stdout: lifecycle and fatal lines among the access lines) and stderr, for a failure's message.
   const serverLog: Buffer[] = [];
-  server.stderr!.on('data', (chunk: Buffer) => {
+  const keep = (chunk: Buffer) => {
     serverLog.push(chunk);
     if (serverLog.length > 200) serverLog.shift();
-  });
+  };
+  server.stdout!.on('data', keep);
+  server.stderr!.on('data', keep);
   const url = `http://127.0.0.1:${httpPort}`;
   const counts: Counts = { streams: 0, tokens: 0, infers: 0, errors: 0, firstErrors: [] };
   let stopping = false;

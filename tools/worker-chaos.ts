@@ -161,9 +161,12 @@ export class ChaosCluster {
       `    remote_workers: [${workers.map((worker) => JSON.stringify(worker.address)).join(', ')}]`,
       '',
     ].join('\n'));
-    const gateway = spawn(process.execPath, [conduitBin, 'serve', '--config', configFile], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const gateway = spawn(process.execPath, [conduitBin, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+    // The tail of its log (stdout: the lifecycle and fatal lines) and stderr, for a failure's message.
     let log = '';
-    gateway.stderr!.on('data', (data: Buffer) => (log = (log + data.toString()).slice(-20_000)));
+    const keep = (data: Buffer) => (log = (log + data.toString()).slice(-20_000));
+    gateway.stdout!.on('data', keep);
+    gateway.stderr!.on('data', keep);
     const cluster = new ChaosCluster(settings, `http://127.0.0.1:${httpPort}`, `http://127.0.0.1:${metricsPort}`, gateway, workers, workDir);
     try {
       await cluster.untilAllServing();

@@ -19,6 +19,7 @@ import {
 const healthTimeoutMs = 5_000;
 const firstRetryMs = 100;
 const maxRetryMs = 5_000;
+const maxReconnectBackoffMs = 1_000;
 
 type StreamCall = grpc.ClientDuplexStream<ClientMessage, StepOutput__Output>;
 
@@ -38,6 +39,21 @@ interface PendingRequest {
 
 export type ReportListener = (report: StepReport) => void;
 
+export interface EngineClientOptions {
+  /**
+   * A stream silent this long (no step, no heartbeat: since its latest message, or since it
+   * opened when none came on it) is given up as for a lost worker: its requests end with
+   * 'engine_unavailable', the load is forgotten (so no request is routed here), and the stream
+   * reopens, to be used again once the worker answers. Unwatched when omitted (a supervisor
+   * watches the workers it spawns).
+   */
+  silenceTimeoutMs?: number;
+  /** A serving worker's stream was given up after silentMs. */
+  onSilent?: (silentMs: number) => void;
+  /** The worker answered again after onSilent. */
+  onAnswered?: () => void;
+}
+
 export class GrpcEngineClient implements EngineClient {
   /** 'HOST:PORT' or 'unix:PATH'. */
   readonly address: string;
@@ -47,19 +63,30 @@ export class GrpcEngineClient implements EngineClient {
   private readonly reportListeners = new Set<ReportListener>();
   private latestLoad: WorkerLoad | null = null;
   private latestMessageAtMs = -Infinity;
+  /** performance.now() when the stream now open was opened. */
+  private streamOpenedAtMs = -Infinity;
+  /** Set when a serving worker went silent past the timeout; cleared by its next message. */
+  private isSilenced = false;
+  private silenceTimer: NodeJS.Timeout | null = null;
   private retryMs = firstRetryMs;
   private retryTimer: NodeJS.Timeout | null = null;
   private closed = false;
 
-  constructor(address: string) {
+  constructor(address: string, private readonly options: EngineClientOptions = {}) {
     this.address = address;
     const Engine = loadEngineService();
-    // Keepalive pings notice a worker whose host vanished without closing the connection.
+    // Keepalive pings notice a worker whose host vanished without closing the connection. The
+    // reconnect backoff is capped at a second (grpc's default grows to two minutes): a worker
+    // back after a restart is reached within a second of listening, not half its absence later,
+    // since the channel fails every call at once until it reconnects.
     this.client = new Engine(address, grpc.credentials.createInsecure(), {
       'grpc.keepalive_time_ms': 20_000,
       'grpc.keepalive_timeout_ms': 10_000,
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': maxReconnectBackoffMs,
     }) as unknown as EngineStub;
     this.openStream();
+    if (options.silenceTimeoutMs !== undefined) this.watchSilence(options.silenceTimeoutMs);
   }
 
   get numInFlight(): number {
@@ -100,9 +127,14 @@ export class GrpcEngineClient implements EngineClient {
     this.openStream().write({ generate: generateToWire(request) });
   }
 
-  /** Opens the stream now if it is down, instead of when its backoff ends: the worker just answered. */
+  /**
+   * Opens the stream now if it is down, instead of when its backoff ends, and retries from the
+   * shortest pause if that fails: the worker just answered, or just began to listen.
+   */
   connect(): void {
-    if (!this.closed) this.openStream();
+    if (this.closed) return;
+    this.retryMs = firstRetryMs;
+    this.openStream();
   }
 
   /** The request ends with its own 'abort' output once the worker has freed it. */
@@ -130,6 +162,7 @@ export class GrpcEngineClient implements EngineClient {
     if (this.closed) return;
     this.closed = true;
     if (this.retryTimer !== null) clearTimeout(this.retryTimer);
+    if (this.silenceTimer !== null) clearInterval(this.silenceTimer);
     this.failPending(`The client of engine worker ${this.address} was closed`);
     this.stream?.cancel();
     this.stream = null;
@@ -144,6 +177,7 @@ export class GrpcEngineClient implements EngineClient {
       this.retryTimer = null;
     }
     const stream = this.client.Stream();
+    this.streamOpenedAtMs = performance.now();
     stream.on('data', (message: StepOutput__Output) => {
       let step;
       try {
@@ -155,6 +189,10 @@ export class GrpcEngineClient implements EngineClient {
       }
       this.retryMs = firstRetryMs;
       this.latestMessageAtMs = performance.now();
+      if (this.isSilenced) {
+        this.isSilenced = false;
+        this.options.onAnswered?.();
+      }
       for (const output of step.outputs) {
         const request = this.pending.get(output.requestId);
         if (request === undefined) continue;
@@ -164,17 +202,45 @@ export class GrpcEngineClient implements EngineClient {
       this.latestLoad = step.report.load;
       for (const listener of this.reportListeners) listener(step.report);
     });
-    const onDown = (reason: string) => {
-      if (this.stream !== stream) return;
-      this.stream = null;
-      this.latestLoad = null;
-      this.failPending(`Lost the stream to engine worker ${this.address}: ${reason}`);
-      this.scheduleReopen();
-    };
+    const onDown = (reason: string) => this.dropStream(stream, reason);
     stream.on('error', (err: grpc.ServiceError) => onDown(err.details || err.message));
     stream.on('end', () => onDown('the worker ended the stream'));
     this.stream = stream;
     return stream;
+  }
+
+  /** The stream is lost: its requests fail, the load is forgotten, and it reopens after a pause. */
+  private dropStream(stream: StreamCall, reason: string): void {
+    if (this.stream !== stream) return;
+    this.stream = null;
+    this.latestLoad = null;
+    this.failPending(`Lost the stream to engine worker ${this.address}: ${reason}`);
+    this.scheduleReopen();
+  }
+
+  /** Gives up the stream once it is silent for timeoutMs (EngineClientOptions.silenceTimeoutMs). */
+  private watchSilence(timeoutMs: number): void {
+    const checkIntervalMs = Math.min(1_000, timeoutMs / 4);
+    let lastCheckAtMs = performance.now();
+    this.silenceTimer = setInterval(() => {
+      const nowMs = performance.now();
+      // This event loop stalled: what the worker sent meanwhile may still be unread. Look next time.
+      const isLate = nowMs - lastCheckAtMs > 2 * checkIntervalMs;
+      lastCheckAtMs = nowMs;
+      const stream = this.stream;
+      if (isLate || stream === null) return;
+      const silentMs = nowMs - Math.max(this.latestMessageAtMs, this.streamOpenedAtMs);
+      if (silentMs <= timeoutMs) return;
+      // Told once per outage: the streams reopened to a worker still silent are given up quietly.
+      const wasServing = this.latestLoad !== null;
+      this.dropStream(stream, `nothing on it for ${(silentMs / 1000).toFixed(1)} s`);
+      stream.cancel();
+      if (wasServing && !this.isSilenced) {
+        this.isSilenced = true;
+        this.options.onSilent?.(silentMs);
+      }
+    }, checkIntervalMs);
+    this.silenceTimer.unref();
   }
 
   /** Reopens the stream after a pause that doubles while the worker stays away. */

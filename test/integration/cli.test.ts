@@ -2,7 +2,6 @@
 // another family, streamed from over HTTP, stopped with SIGTERM.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import net from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -10,9 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
-import { openaiClient, repoRoot, within } from './harness.ts';
+import { defaultModelDir, openaiClient, within } from './harness.ts';
 import { freePort } from '../../tools/free-port.ts';
-import { groupEmptied, killGroup } from './cli-process.ts';
+import { groupEmptied, startCli } from './cli-process.ts';
 
 test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
@@ -43,22 +42,8 @@ test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its fold
     chat_template: "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}",
   }));
 
-  const server = spawn(process.execPath, [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0'], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
-  t.after(() => server.kill('SIGKILL'));
-  let stderr = '';
-  const httpAddress = await within(new Promise<string>((resolve, reject) => {
-    server.stderr.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      const match = /serving on (http:\/\/\S+)/.exec(stderr);
-      if (match) resolve(match[1]);
-    });
-    server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
-  }), 'serving');
-
-  const client = openaiClient(`${httpAddress.replace('0.0.0.0', '127.0.0.1')}/v1`);
+  const server = startCli(t, ['serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0']);
+  const client = openaiClient(`${(await server.serving()).http}/v1`);
   const models = await client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ['qwen-mini']);
   const stream = await client.chat.completions.create({
@@ -73,61 +58,45 @@ test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its fold
   for await (const chunk of stream) numCompletionTokens = chunk.usage?.completion_tokens ?? numCompletionTokens;
   assert.equal(numCompletionTokens, 5);
 
-  server.kill('SIGTERM');
-  assert.equal(await within(exited, 'exit after SIGTERM'), 0);
-  assert.doesNotMatch(stderr, /killed/, 'the worker exits on its own after SIGTERM');
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+  assert.ok(!server.events().includes('worker_stop_killed'), 'the worker exits on its own after SIGTERM');
 });
 
-test('conduit serve with a bad configuration names the file and the field', async () => {
+test('a bad configuration or command line, found before the logger, is one plain line on stderr naming the file or flag: exit code 2, nothing on stdout', async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
-  try {
-    const configFile = path.join(workDir, 'bad.yaml');
-    writeFileSync(configFile, 'models:\n  - path: x\n    max_num_seqs: lots\n');
-    const child = spawn(process.execPath, [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--config', configFile], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let stderr = '';
-    child.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
-    const code = await within(new Promise<number | null>((resolve) => child.once('exit', resolve)), 'exit on a bad configuration');
-    assert.equal(code, 2);
-    assert.match(stderr, /bad\.yaml: models\.0\.max_num_seqs/);
-  } finally {
-    rmSync(workDir, { recursive: true, force: true });
-  }
+  t.after(() => rmSync(workDir, { recursive: true, force: true }));
+  const configFile = path.join(workDir, 'bad.yaml');
+  writeFileSync(configFile, 'models:\n  - path: x\n    max_num_seqs: lots\n');
+  const badFile = startCli(t, ['serve', '--config', configFile]);
+  assert.equal(await within(badFile.exited, 'exit on a bad configuration'), 2);
+  assert.match(badFile.stderr(), /^conduit: .*bad\.yaml: models\.0\.max_num_seqs.*\n$/);
+  assert.deepEqual(badFile.stdoutLines(), []);
+
+  const badFlag = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '99999']);
+  assert.equal(await within(badFlag.exited, 'exit on a bad flag'), 2);
+  assert.match(badFlag.stderr(), /^conduit: command line: --http-port 99999: .*\n$/);
+  assert.deepEqual(badFlag.stdoutLines(), []);
 });
 
 test('Ctrl-C to the process group stops the server and its worker, with no respawn', { timeout: 120_000 }, async (t) => {
   // A terminal's Ctrl-C signals the whole foreground process group: gateway and worker at once.
-  const server = spawn(
-    process.execPath,
-    [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', path.join(repoRoot, 'models', 'conduit-tiny'), '--http-port', '0', '--metrics-port', '0'],
-    { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
-  );
-  const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
-  t.after(() => killGroup(server.pid!));
-  let stderr = '';
-  const httpAddress = await within(new Promise<string>((resolve, reject) => {
-    server.stderr.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      const match = /serving on (http:\/\/\S+)/.exec(stderr);
-      if (match) resolve(match[1]);
-    });
-    server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
-  }), 'serving');
-  const client = openaiClient(`${httpAddress.replace('0.0.0.0', '127.0.0.1')}/v1`);
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0']);
+  const client = openaiClient(`${(await server.serving()).http}/v1`);
   assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 })).choices.length, 1);
 
   // A stream in flight when Ctrl-C comes runs to its end.
   const stream = await client.completions.create({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 64, ignore_eos: true, stream: true } as OpenAI.Completions.CompletionCreateParamsStreaming);
   const iterator = stream[Symbol.asyncIterator]();
   await iterator.next();
-  process.kill(-server.pid!, 'SIGINT');
+  process.kill(-server.pid, 'SIGINT');
   let finishReason: string | null = null;
   for (let chunk = await iterator.next(); !chunk.done; chunk = await iterator.next()) finishReason = chunk.value.choices[0]?.finish_reason ?? finishReason;
   assert.equal(finishReason, 'length', 'the stream in flight finished');
-  assert.equal(await within(exited, 'exit after SIGINT to the group'), 0);
-  assert.doesNotMatch(stderr, /restarting in/, 'no worker is respawned during shutdown');
-  assert.doesNotMatch(stderr, /killed/, 'the worker exits on its own');
+  assert.equal(await within(server.exited, 'exit after SIGINT to the group'), 0);
+  assert.deepEqual(server.events(), ['listening', 'serving'], 'no worker respawned during shutdown, nor killed: it exits on its own');
   // Nothing of the group is left: signalling it finds no process.
-  await within(groupEmptied(server.pid!), 'the process group to empty');
+  await within(groupEmptied(server.pid), 'the process group to empty');
 });
 
 test('a taken metrics port ends conduit serve with one line naming the flag, before any worker starts, leaving nothing serving', { timeout: 120_000 }, async (t) => {
@@ -136,20 +105,15 @@ test('a taken metrics port ends conduit serve with one line naming the flag, bef
   t.after(() => taken.close());
   const metricsPort = (taken.address() as net.AddressInfo).port;
   const httpPort = await freePort();
-  const server = spawn(
-    process.execPath,
-    [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', path.join(repoRoot, 'models', 'conduit-tiny'), '--http-port', String(httpPort), '--metrics-port', String(metricsPort)],
-    { stdio: ['ignore', 'ignore', 'pipe'], detached: true },
-  );
-  t.after(() => killGroup(server.pid!));
-  let stderr = '';
-  server.stderr.on('data', (data: Buffer) => (stderr += data.toString()));
-  const code = await within(new Promise<number | null>((resolve) => server.once('close', resolve)), 'exit on a taken port');
-  assert.equal(code, 1);
-  assert.match(stderr, new RegExp(`^conduit: cannot listen on 0\\.0\\.0\\.0:${metricsPort} \\(server\\.metrics_port / --metrics-port\\): address already in use$`, 'm'));
-  // A worker would have loaded the model and said so; the line would come with no stack either.
-  assert.doesNotMatch(stderr, /conduit worker:|\n\s+at /, 'no worker started, no stack');
-  await within(groupEmptied(server.pid!), 'the process group to empty');
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', String(httpPort), '--metrics-port', String(metricsPort)]);
+  assert.equal(await within(server.exited, 'exit on a taken port'), 1);
+  const fatal = await server.waitFor('fatal');
+  assert.equal(fatal.msg, `cannot listen on 0.0.0.0:${metricsPort} (server.metrics_port / --metrics-port): address already in use`);
+  assert.deepEqual([fatal.level, fatal.exit_code, fatal.err], ['fatal', 1, undefined], 'a fatal line with no stack');
+  assert.deepEqual(server.events(), ['fatal'], 'one line, before listening');
+  // A worker would have loaded the model and said so.
+  assert.ok(!server.logEntries().some((entry) => entry.role === 'worker') && !/conduit worker:/.test(server.stderr()), 'no worker started');
+  await within(groupEmptied(server.pid), 'the process group to empty');
   // The HTTP port it had bound is free again: nothing is left answering 503 there.
   const again = net.createServer().listen(httpPort, '127.0.0.1');
   await once(again, 'listening');
@@ -157,23 +121,10 @@ test('a taken metrics port ends conduit serve with one line naming the flag, bef
 });
 
 test('SIGTERM to `npm start` (what a process manager sends) stops the server and its worker', { timeout: 120_000 }, async (t) => {
-  const npm = spawn('npm', ['start', '--', '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'], {
-    cwd: repoRoot,
-    stdio: ['ignore', 'ignore', 'pipe'],
-    detached: true,
-  });
-  t.after(() => killGroup(npm.pid!));
-  let stderr = '';
-  await within(new Promise<void>((resolve, reject) => {
-    npm.stderr.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      if (/serving on/.test(stderr)) resolve();
-    });
-    npm.once('exit', () => reject(new Error(`npm start exited before serving:\n${stderr}`)));
-  }), 'npm start serving');
-  const exited = new Promise<void>((resolve) => npm.once('exit', () => resolve()));
-  npm.kill('SIGTERM');
-  await within(exited, 'npm to exit');
+  const npm = startCli(t, ['--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'], { command: ['npm', 'start', '--'] });
+  await npm.waitFor('serving', 'npm start serving');
+  npm.child.kill('SIGTERM');
+  await within(npm.exited, 'npm to exit');
   // npm's child, the gateway, and its worker all share npm's process group: none may be left.
-  await within(groupEmptied(npm.pid!), 'the server and its worker to exit');
+  await within(groupEmptied(npm.pid), 'the server and its worker to exit');
 });

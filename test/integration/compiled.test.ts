@@ -2,7 +2,7 @@
 // no TypeScript loader beside the server, every file the compiled modules read found from dist/,
 // and a missing or stale build refused in one line.
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -11,6 +11,7 @@ import * as grpc from '@grpc/grpc-js';
 import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
 import { MAX_INLINE_PROMPT_CHARS } from '../../gateway/prompt-encoder.ts';
 import { heldOutDigits } from '../../tools/make-classic-models.ts';
+import { startCli, type CliProcess } from './cli-process.ts';
 import { boundedFetch, defaultModelDir, openaiClient, repoRoot, within } from './harness.ts';
 
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -44,40 +45,13 @@ function groupCommandLines(groupId: number): string[] {
 }
 
 /** `conduit serve ARGS` on free ports in a process group of its own, ended with the test. */
-function startServe(t: TestContext, args: string[]): ChildProcess {
-  const server = spawn(process.execPath, [conduitBin, 'serve', ...args, '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0'], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-    detached: true,
-  });
-  t.after(() => {
-    try {
-      process.kill(-server.pid!, 'SIGKILL');
-    } catch {
-      // The group is gone already.
-    }
-  });
-  return server;
+function startServe(t: TestContext, args: string[]): CliProcess {
+  return startCli(t, ['serve', ...args, '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0']);
 }
 
-/** Resolves with the server's addresses once it prints them. */
-function addressesOf(server: ChildProcess): Promise<{ http: string; grpc: string | null }> {
-  let stderr = '';
-  return within(new Promise((resolve, reject) => {
-    server.stderr!.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      const match = /serving on (http:\/\/\S+) \((.*)\)\n/.exec(stderr);
-      if (match === null) return;
-      const grpcAddress = /KServe gRPC (\S+)/.exec(match[2])?.[1].replace('0.0.0.0', '127.0.0.1') ?? null;
-      resolve({ http: match[1].replace('0.0.0.0', '127.0.0.1'), grpc: grpcAddress });
-    });
-    server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
-  }), 'serving');
-}
-
-async function stop(server: ChildProcess): Promise<void> {
-  const exited = new Promise((resolve) => server.once('exit', resolve));
-  server.kill('SIGTERM');
-  assert.equal(await within(exited, 'exit after SIGTERM'), 0);
+async function stop(server: CliProcess): Promise<void> {
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
 }
 
 test('conduit --help runs from dist/', async () => {
@@ -114,11 +88,11 @@ test('a missing or stale dist/ is refused in one line, a current one runs', asyn
 test('the compiled server and its worker run with no TypeScript loader beside them', { timeout: 120_000 }, async (t) => {
   // No model repository: its script models are users' TypeScript, which tsx (and esbuild) loads.
   const server = startServe(t, ['--model', defaultModelDir]);
-  const addresses = await addressesOf(server);
+  const addresses = await server.serving();
   const client = openaiClient(`${addresses.http}/v1`);
   assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: 'In the beginning', max_tokens: 2 })).usage?.completion_tokens, 2);
 
-  const commandLines = groupCommandLines(server.pid!);
+  const commandLines = groupCommandLines(server.pid);
   assert.ok(commandLines.some((commandLine) => commandLine.includes('conduit.js worker')), `the worker is in the group: ${commandLines.join('\n')}`);
   // Under tsx each gateway and worker had an esbuild service process beside it.
   assert.deepEqual(commandLines.filter((commandLine) => /esbuild|tsx/.test(commandLine)), []);
@@ -130,7 +104,7 @@ test('the compiled server finds every file it reads', { timeout: 120_000 }, asyn
   // KServe protos; GET / the chat page; a long prompt the offload pool's threads; the LLM's worker
   // engine.proto and the native addon.
   const server = startServe(t, ['--model', defaultModelDir, '--model-repository', path.join(repoRoot, 'models')]);
-  const addresses = await addressesOf(server);
+  const addresses = await server.serving();
 
   const page = await boundedFetch(`${addresses.http}/`);
   assert.equal(page.status, 200);

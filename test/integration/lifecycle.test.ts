@@ -16,6 +16,7 @@ import { freePort } from '../../tools/free-port.ts';
 import { childProcesses, groupEmptied, startCli } from './cli-process.ts';
 import { boundedFetch, defaultModelDir, openaiClient, repoRoot, within } from './harness.ts';
 import { pollUntil } from '../wait.ts';
+import { startWorkerProcess } from './worker-process.ts';
 
 function tempDir(t: { after(fn: () => void): void }): string {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-lifecycle-'));
@@ -48,7 +49,7 @@ test('the ports answer before the models load: 503 starting, live but not ready;
     model_repository: { path: path.join(repoRoot, 'models'), model_control_mode: 'explicit', load_models: ['fraud'] },
   });
   const server = startCli(t, ['serve', '--config', configFile]);
-  await server.waitFor(/listening on/, 'listening');
+  await server.waitFor('listening');
   const base = `http://127.0.0.1:${httpPort}`;
 
   const health = await boundedFetch(`${base}/health`);
@@ -77,7 +78,7 @@ test('the ports answer before the models load: 503 starting, live but not ready;
   ], { stdio: ['ignore', 'ignore', 'inherit'] });
   const workerExited = new Promise((resolve) => worker.once('exit', resolve));
   t.after(() => worker.kill('SIGKILL'));
-  await server.waitFor(/serving on/, 'serving once the worker serves');
+  await server.waitFor('serving', 'serving once the worker serves');
   const models = await openaiClient(`${base}/v1`).models.list();
   assert.equal((models.data[0] as unknown as { max_model_len: number }).max_model_len, 512, "the context length the worker reported, filled in after the gateway was built");
   assert.equal((await boundedFetch(`${base}/health`)).status, 200);
@@ -98,11 +99,11 @@ test('SIGTERM while the models load stops the start: exit code 0, its worker sto
     models: [{ path: defaultModelDir, num_workers: 1, remote_workers: [`unix:${path.join(dir, 'absent.sock')}`] }],
   });
   const server = startCli(t, ['serve', '--config', configFile]);
-  await server.waitFor(/listening on/, 'listening');
-  await server.waitFor(/conduit worker: /, 'the local worker to load');
+  await server.waitFor('listening');
+  await server.waitFor((entry) => entry.msg === 'worker serving', 'the local worker to load');
   server.child.kill('SIGTERM');
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
-  assert.doesNotMatch(server.stderr(), /serving on|restarting in|killed/);
+  assert.deepEqual(server.events(), ['listening'], 'not serving, no worker restarted or killed');
   await within(groupEmptied(server.pid), 'the process group to empty');
 });
 
@@ -116,8 +117,28 @@ test('a worker that exits before it ever served ends conduit serve with exit cod
   writeFileSync(path.join(modelDir, 'model.safetensors'), 'not safetensors');
   const server = startCli(t, ['serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0']);
   assert.equal(await within(server.exited, 'exit on a worker that cannot load'), 1);
-  assert.match(server.stderr(), /conduit: worker 0-0 exited \(code 1\) before it served/);
-  assert.doesNotMatch(server.stderr(), /restarting in/, 'not restarted: it would only fail again');
+  const fatal = await server.waitFor('fatal');
+  assert.match(fatal.msg as string, /^worker 0-0 exited \(code 1\) before it served/);
+  assert.equal(fatal.level, 'fatal');
+  assert.equal(fatal.exit_code, 1);
+  assert.deepEqual(server.events(), ['listening', 'fatal'], 'not restarted: it would only fail again');
+  await within(groupEmptied(server.pid), 'the process group to empty');
+});
+
+test('a worker not serving within server.worker_ready_timeout_s ends conduit serve with one fatal line naming it and the setting, exit code 1', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const absentAddress = `unix:${path.join(dir, 'absent.sock')}`;
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_ready_timeout_s: 1 },
+    models: [{ path: defaultModelDir, num_workers: 0, remote_workers: [absentAddress] }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  // Well within the wait bound: 1 s, not the 300 s default.
+  assert.equal(await within(server.exited, 'exit on a worker that never serves'), 1);
+  const fatal = await server.waitFor('fatal');
+  assert.match(fatal.msg as string, new RegExp(`^worker ${absentAddress.replaceAll('.', '\\.')} not serving after 1 s \\(server\\.worker_ready_timeout_s\\)`));
+  assert.equal(fatal.exit_code, 1);
+  assert.deepEqual(server.events(), ['listening', 'fatal']);
   await within(groupEmptied(server.pid), 'the process group to empty');
 });
 
@@ -131,7 +152,7 @@ test('a repository model that fails to load at start ends conduit serve with exi
     '--http-port', '0', '--metrics-port', '0', '--grpc-port', '0',
   ]);
   assert.equal(await within(server.exited, 'exit on a model that cannot load'), 1);
-  assert.match(server.stderr(), /conduit: model repository: fraud failed to load/);
+  assert.match((await server.waitFor('fatal')).msg as string, /^model repository: fraud failed to load/);
   await within(groupEmptied(server.pid), 'the process group, its worker too, to empty');
 });
 
@@ -145,8 +166,11 @@ test('a taken gRPC port is one line naming the flag, before any worker starts', 
     '--http-port', '0', '--metrics-port', '0', '--grpc-port', String(grpcPort),
   ]);
   assert.equal(await within(server.exited, 'exit on a taken port'), 1);
-  assert.match(server.stderr(), new RegExp(`^conduit: cannot listen on 0\\.0\\.0\\.0:${grpcPort} \\(server\\.grpc_port / --grpc-port\\): address already in use$`, 'm'));
-  assert.doesNotMatch(server.stderr(), /conduit worker:|\n\s+at /, 'no worker started, no stack');
+  const fatal = await server.waitFor('fatal');
+  assert.equal(fatal.msg, `cannot listen on 0.0.0.0:${grpcPort} (server.grpc_port / --grpc-port): address already in use`);
+  assert.equal(fatal.err, undefined, 'no stack');
+  assert.deepEqual(server.events(), ['fatal'], 'one line, before listening');
+  assert.ok(!server.logEntries().some((entry) => entry.role === 'worker') && !/conduit worker:/.test(server.stderr()), 'no worker started');
 });
 
 test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an error, the server serves again, each restart is counted by reason', { timeout: 120_000 }, async (t) => {
@@ -156,7 +180,7 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
     models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
   });
   const server = startCli(t, ['serve', '--config', configFile]);
-  const [, httpAddress, metricsAddress] = await server.waitFor(/serving on (http:\/\/\S+) \(metrics (http:\/\/[^\s)]+)/, 'serving');
+  const { http: httpAddress, metrics: metricsAddress } = await server.serving();
   const [worker] = childProcesses(server.pid).filter((child) => / worker /.test(child.commandLine));
   assert.ok(worker !== undefined, 'the worker is a child of the gateway');
 
@@ -174,8 +198,14 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
     text += decoder.decode(chunk.value, { stream: true });
   }
   assert.match(text, /"code":"engine_unavailable"/, 'the client of the hung worker got a clean error');
-  assert.match(server.stderr(), /conduit: worker 0-0 sent nothing on its engine stream for \d+\.\d s; killing it as hung/);
-  await server.waitFor(/conduit: worker 0-0 exited \(hung\); restarting in \d+ ms/, 'the restart');
+  const hung = await server.waitFor('worker_hung');
+  assert.equal(hung.level, 'warn');
+  assert.equal(hung.worker, '0-0');
+  assert.ok((hung.silent_ms as number) > 3_000, 'silent past the timeout');
+  assert.match(hung.msg as string, /^worker 0-0 sent nothing on its engine stream for \d+\.\d s; killing it as hung$/);
+  const restart = await server.waitFor('worker_restarting', 'the restart');
+  assert.deepEqual([restart.level, restart.worker, restart.reason, typeof restart.delay_ms], ['warn', '0-0', 'hung', 'number']);
+  assert.match(restart.msg as string, /^worker 0-0 exited \(hung\); restarting in \d+ ms$/);
 
   const client = openaiClient(`${httpAddress}/v1`);
   await pollUntil(async () => {
@@ -187,7 +217,7 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
   assert.notEqual(restarted?.pid, worker.pid, 'a new worker process');
   // A crash, beside the hang, counts under its signal.
   process.kill(restarted.pid, 'SIGKILL');
-  await server.waitFor(/conduit: worker 0-0 exited \(SIGKILL\); restarting in \d+ ms/, 'the restart after a crash');
+  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'SIGKILL', 'the restart after a crash');
   const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
   assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="hung"\} 1/);
   assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="SIGKILL"\} 1/);
@@ -196,11 +226,100 @@ test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an e
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
 });
 
+test('a restarted worker that hangs (SIGSTOP) right after it is ready, before its engine stream carries anything, is killed as hung too', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3 },
+    models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  const { http: httpAddress } = await server.serving();
+  const workerPid = () => childProcesses(server.pid).find((child) => / worker /.test(child.commandLine))?.pid;
+  const first = workerPid()!;
+  process.kill(first, 'SIGKILL');
+  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'SIGKILL', 'the restart after a crash');
+  // The restarted worker says it listens (its model loaded) on stderr; the gateway's stream to it
+  // reopens with a backoff, so the stop lands before the worker's first message on it.
+  await server.waitForStderr(/conduit worker: [^\n]*\n[^]*conduit worker: /, 'the restarted worker to listen');
+  const restarted = workerPid();
+  assert.ok(restarted !== undefined && restarted !== first, 'a new worker process');
+  process.kill(restarted, 'SIGSTOP');
+  const hung = await server.waitFor('worker_hung', 'the silent restarted worker killed as hung');
+  assert.equal(hung.worker, '0-0');
+  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'hung', 'its restart');
+  const client = openaiClient(`${httpAddress}/v1`);
+  await pollUntil(async () => {
+    const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 }).catch(() => null);
+    if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
+    return completion !== null;
+  }, 'a completion from the worker restarted after the hang');
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+});
+
+test('a remote worker silent past the heartbeat timeout is out of routing: its stream ends with a clean error, others serve on, and it is used again once it answers', { timeout: 120_000 }, async (t) => {
+  const [silent, steady] = await Promise.all([startWorkerProcess(['--kv-cache-blocks', '256']), startWorkerProcess(['--kv-cache-blocks', '256'])]);
+  t.after(() => Promise.all([silent.stop('SIGKILL'), steady.stop('SIGKILL')]));
+  const dir = tempDir(t);
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 2 },
+    // Round robin: the two streams below go one to each worker.
+    models: [{ path: defaultModelDir, num_workers: 0, remote_workers: [silent.address, steady.address], routing_policy: 'round-robin' }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  const { http: httpAddress, metrics: metricsAddress } = await server.serving();
+  const openStream = async () => {
+    const response = await boundedFetch(`${httpAddress}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 400, ignore_eos: true, stream: true }),
+    });
+    const reader = response.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = decoder.decode((await within(reader.read(), 'the first chunk')).value);
+    return async () => {
+      for (let chunk = await within(reader.read(), 'the stream to end'); !chunk.done; chunk = await within(reader.read(), 'the stream to end')) {
+        text += decoder.decode(chunk.value, { stream: true });
+      }
+      return text;
+    };
+  };
+  const streams = [await openStream(), await openStream()];
+  process.kill(silent.child.pid!, 'SIGSTOP');
+  const texts = await Promise.all(streams.map((readRest) => readRest()));
+  const failed = texts.filter((text) => text.includes('"code":"engine_unavailable"'));
+  assert.equal(failed.length, 1, 'the silent worker\'s stream ended with a clean error');
+  assert.match(texts.find((text) => !failed.includes(text))!, /"finish_reason":"length"/, 'the other worker\'s stream finished');
+  const down = await server.waitFor('worker_unresponsive');
+  assert.deepEqual([down.level, down.worker], ['warn', silent.address]);
+  assert.ok((down.silent_ms as number) > 2_000);
+
+  // While it is silent, every request goes to the other worker.
+  const client = openaiClient(`${httpAddress}/v1`);
+  for (let i = 0; i < 4; i++) assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: `Hi ${i}`, max_tokens: 2 })).usage?.completion_tokens, 2);
+  const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
+  assert.match(metrics, new RegExp(`conduit_worker_unresponsive_total\\{model_name="conduit-tiny",worker="${silent.address}"\\} 1`));
+
+  process.kill(silent.child.pid!, 'SIGCONT');
+  const back = await server.waitFor('worker_answered', 'the worker answering again');
+  assert.equal(back.worker, silent.address);
+  // Round robin again: of two requests now, one is the answering worker's (its admissions count prompt tokens).
+  const queriedTokens = async () => {
+    const text = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
+    return Number(new RegExp(`conduit_prefix_cache_queries_total\\{model_name="conduit-tiny",worker="${silent.address}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+  };
+  const queriedBefore = await queriedTokens();
+  for (let i = 0; i < 2; i++) assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: `Again ${i}`, max_tokens: 2 })).usage?.completion_tokens, 2);
+  await pollUntil(async () => (await queriedTokens()) > queriedBefore, 'a request served by the worker that answered again');
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+});
+
 test('an error thrown and caught nowhere, once serving, is one line, a drain (the stream in flight finishes) and exit code 1', { timeout: 120_000 }, async (t) => {
   // A bug on demand: SIGUSR2 throws from a signal handler, outside any request.
   const injectBug = 'data:text/javascript,process.on("SIGUSR2",()=>{throw new Error("injected bug")})';
-  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0'], ['--import', injectBug]);
-  const [, httpAddress] = await server.waitFor(/serving on (http:\/\/\S+)/, 'serving');
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0'], { nodeArgs: ['--import', injectBug] });
+  const { http: httpAddress } = await server.serving();
   const client = openaiClient(`${httpAddress}/v1`);
   const stream = await client.completions.create({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 64, ignore_eos: true, stream: true } as OpenAI.Completions.CompletionCreateParamsStreaming);
   const iterator = stream[Symbol.asyncIterator]();
@@ -210,6 +329,9 @@ test('an error thrown and caught nowhere, once serving, is one line, a drain (th
   for (let chunk = await iterator.next(); !chunk.done; chunk = await iterator.next()) finishReason = chunk.value.choices[0]?.finish_reason ?? finishReason;
   assert.equal(finishReason, 'length', 'the stream in flight finished');
   assert.equal(await within(server.exited, 'exit after the bug'), 1);
-  assert.match(server.stderr(), /^conduit: stopping on an uncaught error: Error: injected bug$/m);
+  const fatal = await server.waitFor('fatal');
+  assert.equal(fatal.msg, 'stopping on an uncaught error: Error: injected bug');
+  assert.equal(fatal.exit_code, 1);
+  assert.match((fatal.err as { stack: string }).stack, /injected bug\n\s+at /, 'the stack, as a field');
   await within(groupEmptied(server.pid), 'the process group to empty');
 });

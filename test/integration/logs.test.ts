@@ -1,59 +1,14 @@
-// The real `conduit serve` on conduit-tiny: its stdout is JSON lines, a request's id reaches the
-// gateway's access line and the worker's line about it, and /metrics has the worker's figures.
+// The real `conduit serve` on conduit-tiny: its stdout is JSON lines (its lifecycle lines too), a
+// request's id reaches the gateway's access line and the worker's line about it, and /metrics has
+// the worker's figures.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import path from 'node:path';
-import { createInterface } from 'node:readline';
-import { boundedFetch, defaultModelDir, repoRoot, within } from './harness.ts';
-
-type LogEntry = Record<string, unknown>;
+import { startCli } from './cli-process.ts';
+import { boundedFetch, defaultModelDir, within } from './harness.ts';
 
 test('conduit serve logs JSON lines on stdout: an access line per request under its id, the worker\'s line of an abort under the same id', { timeout: 120_000 }, async (t) => {
-  const server = spawn(
-    process.execPath,
-    [path.join(repoRoot, 'bin', 'conduit.js'), 'serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0', '--log-level', 'info'],
-    { stdio: ['ignore', 'pipe', 'pipe'], detached: true },
-  );
-  const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
-  t.after(() => {
-    try {
-      process.kill(-server.pid!, 'SIGKILL');
-    } catch {
-      // Gone already.
-    }
-  });
-  const lines: string[] = [];
-  const waiters: { matches: (entry: LogEntry) => boolean; resolve: (entry: LogEntry) => void }[] = [];
-  createInterface({ input: server.stdout }).on('line', (line) => {
-    lines.push(line);
-    let entry: LogEntry;
-    try {
-      entry = JSON.parse(line);
-    } catch {
-      return;
-    }
-    for (const waiter of waiters.filter((w) => w.matches(entry))) {
-      waiters.splice(waiters.indexOf(waiter), 1);
-      waiter.resolve(entry);
-    }
-  });
-  const lineLike = (matches: (entry: LogEntry) => boolean, what: string) =>
-    within(new Promise<LogEntry>((resolve) => {
-      const seen = lines.map((line) => { try { return JSON.parse(line) as LogEntry; } catch { return null; } }).find((e) => e !== null && matches(e));
-      if (seen) resolve(seen);
-      else waiters.push({ matches, resolve });
-    }), what);
-
-  let stderr = '';
-  const [httpAddress, metricsAddress] = await within(new Promise<string[]>((resolve, reject) => {
-    server.stderr.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      const match = /serving on (http:\/\/\S+) \(metrics (http:\/\/[^\s,)]+)/.exec(stderr);
-      if (match) resolve([match[1], match[2]].map((url) => url.replace('0.0.0.0', '127.0.0.1')));
-    });
-    server.once('exit', () => reject(new Error(`server exited before serving:\n${stderr}`)));
-  }), 'serving');
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0', '--log-level', 'info']);
+  const { http: httpAddress, metrics: metricsAddress } = await server.serving();
 
   const requestId = 'itest-logs-1';
   const response = await boundedFetch(`${httpAddress}/v1/completions`, {
@@ -64,7 +19,7 @@ test('conduit serve logs JSON lines on stdout: an access line per request under 
   assert.equal(response.status, 200);
   assert.equal(response.headers.get('x-request-id'), requestId);
   await response.json();
-  const access = await lineLike((entry) => entry.request_id === requestId && entry.msg === 'request completed', 'the access line');
+  const access = await server.waitFor((entry) => entry.request_id === requestId && entry.msg === 'request completed', 'the access line');
   assert.equal(access.role, 'gateway');
   assert.equal(access.model, 'conduit-tiny');
   assert.equal(access.status, 200);
@@ -82,9 +37,9 @@ test('conduit serve logs JSON lines on stdout: an access line per request under 
     body: JSON.stringify({ model: 'conduit-tiny', prompt: 'Twice', max_tokens: 2000, ignore_eos: true, stop: [' '] }),
   });
   assert.equal(((await stopped.json()) as { choices: { finish_reason: string }[] }).choices[0].finish_reason, 'stop');
-  const workerLine = await lineLike((entry) => entry.request_id === stoppedId && entry.role === 'worker', 'the worker\'s abort line');
+  const workerLine = await server.waitFor((entry) => entry.request_id === stoppedId && entry.role === 'worker', 'the worker\'s abort line');
   assert.equal(workerLine.msg, 'request aborted');
-  const stoppedLine = await lineLike((entry) => entry.request_id === stoppedId && entry.role === 'gateway', 'the gateway\'s access line');
+  const stoppedLine = await server.waitFor((entry) => entry.request_id === stoppedId && entry.role === 'gateway', 'the gateway\'s access line');
   assert.equal(stoppedLine.finish_reason, 'stop');
 
   const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
@@ -94,10 +49,18 @@ test('conduit serve logs JSON lines on stdout: an access line per request under 
   const rss = /conduit_worker_resident_memory_bytes\{model_name="conduit-tiny",worker="[^"]+"\} (\d+)/.exec(metrics);
   assert.ok(rss !== null && Number(rss[1]) > 10_000_000, 'the worker\'s resident memory');
 
-  process.kill(server.pid!, 'SIGTERM');
-  assert.equal(await within(exited, 'exit after SIGTERM'), 0);
-  // Every line on stdout, the gateway's and the worker's, is one JSON object.
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+  // Every line on stdout, the gateway's and the worker's, lifecycle lines too, is one JSON object.
+  const lines = server.stdoutLines();
   assert.ok(lines.length >= 4);
   for (const line of lines) assert.doesNotThrow(() => JSON.parse(line), `not JSON: ${line}`);
-  assert.ok(lines.some((line) => JSON.parse(line).msg === 'worker serving'));
+  assert.ok(server.logEntries().some((entry) => entry.msg === 'worker serving'));
+  // The lifecycle lines, at info, with the addresses as fields.
+  const [listening, serving] = server.logEntries().filter((entry) => entry.event !== undefined);
+  assert.deepEqual([listening.event, listening.level, listening.role], ['listening', 'info', 'gateway']);
+  assert.deepEqual([serving.event, serving.level], ['serving', 'info']);
+  assert.equal((serving.http_address as string).replace('0.0.0.0', '127.0.0.1'), httpAddress);
+  assert.match(serving.msg as string, /^serving on http:\/\/\S+ \(metrics http:\/\/\S+\)$/);
+  assert.deepEqual(server.events(), ['listening', 'serving']);
 });
