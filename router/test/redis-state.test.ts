@@ -185,3 +185,92 @@ test('without Redis, routing goes on from the last state and the engine streams;
   const next = gateway.router.route({ promptTokenIds: prompt(2, 21) })!;
   assert.equal(next.numPredictedCachedTokens, 5 * BLOCK_SIZE);
 });
+
+function registrationOf(workerId: string, address: string): WorkerRegistration {
+  return {
+    workerId, address, numKvBlocks: 64, maxNumSeqs: 4, startedAtMs: Date.now(),
+    model: { modelName: 'fake', maxModelLen: 64, vocabSize: 500, blockSizeTokens: BLOCK_SIZE, eosTokenIds: [2], blockHashScheme: 'conduit-kv-sha256-128-v1' },
+  };
+}
+
+/** A worker's heartbeat written by the test, so that it can stop and resume when a test says. */
+function heartbeatOf(admin: Redis, registration: WorkerRegistration) {
+  const beat = () => admin.multi()
+    .set(workerKey(registration.workerId), JSON.stringify(registration), 'PX', HEARTBEAT_TTL_MS).sadd(WORKERS_KEY, registration.workerId)
+    .exec().catch(() => {});
+  let timer: NodeJS.Timeout | null = null;
+  return {
+    start() {
+      void beat();
+      timer ??= setInterval(beat, HEARTBEAT_INTERVAL_MS);
+    },
+    stop() {
+      if (timer !== null) clearInterval(timer);
+      timer = null;
+    },
+  };
+}
+
+test('after Redis returns, a worker that registers again later than one TTL after the gateway reconnected stays routed', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const admin = new Redis(redis.url, { protocol: 2, retryStrategy: () => 20 });
+  admin.on('error', () => {});
+  t.after(() => admin.disconnect());
+  const gateway = startGateway(redis.url);
+  t.after(() => gateway.shared.close());
+  const heartbeat = heartbeatOf(admin, registrationOf('late', '10.0.0.8:7000'));
+  t.after(() => heartbeat.stop());
+  heartbeat.start();
+  await gateway.shared.waitForWorker('fake', 5_000);
+
+  heartbeat.stop();
+  await redis.stop();
+  await until(() => !gateway.shared.isConnected, 'the gateway noticed');
+  await redis.start();
+  await until(() => gateway.shared.isConnected, 'the gateway reconnected', 10_000);
+  const reconnectedAtMs = Date.now();
+  // The worker's own reconnect comes later (each client retries on its own schedule, up to a
+  // second apart), and its first heartbeat after that.
+  await until(() => Date.now() - reconnectedAtMs >= HEARTBEAT_TTL_MS + 300, 'the worker is late');
+  await until(() => admin.status === 'ready', 'the worker reconnected');
+  heartbeat.start();
+  await until(async () => (await admin.sismember(WORKERS_KEY, 'late')) === 1, 'registered again');
+  const registeredAtMs = Date.now();
+  await until(() => Date.now() - registeredAtMs >= 3 * HEARTBEAT_INTERVAL_MS, 'a few polls');
+  assert.deepEqual(gateway.router.workers.map((worker) => worker.address), ['10.0.0.8:7000']);
+  assert.equal(gateway.clients.length, 1, 'the worker was never dropped and joined again');
+  assert.equal(gateway.clients[0].numCloses, 0);
+});
+
+test('a worker dropped after Redis returned joins again as soon as it registers, with a new client', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const admin = new Redis(redis.url, { protocol: 2, retryStrategy: () => 20 });
+  admin.on('error', () => {});
+  t.after(() => admin.disconnect());
+  const gateway = startGateway(redis.url);
+  t.after(() => gateway.shared.close());
+  const heartbeat = heartbeatOf(admin, registrationOf('gone-a-while', '10.0.0.9:7000'));
+  t.after(() => heartbeat.stop());
+  heartbeat.start();
+  await gateway.shared.waitForWorker('fake', 5_000);
+  const first = gateway.clients[0];
+  first.numInFlight = 1;
+
+  heartbeat.stop();
+  await redis.stop();
+  await until(() => !gateway.shared.isConnected, 'the gateway noticed');
+  await redis.start();
+  await until(() => gateway.router.workers.length === 0, 'dropped once its grace passed', 10_000);
+  assert.equal(first.numCloses, 0, 'its request in flight finishes first');
+  await until(() => admin.status === 'ready', 'the worker reconnected');
+  heartbeat.start();
+  await until(() => gateway.router.workers.length === 1, 'joined again');
+  assert.equal(gateway.clients.length, 2);
+  assert.notEqual(gateway.router.workers[0], first);
+  first.numInFlight = 0;
+  await until(() => first.numCloses === 1, 'the old client closed once idle');
+  assert.equal(gateway.clients[1].numCloses, 0);
+  assert.deepEqual(gateway.router.workers.map((worker) => worker.address), ['10.0.0.9:7000']);
+});
