@@ -3,9 +3,9 @@
 // restarting empty.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import net from 'node:net';
 import { Redis } from 'ioredis';
 import { decodeKvEvents, KV_ENTRY, kvStreamKey, parseRegistration, workerKey, WORKERS_KEY } from '../../proto/redis-state.ts';
+import { startDroppingProxy } from '../../test/dropping-proxy.ts';
 import { startRedisServer } from '../../test/redis-server.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { RedisPublisher, type PublisherSettings, type ReportSource } from '../redis-publisher.ts';
@@ -210,38 +210,6 @@ class BusySource implements ReportSource {
 }
 
 const LOAD = { numRunning: 1, numWaiting: 0, numFreeBlocks: 8, numTotalBlocks: 16, numQueuedPrefillTokens: 0, numCachedBlocks: 0 };
-
-/**
- * A TCP hop to Redis that can drop its connections the way a network does: it ends its side
- * toward the client (a FIN) and goes on reading what the client still sends, so the client sees
- * an orderly end, never a reset.
- */
-async function startDroppingProxy(redisPort: number): Promise<{ url: string; drop(): void; close(): Promise<void> }> {
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((client) => {
-    const upstream = net.connect(redisPort, '127.0.0.1');
-    client.pipe(upstream).pipe(client);
-    for (const socket of [client, upstream]) socket.on('error', () => {});
-    client.on('close', () => upstream.destroy());
-    sockets.add(client);
-    client.on('close', () => sockets.delete(client));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `redis://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
-    drop() {
-      for (const client of sockets) {
-        client.unpipe();
-        client.on('data', () => {});
-        client.end();
-      }
-    },
-    close: () => new Promise((resolve) => {
-      for (const client of sockets) client.destroy();
-      server.close(() => resolve());
-    }),
-  };
-}
 
 test('Redis dropping the connection while the engine reports does not spin the worker; it publishes again once Redis answers', { timeout: 30_000 }, async (t) => {
   const server = await startRedisServer();

@@ -9,7 +9,8 @@ import { extendBlockHashes, rootHash } from '../../engine/kv/block-hash.ts';
 import { RedisPublisher } from '../../engine/redis-publisher.ts';
 import { FakeRunner } from '../../engine/test/fake-runner.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { workerKey, WORKERS_KEY, type WorkerRegistration } from '../../proto/redis-state.ts';
+import { kvStreamKey, workerKey, WORKERS_KEY, type WorkerRegistration } from '../../proto/redis-state.ts';
+import { startDroppingProxy } from '../../test/dropping-proxy.ts';
 import { startRedisServer } from '../../test/redis-server.ts';
 import { ModelRouter } from '../model-router.ts';
 import { RedisSharedState } from '../redis-state.ts';
@@ -273,4 +274,40 @@ test('a worker dropped after Redis returned joins again as soon as it registers,
   await until(() => first.numCloses === 1, 'the old client closed once idle');
   assert.equal(gateway.clients[1].numCloses, 0);
   assert.deepEqual(gateway.router.workers.map((worker) => worker.address), ['10.0.0.9:7000']);
+});
+
+test('a stream read in flight when the connection dropped is not applied after the reconnect: each stream is read again from its start', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const proxy = await startDroppingProxy(redis.port);
+  t.after(() => proxy.close());
+  const admin = new Redis(redis.url, { protocol: 2 });
+  t.after(() => admin.disconnect());
+  const engine = startEngine();
+  t.after(() => engine.close());
+  await generate(engine, 'a', prompt(1, 21));
+  // The worker reaches Redis directly; only the gateway's connections drop.
+  const publisher = startPublisher(redis.url, engine, '10.0.0.10:7000');
+  t.after(() => publisher.close());
+  const gateway = startGateway(proxy.url);
+  t.after(() => gateway.shared.close());
+  await gateway.shared.waitForWorker('fake', 5_000);
+  await until(async () => gateway.router.numIndexedBlocks === (await numCachedBlocksOf(engine)), 'indexed from Redis');
+
+  // The gateway's reconnect hangs until release(): its blocking read, sent before the drop, waits to be sent again.
+  proxy.drop({ hold: true });
+  await until(() => !gateway.shared.isConnected, 'the gateway noticed');
+  // Meanwhile its engine stream reports a block the worker does not hold, and the worker publishes new ones to Redis.
+  gateway.clients[0].report([{ kind: 'stored', blockHashes: extendBlockHashes([], rootHash({ model: 'fake' }), prompt(40, 8), BLOCK_SIZE, 2) }]);
+  const numEntriesBefore = await admin.xlen(kvStreamKey(publisher.workerId));
+  await generate(engine, 'b', prompt(2, 21));
+  await until(async () => (await admin.xlen(kvStreamKey(publisher.workerId))) > numEntriesBefore, 'published while the gateway was away');
+  proxy.release();
+
+  // Read from the snapshot, the index is the worker's cache: the engine stream's block is gone.
+  const numCached = await numCachedBlocksOf(engine);
+  await until(() => gateway.shared.isConnected && gateway.router.numIndexedBlocks === numCached, 'rebuilt from the snapshot', 10_000);
+  assert.equal(gateway.router.indexStats()[0].numDriftBlocks, 0);
+  const routed = gateway.router.route({ promptTokenIds: prompt(40, 9) })!;
+  assert.equal(routed.numPredictedCachedTokens, 0);
 });
