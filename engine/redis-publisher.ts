@@ -3,10 +3,17 @@
 // stream with a snapshot of its cache. When Redis goes away, events are dropped, not queued: on
 // its return the worker registers again and publishes a fresh snapshot, trimming the stream
 // before it, so readers recover the exact cache whatever they missed.
+//
+// The heartbeat runs from start to close whatever the connection does (a beat while Redis is
+// away fails at once), so no sequence of connection events can stop it. A new snapshot is only
+// ever taken after Redis answered: on 'ready', or on a heartbeat's reply once an entry was lost.
+// A failed entry never resubscribes by itself: between a dropped socket and ioredis's 'close'
+// the client still reads 'ready' while every command fails at once, and a snapshot taken from
+// the failure would fail the same way, in a loop of microtasks that starves the event loop.
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
-  encodeKvEvents, isSnapshot, KV_ENTRY, kvStreamKey, workerKey, WORKERS_KEY, type WorkerRegistration,
+  encodeKvEvents, isSnapshot, KV_ENTRY, kvStreamKey, REDIS_CLIENT_OPTIONS, workerKey, WORKERS_KEY, type WorkerRegistration,
 } from '../proto/redis-state.ts';
 import type { StepReport, WorkerModelInfo } from './types.ts';
 
@@ -39,8 +46,11 @@ export class RedisPublisher {
   private readonly redis: Redis;
   private readonly settings: PublisherSettings;
   private readonly source: ReportSource;
+  /** The subscription to the engine's reports; null while nothing is published (an entry was lost, or Redis is away). */
   private unsubscribe: (() => void) | null = null;
-  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private readonly heartbeatTimer: NodeJS.Timeout;
+  /** Counts subscriptions, so that a lost entry stops only the one it belonged to. */
+  private subscriptionId = 0;
   private numHashesSinceSnapshot = 0;
   private isClosed = false;
 
@@ -55,17 +65,16 @@ export class RedisPublisher {
       maxNumSeqs: settings.maxNumSeqs,
       startedAtMs: Date.now(),
     };
-    // Commands fail at once while Redis is away instead of queueing: what they carried is
-    // superseded by the snapshot written on the next 'ready'.
-    this.redis = new Redis(settings.redisUrl, {
-      protocol: 2,
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 1,
-      retryStrategy: (times) => Math.min(100 * times, 1_000),
-    });
+    this.redis = new Redis(settings.redisUrl, REDIS_CLIENT_OPTIONS);
     this.redis.on('error', () => {}); // reconnects on its own; 'ready' resumes publishing
-    this.redis.on('ready', () => this.onReady());
+    // Whatever was published before may be lost (Redis restarted empty): register and snapshot anew.
+    this.redis.on('ready', () => {
+      this.stopPublishing();
+      this.heartbeat();
+    });
     this.redis.on('close', () => this.stopPublishing());
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), settings.heartbeatIntervalMs);
+    this.heartbeatTimer.unref();
   }
 
   get workerId(): string {
@@ -76,6 +85,7 @@ export class RedisPublisher {
   async close(): Promise<void> {
     if (this.isClosed) return;
     this.isClosed = true;
+    clearInterval(this.heartbeatTimer);
     this.stopPublishing();
     if (this.redis.status === 'ready') {
       const { workerId } = this.registration;
@@ -84,22 +94,13 @@ export class RedisPublisher {
     this.redis.disconnect();
   }
 
-  private onReady(): void {
-    if (this.isClosed) return;
-    this.heartbeat();
-    this.heartbeatTimer ??= setInterval(() => this.heartbeat(), this.settings.heartbeatIntervalMs);
-    this.heartbeatTimer.unref();
-    this.resubscribe();
-  }
-
   private stopPublishing(): void {
     this.unsubscribe?.();
     this.unsubscribe = null;
-    if (this.heartbeatTimer !== null) clearInterval(this.heartbeatTimer);
-    this.heartbeatTimer = null;
   }
 
   private heartbeat(): void {
+    if (this.isClosed) return;
     const { workerId } = this.registration;
     this.redis
       .multi()
@@ -107,17 +108,24 @@ export class RedisPublisher {
       .sadd(WORKERS_KEY, workerId)
       .pexpire(kvStreamKey(workerId), STREAM_TTL_HEARTBEATS * this.settings.heartbeatTtlMs)
       .exec()
-      .catch(() => {}); // a missed beat: the next one, or the next 'ready', registers again
+      .then(
+        // Redis answered: a stream that lost an entry (or was never opened) restarts from a snapshot.
+        () => {
+          if (this.unsubscribe === null && !this.isClosed) this.resubscribe();
+        },
+        () => {}, // a missed beat: the next one, or the next 'ready', registers again
+      );
   }
 
   /** A new subscription's first report is a snapshot of the cache: the stream restarts from it. */
   private resubscribe(): void {
     this.unsubscribe?.();
     this.numHashesSinceSnapshot = 0;
-    this.unsubscribe = this.source.onReport((report) => this.publish(report));
+    const subscriptionId = ++this.subscriptionId;
+    this.unsubscribe = this.source.onReport((report) => this.publish(report, subscriptionId));
   }
 
-  private publish(report: StepReport): void {
+  private publish(report: StepReport, subscriptionId: number): void {
     if (report.events.length === 0) return;
     const key = kvStreamKey(this.registration.workerId);
     const snapshot = isSnapshot(report.events);
@@ -132,9 +140,10 @@ export class RedisPublisher {
         // Everything before a snapshot is superseded: readers start from it.
         if (snapshot && entryId !== null) this.redis.xtrim(key, 'MINID', entryId).catch(() => {});
       },
-      // A lost entry leaves a gap only a snapshot closes: take one as soon as Redis is back.
+      // A lost entry leaves a gap only a snapshot closes: publishing stops until a heartbeat's
+      // reply takes one (a later subscription's gap is not this one's).
       () => {
-        if (this.redis.status === 'ready' && !this.isClosed) this.resubscribe();
+        if (this.subscriptionId === subscriptionId) this.stopPublishing();
       },
     );
     if (snapshot) return;

@@ -12,9 +12,30 @@
 // whenever the deltas since the last outgrow its cache, trimming everything before it. A reader
 // that starts at the beginning of a stream, or at any entry it has not missed since, holds the
 // worker's exact cache once it reaches the end.
+import type { RedisOptions } from 'ioredis';
 import type { KvEvent, WorkerModelInfo } from '../engine/types.ts';
 
 export const WORKERS_KEY = 'conduit:workers';
+
+/**
+ * The longest pause between two attempts to reconnect: after Redis returns, a client (a worker's
+ * or a gateway's) is connected again within this long, so workers have re-registered one
+ * heartbeat TTL plus this after a gateway reconnected.
+ */
+export const MAX_RECONNECT_DELAY_MS = 1_000;
+
+/**
+ * How workers and gateways connect. Commands fail at once while Redis is away instead of
+ * queueing (what they carried is superseded once it returns: a new registration, a new
+ * snapshot, a new read from the start); a command in flight when the connection drops fails
+ * at the second attempt to reconnect, or is sent again if the first succeeds.
+ */
+export const REDIS_CLIENT_OPTIONS: RedisOptions = {
+  protocol: 2,
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 1,
+  retryStrategy: (times) => Math.min(100 * times, MAX_RECONNECT_DELAY_MS),
+};
 
 export function workerKey(workerId: string): string {
   return `conduit:worker:${workerId}`;

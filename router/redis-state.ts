@@ -9,7 +9,8 @@
 // streams; when Redis returns each stream is read again from its start.
 import { Redis } from 'ioredis';
 import {
-  decodeKvEvents, isSnapshot, KV_ENTRY, kvStreamKey, parseRegistration, workerKey, WORKERS_KEY, type WorkerRegistration,
+  decodeKvEvents, isSnapshot, KV_ENTRY, kvStreamKey, MAX_RECONNECT_DELAY_MS, parseRegistration, REDIS_CLIENT_OPTIONS, workerKey, WORKERS_KEY,
+  type WorkerRegistration,
 } from '../proto/redis-state.ts';
 import type { ModelRouter, RoutableWorker } from './model-router.ts';
 
@@ -27,7 +28,7 @@ export interface SharedStateOptions<W extends ClosableWorker> {
   connect(registration: WorkerRegistration): W;
   /** How often to read the registry. */
   heartbeatIntervalMs: number;
-  /** How long a registration lives without a heartbeat: also the grace after Redis returns. */
+  /** How long a registration lives without a heartbeat (the grace after Redis returns is this plus a reconnect's delay). */
   heartbeatTtlMs: number;
 }
 
@@ -53,7 +54,11 @@ export class RedisSharedState<W extends ClosableWorker> {
   /** Removed from routing, closed once their requests in flight are done. */
   private readonly retiring = new Set<W>();
   private readonly waiters: { modelName: string; resolve: (registration: WorkerRegistration) => void }[] = [];
-  private connectedSinceMs: number | null = null;
+  /** When registrations missing from the registry may be dropped; null while Redis is away. */
+  private dropsMissingFromMs: number | null = null;
+  private hasConnected = false;
+  /** Counts connections lost: a read sent before the last loss (ioredis resends it) is not applied. */
+  private numConnectionsLost = 0;
   private readonly pollTimer: NodeJS.Timeout;
   private isPolling = false;
   private isClosed = false;
@@ -67,15 +72,22 @@ export class RedisSharedState<W extends ClosableWorker> {
 
   constructor(options: SharedStateOptions<W>) {
     this.options = options;
-    const redisOptions = { protocol: 2 as const, enableOfflineQueue: false, maxRetriesPerRequest: 1, retryStrategy: (times: number) => Math.min(100 * times, 1_000) };
-    this.commands = new Redis(options.redisUrl, redisOptions);
-    this.reader = new Redis(options.redisUrl, redisOptions);
+    this.commands = new Redis(options.redisUrl, REDIS_CLIENT_OPTIONS);
+    this.reader = new Redis(options.redisUrl, REDIS_CLIENT_OPTIONS);
     for (const client of [this.commands, this.reader]) client.on('error', () => {}); // they reconnect on their own
     this.commands.on('ready', () => {
-      this.connectedSinceMs = Date.now();
+      // After Redis returns (empty, perhaps), a worker needs one TTL to register again, counted
+      // from its own reconnect, which may come up to a reconnect's delay after this gateway's.
+      const graceMs = this.hasConnected ? options.heartbeatTtlMs + MAX_RECONNECT_DELAY_MS : 0;
+      this.dropsMissingFromMs = Date.now() + graceMs;
+      this.hasConnected = true;
       void this.poll();
     });
-    this.commands.on('close', () => this.onRedisLost());
+    this.commands.on('close', () => {
+      this.dropsMissingFromMs = null;
+      this.onConnectionLost();
+    });
+    this.reader.on('close', () => this.onConnectionLost());
     this.pollTimer = setInterval(() => void this.poll(), options.heartbeatIntervalMs);
     this.pollTimer.unref();
     this.closing = new Promise((resolve) => (this.signalClosing = () => resolve(null)));
@@ -147,8 +159,7 @@ export class RedisSharedState<W extends ClosableWorker> {
       if (expiredIds.length > 0) await this.commands.srem(WORKERS_KEY, ...expiredIds);
       if (this.isClosed) return;
       for (const registration of live.values()) if (!this.discovered.has(registration.workerId)) this.join(registration);
-      // After Redis returns (empty, perhaps), workers need one TTL to register again.
-      if (this.connectedSinceMs !== null && Date.now() - this.connectedSinceMs >= this.options.heartbeatTtlMs) {
+      if (this.dropsMissingFromMs !== null && Date.now() >= this.dropsMissingFromMs) {
         for (const workerId of [...this.discovered.keys()]) if (!live.has(workerId)) this.leave(workerId);
       }
     } catch {
@@ -198,8 +209,8 @@ export class RedisSharedState<W extends ClosableWorker> {
     }
   }
 
-  private onRedisLost(): void {
-    this.connectedSinceMs = null;
+  private onConnectionLost(): void {
+    this.numConnectionsLost++;
     // The last known state goes on, kept up to date by the engine streams; on Redis's return
     // each stream is read again from its snapshot.
     for (const entry of this.discovered.values()) {
@@ -216,6 +227,7 @@ export class RedisSharedState<W extends ClosableWorker> {
         continue;
       }
       let reply: unknown;
+      const numLostBefore = this.numConnectionsLost;
       try {
         const read = this.reader.call(
           'XREAD', 'COUNT', ENTRIES_PER_READ, 'BLOCK', READ_BLOCK_MS, 'STREAMS',
@@ -227,7 +239,9 @@ export class RedisSharedState<W extends ClosableWorker> {
         if (!this.isClosed) await new Promise((resolve) => setTimeout(resolve, 50));
         continue;
       }
-      if (reply === null || this.isClosed || this.commands.status !== 'ready') continue;
+      // A read in flight when a connection dropped comes back from after the reconnect with the
+      // positions of before: the streams are read again from their start instead.
+      if (reply === null || this.isClosed || this.commands.status !== 'ready' || this.numConnectionsLost !== numLostBefore) continue;
       for (const [streamKey, streamEntries] of reply as [string, [string, string[]][]][]) {
         const entry = entries.find((candidate) => candidate.streamKey === streamKey);
         // Gone while the read was in flight, or reset to re-read from the start.

@@ -5,11 +5,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { decodeKvEvents, KV_ENTRY, kvStreamKey, parseRegistration, workerKey, WORKERS_KEY } from '../../proto/redis-state.ts';
+import { startDroppingProxy } from '../../test/dropping-proxy.ts';
 import { startRedisServer } from '../../test/redis-server.ts';
 import { createEngine, type Engine } from '../engine.ts';
-import { RedisPublisher, type PublisherSettings } from '../redis-publisher.ts';
+import { RedisPublisher, type PublisherSettings, type ReportSource } from '../redis-publisher.ts';
 import type { BlockHash } from '../kv/block-hash.ts';
-import type { GenerateRequest, KvEvent } from '../types.ts';
+import type { GenerateRequest, KvEvent, StepReport } from '../types.ts';
 import { FakeRunner } from './fake-runner.ts';
 
 function setup() {
@@ -168,4 +169,64 @@ test('close leaves the registry and deletes the stream; Redis restarting empty g
   await publisher.close();
   assert.equal(await redis.sismember(WORKERS_KEY, workerId), 0);
   assert.equal(await redis.exists(workerKey(workerId), kvStreamKey(workerId)), 0);
+});
+
+/**
+ * Reports a stored block on every turn of the event loop, as an engine stepping without pause,
+ * so that one lands between the moment Redis's socket stops being writable and ioredis's 'close'.
+ * It stops handing out snapshots after maxSubscriptions, so that a publisher resubscribing
+ * without end cannot hang the test process.
+ */
+class BusySource implements ReportSource {
+  numSubscriptions = 0;
+  private readonly listeners = new Set<(report: StepReport) => void>();
+  private timer: NodeJS.Immediate | null = null;
+  private nextBlock = 0;
+
+  constructor(private readonly maxSubscriptions: number) {
+    const step = () => {
+      const report: StepReport = { events: [{ kind: 'stored', blockHashes: [`b${this.nextBlock++}`] }], load: { ...LOAD, numCachedBlocks: this.nextBlock }, stats: null };
+      for (const listener of this.listeners) listener(report);
+      this.timer = setImmediate(step);
+    };
+    this.timer = setImmediate(step);
+  }
+
+  onReport(listener: (report: StepReport) => void): () => void {
+    this.numSubscriptions++;
+    this.listeners.add(listener);
+    if (this.numSubscriptions <= this.maxSubscriptions) {
+      queueMicrotask(() => {
+        if (this.listeners.has(listener)) listener({ events: [{ kind: 'cleared' }], load: { ...LOAD, numCachedBlocks: 0 }, stats: null });
+      });
+    }
+    return () => this.listeners.delete(listener);
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearImmediate(this.timer);
+    this.timer = null;
+  }
+}
+
+const LOAD = { numRunning: 1, numWaiting: 0, numFreeBlocks: 8, numTotalBlocks: 16, numQueuedPrefillTokens: 0, numCachedBlocks: 0 };
+
+test('Redis dropping the connection while the engine reports does not spin the worker; it publishes again once Redis answers', { timeout: 30_000 }, async (t) => {
+  const server = await startRedisServer();
+  t.after(() => server.close());
+  const proxy = await startDroppingProxy(server.port);
+  t.after(() => proxy.close());
+  const source = new BusySource(1_000);
+  t.after(() => source.stop());
+  const engine = setup();
+  t.after(() => engine.close());
+  const publisher = new RedisPublisher(source, settingsFor(proxy.url, engine));
+  t.after(() => publisher.close());
+  const redis = new Redis(server.url, { protocol: 2 });
+  t.after(() => redis.disconnect());
+  await until(async () => (await redis.xlen(kvStreamKey(publisher.workerId))) > 10, 'publishing');
+  const numBefore = source.numSubscriptions;
+  proxy.drop();
+  await until(async () => (await redis.xrange(kvStreamKey(publisher.workerId), '-', '+')).some(([, fields]) => fields[1] === 'c' && source.numSubscriptions > numBefore), 'a new snapshot');
+  assert.ok(source.numSubscriptions - numBefore <= 2, `${source.numSubscriptions - numBefore} subscriptions after one drop`);
 });

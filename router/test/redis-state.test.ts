@@ -9,7 +9,8 @@ import { extendBlockHashes, rootHash } from '../../engine/kv/block-hash.ts';
 import { RedisPublisher } from '../../engine/redis-publisher.ts';
 import { FakeRunner } from '../../engine/test/fake-runner.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { workerKey, WORKERS_KEY, type WorkerRegistration } from '../../proto/redis-state.ts';
+import { kvStreamKey, workerKey, WORKERS_KEY, type WorkerRegistration } from '../../proto/redis-state.ts';
+import { startDroppingProxy } from '../../test/dropping-proxy.ts';
 import { startRedisServer } from '../../test/redis-server.ts';
 import { ModelRouter } from '../model-router.ts';
 import { RedisSharedState } from '../redis-state.ts';
@@ -184,4 +185,129 @@ test('without Redis, routing goes on from the last state and the engine streams;
   assert.equal(gateway.router.indexStats()[0].numDriftBlocks, 0);
   const next = gateway.router.route({ promptTokenIds: prompt(2, 21) })!;
   assert.equal(next.numPredictedCachedTokens, 5 * BLOCK_SIZE);
+});
+
+function registrationOf(workerId: string, address: string): WorkerRegistration {
+  return {
+    workerId, address, numKvBlocks: 64, maxNumSeqs: 4, startedAtMs: Date.now(),
+    model: { modelName: 'fake', maxModelLen: 64, vocabSize: 500, blockSizeTokens: BLOCK_SIZE, eosTokenIds: [2], blockHashScheme: 'conduit-kv-sha256-128-v1' },
+  };
+}
+
+/** A worker's heartbeat written by the test, so that it can stop and resume when a test says. */
+function heartbeatOf(admin: Redis, registration: WorkerRegistration) {
+  const beat = () => admin.multi()
+    .set(workerKey(registration.workerId), JSON.stringify(registration), 'PX', HEARTBEAT_TTL_MS).sadd(WORKERS_KEY, registration.workerId)
+    .exec().catch(() => {});
+  let timer: NodeJS.Timeout | null = null;
+  return {
+    start() {
+      void beat();
+      timer ??= setInterval(beat, HEARTBEAT_INTERVAL_MS);
+    },
+    stop() {
+      if (timer !== null) clearInterval(timer);
+      timer = null;
+    },
+  };
+}
+
+test('after Redis returns, a worker that registers again later than one TTL after the gateway reconnected stays routed', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const admin = new Redis(redis.url, { protocol: 2, retryStrategy: () => 20 });
+  admin.on('error', () => {});
+  t.after(() => admin.disconnect());
+  const gateway = startGateway(redis.url);
+  t.after(() => gateway.shared.close());
+  const heartbeat = heartbeatOf(admin, registrationOf('late', '10.0.0.8:7000'));
+  t.after(() => heartbeat.stop());
+  heartbeat.start();
+  await gateway.shared.waitForWorker('fake', 5_000);
+
+  heartbeat.stop();
+  await redis.stop();
+  await until(() => !gateway.shared.isConnected, 'the gateway noticed');
+  await redis.start();
+  await until(() => gateway.shared.isConnected, 'the gateway reconnected', 10_000);
+  const reconnectedAtMs = Date.now();
+  // The worker's own reconnect comes later (each client retries on its own schedule, up to a
+  // second apart), and its first heartbeat after that.
+  await until(() => Date.now() - reconnectedAtMs >= HEARTBEAT_TTL_MS + 300, 'the worker is late');
+  await until(() => admin.status === 'ready', 'the worker reconnected');
+  heartbeat.start();
+  await until(async () => (await admin.sismember(WORKERS_KEY, 'late')) === 1, 'registered again');
+  const registeredAtMs = Date.now();
+  await until(() => Date.now() - registeredAtMs >= 3 * HEARTBEAT_INTERVAL_MS, 'a few polls');
+  assert.deepEqual(gateway.router.workers.map((worker) => worker.address), ['10.0.0.8:7000']);
+  assert.equal(gateway.clients.length, 1, 'the worker was never dropped and joined again');
+  assert.equal(gateway.clients[0].numCloses, 0);
+});
+
+test('a worker dropped after Redis returned joins again as soon as it registers, with a new client', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const admin = new Redis(redis.url, { protocol: 2, retryStrategy: () => 20 });
+  admin.on('error', () => {});
+  t.after(() => admin.disconnect());
+  const gateway = startGateway(redis.url);
+  t.after(() => gateway.shared.close());
+  const heartbeat = heartbeatOf(admin, registrationOf('gone-a-while', '10.0.0.9:7000'));
+  t.after(() => heartbeat.stop());
+  heartbeat.start();
+  await gateway.shared.waitForWorker('fake', 5_000);
+  const first = gateway.clients[0];
+  first.numInFlight = 1;
+
+  heartbeat.stop();
+  await redis.stop();
+  await until(() => !gateway.shared.isConnected, 'the gateway noticed');
+  await redis.start();
+  await until(() => gateway.router.workers.length === 0, 'dropped once its grace passed', 10_000);
+  assert.equal(first.numCloses, 0, 'its request in flight finishes first');
+  await until(() => admin.status === 'ready', 'the worker reconnected');
+  heartbeat.start();
+  await until(() => gateway.router.workers.length === 1, 'joined again');
+  assert.equal(gateway.clients.length, 2);
+  assert.notEqual(gateway.router.workers[0], first);
+  first.numInFlight = 0;
+  await until(() => first.numCloses === 1, 'the old client closed once idle');
+  assert.equal(gateway.clients[1].numCloses, 0);
+  assert.deepEqual(gateway.router.workers.map((worker) => worker.address), ['10.0.0.9:7000']);
+});
+
+test('a stream read in flight when the connection dropped is not applied after the reconnect: each stream is read again from its start', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const proxy = await startDroppingProxy(redis.port);
+  t.after(() => proxy.close());
+  const admin = new Redis(redis.url, { protocol: 2 });
+  t.after(() => admin.disconnect());
+  const engine = startEngine();
+  t.after(() => engine.close());
+  await generate(engine, 'a', prompt(1, 21));
+  // The worker reaches Redis directly; only the gateway's connections drop.
+  const publisher = startPublisher(redis.url, engine, '10.0.0.10:7000');
+  t.after(() => publisher.close());
+  const gateway = startGateway(proxy.url);
+  t.after(() => gateway.shared.close());
+  await gateway.shared.waitForWorker('fake', 5_000);
+  await until(async () => gateway.router.numIndexedBlocks === (await numCachedBlocksOf(engine)), 'indexed from Redis');
+
+  // The gateway's reconnect hangs until release(): its blocking read, sent before the drop, waits to be sent again.
+  proxy.drop({ hold: true });
+  await until(() => !gateway.shared.isConnected, 'the gateway noticed');
+  // Meanwhile its engine stream reports a block the worker does not hold, and the worker publishes new ones to Redis.
+  gateway.clients[0].report([{ kind: 'stored', blockHashes: extendBlockHashes([], rootHash({ model: 'fake' }), prompt(40, 8), BLOCK_SIZE, 2) }]);
+  const numEntriesBefore = await admin.xlen(kvStreamKey(publisher.workerId));
+  await generate(engine, 'b', prompt(2, 21));
+  await until(async () => (await admin.xlen(kvStreamKey(publisher.workerId))) > numEntriesBefore, 'published while the gateway was away');
+  proxy.release();
+
+  // Read from the snapshot, the index is the worker's cache: the engine stream's block is gone.
+  const numCached = await numCachedBlocksOf(engine);
+  await until(() => gateway.shared.isConnected && gateway.router.numIndexedBlocks === numCached, 'rebuilt from the snapshot', 10_000);
+  assert.equal(gateway.router.indexStats()[0].numDriftBlocks, 0);
+  const routed = gateway.router.route({ promptTokenIds: prompt(40, 9) })!;
+  assert.equal(routed.numPredictedCachedTokens, 0);
 });

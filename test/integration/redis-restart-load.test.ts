@@ -26,13 +26,8 @@ async function numWorkersOf(server: RunningServer): Promise<number> {
   return health.models[0].numWorkers;
 }
 
-// todo: in two full `npm test` runs (the machine loaded) one of the two live workers was not
-// routed to again for 30 s after Redis returned (the gateway's /health counted 1 worker), while
-// the test passes alone; a router bug left for its owner (router/redis-state.ts). As a todo its
-// failure is reported, not counted.
 test('Redis stopped and restarted under load: no request lost, workers re-register, the index is rebuilt', {
   timeout: 240_000,
-  todo: 'a live worker is sometimes not rediscovered after Redis restarts under load',
 }, async (t) => {
   const redis = await startRedisServer();
   const workers: WorkerProcess[] = [];
