@@ -2,7 +2,8 @@
 // the policy that picks a worker for each request.
 //
 // kv-aware (the default): hash the prompt's full blocks with the engine's block hash, find per
-// worker the longest cached prefix in the index, and take the lowest
+// worker the longest cached prefix in the index (or among the prompts in flight to it, which
+// will be cached by the time this one is scheduled behind them), and take the lowest
 //
 //   cost = prompt tokens the worker would still compute + loadWeight × its load
 //   load = queued prefill tokens + requestLoadTokens × requests in flight      (tokens of work ahead)
@@ -72,6 +73,8 @@ class WorkerState<W extends RoutableWorker> {
   numDriftBlocks: number | null = null;
   /** Its block hashes are ours (scheme and block size); false: it never scores a hit. */
   hashesMatch = true;
+  /** Prompts this gateway routed here that have not produced a first output: not yet in the cache, soon to be. */
+  readonly inFlightPrompts: RouteRequest[] = [];
   unsubscribe: () => void = () => {};
 
   constructor(
@@ -124,6 +127,7 @@ export class RoutedRequest<W extends RoutableWorker> {
     if (this.hasStarted || this.isFinished) return;
     this.hasStarted = true;
     this.state.numLocalPrefillTokens -= this.numPendingPrefillTokens;
+    this.forgetPrompt();
     this.router.observer?.started(this.router.modelName, this.state.worker.address, numCachedTokens);
   }
 
@@ -131,8 +135,18 @@ export class RoutedRequest<W extends RoutableWorker> {
   finished(): void {
     if (this.isFinished) return;
     this.isFinished = true;
-    if (!this.hasStarted) this.state.numLocalPrefillTokens -= this.numPendingPrefillTokens;
+    if (!this.hasStarted) {
+      this.state.numLocalPrefillTokens -= this.numPendingPrefillTokens;
+      this.forgetPrompt();
+    }
     this.state.numLocalRequests--;
+  }
+
+  /** Computed (its blocks reach the index by KV events), or never will be. */
+  private forgetPrompt(): void {
+    const prompts = this.state.inFlightPrompts;
+    const position = prompts.indexOf(this.request);
+    if (position >= 0) prompts.splice(position, 1);
   }
 
   /**
@@ -315,6 +329,7 @@ export class ModelRouter<W extends RoutableWorker> {
       if (request.nextTurnKey !== undefined) this.affinity.set(request.nextTurnKey, chosen.worker.address);
     }
     const numPendingPrefillTokens = numPromptTokens - (numPredictedCachedTokens ?? 0);
+    if (this.settings.policy === 'kv-aware' && request.usesPrefixCache !== false) chosen.inFlightPrompts.push(request);
     chosen.numLocalRequests++;
     chosen.numLocalPrefillTokens += numPendingPrefillTokens;
     this.observer?.routed(
@@ -413,14 +428,22 @@ export class ModelRouter<W extends RoutableWorker> {
   /**
    * Writes into matchedBlocks each worker's cached prefix of the blocks the worker would look up:
    * every full block but one that holds the last token (the engine always computes it, for its
-   * logits). Hashes a run of blocks at a time, and stops at the first block no worker holds: the
-   * prompt's uncached tail costs at most one run.
+   * logits). A prompt in flight to a worker counts as cached there.
    */
   private matchPrompt(request: RouteRequest): void {
     this.matchedBlocks.fill(0);
     const blockSizeTokens = this.blockSizeTokens;
     if (blockSizeTokens === null || request.usesPrefixCache === false) return;
     const numBlocks = Math.floor((request.promptTokenIds.length - 1) / blockSizeTokens);
+    this.matchIndexed(request, numBlocks, blockSizeTokens);
+    this.matchInFlight(request, numBlocks, blockSizeTokens);
+  }
+
+  /**
+   * The index's part. Hashes a run of blocks at a time, and stops at the first block no worker
+   * holds: the prompt's uncached tail costs at most one run.
+   */
+  private matchIndexed(request: RouteRequest, numBlocks: number, blockSizeTokens: number): void {
     let parent = this.rootOf(request.cacheSalt);
     let parentOffset = 0;
     for (let firstBlock = 0; firstBlock < numBlocks; firstBlock += HASH_RUN_BLOCKS) {
@@ -430,6 +453,33 @@ export class ModelRouter<W extends RoutableWorker> {
       // The run's last hash is the next run's parent: chainBlockHashWords reads it before it overwrites.
       parent = hashWords;
       parentOffset = (numRunBlocks - 1) * BLOCK_HASH_WORDS;
+    }
+  }
+
+  /**
+   * The prompts in flight's part. A worker's KV events name a prompt's blocks only once its
+   * prefill is done, so the requests of a new prefix that arrive faster than it is computed
+   * (a system prompt's first users, a burst) would each look cold, go to the least loaded worker,
+   * and be computed and cached on every worker, crowding the caches. Counting the prompts this
+   * gateway has routed and not seen start keeps them together, as SGLang's and llm-d's
+   * approximate indexes do by inserting a prompt when they route it. A few prompts per worker,
+   * compared token by token, most ending at their first token.
+   */
+  private matchInFlight(request: RouteRequest, numBlocks: number, blockSizeTokens: number): void {
+    const tokenIds = request.promptTokenIds;
+    for (const state of this.states) {
+      let numMatchedTokens = this.matchedBlocks[state.slot] * blockSizeTokens;
+      for (const other of state.inFlightPrompts) {
+        if (other.cacheSalt !== request.cacheSalt) continue;
+        // Every full block of the other prompt will be cached; this one looks up numBlocks.
+        const otherTokenIds = other.promptTokenIds;
+        const numComparable = Math.min(numBlocks * blockSizeTokens, otherTokenIds.length - (otherTokenIds.length % blockSizeTokens));
+        if (numComparable <= numMatchedTokens) continue;
+        let numEqual = 0;
+        while (numEqual < numComparable && otherTokenIds[numEqual] === tokenIds[numEqual]) numEqual++;
+        numMatchedTokens = Math.max(numMatchedTokens, numEqual - (numEqual % blockSizeTokens));
+      }
+      this.matchedBlocks[state.slot] = numMatchedTokens / blockSizeTokens;
     }
   }
 

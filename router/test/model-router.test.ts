@@ -100,6 +100,32 @@ test('a burst sharing one prefix stays on its holder only while the saved prefil
   assert.equal(routeTo(router, [...system, ...prompt(20, 9)]).worker.address, 'w1');
 });
 
+test('a prompt routed and not yet computed counts as cached on its worker: a burst on a new prefix stays together', () => {
+  // Load left out: the first request's own queued prefill outweighs a 5-block hit behind it.
+  const { router } = setup(4, { loadWeight: 0 });
+  const system = prompt(5 * BLOCK_SIZE);
+  const first = routeTo(router, [...system, ...prompt(20, 1)]);
+  assert.equal(first.numPredictedCachedTokens, 0);
+  // No KV event names the system prompt yet: without the prompt in flight each would look cold and go elsewhere.
+  const followers = [2, 3, 4].map((seed) => routeTo(router, [...system, ...prompt(20, seed)]));
+  for (const follower of followers) {
+    assert.equal(follower.worker.address, first.worker.address);
+    assert.equal(follower.numPredictedCachedTokens, system.length);
+  }
+  // Only whole blocks count, and only as far as the prompts agree.
+  const partial = routeTo(router, [...system.slice(0, 2 * BLOCK_SIZE + 3), ...prompt(40, 9)]);
+  assert.equal(partial.numPredictedCachedTokens, 2 * BLOCK_SIZE);
+  partial.finished();
+  // Another tenant's salt never matches.
+  const salted = routeTo(router, [...system, ...prompt(20, 5)], { cacheSalt: 'tenant-b' });
+  assert.equal(salted.numPredictedCachedTokens, 0);
+  salted.finished();
+  // Started (its blocks now come by KV events) or failed: it counts no more.
+  first.started(0);
+  for (const follower of followers) follower.finished();
+  assert.equal(routeTo(router, [...system, ...prompt(20, 6)]).numPredictedCachedTokens, 0);
+});
+
 test('a busy worker is skipped even on a hit: too many requests, or a nearly full KV cache', () => {
   const { router, workers } = setup(3);
   const tokens = prompt(200);
