@@ -66,6 +66,8 @@ function recordFailure(kind: string, example: string): void {
   else if (failures.size < MAX_REPORTED_KINDS) failures.set(kind, { count: 1, example });
 }
 let numCrashes = 0;
+/** Servers left open because a call in them never finished: they keep the process alive. */
+let numHungCloses = 0;
 // The servers run in this process: an uncaught error anywhere in them is the crash we look for.
 process.on('uncaughtException', (err) => {
   numCrashes++;
@@ -341,10 +343,17 @@ async function runTarget(target: Target, count: number): Promise<boolean> {
   };
   await Promise.all(Array.from({ length: numInFlight }, lane));
   const seconds = (performance.now() - startMs) / 1000;
-  await close();
   const table = [...counts].sort(([a], [b]) => a.localeCompare(b)).map(([label, n]) => `${label}: ${n}`).join(', ');
   console.log(`${target}: ${count} cases in ${seconds.toFixed(1)} s (${(count / seconds).toFixed(0)}/s); ${table}; ${numFailed} failed`);
-  return numFailed === 0;
+  // A server closes once its calls are over: one that does not is holding a call it never finished.
+  let timer: NodeJS.Timeout | undefined;
+  const closed = await Promise.race([close().then(() => true), new Promise<false>((resolve) => { timer = setTimeout(resolve, HANG_MS, false); })]);
+  clearTimeout(timer);
+  if (!closed) {
+    numHungCloses++;
+    recordFailure(`${target}: the server did not close within ${HANG_MS} ms: a call it never finished`, `seed ${seed}`);
+  }
+  return numFailed === 0 && closed;
 }
 
 async function main(): Promise<number> {
@@ -362,4 +371,7 @@ async function main(): Promise<number> {
   return passed ? 0 : 1;
 }
 
-process.exitCode = await main();
+const exitCode = await main();
+// A server that never closed holds the process open; its failure is reported already.
+if (numHungCloses > 0) process.exit(exitCode);
+process.exitCode = exitCode;

@@ -13,9 +13,6 @@ export interface GrpcLogger extends Pick<BaseLogger, 'level' | 'info' | 'error'>
   child(bindings: Bindings): GrpcLogger;
 }
 
-/** A ModelInferRequest's own `id` is the client's to choose: a line keeps this much of it. */
-const MAX_LOGGED_INFER_ID_CHARS = 128;
-
 /** The model a request names, read from its message: ModelInfer's fields, or the metadata RPCs'. */
 export interface ModelRef {
   model: string;
@@ -35,6 +32,16 @@ export interface AccessFields {
 }
 
 const roundMs = (ms: number) => Math.round(ms * 10) / 10;
+
+/** Names and ids are the client's to choose: a line keeps this much of each. */
+const MAX_LOGGED_NAME_CHARS = 128;
+
+/** The first maxChars of a string, never half a surrogate pair (which encodeURI refuses). */
+export function clip(text: string, maxChars: number): string {
+  if (text.length <= maxChars) return text;
+  const end = /[\ud800-\udbff]/.test(text[maxChars - 1]) ? maxChars - 1 : maxChars;
+  return text.slice(0, end);
+}
 
 /** One call's request id and the logger that stamps it on each line. */
 export class CallLog {
@@ -56,10 +63,10 @@ export class CallLog {
   complete(fields: AccessFields, startMs: number): void {
     const line: Record<string, unknown> = { protocol: 'grpc', method: fields.method };
     if (fields.model !== null && fields.model.model !== '') {
-      line.model = fields.model.model;
-      if (fields.model.version !== '') line.model_version = fields.model.version;
+      line.model = clip(fields.model.model, MAX_LOGGED_NAME_CHARS);
+      if (fields.model.version !== '') line.model_version = clip(fields.model.version, MAX_LOGGED_NAME_CHARS);
     }
-    if (fields.inferId !== undefined && fields.inferId !== '') line.infer_id = fields.inferId.slice(0, MAX_LOGGED_INFER_ID_CHARS);
+    if (fields.inferId !== undefined && fields.inferId !== '') line.infer_id = clip(fields.inferId, MAX_LOGGED_NAME_CHARS);
     line.grpc_status = grpc.status[fields.code] ?? String(fields.code);
     line.duration_ms = roundMs(performance.now() - startMs);
     if (fields.clientGone === true) line.client_gone = true;

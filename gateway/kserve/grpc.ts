@@ -11,7 +11,7 @@ import { packageRoot } from '../../package-root.ts';
 import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
 import { KServeControl, type OutputTarget } from './control.ts';
 import { toKServeError } from './errors.ts';
-import { CallLog, goneStatus, type GrpcLogger, type ModelRef } from './grpc-access-log.ts';
+import { CallLog, clip, goneStatus, type GrpcLogger, type ModelRef } from './grpc-access-log.ts';
 import { controlHandlers } from './grpc-control.ts';
 import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './index.ts';
@@ -172,6 +172,21 @@ function modelOf(rpc: string, request: unknown): ModelRef | null {
   return { model: String(message[model] ?? ''), version: version === null ? '' : String(message[version] ?? '') };
 }
 
+/**
+ * The most characters of an error message a status carries. Its details travel in an HTTP/2
+ * trailer, percent-encoded (up to 9 bytes a character), and a message quoting a huge client
+ * string (a 100 kB model name) made a header block past the client's limit: that call and every
+ * later one on the connection went unanswered (found by `npm run fuzz`). Over the stream,
+ * `error_message` is a message field and keeps the whole text.
+ */
+const MAX_STATUS_DETAILS_CHARS = 1024;
+
+function statusOf(error: { grpcStatus: grpc.status; message: string }): Partial<grpc.StatusObject> {
+  const { message } = error;
+  const details = message.length <= MAX_STATUS_DETAILS_CHARS ? message : `${clip(message, MAX_STATUS_DETAILS_CHARS)}... (cut from ${message.length} characters)`;
+  return { code: error.grpcStatus, details };
+}
+
 /** The catalogue's error for a failure; one the server did not expect is logged in full, under the call's request id. */
 function failureOf(err: unknown, callLog: CallLog) {
   const error = toKServeError(err);
@@ -200,7 +215,7 @@ function unary(rpc: string, handler: (request: any) => unknown, logger: GrpcLogg
         complete(grpc.status.OK, isInferResponse(response) ? { model: response.model_name, version: response.model_version } : modelOf(rpc, call.request));
       }, (err: unknown) => {
         const error = failureOf(err, callLog);
-        callback({ code: error.grpcStatus, details: error.message });
+        callback(statusOf(error));
         complete(error.grpcStatus, modelOf(rpc, call.request));
       });
   };
@@ -326,7 +341,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
               return;
             }
             failed = true;
-            call.emit('error', { code: error.grpcStatus, details: error.message });
+            call.emit('error', statusOf(error));
           },
         ).finally(() => { numInFlight--; maybeEnd(); });
       });

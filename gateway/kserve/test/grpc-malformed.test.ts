@@ -1,6 +1,7 @@
 // Bytes that do not decode as the RPC's request message are the client's fault: INVALID_ARGUMENT
-// (grpc-js alone answers INTERNAL, as if the server had failed), and the server serves on.
-// Found by `npm run fuzz -- --target kserve-grpc`.
+// (grpc-js alone answers INTERNAL, as if the server had failed), and the server serves on; an
+// error quoting a huge client string is cut to fit a trailer. Both found by
+// `npm run fuzz -- --target kserve-grpc`.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
@@ -61,4 +62,28 @@ test('a stream message that does not decode gets an error_message and the stream
   assert.equal(responses.length, 2);
   // ModelStreamInferResponse field 1 is error_message.
   for (const response of responses) assert.match(response.toString('latin1'), /malformed request message/);
+});
+
+/** A ModelMetadataRequest { name } as bytes (field 1, length-delimited, varint length). */
+function metadataRequest(name: string): Buffer {
+  const bytes = Buffer.from(name, 'utf8');
+  const length: number[] = [];
+  for (let n = bytes.byteLength; ; n >>>= 7) {
+    if (n < 0x80) { length.push(n); break; }
+    length.push((n & 0x7f) | 0x80);
+  }
+  return Buffer.concat([Buffer.from([0x0a, ...length]), bytes]);
+}
+
+test('an error quoting a huge client string is cut in the status details, and the connection serves on', async () => {
+  // 'x' is one byte in the trailer, 'ü' six (%C3%BC), '😀' twelve for two characters: ASCII,
+  // percent-encoded, and a surrogate pair the cut must not split.
+  for (const name of ['x'.repeat(200_000), 'ü'.repeat(20_000), '😀'.repeat(10_000), `a${'😀'.repeat(10_000)}`]) {
+    const err = await unary('ModelMetadata', metadataRequest(name));
+    assert.equal(err?.code, grpc.status.NOT_FOUND, `${name.slice(0, 3)}: ${err?.code} ${err?.details?.slice(0, 200)}`);
+    assert.ok(err!.details.startsWith(`Request for unknown model: '${name.slice(0, 100)}`), err!.details.slice(0, 200));
+    assert.match(err!.details, /\.\.\. \(cut from \d+ characters\)$/);
+    assert.ok(err!.details.length < 1200, `${err!.details.length} characters`);
+    assert.equal(await unary('ModelReady', metadataRequest('digits')), null, 'the next call on the connection');
+  }
 });
