@@ -12,7 +12,10 @@
 // - kserve-http: KServe v2 over HTTP on models/ (digits, fraud, digits_pipeline): JSON infer
 //   bodies, binary-tensor bodies with a mutated Inference-Header-Content-Length, repository calls.
 // - kserve-grpc: KServe v2 over gRPC on models/: ModelInfer messages with mutated fields, and raw
-//   damaged protobuf bytes, both sent through a generic client call.
+//   damaged protobuf bytes, both sent through a generic client call, alone (5 in 8), as 1-3
+//   requests on a ModelStreamInfer stream (2 in 8; half with triton_grpc_error), or the messages
+//   of the RPCs naming a model (1 in 8: ModelReady, ModelMetadata, ModelConfig, ModelStatistics,
+//   RepositoryIndex, RepositoryModelLoad). A stream must answer each of its requests.
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
@@ -269,42 +272,102 @@ function setPath(tree: Json, at: string[], value: Json): Json {
   return copy;
 }
 
+/** The RPCs besides ModelInfer that read a model's name from their message, with a valid request of each. */
+const grpcControlBases: [string, Json][] = [
+  ['ModelReady', { name: 'digits', version: '' }],
+  ['ModelMetadata', { name: 'digits', version: '1' }],
+  ['ModelConfig', { name: 'digits_pipeline', version: '' }],
+  ['ModelStatistics', { name: 'fraud', version: '1' }],
+  ['RepositoryIndex', { repository_name: '', ready: true }],
+  ['RepositoryModelLoad', { model_name: 'absent', parameters: { config: { string_param: '{"max_batch_size": 8}' } } }],
+];
+
+/** A ModelInfer request's bytes: a base with an odd field and mutations, sometimes damaged; and the tree it came from. */
+function grpcInferBytes(mutator: Mutator, requestSerialize: (value: Json) => Buffer): { tree: Json; bytes: Buffer } {
+  let tree = mutator.pick(grpcBases);
+  if (mutator.int(2) === 0) {
+    const [at, choices] = mutator.pick(grpcOddFields);
+    tree = setPath(tree, at, mutator.pick(choices));
+  }
+  for (let n = mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+  let bytes: Buffer;
+  try {
+    bytes = requestSerialize(tree);
+  } catch {
+    // Not a ModelInferRequest protobuf can hold (a string where a number goes): send a valid
+    // request's bytes damaged instead.
+    bytes = mutator.damage(requestSerialize(mutator.pick(grpcBases)));
+  }
+  // Raw damage: random bytes, truncation, insertion, through the generic call.
+  if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
+  return { tree, bytes };
+}
+
+const describeBytes = (bytes: Buffer) => `${bytes.byteLength} bytes: ${bytes.subarray(0, 64).toString('hex')}`;
+
 async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
-  const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  // Explicit mode, every model loaded: load requests are parsed rather than refused outright.
+  const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['*'], log: () => {} });
   await repository.start();
   const server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
   const Service = loadInferenceService();
   const client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
-  const { requestSerialize } = Service.service.ModelInfer;
+  const inferSerialize = Service.service.ModelInfer.requestSerialize;
   const identity = (bytes: Buffer) => bytes;
-  const send = (bytes: Buffer): Promise<Outcome> => new Promise((resolve) => {
-    client.makeUnaryRequest('/inference.GRPCInferenceService/ModelInfer', identity, identity, bytes, { deadline: Date.now() + HANG_MS }, (err) => {
-      if (err === null) return resolve({ label: 'OK', failed: false, detail: '' });
-      const name = grpc.status[err.code] ?? String(err.code);
-      resolve({ label: err.code === grpc.status.DEADLINE_EXCEEDED ? 'no answer' : name, failed: GRPC_FAILURES.has(err.code) || err.code === grpc.status.DEADLINE_EXCEEDED, detail: `${name}: ${err.details}` });
+  const statusOutcome = (code: grpc.status, details: string, prefix = ''): Outcome => {
+    const name = grpc.status[code] ?? String(code);
+    const hung = code === grpc.status.DEADLINE_EXCEEDED;
+    return { label: hung ? 'no answer' : `${prefix}${name}`, failed: GRPC_FAILURES.has(code) || hung, detail: `${prefix}${name}: ${details}` };
+  };
+  const send = (rpc: string, bytes: Buffer): Promise<Outcome> => new Promise((resolve) => {
+    client.makeUnaryRequest(`/inference.GRPCInferenceService/${rpc}`, identity, identity, bytes, { deadline: Date.now() + HANG_MS }, (err) => {
+      resolve(err === null ? { label: 'OK', failed: false, detail: '' } : statusOutcome(err.code, err.details));
     });
   });
+  // A stream answers each request once (unless triton_grpc_error ends it on the first error).
+  const sendStream = (messages: Buffer[], statusOnError: boolean): Promise<Outcome> => new Promise((resolve) => {
+    const metadata = new grpc.Metadata();
+    if (statusOnError) metadata.set('triton_grpc_error', 'true');
+    const call = client.makeBidiStreamRequest('/inference.GRPCInferenceService/ModelStreamInfer', identity, identity, metadata, { deadline: Date.now() + HANG_MS });
+    let numResponses = 0;
+    call.on('data', () => { numResponses++; });
+    // Its status says it all.
+    call.on('error', () => {});
+    call.on('status', ({ code, details }: grpc.StatusObject) => {
+      const outcome = statusOutcome(code, details, 'stream ');
+      if (code === grpc.status.OK && numResponses !== messages.length) {
+        resolve({ label: outcome.label, failed: true, detail: `stream OK with ${numResponses} responses to ${messages.length} requests` });
+      } else resolve(outcome);
+    });
+    for (const message of messages) call.write(message);
+    call.end();
+  });
   const nextCase = (): Case => {
-    let tree = mutator.pick(grpcBases);
-    if (mutator.int(2) === 0) {
-      const [at, choices] = mutator.pick(grpcOddFields);
-      tree = setPath(tree, at, mutator.pick(choices));
+    const kind = mutator.int(8);
+    if (kind === 0) {
+      const [rpc, base] = mutator.pick(grpcControlBases);
+      let tree = base;
+      for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+      const { requestSerialize } = Service.service[rpc];
+      let bytes: Buffer;
+      try {
+        bytes = requestSerialize(tree);
+      } catch {
+        bytes = mutator.damage(requestSerialize(base));
+      }
+      if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
+      return async () => ({ ...(await send(rpc, bytes)), request: `${rpc} ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
     }
-    for (let n = mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
-    let bytes: Buffer;
-    try {
-      bytes = requestSerialize(tree);
-    } catch {
-      // Not a ModelInferRequest protobuf can hold (a string where a number goes): send a valid
-      // request's bytes damaged instead.
-      bytes = mutator.damage(requestSerialize(mutator.pick(grpcBases)));
+    if (kind <= 2) {
+      const requests = Array.from({ length: 1 + mutator.int(3) }, () => grpcInferBytes(mutator, inferSerialize));
+      const statusOnError = mutator.int(2) === 0;
+      return async () => ({
+        ...(await sendStream(requests.map(({ bytes }) => bytes), statusOnError)),
+        request: `ModelStreamInfer${statusOnError ? ' (triton_grpc_error)' : ''} ${requests.map(({ tree, bytes }) => `${JSON.stringify(tree).slice(0, 150)} (${describeBytes(bytes)})`).join('; ')}`,
+      });
     }
-    // Raw damage: random bytes, truncation, insertion, through the generic call.
-    if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
-    return async () => {
-      const outcome = await send(bytes);
-      return { ...outcome, request: `ModelInfer ${JSON.stringify(tree).slice(0, 300)} (${bytes.byteLength} bytes: ${bytes.subarray(0, 64).toString('hex')})` };
-    };
+    const { tree, bytes } = grpcInferBytes(mutator, inferSerialize);
+    return async () => ({ ...(await send('ModelInfer', bytes)), request: `ModelInfer ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
   };
   return {
     nextCase,
