@@ -48,6 +48,35 @@ if (!targets.every((target) => TARGETS.includes(target))) throw new Error(`--tar
 const seed = Number(values.seed ?? process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const numInFlight = Number(values.concurrency);
 
+/**
+ * Past this a tree's JSON is no body worth making: a mutation that would grow one past it is
+ * dropped. Copies multiply (an array of 3,000 copies of an array of 3,000 copies of an object
+ * nested 1,000 deep), and one such tree kept the fuzzer in JSON.stringify for minutes (seed
+ * 20261205, openai, near case 16,500), every lane waiting behind it.
+ */
+const MAX_TREE_JSON_CHARS = 8 * 1024 * 1024;
+
+/** About how long a tree's JSON is, without making it: a subtree shared by many copies is measured once. */
+function jsonLength(value: Json, measured = new Map<object, number>()): number {
+  if (value === null || typeof value !== 'object') return typeof value === 'string' ? value.length + 2 : 24;
+  const known = measured.get(value);
+  if (known !== undefined) return known;
+  let length = 2;
+  if (Array.isArray(value)) for (const item of value) length += jsonLength(item, measured) + 1;
+  else for (const [key, item] of Object.entries(value)) length += key.length + 4 + jsonLength(item, measured);
+  measured.set(value, length);
+  return length;
+}
+
+/** numMutations mutations of a tree, but one that would make its JSON huge is dropped. */
+function mutated(mutator: Mutator, tree: Json, numMutations: number): Json {
+  for (let n = numMutations; n > 0; n--) {
+    const next = mutator.mutate(tree);
+    if (jsonLength(next) <= MAX_TREE_JSON_CHARS) tree = next;
+  }
+  return tree;
+}
+
 /** What one case got back: an HTTP status, a gRPC status name, or `no answer`; what came back and, after it, the request. */
 interface Outcome { label: string; failed: boolean; detail: string; request?: string }
 
@@ -145,7 +174,7 @@ async function openaiTarget(mutator: Mutator): Promise<FuzzTarget> {
   const nextCase = (): Case => {
     const { route, body } = mutator.pick(openaiBases);
     let tree = body;
-    for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+    tree = mutated(mutator, tree, 1 + mutator.int(3));
     const bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
     return async () => {
       const outcome = await httpOutcome(`${gateway.baseUrl}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array(bytes) });
@@ -208,7 +237,7 @@ async function kserveHttpTarget(mutator: Mutator): Promise<FuzzTarget> {
         inputs: [{ name: input, shape: [1, datatype === 'UINT8' ? 64 : tensor.byteLength / 4], datatype, parameters: { binary_data_size: tensor.byteLength } }],
         outputs: [{ name: model === 'digits_pipeline' ? 'LABEL' : model === 'digits' ? 'probabilities' : 'fraud_probability', parameters: { binary_data: true } }],
       };
-      for (let n = mutator.int(3); n > 0; n--) header = mutator.mutate(header);
+      header = mutated(mutator, header, mutator.int(3));
       let tensorBytes: Buffer = tensor;
       if (mutator.int(4) === 0) tensorBytes = mutator.damage(tensor);
       const built = binaryBody(header, [tensorBytes]);
@@ -220,7 +249,7 @@ async function kserveHttpTarget(mutator: Mutator): Promise<FuzzTarget> {
       const base = mutator.pick(kserveJsonBases);
       route = base.route;
       let tree = base.body;
-      for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+      tree = mutated(mutator, tree, 1 + mutator.int(3));
       bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
     }
     return async () => {
@@ -289,7 +318,7 @@ function grpcInferBytes(mutator: Mutator, requestSerialize: (value: Json) => Buf
     const [at, choices] = mutator.pick(grpcOddFields);
     tree = setPath(tree, at, mutator.pick(choices));
   }
-  for (let n = mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+  tree = mutated(mutator, tree, mutator.int(3));
   let bytes: Buffer;
   try {
     bytes = requestSerialize(tree);
@@ -347,7 +376,7 @@ async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
     if (kind === 0) {
       const [rpc, base] = mutator.pick(grpcControlBases);
       let tree = base;
-      for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+      tree = mutated(mutator, tree, 1 + mutator.int(3));
       const { requestSerialize } = Service.service[rpc];
       let bytes: Buffer;
       try {
