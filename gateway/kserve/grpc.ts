@@ -181,8 +181,15 @@ function modelOf(rpc: string, request: unknown): ModelRef | null {
  */
 const MAX_STATUS_DETAILS_CHARS = 1024;
 
+/**
+ * Half a surrogate pair, which grpc-js's encodeURI of the details throws on, in its own event
+ * handler: an uncaught exception, and the call never answered. JSON.parse's message quotes one
+ * (`Unexpected token '\ud83c'` for a config of "🎉"; found by `npm run fuzz`).
+ */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
 function statusOf(error: { grpcStatus: grpc.status; message: string }): Partial<grpc.StatusObject> {
-  const { message } = error;
+  const message = error.message.replace(LONE_SURROGATE, '\ufffd');
   const details = message.length <= MAX_STATUS_DETAILS_CHARS ? message : `${clip(message, MAX_STATUS_DETAILS_CHARS)}... (cut from ${message.length} characters)`;
   return { code: error.grpcStatus, details };
 }

@@ -1,12 +1,13 @@
 // Bytes that do not decode as the RPC's request message are the client's fault: INVALID_ARGUMENT
 // (grpc-js alone answers INTERNAL, as if the server had failed), and the server serves on; an
-// error quoting a huge client string is cut to fit a trailer. Both found by
-// `npm run fuzz -- --target kserve-grpc`.
+// error quoting a huge client string is cut to fit a trailer, and one holding half a surrogate
+// pair is mended rather than thrown from grpc-js. All found by `npm run fuzz -- --target kserve-grpc`.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { ModelRepository } from '../../../engine/classic/index.ts';
-import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { call, type Client } from './grpc-client.ts';
 import { MODELS_DIR } from './harness.ts';
 
 /** Field 1's tag (model_name / name, length-delimited) and nothing after it. */
@@ -85,5 +86,32 @@ test('an error quoting a huge client string is cut in the status details, and th
     assert.match(err!.details, /\.\.\. \(cut from \d+ characters\)$/);
     assert.ok(err!.details.length < 1200, `${err!.details.length} characters`);
     assert.equal(await unary('ModelReady', metadataRequest('digits')), null, 'the next call on the connection');
+  }
+});
+
+test("an error message holding half a surrogate pair (JSON.parse's about a config of '🎉') is answered, not thrown from grpc-js", async () => {
+  // Explicit mode, so a load's config is parsed.
+  const explicit = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  await explicit.start();
+  const explicitServer = await startKServeGrpc({ repository: explicit, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
+  const Service = loadInferenceService();
+  const explicitClient = new Service(`127.0.0.1:${explicitServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+  const uncaught: Error[] = [];
+  const onUncaught = (err: Error) => { uncaught.push(err); };
+  process.on('uncaughtException', onUncaught);
+  try {
+    const load = (config: string) => new Promise<grpc.ServiceError | null>((resolve) => {
+      explicitClient.RepositoryModelLoad({ model_name: 'absent', parameters: { config: { string_param: config } } }, { deadline: Date.now() + 10_000 }, resolve);
+    });
+    const err = await load('🎉');
+    assert.equal(err?.code, grpc.status.INVALID_ARGUMENT, `${err?.code} ${err?.details}`);
+    assert.match(err!.details, /\ufffd/);
+    assert.deepEqual(await call(explicitClient, 'ServerLive', {}), { live: true }, 'the next call is answered');
+    assert.deepEqual(uncaught, []);
+  } finally {
+    process.off('uncaughtException', onUncaught);
+    explicitClient.close();
+    await explicitServer.close();
+    await explicit.close();
   }
 });
