@@ -226,7 +226,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     const metricsAddress = await listenOrExplain(host, server.metrics_port, 'server.metrics_port / --metrics-port', (port) => metricsApp.listen({ host, port }));
     if (repository !== null) {
       grpcServer = await listenOrExplain(host, server.grpc_port, 'server.grpc_port / --grpc-port', (port) =>
-        startKServeGrpc({ repository, llms: models, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined }));
+        startKServeGrpc({ repository, llms: models, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log }));
     }
     const addresses = { httpAddress, metricsAddress, grpcAddress: grpcServer === null ? null : `${host}:${grpcServer.port}` };
     options.onListening?.(addresses);

@@ -12,7 +12,10 @@
 // - kserve-http: KServe v2 over HTTP on models/ (digits, fraud, digits_pipeline): JSON infer
 //   bodies, binary-tensor bodies with a mutated Inference-Header-Content-Length, repository calls.
 // - kserve-grpc: KServe v2 over gRPC on models/: ModelInfer messages with mutated fields, and raw
-//   damaged protobuf bytes, both sent through a generic client call.
+//   damaged protobuf bytes, both sent through a generic client call, alone (5 in 8), as 1-3
+//   requests on a ModelStreamInfer stream (2 in 8; half with triton_grpc_error), or the messages
+//   of the RPCs naming a model (1 in 8: ModelReady, ModelMetadata, ModelConfig, ModelStatistics,
+//   RepositoryIndex, RepositoryModelLoad). A stream must answer each of its requests.
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
@@ -45,6 +48,35 @@ if (!targets.every((target) => TARGETS.includes(target))) throw new Error(`--tar
 const seed = Number(values.seed ?? process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const numInFlight = Number(values.concurrency);
 
+/**
+ * Past this a tree's JSON is no body worth making: a mutation that would grow one past it is
+ * dropped. Copies multiply (an array of 3,000 copies of an array of 3,000 copies of an object
+ * nested 1,000 deep), and one such tree kept the fuzzer in JSON.stringify for minutes (seed
+ * 20261205, openai, near case 16,500), every lane waiting behind it.
+ */
+const MAX_TREE_JSON_CHARS = 8 * 1024 * 1024;
+
+/** About how long a tree's JSON is, without making it: a subtree shared by many copies is measured once. */
+function jsonLength(value: Json, measured = new Map<object, number>()): number {
+  if (value === null || typeof value !== 'object') return typeof value === 'string' ? value.length + 2 : 24;
+  const known = measured.get(value);
+  if (known !== undefined) return known;
+  let length = 2;
+  if (Array.isArray(value)) for (const item of value) length += jsonLength(item, measured) + 1;
+  else for (const [key, item] of Object.entries(value)) length += key.length + 4 + jsonLength(item, measured);
+  measured.set(value, length);
+  return length;
+}
+
+/** numMutations mutations of a tree, but one that would make its JSON huge is dropped. */
+function mutated(mutator: Mutator, tree: Json, numMutations: number): Json {
+  for (let n = numMutations; n > 0; n--) {
+    const next = mutator.mutate(tree);
+    if (jsonLength(next) <= MAX_TREE_JSON_CHARS) tree = next;
+  }
+  return tree;
+}
+
 /** What one case got back: an HTTP status, a gRPC status name, or `no answer`; what came back and, after it, the request. */
 interface Outcome { label: string; failed: boolean; detail: string; request?: string }
 
@@ -66,6 +98,8 @@ function recordFailure(kind: string, example: string): void {
   else if (failures.size < MAX_REPORTED_KINDS) failures.set(kind, { count: 1, example });
 }
 let numCrashes = 0;
+/** Servers left open because a call in them never finished: they keep the process alive. */
+let numHungCloses = 0;
 // The servers run in this process: an uncaught error anywhere in them is the crash we look for.
 process.on('uncaughtException', (err) => {
   numCrashes++;
@@ -140,7 +174,7 @@ async function openaiTarget(mutator: Mutator): Promise<FuzzTarget> {
   const nextCase = (): Case => {
     const { route, body } = mutator.pick(openaiBases);
     let tree = body;
-    for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+    tree = mutated(mutator, tree, 1 + mutator.int(3));
     const bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
     return async () => {
       const outcome = await httpOutcome(`${gateway.baseUrl}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array(bytes) });
@@ -203,7 +237,7 @@ async function kserveHttpTarget(mutator: Mutator): Promise<FuzzTarget> {
         inputs: [{ name: input, shape: [1, datatype === 'UINT8' ? 64 : tensor.byteLength / 4], datatype, parameters: { binary_data_size: tensor.byteLength } }],
         outputs: [{ name: model === 'digits_pipeline' ? 'LABEL' : model === 'digits' ? 'probabilities' : 'fraud_probability', parameters: { binary_data: true } }],
       };
-      for (let n = mutator.int(3); n > 0; n--) header = mutator.mutate(header);
+      header = mutated(mutator, header, mutator.int(3));
       let tensorBytes: Buffer = tensor;
       if (mutator.int(4) === 0) tensorBytes = mutator.damage(tensor);
       const built = binaryBody(header, [tensorBytes]);
@@ -215,7 +249,7 @@ async function kserveHttpTarget(mutator: Mutator): Promise<FuzzTarget> {
       const base = mutator.pick(kserveJsonBases);
       route = base.route;
       let tree = base.body;
-      for (let n = 1 + mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
+      tree = mutated(mutator, tree, 1 + mutator.int(3));
       bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
     }
     return async () => {
@@ -267,42 +301,102 @@ function setPath(tree: Json, at: string[], value: Json): Json {
   return copy;
 }
 
+/** The RPCs besides ModelInfer that read a model's name from their message, with a valid request of each. */
+const grpcControlBases: [string, Json][] = [
+  ['ModelReady', { name: 'digits', version: '' }],
+  ['ModelMetadata', { name: 'digits', version: '1' }],
+  ['ModelConfig', { name: 'digits_pipeline', version: '' }],
+  ['ModelStatistics', { name: 'fraud', version: '1' }],
+  ['RepositoryIndex', { repository_name: '', ready: true }],
+  ['RepositoryModelLoad', { model_name: 'absent', parameters: { config: { string_param: '{"max_batch_size": 8}' } } }],
+];
+
+/** A ModelInfer request's bytes: a base with an odd field and mutations, sometimes damaged; and the tree it came from. */
+function grpcInferBytes(mutator: Mutator, requestSerialize: (value: Json) => Buffer): { tree: Json; bytes: Buffer } {
+  let tree = mutator.pick(grpcBases);
+  if (mutator.int(2) === 0) {
+    const [at, choices] = mutator.pick(grpcOddFields);
+    tree = setPath(tree, at, mutator.pick(choices));
+  }
+  tree = mutated(mutator, tree, mutator.int(3));
+  let bytes: Buffer;
+  try {
+    bytes = requestSerialize(tree);
+  } catch {
+    // Not a ModelInferRequest protobuf can hold (a string where a number goes): send a valid
+    // request's bytes damaged instead.
+    bytes = mutator.damage(requestSerialize(mutator.pick(grpcBases)));
+  }
+  // Raw damage: random bytes, truncation, insertion, through the generic call.
+  if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
+  return { tree, bytes };
+}
+
+const describeBytes = (bytes: Buffer) => `${bytes.byteLength} bytes: ${bytes.subarray(0, 64).toString('hex')}`;
+
 async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
-  const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  // Explicit mode, every model loaded: load requests are parsed rather than refused outright.
+  const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['*'], log: () => {} });
   await repository.start();
   const server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
   const Service = loadInferenceService();
   const client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
-  const { requestSerialize } = Service.service.ModelInfer;
+  const inferSerialize = Service.service.ModelInfer.requestSerialize;
   const identity = (bytes: Buffer) => bytes;
-  const send = (bytes: Buffer): Promise<Outcome> => new Promise((resolve) => {
-    client.makeUnaryRequest('/inference.GRPCInferenceService/ModelInfer', identity, identity, bytes, { deadline: Date.now() + HANG_MS }, (err) => {
-      if (err === null) return resolve({ label: 'OK', failed: false, detail: '' });
-      const name = grpc.status[err.code] ?? String(err.code);
-      resolve({ label: err.code === grpc.status.DEADLINE_EXCEEDED ? 'no answer' : name, failed: GRPC_FAILURES.has(err.code) || err.code === grpc.status.DEADLINE_EXCEEDED, detail: `${name}: ${err.details}` });
+  const statusOutcome = (code: grpc.status, details: string, prefix = ''): Outcome => {
+    const name = grpc.status[code] ?? String(code);
+    const hung = code === grpc.status.DEADLINE_EXCEEDED;
+    return { label: hung ? 'no answer' : `${prefix}${name}`, failed: GRPC_FAILURES.has(code) || hung, detail: `${prefix}${name}: ${details}` };
+  };
+  const send = (rpc: string, bytes: Buffer): Promise<Outcome> => new Promise((resolve) => {
+    client.makeUnaryRequest(`/inference.GRPCInferenceService/${rpc}`, identity, identity, bytes, { deadline: Date.now() + HANG_MS }, (err) => {
+      resolve(err === null ? { label: 'OK', failed: false, detail: '' } : statusOutcome(err.code, err.details));
     });
   });
+  // A stream answers each request once (unless triton_grpc_error ends it on the first error).
+  const sendStream = (messages: Buffer[], statusOnError: boolean): Promise<Outcome> => new Promise((resolve) => {
+    const metadata = new grpc.Metadata();
+    if (statusOnError) metadata.set('triton_grpc_error', 'true');
+    const call = client.makeBidiStreamRequest('/inference.GRPCInferenceService/ModelStreamInfer', identity, identity, metadata, { deadline: Date.now() + HANG_MS });
+    let numResponses = 0;
+    call.on('data', () => { numResponses++; });
+    // Its status says it all.
+    call.on('error', () => {});
+    call.on('status', ({ code, details }: grpc.StatusObject) => {
+      const outcome = statusOutcome(code, details, 'stream ');
+      if (code === grpc.status.OK && numResponses !== messages.length) {
+        resolve({ label: outcome.label, failed: true, detail: `stream OK with ${numResponses} responses to ${messages.length} requests` });
+      } else resolve(outcome);
+    });
+    for (const message of messages) call.write(message);
+    call.end();
+  });
   const nextCase = (): Case => {
-    let tree = mutator.pick(grpcBases);
-    if (mutator.int(2) === 0) {
-      const [at, choices] = mutator.pick(grpcOddFields);
-      tree = setPath(tree, at, mutator.pick(choices));
+    const kind = mutator.int(8);
+    if (kind === 0) {
+      const [rpc, base] = mutator.pick(grpcControlBases);
+      let tree = base;
+      tree = mutated(mutator, tree, 1 + mutator.int(3));
+      const { requestSerialize } = Service.service[rpc];
+      let bytes: Buffer;
+      try {
+        bytes = requestSerialize(tree);
+      } catch {
+        bytes = mutator.damage(requestSerialize(base));
+      }
+      if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
+      return async () => ({ ...(await send(rpc, bytes)), request: `${rpc} ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
     }
-    for (let n = mutator.int(3); n > 0; n--) tree = mutator.mutate(tree);
-    let bytes: Buffer;
-    try {
-      bytes = requestSerialize(tree);
-    } catch {
-      // Not a ModelInferRequest protobuf can hold (a string where a number goes): send a valid
-      // request's bytes damaged instead.
-      bytes = mutator.damage(requestSerialize(mutator.pick(grpcBases)));
+    if (kind <= 2) {
+      const requests = Array.from({ length: 1 + mutator.int(3) }, () => grpcInferBytes(mutator, inferSerialize));
+      const statusOnError = mutator.int(2) === 0;
+      return async () => ({
+        ...(await sendStream(requests.map(({ bytes }) => bytes), statusOnError)),
+        request: `ModelStreamInfer${statusOnError ? ' (triton_grpc_error)' : ''} ${requests.map(({ tree, bytes }) => `${JSON.stringify(tree).slice(0, 150)} (${describeBytes(bytes)})`).join('; ')}`,
+      });
     }
-    // Raw damage: random bytes, truncation, insertion, through the generic call.
-    if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
-    return async () => {
-      const outcome = await send(bytes);
-      return { ...outcome, request: `ModelInfer ${JSON.stringify(tree).slice(0, 300)} (${bytes.byteLength} bytes: ${bytes.subarray(0, 64).toString('hex')})` };
-    };
+    const { tree, bytes } = grpcInferBytes(mutator, inferSerialize);
+    return async () => ({ ...(await send('ModelInfer', bytes)), request: `ModelInfer ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
   };
   return {
     nextCase,
@@ -341,10 +435,17 @@ async function runTarget(target: Target, count: number): Promise<boolean> {
   };
   await Promise.all(Array.from({ length: numInFlight }, lane));
   const seconds = (performance.now() - startMs) / 1000;
-  await close();
   const table = [...counts].sort(([a], [b]) => a.localeCompare(b)).map(([label, n]) => `${label}: ${n}`).join(', ');
   console.log(`${target}: ${count} cases in ${seconds.toFixed(1)} s (${(count / seconds).toFixed(0)}/s); ${table}; ${numFailed} failed`);
-  return numFailed === 0;
+  // A server closes once its calls are over: one that does not is holding a call it never finished.
+  let timer: NodeJS.Timeout | undefined;
+  const closed = await Promise.race([close().then(() => true), new Promise<false>((resolve) => { timer = setTimeout(resolve, HANG_MS, false); })]);
+  clearTimeout(timer);
+  if (!closed) {
+    numHungCloses++;
+    recordFailure(`${target}: the server did not close within ${HANG_MS} ms: a call it never finished`, `seed ${seed}`);
+  }
+  return numFailed === 0 && closed;
 }
 
 async function main(): Promise<number> {
@@ -362,4 +463,7 @@ async function main(): Promise<number> {
   return passed ? 0 : 1;
 }
 
-process.exitCode = await main();
+const exitCode = await main();
+// A server that never closed holds the process open; its failure is reported already.
+if (numHungCloses > 0) process.exit(exitCode);
+process.exitCode = exitCode;

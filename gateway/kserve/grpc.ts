@@ -2,13 +2,16 @@
 // own port (8001), for the model repository's models. Unary errors are gRPC statuses from the
 // error catalogue; ModelStreamInfer reports a request's error in `error_message` and keeps going.
 // Shared memory, trace and log settings share their state with the HTTP routes (KServeControl).
+// Every call gets a request id and access lines as HTTP requests do (grpc-access-log.ts).
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import { pino } from 'pino';
 import { packageRoot } from '../../package-root.ts';
 import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
 import { KServeControl, type OutputTarget } from './control.ts';
 import { toKServeError } from './errors.ts';
+import { CallLog, clip, goneStatus, type GrpcLogger, type ModelRef } from './grpc-access-log.ts';
 import { controlHandlers } from './grpc-control.ts';
 import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './index.ts';
@@ -121,7 +124,7 @@ function stringParameter(parameters: Record<string, Parameter & { bytes_param?: 
   return parameter.string_param!;
 }
 
-type Unary<Req> = (call: grpc.ServerUnaryCall<Req, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
+type Unary = (call: grpc.ServerUnaryCall<unknown, unknown>, callback: grpc.sendUnaryData<unknown>) => void;
 
 /** A request message that did not decode as protobuf: the client's fault, where grpc-js would answer INTERNAL. */
 class MalformedMessage {
@@ -147,14 +150,80 @@ function tolerantDecoding(service: grpc.ServiceDefinition): grpc.ServiceDefiniti
   }]));
 }
 
-/** Wraps a handler so every failure is a gRPC status from the catalogue. */
-function unary<Req>(handler: (request: Req) => unknown): Unary<Req> {
+/** The fields naming a model (and a version, where the message has one) in each RPC's request that names one. */
+const MODEL_FIELDS: Readonly<Record<string, readonly [model: string, version: string | null]>> = {
+  ModelReady: ['name', 'version'],
+  ModelMetadata: ['name', 'version'],
+  ModelConfig: ['name', 'version'],
+  ModelStatistics: ['name', 'version'],
+  ModelInfer: ['model_name', 'model_version'],
+  ModelStreamInfer: ['model_name', 'model_version'],
+  RepositoryModelLoad: ['model_name', null],
+  RepositoryModelUnload: ['model_name', null],
+  TraceSetting: ['model_name', null],
+};
+
+/** The model a request names, for its access line; null for the RPCs that name none and for a malformed message. */
+function modelOf(rpc: string, request: unknown): ModelRef | null {
+  const fields = MODEL_FIELDS[rpc];
+  if (fields === undefined || request instanceof MalformedMessage) return null;
+  const message = request as Record<string, unknown>;
+  const [model, version] = fields;
+  return { model: String(message[model] ?? ''), version: version === null ? '' : String(message[version] ?? '') };
+}
+
+/**
+ * The most characters of an error message a status carries. Its details travel in an HTTP/2
+ * trailer, percent-encoded (up to 9 bytes a character), and a message quoting a huge client
+ * string (a 100 kB model name) made a header block past the client's limit: that call and every
+ * later one on the connection went unanswered (found by `npm run fuzz`). Over the stream,
+ * `error_message` is a message field and keeps the whole text.
+ */
+const MAX_STATUS_DETAILS_CHARS = 1024;
+
+/**
+ * Half a surrogate pair, which grpc-js's encodeURI of the details throws on, in its own event
+ * handler: an uncaught exception, and the call never answered. JSON.parse's message quotes one
+ * (`Unexpected token '\ud83c'` for a config of "🎉"; found by `npm run fuzz`).
+ */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+function statusOf(error: { grpcStatus: grpc.status; message: string }): Partial<grpc.StatusObject> {
+  const message = error.message.replace(LONE_SURROGATE, '\ufffd');
+  const details = message.length <= MAX_STATUS_DETAILS_CHARS ? message : `${clip(message, MAX_STATUS_DETAILS_CHARS)}... (cut from ${message.length} characters)`;
+  return { code: error.grpcStatus, details };
+}
+
+/** The catalogue's error for a failure; one the server did not expect is logged in full, under the call's request id. */
+function failureOf(err: unknown, callLog: CallLog) {
+  const error = toKServeError(err);
+  if (error.code === 'internal_error') callLog.log.error({ err }, 'kserve grpc request failed');
+  return error;
+}
+
+/** A ModelInferResponse names the version that ran, which the request may have left to the server. */
+const isInferResponse = (response: unknown): response is { model_name: string; model_version: string } =>
+  typeof (response as { model_version?: unknown } | null)?.model_version === 'string';
+
+/** Wraps a handler so every failure is a gRPC status from the catalogue, and every call leaves an access line. */
+function unary(rpc: string, handler: (request: any) => unknown, logger: GrpcLogger): Unary {
   return (call, callback) => {
+    const startMs = performance.now();
+    const callLog = new CallLog(call, logger);
+    const inferId = rpc === 'ModelInfer' && !(call.request instanceof MalformedMessage) ? (call.request as { id: string }).id : undefined;
+    const complete = (code: grpc.status, model: ModelRef | null) => {
+      const clientGone = call.cancelled;
+      callLog.complete({ method: rpc, model, code: clientGone ? goneStatus(call) : code, inferId, clientGone }, startMs);
+    };
     Promise.resolve()
-      .then(() => handler(decoded<Req>(call.request)))
-      .then((response) => callback(null, response), (err: unknown) => {
-        const error = toKServeError(err);
-        callback({ code: error.grpcStatus, details: error.message });
+      .then(() => handler(decoded(call.request)))
+      .then((response) => {
+        callback(null, response);
+        complete(grpc.status.OK, isInferResponse(response) ? { model: response.model_name, version: response.model_version } : modelOf(rpc, call.request));
+      }, (err: unknown) => {
+        const error = failureOf(err, callLog);
+        callback(statusOf(error));
+        complete(error.grpcStatus, modelOf(rpc, call.request));
       });
   };
 }
@@ -175,6 +244,11 @@ export interface KServeGrpcOptions {
   control?: KServeControl;
   /** The gateway's life: ServerReady is false unless it is ready (while starting and draining). Ready when omitted. */
   readiness?: { readonly state: string };
+  /**
+   * The gateway's logger (fastify's `app.log`), for the access lines and errors; kept at the log
+   * settings' level (LogSettings). Nothing is logged when omitted.
+   */
+  logger?: GrpcLogger;
 }
 
 export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServeGrpcServer> {
@@ -182,10 +256,13 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
   const control = options.control ?? new KServeControl();
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
-  server.addService(tolerantDecoding(loadInferenceService().service), {
-    ServerLive: unary(() => ({ live: true })),
-    ServerReady: unary(() => ({ ready: (options.readiness?.state ?? 'ready') === 'ready' && isServerReady(repository, llms) })),
-    ModelReady: unary((request: { name: string; version: string }) => {
+  const logger = options.logger ?? pino({ level: 'silent' });
+  // Triton's LogSettings move this logger's level, as /v2/logging moves the HTTP side's.
+  if (options.logger !== undefined) control.logging.attach(options.logger);
+  const unaryHandlers: Record<string, (request: any) => unknown> = {
+    ServerLive: () => ({ live: true }),
+    ServerReady: () => ({ ready: (options.readiness?.state ?? 'ready') === 'ready' && isServerReady(repository, llms) }),
+    ModelReady: (request: { name: string; version: string }) => {
       const llm = llms.find((model) => model.name === request.name);
       // An LLM has one version (1, as its /v2 metadata says).
       if (llm !== undefined) return { ready: ['', '1'].includes(request.version) && isLlmReady(llm) };
@@ -195,9 +272,9 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       } catch {
         return { ready: false };
       }
-    }),
-    ServerMetadata: unary(() => ({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS })),
-    ModelMetadata: unary((request: { name: string; version: string }) => {
+    },
+    ServerMetadata: () => ({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS }),
+    ModelMetadata: (request: { name: string; version: string }) => {
       const { config } = served(request.name, request.version);
       return {
         name: config.name,
@@ -206,56 +283,77 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
         inputs: tensorMetadata(config, config.input),
         outputs: tensorMetadata(config, config.output),
       };
-    }),
-    ModelConfig: unary((request: { name: string; version: string }) => ({ config: configMessage(served(request.name, request.version).config) })),
-    ModelStatistics: unary((request: { name: string; version: string }) => {
+    },
+    ModelConfig: (request: { name: string; version: string }) => ({ config: configMessage(served(request.name, request.version).config) }),
+    ModelStatistics: (request: { name: string; version: string }) => {
       const version = versionOf(request.version);
       if (request.name !== '') served(request.name, request.version);
       const modelStats = repository.loadedVersions()
         .filter((v) => request.name === '' || (v.config.name === request.name && (version === null || v.version === version)))
         .map((v) => v.stats.stats);
       return { model_stats: modelStats };
-    }),
-    RepositoryIndex: unary((request: { ready: boolean }) => ({ models: repository.index(request.ready) })),
-    RepositoryModelLoad: unary(async (request: { model_name: string; parameters: Record<string, Parameter> }) => {
+    },
+    RepositoryIndex: (request: { ready: boolean }) => ({ models: repository.index(request.ready) }),
+    RepositoryModelLoad: async (request: { model_name: string; parameters: Record<string, Parameter> }) => {
       if (Object.keys(request.parameters).some((key) => key.startsWith('file:'))) {
         throw new ClassicError('UNSUPPORTED', "loading model files through 'file:' parameters is not supported; put them in the repository");
       }
       await repository.load(request.model_name, stringParameter(request.parameters, 'config'));
       return {};
-    }),
-    RepositoryModelUnload: unary(async (request: { model_name: string; parameters: Record<string, Parameter> }) => {
+    },
+    RepositoryModelUnload: async (request: { model_name: string; parameters: Record<string, Parameter> }) => {
       const parameter = request.parameters.unload_dependents;
       if (parameter !== undefined && parameter.parameter_choice !== 'bool_param') throw new ClassicError('INVALID_ARG', "parameter 'unload_dependents' must be a bool");
       await repository.unload(request.model_name, parameter?.bool_param === true);
       return {};
-    }),
-    ModelInfer: unary((request: WireInferRequest) => runInfer(repository, control, request)),
-    ModelStreamInfer: (call: grpc.ServerDuplexStream<WireInferRequest, unknown>) => {
+    },
+    ModelInfer: (request: WireInferRequest) => runInfer(repository, control, request),
+    ...controlHandlers(control, repository),
+  };
+  server.addService(tolerantDecoding(loadInferenceService().service), {
+    ...Object.fromEntries(Object.entries(unaryHandlers).map(([rpc, handler]) => [rpc, unary(rpc, handler, logger)])),
+    // One access line per request message, as each finishes: a stream carries many independent
+    // requests (each with its own model, `id` and outcome, most often in `error_message` under a
+    // stream that stays OK) and may stay open for the client's whole life, so a line per stream
+    // would come late, if ever, and hide every failure. The stream's request id is on each.
+    ModelStreamInfer: (call: grpc.ServerDuplexStream<WireInferRequest | MalformedMessage, unknown>) => {
+      const callLog = new CallLog(call, logger);
       const statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true';
       let numInFlight = 0;
       let ended = false;
       let failed = false;
       const maybeEnd = () => { if (ended && numInFlight === 0 && !failed) call.end(); };
-      call.on('data', (request: WireInferRequest) => {
+      call.on('data', (request: WireInferRequest | MalformedMessage) => {
         if (failed) return;
+        const startMs = performance.now();
+        const inferId = request instanceof MalformedMessage ? undefined : request.id;
+        // A request's answer is lost when the client has left, or the stream ended on an earlier request's error.
+        const complete = (code: grpc.status, model: ModelRef | null) => {
+          const clientGone = call.cancelled;
+          const finalCode = clientGone ? goneStatus(call) : failed ? grpc.status.CANCELLED : code;
+          callLog.complete({ method: 'ModelStreamInfer', model, code: finalCode, inferId, clientGone }, startMs);
+        };
         numInFlight++;
         Promise.resolve().then(() => runInfer(repository, control, decoded(request))).then(
-          (response) => { if (!failed) call.write({ error_message: '', infer_response: response }); },
+          (response) => {
+            complete(grpc.status.OK, { model: response.model_name, version: response.model_version });
+            if (!failed) call.write({ error_message: '', infer_response: response });
+          },
           (err: unknown) => {
-            const error = toKServeError(err);
+            const error = failureOf(err, callLog);
+            complete(error.grpcStatus, modelOf('ModelStreamInfer', request));
             if (!statusOnError) {
-              call.write({ error_message: error.message, infer_response: null });
+              // As Triton: an infer_response holding only the request's id, so the client knows which one failed.
+              call.write({ error_message: error.message, infer_response: { id: inferId ?? '' } });
               return;
             }
             failed = true;
-            call.emit('error', { code: error.grpcStatus, details: error.message });
+            call.emit('error', statusOf(error));
           },
         ).finally(() => { numInFlight--; maybeEnd(); });
       });
       call.on('end', () => { ended = true; maybeEnd(); });
     },
-    ...Object.fromEntries(Object.entries(controlHandlers(control, repository)).map(([rpc, handler]) => [rpc, unary(handler as (request: unknown) => unknown)])),
   });
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(`${options.host}:${options.port}`, grpc.ServerCredentials.createInsecure(), (err, boundPort) => (err ? reject(err) : resolve(boundPort)));

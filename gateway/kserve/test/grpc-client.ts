@@ -1,6 +1,7 @@
-// The KServe gRPC tests' client side: a unary call as a promise, and the expected failure of one.
+// The KServe gRPC tests' client side: a unary call as a promise (with its initial metadata when
+// asked), and the expected failure of one.
 import assert from 'node:assert/strict';
-import type * as grpc from '@grpc/grpc-js';
+import * as grpc from '@grpc/grpc-js';
 
 export type Client = grpc.Client & Record<string, (...args: any[]) => any>;
 
@@ -14,5 +15,23 @@ export async function expectStatus(promise: Promise<unknown>, code: grpc.status,
     if (typeof details === 'string') assert.equal(err.details, details);
     else assert.match(err.details, details);
     return true;
+  });
+}
+
+/** What a unary call got back: its initial metadata (headers), and its response or its error. */
+export interface CallOutcome {
+  headers: grpc.Metadata;
+  response: any;
+  error: grpc.ServiceError | null;
+}
+
+/** A unary call with request metadata, answering its initial metadata with its response or error. */
+export function callWithMetadata(client: Client, rpc: string, request: unknown, metadata: grpc.Metadata): Promise<CallOutcome> {
+  return new Promise((resolve) => {
+    let headers: grpc.Metadata | null = null;
+    const pending = client[rpc](request, metadata, (error: grpc.ServiceError | null, response: unknown) => {
+      resolve({ headers: headers ?? new grpc.Metadata(), response, error });
+    }) as grpc.ClientUnaryCall;
+    pending.on('metadata', (received) => { headers = received; });
   });
 }
