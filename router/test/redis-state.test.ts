@@ -1,7 +1,7 @@
 // The gateway's side of the shared state in a real redis-server, against a real engine whose KV
 // events a real publisher writes: discovery, the index built (and rebuilt) from the streams,
 // heartbeats that expire, and Redis going away and coming back.
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { createEngine, type Engine } from '../../engine/engine.ts';
@@ -212,7 +212,8 @@ function heartbeatOf(admin: Redis, registration: WorkerRegistration) {
   };
 }
 
-test('after Redis returns, a worker that registers again later than one TTL after the gateway reconnected stays routed', { timeout: 30_000 }, async (t) => {
+/** A gateway over a real Redis, and a worker's heartbeat (no engine) it has discovered. */
+async function startWithHeartbeatingWorker(t: TestContext, workerId: string, address: string) {
   const redis = await startRedisServer();
   t.after(() => redis.close());
   const admin = new Redis(redis.url, { protocol: 2, retryStrategy: () => 20 });
@@ -220,10 +221,15 @@ test('after Redis returns, a worker that registers again later than one TTL afte
   t.after(() => admin.disconnect());
   const gateway = startGateway(redis.url);
   t.after(() => gateway.shared.close());
-  const heartbeat = heartbeatOf(admin, registrationOf('late', '10.0.0.8:7000'));
+  const heartbeat = heartbeatOf(admin, registrationOf(workerId, address));
   t.after(() => heartbeat.stop());
   heartbeat.start();
   await gateway.shared.waitForWorker('fake', 5_000);
+  return { redis, admin, gateway, heartbeat };
+}
+
+test('after Redis returns, a worker that registers again later than one TTL after the gateway reconnected stays routed', { timeout: 30_000 }, async (t) => {
+  const { redis, admin, gateway, heartbeat } = await startWithHeartbeatingWorker(t, 'late', '10.0.0.8:7000');
 
   heartbeat.stop();
   await redis.stop();
@@ -245,17 +251,7 @@ test('after Redis returns, a worker that registers again later than one TTL afte
 });
 
 test('a worker dropped after Redis returned joins again as soon as it registers, with a new client', { timeout: 30_000 }, async (t) => {
-  const redis = await startRedisServer();
-  t.after(() => redis.close());
-  const admin = new Redis(redis.url, { protocol: 2, retryStrategy: () => 20 });
-  admin.on('error', () => {});
-  t.after(() => admin.disconnect());
-  const gateway = startGateway(redis.url);
-  t.after(() => gateway.shared.close());
-  const heartbeat = heartbeatOf(admin, registrationOf('gone-a-while', '10.0.0.9:7000'));
-  t.after(() => heartbeat.stop());
-  heartbeat.start();
-  await gateway.shared.waitForWorker('fake', 5_000);
+  const { redis, admin, gateway, heartbeat } = await startWithHeartbeatingWorker(t, 'gone-a-while', '10.0.0.9:7000');
   const first = gateway.clients[0];
   first.numInFlight = 1;
 
