@@ -14,7 +14,7 @@ export interface ListeningAddresses {
 
 /** What each lifecycle line's `event` field says. */
 export type LifecycleEvent =
-  | 'listening' | 'serving' | 'worker_restarting' | 'worker_hung' | 'worker_stop_killed'
+  | 'listening' | 'serving' | 'worker_restarting' | 'worker_not_ready' | 'worker_hung' | 'worker_stop_killed'
   | 'worker_unresponsive' | 'worker_answered' | 'fatal';
 
 function addressesOf({ httpAddress, metricsAddress, grpcAddress }: ListeningAddresses): string {
@@ -42,6 +42,11 @@ export function createLifecycleLog(log: Logger) {
     workerRestarting(workerName: string, reason: string, delayMs: number): void {
       write('warn', 'worker_restarting', { worker: workerName, reason, delay_ms: delayMs },
         `worker ${workerName} exited (${reason}); restarting in ${delayMs} ms`);
+    },
+    workerNotReady(workerName: string, loadingMs: number): void {
+      const loadingS = (loadingMs / 1000).toFixed(1);
+      write('warn', 'worker_not_ready', { worker: workerName, loading_ms: Math.round(loadingMs) },
+        `worker ${workerName} not listening ${loadingS} s after its restart (server.worker_ready_timeout_s); killing it`);
     },
     workerHung(workerName: string, silentMs: number): void {
       const silentS = (silentMs / 1000).toFixed(1);

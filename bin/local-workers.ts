@@ -125,8 +125,10 @@ export class LocalWorker {
    * timeoutMs (a worker sends a message as a stream opens, and a heartbeat every second when
    * idle), counting from its latest message or, before its first, from when it was found
    * listening: a worker that hangs right after it loaded, before it said anything, is caught too.
+   * A restarted process not listening within readyTimeoutMs (its load hung) is killed likewise;
+   * the first start has the server's own ready timeout.
    */
-  watchHeartbeats(stream: EngineStream, timeoutMs: number): void {
+  watchHeartbeats(stream: EngineStream, timeoutMs: number, readyTimeoutMs: number): void {
     const checkIntervalMs = Math.min(1_000, timeoutMs / 4);
     const socketPath = this.address.slice('unix:'.length);
     let lastCheckAtMs = performance.now();
@@ -139,9 +141,16 @@ export class LocalWorker {
       const heardAtMs = stream.lastMessageAtMs;
       if (heardAtMs < this.spawnedAtMs) {
         // Not heard from this process yet. It listens once its model has loaded (start() removed
-        // the socket of the one before); until then the ready timeout covers the start.
+        // the socket of the one before); until then it is loading, bounded by the ready timeout.
         if (this.listeningAtMs === null) {
-          if (!existsSync(socketPath)) return;
+          if (!existsSync(socketPath)) {
+            const loadingMs = nowMs - this.spawnedAtMs;
+            if (loadingMs > readyTimeoutMs) {
+              this.options.log.workerNotReady(this.name, loadingMs);
+              this.kill('not ready');
+            }
+            return;
+          }
           this.listeningAtMs = nowMs;
         }
         // The stream reopens now, not when its backoff ends: a live worker answers at once.
@@ -150,11 +159,16 @@ export class LocalWorker {
       const silentMs = nowMs - Math.max(heardAtMs, this.listeningAtMs ?? -Infinity);
       if (silentMs <= timeoutMs) return;
       this.options.log.workerHung(this.name, silentMs);
-      this.killReason = 'hung';
-      // SIGKILL: a stopped or spinning process would not act on SIGTERM.
-      this.child.kill('SIGKILL');
+      this.kill('hung');
     }, checkIntervalMs);
     this.watchdogTimer.unref();
+  }
+
+  /** Kills the running process for a reason its exit status will not tell; it restarts with backoff. */
+  private kill(reason: string): void {
+    this.killReason = reason;
+    // SIGKILL: a stopped or spinning process would not act on SIGTERM.
+    this.child?.kill('SIGKILL');
   }
 
   /** Resolves once the process is gone. */

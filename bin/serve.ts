@@ -247,7 +247,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       startWaits.abort(new FatalError('the start was stopped'));
     }
     for (const model of planned) {
-      for (const { worker, client } of model.localWorkers) worker.watchHeartbeats(client, server.worker_heartbeat_timeout_s * 1000);
+      for (const { worker, client } of model.localWorkers) worker.watchHeartbeats(client, server.worker_heartbeat_timeout_s * 1000, server.worker_ready_timeout_s * 1000);
     }
     readiness.markReady();
     return { ...addresses, close: closeAll };

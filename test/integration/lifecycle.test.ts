@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { once } from 'node:events';
 import os from 'node:os';
@@ -253,6 +253,41 @@ test('a restarted worker that hangs (SIGSTOP) right after it is ready, before it
     if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
     return completion !== null;
   }, 'a completion from the worker restarted after the hang');
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+});
+
+test('a restarted worker whose load hangs (SIGSTOP before it listens) is killed once server.worker_ready_timeout_s passes, and restarted', { timeout: 120_000 }, async (t) => {
+  const dir = tempDir(t);
+  const configFile = writeConfig(dir, {
+    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3, worker_ready_timeout_s: 20 },
+    models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
+  });
+  const server = startCli(t, ['serve', '--config', configFile]);
+  const { http: httpAddress } = await server.serving();
+  const workerPid = () => childProcesses(server.pid).find((child) => / worker /.test(child.commandLine))?.pid;
+  const socketPath = path.join(os.tmpdir(), `conduit-${server.pid}-0-0.sock`);
+  const first = workerPid()!;
+  process.kill(first, 'SIGKILL');
+  // Stopped as soon as it exists: node takes far longer to start than this poll to find it.
+  let restarted: number | undefined;
+  await pollUntil(async () => {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    restarted = workerPid();
+    return restarted !== undefined && restarted !== first;
+  }, 'the restarted worker process');
+  process.kill(restarted!, 'SIGSTOP');
+  assert.equal(existsSync(socketPath), false, 'stopped before it listens (its model not loaded)');
+  const notReady = await server.waitFor('worker_not_ready', 'the restarted worker killed for not loading in time');
+  assert.equal(notReady.worker, '0-0');
+  assert.ok((notReady.loading_ms as number) >= 20_000);
+  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'not ready', 'its restart');
+  const client = openaiClient(`${httpAddress}/v1`);
+  await pollUntil(async () => {
+    const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 }).catch(() => null);
+    if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
+    return completion !== null;
+  }, 'a completion from the worker restarted after the hung load');
   server.child.kill('SIGTERM');
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
 });
