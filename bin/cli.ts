@@ -96,7 +96,11 @@ async function runServe(argv: string[]): Promise<number> {
   // error (thrown and caught nowhere) does the same, and the exit code is then 1.
   const stop = new AbortController();
   let fatalError: Error | null = null;
-  const onSignal = () => stop.abort(stopSignalled);
+  let signalName: NodeJS.Signals | null = null;
+  const onSignal = (signal: NodeJS.Signals) => {
+    signalName = signal;
+    stop.abort(stopSignalled);
+  };
   const onFatal = (err: unknown) => {
     if (fatalError !== null) return;
     fatalError = err instanceof Error ? err : new Error(String(err));
@@ -123,15 +127,17 @@ async function runServe(argv: string[]): Promise<number> {
   }
   lifecycleLog.serving(server);
   if (!stop.signal.aborted) await new Promise((resolve) => stop.signal.addEventListener('abort', resolve, { once: true }));
+  lifecycleLog.draining(signalName ?? 'fatal error', config.server.drain_timeout_s);
   await server.close();
-  return fatalError === null ? 0 : 1;
+  const exitCode = fatalError === null ? 0 : 1;
+  lifecycleLog.stopped(exitCode);
+  return exitCode;
 }
 
 async function runWorker(argv: string[]): Promise<number> {
   const settings = parseWorkerArgs(argv);
   const { startWorker } = await import('../engine/worker.ts');
   const worker = await startWorker(settings);
-  console.error(`conduit worker: ${settings.modelDir} on ${worker.address}`);
   await new Promise<void>((resolve) => {
     process.once('SIGTERM', () => resolve());
     if (process.send) {

@@ -1,8 +1,8 @@
-// The server's lifecycle lines: listening, serving, worker restarts and hangs, fatal errors. They
-// go through the gateway's logger (JSON on stdout, at server.log_level), each with a readable
-// `msg` and an `event` naming it, so that a supervisor or a test waits for an event rather than
-// for a sentence. Usage and configuration errors, found before any logger exists, are not here:
-// bin/cli.ts writes them as one plain line on stderr.
+// The server's lifecycle lines: listening, serving, worker restarts and hangs, draining, stopped,
+// fatal errors. They go through the gateway's logger (JSON on stdout, at server.log_level), each
+// with a readable `msg` and an `event` naming it, so that a supervisor or a test waits for an
+// event rather than for a sentence. Usage and configuration errors, found before any logger
+// exists, are not here: bin/cli.ts writes them as one plain line on stderr.
 import type { Logger } from 'pino';
 
 export interface ListeningAddresses {
@@ -15,7 +15,7 @@ export interface ListeningAddresses {
 /** What each lifecycle line's `event` field says. */
 export type LifecycleEvent =
   | 'listening' | 'serving' | 'worker_restarting' | 'worker_not_ready' | 'worker_hung' | 'worker_stop_killed'
-  | 'worker_unresponsive' | 'worker_answered' | 'fatal';
+  | 'worker_unresponsive' | 'worker_answered' | 'draining' | 'stopped' | 'fatal';
 
 function addressesOf({ httpAddress, metricsAddress, grpcAddress }: ListeningAddresses): string {
   return `${httpAddress} (metrics ${metricsAddress}${grpcAddress === null ? '' : `, KServe gRPC ${grpcAddress}`})`;
@@ -65,6 +65,15 @@ export function createLifecycleLog(log: Logger) {
     workerStopKilled(workerName: string, graceMs: number): void {
       write('warn', 'worker_stop_killed', { worker: workerName, grace_ms: graceMs },
         `worker ${workerName} still running ${graceMs / 1000} s after SIGTERM; killed`);
+    },
+    /** A signal (or a fatal error) ended serving: new requests get 503 while those in flight finish. */
+    draining(cause: string, drainTimeoutS: number): void {
+      write('info', 'draining', { cause, drain_timeout_s: drainTimeoutS },
+        `${cause}: draining (in-flight requests have ${drainTimeoutS} s to finish)`);
+    },
+    /** Drained and every worker exited; the process exits with exitCode next. */
+    stopped(exitCode: number): void {
+      write('info', 'stopped', { exit_code: exitCode }, `stopped; exit code ${exitCode}`);
     },
     /** The server stops because of it, and exits with exitCode; err adds its stack for an unexpected error. */
     fatal(message: string, exitCode: number, err?: Error): void {

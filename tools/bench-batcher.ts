@@ -71,7 +71,7 @@ async function measure(numClients: number, send: (image: Float32Array) => Promis
 
 async function main() {
   const repoDir = makeRepo();
-  const repository = new ModelRepository({ repoDir, mode: 'none', pollIntervalMs: 60_000, startupModels: [], log: () => {} });
+  const repository = new ModelRepository({ repoDir, mode: 'none', pollIntervalMs: 60_000, startupModels: [] });
   await repository.start();
   const gateway = await createGateway({ models: [], bodyLimitBytes: 1 << 20, classic: { repository, version: 'bench' } });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });

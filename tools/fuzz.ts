@@ -336,7 +336,7 @@ const describeBytes = (bytes: Buffer) => `${bytes.byteLength} bytes: ${bytes.sub
 
 async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
   // Explicit mode, every model loaded: load requests are parsed rather than refused outright.
-  const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['*'], log: () => {} });
+  const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['*'] });
   await repository.start();
   const server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
   const Service = loadInferenceService();

@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from './free-port.ts';
+import { workerServing } from '../test/integration/worker-serving.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -63,17 +64,10 @@ async function startWorker(port: number): Promise<Worker> {
   const address = `127.0.0.1:${port}`;
   const child = spawn(process.execPath, [
     conduitBin, 'worker', '--model', modelDir, '--listen', address, '--threads', '1', '--kv-cache-blocks', '256',
-  ], { stdio: ['ignore', 'ignore', 'pipe', 'ipc'] });
+  ], { stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
   // The IPC channel is a lifeline (a worker exits when it closes); it must not keep this process alive.
   child.channel?.unref();
-  let stderr = '';
-  await waitFor(new Promise<void>((resolve, reject) => {
-    child.stderr!.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      if (stderr.includes(` on ${address}`)) resolve();
-    });
-    child.once('exit', (code, signal) => reject(new Error(`worker on ${address} exited (${signal ?? code}) before listening:\n${stderr}`)));
-  }), `worker on ${address} listening`, START_TIMEOUT_MS);
+  await waitFor(workerServing(child).address, `worker on ${address} serving`, START_TIMEOUT_MS);
   return { port, address, child };
 }
 

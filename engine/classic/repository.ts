@@ -5,6 +5,7 @@
 // ones, which are then drained and closed.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { silentLogger, type Logger } from '../log.ts';
 import type { TensorMap } from './backend.ts';
 import { checkEnsemble } from './ensemble.ts';
 import { ClassicError } from './errors.ts';
@@ -25,7 +26,8 @@ export interface RepositoryOptions {
   startupModels: string[];
   /** The response cache's size in bytes (Triton's `--cache-config local,size=`); 0 or unset: no cache. */
   responseCacheBytes?: number;
-  log?: (message: string) => void;
+  /** Loads, unloads and failures, each with the `model` it concerns; unset: silent. */
+  logger?: Logger;
 }
 
 export interface ModelIndexEntry {
@@ -49,12 +51,12 @@ interface ModelEntry {
 export class ModelRepository {
   private readonly models = new Map<string, ModelEntry>();
   private pollTimer: NodeJS.Timeout | null = null;
-  private readonly log: (message: string) => void;
+  private readonly log: Logger;
   /** Shared by the models that enable response_cache; null when the server has none. */
   readonly responseCache: ResponseCache | null;
 
   constructor(private readonly options: RepositoryOptions) {
-    this.log = options.log ?? ((message) => process.stderr.write(`${message}\n`));
+    this.log = options.logger ?? silentLogger;
     this.responseCache = (options.responseCacheBytes ?? 0) > 0 ? new ResponseCache(options.responseCacheBytes!) : null;
   }
 
@@ -202,7 +204,7 @@ export class ModelRepository {
         const loaded = new Map<number, ServedVersion>();
         try {
           if (config.response_cache?.enable === true && this.responseCache === null) {
-            this.log(`model '${name}': response_cache is enabled but the server has no response cache (model_repository.response_cache_bytes): not caching`);
+            this.log.warn({ model: name }, `model '${name}': response_cache is enabled but the server has no response cache (model_repository.response_cache_bytes): not caching`);
           }
           for (const version of versions) loaded.set(version, await loadVersion({ config, modelDir: dir, version }, runStep, this.responseCache));
         } catch (err) {
@@ -215,7 +217,7 @@ export class ModelRepository {
         model.fingerprint = fingerprint;
         model.state = 'READY';
         model.reason = '';
-        this.log(`classic: loaded ${name} version${versions.length > 1 ? 's' : ''} ${versions.join(', ')}`);
+        this.log.info({ model: name, versions }, `loaded ${name} version${versions.length > 1 ? 's' : ''} ${versions.join(', ')}`);
         await Promise.all([...old.values()].map((served) => served.close()));
       } catch (err) {
         const message = err instanceof ClassicError || err instanceof ModelConfigError ? err.message : `${(err as Error).message}`;
@@ -224,7 +226,7 @@ export class ModelRepository {
           model.state = 'UNAVAILABLE';
           model.reason = message;
         }
-        this.log(`classic: cannot load ${name}: ${message}`);
+        this.log.error({ model: name, reason: message }, `cannot load ${name}: ${message}`);
         throw err instanceof ClassicError ? err : new ClassicError('INVALID_ARG', `failed to load '${name}': ${message}`);
       }
     });
@@ -240,7 +242,7 @@ export class ModelRepository {
       model.state = 'UNAVAILABLE';
       model.reason = 'unloaded';
       model.config = null;
-      this.log(`classic: unloaded ${model.name}`);
+      this.log.info({ model: model.name }, `unloaded ${model.name}`);
     });
   }
 

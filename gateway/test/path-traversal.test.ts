@@ -62,7 +62,7 @@ describe('model names and files outside the repository', () => {
       `import { writeFileSync } from 'node:fs';\nwriteFileSync(${JSON.stringify(markerFile)}, 'read');\nexport function execute(inputs) { return { OUTPUT: inputs.INPUT }; }\n`);
     names = [...HOSTILE_NAMES, `../${outsideName}`, `plain/../../${outsideName}`];
     server = await startKServeServer(repo.dir, 'explicit', ['plain']);
-    grpcRepository = new ModelRepository({ repoDir: repo.dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['plain'], log: () => {} });
+    grpcRepository = new ModelRepository({ repoDir: repo.dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['plain'] });
     await grpcRepository.start();
     grpcServer = await startKServeGrpc({ repository: grpcRepository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
     client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;

@@ -64,7 +64,7 @@ export interface ServingAddresses {
 export interface CliProcess {
   readonly child: ChildProcess;
   readonly pid: number;
-  /** Its stderr so far: what comes before its logger (usage, configuration errors) and its workers' own lines. */
+  /** Its stderr so far: what comes before its logger (usage, configuration errors). */
   stderr(): string;
   /** Its stdout so far, line by line. */
   stdoutLines(): string[];
@@ -79,8 +79,6 @@ export interface CliProcess {
    * rejects if the process exits first or after the wait bound.
    */
   waitFor(match: string | ((entry: LogEntry) => boolean), what?: string): Promise<LogEntry>;
-  /** The first match of pattern in its stderr, with the same bounds. */
-  waitForStderr(pattern: RegExp, what: string): Promise<RegExpExecArray>;
   /** The addresses once it is serving. */
   serving(): Promise<ServingAddresses>;
 }
@@ -163,9 +161,6 @@ export function startCli(t: TestContext, args: string[], options: StartOptions =
     waitFor(match, what) {
       const matches = typeof match === 'string' ? (entry: LogEntry) => entry.event === match : match;
       return waitUntil(() => entries.find(matches) ?? null, what ?? (typeof match === 'string' ? `the ${match} line` : 'a log line'));
-    },
-    waitForStderr(pattern, what) {
-      return waitUntil(() => pattern.exec(stderr), what);
     },
     async serving() {
       return addressesOf(await process_.waitFor('serving'));

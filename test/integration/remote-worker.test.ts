@@ -7,23 +7,16 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { boundedFetch, defaultModelDir, openaiClient, repoRoot, startServer, within } from './harness.ts';
+import { workerServing } from './worker-serving.ts';
 
 test('a gateway serves a remote worker named in its configuration', { timeout: 120_000 }, async (t) => {
   const worker = spawn(process.execPath, [
     path.join(repoRoot, 'bin', 'conduit.js'), 'worker', '--model', defaultModelDir,
     '--listen', '127.0.0.1:0', '--threads', '1', '--kv-cache-blocks', '64', '--quantization', 'int8',
-  ], { stdio: ['ignore', 'ignore', 'pipe'] });
+  ], { stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<number | null>((resolve) => worker.once('exit', resolve));
   t.after(() => worker.kill('SIGKILL'));
-  let stderr = '';
-  const address = await within(new Promise<string>((resolve, reject) => {
-    worker.stderr.on('data', (data: Buffer) => {
-      stderr += data.toString();
-      const match = / on (127\.0\.0\.1:\d+)/.exec(stderr);
-      if (match) resolve(match[1]);
-    });
-    worker.once('exit', () => reject(new Error(`worker exited before listening:\n${stderr}`)));
-  }), 'listening');
+  const address = await within(workerServing(worker).address, 'serving');
 
   const server = await startServer([{ path: defaultModelDir, num_workers: 0, remote_workers: [address] }]);
   try {

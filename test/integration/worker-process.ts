@@ -4,12 +4,13 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import path from 'node:path';
 import { defaultModelDir, repoRoot } from './harness.ts';
+import { workerServing } from './worker-serving.ts';
 
 export interface WorkerProcess {
   /** HOST:PORT it listens on. */
   address: string;
   child: ChildProcess;
-  /** Everything it wrote to stderr so far. */
+  /** Everything it wrote so far: its JSON log (stdout) and stderr. */
   log(): string;
   /** SIGTERM (or the signal given), resolving once it exited. */
   stop(signal?: NodeJS.Signals): Promise<void>;
@@ -23,27 +24,15 @@ export async function startWorkerProcess(extraArgs: string[] = []): Promise<Work
   ], {
     // The IPC channel is a lifeline, as for a gateway's own workers: a test process that dies
     // (a timeout, a crash) takes its workers with it instead of leaving them serving.
-    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   // The lifeline must not keep a finished test process alive by itself.
   child.channel?.unref();
-  let stderr = '';
-  child.stderr!.on('data', (data: Buffer) => (stderr += data.toString()));
-  const address = await new Promise<string>((resolve, reject) => {
-    const onData = () => {
-      const match = / on (127\.0\.0\.1:\d+)/.exec(stderr);
-      if (match) {
-        child.stderr!.off('data', onData);
-        resolve(match[1]);
-      }
-    };
-    child.stderr!.on('data', onData);
-    child.once('exit', () => reject(new Error(`worker exited before listening:\n${stderr}`)));
-  });
+  const serving = workerServing(child);
   return {
-    address,
+    address: await serving.address,
     child,
-    log: () => stderr,
+    log: serving.output,
     async stop(signal = 'SIGTERM') {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = once(child, 'exit');

@@ -29,7 +29,7 @@ function argmaxRows(probs: Float32Array, numClasses: number): number[] {
 describe('the models in models/', () => {
   let repo: ModelRepository;
   before(async () => {
-    repo = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+    repo = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
     await repo.start();
   });
   after(() => repo.close());
@@ -115,7 +115,7 @@ describe('ONNX Runtime off the event loop', () => {
     });
     writeFileSync(path.join(dir, 'heavy', 'config.pbtxt'), `platform: "onnxruntime_onnx"\nmax_batch_size: 1024
 input [ { name: "x" data_type: TYPE_FP32 dims: [ ${width} ] } ]\noutput [ { name: "y" data_type: TYPE_FP32 dims: [ ${width} ] } ]`);
-    repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+    repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
     await repo.start();
   });
   after(async () => {
@@ -151,7 +151,7 @@ describe('a script model in plain JavaScript', () => {
 }\n`);
     writeFileSync(path.join(dir, 'double', 'config.pbtxt'), `backend: "script"\nmax_batch_size: 8
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]\noutput [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]`);
-    repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+    repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
     await repo.start();
   });
   after(async () => {

@@ -62,7 +62,7 @@ afterEach(async () => {
 
 test('each batch gets the batch inputs of its requests; the model splits the ragged input with them', async () => {
   writeModel(CONFIG);
-  repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
   await repo.start();
   const request = (values: number[]): Tensor => ({ datatype: 'FP32', shape: [1, values.length], data: Float32Array.from(values) });
   const rows = [[1, 2, 3], [10, 20, 30, 40], [100, 200, 300, 400, 500]];
@@ -91,14 +91,14 @@ test('a batch input is checked against the config: its source must be an input, 
   ];
   for (const [config, message] of cases) {
     writeModel(config);
-    repo = new ModelRepository({ repoDir: dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+    repo = new ModelRepository({ repoDir: dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: [] });
     await repo.start();
     await assert.rejects(repo.load('ragged', null), message);
     await repo.close();
     repo = null;
   }
   writeModel(CONFIG);
-  repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
   await repo.start();
   await assert.rejects(repo.infer('ragged', null, {
     inputs: { INPUT: { datatype: 'FP32', shape: [1, 1], data: Float32Array.from([1]) }, ACC: { datatype: 'INT32', shape: [1], data: Int32Array.from([1]) } },

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
 import { createRng } from '../../../loadtest/random.ts';
 import { testSeed } from '../../../test/seed.ts';
+import { createWorkerLogger } from '../../log.ts';
 import { ModelRepository } from '../repository.ts';
 import type { Tensor } from '../tensor.ts';
 
@@ -29,7 +30,7 @@ async function start(config: string, responseCacheBytes: number): Promise<ModelR
   mkdirSync(path.join(dir, 'double', '1'), { recursive: true });
   writeFileSync(path.join(dir, 'double', 'config.pbtxt'), config);
   writeFileSync(path.join(dir, 'double', '1', 'model.ts'), SCRIPT);
-  repo = new ModelRepository({ repoDir: dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['*'], responseCacheBytes, log: (message) => logs.push(message) });
+  repo = new ModelRepository({ repoDir: dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['*'], responseCacheBytes, logger: createWorkerLogger('info', { write: (line: string) => logs.push(JSON.parse(line).msg) }) });
   await repo.start();
   return repo;
 }

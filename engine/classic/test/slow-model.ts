@@ -48,7 +48,7 @@ output [
 ]
 ${body}`);
   }
-  const repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  const repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
   await repo.start();
   return {
     repo,

@@ -59,7 +59,7 @@ const calls = (modelDir: string) => existsSync(path.join(modelDir, 'calls.jsonl'
   : [];
 
 async function startRepo(): Promise<ModelRepository> {
-  repo = new ModelRepository({ repoDir: dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  repo = new ModelRepository({ repoDir: dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: [] });
   await repo.start();
   return repo;
 }

@@ -36,7 +36,7 @@ function withRequestId(...ids: string[]): grpc.Metadata {
 /** A gRPC service over a test repository, its logger writing JSON lines into `lines`. */
 async function startLoggedService(level: string) {
   const repo = makeTestRepo({ failing: FAILING_MODEL });
-  const repository = new ModelRepository({ repoDir: repo.dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  const repository = new ModelRepository({ repoDir: repo.dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
   await repository.start();
   const lines: LogLine[] = [];
   const listeners = new Set<() => void>();

@@ -19,7 +19,7 @@ let repository: ModelRepository;
 let server: KServeGrpcServer;
 let client: grpc.Client;
 before(async () => {
-  repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
   await repository.start();
   server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
   client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
@@ -91,7 +91,7 @@ test('an error quoting a huge client string is cut in the status details, and th
 
 test("an error message holding half a surrogate pair (JSON.parse's about a config of '🎉') is answered, not thrown from grpc-js", async () => {
   // Explicit mode, so a load's config is parsed.
-  const explicit = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  const explicit = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: [] });
   await explicit.start();
   const explicitServer = await startKServeGrpc({ repository: explicit, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
   const Service = loadInferenceService();

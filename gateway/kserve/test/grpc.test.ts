@@ -13,7 +13,7 @@ import { call, expectStatus, type Client } from './grpc-client.ts';
 import type { LlmWorkers } from '../readiness.ts';
 
 async function startServer(repoDir: string, mode: 'none' | 'explicit' = 'none', llms: LlmWorkers[] = []) {
-  const repository = new ModelRepository({ repoDir, mode, pollIntervalMs: 1000, startupModels: ['*'], log: () => {} });
+  const repository = new ModelRepository({ repoDir, mode, pollIntervalMs: 1000, startupModels: ['*'] });
   await repository.start();
   const server = await startKServeGrpc({ repository, llms, version: '0.1.0', host: '127.0.0.1', port: 0 });
   const Service = loadInferenceService();

@@ -30,7 +30,7 @@ export interface KServeServerExtras {
 export async function startKServeServer(
   repoDir: string, mode: ModelControlMode = 'none', startupModels: string[] = [], extras: KServeServerExtras = {},
 ): Promise<KServeTestServer> {
-  const repository = new ModelRepository({ repoDir, mode, pollIntervalMs: 100, startupModels, log: () => {} });
+  const repository = new ModelRepository({ repoDir, mode, pollIntervalMs: 100, startupModels });
   await repository.start();
   const gateway: FastifyInstance = await createGateway({
     models: [], bodyLimitBytes: BODY_LIMIT_BYTES, logger: extras.logger, classic: { repository, version: '0.1.0', control: extras.control },

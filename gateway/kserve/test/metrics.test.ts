@@ -13,7 +13,7 @@ let metricsServer: FastifyInstance;
 let baseUrl: string;
 let metricsUrl: string;
 before(async () => {
-  repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [], log: () => {} });
+  repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
   await repository.start();
   const metrics = new GatewayMetrics([]);
   registerTritonMetrics(metrics.registry, repository);
@@ -69,7 +69,7 @@ test('response cache hits and misses: in the statistics (cache_hit, cache_miss) 
       script: 'export function execute(inputs) { return { OUTPUT: inputs.INPUT }; }\n',
     },
   });
-  const cachedRepository = new ModelRepository({ repoDir: testRepo.dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], responseCacheBytes: 1 << 16, log: () => {} });
+  const cachedRepository = new ModelRepository({ repoDir: testRepo.dir, mode: 'none', pollIntervalMs: 1000, startupModels: [], responseCacheBytes: 1 << 16 });
   await cachedRepository.start();
   const metrics = new GatewayMetrics([]);
   registerTritonMetrics(metrics.registry, cachedRepository);
