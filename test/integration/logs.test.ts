@@ -62,5 +62,5 @@ test('conduit serve logs JSON lines on stdout: an access line per request under 
   assert.deepEqual([serving.event, serving.level], ['serving', 'info']);
   assert.equal((serving.http_address as string).replace('0.0.0.0', '127.0.0.1'), httpAddress);
   assert.match(serving.msg as string, /^serving on http:\/\/\S+ \(metrics http:\/\/\S+\)$/);
-  assert.deepEqual(server.events(), ['listening', 'serving']);
+  assert.deepEqual(server.events(), ['listening', 'serving', 'draining', 'stopped']);
 });
