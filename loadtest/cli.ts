@@ -26,6 +26,7 @@ scenarios: ${SCENARIO_NAMES.join(', ')}, or a JSONL workload file (see loadtest/
   --groups N               shared-prefix: number of system prompts; default 8
   --system-prompt-tokens N shared-prefix: length of each system prompt; default 1024
   --turns N                multi-turn: turns per conversation; default 4
+  --think-time-ms MS       multi-turn: pause between a reply and the next turn (a user reading); default 0
   --input-dist SPEC        distribution: fixed:N | uniform:MIN:MAX | normal:MEAN:SD | lognormal:MEAN:SD
   --output-dist SPEC       distribution: as --input-dist
   --requests N             requests per load point (generated scenarios); default 100
@@ -52,6 +53,7 @@ const OPTIONS = {
   groups: { type: 'string', default: '8' },
   'system-prompt-tokens': { type: 'string', default: '1024' },
   turns: { type: 'string', default: '4' },
+  'think-time-ms': { type: 'string', default: '0' },
   'input-dist': { type: 'string' },
   'output-dist': { type: 'string' },
   requests: { type: 'string', default: '100' },
@@ -70,6 +72,12 @@ const OPTIONS = {
 function positiveInteger(value: string, flag: string): number {
   const parsed = Number(value);
   if (!Number.isInteger(parsed) || parsed < 1) throw new UsageError(`expected a positive integer for --${flag} but received "${value}"`);
+  return parsed;
+}
+
+function nonNegativeNumber(value: string, flag: string): number {
+  const parsed = Number(value);
+  if (value.trim() === '' || !Number.isFinite(parsed) || parsed < 0) throw new UsageError(`expected a number >= 0 for --${flag} but received "${value}"`);
   return parsed;
 }
 
@@ -111,7 +119,9 @@ function scenarioSpec(name: (typeof SCENARIO_NAMES)[number], values: Values): Sc
         outputTokens,
       };
     case 'multi-turn':
-      return { name, numTurns: positiveInteger(values.turns, 'turns'), inputTokens, outputTokens };
+      return {
+        name, numTurns: positiveInteger(values.turns, 'turns'), inputTokens, outputTokens, thinkTimeMs: nonNegativeNumber(values['think-time-ms'], 'think-time-ms'),
+      };
     case 'distribution':
       try {
         return {

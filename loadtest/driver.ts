@@ -15,6 +15,8 @@ export interface PreparedTurn {
   userText: string;
   maxTokens: number;
   timestampMs: number | null;
+  /** Pause after the previous turn's reply ends, before this turn is sent. */
+  thinkTimeMs: number;
 }
 
 export interface PreparedSession {
@@ -78,6 +80,7 @@ async function runSessionTurns(
   const history: ChatMessage[] = [];
   for (let turnIndex = 0; turnIndex < session.turns.length; turnIndex++) {
     const turn = session.turns[turnIndex];
+    if (turnIndex > 0 && turn.thinkTimeMs > 0) await sleep(turn.thinkTimeMs);
     if (turnIndex > 0 && turn.timestampMs !== null) {
       const waitMs = pointStartMs + turn.timestampMs - (performance.now() - originMs);
       if (waitMs >= 1) await sleep(waitMs);

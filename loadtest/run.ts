@@ -174,6 +174,7 @@ async function prepareSessions(
         userText: entry.text ?? (await builder.build(entry.input_tokens ?? 1, rng)),
         maxTokens: entry.output_tokens,
         timestampMs: entry.timestamp_ms ?? null,
+        thinkTimeMs: entry.think_time_ms ?? 0,
       };
     }),
   );

@@ -9,8 +9,8 @@ export type ScenarioSpec =
   | { name: 'fixed'; inputTokens: number; outputTokens: number }
   /** SGLang's generated-shared-prefix shape: groups of requests behind one long system prompt. */
   | { name: 'shared-prefix'; numGroups: number; systemPromptTokens: number; inputTokens: number; outputTokens: number }
-  /** Conversations whose every turn resends the whole history. */
-  | { name: 'multi-turn'; numTurns: number; inputTokens: number; outputTokens: number }
+  /** Conversations whose every turn resends the whole history, thinkTimeMs after the last reply. */
+  | { name: 'multi-turn'; numTurns: number; inputTokens: number; outputTokens: number; thinkTimeMs?: number }
   | { name: 'distribution'; input: LengthDistribution; output: LengthDistribution };
 
 export const SCENARIO_NAMES = ['fixed', 'shared-prefix', 'multi-turn', 'distribution'] as const;
@@ -34,6 +34,7 @@ export function generateWorkload(spec: ScenarioSpec, numRequests: number, rng: R
     case 'multi-turn':
       return Array.from({ length: numRequests }, (_, i) => ({
         session: `conversation-${Math.floor(i / spec.numTurns)}`,
+        ...(spec.thinkTimeMs && i % spec.numTurns > 0 ? { think_time_ms: spec.thinkTimeMs } : {}),
         input_tokens: spec.inputTokens,
         output_tokens: spec.outputTokens,
       }));

@@ -15,6 +15,8 @@ export interface WorkloadEntry {
   session?: string;
   /** Earliest send time relative to the start of the run (trace replay). */
   timestamp_ms?: number;
+  /** Pause after the session's previous turn ends, before this one is sent: a user reading and typing. */
+  think_time_ms?: number;
   /** Length of fresh, unique user text; exclusive with `text`. */
   input_tokens?: number;
   /** Literal user text; exclusive with `input_tokens`. */
@@ -28,7 +30,7 @@ export class WorkloadError extends Error {
   override name = 'WorkloadError';
 }
 
-const ENTRY_KEYS = new Set(['session', 'timestamp_ms', 'input_tokens', 'text', 'prefix', 'output_tokens']);
+const ENTRY_KEYS = new Set(['session', 'timestamp_ms', 'think_time_ms', 'input_tokens', 'text', 'prefix', 'output_tokens']);
 
 function describe(value: unknown): string {
   return `${JSON.stringify(value)} of type ${value === null ? 'null' : typeof value}`;
@@ -64,6 +66,9 @@ export function validateEntry(raw: unknown): WorkloadEntry {
   }
   if (entry.timestamp_ms !== undefined && !(typeof entry.timestamp_ms === 'number' && entry.timestamp_ms >= 0)) {
     throw new WorkloadError(`expected a number >= 0 for timestamp_ms but received ${describe(entry.timestamp_ms)}`);
+  }
+  if (entry.think_time_ms !== undefined && !(typeof entry.think_time_ms === 'number' && entry.think_time_ms >= 0)) {
+    throw new WorkloadError(`expected a number >= 0 for think_time_ms but received ${describe(entry.think_time_ms)}`);
   }
   if (entry.prefix !== undefined) {
     const prefix = entry.prefix as Record<string, unknown> | null;

@@ -30,6 +30,34 @@ test('multi-turn conversations resend the whole history, replies included', asyn
   }
 });
 
+test('a multi-turn think time pauses between a reply and the next turn, not before the first', async () => {
+  const server = await startScriptedServer({ script: () => REPLY });
+  const thinkTimeMs = 150;
+  try {
+    const results = await runLoadtest({
+      url: server.baseUrl,
+      model: 'scripted',
+      endpoint: 'completions',
+      workload: { kind: 'scenario', scenario: { name: 'multi-turn', numTurns: 3, inputTokens: 2, outputTokens: 2, thinkTimeMs }, numRequests: 6 },
+      load: { kind: 'concurrency', numClientsList: [2] },
+    });
+    assert.equal(results.num_succeeded, 6);
+    const bySession = new Map<string, typeof results.requests>();
+    for (const request of results.requests) bySession.set(request.session, [...(bySession.get(request.session) ?? []), request]);
+    const firstStarts = [...bySession.values()].map((turns) => turns.find((request) => request.turn === 0)!.start_ms);
+    assert.ok(Math.max(...firstStarts) - Math.min(...firstStarts) < thinkTimeMs, 'both clients start at once');
+    for (const turns of bySession.values()) {
+      turns.sort((a, b) => a.turn - b.turn);
+      for (let i = 1; i < turns.length; i++) {
+        const gapMs = turns[i].start_ms - (turns[i - 1].start_ms + turns[i - 1].e2e_ms);
+        assert.ok(gapMs >= thinkTimeMs - 2 && gapMs < thinkTimeMs + 100, `turn ${i} sent ${gapMs} ms after the reply`);
+      }
+    }
+  } finally {
+    await server.close();
+  }
+});
+
 test('shared-prefix requests carry one exact-length system prompt per group', async () => {
   const server = await startScriptedServer({ tokenizer: true, script: () => REPLY });
   try {

@@ -10,6 +10,7 @@ test('every scenario round-trips through its JSONL file', () => {
     { name: 'fixed', inputTokens: 32, outputTokens: 16 },
     { name: 'shared-prefix', numGroups: 3, systemPromptTokens: 256, inputTokens: 32, outputTokens: 16 },
     { name: 'multi-turn', numTurns: 3, inputTokens: 32, outputTokens: 16 },
+    { name: 'multi-turn', numTurns: 3, inputTokens: 32, outputTokens: 16, thinkTimeMs: 2500 },
     { name: 'distribution', input: parseLengthDistribution('uniform:10:50'), output: parseLengthDistribution('normal:20:5') },
   ] as const;
   for (const scenario of scenarios) {
@@ -24,6 +25,8 @@ test('scenario shapes: shared prefixes per group, conversations of N turns', () 
   assert.deepEqual(new Set(shared.map((entry) => entry.prefix!.id)).size, 4);
   const conversations = groupSessions(generateWorkload({ name: 'multi-turn', numTurns: 3, inputTokens: 8, outputTokens: 4 }, 7, createRng(1)));
   assert.deepEqual(conversations.map((session) => session.turns.length), [3, 3, 1]);
+  const thinking = groupSessions(generateWorkload({ name: 'multi-turn', numTurns: 3, inputTokens: 8, outputTokens: 4, thinkTimeMs: 900 }, 6, createRng(1)));
+  assert.deepEqual(thinking.map((session) => session.turns.map((turn) => turn.think_time_ms)), [[undefined, 900, 900], [undefined, 900, 900]]);
 });
 
 test('length distributions stay positive and near their parameters', () => {
@@ -48,6 +51,7 @@ test('malformed workload lines are rejected with file, line and field', () => {
     ['{"output_tokens": 4, "text": "hi", "colour": 1}', /w\.jsonl:1: unknown field "colour"/],
     ['{"output_tokens": 4, "input_tokens": -2}', /w\.jsonl:1: expected a positive integer for input_tokens but received -2 of type number/],
     ['[1, 2]', /w\.jsonl:1: expected a JSON object/],
+    ['{"output_tokens": 4, "text": "a", "think_time_ms": -1}', /w\.jsonl:1: expected a number >= 0 for think_time_ms but received -1 of type number/],
     ['{"output_tokens": 4, "text": "a", "prefix": {"id": "p", "tokens": 8}}\n{"output_tokens": 4, "text": "b", "prefix": {"id": "p", "tokens": 9}}', /w\.jsonl:2: prefix "p" has 9 tokens here but 8 earlier/],
     ['\n\n', /w\.jsonl: no requests/],
   ];
