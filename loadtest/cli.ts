@@ -30,6 +30,8 @@ scenarios: ${SCENARIO_NAMES.join(', ')}, or a JSONL workload file (see loadtest/
   --input-dist SPEC        distribution: fixed:N | uniform:MIN:MAX | normal:MEAN:SD | lognormal:MEAN:SD
   --output-dist SPEC       distribution: as --input-dist
   --requests N             requests per load point (generated scenarios); default 100
+  --warmup N               send the workload's first N sessions one at a time before each load point,
+                           not counted (warm caches); default 0
 load (one of; a workload file with timestamp_ms on every line replays as a trace by default):
   --rate R[,R...]          open loop: Poisson arrivals at R requests/s; a list sweeps the rates
   --concurrency N[,N...]   closed loop: N clients back to back; default 1
@@ -57,6 +59,7 @@ const OPTIONS = {
   'input-dist': { type: 'string' },
   'output-dist': { type: 'string' },
   requests: { type: 'string', default: '100' },
+  warmup: { type: 'string', default: '0' },
   rate: { type: 'string' },
   concurrency: { type: 'string' },
   goodput: { type: 'string' },
@@ -72,6 +75,12 @@ const OPTIONS = {
 function positiveInteger(value: string, flag: string): number {
   const parsed = Number(value);
   if (!Number.isInteger(parsed) || parsed < 1) throw new UsageError(`expected a positive integer for --${flag} but received "${value}"`);
+  return parsed;
+}
+
+function nonNegativeInteger(value: string, flag: string): number {
+  const parsed = Number(value);
+  if (value.trim() === '' || !Number.isInteger(parsed) || parsed < 0) throw new UsageError(`expected an integer >= 0 for --${flag} but received "${value}"`);
   return parsed;
 }
 
@@ -216,6 +225,7 @@ async function runCommand(values: Values): Promise<number> {
     timeoutMs: positiveInteger(values['timeout-s'], 'timeout-s') * 1000,
     label: values.label,
     progress: values.quiet ? null : new StderrProgress(),
+    warmupSessions: nonNegativeInteger(values.warmup, 'warmup'),
   });
   printSummary(results);
   if (values.out) await writeReport(values.out, [results], results);

@@ -36,6 +36,11 @@ export interface LoadtestOptions {
   timeoutMs?: number;
   label?: string;
   progress?: ProgressReporter | null;
+  /**
+   * The workload's first N sessions are sent one at a time before each load point and not
+   * counted, so the measurement sees warm caches, as a deployment's steady state does.
+   */
+  warmupSessions?: number;
 }
 
 const DEFAULT_TIMEOUT_MS = 600_000;
@@ -66,7 +71,13 @@ export async function runLoadtest(options: LoadtestOptions): Promise<Results> {
   const recordsByPoint: RequestRecord[][] = [];
   try {
     for (let i = 0; i < loadPoints.length; i++) {
-      const sessions = sessionsByPoint[i];
+      const warmupSessions = sessionsByPoint[i].slice(0, options.warmupSessions ?? 0);
+      const sessions = sessionsByPoint[i].slice(warmupSessions.length);
+      if (warmupSessions.length > 0) {
+        await drive({
+          transport, sessions: warmupSessions, load: { kind: 'concurrency', numClients: 1 }, timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS, originMs, onRequestDone: () => {},
+        });
+      }
       const numRequests = sessions.reduce((total, session) => total + session.turns.length, 0);
       options.progress?.start(describeLoad(loadPoints[i].offered), numRequests);
       const records = await drive({

@@ -58,6 +58,29 @@ test('a multi-turn think time pauses between a reply and the next turn, not befo
   }
 });
 
+test('warm-up sessions go first, one at a time, and stay out of the figures', async () => {
+  const server = await startScriptedServer({ script: () => REPLY });
+  try {
+    const entries = ['warm 0', 'warm 1', 'measured 0', 'measured 1', 'measured 2'].map((text) => ({ text, output_tokens: 2 }));
+    const results = await runLoadtest({
+      url: server.baseUrl,
+      model: 'scripted',
+      endpoint: 'completions',
+      workload: { kind: 'entries', name: 'warm.jsonl', entries },
+      load: { kind: 'concurrency', numClientsList: [3] },
+      warmupSessions: 2,
+    });
+    assert.equal(results.num_requests, 3);
+    assert.deepEqual(server.received.slice(0, 2).map(({ body }) => body.prompt), ['warm 0', 'warm 1']);
+    const [warm0, warm1, ...measured] = server.received;
+    assert.ok(warm1.receivedMs >= warm0.endMs && measured.every((request) => request.receivedMs >= warm1.endMs), 'one at a time, before the measurement');
+    assert.deepEqual(server.received.slice(2).map(({ body }) => body.prompt).sort(), ['measured 0', 'measured 1', 'measured 2']);
+    assert.equal(results.requests.length, 3);
+  } finally {
+    await server.close();
+  }
+});
+
 test('shared-prefix requests carry one exact-length system prompt per group', async () => {
   const server = await startScriptedServer({ tokenizer: true, script: () => REPLY });
   try {
