@@ -6,8 +6,10 @@
 //    First closed loop (8 clients, each sending its next request when the last ends: the
 //    servers saturated), which measures round-robin's capacity; then open loop, sessions
 //    arriving at random (Poisson) at OPEN_LOOP_LOAD_FRACTION of that capacity, the same rate for
-//    both policies: a server below saturation, as a deployment runs, where routing decides
-//    whether requests queue.
+//    both policies: a server below saturation, as a deployment runs (Dynamo's router A/B
+//    replays its trace at 0.8 x speed), where routing decides whether requests queue. Open-loop
+//    chat users think between turns, so many conversations are live at once, as in a
+//    deployment. Each group's system prompt is sent once before a shared-prefix measurement.
 // 2. Simulated (tools/router-sim.ts): 64 workers behind 2 gateway replicas with the real
 //    routers and a timing model of prefill and decode, the same two workloads, and the time of
 //    each routing decision with the index at its full size.
@@ -24,7 +26,9 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { runLoadtest } from '../loadtest/run.ts';
 import type { LoadSpec } from '../loadtest/run.ts';
-import type { ScenarioSpec } from '../loadtest/scenarios.ts';
+import { createRng } from '../loadtest/random.ts';
+import { generateWorkload, type ScenarioSpec } from '../loadtest/scenarios.ts';
+import type { WorkloadEntry } from '../loadtest/workload.ts';
 import type { RoutingPolicy } from '../router/settings.ts';
 import { describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
 import { quantile, simulate, type SimSettings, type SimWorkload } from './router-sim.ts';
@@ -53,8 +57,8 @@ const OPEN_LOOP_LOAD_FRACTION = 0.8;
 interface ServedScenario {
   label: string;
   scenario: ScenarioSpec;
-  numRequests: number;
-  numClients: number;
+  closedLoop: { numRequests: number; numClients: number };
+  openLoop: { numRequests: number };
 }
 
 // Sized for 4 single-threaded workers on a small machine: under kv-aware each worker's KV cache
@@ -63,16 +67,31 @@ interface ServedScenario {
 // turns: 8 turns of 48 new tokens end 512 tokens long. (With 4 turns of 96, a hit saves at most
 // 2.4 times the prefill a miss computes, averaged over the turns, which bounds the TTFT ratio.)
 const SERVED_SCENARIOS: readonly ServedScenario[] = [
-  { label: 'multi-turn', scenario: { name: 'multi-turn', numTurns: 8, inputTokens: 48, outputTokens: 16 }, numRequests: 64, numClients: 8 },
+  {
+    label: 'multi-turn',
+    scenario: { name: 'multi-turn', numTurns: 8, inputTokens: 48, outputTokens: 16 },
+    closedLoop: { numRequests: 64, numClients: 8 },
+    openLoop: { numRequests: 192 },
+  },
   {
     label: 'shared-prefix',
     scenario: { name: 'shared-prefix', numGroups: 8, systemPromptTokens: 384, inputTokens: 32, outputTokens: 16 },
-    numRequests: 48,
-    numClients: 8,
+    closedLoop: { numRequests: 64, numClients: 8 },
+    openLoop: { numRequests: 64 },
   },
 ];
+/**
+ * Open-loop chat users read and type between turns. The think time is set from the arrival rate
+ * so that as many conversations are live as kv-aware can hold at their longest in this fraction
+ * of each worker's cache (the rest for the running sequences' new blocks): 3 per worker here,
+ * all of them on every worker under round-robin. (At llm-d's 73 % of all the caches, 21 live
+ * conversations, kv-aware's hit rate fell to 46 %: its workers evicted too.)
+ */
+const OPEN_LOOP_KV_HOLD_FRACTION = 0.75;
 const SERVED_KV_BLOCKS_PER_WORKER = 128;
 const SERVED_NUM_WORKERS = 4;
+/** The engine's block size, which the KV figures count in. */
+const SERVED_BLOCK_SIZE_TOKENS = 16;
 
 /** The benchmark checkpoint, linked, with conduit-tiny's tokenizer (4,096 tokens: within its vocabulary). */
 function servableModelDir(workDir: string): string {
@@ -100,6 +119,17 @@ interface ServedFigures {
   openLoop: MeasuredFigures;
   /** Sessions per second offered in the open loop. */
   sessionsPerS: number;
+}
+
+/** Multi-turn's think time for the live conversations OPEN_LOOP_KV_HOLD_FRACTION sizes, at sessionsPerS. */
+function withThinkTime(scenario: ScenarioSpec, sessionsPerS: number): ScenarioSpec {
+  if (scenario.name !== 'multi-turn') return scenario;
+  const maxHistoryTokens = scenario.numTurns * (scenario.inputTokens + scenario.outputTokens);
+  const heldTokensPerWorker = OPEN_LOOP_KV_HOLD_FRACTION * SERVED_KV_BLOCKS_PER_WORKER * SERVED_BLOCK_SIZE_TOKENS;
+  const numLiveConversations = SERVED_NUM_WORKERS * Math.floor(heldTokensPerWorker / maxHistoryTokens);
+  // Little's law: live conversations = arrival rate × lifetime, most of it thinking.
+  const lifetimeMs = 1000 * numLiveConversations / sessionsPerS;
+  return { ...scenario, thinkTimeMs: lifetimeMs / (scenario.numTurns - 1) };
 }
 
 function sessionTurnsOf(scenario: ScenarioSpec): number {
@@ -141,8 +171,13 @@ async function servedRun(
   const url = `http://127.0.0.1:${httpPort}`;
   const figures = new Map<string, ServedFigures>();
   const measure = async (label: string, scenario: ScenarioSpec, numRequests: number, load: LoadSpec, seed: number): Promise<MeasuredFigures> => {
+    // A deployment's system prompts are warm: each group's is sent once before the measurement.
+    const warmupEntries: WorkloadEntry[] = scenario.name === 'shared-prefix'
+      ? Array.from({ length: scenario.numGroups }, (_, i) => ({ prefix: { id: `group-${i}`, tokens: scenario.systemPromptTokens }, input_tokens: 1, output_tokens: 1 }))
+      : [];
+    const entries = [...warmupEntries, ...generateWorkload(scenario, numRequests, createRng(seed))];
     const results = await runLoadtest({
-      url, model: SERVED_NAME, endpoint: 'completions', workload: { kind: 'scenario', scenario, numRequests }, load, seed,
+      url, model: SERVED_NAME, endpoint: 'completions', workload: { kind: 'entries', name: label, entries }, load, seed, warmupSessions: warmupEntries.length,
     });
     if (results.num_succeeded !== results.num_requests) {
       throw new Error(`${policy}, ${label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);
@@ -153,12 +188,14 @@ async function servedRun(
   };
   try {
     await waitForHealth(url, server, log, logFile);
-    for (const { label, scenario, numRequests, numClients } of SERVED_SCENARIOS) {
-      const closedLoop = await measure(label, scenario, numRequests, { kind: 'concurrency', numClientsList: [numClients] }, 1);
+    for (const { label, scenario, closedLoop: closed, openLoop: open } of SERVED_SCENARIOS) {
+      const closedLoop = await measure(label, scenario, closed.numRequests, { kind: 'concurrency', numClientsList: [closed.numClients] }, 1);
       console.log(`  ${policy}, ${label}, closed loop: ${describe(closedLoop)}, ${closedLoop.requestsPerS.toFixed(2)} requests/s`);
       const rate = sessionsPerS?.get(label) ?? OPEN_LOOP_LOAD_FRACTION * closedLoop.requestsPerS / sessionTurnsOf(scenario);
-      const openLoop = await measure(label, scenario, numRequests, { kind: 'rate', ratesPerS: [rate] }, 2);
-      console.log(`  ${policy}, ${label}, open loop at ${rate.toFixed(3)} sessions/s: ${describe(openLoop)}`);
+      const openScenario = withThinkTime(scenario, rate);
+      const openLoop = await measure(label, openScenario, open.numRequests, { kind: 'rate', ratesPerS: [rate] }, 2);
+      const thinking = openScenario.name === 'multi-turn' ? ` (think time ${openScenario.thinkTimeMs!.toFixed(0)} ms)` : '';
+      console.log(`  ${policy}, ${label}, open loop at ${rate.toFixed(3)} sessions/s${thinking}: ${describe(openLoop)}`);
       figures.set(label, { closedLoop, openLoop, sessionsPerS: rate });
     }
   } finally {
@@ -181,9 +218,10 @@ function printComparison(label: string, kvAware: Figures, roundRobin: Figures): 
 }
 
 async function benchServed(): Promise<void> {
-  console.log(`\n## Served: ${SERVED_NUM_WORKERS} workers of the 125 M model, 1 thread each, ${SERVED_KV_BLOCKS_PER_WORKER} KV blocks of 16 tokens each, one gateway`);
-  for (const { label, scenario, numRequests, numClients } of SERVED_SCENARIOS) {
-    console.log(`  ${label}: ${JSON.stringify(scenario)}, ${numRequests} requests, ${numClients} clients (completions)`);
+  console.log(`\n## Served: ${SERVED_NUM_WORKERS} workers of the 125 M model, 1 thread each, ${SERVED_KV_BLOCKS_PER_WORKER} KV blocks of ${SERVED_BLOCK_SIZE_TOKENS} tokens each, one gateway`);
+  for (const { label, scenario, closedLoop, openLoop } of SERVED_SCENARIOS) {
+    console.log(`  ${label}: ${JSON.stringify(scenario)}; closed loop ${closedLoop.numRequests} requests, ${closedLoop.numClients} clients; ` +
+      `open loop ${openLoop.numRequests} requests (completions)`);
   }
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-router-'));
   try {
