@@ -78,15 +78,10 @@ function positiveInteger(value: string, flag: string): number {
   return parsed;
 }
 
-function nonNegativeInteger(value: string, flag: string): number {
+function nonNegativeNumber(value: string, flag: string, kind: 'integer' | 'number' = 'number'): number {
   const parsed = Number(value);
-  if (value.trim() === '' || !Number.isInteger(parsed) || parsed < 0) throw new UsageError(`expected an integer >= 0 for --${flag} but received "${value}"`);
-  return parsed;
-}
-
-function nonNegativeNumber(value: string, flag: string): number {
-  const parsed = Number(value);
-  if (value.trim() === '' || !Number.isFinite(parsed) || parsed < 0) throw new UsageError(`expected a number >= 0 for --${flag} but received "${value}"`);
+  const valid = kind === 'integer' ? Number.isInteger(parsed) : Number.isFinite(parsed);
+  if (value.trim() === '' || !valid || parsed < 0) throw new UsageError(`expected ${kind === 'integer' ? 'an integer' : 'a number'} >= 0 for --${flag} but received "${value}"`);
   return parsed;
 }
 
@@ -225,7 +220,7 @@ async function runCommand(values: Values): Promise<number> {
     timeoutMs: positiveInteger(values['timeout-s'], 'timeout-s') * 1000,
     label: values.label,
     progress: values.quiet ? null : new StderrProgress(),
-    warmupSessions: nonNegativeInteger(values.warmup, 'warmup'),
+    warmupSessions: nonNegativeNumber(values.warmup, 'warmup', 'integer'),
   });
   printSummary(results);
   if (values.out) await writeReport(values.out, [results], results);

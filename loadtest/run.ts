@@ -67,6 +67,7 @@ export async function runLoadtest(options: LoadtestOptions): Promise<Results> {
     endpoint: options.endpoint,
     maxSockets: options.load.kind === 'concurrency' ? Math.max(...options.load.numClientsList) : Infinity,
   });
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const originMs = performance.now();
   const recordsByPoint: RequestRecord[][] = [];
   try {
@@ -75,7 +76,7 @@ export async function runLoadtest(options: LoadtestOptions): Promise<Results> {
       const sessions = sessionsByPoint[i].slice(warmupSessions.length);
       if (warmupSessions.length > 0) {
         await drive({
-          transport, sessions: warmupSessions, load: { kind: 'concurrency', numClients: 1 }, timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS, originMs, onRequestDone: () => {},
+          transport, sessions: warmupSessions, load: { kind: 'concurrency', numClients: 1 }, timeoutMs, originMs, onRequestDone: () => {},
         });
       }
       const numRequests = sessions.reduce((total, session) => total + session.turns.length, 0);
@@ -84,7 +85,7 @@ export async function runLoadtest(options: LoadtestOptions): Promise<Results> {
         transport,
         sessions,
         load: loadPoints[i].shape,
-        timeoutMs: options.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+        timeoutMs,
         originMs,
         onRequestDone: (record) => options.progress?.requestDone(record.errorType !== null),
       });
