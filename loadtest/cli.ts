@@ -27,6 +27,7 @@ scenarios: ${SCENARIO_NAMES.join(', ')}, or a JSONL workload file (see loadtest/
   --system-prompt-tokens N shared-prefix: length of each system prompt; default 1024
   --turns N                multi-turn: turns per conversation; default 4
   --think-time-ms MS       multi-turn: pause between a reply and the next turn (a user reading); default 0
+  --context-tokens N       multi-turn: a document of its own each conversation carries (a system message); default 0
   --input-dist SPEC        distribution: fixed:N | uniform:MIN:MAX | normal:MEAN:SD | lognormal:MEAN:SD
   --output-dist SPEC       distribution: as --input-dist
   --requests N             requests per load point (generated scenarios); default 100
@@ -56,6 +57,7 @@ const OPTIONS = {
   'system-prompt-tokens': { type: 'string', default: '1024' },
   turns: { type: 'string', default: '4' },
   'think-time-ms': { type: 'string', default: '0' },
+  'context-tokens': { type: 'string', default: '0' },
   'input-dist': { type: 'string' },
   'output-dist': { type: 'string' },
   requests: { type: 'string', default: '100' },
@@ -124,7 +126,12 @@ function scenarioSpec(name: (typeof SCENARIO_NAMES)[number], values: Values): Sc
       };
     case 'multi-turn':
       return {
-        name, numTurns: positiveInteger(values.turns, 'turns'), inputTokens, outputTokens, thinkTimeMs: nonNegativeNumber(values['think-time-ms'], 'think-time-ms'),
+        name,
+        numTurns: positiveInteger(values.turns, 'turns'),
+        inputTokens,
+        outputTokens,
+        thinkTimeMs: nonNegativeNumber(values['think-time-ms'], 'think-time-ms'),
+        contextTokens: nonNegativeNumber(values['context-tokens'], 'context-tokens', 'integer'),
       };
     case 'distribution':
       try {

@@ -10,7 +10,7 @@ export type ScenarioSpec =
   /** SGLang's generated-shared-prefix shape: groups of requests behind one long system prompt. */
   | { name: 'shared-prefix'; numGroups: number; systemPromptTokens: number; inputTokens: number; outputTokens: number }
   /** Conversations whose every turn resends the whole history, thinkTimeMs after the last reply. */
-  | { name: 'multi-turn'; numTurns: number; inputTokens: number; outputTokens: number; thinkTimeMs?: number }
+  | { name: 'multi-turn'; numTurns: number; inputTokens: number; outputTokens: number; thinkTimeMs?: number; contextTokens?: number }
   | { name: 'distribution'; input: LengthDistribution; output: LengthDistribution };
 
 export const SCENARIO_NAMES = ['fixed', 'shared-prefix', 'multi-turn', 'distribution'] as const;
@@ -35,6 +35,9 @@ export function generateWorkload(spec: ScenarioSpec, numRequests: number, rng: R
       return Array.from({ length: numRequests }, (_, i) => ({
         session: `conversation-${Math.floor(i / spec.numTurns)}`,
         ...(spec.thinkTimeMs && i % spec.numTurns > 0 ? { think_time_ms: spec.thinkTimeMs } : {}),
+        // A document the conversation is about, its own and resent every turn (vLLM's multi-turn
+        // generator opens each conversation on one: its prefix_num_tokens).
+        ...(spec.contextTokens ? { prefix: { id: `context-${Math.floor(i / spec.numTurns)}`, tokens: spec.contextTokens } } : {}),
         input_tokens: spec.inputTokens,
         output_tokens: spec.outputTokens,
       }));

@@ -30,6 +30,32 @@ test('multi-turn conversations resend the whole history, replies included', asyn
   }
 });
 
+test('a multi-turn context is its conversation\'s own system message, resent on every turn', async () => {
+  const server = await startScriptedServer({ tokenizer: true, script: () => REPLY });
+  try {
+    const results = await runLoadtest({
+      url: `${server.baseUrl}/v1`,
+      model: 'scripted',
+      endpoint: 'chat',
+      workload: { kind: 'scenario', scenario: { name: 'multi-turn', numTurns: 2, inputTokens: 4, outputTokens: 2, contextTokens: 20 }, numRequests: 4 },
+      load: { kind: 'concurrency', numClientsList: [2] },
+    });
+    assert.equal(results.num_succeeded, 4);
+    const requests = server.received.map(({ body }) => body.messages as { role: string; content: string }[]);
+    assert.ok(requests.every((messages) => messages[0].role === 'system' && messages[0].content.split(' ').length === 20));
+    const firstTurns = requests.filter((messages) => messages.length === 2);
+    const secondTurns = requests.filter((messages) => messages.length === 4);
+    assert.equal(firstTurns.length, 2);
+    assert.equal(secondTurns.length, 2);
+    assert.notEqual(firstTurns[0][0].content, firstTurns[1][0].content, 'each conversation has its own document');
+    for (const second of secondTurns) {
+      assert.ok(firstTurns.some((first) => first[0].content === second[0].content && first[1].content === second[1].content), 'a second turn resends its first turn\'s document');
+    }
+  } finally {
+    await server.close();
+  }
+});
+
 test('a multi-turn think time pauses between a reply and the next turn, not before the first', async () => {
   const server = await startScriptedServer({ script: () => REPLY });
   const thinkTimeMs = 150;

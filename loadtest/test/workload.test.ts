@@ -11,6 +11,7 @@ test('every scenario round-trips through its JSONL file', () => {
     { name: 'shared-prefix', numGroups: 3, systemPromptTokens: 256, inputTokens: 32, outputTokens: 16 },
     { name: 'multi-turn', numTurns: 3, inputTokens: 32, outputTokens: 16 },
     { name: 'multi-turn', numTurns: 3, inputTokens: 32, outputTokens: 16, thinkTimeMs: 2500 },
+    { name: 'multi-turn', numTurns: 3, inputTokens: 32, outputTokens: 16, contextTokens: 200 },
     { name: 'distribution', input: parseLengthDistribution('uniform:10:50'), output: parseLengthDistribution('normal:20:5') },
   ] as const;
   for (const scenario of scenarios) {
@@ -27,6 +28,12 @@ test('scenario shapes: shared prefixes per group, conversations of N turns', () 
   assert.deepEqual(conversations.map((session) => session.turns.length), [3, 3, 1]);
   const thinking = groupSessions(generateWorkload({ name: 'multi-turn', numTurns: 3, inputTokens: 8, outputTokens: 4, thinkTimeMs: 900 }, 6, createRng(1)));
   assert.deepEqual(thinking.map((session) => session.turns.map((turn) => turn.think_time_ms)), [[undefined, 900, 900], [undefined, 900, 900]]);
+  assert.ok(thinking.every((session) => session.turns.every((turn) => turn.prefix === undefined)), 'no context unless asked for');
+  const documented = groupSessions(generateWorkload({ name: 'multi-turn', numTurns: 2, inputTokens: 8, outputTokens: 4, contextTokens: 96 }, 4, createRng(1)));
+  assert.deepEqual(
+    documented.map((session) => session.turns.map((turn) => turn.prefix)),
+    [[{ id: 'context-0', tokens: 96 }, { id: 'context-0', tokens: 96 }], [{ id: 'context-1', tokens: 96 }, { id: 'context-1', tokens: 96 }]],
+  );
 });
 
 test('length distributions stay positive and near their parameters', () => {

@@ -38,12 +38,12 @@ test('fixed-length chat load: exact prompt and output lengths, no errors, a repo
   assert.match(readFileSync(path.join(outDir, 'report.html'), 'utf8'), /<svg/);
 });
 
-test('multi-turn chat users with a think time and a warm-up session, from the command line', async () => {
+test('multi-turn chat users with a context document, a think time and a warm-up session, from the command line', async () => {
   const runDir = path.join(outDir, 'multi-turn');
   const exitCode = await loadtestMain([
     '--url', server.httpAddress, '--model', 'conduit-tiny', '--scenario', 'multi-turn', '--turns', '2',
     '--input-tokens', '8', '--output-tokens', '4', '--requests', '6', '--concurrency', '2',
-    '--think-time-ms', '120', '--warmup', '1', '--out', runDir, '--quiet',
+    '--think-time-ms', '120', '--warmup', '1', '--context-tokens', '40', '--out', runDir, '--quiet',
   ]);
   assert.equal(exitCode, 0);
   const results = JSON.parse(readFileSync(path.join(runDir, 'results.json'), 'utf8'));
@@ -53,11 +53,13 @@ test('multi-turn chat users with a think time and a warm-up session, from the co
   for (const second of results.requests.filter((request: { turn: number }) => request.turn === 1)) {
     const first = results.requests.find((request: { session: string; turn: number }) => request.session === second.session && request.turn === 0);
     assert.ok(second.start_ms - (first.start_ms + first.e2e_ms) >= 118, 'the second turn waits the think time');
+    assert.ok(first.input_tokens >= 40, `a first turn carries its document: ${first.input_tokens} prompt tokens`);
+    assert.ok(second.cached_tokens >= 32, `a second turn finds its document and first turn cached: ${second.cached_tokens} tokens`);
   }
 });
 
-test('a negative think time or a fractional warm-up is a usage error', async () => {
-  for (const flags of [['--think-time-ms', '-5'], ['--warmup', '1.5']]) {
+test('a negative think time, a fractional warm-up or context is a usage error', async () => {
+  for (const flags of [['--think-time-ms', '-5'], ['--warmup', '1.5'], ['--context-tokens', '2.5']]) {
     const exitCode = await loadtestMain(['--url', server.httpAddress, '--model', 'conduit-tiny', '--scenario', 'multi-turn', ...flags, '--quiet']);
     assert.equal(exitCode, 2, flags.join(' '));
   }
