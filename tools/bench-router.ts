@@ -58,6 +58,7 @@ interface ServedScenario {
   label: string;
   scenario: ScenarioSpec;
   closedLoop: { numRequests: number; numClients: number };
+  /** Enough requests that the p99, the target's tail, is not just the slowest two or three. */
   openLoop: { numRequests: number };
 }
 
@@ -72,13 +73,13 @@ const SERVED_SCENARIOS: readonly ServedScenario[] = [
     label: 'multi-turn',
     scenario: { name: 'multi-turn', numTurns: 8, inputTokens: 48, outputTokens: 16, contextTokens: 256 },
     closedLoop: { numRequests: 64, numClients: 8 },
-    openLoop: { numRequests: 192 },
+    openLoop: { numRequests: 384 },
   },
   {
     label: 'shared-prefix',
     scenario: { name: 'shared-prefix', numGroups: 8, systemPromptTokens: 384, inputTokens: 32, outputTokens: 16 },
     closedLoop: { numRequests: 64, numClients: 8 },
-    openLoop: { numRequests: 64 },
+    openLoop: { numRequests: 256 },
   },
 ];
 /**
