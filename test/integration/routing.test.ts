@@ -48,7 +48,7 @@ test('multi-turn conversations land on the worker that holds their history', { t
     messages[index].push({ role: 'assistant', content: completion.choices[0].message.content ?? '' });
     turns[index].push({ promptTokens: completion.usage!.prompt_tokens, cachedTokens: completion.usage!.prompt_tokens_details!.cached_tokens! });
   };
-  // First turns at once: counted at routing, they spread two per worker. Then the later turns
+  // First turns at once: counted at routing, they spread over the workers. Then the later turns
   // one at a time, conversations interleaved, so that each turn weighs its history alone.
   await Promise.all(turns.map((_, index) => takeTurn(index)));
   for (let turn = 1; turn < 4; turn++) for (let index = 0; index < numConversations; index++) await takeTurn(index);
@@ -65,7 +65,11 @@ test('multi-turn conversations land on the worker that holds their history', { t
   }
   const requests = await samplesByWorker(server.metricsAddress, 'conduit_router_requests_total');
   assert.equal(total(requests), 24);
-  assert.deepEqual([...requests.values()], [8, 8, 8], 'two conversations per worker');
+  // Whole conversations per worker, on every worker. How evenly the first turns spread depends on
+  // whether one has ended before the last is routed, which a loaded machine decides.
+  const perWorker = [...requests.values()];
+  assert.equal(perWorker.length, 3, `requests on ${perWorker.length} workers of 3`);
+  assert.ok(perWorker.every((count) => count > 0 && count % 4 === 0), `not whole conversations per worker: ${perWorker.join(', ')}`);
   // The index is exact: what it predicted is what the workers found, token for token.
   const predicted = await samplesByWorker(server.metricsAddress, 'conduit_router_predicted_cached_tokens_total');
   const actual = await samplesByWorker(server.metricsAddress, 'conduit_router_cached_tokens_total');
