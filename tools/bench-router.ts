@@ -49,6 +49,7 @@ interface Figures {
 
 interface MeasuredFigures extends Figures {
   requestsPerS: number;
+  meanE2eMs: number;
 }
 
 /** Open loop at this fraction of round-robin's closed-loop throughput, for both policies. */
@@ -88,7 +89,9 @@ const SERVED_SCENARIOS: readonly ServedScenario[] = [
  * of each worker's cache (the rest for the running sequences' new blocks): 2 per worker here,
  * all of them on every worker under round-robin. (Sized instead at llm-d's 73 % of all the
  * caches, the live set overflows kv-aware's own workers: with 8 turns of 48 tokens and no
- * document, its hit rate fell to 46 %.)
+ * document, its hit rate fell to 46 %.) A conversation lives for its turns' service as well as
+ * its thinking; sized on thinking alone, about 12 were live instead of 8, and kv-aware's hit
+ * rate fell from 72 % to 48 % over 384 requests as its caches thrashed.
  */
 const OPEN_LOOP_KV_HOLD_FRACTION = 0.75;
 const SERVED_KV_BLOCKS_PER_WORKER = 128;
@@ -117,22 +120,29 @@ async function waitForHealth(url: string, server: ReturnType<typeof spawn>, log:
   throw new Error(`conduit serve did not become healthy within ${HEALTH_TIMEOUT_MS / 1000} s:\n${readFileSync(logFile, 'utf8')}${Buffer.concat(log).toString()}`);
 }
 
+/** The open loop's offer to both policies, from round-robin's closed loop. */
+interface OpenLoopOffer {
+  sessionsPerS: number;
+  /** A turn's mean end-to-end latency, which a conversation's lifetime counts besides thinking. */
+  turnServiceMs: number;
+}
+
 interface ServedFigures {
   closedLoop: MeasuredFigures;
   openLoop: MeasuredFigures;
-  /** Sessions per second offered in the open loop. */
-  sessionsPerS: number;
+  offer: OpenLoopOffer;
 }
 
-/** Multi-turn's think time for the live conversations OPEN_LOOP_KV_HOLD_FRACTION sizes, at sessionsPerS. */
-function withThinkTime(scenario: ScenarioSpec, sessionsPerS: number): ScenarioSpec {
+/** Multi-turn's think time for the live conversations OPEN_LOOP_KV_HOLD_FRACTION sizes, at the offer's rate. */
+function withThinkTime(scenario: ScenarioSpec, offer: OpenLoopOffer): ScenarioSpec {
   if (scenario.name !== 'multi-turn') return scenario;
   const maxHistoryTokens = (scenario.contextTokens ?? 0) + scenario.numTurns * (scenario.inputTokens + scenario.outputTokens);
   const heldTokensPerWorker = OPEN_LOOP_KV_HOLD_FRACTION * SERVED_KV_BLOCKS_PER_WORKER * SERVED_BLOCK_SIZE_TOKENS;
   const numLiveConversations = SERVED_NUM_WORKERS * Math.floor(heldTokensPerWorker / maxHistoryTokens);
-  // Little's law: live conversations = arrival rate × lifetime, most of it thinking.
-  const lifetimeMs = 1000 * numLiveConversations / sessionsPerS;
-  return { ...scenario, thinkTimeMs: lifetimeMs / (scenario.numTurns - 1) };
+  // Little's law: live conversations = arrival rate × lifetime, which is its turns' service and the thinking between them.
+  const lifetimeMs = 1000 * numLiveConversations / offer.sessionsPerS;
+  const thinkingMs = Math.max(0, lifetimeMs - scenario.numTurns * offer.turnServiceMs);
+  return { ...scenario, thinkTimeMs: thinkingMs / (scenario.numTurns - 1) };
 }
 
 function sessionTurnsOf(scenario: ScenarioSpec): number {
@@ -141,11 +151,11 @@ function sessionTurnsOf(scenario: ScenarioSpec): number {
 
 /**
  * One server per policy, both scenarios against it, closed loop then open loop (each run's
- * prompts are its own, by seed: no cross-talk). sessionsPerS: the open-loop rate of each
- * scenario; null: derive it from this run's closed-loop throughput.
+ * prompts are its own, by seed: no cross-talk). offers: the open loop of each scenario; null:
+ * derive it from this run's closed loop.
  */
 async function servedRun(
-  workDir: string, modelDir: string, policy: RoutingPolicy, sessionsPerS: ReadonlyMap<string, number> | null,
+  workDir: string, modelDir: string, policy: RoutingPolicy, offers: ReadonlyMap<string, OpenLoopOffer> | null,
 ): Promise<Map<string, ServedFigures>> {
   const [httpPort, metricsPort] = [await freePort(), await freePort()];
   const configPath = path.join(workDir, `${policy}.yaml`);
@@ -186,7 +196,8 @@ async function servedRun(
       throw new Error(`${policy}, ${label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);
     }
     return {
-      hitRate: results.prefix_cache_hit_rate ?? 0, ttftP50Ms: results.ttft_ms.p50, ttftP99Ms: results.ttft_ms.p99, requestsPerS: results.request_throughput,
+      hitRate: results.prefix_cache_hit_rate ?? 0, ttftP50Ms: results.ttft_ms.p50, ttftP99Ms: results.ttft_ms.p99,
+      requestsPerS: results.request_throughput, meanE2eMs: results.e2e_ms.mean,
     };
   };
   try {
@@ -194,12 +205,14 @@ async function servedRun(
     for (const { label, scenario, closedLoop: closed, openLoop: open } of SERVED_SCENARIOS) {
       const closedLoop = await measure(label, scenario, closed.numRequests, { kind: 'concurrency', numClientsList: [closed.numClients] }, 1);
       console.log(`  ${policy}, ${label}, closed loop: ${describe(closedLoop)}, ${closedLoop.requestsPerS.toFixed(2)} requests/s`);
-      const rate = sessionsPerS?.get(label) ?? OPEN_LOOP_LOAD_FRACTION * closedLoop.requestsPerS / sessionTurnsOf(scenario);
-      const openScenario = withThinkTime(scenario, rate);
-      const openLoop = await measure(label, openScenario, open.numRequests, { kind: 'rate', ratesPerS: [rate] }, 2);
+      const offer = offers?.get(label) ?? {
+        sessionsPerS: OPEN_LOOP_LOAD_FRACTION * closedLoop.requestsPerS / sessionTurnsOf(scenario), turnServiceMs: closedLoop.meanE2eMs,
+      };
+      const openScenario = withThinkTime(scenario, offer);
+      const openLoop = await measure(label, openScenario, open.numRequests, { kind: 'rate', ratesPerS: [offer.sessionsPerS] }, 2);
       const thinking = openScenario.name === 'multi-turn' ? ` (think time ${openScenario.thinkTimeMs!.toFixed(0)} ms)` : '';
-      console.log(`  ${policy}, ${label}, open loop at ${rate.toFixed(3)} sessions/s${thinking}: ${describe(openLoop)}`);
-      figures.set(label, { closedLoop, openLoop, sessionsPerS: rate });
+      console.log(`  ${policy}, ${label}, open loop at ${offer.sessionsPerS.toFixed(3)} sessions/s${thinking}: ${describe(openLoop)}`);
+      figures.set(label, { closedLoop, openLoop, offer });
     }
   } finally {
     server.kill('SIGTERM');
@@ -230,11 +243,11 @@ async function benchServed(): Promise<void> {
   try {
     const modelDir = servableModelDir(workDir);
     const byPolicy = new Map<RoutingPolicy, Map<string, ServedFigures>>();
-    let sessionsPerS: Map<string, number> | null = null;
+    let offers: Map<string, OpenLoopOffer> | null = null;
     for (const policy of POLICIES) {
-      const figures = await servedRun(workDir, modelDir, policy, sessionsPerS);
+      const figures = await servedRun(workDir, modelDir, policy, offers);
       byPolicy.set(policy, figures);
-      sessionsPerS ??= new Map([...figures].map(([label, served]) => [label, served.sessionsPerS]));
+      offers ??= new Map([...figures].map(([label, served]) => [label, served.offer]));
     }
     console.log('');
     for (const { label } of SERVED_SCENARIOS) {
