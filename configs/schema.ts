@@ -71,7 +71,7 @@ export const routerSchema = z
      */
     redis_url: z.string().regex(/^rediss?:\/\/\S+$/, 'expected redis://HOST:PORT or rediss://...').optional(),
     /** kv-aware cost = prompt tokens a worker would still compute + load_weight × its load in tokens. */
-    load_weight: z.number().nonnegative().default(1),
+    load_weight: z.number().nonnegative().default(0.5),
     /** One request in flight on a worker counts as this many tokens of its load (beside its queued prefill). */
     request_load_tokens: z.number().nonnegative().default(32),
     /** A worker with more requests than busy_load_factor × (the workers' mean + 1) is skipped, cache hit or not. */

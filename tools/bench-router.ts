@@ -68,7 +68,9 @@ interface ServedScenario {
 // all of them and cannot hold them. Conversations are shaped as vLLM's multi-turn benchmark
 // generates them (a document of about 7 user messages' length that the conversation is about,
 // then 6 to 9 user turns), scaled down: a 256-token document, 8 turns of 48 new tokens and 16
-// generated, ending 768 tokens long.
+// generated, ending 768 tokens long. The shared-prefix groups keep SGLang's generated-shared-prefix
+// proportions (a 2,048-token system prompt to a 128-token question), scaled down to 512 and 32:
+// kv-aware's 2 groups per worker take 64 of its 128 blocks, round-robin's 8 would take 256.
 const SERVED_SCENARIOS: readonly ServedScenario[] = [
   {
     label: 'multi-turn',
@@ -78,7 +80,7 @@ const SERVED_SCENARIOS: readonly ServedScenario[] = [
   },
   {
     label: 'shared-prefix',
-    scenario: { name: 'shared-prefix', numGroups: 8, systemPromptTokens: 384, inputTokens: 32, outputTokens: 16 },
+    scenario: { name: 'shared-prefix', numGroups: 8, systemPromptTokens: 512, inputTokens: 32, outputTokens: 16 },
     closedLoop: { numRequests: 64, numClients: 8 },
     openLoop: { numRequests: 256 },
   },

@@ -67,14 +67,14 @@ test('cold prompts go to the least loaded worker; equal loads spread by chance, 
   for (const count of counts.values()) assert.ok(count > 20, `spread: ${[...counts]}`);
 });
 
-test('a cache hit is worth its prefill tokens, and no more than that: load beyond it wins', () => {
+test('a cache hit is worth twice its prefill tokens in queued load (the default weight 0.5), and no more', () => {
   const { router, workers } = setup(2);
   const tokens = prompt(41);
-  workers[0].stores(tokens, 10, { numQueuedPrefillTokens: 30 });
-  // Saving 40 tokens beats 30 queued: the hit wins.
+  workers[0].stores(tokens, 10, { numQueuedPrefillTokens: 70 });
+  // Saving 40 tokens beats 0.5 × 70 queued: the hit wins.
   assert.equal(routeTo(router, tokens).worker.address, 'w0');
   const { router: other, workers: otherWorkers } = setup(2);
-  otherWorkers[0].stores(tokens, 10, { numQueuedPrefillTokens: 50 });
+  otherWorkers[0].stores(tokens, 10, { numQueuedPrefillTokens: 90 });
   assert.equal(routeTo(other, tokens).worker.address, 'w1');
 });
 
@@ -93,10 +93,11 @@ test('a burst sharing one prefix stays on its holder only while the saved prefil
   const system = prompt(80);
   workers[0].stores(system, 20);
   const addresses = [];
-  for (let i = 0; i < 4; i++) addresses.push(routeTo(router, [...system, ...prompt(20, i + 1)]).worker.address);
-  // Each request queues its 20 uncached tokens on w0, against 100 to compute on w1: w0 takes
-  // four; the fifth costs 100 on either, and the tie goes to the lighter load.
-  assert.deepEqual(addresses, ['w0', 'w0', 'w0', 'w0']);
+  for (let i = 0; i < 8; i++) addresses.push(routeTo(router, [...system, ...prompt(20, i + 1)]).worker.address);
+  // Each request queues its 20 uncached tokens on w0 (0.5 × 20 more cost for the next), against
+  // 100 to compute on w1: w0 takes eight; the ninth costs 100 on either, and the tie goes to the
+  // lighter load.
+  assert.deepEqual(addresses, Array(8).fill('w0'));
   assert.equal(routeTo(router, [...system, ...prompt(20, 9)]).worker.address, 'w1');
 });
 
