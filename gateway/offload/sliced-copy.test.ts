@@ -28,8 +28,8 @@ test('utf8Of is TextEncoder.encode on random text of every kind of character', a
 test('utf8Of keeps a surrogate pair whole where a slice would split it, and lone surrogates as U+FFFD', async () => {
   for (const end of [TEXT_SLICE_CHARS, 2 * TEXT_SLICE_CHARS]) {
     for (const tail of ['🎉', '\ud800x', 'x\udfff', '\ud800\ud800']) {
-      // The tail's first code unit is the last of a slice.
-      const text = randomText(end - 1).padEnd(end - 1, 'a').slice(0, end - 1) + tail + randomText(10);
+      // The tail's first code unit is the last of a slice (each piece is one or two units).
+      const text = randomText(end - 1).slice(0, end - 1) + tail + randomText(10);
       assert.deepEqual(await utf8Of(text), encoder.encode(text), `tail ${JSON.stringify(tail)} at ${end - 1}`);
     }
   }
