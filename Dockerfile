@@ -4,6 +4,9 @@ FROM node:20-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends cmake g++ make \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+# package.json's allowScripts keeps onnxruntime-node's install script (a download of CUDA
+# libraries the CPU build never loads) from running, but only npm 11 reads that field; this
+# image's npm is the 10.x that Node 20 bundles, so the script's own switch says the same here.
 ENV ONNXRUNTIME_NODE_INSTALL=skip
 COPY package.json package-lock.json tsconfig.json tsconfig.build.json package-root.ts ./
 COPY native ./native

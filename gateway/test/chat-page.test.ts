@@ -5,9 +5,7 @@ import assert from 'node:assert/strict';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { MODEL_NAME, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
-
-/** Debian's chromium (what .ci/run installs); CHROMIUM_PATH points elsewhere. */
-const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+import { chromium as chromiumTool, requireExecutable } from '../../test/system-tools.ts';
 
 let gateway: TestGateway;
 let browser: Browser;
@@ -15,7 +13,7 @@ let script: Script = { steps: [] };
 
 before(async () => {
   gateway = await startTestGateway(() => script);
-  browser = await chromium.launch({ executablePath: CHROMIUM_PATH, args: ['--no-sandbox'] });
+  browser = await chromium.launch({ executablePath: requireExecutable(chromiumTool), args: ['--no-sandbox'] });
 });
 after(async () => {
   await browser?.close();
