@@ -3,6 +3,7 @@
 import type { EngineClient } from '../engine/types.ts';
 import { ModelRouter } from '../router/model-router.ts';
 import { DEFAULT_ROUTER_SETTINGS } from '../router/settings.ts';
+import { readDefaultMaxTokens } from './default-max-tokens.ts';
 import { ApiError } from './errors.ts';
 import { loadChatTemplate, type ChatTemplate } from './tokenizer/chat-template.ts';
 import { loadTokenizer } from './tokenizer/load.ts';
@@ -47,6 +48,8 @@ export interface LoadedModel extends ServedModel {
   tokenizer: Tokenizer;
   /** Null when the checkpoint has none; chat requests are then refused. */
   chatTemplate: ChatTemplate | null;
+  /** The output length of a request that sets none (generation_config.json's max_new_tokens); null: none named. */
+  defaultMaxTokens: number | null;
   /** Unix seconds, for /v1/models. */
   createdAtSec: number;
 }
@@ -61,6 +64,7 @@ export class ModelRegistry {
       const { tokenizer, config } = loadTokenizer(model.modelDir);
       return {
         ...model, router: routerOf(model), tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec,
+        defaultMaxTokens: readDefaultMaxTokens(model.modelDir),
         // Read through: a server that listens before its workers answer fills it in when they do.
         get maxModelLen() {
           return model.maxModelLen;

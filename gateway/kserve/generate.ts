@@ -34,7 +34,7 @@ const requestSchema = fieldsSchema.extend({
 type Fields = z.infer<typeof fieldsSchema>;
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
-/** Without max_tokens, as vLLM's Triton backend. */
+/** Without max_tokens, and without a default in the checkpoint, as vLLM's Triton backend. */
 const DEFAULT_MAX_TOKENS = 16;
 
 function parse(request: FastifyRequest): z.infer<typeof requestSchema> {
@@ -88,7 +88,7 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
     }
     const echoedPrompt = !streamed && fields.exclude_input_in_output !== true ? body.text_input : '';
     const promptTokenIds = model.tokenizer.encode(body.text_input, { addSpecialTokens: true });
-    const maxTokens = Math.min(fields.max_tokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
+    const maxTokens = Math.min(fields.max_tokens ?? model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
     if (maxTokens < 1) {
       throw new ApiError('context_length_exceeded', `the prompt has ${promptTokenIds.length} tokens; the model's context is ${model.maxModelLen}`);
     }

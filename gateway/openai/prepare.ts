@@ -7,7 +7,7 @@ import type { GenerationRequest } from '../generation.ts';
 import type { LoadedModel } from '../served-model.ts';
 import type { ChatRequest, CompletionRequest } from './schemas.ts';
 
-/** OpenAI's default for /v1/completions; chat requests default to the room left. */
+/** OpenAI's default for /v1/completions when the checkpoint names none; chat requests default to the room left. */
 export const DEFAULT_COMPLETION_MAX_TOKENS = 16;
 
 /** prompts × n: each choice is one generation in a worker. */
@@ -59,7 +59,8 @@ export function stopStringsOf(stop: string | string[] | null | undefined): strin
 
 /**
  * Resolves max_tokens against the context: an explicit value must fit next to the prompt;
- * without one, the request may use the room left (capped by defaultMaxTokens when given).
+ * without one, the checkpoint's default length (generation_config.json's max_new_tokens, as
+ * vLLM), else the surface's own default, else the room left; never more than the room left.
  */
 export function resolveMaxTokens(
   model: LoadedModel,
@@ -67,7 +68,7 @@ export function resolveMaxTokens(
   requestedMaxTokens: number | null | undefined,
   maxTokensParam: string,
   promptParam: string,
-  defaultMaxTokens: number | null,
+  surfaceDefaultMaxTokens: number | null,
 ): number {
   if (numPromptTokens === 0) throw new ApiError('invalid_request', 'The prompt is empty.', promptParam);
   const numRoomTokens = model.maxModelLen - numPromptTokens;
@@ -80,7 +81,7 @@ export function resolveMaxTokens(
     );
   }
   if (requestedMaxTokens === null || requestedMaxTokens === undefined) {
-    return defaultMaxTokens === null ? numRoomTokens : Math.min(defaultMaxTokens, numRoomTokens);
+    return Math.min(model.defaultMaxTokens ?? surfaceDefaultMaxTokens ?? numRoomTokens, numRoomTokens);
   }
   if (requestedMaxTokens > numRoomTokens) {
     throw new ApiError(

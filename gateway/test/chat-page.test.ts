@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { chromium, type Browser, type Page } from 'playwright-core';
-import { MODEL_NAME, startTestGateway, type TestGateway } from './harness.ts';
+import { MAX_MODEL_LEN, MODEL_NAME, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
 import { chromium as chromiumTool, requireExecutable } from '../../test/system-tools.ts';
 
@@ -50,6 +50,27 @@ test('the page lists the models, streams a reply token by token and continues th
   // The second turn was chained by previous_response_id: its prompt holds the first exchange.
   const prompt = gateway.tokenizer.decode(gateway.engine.requests.at(-1)!.promptTokenIds, { skipSpecialTokens: false });
   assert.match(prompt, /Hi!.*Hello there, friend\..*And again\?/s);
+  await page.close();
+});
+
+test('the page shows its reply limit (a quarter of a small context), sends it with truncation "auto", and keeps a limit the user sets', async () => {
+  const page = await openPage();
+  assert.equal(await page.inputValue('#max-output-tokens'), String(MAX_MODEL_LEN / 4));
+  script = { steps: [gateway.tokens(' Fine.')], finishReason: 'length' };
+  await say(page, 'How long?');
+  await page.waitForSelector('.turn.meta');
+  assert.equal(gateway.engine.requests.at(-1)!.sampling.maxTokens, MAX_MODEL_LEN / 4);
+  assert.equal(await page.textContent('.turn.meta'), `2 tokens, cut at the reply limit of ${MAX_MODEL_LEN / 4}`);
+
+  await page.fill('#max-output-tokens', '5');
+  await page.dispatchEvent('#max-output-tokens', 'change');
+  await page.selectOption('#model', 'plain');
+  await page.selectOption('#model', MODEL_NAME);
+  assert.equal(await page.inputValue('#max-output-tokens'), '5');
+  script = { steps: [gateway.tokens(' Shorter.')], finishReason: 'stop' };
+  await say(page, 'And now?');
+  await page.waitForFunction(() => document.querySelectorAll('.turn.meta').length === 2);
+  assert.equal(gateway.engine.requests.at(-1)!.sampling.maxTokens, 5);
   await page.close();
 });
 

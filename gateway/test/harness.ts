@@ -44,6 +44,8 @@ export interface TestGatewayOptions {
   longModelLen?: number;
   /** Scripted workers behind both models (default 1), routed by their router. */
   numWorkers?: number;
+  /** The `tiny` checkpoint's generation_config.json (default: none). */
+  generationConfig?: Record<string, unknown>;
 }
 
 function writeModelDir(dir: string, chatTemplate: string | null) {
@@ -71,6 +73,7 @@ export async function startTestGateway(
   const plainModelDir = path.join(tmpDir, 'plain');
   writeModelDir(modelDir, options.chatTemplate ?? CHAT_TEMPLATE);
   writeModelDir(plainModelDir, null);
+  if (options.generationConfig !== undefined) writeFileSync(path.join(modelDir, 'generation_config.json'), JSON.stringify(options.generationConfig));
   const { tokenizer } = loadTokenizer(modelDir);
   const modelInfo = {
     modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256], blockHashScheme: HASH_SCHEME,

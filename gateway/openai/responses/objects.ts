@@ -39,6 +39,7 @@ export interface ResponseEcho {
   model: string;
   instructions: string | null;
   maxOutputTokens: number | null;
+  truncation: 'auto' | 'disabled';
   previousResponseId: string | null;
   store: boolean;
   /** Null: the model's own default (its generation_config), which the gateway does not know. */
@@ -74,7 +75,7 @@ export interface ResponseObject {
   tools: never[];
   top_logprobs: number;
   top_p: number | null;
-  truncation: 'disabled';
+  truncation: 'auto' | 'disabled';
   usage: ResponseUsage | null;
   user: string | null;
   metadata: Readonly<Record<string, string>>;
@@ -113,7 +114,7 @@ export function responseObject(echo: ResponseEcho, state: ResponseState): Respon
     tools: [],
     top_logprobs: echo.topLogprobs,
     top_p: echo.topP,
-    truncation: 'disabled',
+    truncation: echo.truncation,
     usage: state.usage,
     user: echo.user,
     metadata: echo.metadata,

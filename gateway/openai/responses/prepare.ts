@@ -13,6 +13,7 @@ import { appendInput, promptMessages } from './conversation.ts';
 import type { ResponseEcho } from './objects.ts';
 import { INCLUDE_LOGPROBS, inputItemsOf, type ResponseCreateRequest } from './schema.ts';
 import type { StoredResponse } from './store.ts';
+import { fitConversation } from './truncation.ts';
 
 export interface PreparedTurn {
   echo: ResponseEcho;
@@ -56,8 +57,14 @@ export async function prepareTurn(
   const messages = appendInput(previous?.messages ?? [], items);
   const isWarmUp = request.generate === false;
   // A warm-up's prompt stops before the generation prompt, so the turn that continues it extends it.
-  const promptTokenIds = await prompts.encodeChat(model, promptMessages(request.instructions, messages), !isWarmUp, { isWanted, param: 'input' });
-  const maxTokens = resolveMaxTokens(model, promptTokenIds.length, isWarmUp ? 1 : request.max_output_tokens, 'max_output_tokens', 'input', null);
+  const encode = (kept: readonly ChatMessage[]) =>
+    prompts.encodeChat(model, promptMessages(request.instructions, kept), !isWarmUp, { isWanted, param: 'input' });
+  const requestedMaxTokens = isWarmUp ? 1 : request.max_output_tokens;
+  // "auto" keeps room for the reply's limit: the request's, else the checkpoint's default, else one token.
+  const promptTokenIds = request.truncation === 'auto'
+    ? (await fitConversation(messages, encode, model.maxModelLen, requestedMaxTokens ?? model.defaultMaxTokens ?? 1)).promptTokenIds
+    : await encode(messages);
+  const maxTokens = resolveMaxTokens(model, promptTokenIds.length, requestedMaxTokens, 'max_output_tokens', 'input', null);
   const wantsLogprobs = request.include?.includes(INCLUDE_LOGPROBS) === true;
   const numTopLogprobs = wantsLogprobs ? (request.top_logprobs ?? 0) : 0;
   const id = newResponseId();
@@ -68,6 +75,7 @@ export async function prepareTurn(
       model: model.name,
       instructions: request.instructions ?? null,
       maxOutputTokens: request.max_output_tokens ?? null,
+      truncation: request.truncation ?? 'disabled',
       previousResponseId: request.previous_response_id ?? null,
       // Whether the finished response goes into the shared store (a WebSocket caches it either way).
       store: request.store !== false,

@@ -73,7 +73,7 @@ export const responseCreateSchema = z.object({
   top_p,
   include: z.array(z.string()).nullish(),
   top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
-  /** Only "disabled" (the default): Conduit never drops items to fit the context. */
+  /** "auto" drops the conversation's oldest items to fit the context; "disabled" (the default) refuses it. */
   truncation: z.enum(['auto', 'disabled']).nullish(),
   /** WebSocket mode: false warms the KV cache with the prompt and answers without generating. */
   generate: z.boolean().nullish(),
@@ -129,7 +129,6 @@ function rejectUnsupported(request: ResponseCreateRequest) {
   }
   const format = request.text?.format;
   if (format != null && format.type !== 'text') unsupported('text.format', 'Only text.format {"type": "text"} is supported.');
-  if (request.truncation === 'auto') unsupported('truncation', 'Only truncation "disabled" is supported: an input too long for the context is refused.');
   if (request.background === true) unsupported('background', 'Background responses are not supported.');
   if (request.conversation != null) unsupported('conversation', 'Conversations are not supported; chain responses with previous_response_id.');
   if (request.prompt != null) unsupported('prompt', 'Prompt templates are not supported.');
