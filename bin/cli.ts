@@ -6,22 +6,42 @@ import { FatalError } from './fatal-error.ts';
 import { createLifecycleLog } from './lifecycle-log.ts';
 import { createGatewayLogger } from '../gateway/logging.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
+import type { WorkerStartFailure } from './local-workers.ts';
 import { packageRoot } from '../package-root.ts';
+import { CONDUIT_VERSION } from './version.ts';
 
 const defaultConfigFile = path.join(packageRoot, 'configs', 'default.yaml');
 
-const usage = `usage:
-  conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--grpc-port N] [--metrics-port N]
-                [--model-repository DIR] [--model-control-mode none|poll|explicit] [--load-model NAME ...]
-                [--log-level trace|debug|info|warn|error|fatal|silent]
-  conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
-                 [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
-                 [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
-                 [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
-                 [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
-                 [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]
-                  [--heartbeat-interval-s S] [--heartbeat-ttl-s S]]
-  conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]   (conduit loadtest --help)`;
+const serveUsage = `usage: conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--grpc-port N] [--metrics-port N]
+                     [--model-repository DIR] [--model-control-mode none|poll|explicit] [--load-model NAME ...]
+                     [--log-level trace|debug|info|warn|error|fatal|silent]
+  Serves the configuration's models (configs/default.yaml without --config or --model; configs/README.md
+  lists every setting): the OpenAI API, the chat page and KServe v2 over HTTP on :8000, KServe v2 gRPC
+  on :8001 with a model repository, Prometheus metrics on :8002.`;
+
+const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
+                      [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
+                      [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
+                      [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
+                      [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
+                      [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]
+                       [--heartbeat-interval-s S] [--heartbeat-ttl-s S]]
+  One engine worker serving a checkpoint over engine.proto, for gateways elsewhere (configs/README.md,
+  remote_workers; router/README.md for Redis).`;
+
+const usage = `usage: conduit serve|worker|loadtest [options]   (conduit COMMAND --help for each)
+       conduit --version
+
+${serveUsage}
+
+${workerUsage}
+
+usage: conduit loadtest --url URL --model NAME --scenario NAME|FILE [options]   (conduit loadtest --help)`;
+
+/** --help or -h among a command's arguments: its usage, not a run. */
+function asksForHelp(argv: readonly string[]): boolean {
+  return argv.includes('--help') || argv.includes('-h');
+}
 
 /** A port flag checked as the configuration checks the field it sets, and an error blamed on the flag, not the file. */
 function portFlag(flag: string, value: string | undefined, field: 'http_port' | 'metrics_port' | 'grpc_port'): number | undefined {
@@ -137,7 +157,25 @@ async function runServe(argv: string[]): Promise<number> {
 async function runWorker(argv: string[]): Promise<number> {
   const settings = parseWorkerArgs(argv);
   const { startWorker } = await import('../engine/worker.ts');
-  const worker = await startWorker(settings);
+  const { createWorkerLogger } = await import('../engine/log.ts');
+  const log = createWorkerLogger(settings.logLevel ?? 'info');
+  let worker;
+  try {
+    worker = await startWorker({ ...settings, log });
+  } catch (err) {
+    // A checkpoint that does not load, a setting it cannot honour: one line saying what, no
+    // stack (at debug level, for a bug). Spawned by a gateway, the gateway's fatal line says it.
+    const { message } = err as Error;
+    log.debug({ err }, 'worker start failed');
+    if (process.send) {
+      const failure: WorkerStartFailure = { type: 'start_failed', message };
+      await new Promise((resolve) => process.send!(failure, resolve));
+      process.disconnect();
+    } else {
+      log.fatal({ event: 'fatal', exit_code: 1 }, `worker cannot start: ${message}`);
+    }
+    return 1;
+  }
   await new Promise<void>((resolve) => {
     process.once('SIGTERM', () => resolve());
     if (process.send) {
@@ -156,31 +194,48 @@ async function runWorker(argv: string[]): Promise<number> {
   return 0;
 }
 
+function printUsage(text: string): number {
+  console.log(text);
+  return 0;
+}
+
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
     switch (command) {
       case 'serve':
+        if (asksForHelp(rest)) return printUsage(serveUsage);
         return await runServe(rest);
       case 'worker':
+        if (asksForHelp(rest)) return printUsage(workerUsage);
         return await runWorker(rest);
       case 'loadtest': {
         const loadtest = await import('../loadtest/cli.ts');
         return await loadtest.main(rest);
       }
+      case '--version':
+      case '-v':
+      case 'version':
+        console.log(CONDUIT_VERSION);
+        return 0;
       case undefined:
+        console.error(usage);
+        return 2;
       case '--help':
       case '-h':
       case 'help':
-        console.log(usage);
-        return command === undefined ? 2 : 0;
+        return printUsage(usage);
       default:
         console.error(`conduit: unknown command '${command}'\n${usage}`);
         return 2;
     }
   } catch (err) {
-    if (err instanceof ConfigError || (err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+    if (err instanceof ConfigError) {
       console.error(`conduit: ${(err as Error).message}`);
+      return 2;
+    }
+    if ((err as NodeJS.ErrnoException).code?.startsWith('ERR_PARSE_ARGS')) {
+      console.error(`conduit: ${(err as Error).message} (conduit ${command} --help lists the options)`);
       return 2;
     }
     console.error(`conduit: ${(err as Error).stack ?? err}`);

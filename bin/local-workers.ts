@@ -37,6 +37,12 @@ export class RestartBackoff {
   }
 }
 
+/** What a worker spawned here sends over the IPC channel when it cannot start, before it exits (bin/cli.ts). */
+export interface WorkerStartFailure {
+  type: 'start_failed';
+  message: string;
+}
+
 export interface LocalWorkerOptions {
   /** The worker's command line after `conduit`, given the address it is to listen on. */
   args: (listen: string) => string[];
@@ -99,13 +105,23 @@ export class LocalWorker {
     this.spawnedAtMs = performance.now();
     this.listeningAtMs = null;
     const spawnedAtMs = this.spawnedAtMs;
+    // Why it could not start, when it says so (bin/cli.ts, runWorker) before it exits.
+    let startFailure: string | null = null;
+    child.on('message', (message: Partial<WorkerStartFailure>) => {
+      if (message.type === 'start_failed' && typeof message.message === 'string') startFailure = message.message;
+    });
     child.once('exit', (code, signal) => {
       this.child = null;
       const reason = this.killReason ?? signal ?? `code ${code}`;
       this.killReason = null;
       if (this.stopping) return;
       if (!this.hasServed) {
-        this.rejectStart(new FatalError(`worker ${this.name} exited (${reason}) before it served; its output is above`));
+        // The channel's last message may be read after the exit is seen: wait for it to close.
+        const fail = () => this.rejectStart(new FatalError(startFailure === null
+          ? `worker ${this.name} exited (${reason}) before it served; its output is above`
+          : `worker ${this.name} cannot start: ${startFailure}`));
+        if (child.connected) child.once('disconnect', fail);
+        else fail();
         return;
       }
       const delayMs = this.backoff.nextDelayMs(performance.now() - spawnedAtMs);

@@ -15,8 +15,10 @@ import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
 import { registerWorkerRestarts, registerWorkerUnresponsive } from '../gateway/metrics.ts';
 import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { FatalError } from './fatal-error.ts';
+import { CONDUIT_VERSION } from './version.ts';
 import { gatewayLimitsOf } from './gateway-limits.ts';
 import { createGatewayLogger } from '../gateway/logging.ts';
+import { CheckpointError } from '../gateway/served-model.ts';
 import { createLifecycleLog, type ListeningAddresses } from './lifecycle-log.ts';
 import type { Logger } from 'pino';
 import { LocalWorker } from './local-workers.ts';
@@ -26,8 +28,6 @@ import type { RedisSharedState } from '../router/redis-state.ts';
 import { createRouter, startSharedState } from './routing.ts';
 import { workerArgs } from './worker-flags.ts';
 
-/** The version /v2 reports. */
-const CONDUIT_VERSION = '0.1.0';
 const healthPollIntervalMs = 200;
 
 export interface RunningServer extends ListeningAddresses {
@@ -254,6 +254,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     return { ...addresses, close: closeAll };
   } catch (err) {
     await closeAll();
-    throw err;
+    // A checkpoint the gateway cannot read is the start's failure, told in one line.
+    throw err instanceof CheckpointError ? new FatalError(err.message) : err;
   }
 }

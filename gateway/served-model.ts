@@ -1,5 +1,6 @@
 // The models this gateway serves: what the caller hands in, plus the tokenizer and chat
 // template loaded from each checkpoint directory.
+import { statSync } from 'node:fs';
 import type { EngineClient } from '../engine/types.ts';
 import { ModelRouter } from '../router/model-router.ts';
 import { DEFAULT_ROUTER_SETTINGS } from '../router/settings.ts';
@@ -54,17 +55,34 @@ export interface LoadedModel extends ServedModel {
   createdAtSec: number;
 }
 
+/** A checkpoint directory the gateway cannot read: missing, or its tokenizer files. The message says which and why. */
+export class CheckpointError extends Error {
+  override name = 'CheckpointError';
+}
+
+/** The gateway's part of a checkpoint: its tokenizer, chat template and default output length. */
+function readCheckpoint(model: ServedModel) {
+  const stat = statSync(model.modelDir, { throwIfNoEntry: false });
+  if (stat === undefined) throw new CheckpointError(`model ${model.name}: the directory ${model.modelDir} does not exist`);
+  if (!stat.isDirectory()) throw new CheckpointError(`model ${model.name}: ${model.modelDir} is not a directory`);
+  try {
+    const { tokenizer, config } = loadTokenizer(model.modelDir);
+    return { tokenizer, chatTemplate: loadChatTemplate(config), defaultMaxTokens: readDefaultMaxTokens(model.modelDir) };
+  } catch (err) {
+    throw new CheckpointError(`model ${model.name}: ${(err as Error).message}`);
+  }
+}
+
 export class ModelRegistry {
   readonly models: readonly LoadedModel[];
   private readonly modelsByName: Map<string, LoadedModel>;
 
+  /** Throws a CheckpointError for a model whose directory cannot be read. */
   constructor(models: readonly ServedModel[]) {
     const createdAtSec = Math.floor(Date.now() / 1000);
     this.models = models.map((model) => {
-      const { tokenizer, config } = loadTokenizer(model.modelDir);
       return {
-        ...model, router: routerOf(model), tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec,
-        defaultMaxTokens: readDefaultMaxTokens(model.modelDir),
+        ...model, router: routerOf(model), ...readCheckpoint(model), createdAtSec,
         // Read through: a server that listens before its workers answer fills it in when they do.
         get maxModelLen() {
           return model.maxModelLen;

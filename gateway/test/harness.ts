@@ -46,6 +46,8 @@ export interface TestGatewayOptions {
   numWorkers?: number;
   /** The `tiny` checkpoint's generation_config.json (default: none). */
   generationConfig?: Record<string, unknown>;
+  /** The `tiny` checkpoint's tokenizer.json, in place of gpt2's tiktoken encoding. */
+  tokenizerJson?: Record<string, unknown>;
 }
 
 function writeModelDir(dir: string, chatTemplate: string | null) {
@@ -74,6 +76,7 @@ export async function startTestGateway(
   writeModelDir(modelDir, options.chatTemplate ?? CHAT_TEMPLATE);
   writeModelDir(plainModelDir, null);
   if (options.generationConfig !== undefined) writeFileSync(path.join(modelDir, 'generation_config.json'), JSON.stringify(options.generationConfig));
+  if (options.tokenizerJson !== undefined) writeFileSync(path.join(modelDir, 'tokenizer.json'), JSON.stringify(options.tokenizerJson));
   const { tokenizer } = loadTokenizer(modelDir);
   const modelInfo = {
     modelName: MODEL_NAME, maxModelLen: MAX_MODEL_LEN, vocabSize: 50257, blockSizeTokens: 16, eosTokenIds: [50256], blockHashScheme: HASH_SCHEME,

@@ -1,6 +1,7 @@
 // A checkpoint's tokenizer.json, run by @huggingface/tokenizers.
 import { readFileSync } from 'node:fs';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
+import { ApiError } from '../errors.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { TokenizerConfig } from './tokenizer-config.ts';
 
@@ -53,7 +54,7 @@ function maxTokenCharsOf(json: TokenizerJson, isByteLevel: boolean, tokenBytes: 
 }
 
 interface TokenizerJson {
-  model?: { type?: string; byte_fallback?: boolean };
+  model?: { type?: string; byte_fallback?: boolean; unk_token?: unknown };
   normalizer?: unknown;
   decoder?: unknown;
   added_tokens?: { lstrip?: boolean; rstrip?: boolean }[];
@@ -71,10 +72,13 @@ class HuggingFaceTokenizer implements Tokenizer {
   /** Set for byte-level vocabularies; null for SentencePiece-style ones. */
   private readonly byteByChar: Map<string, number> | null;
   private readonly utf8 = new TextEncoder();
+  /** The model's unknown token, when it names one. */
+  private readonly unkToken: string | null;
 
   constructor(hf: HfTokenizer, config: TokenizerConfig, json: TokenizerJson) {
     const isByteLevel = usesByteLevelDecoder(json.decoder);
     this.hf = hf;
+    this.unkToken = typeof json.model?.unk_token === 'string' ? json.model.unk_token : null;
     let maxId = -1;
     for (const id of hf.get_vocab(true).values()) maxId = Math.max(maxId, id);
     this.vocabSize = maxId + 1;
@@ -92,7 +96,20 @@ class HuggingFaceTokenizer implements Tokenizer {
   }
 
   encode(text: string, options: { addSpecialTokens: boolean }): number[] {
-    return this.hf.encode(text, { add_special_tokens: options.addSpecialTokens }).ids;
+    const { ids, tokens } = this.hf.encode(text, { add_special_tokens: options.addSpecialTokens });
+    // A vocabulary without an unknown token (WordLevel, WordPiece) leaves a piece it has no
+    // word for without an id, where the Rust library refuses the text: refused here too.
+    for (let i = 0; i < ids.length; i++) {
+      if (typeof ids[i] !== 'number') throw this.unmappable(tokens[i]);
+    }
+    return ids;
+  }
+
+  private unmappable(piece: string): ApiError {
+    const why = piece === this.unkToken
+      ? `its unknown token ${JSON.stringify(piece)} is not in its vocabulary`
+      : `it has no token for ${JSON.stringify(piece)} and no unknown token to stand for it`;
+    return new ApiError('invalid_request', `The text cannot be tokenized: ${why}.`, null);
   }
 
   decode(tokenIds: readonly number[], options: { skipSpecialTokens: boolean }): string {

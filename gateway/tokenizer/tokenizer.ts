@@ -15,6 +15,8 @@ export interface Tokenizer {
   /**
    * Special tokens written in the text (e.g. a rendered chat template's `<|im_start|>`) encode
    * as themselves. addSpecialTokens adds what the checkpoint adds around a bare prompt (BOS).
+   * Text it cannot map (a word-level vocabulary with no unknown token) throws an ApiError
+   * (invalid_request) naming the first piece it could not.
    */
   encode(text: string, options: { addSpecialTokens: boolean }): number[];
   /**

@@ -118,7 +118,8 @@ test('a worker that exits before it ever served ends conduit serve with exit cod
   const server = startCli(t, ['serve', '--model', modelDir, '--http-port', '0', '--metrics-port', '0']);
   assert.equal(await within(server.exited, 'exit on a worker that cannot load'), 1);
   const fatal = await server.waitFor('fatal');
-  assert.match(fatal.msg as string, /^worker 0-0 exited \(code 1\) before it served/);
+  // The worker said why before it exited; the gateway's one line carries it.
+  assert.match(fatal.msg as string, /^worker 0-0 cannot start: .*model\.safetensors/);
   assert.equal(fatal.level, 'fatal');
   assert.equal(fatal.exit_code, 1);
   assert.deepEqual(server.events(), ['listening', 'fatal'], 'not restarted: it would only fail again');
