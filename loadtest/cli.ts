@@ -169,6 +169,22 @@ function loadSpec(values: Values, source: WorkloadSource): LoadSpec {
   return { kind: 'concurrency', numClientsList: [1] };
 }
 
+/** A sweep: one line per load point, as report.html's summary table. */
+function printLoadPoints(results: Results): void {
+  const cell = (value: number, digits: number) => (Number.isFinite(value) ? value.toFixed(digits) : '–');
+  const header = ['load', 'sent', 'failed', 'req/s', 'tok/s', 'TTFT p50/p90/p99 (ms)', 'ITL p50/p90/p99 (ms)', 'e2e p50/p90/p99 (ms)'];
+  const rows = results.load_points.map((point) => {
+    const offered = point.offered_load;
+    const load = offered.kind === 'rate' ? `${offered.requests_per_s} req/s`
+      : offered.kind === 'concurrency' ? `${offered.clients} client${offered.clients === 1 ? '' : 's'}` : offered.kind;
+    const percentiles = (key: 'ttft_ms' | 'itl_ms' | 'e2e_ms') => [point[key].p50, point[key].p90, point[key].p99].map((v) => cell(v, 1)).join(' / ');
+    return [load, String(point.num_requests), String(point.errors.total), cell(point.request_throughput, 2),
+      cell(point.output_token_throughput, 1), percentiles('ttft_ms'), percentiles('itl_ms'), percentiles('e2e_ms')];
+  });
+  const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
+  for (const row of [header, ...rows]) console.log(`  ${row.map((value, i) => (i === 0 ? value.padEnd(widths[i]) : value.padStart(widths[i]))).join('  ')}`);
+}
+
 function printSummary(results: Results): void {
   const line = (name: string, value: string) => console.log(`  ${name.padEnd(34)} ${value}`);
   const latency = (name: string, key: 'ttft_ms' | 'itl_ms' | 'tpot_ms' | 'e2e_ms' | 'chunk_gap_ms') => {
@@ -176,20 +192,20 @@ function printSummary(results: Results): void {
     line(`${name} (ms) mean/p50/p90/p99`, [s.mean, s.p50, s.p90, s.p99].map((v) => (Number.isFinite(v) ? v.toFixed(2) : '–')).join(' / '));
   };
   console.log(`${results.label}: ${results.num_succeeded}/${results.num_requests} requests succeeded in ${results.duration_s.toFixed(2)} s`);
-  for (const point of results.load_points.length > 1 ? results.load_points : []) {
-    const offered = point.offered_load;
-    const load = offered.kind === 'rate' ? `${offered.requests_per_s} req/s` : offered.kind === 'concurrency' ? `${offered.clients} clients` : offered.kind;
-    line(`  at ${load}`, `TTFT p50 ${point.ttft_ms.p50.toFixed(1)} ms, ${point.output_token_throughput.toFixed(1)} tok/s`);
+  if (results.load_points.length > 1) {
+    printLoadPoints(results);
+  } else {
+    latency('time to first token', 'ttft_ms');
+    latency('inter-token latency', 'itl_ms');
+    latency('time per output token', 'tpot_ms');
+    latency('end-to-end latency', 'e2e_ms');
+    latency('gap between chunks', 'chunk_gap_ms');
+    line('request throughput (req/s)', results.request_throughput.toFixed(2));
+    line('output token throughput (tok/s)', results.output_token_throughput.toFixed(1));
   }
-  latency('time to first token', 'ttft_ms');
-  latency('inter-token latency', 'itl_ms');
-  latency('time per output token', 'tpot_ms');
-  latency('end-to-end latency', 'e2e_ms');
-  latency('gap between chunks', 'chunk_gap_ms');
-  line('request throughput (req/s)', results.request_throughput.toFixed(2));
-  line('output token throughput (tok/s)', results.output_token_throughput.toFixed(1));
-  if (results.goodput) line('goodput (req/s)', `${results.goodput.request_throughput.toFixed(2)} (${(results.goodput.fraction * 100).toFixed(1)}% within targets)`);
-  if (results.prefix_cache_hit_rate !== null) line('prefix cache hit rate', `${(results.prefix_cache_hit_rate * 100).toFixed(1)}%`);
+  const pooled = results.load_points.length > 1 ? ', all points' : '';
+  if (results.goodput) line(`goodput (req/s${pooled})`, `${results.goodput.request_throughput.toFixed(2)} (${(results.goodput.fraction * 100).toFixed(1)}% within targets)`);
+  if (results.prefix_cache_hit_rate !== null) line(`prefix cache hit rate${pooled && ' (all points)'}`, `${(results.prefix_cache_hit_rate * 100).toFixed(1)}%`);
   line('prompt lengths', results.prompt_lengths);
   for (const [type, count] of Object.entries(results.errors.by_type)) {
     line(`failed: ${type}`, `${count} (${results.errors.examples[type]})`);

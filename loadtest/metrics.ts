@@ -30,6 +30,8 @@ export interface ErrorCounts {
 }
 
 export interface Timeline {
+  /** Seconds from the run's start (before its first load point) to the first bucket's start. */
+  start_s: number;
   bucket_s: number;
   requests_completed: number[];
   output_tokens: number[];
@@ -171,7 +173,10 @@ function sum(values: readonly number[]): number {
 
 const MAX_TIMELINE_BUCKETS = 120;
 
-/** Requests completed and output tokens streamed per time bucket; a request's tokens are spread evenly over its chunks. */
+/**
+ * Requests completed and output tokens streamed per time bucket from originMs (the first
+ * request's start, on the run's clock); a request's tokens are spread evenly over its chunks.
+ */
 function buildTimeline(records: readonly RequestRecord[], originMs: number, durationS: number): Timeline {
   const bucketS = Math.max(1, Math.ceil(durationS / MAX_TIMELINE_BUCKETS));
   const numBuckets = Math.max(1, Math.ceil(durationS / bucketS));
@@ -186,5 +191,5 @@ function buildTimeline(records: readonly RequestRecord[], originMs: number, dura
     const tokensPerChunk = (record.numOutputTokens ?? times.length) / times.length;
     for (const time of times) outputTokens[bucketOf(time)] += tokensPerChunk;
   }
-  return { bucket_s: bucketS, requests_completed: requestsCompleted, output_tokens: outputTokens };
+  return { start_s: Number.isFinite(originMs) ? originMs / 1000 : 0, bucket_s: bucketS, requests_completed: requestsCompleted, output_tokens: outputTokens };
 }

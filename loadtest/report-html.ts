@@ -1,17 +1,20 @@
 // report.html: one self-contained page (inline CSS and SVG, no scripts, no network) for one
-// results file, or for several side by side.
+// results file, or for several side by side. A sweep is read load point by load point, as
+// genai-perf and perf_analyzer report it: one summary row per point, one column of details per
+// point, one line per point in every distribution and timeline; nothing pools the points.
 
-import type { LoadPointMetrics } from './metrics.ts';
+import type { LoadPointMetrics, Timeline } from './metrics.ts';
 import type { Results } from './results.ts';
 import type { Summary } from './stats.ts';
 import { type Series, escapeXml, renderLineChart } from './svg-chart.ts';
 
-const COLORS = ['#1f6fb4', '#e07b1a', '#2a9d4b', '#b03a8c'];
+const COLORS = ['#1f6fb4', '#e07b1a', '#2a9d4b', '#b03a8c', '#c0392b', '#6c5ce7', '#8c6d1f', '#17a2b8'];
 
 const STYLE = `
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1180px; color: #1b1f24; padding: 0 16px; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #d0d7de; }
 table { border-collapse: collapse; margin: 8px 0; } th, td { padding: 3px 10px; border-bottom: 1px solid #eaeef2; text-align: right; }
+th.group { text-align: center; border-bottom: 1px solid #d0d7de; }
 th:first-child, td:first-child, .details td { text-align: left; } .muted { color: #57606a; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 svg { background: #fff; border: 1px solid #eaeef2; }
@@ -40,29 +43,92 @@ function deltaCell(base: number, other: number): string {
   return `<td>${percent >= 0 ? '+' : ''}${percent.toFixed(1)}%</td>`;
 }
 
-function summaryTable(runs: readonly Results[]): string {
-  const header = `<tr><th>metric</th>${runs.map((run, i) => `<th style="color:${COLORS[i % COLORS.length]}">${escapeXml(run.label)}</th>`).join('')}${runs.length === 2 ? '<th>B vs A</th>' : ''}</tr>`;
+/** One load point of one run: a column of the details, a row of the summary, a line of each chart. */
+interface PointOfRun {
+  run: Results;
+  runIndex: number;
+  point: LoadPointMetrics;
+  pointIndex: number;
+  /** The load point, prefixed with its run's label when several runs share the page. */
+  name: string;
+  color: string;
+  dashed: boolean;
+}
+
+function pointsOf(runs: readonly Results[]): PointOfRun[] {
+  const numPoints = Math.max(...runs.map((run) => run.load_points.length));
+  return runs.flatMap((run, runIndex) =>
+    run.load_points.map((point, pointIndex) => ({
+      run,
+      runIndex,
+      point,
+      pointIndex,
+      name: runs.length === 1 ? describeOfferedLoad(point) : `${run.label} · ${describeOfferedLoad(point)}`,
+      // A sweep's points take the colours; several runs of one point each take them instead,
+      // and each run after the first is dashed, so run and point both read from a line.
+      color: COLORS[(numPoints > 1 ? pointIndex : runIndex) % COLORS.length],
+      dashed: numPoints > 1 && runIndex > 0,
+    })),
+  );
+}
+
+const SUMMARY_LATENCIES = [
+  ['ttft_ms', 'TTFT (ms)'],
+  ['itl_ms', 'ITL (ms)'],
+  ['e2e_ms', 'end-to-end (ms)'],
+] as const;
+
+/** One row per load point: its throughput, latency percentiles and errors. */
+function loadPointTable(points: readonly PointOfRun[], showRuns: boolean): string {
+  const percentiles = ['p50', 'p90', 'p99'] as const;
+  const groupHeader =
+    `<tr>${showRuns ? '<th></th>' : ''}<th></th><th colspan="4" class="group">requests</th>` +
+    SUMMARY_LATENCIES.map(([, name]) => `<th colspan="3" class="group">${name}</th>`).join('') +
+    '</tr>';
+  const header =
+    `<tr>${showRuns ? '<th>run</th>' : ''}<th>load</th><th>sent</th><th>failed</th><th>req/s</th><th>output tok/s</th>` +
+    SUMMARY_LATENCIES.map(() => percentiles.map((p) => `<th>${p}</th>`).join('')).join('') +
+    '</tr>';
+  const rows = points.map(({ run, point, color }) => {
+    const cells = [
+      `<td>${point.num_requests}</td>`,
+      `<td>${point.errors.total}</td>`,
+      `<td>${format(point.request_throughput, 2)}</td>`,
+      `<td>${format(point.output_token_throughput)}</td>`,
+      ...SUMMARY_LATENCIES.flatMap(([key]) => percentiles.map((p) => `<td>${format(point[key][p], 1)}</td>`)),
+    ];
+    const runCell = showRuns ? `<td>${escapeXml(run.label)}</td>` : '';
+    return `<tr>${runCell}<td style="color:${color}">${escapeXml(describeOfferedLoad(point))}</td>${cells.join('')}</tr>`;
+  });
+  return `<table class="load-points">${groupHeader}${header}${rows.join('')}</table>`;
+}
+
+/** Every metric, one column per load point (with a B-vs-A column when exactly two are compared). */
+function detailsTable(points: readonly PointOfRun[]): string {
+  const hasDelta = points.length === 2 && points[0].runIndex !== points[1].runIndex;
+  const header = `<tr><th>metric</th>${points.map(({ name, color }) => `<th style="color:${color}">${escapeXml(name)}</th>`).join('')}${hasDelta ? '<th>B vs A</th>' : ''}</tr>`;
   const rows: string[] = [];
-  const row = (name: string, values: number[], digits = 1) => {
+  const row = (name: string, pick: (point: LoadPointMetrics) => number, digits = 1) => {
+    const values = points.map(({ point }) => pick(point));
     const cells = values.map((value) => `<td>${format(value, digits)}</td>`).join('');
-    rows.push(`<tr><td>${escapeXml(name)}</td>${cells}${runs.length === 2 ? deltaCell(values[0], values[1]) : ''}</tr>`);
+    rows.push(`<tr><td>${escapeXml(name)}</td>${cells}${hasDelta ? deltaCell(values[0], values[1]) : ''}</tr>`);
   };
   for (const [key, name] of LATENCIES) {
-    for (const stat of STATS) row(`${name} ${stat} (ms)`, runs.map((run) => (run[key] as Summary)[stat]), 2);
+    for (const stat of STATS) row(`${name} ${stat} (ms)`, (point) => (point[key] as Summary)[stat], 2);
   }
-  row('request throughput (req/s)', runs.map((run) => run.request_throughput), 2);
-  row('output token throughput (tok/s)', runs.map((run) => run.output_token_throughput));
-  row('input token throughput (tok/s)', runs.map((run) => run.input_token_throughput));
-  if (runs.some((run) => run.goodput)) {
-    row('goodput (req/s within targets)', runs.map((run) => run.goodput?.request_throughput ?? NaN), 2);
-    row('share of requests within targets (%)', runs.map((run) => (run.goodput?.fraction ?? NaN) * 100));
+  row('request throughput (req/s)', (point) => point.request_throughput, 2);
+  row('output token throughput (tok/s)', (point) => point.output_token_throughput);
+  row('input token throughput (tok/s)', (point) => point.input_token_throughput);
+  if (points.some(({ point }) => point.goodput)) {
+    row('goodput (req/s within targets)', (point) => point.goodput?.request_throughput ?? NaN, 2);
+    row('share of requests within targets (%)', (point) => (point.goodput?.fraction ?? NaN) * 100);
   }
-  row('prefix cache hit rate (%)', runs.map((run) => (run.prefix_cache_hit_rate ?? NaN) * 100));
-  row('input tokens mean', runs.map((run) => run.input_tokens.mean));
-  row('output tokens mean', runs.map((run) => run.output_tokens.mean));
-  row('requests', runs.map((run) => run.num_requests), 0);
-  row('failed requests', runs.map((run) => run.errors.total), 0);
-  row('duration (s)', runs.map((run) => run.duration_s), 2);
+  row('prefix cache hit rate (%)', (point) => (point.prefix_cache_hit_rate ?? NaN) * 100);
+  row('input tokens mean', (point) => point.input_tokens.mean);
+  row('output tokens mean', (point) => point.output_tokens.mean);
+  row('requests', (point) => point.num_requests, 0);
+  row('failed requests', (point) => point.errors.total, 0);
+  row('duration (s)', (point) => point.duration_s, 2);
   return `<table>${header}${rows.join('')}</table>`;
 }
 
@@ -87,7 +153,7 @@ function describeOfferedLoad(point: LoadPointMetrics): string {
     case 'rate':
       return `${offered.requests_per_s} req/s Poisson`;
     case 'concurrency':
-      return `${offered.clients} clients`;
+      return `${offered.clients} client${offered.clients === 1 ? '' : 's'}`;
     case 'trace':
       return 'trace replay';
     case 'sweep':
@@ -95,40 +161,58 @@ function describeOfferedLoad(point: LoadPointMetrics): string {
   }
 }
 
-function latencyCharts(runs: readonly Results[]): string {
+function latencyCharts(points: readonly PointOfRun[]): string {
   return LATENCIES.map(([key, name]) =>
     renderLineChart({
       title: `${name}: cumulative distribution`,
       xLabel: `${name} (ms)`,
       yLabel: 'percentile',
-      series: runs.map((run, i) => ({
-        name: run.label,
-        color: COLORS[i % COLORS.length],
-        points: run.curves[key].map((value, q) => [value, q] as const),
+      series: points.map(({ point, name: seriesName, color, dashed }) => ({
+        name: seriesName,
+        color,
+        dashed,
+        points: point.curves[key].map((value, q) => [value, q] as const),
       })),
     }),
   ).join('');
 }
 
-function timelineCharts(runs: readonly Results[]): string {
-  const timelineSeries = (pick: (run: Results) => number[]) =>
-    runs.map((run, i): Series => ({
-      name: run.label,
-      color: COLORS[i % COLORS.length],
-      points: pick(run).map((value, bucket) => [(bucket + 0.5) * run.timeline.bucket_s, value / run.timeline.bucket_s] as const),
-    }));
+/**
+ * Each load point over its own stretch of the run's clock, so a sweep reads as steps: one flat
+ * segment per bucket at its rate, the last cut at the point's end (a point shorter than a
+ * bucket is one segment at its true rate, not a dot).
+ */
+function timelineCharts(points: readonly PointOfRun[]): string {
+  const timelineSeries = (pick: (timeline: Timeline) => number[]) =>
+    points.map(({ point, name, color, dashed }): Series => {
+      const { timeline } = point;
+      // Results written before start_s existed drew every point from 0.
+      const startS = timeline.start_s ?? 0;
+      const endS = startS + point.duration_s;
+      return {
+        name,
+        color,
+        dashed,
+        points: pick(timeline).flatMap((count, bucket) => {
+          const fromS = startS + bucket * timeline.bucket_s;
+          const toS = Math.min(fromS + timeline.bucket_s, endS);
+          const rate = toS > fromS ? count / (toS - fromS) : 0;
+          return [[fromS, rate], [toS, rate]] as const;
+        }),
+      };
+    });
   return (
     renderLineChart({
       title: 'Output token throughput over time',
-      xLabel: 'time since start (s)',
+      xLabel: 'time since the run started (s)',
       yLabel: 'output tokens/s',
-      series: timelineSeries((run) => run.timeline.output_tokens),
+      series: timelineSeries((timeline) => timeline.output_tokens),
     }) +
     renderLineChart({
       title: 'Completed requests over time',
-      xLabel: 'time since start (s)',
+      xLabel: 'time since the run started (s)',
       yLabel: 'requests/s',
-      series: timelineSeries((run) => run.timeline.requests_completed),
+      series: timelineSeries((timeline) => timeline.requests_completed),
     })
   );
 }
@@ -182,18 +266,21 @@ function errorTable(runs: readonly Results[]): string {
 
 export function renderReport(runs: readonly Results[]): string {
   const title = runs.length === 1 ? `Load test: ${runs[0].label}` : `Load test comparison: ${runs.map((run) => run.label).join(' vs ')}`;
+  const points = pointsOf(runs);
   return `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>${escapeXml(title)}</title><style>${STYLE}</style></head>
 <body>
 <h1>${escapeXml(title)}</h1>
 ${runDetails(runs)}
-<h2>Summary</h2>
+<h2>Summary by load point</h2>
 <p class="muted">Latencies over successful requests; percentiles by linear interpolation (numpy's default, as genai-perf). ITL = (e2e − TTFT) / (output tokens − 1); TPOT = e2e / output tokens.</p>
-${summaryTable(runs)}
+${loadPointTable(points, runs.length > 1)}
+<h2>Details</h2>
+${detailsTable(points)}
 <h2>Latency distributions</h2>
-<div class="charts">${latencyCharts(runs)}</div>
+<div class="charts">${latencyCharts(points)}</div>
 <h2>Throughput over time</h2>
-<div class="charts">${timelineCharts(runs)}</div>
+<div class="charts">${timelineCharts(points)}</div>
 <h2>Against offered load</h2>
 <div class="charts">${offeredLoadCharts(runs)}</div>
 <h2>Errors</h2>

@@ -1,5 +1,5 @@
 // One request as the client saw it. Times are milliseconds on the monotonic clock
-// (performance.now()), relative to the start of the load point.
+// (performance.now()), relative to the start of the run: one origin for all its load points.
 
 import type { StreamObserver, TokenUsage } from './transport.ts';
 

@@ -48,9 +48,43 @@ test('metrics from hand-computed records', () => {
   assert.equal(metrics.goodput!.fraction, 0.5);
   close(metrics.prefix_cache_hit_rate!, 5 / 30);
   assert.deepEqual(metrics.errors, { total: 1, by_type: { http_503: 1 }, examples: { http_503: 'busy' } });
-  assert.deepEqual(metrics.timeline, { bucket_s: 1, requests_completed: [3], output_tokens: [7] });
+  assert.deepEqual(metrics.timeline, { start_s: 0, bucket_s: 1, requests_completed: [3], output_tokens: [7] });
   assert.deepEqual([metrics.send_lag_ms.count, metrics.send_lag_ms.p50], [2, 2.5]);
   assert.equal(metrics.curves.ttft_ms[50], 100);
+});
+
+test("the timeline counts from the load point's first start, not from the run's origin: records over five seconds from 5 s", () => {
+  const records = [
+    // 4 tokens over 2 chunks (2 a chunk), both in second 0 of the timeline; done in second 0.
+    record({ startMs: 5000, endMs: 5400, chunkTimesMs: [5200, 5400], numOutputTokens: 4 }),
+    // 1 token a chunk: seconds 1, 1, 2; done in second 2.
+    record({ startMs: 5500, endMs: 7300, chunkTimesMs: [6100, 6900, 7300], numOutputTokens: 3 }),
+    // Failed: neither done nor streamed.
+    record({ startMs: 7000, endMs: 7100, errorType: 'http_503', errorMessage: 'busy' }),
+    // Seconds 3 and 4; done in second 4, the last (duration 4.99 s).
+    record({ startMs: 6000, endMs: 9990, chunkTimesMs: [8050, 9990], numOutputTokens: 2 }),
+  ];
+  const { timeline, duration_s } = computeMetrics(records, { kind: 'concurrency', clients: 3 }, null);
+  close(duration_s, 4.99);
+  assert.deepEqual(timeline, { start_s: 5, bucket_s: 1, requests_completed: [1, 0, 1, 0, 1], output_tokens: [4, 2, 1, 1, 1] });
+});
+
+test('a timeline past 120 s widens its buckets to keep 120 at most, still from the first start', () => {
+  // From 30 s to 300 s: 270 s in buckets of 3 s, 90 of them.
+  const records = [
+    record({ startMs: 30_000, endMs: 31_000, chunkTimesMs: [30_500], numOutputTokens: 1 }),
+    record({ startMs: 40_000, endMs: 152_900, chunkTimesMs: [100_000, 152_900], numOutputTokens: 2 }),
+    record({ startMs: 250_000, endMs: 300_000, chunkTimesMs: [299_999], numOutputTokens: 5 }),
+  ];
+  const { timeline } = computeMetrics(records, { kind: 'rate', requests_per_s: 1 }, null);
+  assert.equal(timeline.start_s, 30);
+  assert.equal(timeline.bucket_s, 3);
+  assert.equal(timeline.requests_completed.length, 90);
+  const nonZero = (values: number[]) => Object.fromEntries(values.flatMap((value, i) => (value === 0 ? [] : [[i, value]])));
+  // Done at 1 s, 122.9 s and 270 s after the first start: buckets 0, 40 and the last.
+  assert.deepEqual(nonZero(timeline.requests_completed), { 0: 1, 40: 1, 89: 1 });
+  // Chunks at 0.5 s, 70 s, 122.9 s, 269.999 s: buckets 0, 23, 40, 89.
+  assert.deepEqual(nonZero(timeline.output_tokens), { 0: 1, 23: 1, 40: 1, 89: 5 });
 });
 
 test('a server that reports no cached tokens has no hit rate, not zero', () => {
