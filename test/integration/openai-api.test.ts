@@ -321,3 +321,15 @@ test('completions: a list of prompts, n, echo with prompt logprobs, and include_
     assert.equal(stopped.choices[0].finish_reason, 'stop');
   }
 });
+
+test("without max_tokens a reply runs to the checkpoint's max_new_tokens (128), on chat and completions alike", async () => {
+  // ignore_eos holds each reply to its limit, so the limit is what is measured.
+  const chat = await client.chat.completions.create({
+    model: modelName, messages: [{ role: 'user', content: 'Speak on.' }], ...{ ignore_eos: true },
+  } as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming);
+  assert.deepEqual({ tokens: chat.usage?.completion_tokens, finish: chat.choices[0].finish_reason }, { tokens: 128, finish: 'length' });
+  const completion = await client.completions.create({ model: modelName, prompt: 'In the beginning', ...{ ignore_eos: true } });
+  assert.equal(completion.usage?.completion_tokens, 128);
+  const capped = await client.completions.create({ model: modelName, prompt: 'In the beginning', max_tokens: 200, ...{ ignore_eos: true } });
+  assert.equal(capped.usage?.completion_tokens, 200, "a request's own limit overrides the checkpoint's");
+});
