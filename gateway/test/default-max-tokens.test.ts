@@ -21,14 +21,16 @@ after(async () => {
   await withoutDefault?.close();
 });
 
+type SurfaceRequest = (prompt: string, limit?: number) => [route: string, body: Record<string, unknown>];
+
 /** Each surface's request for `prompt`, with `limit` in its own field when given. */
-const surfaces = {
+const surfaces: Record<'chat' | 'chatMaxCompletionTokens' | 'completions' | 'responses' | 'kserveGenerate', SurfaceRequest> = {
   chat: (prompt: string, limit?: number) => ['/v1/chat/completions', { model: 'tiny', messages: [{ role: 'user', content: prompt }], max_tokens: limit }],
   chatMaxCompletionTokens: (prompt: string, limit?: number) => ['/v1/chat/completions', { model: 'tiny', messages: [{ role: 'user', content: prompt }], max_completion_tokens: limit }],
   completions: (prompt: string, limit?: number) => ['/v1/completions', { model: 'tiny', prompt, max_tokens: limit }],
   responses: (prompt: string, limit?: number) => ['/v1/responses', { model: 'tiny', input: prompt, max_output_tokens: limit }],
   kserveGenerate: (prompt: string, limit?: number) => ['/v2/models/tiny/generate', { text_input: prompt, max_tokens: limit }],
-} as const;
+};
 
 async function sentMaxTokens(gateway: TestGateway, surface: keyof typeof surfaces, prompt: string, limit?: number): Promise<number> {
   const [route, body] = surfaces[surface](prompt, limit);
