@@ -139,13 +139,23 @@ test('fitConversation finds the earliest user message to start at, as a plain sc
       if (numChars > 3 * maxModelLen) throw new ApiError('context_length_exceeded', 'too long by characters', 'input');
       return Array.from({ length: numChars + 2 * kept.length }, () => 0);
     };
-    const fitted = await fitConversation(messages, encode, maxModelLen, numReplyTokens);
     // The plain scan: each start in order, the first that fits wins; none: the last user message's.
     const starts = [0, ...messages.flatMap((message, index) => (index > 0 && message.role === 'user' ? [index] : []))];
     const keptFrom = (start: number) => [...messages.slice(0, start).filter((message) => message.role === 'system'), ...messages.slice(start)];
     const lengthOf = (kept: ChatMessage[]) => kept.reduce((sum, message) => sum + message.content.length, 0) + 2 * kept.length;
-    const start = starts.find((candidate) => lengthOf(keptFrom(candidate)) + numReplyTokens <= maxModelLen) ?? starts.at(-1)!;
+    const fittingStart = starts.find((candidate) => lengthOf(keptFrom(candidate)) + numReplyTokens <= maxModelLen);
+    const start = fittingStart ?? starts.at(-1)!;
     const expected = keptFrom(start);
+    let fitted;
+    try {
+      fitted = await fitConversation(messages, encode, maxModelLen, numReplyTokens);
+    } catch (err) {
+      // Nothing fits and even the last exchange is too long to encode: its refusal is the caller's error.
+      assert.equal(fittingStart, undefined, `trial ${trial}: refused though start ${fittingStart} fits`);
+      assert.ok(err instanceof ApiError && err.code === 'context_length_exceeded', `trial ${trial}: ${err}`);
+      assert.ok(lengthOf(expected) - 2 * expected.length > 3 * maxModelLen, `trial ${trial}: refused, yet encodable`);
+      continue;
+    }
     assert.equal(fitted.promptTokenIds.length, lengthOf(expected), `trial ${trial}`);
     assert.equal(fitted.numDroppedMessages, messages.length - expected.length, `trial ${trial}`);
     assert.ok(expected.find((message) => message.role !== 'system')?.role !== 'tool', `trial ${trial}: no tool result leads`);

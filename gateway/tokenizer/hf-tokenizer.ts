@@ -114,6 +114,8 @@ class HuggingFaceTokenizer implements Tokenizer {
 
   decode(tokenIds: readonly number[], options: { skipSpecialTokens: boolean }): string {
     const knownIds = tokenIds.filter((id) => id >= 0 && id < this.vocabSize);
+    // The library refuses an empty list; nothing decodes to nothing.
+    if (knownIds.length === 0) return '';
     // Clean-up rewrites text already streamed (" ." -> "."), so incremental decoding turns it off.
     return this.hf.decode(knownIds, { skip_special_tokens: options.skipSpecialTokens, clean_up_tokenization_spaces: false });
   }
