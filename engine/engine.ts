@@ -9,7 +9,7 @@ import type { GenerationDefaults } from './generation-config.ts';
 import { HASH_SCHEME } from './kv/block-hash.ts';
 import type { ModelRunner } from './runner.ts';
 import { errorOutput } from './request-output.ts';
-import { Scheduler, type SchedulingPolicy } from './scheduler.ts';
+import { Scheduler, prefillLimitsFor, type PrefillLimits, type SchedulingPolicy } from './scheduler.ts';
 import type { GenerateRequest, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
 
 export interface EngineSettings {
@@ -21,6 +21,11 @@ export interface EngineSettings {
   enablePrefixCaching?: boolean;
   /** 'fcfs' by default. */
   policy?: SchedulingPolicy;
+  /**
+   * How prompts share a step (scheduler.ts); by default the interactivity mode's: one long
+   * prompt a step (more than maxNumBatchedTokens / 8 tokens to compute), short ones beside it.
+   */
+  prefillLimits?: PrefillLimits;
 }
 
 const RSS_SAMPLE_INTERVAL_MS = 1000;
@@ -64,6 +69,7 @@ export class Engine {
       vocabSize,
       maxNumSeqs: settings.maxNumSeqs,
       maxNumBatchedTokens: settings.maxNumBatchedTokens,
+      ...(settings.prefillLimits ?? prefillLimitsFor('interactivity', settings.maxNumSeqs, settings.maxNumBatchedTokens)),
       generationDefaults: settings.generationDefaults,
       modelName: settings.servedName,
       enablePrefixCaching: settings.enablePrefixCaching ?? true,
