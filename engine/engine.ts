@@ -34,7 +34,7 @@ export type OutputListener = (output: RequestOutput) => void;
 export type ReportListener = (report: StepReport) => void;
 
 type Command =
-  | { kind: 'generate'; request: GenerateRequest; onOutput: OutputListener }
+  | { kind: 'generate'; request: GenerateRequest; onOutput: OutputListener; receivedMs: number }
   | { kind: 'abort'; requestId: string };
 
 export interface EngineHealth {
@@ -89,7 +89,8 @@ export class Engine {
   /** Streams one request's outputs to onOutput; the last one has a finishReason. */
   generate(request: GenerateRequest, onOutput: OutputListener): void {
     const stopError = this.stopError;
-    if (stopError === null) this.post({ kind: 'generate', request, onOutput });
+    // Its queue time counts from here: a request that arrives during a step waits for that step.
+    if (stopError === null) this.post({ kind: 'generate', request, onOutput, receivedMs: performance.now() });
     // The loop may have exited already; answer the way it would, and never synchronously.
     else {
       queueMicrotask(() => {
@@ -187,8 +188,8 @@ export class Engine {
         if (output !== null) this.emit(output);
         continue;
       }
-      const { request, onOutput } = command;
-      const refusal = this.stopError ?? this.scheduler.add(request);
+      const { request, onOutput, receivedMs } = command;
+      const refusal = this.stopError ?? this.scheduler.add(request, receivedMs);
       if (refusal === null) {
         this.listeners.set(request.requestId, onOutput);
       } else {

@@ -161,8 +161,12 @@ export class Scheduler {
     return counters;
   }
 
-  /** Queues a request, or refuses one that could never run and says why. */
-  add(request: GenerateRequest): EngineError | null {
+  /**
+   * Queues a request, or refuses one that could never run and says why. arrivalMs (the
+   * scheduler's clock): when the worker received it, if earlier than now; its queue time and
+   * deadlines count from there.
+   */
+  add(request: GenerateRequest, arrivalMs = this.now()): EngineError | null {
     const { requestId, promptTokenIds } = request;
     const { maxModelLen, vocabSize, numKvBlocks, blockSizeTokens } = this.config;
     if (this.sequences.has(requestId)) {
@@ -210,7 +214,6 @@ export class Scheduler {
     // Prompt logprobs need the logits of every prompt position: such a request computes its
     // whole prompt, and so neither reuses nor offers cached blocks.
     const cached = this.config.enablePrefixCaching && sampling.numPromptLogprobs === null;
-    const arrivalMs = this.now();
     const sequence = new Sequence({
       requestId,
       promptTokenIds,
