@@ -183,6 +183,10 @@ export class Scheduler {
     }
     const priority = request.priority ?? 0;
     if (!Number.isSafeInteger(priority)) return { code: 'invalid_request', message: `Expected an integer priority but received ${priority}` };
+    // As vLLM: a priority that the policy would ignore is the caller's mistake, not a no-op.
+    if (priority !== 0 && this.config.policy !== 'priority') {
+      return { code: 'invalid_request', message: `Got priority ${priority}, but the model is not served with scheduling_policy: priority` };
+    }
     for (const [field, value] of [['queueTimeoutMs', request.queueTimeoutMs], ['timeoutMs', request.timeoutMs]] as const) {
       if (value !== undefined && !(Number.isFinite(value) && value > 0)) {
         return { code: 'invalid_request', message: `Expected a positive number of milliseconds for ${field} but received ${value}` };
