@@ -22,6 +22,8 @@ const serveUsage = `usage: conduit serve [--config FILE] [--model DIR ...] [--ht
 const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
                       [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                       [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
+                      [--performance-mode interactivity|throughput] [--max-num-partial-prefills N]
+                      [--max-long-partial-prefills N] [--long-prefill-token-threshold N]
                       [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
                       [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
                       [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]

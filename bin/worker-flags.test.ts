@@ -8,6 +8,7 @@ test('a spawned worker gets exactly the settings its model configuration names',
     { models: [{
         path: '/m/llama', served_name: 'chat', dtype: 'bf16', quantization: 'int8', max_model_len: 4096, kv_cache_blocks: 100,
         max_num_seqs: 8, kernel: 'avx2', enable_prefix_caching: false, scheduling_policy: 'priority',
+        performance_mode: 'throughput',
       }] },
     'c.yaml',
   );
@@ -25,6 +26,7 @@ test('a spawned worker gets exactly the settings its model configuration names',
     blockSizeTokens: 16,
     maxNumSeqs: 8,
     maxNumBatchedTokens: 512,
+    prefillLimits: { maxNumPartialPrefills: 8, maxLongPartialPrefills: 8, longPrefillTokenThreshold: 64 },
     numThreads: 3,
     kernel: 'avx2',
     quantization: 'int8',
@@ -40,10 +42,27 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
   assert.equal(settings.servedName, 'x');
   assert.equal(settings.enablePrefixCaching, true);
   assert.equal(settings.schedulingPolicy, 'fcfs');
+  assert.deepEqual(settings.prefillLimits, { maxNumPartialPrefills: 64, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 64 });
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--enable-prefix-caching', 'yes']), /--enable-prefix-caching/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--scheduling-policy', 'lifo']), /--scheduling-policy/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--max-num-seqs', 'many']), /--max-num-seqs/);
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--performance-mode', 'latency']), /--performance-mode/);
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--max-num-partial-prefills', '0']), /--max-num-partial-prefills/);
+  assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--long-prefill-token-threshold', '-1']), /--long-prefill-token-threshold/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x']), /--listen/);
+});
+
+test('the performance mode sets how prompts share a step, and vLLM\'s three settings override it', () => {
+  const limits = (...flags: string[]) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', ...flags]).prefillLimits;
+  assert.deepEqual(limits('--performance-mode', 'interactivity', '--max-num-seqs', '16', '--max-num-batched-tokens', '1024'),
+    { maxNumPartialPrefills: 16, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 128 });
+  assert.deepEqual(limits('--performance-mode', 'throughput', '--max-num-seqs', '16'),
+    { maxNumPartialPrefills: 16, maxLongPartialPrefills: 16, longPrefillTokenThreshold: 64 });
+  assert.deepEqual(limits('--performance-mode', 'throughput', '--max-num-partial-prefills', '2'),
+    { maxNumPartialPrefills: 2, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 64 });
+  assert.deepEqual(limits('--max-long-partial-prefills', '2', '--long-prefill-token-threshold', '0'),
+    { maxNumPartialPrefills: 64, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 0 });
+  assert.throws(() => limits('--max-num-partial-prefills', '1', '--max-long-partial-prefills', '2'), /--max-long-partial-prefills: max_long_partial_prefills must not exceed/);
 });
 
 test('--redis-url registers the worker in Redis; its heartbeat flags are checked like the configuration', () => {

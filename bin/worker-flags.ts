@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import os from 'node:os';
 import type { ModelConfig } from '../configs/schema.ts';
 import { logLevelSchema, modelSchema, routerSchema, servedName, type LogLevel } from '../configs/schema.ts';
+import { prefillLimitsFor, type PrefillLimits } from '../engine/scheduler.ts';
 import type { SharedStateSettings, WorkerSettings } from '../engine/worker.ts';
 
 /** The KV-cache size of a worker whose configuration names none. */
@@ -22,6 +23,10 @@ export const workerFlagOptions = {
   'block-size': { type: 'string' },
   'max-num-seqs': { type: 'string' },
   'max-num-batched-tokens': { type: 'string' },
+  'performance-mode': { type: 'string' },
+  'max-num-partial-prefills': { type: 'string' },
+  'max-long-partial-prefills': { type: 'string' },
+  'long-prefill-token-threshold': { type: 'string' },
   threads: { type: 'string' },
   kernel: { type: 'string' },
   quantization: { type: 'string' },
@@ -46,6 +51,10 @@ const flagToField: Record<string, keyof ModelConfig> = {
   'block-size': 'block_size',
   'max-num-seqs': 'max_num_seqs',
   'max-num-batched-tokens': 'max_num_batched_tokens',
+  'performance-mode': 'performance_mode',
+  'max-num-partial-prefills': 'max_num_partial_prefills',
+  'max-long-partial-prefills': 'max_long_partial_prefills',
+  'long-prefill-token-threshold': 'long_prefill_token_threshold',
   threads: 'threads_per_worker',
   kernel: 'kernel',
   quantization: 'quantization',
@@ -54,7 +63,7 @@ const flagToField: Record<string, keyof ModelConfig> = {
 };
 const numericFields = new Set<keyof ModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
-  'max_num_batched_tokens', 'threads_per_worker',
+  'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'threads_per_worker',
 ]);
 const booleanFields = new Set<keyof ModelConfig>(['enable_prefix_caching']);
 
@@ -75,6 +84,17 @@ export function workerArgs(model: ModelConfig, numThreads: number, listen: strin
   return args;
 }
 
+/** The performance mode's prefill limits, with those the configuration names itself. */
+function prefillLimitsOf(model: ModelConfig): PrefillLimits {
+  const preset = prefillLimitsFor(model.performance_mode, model.max_num_seqs, model.max_num_batched_tokens);
+  const maxNumPartialPrefills = model.max_num_partial_prefills ?? preset.maxNumPartialPrefills;
+  return {
+    maxNumPartialPrefills,
+    maxLongPartialPrefills: model.max_long_partial_prefills ?? Math.min(preset.maxLongPartialPrefills, maxNumPartialPrefills),
+    longPrefillTokenThreshold: model.long_prefill_token_threshold ?? preset.longPrefillTokenThreshold,
+  };
+}
+
 export function workerSettings(model: ModelConfig, listen: string): WorkerSettings {
   const sizedByBlocks = model.kv_cache_blocks !== undefined;
   return {
@@ -88,6 +108,7 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
     blockSizeTokens: model.block_size,
     maxNumSeqs: model.max_num_seqs,
     maxNumBatchedTokens: model.max_num_batched_tokens,
+    prefillLimits: prefillLimitsOf(model),
     numThreads: model.threads_per_worker ?? os.availableParallelism(),
     kernel: model.kernel,
     quantization: model.quantization,

@@ -31,6 +31,18 @@ export const modelSchema = z
     max_num_seqs: z.number().int().positive().default(64),
     /** Token budget of one engine step (prompt chunks plus decode tokens). */
     max_num_batched_tokens: z.number().int().positive().default(512),
+    /**
+     * What the engine's scheduler favours when prompts queue (vLLM's --performance-mode):
+     * `interactivity` computes one long prompt a step, so each first token comes as soon as it
+     * can; `throughput` packs every prompt the step's budget holds. It sets the three below.
+     */
+    performance_mode: z.enum(['interactivity', 'throughput']).default('interactivity'),
+    /** vLLM's names. Most prompts computed in one step; default max_num_seqs. */
+    max_num_partial_prefills: z.number().int().positive().optional(),
+    /** Of them, most long ones; default 1 (interactivity) or max_num_partial_prefills (throughput). */
+    max_long_partial_prefills: z.number().int().positive().optional(),
+    /** A prompt with more tokens than this still to compute is long; default max_num_batched_tokens / 8. */
+    long_prefill_token_threshold: z.number().int().nonnegative().optional(),
     /** Local worker processes to spawn. */
     num_workers: z.number().int().nonnegative().default(1),
     /** Compute threads per local worker; defaults to the cores divided among the workers. */
@@ -59,6 +71,10 @@ export const modelSchema = z
   .refine((m) => !(m.kv_cache_blocks !== undefined && m.kv_cache_bytes !== undefined), {
     message: 'set kv_cache_blocks or kv_cache_bytes, not both',
     path: ['kv_cache_blocks'],
+  })
+  .refine((m) => (m.max_long_partial_prefills ?? 1) <= (m.max_num_partial_prefills ?? m.max_num_seqs), {
+    message: 'max_long_partial_prefills must not exceed max_num_partial_prefills (default max_num_seqs)',
+    path: ['max_long_partial_prefills'],
   });
 
 /** The gateway's router: the kv-aware cost, and the state shared in Redis across gateways and nodes. */

@@ -9,7 +9,7 @@ import type { GenerationDefaults } from './generation-config.ts';
 import { HASH_SCHEME } from './kv/block-hash.ts';
 import type { ModelRunner } from './runner.ts';
 import { errorOutput } from './request-output.ts';
-import { Scheduler, type SchedulingPolicy } from './scheduler.ts';
+import { Scheduler, prefillLimitsFor, type PrefillLimits, type SchedulingPolicy } from './scheduler.ts';
 import type { GenerateRequest, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
 
 export interface EngineSettings {
@@ -21,6 +21,11 @@ export interface EngineSettings {
   enablePrefixCaching?: boolean;
   /** 'fcfs' by default. */
   policy?: SchedulingPolicy;
+  /**
+   * How prompts share a step (scheduler.ts); by default the interactivity mode's: one long
+   * prompt a step (more than maxNumBatchedTokens / 8 tokens to compute), short ones beside it.
+   */
+  prefillLimits?: PrefillLimits;
 }
 
 const RSS_SAMPLE_INTERVAL_MS = 1000;
@@ -29,7 +34,7 @@ export type OutputListener = (output: RequestOutput) => void;
 export type ReportListener = (report: StepReport) => void;
 
 type Command =
-  | { kind: 'generate'; request: GenerateRequest; onOutput: OutputListener }
+  | { kind: 'generate'; request: GenerateRequest; onOutput: OutputListener; receivedMs: number }
   | { kind: 'abort'; requestId: string };
 
 export interface EngineHealth {
@@ -64,6 +69,7 @@ export class Engine {
       vocabSize,
       maxNumSeqs: settings.maxNumSeqs,
       maxNumBatchedTokens: settings.maxNumBatchedTokens,
+      ...(settings.prefillLimits ?? prefillLimitsFor('interactivity', settings.maxNumSeqs, settings.maxNumBatchedTokens)),
       generationDefaults: settings.generationDefaults,
       modelName: settings.servedName,
       enablePrefixCaching: settings.enablePrefixCaching ?? true,
@@ -83,7 +89,8 @@ export class Engine {
   /** Streams one request's outputs to onOutput; the last one has a finishReason. */
   generate(request: GenerateRequest, onOutput: OutputListener): void {
     const stopError = this.stopError;
-    if (stopError === null) this.post({ kind: 'generate', request, onOutput });
+    // Its queue time counts from here: a request that arrives during a step waits for that step.
+    if (stopError === null) this.post({ kind: 'generate', request, onOutput, receivedMs: performance.now() });
     // The loop may have exited already; answer the way it would, and never synchronously.
     else {
       queueMicrotask(() => {
@@ -181,8 +188,8 @@ export class Engine {
         if (output !== null) this.emit(output);
         continue;
       }
-      const { request, onOutput } = command;
-      const refusal = this.stopError ?? this.scheduler.add(request);
+      const { request, onOutput, receivedMs } = command;
+      const refusal = this.stopError ?? this.scheduler.add(request, receivedMs);
       if (refusal === null) {
         this.listeners.set(request.requestId, onOutput);
       } else {

@@ -1,10 +1,11 @@
 // Continuous batching over a paged KV cache with prefix caching, in the vLLM v1 shape. Each step
-// hands out a token budget: first one step's worth to every running sequence (a decode token,
-// or the next chunk of a prompt), then chunks of waiting prompts, in policy order (first come
-// first served, or by priority), while sequences and budget last. A waiting prompt starts after
-// its cached prefix. A running sequence that cannot get a block preempts another by recompute:
-// the most recently admitted (FCFS) or the lowest-priority, latest one; its blocks are freed
-// (cached ones stay cached) and it waits to be readmitted.
+// hands out a token budget: first a decode token to every running sequence whose prompt is
+// computed, then chunks of prompts (those partly computed and those waiting) in policy order
+// (first come first served, or by priority), at most maxNumPartialPrefills of them and
+// maxLongPartialPrefills long ones, while sequences and budget last. A waiting prompt starts after its cached prefix. A running
+// sequence that cannot get a block preempts another by recompute: the most recently admitted
+// (FCFS) or the lowest-priority, latest one; its blocks are freed (cached ones stay cached) and
+// it waits to be readmitted.
 import type { EngineError, EngineErrorCode } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
 import { rootHash } from './kv/block-hash.ts';
@@ -17,6 +18,24 @@ import type { FinishReason, GenerateRequest, KvEvent, RequestOutput, TokenLogpro
 
 export type SchedulingPolicy = 'fcfs' | 'priority';
 
+/** What the scheduler favours when prompts queue (vLLM's performance_mode). */
+export type PerformanceMode = 'interactivity' | 'throughput';
+
+export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'maxLongPartialPrefills' | 'longPrefillTokenThreshold'>;
+
+/**
+ * A mode's prefill limits. interactivity: one long prompt a step, short ones (an eighth of the
+ * budget or less: each costs the step little) beside it as they come; throughput: every prompt
+ * the budget holds, as the scheduler did before it had modes.
+ */
+export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxNumBatchedTokens: number): PrefillLimits {
+  return {
+    maxNumPartialPrefills: maxNumSeqs,
+    maxLongPartialPrefills: mode === 'interactivity' ? 1 : maxNumSeqs,
+    longPrefillTokenThreshold: Math.floor(maxNumBatchedTokens / 8),
+  };
+}
+
 export interface SchedulerConfig {
   numKvBlocks: number;
   blockSizeTokens: number;
@@ -26,6 +45,15 @@ export interface SchedulerConfig {
   maxNumSeqs: number;
   /** Token budget of one step: decode tokens plus prompt chunks. */
   maxNumBatchedTokens: number;
+  /**
+   * Most prompts computed in one step (vLLM's max_num_partial_prefills), and of them the most
+   * that are long (max_long_partial_prefills): prompts with more than longPrefillTokenThreshold
+   * tokens still to compute. A long prompt computed on its own gets its first token soonest; a
+   * second one in its step would delay it by its whole compute. Short ones cost a step little.
+   */
+  maxNumPartialPrefills: number;
+  maxLongPartialPrefills: number;
+  longPrefillTokenThreshold: number;
   generationDefaults: GenerationDefaults;
   /** The served model's name, the root of its prefix-cache hashes. */
   modelName: string;
@@ -59,6 +87,11 @@ export class Scheduler {
   private readonly sequences = new Map<string, Sequence>();
   private readonly deadlines: Deadline[] = [];
   private readonly now: () => number;
+  /** Steps scheduled so far; a sequence's scheduledStep says whether it runs in the current one. */
+  private numSteps = 0;
+  /** Reused every step: the running list's order, and the prompts it holds that are still being computed. */
+  private readonly stepOrder: Sequence[] = [];
+  private readonly prefilling: Sequence[] = [];
   private numArrivals = 0;
   private numQueuedPrefillTokens = 0;
   private numPreempted = 0;
@@ -69,6 +102,16 @@ export class Scheduler {
       throw new RangeError(
         `maxNumBatchedTokens (${config.maxNumBatchedTokens}) must be >= maxNumSeqs (${config.maxNumSeqs})`,
       );
+    }
+    for (const [name, value, min] of [
+      ['maxNumPartialPrefills', config.maxNumPartialPrefills, 1],
+      ['maxLongPartialPrefills', config.maxLongPartialPrefills, 1],
+      ['longPrefillTokenThreshold', config.longPrefillTokenThreshold, 0],
+    ] as const) {
+      if (!(Number.isInteger(value) && value >= min)) throw new RangeError(`${name} must be an integer >= ${min}, not ${value}`);
+    }
+    if (config.maxLongPartialPrefills > config.maxNumPartialPrefills) {
+      throw new RangeError(`maxLongPartialPrefills (${config.maxLongPartialPrefills}) must be <= maxNumPartialPrefills (${config.maxNumPartialPrefills})`);
     }
     this.config = config;
     this.kv = new KvCacheManager(config.numKvBlocks, config.blockSizeTokens);
@@ -118,8 +161,12 @@ export class Scheduler {
     return counters;
   }
 
-  /** Queues a request, or refuses one that could never run and says why. */
-  add(request: GenerateRequest): EngineError | null {
+  /**
+   * Queues a request, or refuses one that could never run and says why. arrivalMs (the
+   * scheduler's clock): when the worker received it, if earlier than now; its queue time and
+   * deadlines count from there.
+   */
+  add(request: GenerateRequest, arrivalMs = this.now()): EngineError | null {
     const { requestId, promptTokenIds } = request;
     const { maxModelLen, vocabSize, numKvBlocks, blockSizeTokens } = this.config;
     if (this.sequences.has(requestId)) {
@@ -136,6 +183,10 @@ export class Scheduler {
     }
     const priority = request.priority ?? 0;
     if (!Number.isSafeInteger(priority)) return { code: 'invalid_request', message: `Expected an integer priority but received ${priority}` };
+    // As vLLM: a priority that the policy would ignore is the caller's mistake, not a no-op.
+    if (priority !== 0 && this.config.policy !== 'priority') {
+      return { code: 'invalid_request', message: `Got priority ${priority}, but the model is not served with scheduling_policy: priority` };
+    }
     for (const [field, value] of [['queueTimeoutMs', request.queueTimeoutMs], ['timeoutMs', request.timeoutMs]] as const) {
       if (value !== undefined && !(Number.isFinite(value) && value > 0)) {
         return { code: 'invalid_request', message: `Expected a positive number of milliseconds for ${field} but received ${value}` };
@@ -167,7 +218,6 @@ export class Scheduler {
     // Prompt logprobs need the logits of every prompt position: such a request computes its
     // whole prompt, and so neither reuses nor offers cached blocks.
     const cached = this.config.enablePrefixCaching && sampling.numPromptLogprobs === null;
-    const arrivalMs = this.now();
     const sequence = new Sequence({
       requestId,
       promptTokenIds,
@@ -215,37 +265,68 @@ export class Scheduler {
   schedule(): SchedulerOutput {
     const scheduled: ScheduledSequence[] = [];
     const preemptedRequestIds: string[] = [];
+    const step = ++this.numSteps;
     let tokenBudget = this.config.maxNumBatchedTokens;
 
-    for (let sequence = this.running.first; sequence !== null && tokenBudget > 0; ) {
-      const numNewTokens = Math.min(sequence.numTokens - sequence.numComputedTokens, tokenBudget);
-      let preemptedItself = false;
-      while (!this.kv.allocateSlots(sequence, numNewTokens)) {
-        // Sequences before this one are scheduled already, so the victim is this one or a later one.
-        const victim = this.pickVictim(sequence);
-        this.preempt(victim);
-        preemptedRequestIds.push(victim.requestId);
-        if (victim === sequence) {
-          preemptedItself = true;
-          break;
-        }
+    // Decodes first, in admission order: one token each, so that no prompt holds them back.
+    // Prompts still being computed wait for the prefill pass below. A preemption takes
+    // sequences out of the running list, so the walk is over a copy of it.
+    const order = this.stepOrder;
+    for (let sequence = this.running.first; sequence !== null; sequence = this.running.after(sequence)) order.push(sequence);
+    const prefilling = this.prefilling;
+    for (const sequence of order) {
+      if (!sequence.isRunning) continue;
+      if (sequence.numTokens - sequence.numComputedTokens > 1) {
+        prefilling.push(sequence);
+      } else if (this.allocateOrPreempt(sequence, 1, step, preemptedRequestIds)) {
+        scheduled.push(this.scheduleChunk(sequence, 1, step));
+        tokenBudget -= 1;
       }
-      if (preemptedItself) break;
-      scheduled.push(this.scheduleChunk(sequence, numNewTokens));
-      tokenBudget -= numNewTokens;
-      sequence = this.running.after(sequence);
     }
+    order.length = 0;
 
-    // Admitting while preempting would hand the freed blocks straight to a newcomer.
-    if (preemptedRequestIds.length === 0) {
-      while (this.waiting.size > 0 && tokenBudget > 0 && this.running.size < this.config.maxNumSeqs) {
-        const sequence = this.waiting.peek()!;
-        const numNewTokens = this.admit(sequence, tokenBudget);
-        if (numNewTokens === 0) break;
-        scheduled.push(this.scheduleChunk(sequence, numNewTokens));
-        tokenBudget -= numNewTokens;
+    // Then prompts, in policy order (arrival, or priority then arrival): those partly computed
+    // and those waiting, at most maxNumPartialPrefills of them, of which maxLongPartialPrefills
+    // long ones. A long prompt that finds no room waits for the next step; one at the head of
+    // the queue holds the queue (FCFS), one partly computed lets the next prompt go.
+    prefilling.sort(this.config.policy === 'priority' ? byPriority : byArrival);
+    const { maxNumPartialPrefills, maxLongPartialPrefills, longPrefillTokenThreshold } = this.config;
+    let numPrefills = 0;
+    let numLongPrefills = 0;
+    let next = 0;
+    let isHeadBlocked = false;
+    while (tokenBudget > 0 && numPrefills < maxNumPartialPrefills) {
+      while (next < prefilling.length && !prefilling[next].isRunning) next++;
+      const running = next < prefilling.length ? prefilling[next] : null;
+      // Admitting while preempting would hand the freed blocks straight to a newcomer.
+      const canAdmit = !isHeadBlocked && preemptedRequestIds.length === 0 && this.running.size < this.config.maxNumSeqs;
+      const waiting = canAdmit ? this.waiting.peek() : null;
+      if (running === null && waiting === null) break;
+      const canTakeLong = numLongPrefills < maxLongPartialPrefills;
+      let sequence: Sequence;
+      let numNewTokens: number;
+      if (running === null || (waiting !== null && this.runsBefore(waiting, running))) {
+        sequence = waiting!;
+        numNewTokens = this.admit(sequence, tokenBudget, canTakeLong);
+        // Its blocks are not free, or it is long and the step has its long prompts: it keeps
+        // its place and those after it wait (FCFS), but prompts already running go on.
+        if (numNewTokens === 0) {
+          isHeadBlocked = true;
+          continue;
+        }
+      } else {
+        sequence = running;
+        next++;
+        if (!canTakeLong && sequence.numTokens - sequence.numComputedTokens > longPrefillTokenThreshold) continue;
+        numNewTokens = Math.min(sequence.numTokens - sequence.numComputedTokens, tokenBudget);
+        if (!this.allocateOrPreempt(sequence, numNewTokens, step, preemptedRequestIds)) continue;
       }
+      if (sequence.numTokens - sequence.numComputedTokens > longPrefillTokenThreshold) numLongPrefills++;
+      scheduled.push(this.scheduleChunk(sequence, numNewTokens, step));
+      tokenBudget -= numNewTokens;
+      numPrefills++;
     }
+    prefilling.length = 0;
 
     return {
       scheduled,
@@ -308,14 +389,16 @@ export class Scheduler {
 
   /**
    * Admits the waiting head: its cached prefix, then blocks for its first chunk; returns that
-   * chunk's tokens, or 0 when its blocks are not free (it stays at the head). A preempted
-   * sequence is readmitted only with blocks for everything it must recompute, so it never needs
-   * a block, and never preempts, before it has caught up.
+   * chunk's tokens, or 0 when its blocks are not free, or when it is long and canTakeLong is
+   * false (it stays at the head). A preempted sequence is readmitted only with blocks for
+   * everything it must recompute, so it never needs a block, and never preempts, before it has
+   * caught up.
    */
-  private admit(sequence: Sequence, tokenBudget: number): number {
+  private admit(sequence: Sequence, tokenBudget: number, canTakeLong: boolean): number {
     const prefixBlockIds = this.kv.findCachedPrefix(sequence);
     const numPrefixTokens = prefixBlockIds.length * this.config.blockSizeTokens;
     const numToCompute = sequence.numTokens - numPrefixTokens;
+    if (!canTakeLong && numToCompute > this.config.longPrefillTokenThreshold) return 0;
     const numNewTokens = Math.min(numToCompute, tokenBudget);
     if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return 0;
     this.kv.recordLookup(sequence.numTokens, numPrefixTokens);
@@ -333,7 +416,8 @@ export class Scheduler {
     return numNewTokens;
   }
 
-  private scheduleChunk(sequence: Sequence, numNewTokens: number): ScheduledSequence {
+  private scheduleChunk(sequence: Sequence, numNewTokens: number, step: number): ScheduledSequence {
+    sequence.scheduledStep = step;
     this.kv.cacheScheduledBlocks(sequence, sequence.numComputedTokens + numNewTokens);
     return {
       requestId: sequence.requestId,
@@ -351,17 +435,36 @@ export class Scheduler {
   }
 
   /**
-   * The running sequence to preempt so that `needy` gets blocks: among it and those after it (not
-   * yet scheduled this step), the most recently admitted (FCFS) or the lowest-priority, latest
+   * Blocks for the sequence's next numNewTokens tokens, preempting others (or itself) while the
+   * pool is short; false when it was preempted itself.
+   */
+  private allocateOrPreempt(sequence: Sequence, numNewTokens: number, step: number, preemptedRequestIds: string[]): boolean {
+    while (!this.kv.allocateSlots(sequence, numNewTokens)) {
+      const victim = this.pickVictim(sequence, step);
+      this.preempt(victim);
+      preemptedRequestIds.push(victim.requestId);
+      if (victim === sequence) return false;
+    }
+    return true;
+  }
+
+  /**
+   * The running sequence to preempt so that `needy` gets blocks: among those not yet scheduled
+   * this step (it included), the most recently admitted (FCFS) or the lowest-priority, latest
    * one, sparing any that is still catching up after its own preemption while another will do.
    */
-  private pickVictim(needy: Sequence): Sequence {
-    let victim: Sequence | null = null;
-    for (let sequence: Sequence | null = needy; sequence !== null; sequence = this.running.after(sequence)) {
-      if (sequence.isRecomputing && sequence !== needy) continue;
-      if (victim === null || this.preemptsBefore(sequence, victim)) victim = sequence;
+  private pickVictim(needy: Sequence, step: number): Sequence {
+    let victim: Sequence = needy;
+    for (let sequence = this.running.first; sequence !== null; sequence = this.running.after(sequence)) {
+      if (sequence.scheduledStep === step || sequence === needy || sequence.isRecomputing) continue;
+      if (this.preemptsBefore(sequence, victim)) victim = sequence;
     }
-    return victim!;
+    return victim;
+  }
+
+  /** Whether a runs before b in the policy's order: arrival, or priority then arrival. */
+  private runsBefore(a: Sequence, b: Sequence): boolean {
+    return this.config.policy === 'priority' ? byPriority(a, b) < 0 : a.arrivalIndex < b.arrivalIndex;
   }
 
   private preemptsBefore(a: Sequence, b: Sequence): boolean {
@@ -432,6 +535,14 @@ export class Scheduler {
       numOutputTokens: sequence.numOutputTokens,
     };
   }
+}
+
+function byArrival(a: Sequence, b: Sequence): number {
+  return a.arrivalIndex - b.arrivalIndex;
+}
+
+function byPriority(a: Sequence, b: Sequence): number {
+  return a.priority - b.priority || a.arrivalIndex - b.arrivalIndex;
 }
 
 /** Prompt positions score the token after them: the last prompt position predicts the output. */

@@ -46,6 +46,8 @@ export class Sequence implements KvSequence, Queued {
   wasAdmitted = false;
   /** When it was first admitted (the scheduler's clock); its first output token reports the wait. */
   firstScheduledMs = 0;
+  /** The scheduler's step that last scheduled it. */
+  scheduledStep = 0;
   /** In the running list (else in the waiting queue). */
   isRunning = false;
   /**

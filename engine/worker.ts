@@ -4,7 +4,7 @@ import type { LevelWithSilent } from 'pino';
 import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
-import type { SchedulingPolicy } from './scheduler.ts';
+import type { PrefillLimits, SchedulingPolicy } from './scheduler.ts';
 import { readGenerationDefaults } from './generation-config.ts';
 import { serveEngine } from './grpc/service.ts';
 import { kvBytesPerBlock } from './kv/cache-size.ts';
@@ -26,6 +26,8 @@ export interface WorkerSettings {
   blockSizeTokens: number;
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
+  /** How prompts share a step (scheduler.ts prefillLimitsFor: the performance mode's, or the configuration's own). */
+  prefillLimits: PrefillLimits;
   numThreads: number;
   kernel: KernelPath;
   /** Weight-only quantization made at load time (`int8`: Q8_0-style block scales). */
@@ -98,6 +100,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       servedName: settings.servedName,
       maxNumSeqs: settings.maxNumSeqs,
       maxNumBatchedTokens: settings.maxNumBatchedTokens,
+      prefillLimits: settings.prefillLimits,
       generationDefaults,
       enablePrefixCaching: settings.enablePrefixCaching,
       policy: settings.schedulingPolicy,

@@ -40,8 +40,11 @@ export interface ScriptedServer {
 
 export interface ScriptedServerOptions {
   script: (request: ReceivedRequest, index: number) => ScriptedResponse;
-  /** Serve the word tokenizer; without it /tokenize answers 404. */
-  tokenizer?: boolean;
+  /**
+   * Serve the word tokenizer; without it /tokenize answers 404. 'content': a /tokenize that reads
+   * `content` rather than `prompt`, as llama-server's does, so it finds no words in our requests.
+   */
+  tokenizer?: boolean | 'content';
   /** Keep received requests (tests) or not (benchmarks). */
   recordRequests?: boolean;
 }
@@ -78,7 +81,8 @@ export async function startScriptedServer(options: ScriptedServerOptions): Promi
       if (request.path === '/tokenize' || request.path === '/detokenize') {
         if (!options.tokenizer) return sendJson(res, 404, { error: { message: 'Not Found' } });
         if (request.path === '/tokenize') {
-          const words = String(request.body.prompt).split(/\s+/).filter((word) => word !== '');
+          const text = options.tokenizer === 'content' ? request.body.content : request.body.prompt;
+          const words = String(text ?? '').split(/\s+/).filter((word) => word !== '');
           const tokens = [BOS_ID, ...words.map(wordId)];
           return sendJson(res, 200, { tokens, count: tokens.length, max_model_len: 1 << 20 });
         }

@@ -13,11 +13,13 @@ export class ServerTokenizer {
   /** The tokenizer when the server has one; otherwise the reason it cannot be used. */
   static async probe(baseUrl: string, model: string): Promise<ServerTokenizer | { unavailable: string }> {
     try {
-      const response = await postJson(baseUrl, '/tokenize', { model, prompt: '' });
-      if (!response.ok) return { unavailable: `POST /tokenize answered ${response.status}` };
-      const body = (await response.json()) as { tokens?: unknown };
-      if (!Array.isArray(body.tokens)) return { unavailable: 'POST /tokenize returned no tokens array' };
-      return new ServerTokenizer(baseUrl, model, body.tokens as number[]);
+      const special = await probeTokens(baseUrl, model, '');
+      if (typeof special === 'string') return { unavailable: special };
+      // A /tokenize of another shape (llama-server's reads `content`) gives a word no tokens.
+      const word = await probeTokens(baseUrl, model, 'hello');
+      if (typeof word === 'string') return { unavailable: word };
+      if (word.length <= special.length) return { unavailable: 'POST /tokenize gave a word no tokens: it takes another request shape' };
+      return new ServerTokenizer(baseUrl, model, special);
     } catch (err) {
       return { unavailable: `POST /tokenize failed: ${describeFetchError(err)}` };
     }
@@ -47,6 +49,14 @@ export class ServerTokenizer {
     for (let i = 0; i < special.length; i++) if (tokens[i] !== special[i]) return tokens;
     return tokens.slice(special.length);
   }
+}
+
+/** The ids the server gives prompt, or why it gives none. */
+async function probeTokens(baseUrl: string, model: string, prompt: string): Promise<number[] | string> {
+  const response = await postJson(baseUrl, '/tokenize', { model, prompt });
+  if (!response.ok) return `POST /tokenize answered ${response.status}`;
+  const body = (await response.json()) as { tokens?: unknown };
+  return Array.isArray(body.tokens) ? (body.tokens as number[]) : 'POST /tokenize returned no tokens array';
 }
 
 function postJson(baseUrl: string, path: string, body: unknown): Promise<Response> {

@@ -67,13 +67,21 @@ class OperatingRunner extends FakeRunner {
 
 test(`${NUM_OPERATIONS.toLocaleString('en')} random add / abort / finish operations on the engine leak no KV block`, async (t) => {
   const seed = testSeed(t);
-  const label = `seed ${seed}`;
+  // Each seed exercises one way of sharing steps: one prompt at a time; one long (over 3 tokens
+  // to compute) and short ones beside it; or every prompt the budget holds.
+  const prefillLimits = [
+    { maxNumPartialPrefills: 1, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 0 },
+    { maxNumPartialPrefills: 6, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 3 },
+    { maxNumPartialPrefills: 6, maxLongPartialPrefills: 6, longPrefillTokenThreshold: 3 },
+  ][seed % 3];
+  const label = `seed ${seed}, ${JSON.stringify(prefillLimits)}`;
   const random = createRng(seed);
   const runner = new OperatingRunner(random);
   const engine = createEngine(runner, {
     servedName: 'fake',
     maxNumSeqs: 6,
     maxNumBatchedTokens: 12,
+    prefillLimits,
     generationDefaults: { eosTokenIds: [EOS] },
     enablePrefixCaching: true,
   });

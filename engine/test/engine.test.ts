@@ -47,6 +47,25 @@ test('the loop streams one output per request per step and idles when done', asy
   assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 4 });
 });
 
+test('a request that arrives during a step counts the rest of that step in its queue time', async (t) => {
+  const { engine, runner } = setup();
+  t.after(() => engine.close());
+  // The first request's second step runs HOLD_MS; the second request arrives as it starts.
+  const HOLD_MS = 80;
+  let second: Promise<RequestOutput[]> | null = null;
+  const first = collect(engine, request('first', 3), (output) => {
+    if (output.numOutputTokens !== 1) return;
+    runner.beforeStep = () => {
+      runner.beforeStep = null;
+      second = collect(engine, request('second', 1));
+      return new Promise((resolve) => setTimeout(resolve, HOLD_MS));
+    };
+  });
+  await first;
+  const [output] = await second!;
+  assert.ok(output.queueTimeMs! >= HOLD_MS - 5, `queue time ${output.queueTimeMs} ms covers the step in flight`);
+});
+
 test('requests sharing a cached prefix share its blocks while any holds them, each its own tokens after it', async (t) => {
   // 14 blocks of 4 for 4 running requests of 8 shared + 3 own prompt tokens and up to 12 outputs:
   // blocks are short, so one freed too early (while another request still reads it) is handed

@@ -135,6 +135,7 @@ test('a worker serves the checkpoint over gRPC and sizes its cache from a byte b
     blockSizeTokens,
     maxNumSeqs: 4,
     maxNumBatchedTokens: 32,
+    prefillLimits: { maxNumPartialPrefills: 4, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 4 },
     numThreads: 2,
     kernel: 'auto',
     quantization: 'none',

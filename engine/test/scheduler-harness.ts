@@ -16,6 +16,10 @@ export function setup(overrides: Partial<SchedulerConfig> = {}, script?: TokenSc
     vocabSize: 1000,
     maxNumSeqs: 8,
     maxNumBatchedTokens: 64,
+    // Every prompt the budget holds, unless a test says otherwise (scheduler-prefill-policy.test.ts).
+    maxNumPartialPrefills: 64,
+    maxLongPartialPrefills: 64,
+    longPrefillTokenThreshold: 0,
     generationDefaults: { eosTokenIds: [EOS] },
     modelName: 'test-model',
     enablePrefixCaching: false,

@@ -97,6 +97,15 @@ test('under the priority policy a preempted high-priority request readmits befor
   assert.deepEqual(admitted, ['b', 'late']);
 });
 
+test('under fcfs a request that names a priority is refused, as vLLM refuses it; priority 0 is the default', () => {
+  const { scheduler } = setup({ policy: 'fcfs' });
+  const refusal = scheduler.add({ ...request('urgent', 3), priority: -1 });
+  assert.equal(refusal?.code, 'invalid_request');
+  assert.match(refusal!.message, /scheduling_policy: priority/);
+  assert.equal(scheduler.add({ ...request('plain', 3), priority: 0 }), null);
+  assert.equal(setup({ policy: 'priority' }).scheduler.add({ ...request('urgent', 3), priority: -1 }), null);
+});
+
 test('deadlines end a request that waited too long to start, or ran too long, with a stated reason', async () => {
   let nowMs = 0;
   const { scheduler, step } = setup({ maxNumSeqs: 1, now: () => nowMs });

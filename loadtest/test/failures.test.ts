@@ -50,6 +50,23 @@ test('server errors mid-stream are counted by type and the other requests still 
   }
 });
 
+test('a /tokenize of another shape (llama-server reads content, not prompt) is not taken for a tokenizer', async () => {
+  const server = await startScriptedServer({ tokenizer: 'content', script: () => ({ chunks: [{ text: 'a', delayMs: 0 }, { text: 'b', delayMs: 0 }] }) });
+  try {
+    const results = await runLoadtest({
+      url: server.baseUrl,
+      model: 'scripted',
+      endpoint: 'completions',
+      workload: { kind: 'scenario', scenario: { name: 'fixed', inputTokens: 4, outputTokens: 2 }, numRequests: 2 },
+      load: { kind: 'concurrency', numClientsList: [1] },
+    });
+    assert.equal(results.num_succeeded, 2);
+    assert.match(results.prompt_lengths, /^estimated: one word per token \(POST \/tokenize gave a word no tokens/);
+  } finally {
+    await server.close();
+  }
+});
+
 test('an unreachable server gives a report of connection failures and exit code 1', async (t) => {
   const url = await closedPortUrl();
   const results = await runLoadtest({

@@ -133,6 +133,16 @@ test('several streams at once all finish', async () => {
   }
 });
 
+test('a priority on a model served first come first served is a 400, as vLLM answers it', async () => {
+  const request = { model: modelName, prompt: 'Hello', max_tokens: 2 };
+  await assert.rejects(
+    client.completions.create({ ...request, priority: 3 } as OpenAI.CompletionCreateParamsNonStreaming),
+    (err: unknown) => err instanceof OpenAI.BadRequestError && /scheduling_policy: priority/.test(err.message),
+  );
+  const plain = await client.completions.create({ ...request, priority: 0 } as OpenAI.CompletionCreateParamsNonStreaming);
+  assert.equal(plain.usage?.completion_tokens, 2);
+});
+
 test('unknown model is a 404 in the OpenAI envelope; the server keeps serving', async () => {
   await assert.rejects(
     client.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'hi' }] }),

@@ -1,0 +1,391 @@
+// Latency under load (issue 39), every figure from one run: `conduit serve --model DIR` with its
+// defaults (performance_mode: interactivity) and with performance_mode: throughput (prompts
+// packed into each step, as the scheduler did before), and llama-server beside them when a
+// binary is given, on the 125 M benchmark model:
+//
+// - closed loop, streaming completions of 256-token prompts and 128 output tokens (ignore_eos),
+//   1, 8 and 32 clients;
+// - shared prefix: 8 clients, one 1,024-token prefix plus 32 tokens of their own, 64 out.
+//
+// Per point: output tokens/s, TTFT p50 / p99 and ITL p50 / p99, where ITL is the gap between two
+// consecutive streamed tokens (loadtest's chunk_gap_ms: a prefill that stalls the decodes shows
+// in its tail), and for Conduit where its mean TTFT went (its own histograms: the worker's
+// queue, the prompt's steps, the gateway, HTTP and the client). Then the issue's targets as
+// ratios, and the policies alone on a simulated clock (tools/scheduler-sim.ts) calibrated on
+// this run and on the issue's figures. Every server gets the same prompt texts (built once with
+// Conduit's tokenizer), so llama-server computes the same tokens; the tokenizer covers all of
+// the model's ids (bench-model.ts), so every token streams text and a client's first text is
+// the first token.
+//
+//   npm run bench:latency [-- --llama-server PATH] [--rounds 2] [--servers interactivity,throughput,llama]
+//                         [--part served|simulated|both]
+//                         [--threads N (llama-server's -t; default the CPUs)] [--scale 0.25 (fewer requests, a quick look)]
+//   LLAMA_SERVER=PATH npm run bench:latency
+//
+// llama-server is never built here: give the path of one built beside the project. The bench
+// writes the benchmark checkpoint as GGUF (tools/llama-gguf.ts) and runs llama-server -t THREADS
+// -np 32 -c 16384 for the fixed loads (the issue's setting) and -np 8 -c 16384 for the shared
+// prefix (with 32 slots of 512 tokens it refuses 1,056-token prompts). Servers alternate within
+// each round, so the machine's drift does not pass for a difference. Every process shares the
+// machine with the load generator, as on a one-box deployment.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { TokenizedPromptBuilder } from '../loadtest/prompt-builder.ts';
+import { createRng } from '../loadtest/random.ts';
+import { runLoadtest } from '../loadtest/run.ts';
+import { ServerTokenizer } from '../loadtest/server-tokenizer.ts';
+import type { WorkloadEntry } from '../loadtest/workload.ts';
+import { describeCpu, writeServableBenchModel } from './bench-model.ts';
+import { freePort } from './free-port.ts';
+import { writeLlamaGguf } from './llama-gguf.ts';
+import { simulateClosedLoop, type StepCostModel } from './scheduler-sim.ts';
+import { prefillLimitsFor, type PerformanceMode } from '../engine/scheduler.ts';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
+const HEALTH_TIMEOUT_MS = 300_000;
+const SERVED_NAME = 'bench-125m';
+
+/** One closed-loop load point; the first entry is a warm-up sent alone and left out of the figures. */
+interface LoadPoint {
+  label: string;
+  numClients: number;
+  phase: 'fixed' | 'shared-prefix';
+  entries: WorkloadEntry[];
+}
+
+const FIXED = { inputTokens: 256, outputTokens: 128 };
+const SHARED = { prefixTokens: 1024, inputTokens: 32, outputTokens: 64, numClients: 8 };
+/** Requests per point, besides the warm-up: a few per client, more where the clients are few. */
+const NUM_REQUESTS: Readonly<Record<string, number>> = { 'fixed, 1 client': 8, 'fixed, 8 clients': 64, 'fixed, 32 clients': 128, 'shared prefix, 8 clients': 32 };
+
+/** Issue 39's Intel Xeon (2 vCPUs): ITL p50 17 ms at 8 clients, a 256-token prompt's step about 0.25 s. */
+const ISSUE_INTEL_COST: StepCostModel = { fixedMs: 9.5, msPerToken: 0.94 };
+
+interface Figures {
+  outputTokensPerS: number;
+  /** Conduit's own mean first-scheduling-to-first-token (NaN for llama-server). */
+  prefillMs: number;
+  ttftP50Ms: number;
+  ttftP99Ms: number;
+  itlP50Ms: number;
+  itlP99Ms: number;
+}
+
+type ServerName = 'interactivity' | 'throughput' | 'llama';
+
+interface RunningServer {
+  url: string;
+  /** Conduit's Prometheus endpoint; null for llama-server. */
+  metricsUrl: string | null;
+  stop(): Promise<void>;
+}
+
+/** Where a request's time to first token went, in mean milliseconds (Conduit's own histograms). */
+interface TtftSplit {
+  /** From the worker's receipt to its first scheduling: the step in flight, and prompts ahead. */
+  queueMs: number;
+  /** From its first scheduling to its first token: its prompt's steps. */
+  prefillMs: number;
+  /** The gateway's TTFT beyond the worker's: parsing, tokenizing, routing, the gRPC hops. */
+  gatewayMs: number;
+  /** The client's TTFT beyond the gateway's: HTTP and SSE over loopback, the load generator. */
+  clientMs: number;
+}
+
+const SPLIT_HISTOGRAMS = ['conduit_time_to_first_token_seconds', 'conduit_request_queue_time_seconds', 'conduit_request_prefill_time_seconds'] as const;
+
+/** Each histogram's sum and count. */
+async function scrapeHistograms(metricsUrl: string): Promise<Map<string, { sum: number; count: number }>> {
+  const text = await (await fetch(`${metricsUrl}/metrics`)).text();
+  const histograms = new Map<string, { sum: number; count: number }>();
+  for (const name of SPLIT_HISTOGRAMS) {
+    const value = (suffix: string) => Number(new RegExp(`^${name}_${suffix}\\{[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+    histograms.set(name, { sum: value('sum'), count: value('count') });
+  }
+  return histograms;
+}
+
+async function waitForHealth(url: string, server: ChildProcess, describeFailure: () => string): Promise<void> {
+  const deadline = Date.now() + HEALTH_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    if (server.exitCode !== null) throw new Error(`the server exited with code ${server.exitCode}:\n${describeFailure()}`);
+    if (await fetch(`${url}/health`).then((response) => response.ok, () => false)) return;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  throw new Error(`the server did not become healthy within ${HEALTH_TIMEOUT_MS / 1000} s:\n${describeFailure()}`);
+}
+
+/** Starts a server whose output goes to a log file, read only when it fails to start. */
+async function startProcess(command: string, args: string[], logFile: string, url: string, metricsUrl: string | null): Promise<RunningServer> {
+  const logFd = openSync(logFile, 'w');
+  const server = spawn(command, args, { stdio: ['ignore', logFd, logFd] });
+  closeSync(logFd);
+  const stop = async () => {
+    if (server.exitCode !== null || server.signalCode !== null) return;
+    server.kill('SIGTERM');
+    await once(server, 'exit');
+  };
+  try {
+    await waitForHealth(url, server, () => readFileSync(logFile, 'utf8').slice(-4000));
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { url, metricsUrl, stop };
+}
+
+async function startConduit(workDir: string, modelDir: string, mode: 'interactivity' | 'throughput'): Promise<RunningServer> {
+  const [httpPort, metricsPort] = [await freePort(), await freePort()];
+  const configPath = path.join(workDir, `conduit-${mode}.yaml`);
+  // `conduit serve --model DIR`'s defaults, on loopback ports, in the given mode.
+  writeFileSync(configPath, [
+    'server:',
+    '  host: 127.0.0.1',
+    `  http_port: ${httpPort}`,
+    `  metrics_port: ${metricsPort}`,
+    '  grpc_port: 0',
+    'models:',
+    `  - path: ${JSON.stringify(modelDir)}`,
+    `    performance_mode: ${mode}`,
+    '',
+  ].join('\n'));
+  return startProcess(
+    process.execPath, [conduitBin, 'serve', '--config', configPath], path.join(workDir, `conduit-${mode}.log`),
+    `http://127.0.0.1:${httpPort}`, `http://127.0.0.1:${metricsPort}`,
+  );
+}
+
+async function startLlamaServer(workDir: string, binary: string, ggufFile: string, numThreads: number, numSlots: number): Promise<RunningServer> {
+  const port = await freePort();
+  const args = ['-m', ggufFile, '--host', '127.0.0.1', '--port', String(port), '-t', String(numThreads), '-np', String(numSlots), '-c', '16384'];
+  return startProcess(binary, args, path.join(workDir, `llama-server-np${numSlots}.log`), `http://127.0.0.1:${port}`, null);
+}
+
+/** Prompt texts of exact token counts (Conduit's tokenizer, which the GGUF carries too), the same for every server. */
+async function buildLoadPoints(conduitUrl: string, scale: number): Promise<LoadPoint[]> {
+  const numRequests = (label: string, numClients: number) => Math.max(numClients, Math.round(NUM_REQUESTS[label] * scale));
+  const tokenizer = await ServerTokenizer.probe(conduitUrl, SERVED_NAME);
+  if (!(tokenizer instanceof ServerTokenizer)) throw new Error(`Conduit's /tokenize: ${tokenizer.unavailable}`);
+  const rng = createRng(39);
+  const builder = await TokenizedPromptBuilder.create(tokenizer, rng);
+  const points: LoadPoint[] = [];
+  for (const numClients of [1, 8, 32]) {
+    const label = `fixed, ${numClients} client${numClients === 1 ? '' : 's'}`;
+    const entries: WorkloadEntry[] = [];
+    for (let i = 0; i <= numRequests(label, numClients); i++) entries.push({ text: await builder.build(FIXED.inputTokens, rng), output_tokens: FIXED.outputTokens });
+    points.push({ label, numClients, phase: 'fixed', entries });
+  }
+  // As the loadtest's completions transport joins a system prompt and the user's text.
+  const prefix = await builder.build(SHARED.prefixTokens, rng);
+  const label = `shared prefix, ${SHARED.numClients} clients`;
+  const entries: WorkloadEntry[] = [];
+  for (let i = 0; i <= numRequests(label, SHARED.numClients); i++) {
+    entries.push({ text: `${prefix}\n\n${await builder.build(SHARED.inputTokens, rng)}`, output_tokens: SHARED.outputTokens });
+  }
+  points.push({ label, numClients: SHARED.numClients, phase: 'shared-prefix', entries });
+  return points;
+}
+
+async function measure(server: RunningServer, point: LoadPoint): Promise<{ figures: Figures; split: TtftSplit | null }> {
+  // The warm-up request lands in the histograms too: scraped after it, by a loadtest of its own.
+  await runLoadtest({
+    url: server.url, model: SERVED_NAME, endpoint: 'completions', workload: { kind: 'entries', name: 'warm-up', entries: point.entries.slice(0, 1) },
+    load: { kind: 'concurrency', numClientsList: [1] }, seed: 39,
+  });
+  const before = server.metricsUrl === null ? null : await scrapeHistograms(server.metricsUrl);
+  const results = await runLoadtest({
+    url: server.url,
+    model: SERVED_NAME,
+    endpoint: 'completions',
+    workload: { kind: 'entries', name: point.label, entries: point.entries.slice(1) },
+    load: { kind: 'concurrency', numClientsList: [point.numClients] },
+    seed: 39,
+  });
+  if (results.num_succeeded !== results.num_requests) {
+    throw new Error(`${point.label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);
+  }
+  const figures: Figures = {
+    outputTokensPerS: results.output_token_throughput,
+    prefillMs: Number.NaN,
+    ttftP50Ms: results.ttft_ms.p50!,
+    ttftP99Ms: results.ttft_ms.p99!,
+    itlP50Ms: results.chunk_gap_ms.p50!,
+    itlP99Ms: results.chunk_gap_ms.p99!,
+  };
+  if (before === null) return { figures, split: null };
+  const after = await scrapeHistograms(server.metricsUrl!);
+  const meanMs = (name: string) => {
+    const [a, b] = [after.get(name)!, before.get(name)!];
+    return (1000 * (a.sum - b.sum)) / (a.count - b.count);
+  };
+  const [gatewayTtftMs, queueMs, prefillMs] = SPLIT_HISTOGRAMS.map(meanMs);
+  figures.prefillMs = prefillMs;
+  return { figures, split: { queueMs, prefillMs, gatewayMs: gatewayTtftMs - queueMs - prefillMs, clientMs: results.ttft_ms.mean! - gatewayTtftMs } };
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+const ms = (value: number) => (value >= 1000 ? `${(value / 1000).toFixed(2)} s` : `${value.toFixed(0)} ms`);
+
+function describe(figures: Figures): string {
+  return `${figures.outputTokensPerS.toFixed(1)} tok/s, TTFT p50 ${ms(figures.ttftP50Ms)} p99 ${ms(figures.ttftP99Ms)}, ` +
+    `ITL p50 ${ms(figures.itlP50Ms)} p99 ${ms(figures.itlP99Ms)}`;
+}
+
+/** One line per target: the figure, its reference from this run, and whether it holds. */
+function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
+  const get = (server: ServerName, label: string, key: keyof Figures): number | null => {
+    const runs = figures.get(server)?.get(label);
+    return runs === undefined ? null : median(runs.map((run) => run[key]));
+  };
+  const line = (text: string, value: number | null, reference: number | null, limit: number, unit: 'x' | 'ms' = 'x') => {
+    if (value === null || reference === null) return;
+    const ratio = unit === 'x' ? value / reference : value;
+    const shown = unit === 'x' ? `${ratio.toFixed(2)}x` : ms(ratio);
+    const bound = unit === 'x' ? `${limit}x` : ms(limit);
+    console.log(`  ${text}: ${shown} (target <= ${bound}: ${ratio <= limit ? 'met' : 'NOT met'})`);
+  };
+  console.log('\nTargets (medians over the rounds; interactivity is the default mode):');
+  const c1 = 'fixed, 1 client';
+  const c8 = 'fixed, 8 clients';
+  const c32 = 'fixed, 32 clients';
+  const shared = `shared prefix, ${SHARED.numClients} clients`;
+  line('TTFT p50 at 8 clients / TTFT p50 at 1 client', get('interactivity', c8, 'ttftP50Ms'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
+  line('TTFT p50 at 8 clients / llama-server\'s', get('interactivity', c8, 'ttftP50Ms'), get('llama', c8, 'ttftP50Ms'), 1);
+  line('TTFT p99 at 32 clients / llama-server\'s', get('interactivity', c32, 'ttftP99Ms'), get('llama', c32, 'ttftP99Ms'), 0.5);
+  line('ITL p99 at 8 clients', get('interactivity', c8, 'itlP99Ms'), 0, 250, 'ms');
+  line('ITL p99 at 32 clients', get('interactivity', c32, 'itlP99Ms'), 0, 500, 'ms');
+  // Below 1 is a loss: the reference is the scheduler's former way, prompts packed.
+  for (const label of [c8, c32, shared]) {
+    const value = get('interactivity', label, 'outputTokensPerS');
+    const reference = get('throughput', label, 'outputTokensPerS');
+    if (value !== null && reference !== null) console.log(`  tok/s, ${label}: interactivity / throughput mode ${(value / reference).toFixed(2)}x (target >= 1: ${value >= reference ? 'met' : 'NOT met'})`);
+  }
+  line(`TTFT p50, ${shared}: interactivity / throughput mode`, get('interactivity', shared, 'ttftP50Ms'), get('throughput', shared, 'ttftP50Ms'), 1);
+}
+
+/**
+ * The policies alone (tools/scheduler-sim.ts): the real Scheduler, with defaults as served, on a
+ * clock that advances by cost per step, the same loads, a 3 ms round trip from a request's end
+ * to its client's next request at the worker. No gateway, no wire, no neighbours.
+ */
+function printSimulated(label: string, cost: StepCostModel): void {
+  console.log(`\nSimulated, ${label}: a step takes ${cost.fixedMs.toFixed(1)} ms + ${cost.msPerToken.toFixed(2)} ms per token`);
+  const loads = [
+    { label: 'fixed, 1 client', numClients: 1, numRequests: 16, sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens },
+    { label: 'fixed, 8 clients', numClients: 8, numRequests: 256, sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens },
+    { label: 'fixed, 32 clients', numClients: 32, numRequests: 512, sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens },
+    // The loadtest's completions join the prefix and the question with a blank line (one more token).
+    { label: `shared prefix, ${SHARED.numClients} clients`, numClients: SHARED.numClients, numRequests: 128, sharedPrefixTokens: SHARED.prefixTokens + 1, ownPromptTokens: SHARED.inputTokens, outputTokens: SHARED.outputTokens },
+  ];
+  const quantile = (values: number[], q: number) => {
+    const sorted = [...values].sort((a, b) => a - b);
+    const rank = (sorted.length - 1) * q;
+    const low = Math.floor(rank);
+    return sorted[low] + (sorted[Math.min(low + 1, sorted.length - 1)] - sorted[low]) * (rank - low);
+  };
+  for (const mode of ['interactivity', 'throughput'] as PerformanceMode[]) {
+    for (const { label: loadLabel, ...load } of loads) {
+      const result = simulateClosedLoop(prefillLimitsFor(mode, 64, 512), cost, { ...load, roundTripMs: 3 });
+      console.log(`  ${mode}, ${loadLabel}: ${describe({
+        outputTokensPerS: result.outputTokensPerS,
+        prefillMs: Number.NaN,
+        ttftP50Ms: quantile(result.ttftsMs, 0.5),
+        ttftP99Ms: quantile(result.ttftsMs, 0.99),
+        itlP50Ms: quantile(result.itlsMs, 0.5),
+        itlP99Ms: quantile(result.itlsMs, 0.99),
+      })}`);
+    }
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      'llama-server': { type: 'string', default: process.env.LLAMA_SERVER },
+      rounds: { type: 'string', default: '1' },
+      servers: { type: 'string', default: 'interactivity,throughput,llama' },
+      threads: { type: 'string', default: String(os.availableParallelism()) },
+      scale: { type: 'string', default: '1' },
+      part: { type: 'string', default: 'both' },
+    },
+  });
+  if (!['served', 'simulated', 'both'].includes(values.part!)) throw new Error(`--part: expected served, simulated or both, got ${values.part}`);
+  if (values.part === 'simulated') {
+    printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST);
+    return;
+  }
+  const llamaServer = values['llama-server'];
+  const numRounds = Number(values.rounds);
+  const scale = Number(values.scale);
+  if (!(scale > 0)) throw new Error(`--scale: expected a positive number, got ${values.scale}`);
+  if (!(Number.isInteger(numRounds) && numRounds >= 1)) throw new Error(`--rounds: expected a positive integer, got ${values.rounds}`);
+  const servers = values.servers!.split(',').filter((name) => name !== 'llama' || llamaServer !== undefined) as ServerName[];
+  for (const name of servers) if (!['interactivity', 'throughput', 'llama'].includes(name)) throw new Error(`--servers: unknown server ${name}`);
+  // Conduit's tokenizer builds the prompts, so a Conduit server runs first.
+  if (servers[0] === 'llama' || servers.length === 0) throw new Error('--servers: name interactivity or throughput first');
+  if (llamaServer !== undefined && !existsSync(llamaServer)) throw new Error(`--llama-server: ${llamaServer} does not exist`);
+  console.log(`CPU: ${describeCpu()}; load average ${os.loadavg().map((load) => load.toFixed(2)).join(' ')}`);
+  console.log(`closed loop, streaming completions, ignore_eos: ${FIXED.inputTokens} + ${FIXED.outputTokens} tokens at 1, 8 and 32 clients; ` +
+    `shared prefix ${SHARED.prefixTokens} + ${SHARED.inputTokens} tokens, ${SHARED.outputTokens} out, ${SHARED.numClients} clients; requests per point ${JSON.stringify(NUM_REQUESTS)}${scale === 1 ? '' : ` x ${scale}`} after 1 warm-up`);
+  console.log(`servers: ${servers.join(', ')}${llamaServer === undefined ? ' (llama-server: none given; --llama-server PATH or LLAMA_SERVER)' : ` (llama-server: ${llamaServer} -t ${values.threads})`}`);
+
+  const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-latency-'));
+  const figures = new Map<ServerName, Map<string, Figures[]>>();
+  try {
+    const modelDir = writeServableBenchModel(workDir, SERVED_NAME);
+    const ggufFile = path.join(workDir, `${SERVED_NAME}.gguf`);
+    if (servers.includes('llama')) writeLlamaGguf(modelDir, ggufFile);
+    let points: LoadPoint[] | null = null;
+    const start = async (server: ServerName, phase: LoadPoint['phase']): Promise<RunningServer> => {
+      if (server !== 'llama') return startConduit(workDir, modelDir, server);
+      return startLlamaServer(workDir, llamaServer!, ggufFile, Number(values.threads), phase === 'fixed' ? 32 : SHARED.numClients);
+    };
+    for (let round = 1; round <= numRounds; round++) {
+      for (const server of servers) {
+        for (const phase of ['fixed', 'shared-prefix'] as const) {
+          const running = await start(server, phase);
+          try {
+            points ??= await buildLoadPoints(running.url, scale);
+            for (const point of points.filter((p) => p.phase === phase)) {
+              const { figures: result, split } = await measure(running, point);
+              const byLabel = figures.get(server) ?? figures.set(server, new Map()).get(server)!;
+              (byLabel.get(point.label) ?? byLabel.set(point.label, []).get(point.label)!).push(result);
+              console.log(`round ${round}, ${server === 'llama' ? 'llama-server' : `conduit ${server}`}, ${point.label}: ${describe(result)}`);
+              if (split !== null) {
+                console.log(`  mean TTFT = worker queue ${ms(split.queueMs)} + prefill ${ms(split.prefillMs)} + gateway ${ms(split.gatewayMs)} + HTTP and client ${ms(split.clientMs)}`);
+              }
+            }
+          } finally {
+            await running.stop();
+          }
+        }
+      }
+    }
+  } finally {
+    rmSync(workDir, { recursive: true, force: true });
+  }
+  printTargets(figures);
+  // Calibrated on this run: at one client a step is a decode of one token, or the prompt's.
+  const alone = values.part === 'served' ? undefined : figures.get('interactivity')?.get('fixed, 1 client') ?? figures.get('throughput')?.get('fixed, 1 client');
+  if (alone !== undefined) {
+    const decodeMs = median(alone.map((run) => run.itlP50Ms));
+    const prefillMs = median(alone.map((run) => run.prefillMs));
+    const msPerToken = (prefillMs - decodeMs) / FIXED.inputTokens;
+    printSimulated(`calibrated on this run (one client: a decode step ${ms(decodeMs)}, a prompt's step ${ms(prefillMs)})`, { fixedMs: decodeMs - msPerToken, msPerToken });
+  }
+  if (values.part === 'both') printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST);
+  console.log(`load average at the end ${os.loadavg().map((load) => load.toFixed(2)).join(' ')}`);
+}
+
+await main();

@@ -1,0 +1,114 @@
+// The engine's real Scheduler on a clock of its own: each step takes what a cost model says
+// (a fixed part, the weights' pass, plus a part per token), clients send their next request as
+// soon as their last one ends (a closed loop), and nothing else runs. What it shows is the
+// scheduling policy alone, without the gateway, the wire or a machine shared with other work:
+// bench:latency prints it beside the served figures.
+import { Scheduler, type PrefillLimits } from '../engine/scheduler.ts';
+import { TOP_LOGPROBS_STRIDE, type RunnerResult, type SchedulerOutput } from '../engine/scheduler-output.ts';
+
+/** A step's duration: fixedMs + msPerToken × its tokens. */
+export interface StepCostModel {
+  fixedMs: number;
+  msPerToken: number;
+}
+
+export interface ClosedLoopWorkload {
+  numClients: number;
+  numRequests: number;
+  /**
+   * From a request's end to its client's next request reaching the worker (the stream's last
+   * event, a new HTTP request, the gateway, the gRPC hop): the step that starts meanwhile runs
+   * without it.
+   */
+  roundTripMs: number;
+  /** Each request's prompt: its own tokens after a prefix shared by every request (0: none). */
+  sharedPrefixTokens: number;
+  ownPromptTokens: number;
+  outputTokens: number;
+}
+
+export interface SimulatedFigures {
+  outputTokensPerS: number;
+  ttftsMs: number[];
+  /** Gaps between a request's consecutive tokens, every request's. */
+  itlsMs: number[];
+}
+
+const VOCAB_SIZE = 32000;
+const BLOCK_SIZE_TOKENS = 16;
+
+function resultFor(output: SchedulerOutput): RunnerResult {
+  const numSeqs = output.scheduled.length;
+  return {
+    // Any token will do: every request ignores EOS and runs to its length.
+    sampledTokenIds: new Int32Array(numSeqs).fill(7),
+    sampledLogprobs: new Float32Array(numSeqs),
+    topTokenIds: new Int32Array(numSeqs * TOP_LOGPROBS_STRIDE),
+    topLogprobs: new Float32Array(numSeqs * TOP_LOGPROBS_STRIDE),
+    promptLogprobs: new Float32Array(0),
+    promptRanks: new Int32Array(0),
+    promptTopTokenIds: new Int32Array(0),
+    promptTopLogprobs: new Float32Array(0),
+  };
+}
+
+/** Runs numRequests through numClients closed-loop clients; the first numClients arrive together. */
+export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, workload: ClosedLoopWorkload, maxNumBatchedTokens = 512, maxNumSeqs = 64): SimulatedFigures {
+  let nowMs = 0;
+  const scheduler = new Scheduler({
+    numKvBlocks: 4096,
+    blockSizeTokens: BLOCK_SIZE_TOKENS,
+    maxModelLen: 4096,
+    vocabSize: VOCAB_SIZE,
+    maxNumSeqs,
+    maxNumBatchedTokens,
+    ...limits,
+    generationDefaults: { eosTokenIds: [] },
+    modelName: 'sim',
+    enablePrefixCaching: true,
+    policy: 'fcfs',
+    now: () => nowMs,
+  });
+  const prefix = Array.from({ length: workload.sharedPrefixTokens }, (_, i) => 1000 + (i % 20000));
+  const sentMs = new Map<string, number>();
+  const lastTokenMs = new Map<string, number>();
+  const ttftsMs: number[] = [];
+  const itlsMs: number[] = [];
+  let numSent = 0;
+  let numDone = 0;
+  let numOutputTokens = 0;
+  /** When each client's next request reaches the worker, in order. */
+  const arrivalsMs: number[] = [];
+  const send = () => {
+    const requestId = `r${numSent}`;
+    // Each request's own tokens differ from every other's from the first on.
+    const own = Array.from({ length: workload.ownPromptTokens }, (_, i) => 21000 + ((numSent * 7919 + i * 104729) % 11000));
+    const refusal = scheduler.add({ requestId, promptTokenIds: [...prefix, ...own], sampling: { maxTokens: workload.outputTokens, ignoreEos: true, temperature: 0 } });
+    if (refusal !== null) throw new Error(`simulated request refused: ${refusal.message}`);
+    sentMs.set(requestId, nowMs - workload.roundTripMs);
+    numSent++;
+  };
+  for (let i = 0; i < Math.min(workload.numClients, workload.numRequests); i++) arrivalsMs.push(workload.roundTripMs);
+  while (numDone < workload.numRequests) {
+    // Requests that reached the worker join this step; an idle worker waits for the next one.
+    if (!scheduler.hasUnfinished && arrivalsMs.length > 0) nowMs = Math.max(nowMs, arrivalsMs[0]);
+    while (arrivalsMs.length > 0 && arrivalsMs[0] <= nowMs) {
+      arrivalsMs.shift();
+      send();
+    }
+    const output = scheduler.schedule();
+    if (output.scheduled.length === 0) throw new Error('the simulated scheduler stalled');
+    nowMs += cost.fixedMs + cost.msPerToken * output.numScheduledTokens;
+    for (const news of scheduler.update(output, resultFor(output))) {
+      const { requestId } = news;
+      if (news.numOutputTokens === 1) ttftsMs.push(nowMs - sentMs.get(requestId)!);
+      else itlsMs.push(nowMs - lastTokenMs.get(requestId)!);
+      lastTokenMs.set(requestId, nowMs);
+      numOutputTokens += news.newTokenIds.length;
+      if (news.finishReason === null) continue;
+      numDone++;
+      if (numSent + arrivalsMs.length < workload.numRequests) arrivalsMs.push(nowMs + workload.roundTripMs);
+    }
+  }
+  return { outputTokensPerS: (1000 * numOutputTokens) / nowMs, ttftsMs, itlsMs };
+}
