@@ -12,7 +12,7 @@ import { KvCacheManager } from './kv/kv-cache-manager.ts';
 import { FcfsQueue, PriorityQueue, SequenceList, type WaitingQueue } from './queues.ts';
 import { resolveSampling } from './sampling.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
-import { Sequence } from './sequence.ts';
+import { Sequence, type GrammarGate } from './sequence.ts';
 import type { FinishReason, GenerateRequest, KvEvent, RequestOutput, TokenLogprobs, WorkerLoad } from './types.ts';
 
 export type SchedulingPolicy = 'fcfs' | 'priority';
@@ -118,8 +118,11 @@ export class Scheduler {
     return counters;
   }
 
-  /** Queues a request, or refuses one that could never run and says why. */
-  add(request: GenerateRequest): EngineError | null {
+  /**
+   * Queues a request, or refuses one that could never run and says why. A request with a grammar
+   * computes its prompt while the grammar compiles and samples once it is ready.
+   */
+  add(request: GenerateRequest, grammar: GrammarGate | null = null): EngineError | null {
     const { requestId, promptTokenIds } = request;
     const { maxModelLen, vocabSize, numKvBlocks, blockSizeTokens } = this.config;
     if (this.sequences.has(requestId)) {
@@ -176,6 +179,7 @@ export class Scheduler {
       arrivalIndex: this.numArrivals++,
       arrivalMs,
       cacheRoot: cached ? rootHash({ model: this.config.modelName, cacheSalt: request.cacheSalt }) : null,
+      grammar,
     });
     this.sequences.set(requestId, sequence);
     this.pushWaiting(sequence, false);
@@ -190,6 +194,14 @@ export class Scheduler {
     if (sequence === undefined) return null;
     this.finish(sequence);
     return this.outputOf(sequence, 'abort');
+  }
+
+  /** Ends a request with an error (its grammar failed) and frees its blocks now; null when it is not in flight. */
+  fail(requestId: string, error: EngineError): RequestOutput | null {
+    const sequence = this.sequences.get(requestId);
+    if (sequence === undefined) return null;
+    this.finish(sequence);
+    return { ...this.outputOf(sequence, 'error'), error };
   }
 
   /** Ends the requests whose deadlines have passed (between steps only). */
@@ -218,7 +230,12 @@ export class Scheduler {
     let tokenBudget = this.config.maxNumBatchedTokens;
 
     for (let sequence = this.running.first; sequence !== null && tokenBudget > 0; ) {
-      const numNewTokens = Math.min(sequence.numTokens - sequence.numComputedTokens, tokenBudget);
+      const numNewTokens = Math.min(sequence.numSchedulableTokens, tokenBudget);
+      if (numNewTokens === 0) {
+        // Its prompt is computed and its grammar still compiling: nothing to do this step.
+        sequence = this.running.after(sequence);
+        continue;
+      }
       let preemptedItself = false;
       while (!this.kv.allocateSlots(sequence, numNewTokens)) {
         // Sequences before this one are scheduled already, so the victim is this one or a later one.
@@ -241,7 +258,8 @@ export class Scheduler {
       while (this.waiting.size > 0 && tokenBudget > 0 && this.running.size < this.config.maxNumSeqs) {
         const sequence = this.waiting.peek()!;
         const numNewTokens = this.admit(sequence, tokenBudget);
-        if (numNewTokens === 0) break;
+        if (numNewTokens === null) break;
+        if (numNewTokens === 0) continue;
         scheduled.push(this.scheduleChunk(sequence, numNewTokens));
         tokenBudget -= numNewTokens;
       }
@@ -254,8 +272,12 @@ export class Scheduler {
     };
   }
 
-  /** Applies one step's sampled tokens; returns the news for every request that has some. */
-  update(output: SchedulerOutput, result: RunnerResult): RequestOutput[] {
+  /**
+   * Applies one step's sampled tokens, and after each the tokens its grammar forces (forced,
+   * indexed like output.scheduled: jump-forward, emitted without sampling with logprob 0); returns
+   * the news for every request that has some.
+   */
+  update(output: SchedulerOutput, result: RunnerResult, forced: ReadonlyArray<readonly number[] | undefined> | null = null): RequestOutput[] {
     this.kv.commitStep();
     const outputs: RequestOutput[] = [];
     let firstTokenIndex = 0;
@@ -284,13 +306,32 @@ export class Scheduler {
         sequence.hasSentPromptLogprobs = true;
       }
       if (finishReason === 'stop') news.stopTokenId = tokenId;
-      if (sequence.numOutputTokens === 1) {
+      const forcedTokenIds = forced?.[index];
+      if (finishReason === null && forcedTokenIds !== undefined) this.appendForced(sequence, forcedTokenIds, news);
+      if (sequence.numOutputTokens === news.newTokenIds.length) {
         news.queueTimeMs = sequence.firstScheduledMs - sequence.arrivalMs;
         news.prefillTimeMs = this.now() - sequence.firstScheduledMs;
       }
       outputs.push(news);
     }
     return outputs;
+  }
+
+  /** Forced tokens up to the output's limits; the last one may finish the request by length. */
+  private appendForced(sequence: Sequence, tokenIds: readonly number[], news: RequestOutput): void {
+    for (const tokenId of tokenIds) {
+      sequence.appendOutputToken(tokenId);
+      news.newTokenIds.push(tokenId);
+      news.newLogprobs.push(0);
+      if (news.newTopLogprobs !== undefined) news.newTopLogprobs.push({ logprob: 0, topTokenIds: [], topLogprobs: [] });
+      const finishReason = this.lengthLimitOf(sequence);
+      if (finishReason === null) continue;
+      this.finish(sequence);
+      news.finishReason = finishReason;
+      news.numOutputTokens = sequence.numOutputTokens;
+      break;
+    }
+    news.numOutputTokens = sequence.numOutputTokens;
   }
 
   /** Ends every request of a step the runner could not execute; the blocks it named hold no KV. */
@@ -308,16 +349,19 @@ export class Scheduler {
 
   /**
    * Admits the waiting head: its cached prefix, then blocks for its first chunk; returns that
-   * chunk's tokens, or 0 when its blocks are not free (it stays at the head). A preempted
+   * chunk's tokens, or null when its blocks are not free (it stays at the head). A preempted
    * sequence is readmitted only with blocks for everything it must recompute, so it never needs
    * a block, and never preempts, before it has caught up.
    */
-  private admit(sequence: Sequence, tokenBudget: number): number {
+  private admit(sequence: Sequence, tokenBudget: number): number | null {
     const prefixBlockIds = this.kv.findCachedPrefix(sequence);
     const numPrefixTokens = prefixBlockIds.length * this.config.blockSizeTokens;
     const numToCompute = sequence.numTokens - numPrefixTokens;
-    const numNewTokens = Math.min(numToCompute, tokenBudget);
-    if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return 0;
+    // A grammar still compiling holds back the last token (the one that samples); such a
+    // sequence may be admitted with nothing to compute yet, which keeps the queue moving.
+    const numHeldBack = sequence.numSchedulableTokens < sequence.numTokens - sequence.numComputedTokens ? 1 : 0;
+    const numNewTokens = Math.min(numToCompute - numHeldBack, tokenBudget);
+    if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return null;
     this.kv.recordLookup(sequence.numTokens, numPrefixTokens);
     this.waiting.remove(sequence);
     this.numQueuedPrefillTokens -= sequence.numQueuedPrefillTokens;
@@ -347,6 +391,7 @@ export class Scheduler {
       penaltyHistory: sequence.penaltyHistory,
       bannedTokenIds: sequence.numOutputTokens < sequence.sampling.minTokens ? this.stopTokenIdsOf(sequence) : NO_TOKENS,
       scoresPrompt: scoresPrompt(sequence, numNewTokens),
+      grammar: sequence.grammar,
     };
   }
 
@@ -412,11 +457,17 @@ export class Scheduler {
 
   private finishReasonOf(sequence: Sequence, tokenId: number): FinishReason | null {
     const { sampling } = sequence;
+    // A grammar that has accepted its stop token is complete, whatever min_tokens or ignore_eos say.
+    if (sequence.grammar?.stopTokenIds.includes(tokenId)) return 'stop';
     if (sequence.numOutputTokens > sampling.minTokens) {
       if (!sampling.ignoreEos && this.config.generationDefaults.eosTokenIds.includes(tokenId)) return 'stop';
       if (sampling.stopTokenIds.includes(tokenId)) return 'stop';
     }
-    if (sequence.numOutputTokens >= sampling.maxTokens) return 'length';
+    return this.lengthLimitOf(sequence);
+  }
+
+  private lengthLimitOf(sequence: Sequence): FinishReason | null {
+    if (sequence.numOutputTokens >= sequence.sampling.maxTokens) return 'length';
     if (sequence.numTokens >= this.config.maxModelLen) return 'length';
     return null;
   }
