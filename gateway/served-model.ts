@@ -4,6 +4,7 @@ import type { EngineClient } from '../engine/types.ts';
 import { ModelRouter } from '../router/model-router.ts';
 import { DEFAULT_ROUTER_SETTINGS } from '../router/settings.ts';
 import { ApiError } from './errors.ts';
+import { formatsOf, type ModelFormats } from './tool-calls/families.ts';
 import { loadChatTemplate, type ChatTemplate } from './tokenizer/chat-template.ts';
 import { loadTokenizer } from './tokenizer/load.ts';
 import type { Tokenizer } from './tokenizer/tokenizer.ts';
@@ -47,6 +48,8 @@ export interface LoadedModel extends ServedModel {
   tokenizer: Tokenizer;
   /** Null when the checkpoint has none; chat requests are then refused. */
   chatTemplate: ChatTemplate | null;
+  /** How its family writes tool calls and reasoning, read from its chat template. */
+  formats: ModelFormats;
   /** Unix seconds, for /v1/models. */
   createdAtSec: number;
 }
@@ -60,7 +63,7 @@ export class ModelRegistry {
     this.models = models.map((model) => {
       const { tokenizer, config } = loadTokenizer(model.modelDir);
       return {
-        ...model, router: routerOf(model), tokenizer, chatTemplate: loadChatTemplate(config), createdAtSec,
+        ...model, router: routerOf(model), tokenizer, chatTemplate: loadChatTemplate(config), formats: formatsOf(config.chatTemplate), createdAtSec,
         // Read through: a server that listens before its workers answer fills it in when they do.
         get maxModelLen() {
           return model.maxModelLen;
