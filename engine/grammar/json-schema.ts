@@ -210,9 +210,15 @@ export function prepareJsonSchema(schemaText: string): { schema: string } | Engi
   } catch (err) {
     return { code: 'invalid_request', message: `The JSON schema is not JSON: ${(err as Error).message}` };
   }
+  const prepared = prepareSchemaValue(schema);
+  return 'code' in prepared ? prepared : { schema: JSON.stringify(prepared.schema) };
+}
+
+/** prepareJsonSchema for a schema already parsed (one inside a structural tag). */
+export function prepareSchemaValue(schema: unknown): { schema: unknown } | EngineError {
   if (typeof schema !== 'boolean' && !isObject(schema)) return { code: 'invalid_request', message: 'The JSON schema must be an object' };
   try {
-    return { schema: JSON.stringify(prepareNode(schema, [])) };
+    return { schema: prepareNode(schema, []) };
   } catch (err) {
     if (err instanceof Unsupported) return { code: 'invalid_request', message: err.message };
     throw err;

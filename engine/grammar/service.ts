@@ -15,7 +15,7 @@ import type { ScheduledSequence } from '../scheduler-output.ts';
 import type { GrammarGate } from '../sequence.ts';
 import type { StructuredOutput } from '../types.ts';
 import { ForcedTokenizer } from './forced-tokens.ts';
-import { prepareJsonSchema } from './json-schema.ts';
+import { prepareJsonSchema, prepareSchemaValue } from './json-schema.ts';
 import type { FillItem, GrammarThreadInit, PreparedConstraint, ThreadReply, ThreadRequest } from './messages.ts';
 import { loadGrammarVocabulary } from './vocabulary.ts';
 
@@ -87,6 +87,28 @@ function invalid(message: string): EngineError {
   return { code: 'invalid_request', message };
 }
 
+/** A structural tag with every JSON schema in it (tool calls' parameters) checked and prepared as a json_schema constraint's is. */
+function prepareTagSchemas(tag: unknown): { tag: unknown } | EngineError {
+  if (Array.isArray(tag)) {
+    const items = [];
+    for (const item of tag) {
+      const prepared = prepareTagSchemas(item);
+      if ('code' in prepared) return prepared;
+      items.push(prepared.tag);
+    }
+    return { tag: items };
+  }
+  if (typeof tag !== 'object' || tag === null) return { tag };
+  const node: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(tag)) {
+    const isSchema = key === 'json_schema' && ((tag as { type?: unknown }).type === 'json_schema' || (tag as { type?: unknown }).type === 'qwen_xml_parameter');
+    const prepared = isSchema ? prepareSchemaValue(value) : prepareTagSchemas(value);
+    if ('code' in prepared) return prepared;
+    node[key] = 'schema' in prepared ? prepared.schema : prepared.tag;
+  }
+  return { tag: node };
+}
+
 /** The constraint checked and made ready to compile, or why it cannot be. */
 export function prepareStructuredOutput(structured: StructuredOutput): PreparedOutput | EngineError {
   const { constraint } = structured;
@@ -109,14 +131,19 @@ export function prepareStructuredOutput(structured: StructuredOutput): PreparedO
     case 'grammar':
       if (typeof constraint.grammar !== 'string' || constraint.grammar.trim() === '') return invalid('A grammar structured output needs a grammar');
       break;
-    case 'structural_tag':
+    case 'structural_tag': {
+      let tag: unknown;
       try {
-        const tag: unknown = JSON.parse(constraint.structuralTag);
+        tag = JSON.parse(constraint.structuralTag);
         if (typeof tag !== 'object' || tag === null || Array.isArray(tag)) throw new Error('not an object');
       } catch (err) {
         return invalid(`A structural tag must be a JSON object: ${(err as Error).message}`);
       }
+      const schemas = prepareTagSchemas(tag);
+      if ('code' in schemas) return schemas;
+      prepared = { kind: 'structural_tag', structuralTag: JSON.stringify(schemas.tag) };
       break;
+    }
     case 'json_object':
       break;
     default:
@@ -326,6 +353,16 @@ export class GrammarService {
 
   private post(thread: GrammarThread, request: ThreadRequest): void {
     thread.worker?.postMessage(request);
+    this.holdLoop(thread);
+  }
+
+  /**
+   * A thread keeps the process alive while it has work (open grammars, a fill to answer): the
+   * engine may be waiting on nothing else. An idle one does not hold a closing process.
+   */
+  private holdLoop(thread: GrammarThread): void {
+    if (thread.grammars.size > 0 || thread.pendingFill !== null) thread.worker?.ref();
+    else thread.worker?.unref();
   }
 
   private receive(reply: ThreadReply): void {
@@ -347,6 +384,7 @@ export class GrammarService {
     if (thread === undefined) return;
     thread.pendingFill!.resolve();
     thread.pendingFill = null;
+    this.holdLoop(thread);
   }
 
   /** A thread that died fails its sequences, and counts the rows it owed so no pass waits for them. */

@@ -44,6 +44,20 @@ async function compilerOf(): Promise<GrammarCompiler> {
   return compiler;
 }
 
+/** A JSON schema as EBNF with JSON_OPTIONS' layout (a structural tag's own json_schema allows any whitespace, in which small models drown). */
+function schemaGrammar(schema: unknown): Promise<string> {
+  return xgrammar.Testings._jsonSchemaToEBNF(JSON.stringify(schema), ...JSON_OPTIONS);
+}
+
+/** The tag with each JSON schema in it turned into a grammar of the same layout as a json_schema constraint's. */
+async function withSchemaGrammars(format: unknown): Promise<unknown> {
+  if (Array.isArray(format)) return Promise.all(format.map(withSchemaGrammars));
+  if (typeof format !== 'object' || format === null) return format;
+  const node = format as Record<string, unknown>;
+  if (node.type === 'json_schema') return { type: 'grammar', grammar: await schemaGrammar(node.json_schema) };
+  return Object.fromEntries(await Promise.all(Object.entries(node).map(async ([key, value]) => [key, await withSchemaGrammars(value)] as const)));
+}
+
 function formatOf(constraint: PreparedConstraint): StructuralTagFormat {
   switch (constraint.kind) {
     case 'json_schema':
@@ -70,7 +84,10 @@ async function compile(constraint: PreparedConstraint, constrainAfter: string | 
       type: 'sequence',
       elements: [{ type: 'tag', begin: '', content: { type: 'any_text' }, end: constrainAfter }, formatOf(constraint)],
     };
-    return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format });
+    return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(format)) as StructuralTagFormat });
+  }
+  if (constraint.kind === 'structural_tag') {
+    return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(formatOf(constraint))) as StructuralTagFormat });
   }
   switch (constraint.kind) {
     case 'json_schema':

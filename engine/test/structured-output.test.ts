@@ -123,6 +123,7 @@ test('what the grammar engine cannot honour is refused before any token, naming 
       [{ constraint: { kind: 'regex', pattern: '[a-' } }, /could not be compiled: Regex parsing error/],
       [{ constraint: { kind: 'grammar', grammar: 'root ::= undefined_rule' } }, /could not be compiled/],
       [{ constraint: { kind: 'choice', choices: [] } }, /one or more non-empty strings/],
+      [{ constraint: { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format: { type: 'tag', begin: '<', content: { type: 'json_schema', json_schema: { not: {} } }, end: '>' } }) } }, /"not" is not supported/],
     ];
     for (const [index, [structured, message]] of cases.entries()) {
       const outcome = await generate(engine, request(`bad-${index}`, structured, index));
@@ -133,6 +134,23 @@ test('what the grammar engine cannot honour is refused before any token, naming 
     // The threads keep serving after a grammar aborted inside them.
     const after = await generate(engine, request('after', { constraint: { kind: 'choice', choices: ['ok'] } }, 9));
     assert.equal(after.text, 'ok');
+  });
+});
+
+test('a structural tag (forced tool calls): each call in its wrapper, its arguments JSON on one line, held to their schema', async () => {
+  const parameters = { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'], additionalProperties: false };
+  const call = (name: string, schema: object) => ({ type: 'tag', begin: `<tool_call>\n{"name": "${name}", "arguments": `, content: { type: 'json_schema', json_schema: schema }, end: '}\n</tool_call>' });
+  const format = { type: 'tags_with_separator', tags: [call('get_weather', parameters), call('get_time', { type: 'object', properties: {}, additionalProperties: false })], separator: '\n', at_least_one: true, stop_after_first: true };
+  const ajv = new Ajv2020.default({ strict: false });
+  await withEngine(async (engine) => {
+    for (const seed of [51, 52, 53, 54]) {
+      const outcome = await generate(engine, request(`tag-${seed}`, { constraint: { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format }) } }, seed, { sampling: { temperature: 1, seed: BigInt(seed), maxTokens: 200 } }));
+      assert.equal(outcome.finishReason, 'stop', outcome.text);
+      const match = /^<tool_call>\n(\{.*\})\n<\/tool_call>$/.exec(outcome.text);
+      assert.ok(match !== null, outcome.text);
+      const parsed = JSON.parse(match[1]) as { name: string; arguments: object };
+      assert.ok(ajv.validate(parsed.name === 'get_weather' ? parameters : { type: 'object', additionalProperties: false }, parsed.arguments), outcome.text);
+    }
   });
 });
 
