@@ -165,7 +165,7 @@ export class Engine {
       while (this.stopError === null) {
         this.applyInbox();
         for (const output of this.scheduler.expire()) this.emit(output);
-        this.failGrammars();
+        this.applyGrammars();
         let stats: StepStats | null = null;
         if (this.scheduler.hasUnfinished) stats = await this.step();
         this.report(stats);
@@ -232,11 +232,18 @@ export class Engine {
     return refusal;
   }
 
-  /** Ends the requests whose grammars failed to compile or to follow their output. */
-  private failGrammars(): void {
+  /**
+   * Ends the requests whose grammars failed to compile or to follow their output, and outputs the
+   * tokens new grammars force from their start (before they compile, before any prefill).
+   */
+  private applyGrammars(): void {
     if (this.grammars === null) return;
     for (const grammar of this.grammars.takeFailures()) {
       const output = this.scheduler.fail(grammar.requestId, grammar.failure!);
+      if (output !== null) this.emit(output);
+    }
+    for (const { requestId, tokenIds } of this.grammars.takeForcedStarts()) {
+      const output = this.scheduler.forceOutput(requestId, tokenIds);
       if (output !== null) this.emit(output);
     }
   }

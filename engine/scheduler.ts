@@ -196,6 +196,25 @@ export class Scheduler {
     return this.outputOf(sequence, 'abort');
   }
 
+  /**
+   * Outputs tokens a request's grammar forces before anything is sampled (they are computed with
+   * the prompt); null when the request is gone or has output already.
+   */
+  forceOutput(requestId: string, tokenIds: readonly number[]): RequestOutput | null {
+    const sequence = this.sequences.get(requestId);
+    if (sequence === undefined || sequence.numOutputTokens > 0) return null;
+    const news = this.outputOf(sequence, null);
+    const numTokensBefore = sequence.numTokens;
+    this.appendForcedTokens(sequence, tokenIds, news);
+    if (news.finishReason === null && !sequence.isRunning) {
+      // Waiting still: the tokens add to what its admission must compute.
+      const numAdded = sequence.numTokens - numTokensBefore;
+      sequence.numQueuedPrefillTokens += numAdded;
+      this.numQueuedPrefillTokens += numAdded;
+    }
+    return news;
+  }
+
   /** Ends a request with an error (its grammar failed) and frees its blocks now; null when it is not in flight. */
   fail(requestId: string, error: EngineError): RequestOutput | null {
     const sequence = this.sequences.get(requestId);
@@ -307,8 +326,9 @@ export class Scheduler {
       }
       if (finishReason === 'stop') news.stopTokenId = tokenId;
       const forcedTokenIds = forced?.[index];
-      if (finishReason === null && forcedTokenIds !== undefined) this.appendForced(sequence, forcedTokenIds, news);
-      if (sequence.numOutputTokens === news.newTokenIds.length) {
+      if (finishReason === null && forcedTokenIds !== undefined) this.appendForcedTokens(sequence, forcedTokenIds, news);
+      if (!sequence.hasSampled) {
+        sequence.hasSampled = true;
         news.queueTimeMs = sequence.firstScheduledMs - sequence.arrivalMs;
         news.prefillTimeMs = this.now() - sequence.firstScheduledMs;
       }
@@ -318,7 +338,7 @@ export class Scheduler {
   }
 
   /** Forced tokens up to the output's limits; the last one may finish the request by length. */
-  private appendForced(sequence: Sequence, tokenIds: readonly number[], news: RequestOutput): void {
+  private appendForcedTokens(sequence: Sequence, tokenIds: readonly number[], news: RequestOutput): void {
     for (const tokenId of tokenIds) {
       sequence.appendOutputToken(tokenId);
       news.newTokenIds.push(tokenId);

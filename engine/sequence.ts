@@ -73,6 +73,8 @@ export class Sequence implements KvSequence, Queued {
   readonly promptLogprobs: PromptTokenLogprobs[] | null;
   /** The first output carried promptLogprobs. */
   hasSentPromptLogprobs = false;
+  /** A token has been sampled (the first one's output reports the queue and prefill times). */
+  hasSampled = false;
   prev: Sequence | null = null;
   next: Sequence | null = null;
   heapIndex = -1;

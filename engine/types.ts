@@ -124,8 +124,9 @@ export interface RequestOutput {
   numOutputTokens: number;
   error?: EngineError;
   /**
-   * With the first output token, on the worker's clock: from arrival to first scheduled (vLLM's
-   * queue time), and from first scheduled to the first token (its prefill time).
+   * With the first sampled token, on the worker's clock: from arrival to first scheduled (vLLM's
+   * queue time), and from first scheduled to the first token (its prefill time). Tokens a grammar
+   * forces from its start may be output before it.
    */
   queueTimeMs?: number;
   prefillTimeMs?: number;

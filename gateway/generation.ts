@@ -178,13 +178,14 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       const ttftMs = nowMs - request.arrivalMs;
       observed.firstToken(ttftMs / 1000);
       trace?.onFirstToken(ttftMs);
-      if (output.queueTimeMs !== undefined && output.prefillTimeMs !== undefined) {
-        observed.engineTimings(output.queueTimeMs / 1000, output.prefillTimeMs / 1000);
-      }
       // Tokens of the same step as the first: no gap between them.
       observed.interTokens(0, numNewTokens - 1);
     } else {
       observed.interTokens((nowMs - lastTokenMs) / 1000 / numNewTokens, numNewTokens);
+    }
+    // With the first sampled token (a grammar's forced start may come before it).
+    if (output.queueTimeMs !== undefined && output.prefillTimeMs !== undefined) {
+      observed.engineTimings(output.queueTimeMs / 1000, output.prefillTimeMs / 1000);
     }
     lastTokenMs = nowMs;
   };

@@ -43,6 +43,13 @@ export class ForcedTokenizer {
     return pieces.slice(0, -1);
   }
 
+  /** The tokens to emit before anything is sampled, given the text a grammar forces from its start. */
+  forcedStart(forcedText: string): number[] {
+    const replacement = forcedText.indexOf('\uFFFD');
+    const forced = Buffer.from(replacement === -1 ? forcedText : forcedText.slice(0, replacement), 'utf8');
+    return this.tokenize(forced, 0).slice(0, -1);
+  }
+
   /** Longest-match tokens spelling bytes[start..]; stops early at a byte no token spells. */
   private tokenize(bytes: Uint8Array, start: number): number[] {
     const tokenIds: number[] = [];

@@ -29,10 +29,21 @@ export interface FillItem {
 }
 
 export type ThreadRequest =
-  | { kind: 'open'; slot: number; key: string; constraint: PreparedConstraint; constrainAfter: string | null; stopTokenIds: number[] }
+  | {
+      kind: 'open';
+      slot: number;
+      key: string;
+      constraint: PreparedConstraint;
+      constrainAfter: string | null;
+      stopTokenIds: number[];
+      /** Also report the text the grammar forces from its start ('prefix'), before compiling it. */
+      jumpForward: boolean;
+    }
   | { kind: 'fill'; step: number; items: FillItem[] }
   | { kind: 'close'; slot: number };
 
 export type ThreadReply =
+  /** What the grammar forces from its start, known before it is compiled (an empty text: nothing). */
+  | { kind: 'prefix'; slot: number; text: string }
   | { kind: 'opened'; slot: number; error: string | null; cached: boolean; compileMs: number }
   | { kind: 'filled'; step: number; results: Array<{ slot: number; forcedText: string | null; error: string | null }> };

@@ -175,6 +175,7 @@ export class GrammarService {
   private readonly bySlot = new Map<number, SequenceGrammar>();
   private readonly byRequest = new Map<string, SequenceGrammar>();
   private readonly failures: SequenceGrammar[] = [];
+  private readonly prefixes: Array<{ grammar: SequenceGrammar; text: string }> = [];
   private readonly bitmaskRows: Int32Array;
   private readonly tokenBitmask: Int32Array;
   private readonly ready: Int32Array;
@@ -230,7 +231,8 @@ export class GrammarService {
     this.bySlot.set(grammar.slot, grammar);
     this.byRequest.set(grammar.requestId, grammar);
     const { key, constraint, constrainAfter } = grammar.prepared;
-    this.post(thread, { kind: 'open', slot: grammar.slot, key, constraint, constrainAfter, stopTokenIds: [...grammar.stopTokenIds] });
+    const { jumpForward } = grammar.prepared;
+    this.post(thread, { kind: 'open', slot: grammar.slot, key, constraint, constrainAfter, stopTokenIds: [...grammar.stopTokenIds], jumpForward });
   }
 
   /** Frees the request's matcher; its grammar stays cached in its thread. */
@@ -247,6 +249,21 @@ export class GrammarService {
   /** Grammars that failed (to compile, or to accept a token) since the last call. */
   takeFailures(): SequenceGrammar[] {
     return this.failures.splice(0);
+  }
+
+  /**
+   * The tokens each new grammar forces from its start, known before it compiles (jump-forward's
+   * first step: the grammar's start compiled over bytes alone), for requests that have no output
+   * yet: they are output at once, and computed with the prompt.
+   */
+  takeForcedStarts(): Array<{ requestId: string; tokenIds: number[] }> {
+    const starts = [];
+    for (const { grammar, text } of this.prefixes.splice(0)) {
+      if (grammar.failure !== null || this.byRequest.get(grammar.requestId) !== grammar) continue;
+      const tokenIds = this.tokenizer().forcedStart(text);
+      if (tokenIds.length > 0) starts.push({ requestId: grammar.requestId, tokenIds });
+    }
+    return starts;
   }
 
   /**
@@ -366,6 +383,13 @@ export class GrammarService {
   }
 
   private receive(reply: ThreadReply): void {
+    if (reply.kind === 'prefix') {
+      const grammar = this.bySlot.get(reply.slot);
+      if (grammar === undefined || grammar.isReady || reply.text === '') return;
+      this.prefixes.push({ grammar, text: reply.text });
+      this.onChange();
+      return;
+    }
     if (reply.kind === 'opened') {
       const grammar = this.bySlot.get(reply.slot);
       if (grammar === undefined) return;

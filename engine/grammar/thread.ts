@@ -6,7 +6,7 @@
 // Messages are handled one at a time, in order.
 import { parentPort, workerData } from 'node:worker_threads';
 import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint, FillItem } from './messages.ts';
-import { loadGrammarVocabulary } from './vocabulary.ts';
+import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
 import { loadXgrammar } from './xgrammar.ts';
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
 
@@ -26,6 +26,7 @@ const ready = new Int32Array(init.ready);
 const compiled = new Map<string, CompiledGrammar>();
 const matchers = new Map<number, GrammarMatcher>();
 let compiler: GrammarCompiler | null = null;
+let byteCompiler: GrammarCompiler | null = null;
 
 /** JSON on one line, with the separators Python's json.dumps (and most training data) uses. */
 const JSON_OPTIONS = [false, -1, [', ', ': '] as [string, string], true] as const;
@@ -58,6 +59,22 @@ async function withSchemaGrammars(format: unknown): Promise<unknown> {
   return Object.fromEntries(await Promise.all(Object.entries(node).map(async ([key, value]) => [key, await withSchemaGrammars(value)] as const)));
 }
 
+/**
+ * A compiler over the 256 bytes alone (and a stop token): compiling against it takes
+ * milliseconds where the model's vocabulary takes up to seconds, and what a grammar forces is the
+ * same bytes whatever the vocabulary, so it tells the forced start of a grammar not yet compiled.
+ */
+async function byteCompilerOf(): Promise<GrammarCompiler> {
+  if (byteCompiler !== null) return byteCompiler;
+  const bytes = Array.from({ length: 256 }, (_, b) => BYTE_CHARS[b]);
+  const info = await xgrammar.TokenizerInfo.createTokenizerInfo([...bytes, ''], 'byte_level', false, 257, [256]);
+  byteCompiler = await xgrammar.GrammarCompiler.createGrammarCompiler(info, false);
+  return byteCompiler;
+}
+
+/** GPT-2's byte-level alphabet, as vocabulary.ts builds it. */
+const BYTE_CHARS = byteLevelAlphabet();
+
 function formatOf(constraint: PreparedConstraint): StructuralTagFormat {
   switch (constraint.kind) {
     case 'json_schema':
@@ -77,8 +94,7 @@ function formatOf(constraint: PreparedConstraint): StructuralTagFormat {
   }
 }
 
-async function compile(constraint: PreparedConstraint, constrainAfter: string | null): Promise<CompiledGrammar> {
-  const grammarCompiler = await compilerOf();
+async function compile(constraint: PreparedConstraint, constrainAfter: string | null, grammarCompiler: GrammarCompiler): Promise<CompiledGrammar> {
   if (constrainAfter !== null) {
     const format: StructuralTagFormat = {
       type: 'sequence',
@@ -118,14 +134,37 @@ async function withDiagnostics<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
+/** The text a grammar forces from its start, by its matcher; '' when none. */
+async function forcedStartOf(grammar: CompiledGrammar): Promise<string> {
+  const matcher = await xgrammar.GrammarMatcher.createGrammarMatcher(grammar);
+  try {
+    return matcher.findJumpForwardString();
+  } finally {
+    matcher.dispose();
+  }
+}
+
+/**
+ * The forced start first (from the cached grammar, or one compiled over bytes alone, so it comes
+ * at once), then the grammar compiled and its matcher opened.
+ */
 async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<ThreadReply> {
-  const { slot, key, constraint, constrainAfter, stopTokenIds } = request;
+  const { slot, key, constraint, constrainAfter, stopTokenIds, jumpForward } = request;
   const started = performance.now();
   try {
     let grammar = compiled.get(key);
     const cached = grammar !== undefined;
+    if (jumpForward) {
+      try {
+        const source = grammar ?? (await withDiagnostics(async () => compile(constraint, constrainAfter, await byteCompilerOf())));
+        parentPort!.postMessage({ kind: 'prefix', slot, text: await forcedStartOf(source) } satisfies ThreadReply);
+        if (source !== grammar) source.dispose();
+      } catch {
+        // The full compile below reports what is wrong with the grammar.
+      }
+    }
     if (grammar === undefined) {
-      grammar = await withDiagnostics(() => compile(constraint, constrainAfter));
+      grammar = await withDiagnostics(async () => compile(constraint, constrainAfter, await compilerOf()));
       compiled.set(key, grammar);
       evictBeyond(init.maxCachedGrammars);
     } else {

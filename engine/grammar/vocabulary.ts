@@ -28,19 +28,20 @@ interface AddedToken {
   special: boolean;
 }
 
-/** GPT-2's byte-level alphabet: every byte as one printable character, and back. */
-function byteLevelTables(): { charOfByte: string[]; byteOfChar: Map<string, number> } {
+/** GPT-2's byte-level alphabet: every byte as one printable character. */
+export function byteLevelAlphabet(): string[] {
   const printable: number[] = [];
   for (let b = 33; b <= 126; b++) printable.push(b);
   for (let b = 161; b <= 172; b++) printable.push(b);
   for (let b = 174; b <= 255; b++) printable.push(b);
-  const charOfByte: string[] = [];
   let shifted = 0;
-  for (let b = 0; b < 256; b++) charOfByte[b] = String.fromCodePoint(printable.includes(b) ? b : 256 + shifted++);
-  return { charOfByte, byteOfChar: new Map(charOfByte.map((char, b) => [char, b])) };
+  return Array.from({ length: 256 }, (_, b) => String.fromCodePoint(printable.includes(b) ? b : 256 + shifted++));
 }
 
-const BYTE_LEVEL = byteLevelTables();
+const BYTE_LEVEL = (() => {
+  const charOfByte = byteLevelAlphabet();
+  return { charOfByte, byteOfChar: new Map(charOfByte.map((char, b) => [char, b])) };
+})();
 const utf8 = new TextEncoder();
 
 function decodeToken(token: string, vocabType: VocabType): Uint8Array {

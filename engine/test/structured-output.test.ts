@@ -165,6 +165,23 @@ test('the grammar compiles while the prompt is computed; no sample is drawn befo
   }, 64);
 });
 
+test('what a new grammar forces from its start is output before anything is sampled, even before it compiles', async () => {
+  await withEngine(async (engine) => {
+    const outputs: RequestOutput[] = [];
+    const long: GenerateRequest = { ...request('start', { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } }, 61), promptTokenIds: prompt(61, 600) };
+    await new Promise<void>((resolve) => engine.generate(long, (output) => (outputs.push(output), output.finishReason !== null && resolve())));
+    const [first] = outputs;
+    assert.ok(first.newTokenIds.length > 0);
+    assert.ok('{"name": "'.startsWith(textOf(first.newTokenIds)), textOf(first.newTokenIds));
+    assert.equal(first.prefillTimeMs, undefined, 'no token of it was sampled');
+    assert.equal(outputs.filter((output) => output.prefillTimeMs !== undefined).length, 1, 'the first sampled token reports the prefill');
+    // A budget smaller than the forced start ends with it.
+    const cut = await generate(engine, request('start-cut', { constraint: { kind: 'json_schema', schema: JSON.stringify({ ...PERSON, title: 'other' }) } }, 62, { sampling: { temperature: 1, seed: 62n, maxTokens: 2 } }));
+    assert.equal(cut.finishReason, 'length');
+    assert.equal(cut.tokenIds.length, 2);
+  }, 64);
+});
+
 test('constrained and free requests in shared batches give what each gives alone, token for token', async () => {
   const structured = (i: number): StructuredOutput | undefined =>
     i % 3 === 0 ? undefined : i % 3 === 1 ? { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } } : { constraint: { kind: 'regex', pattern: '(ab|[0-9]{2})+!' }, jumpForward: false };
