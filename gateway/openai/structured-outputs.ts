@@ -106,14 +106,14 @@ export function jsonSchemaConstraint(format: JsonSchemaFormat, what: string, par
 }
 
 /** response_format as a constraint; null for text. */
-export function responseFormatConstraint(format: ResponseFormat | null | undefined, param = 'response_format'): StructuredConstraint | null {
+function responseFormatConstraint(format: ResponseFormat | null | undefined, param = 'response_format'): StructuredConstraint | null {
   if (format == null || format.type === 'text') return null;
   if (format.type === 'json_object') return { kind: 'json_object' };
   return jsonSchemaConstraint(format.json_schema, 'response_format', `${param}.json_schema.schema`);
 }
 
 /** vLLM's structured_outputs as a constraint: exactly one kind. */
-export function structuredOutputsConstraint(request: StructuredOutputsRequest, param = 'structured_outputs'): StructuredConstraint {
+function structuredOutputsConstraint(request: StructuredOutputsRequest, param = 'structured_outputs'): StructuredConstraint {
   const kinds = (['json', 'json_object', 'regex', 'choice', 'grammar', 'structural_tag'] as const).filter((kind) => request[kind] != null && request[kind] !== false);
   if (kinds.length !== 1) {
     throw new ApiError('invalid_request', `structured_outputs takes exactly one of json, json_object, regex, choice, grammar or structural_tag; got ${kinds.length === 0 ? 'none' : kinds.join(', ')}.`, param);

@@ -48,7 +48,7 @@ function partialTagLength(text: string, tag: string): number {
   return 0;
 }
 
-export function newCallId(): string {
+function newCallId(): string {
   return `call_${randomBytes(12).toString('hex')}`;
 }
 

@@ -70,7 +70,7 @@ function toolJson(tool: ToolDefinition): object {
 }
 
 /** The tools as chat templates take them (transformers' `tools`: OpenAI's function tool objects). */
-export function templateTools(tools: readonly ToolDefinition[]): object[] {
+function templateTools(tools: readonly ToolDefinition[]): object[] {
   return tools.map(toolJson);
 }
 
