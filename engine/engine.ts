@@ -6,6 +6,7 @@
 // With nothing to do it sleeps until the next command arrives.
 import type { EngineError } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
+import { prepareStructuredOutput, type GrammarService } from './grammar/service.ts';
 import { HASH_SCHEME } from './kv/block-hash.ts';
 import type { ModelRunner } from './runner.ts';
 import { errorOutput } from './request-output.ts';
@@ -26,7 +27,12 @@ export interface EngineSettings {
    * prompt a step (more than maxNumBatchedTokens / 8 tokens to compute), short ones beside it.
    */
   prefillLimits?: PrefillLimits;
+  /** Structured outputs' grammars (engine/grammar/); without it such requests are refused. */
+  grammars?: GrammarService;
 }
+
+/** How long the loop naps when every request in flight waits on its grammar. */
+const GRAMMAR_WAIT_MS = 20;
 
 const RSS_SAMPLE_INTERVAL_MS = 1000;
 
@@ -47,6 +53,8 @@ export class Engine {
   readonly model: WorkerModelInfo;
   private readonly runner: ModelRunner;
   private readonly scheduler: Scheduler;
+  private readonly grammars: GrammarService | null;
+  private readonly eosTokenIds: readonly number[];
   private readonly listeners = new Map<string, OutputListener>();
   private readonly reportListeners = new Set<ReportListener>();
   private inbox: Command[] = [];
@@ -75,6 +83,9 @@ export class Engine {
       enablePrefixCaching: settings.enablePrefixCaching ?? true,
       policy: settings.policy ?? 'fcfs',
     });
+    this.grammars = settings.grammars ?? null;
+    this.eosTokenIds = settings.generationDefaults.eosTokenIds;
+    if (this.grammars !== null) this.grammars.onChange = () => this.notify();
     this.model = {
       modelName: settings.servedName,
       maxModelLen,
@@ -128,6 +139,7 @@ export class Engine {
       this.stopError ??= { code: 'engine_unavailable', message: 'The engine worker is shutting down' };
       this.notify();
       await this.loopDone;
+      await this.grammars?.shutdown();
       this.runner.close();
     })();
     return this.closing;
@@ -160,11 +172,25 @@ export class Engine {
       while (this.stopError === null) {
         this.applyInbox();
         for (const output of this.scheduler.expire()) this.emit(output);
+        this.applyGrammars();
         let stats: StepStats | null = null;
         if (this.scheduler.hasUnfinished) stats = await this.step();
         this.report(stats);
         if (!this.scheduler.hasUnfinished && this.inbox.length === 0 && this.stopError === null) {
           await new Promise<void>((resolve) => (this.wake = resolve));
+          continue;
+        }
+        if (stats === null && this.inbox.length === 0) {
+          // Every request in flight waits for its grammar: wait for one to be ready (or a
+          // command), napping so that deadlines are still checked.
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, GRAMMAR_WAIT_MS);
+            this.wake = () => {
+              clearTimeout(timer);
+              resolve();
+            };
+          });
+          this.wake = null;
           continue;
         }
         // A runner that resolves at once would otherwise starve the event loop's I/O.
@@ -189,7 +215,7 @@ export class Engine {
         continue;
       }
       const { request, onOutput, receivedMs } = command;
-      const refusal = this.stopError ?? this.scheduler.add(request, receivedMs);
+      const refusal = this.stopError ?? this.admit(request, receivedMs);
       if (refusal === null) {
         this.listeners.set(request.requestId, onOutput);
       } else {
@@ -199,17 +225,56 @@ export class Engine {
     }
   }
 
-  private async step(): Promise<StepStats> {
+  /** Queues a request with its grammar, which starts compiling as its prompt is computed. */
+  private admit(request: GenerateRequest, receivedMs: number): EngineError | null {
+    const structured = request.structuredOutput;
+    if (structured === undefined) return this.scheduler.add(request, receivedMs);
+    if (this.grammars === null) return { code: 'invalid_request', message: 'This worker serves no structured outputs' };
+    const prepared = prepareStructuredOutput(structured);
+    if ('code' in prepared) return prepared;
+    const stopTokenIds = [...new Set([...this.eosTokenIds, ...(request.sampling.stopTokenIds ?? [])])];
+    const grammar = this.grammars.create(request.requestId, prepared, stopTokenIds);
+    const refusal = this.scheduler.add(request, receivedMs, grammar);
+    if (refusal === null) this.grammars.open(grammar);
+    return refusal;
+  }
+
+  /**
+   * Ends the requests whose grammars failed to compile or to follow their output, and outputs the
+   * tokens new grammars force from their start (before they compile, before any prefill).
+   */
+  private applyGrammars(): void {
+    if (this.grammars === null) return;
+    for (const grammar of this.grammars.takeFailures()) {
+      const output = this.scheduler.fail(grammar.requestId, grammar.failure!);
+      if (output !== null) this.emit(output);
+    }
+    for (const { requestId, tokenIds } of this.grammars.takeForcedStarts()) {
+      const output = this.scheduler.forceOutput(requestId, tokenIds);
+      if (output !== null) this.emit(output);
+    }
+  }
+
+  /** One step; null when nothing could be scheduled (every request waits for its grammar). */
+  private async step(): Promise<StepStats | null> {
     const scheduleStart = performance.now();
     const output = this.scheduler.schedule();
+    if (output.scheduled.length === 0) return null;
+    const grammars = this.grammars;
+    const bitmasks = grammars?.fillStep(output.scheduled) ?? null;
+    if (bitmasks !== null && !grammars!.overlapForward) await grammars!.stepDone();
     const forwardStart = performance.now();
     let outputs: RequestOutput[];
     let forwardMs: number;
     try {
-      const result = await this.runner.execute(output);
+      const pass = this.runner.execute(output, bitmasks);
+      // Both settle before the next step: the threads' rows, and what they found to force.
+      const [result] = await Promise.all([pass, bitmasks === null ? null : grammars!.stepDone()]);
       forwardMs = performance.now() - forwardStart;
-      outputs = this.scheduler.update(output, result);
+      const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, result.sampledTokenIds);
+      outputs = this.scheduler.update(output, result, forced);
     } catch (err) {
+      if (bitmasks !== null) await grammars!.stepDone();
       forwardMs = performance.now() - forwardStart;
       outputs = this.scheduler.failStep(output, { code: 'internal_error', message: (err as Error).message });
     }
@@ -250,7 +315,10 @@ export class Engine {
   private emit(output: RequestOutput): void {
     const { requestId } = output;
     const onOutput = this.listeners.get(requestId)!;
-    if (output.finishReason !== null) this.listeners.delete(requestId);
+    if (output.finishReason !== null) {
+      this.listeners.delete(requestId);
+      this.grammars?.close(requestId);
+    }
     this.numUnreportedOutputs++;
     try {
       onOutput(output);
@@ -260,6 +328,7 @@ export class Engine {
       if (output.finishReason !== null) return;
       this.listeners.delete(requestId);
       this.scheduler.abort(requestId);
+      this.grammars?.close(requestId);
     }
   }
 }

@@ -4,6 +4,7 @@
 // penalty and bias entries, whose count varies, live in arrays that only grow.
 import type { ForwardBatch, NativeModel } from '../native/api.ts';
 import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
+import type { StepBitmasks } from './grammar/service.ts';
 import type { ModelRunner, RunnerInfo } from './runner.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
 
@@ -50,9 +51,15 @@ export class NativeRunner implements ModelRunner {
     };
   }
 
-  execute(output: SchedulerOutput): Promise<RunnerResult> {
+  execute(output: SchedulerOutput, bitmasks: StepBitmasks | null = null): Promise<RunnerResult> {
     this.fill(output);
-    return this.model.forward(this.batch);
+    const { batch } = this;
+    batch.bitmaskRows = bitmasks?.bitmaskRows ?? null;
+    batch.tokenBitmask = bitmasks?.tokenBitmask ?? null;
+    batch.bitmaskWords = bitmasks?.bitmaskWords;
+    batch.bitmaskReady = bitmasks?.bitmaskReady ?? null;
+    batch.bitmaskReadyTarget = bitmasks?.bitmaskReadyTarget;
+    return this.model.forward(batch);
   }
 
   close(): void {

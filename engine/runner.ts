@@ -1,4 +1,5 @@
 // What the engine loop needs from a model: one batched forward pass with sampling per step.
+import type { StepBitmasks } from './grammar/service.ts';
 import type { RunnerResult, SchedulerOutput } from './scheduler-output.ts';
 
 export interface RunnerInfo {
@@ -11,7 +12,10 @@ export interface RunnerInfo {
 
 export interface ModelRunner {
   readonly info: RunnerInfo;
-  /** One call at a time; rejects when the step failed (the engine fails that step's requests). */
-  execute(output: SchedulerOutput): Promise<RunnerResult>;
+  /**
+   * One call at a time; rejects when the step failed (the engine fails that step's requests).
+   * bitmasks restrict the samples of structured outputs (rows perhaps still being written).
+   */
+  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null): Promise<RunnerResult>;
   close(): void;
 }

@@ -1,7 +1,7 @@
 // The plain data that passes between the three calls of one engine step:
 // scheduler.schedule() -> runner.execute(output) -> scheduler.update(output, result).
 import type { ResolvedSampling } from './sampling.ts';
-import type { PenaltyHistory } from './sequence.ts';
+import type { GrammarGate, PenaltyHistory } from './sequence.ts';
 
 export interface ScheduledSequence {
   requestId: string;
@@ -29,6 +29,8 @@ export interface ScheduledSequence {
    * alternatives each): set on the chunks that reach positions not yet scored.
    */
   scoresPrompt: boolean;
+  /** A structured output's grammar (borrowed like tokenIds); null for free text. */
+  grammar: GrammarGate | null;
 }
 
 export interface SchedulerOutput {

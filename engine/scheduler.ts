@@ -13,7 +13,7 @@ import { KvCacheManager } from './kv/kv-cache-manager.ts';
 import { FcfsQueue, PriorityQueue, SequenceList, type WaitingQueue } from './queues.ts';
 import { resolveSampling } from './sampling.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
-import { Sequence } from './sequence.ts';
+import { Sequence, type GrammarGate } from './sequence.ts';
 import type { FinishReason, GenerateRequest, KvEvent, RequestOutput, TokenLogprobs, WorkerLoad } from './types.ts';
 
 export type SchedulingPolicy = 'fcfs' | 'priority';
@@ -164,9 +164,10 @@ export class Scheduler {
   /**
    * Queues a request, or refuses one that could never run and says why. arrivalMs (the
    * scheduler's clock): when the worker received it, if earlier than now; its queue time and
-   * deadlines count from there.
+   * deadlines count from there. A request with a grammar computes its prompt while the grammar
+   * compiles and samples once it is ready.
    */
-  add(request: GenerateRequest, arrivalMs = this.now()): EngineError | null {
+  add(request: GenerateRequest, arrivalMs = this.now(), grammar: GrammarGate | null = null): EngineError | null {
     const { requestId, promptTokenIds } = request;
     const { maxModelLen, vocabSize, numKvBlocks, blockSizeTokens } = this.config;
     if (this.sequences.has(requestId)) {
@@ -226,6 +227,7 @@ export class Scheduler {
       arrivalIndex: this.numArrivals++,
       arrivalMs,
       cacheRoot: cached ? rootHash({ model: this.config.modelName, cacheSalt: request.cacheSalt }) : null,
+      grammar,
     });
     this.sequences.set(requestId, sequence);
     this.pushWaiting(sequence, false);
@@ -240,6 +242,33 @@ export class Scheduler {
     if (sequence === undefined) return null;
     this.finish(sequence);
     return this.outputOf(sequence, 'abort');
+  }
+
+  /**
+   * Outputs tokens a request's grammar forces before anything is sampled (they are computed with
+   * the prompt); null when the request is gone or has output already.
+   */
+  forceOutput(requestId: string, tokenIds: readonly number[]): RequestOutput | null {
+    const sequence = this.sequences.get(requestId);
+    if (sequence === undefined || sequence.numOutputTokens > 0) return null;
+    const news = this.outputOf(sequence, null);
+    const numTokensBefore = sequence.numTokens;
+    this.appendForcedTokens(sequence, tokenIds, news);
+    if (news.finishReason === null && !sequence.isRunning) {
+      // Waiting still: the tokens add to what its admission must compute.
+      const numAdded = sequence.numTokens - numTokensBefore;
+      sequence.numQueuedPrefillTokens += numAdded;
+      this.numQueuedPrefillTokens += numAdded;
+    }
+    return news;
+  }
+
+  /** Ends a request with an error (its grammar failed) and frees its blocks now; null when it is not in flight. */
+  fail(requestId: string, error: EngineError): RequestOutput | null {
+    const sequence = this.sequences.get(requestId);
+    if (sequence === undefined) return null;
+    this.finish(sequence);
+    return { ...this.outputOf(sequence, 'error'), error };
   }
 
   /** Ends the requests whose deadlines have passed (between steps only). */
@@ -269,14 +298,17 @@ export class Scheduler {
     let tokenBudget = this.config.maxNumBatchedTokens;
 
     // Decodes first, in admission order: one token each, so that no prompt holds them back.
-    // Prompts still being computed wait for the prefill pass below. A preemption takes
+    // Prompts still being computed wait for the prefill pass below; a sequence whose prompt is
+    // computed and whose grammar still compiles has nothing to do this step. A preemption takes
     // sequences out of the running list, so the walk is over a copy of it.
     const order = this.stepOrder;
     for (let sequence = this.running.first; sequence !== null; sequence = this.running.after(sequence)) order.push(sequence);
     const prefilling = this.prefilling;
     for (const sequence of order) {
       if (!sequence.isRunning) continue;
-      if (sequence.numTokens - sequence.numComputedTokens > 1) {
+      const numSchedulableTokens = sequence.numSchedulableTokens;
+      if (numSchedulableTokens === 0) continue;
+      if (numSchedulableTokens > 1) {
         prefilling.push(sequence);
       } else if (this.allocateOrPreempt(sequence, 1, step, preemptedRequestIds)) {
         scheduled.push(this.scheduleChunk(sequence, 1, step));
@@ -307,18 +339,21 @@ export class Scheduler {
       let numNewTokens: number;
       if (running === null || (waiting !== null && this.runsBefore(waiting, running))) {
         sequence = waiting!;
-        numNewTokens = this.admit(sequence, tokenBudget, canTakeLong);
+        const numAdmittedTokens = this.admit(sequence, tokenBudget, canTakeLong);
         // Its blocks are not free, or it is long and the step has its long prompts: it keeps
         // its place and those after it wait (FCFS), but prompts already running go on.
-        if (numNewTokens === 0) {
+        if (numAdmittedTokens === null) {
           isHeadBlocked = true;
           continue;
         }
+        // Admitted with nothing to compute yet: its grammar holds back the last prompt token.
+        if (numAdmittedTokens === 0) continue;
+        numNewTokens = numAdmittedTokens;
       } else {
         sequence = running;
         next++;
         if (!canTakeLong && sequence.numTokens - sequence.numComputedTokens > longPrefillTokenThreshold) continue;
-        numNewTokens = Math.min(sequence.numTokens - sequence.numComputedTokens, tokenBudget);
+        numNewTokens = Math.min(sequence.numSchedulableTokens, tokenBudget);
         if (!this.allocateOrPreempt(sequence, numNewTokens, step, preemptedRequestIds)) continue;
       }
       if (sequence.numTokens - sequence.numComputedTokens > longPrefillTokenThreshold) numLongPrefills++;
@@ -335,8 +370,12 @@ export class Scheduler {
     };
   }
 
-  /** Applies one step's sampled tokens; returns the news for every request that has some. */
-  update(output: SchedulerOutput, result: RunnerResult): RequestOutput[] {
+  /**
+   * Applies one step's sampled tokens, and after each the tokens its grammar forces (forced,
+   * indexed like output.scheduled: jump-forward, emitted without sampling with logprob 0); returns
+   * the news for every request that has some.
+   */
+  update(output: SchedulerOutput, result: RunnerResult, forced: ReadonlyArray<readonly number[] | undefined> | null = null): RequestOutput[] {
     this.kv.commitStep();
     const outputs: RequestOutput[] = [];
     let firstTokenIndex = 0;
@@ -365,13 +404,33 @@ export class Scheduler {
         sequence.hasSentPromptLogprobs = true;
       }
       if (finishReason === 'stop') news.stopTokenId = tokenId;
-      if (sequence.numOutputTokens === 1) {
+      const forcedTokenIds = forced?.[index];
+      if (finishReason === null && forcedTokenIds !== undefined) this.appendForcedTokens(sequence, forcedTokenIds, news);
+      if (!sequence.hasSampled) {
+        sequence.hasSampled = true;
         news.queueTimeMs = sequence.firstScheduledMs - sequence.arrivalMs;
         news.prefillTimeMs = this.now() - sequence.firstScheduledMs;
       }
       outputs.push(news);
     }
     return outputs;
+  }
+
+  /** Forced tokens up to the output's limits; the last one may finish the request by length. */
+  private appendForcedTokens(sequence: Sequence, tokenIds: readonly number[], news: RequestOutput): void {
+    for (const tokenId of tokenIds) {
+      sequence.appendOutputToken(tokenId);
+      news.newTokenIds.push(tokenId);
+      news.newLogprobs.push(0);
+      if (news.newTopLogprobs !== undefined) news.newTopLogprobs.push({ logprob: 0, topTokenIds: [], topLogprobs: [] });
+      const finishReason = this.lengthLimitOf(sequence);
+      if (finishReason === null) continue;
+      this.finish(sequence);
+      news.finishReason = finishReason;
+      news.numOutputTokens = sequence.numOutputTokens;
+      break;
+    }
+    news.numOutputTokens = sequence.numOutputTokens;
   }
 
   /** Ends every request of a step the runner could not execute; the blocks it named hold no KV. */
@@ -389,18 +448,21 @@ export class Scheduler {
 
   /**
    * Admits the waiting head: its cached prefix, then blocks for its first chunk; returns that
-   * chunk's tokens, or 0 when its blocks are not free, or when it is long and canTakeLong is
+   * chunk's tokens, or null when its blocks are not free, or when it is long and canTakeLong is
    * false (it stays at the head). A preempted sequence is readmitted only with blocks for
    * everything it must recompute, so it never needs a block, and never preempts, before it has
    * caught up.
    */
-  private admit(sequence: Sequence, tokenBudget: number, canTakeLong: boolean): number {
+  private admit(sequence: Sequence, tokenBudget: number, canTakeLong: boolean): number | null {
     const prefixBlockIds = this.kv.findCachedPrefix(sequence);
     const numPrefixTokens = prefixBlockIds.length * this.config.blockSizeTokens;
     const numToCompute = sequence.numTokens - numPrefixTokens;
-    if (!canTakeLong && numToCompute > this.config.longPrefillTokenThreshold) return 0;
-    const numNewTokens = Math.min(numToCompute, tokenBudget);
-    if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return 0;
+    if (!canTakeLong && numToCompute > this.config.longPrefillTokenThreshold) return null;
+    // A grammar still compiling holds back the last token (the one that samples); such a
+    // sequence may be admitted with nothing to compute yet, which keeps the queue moving.
+    const numHeldBack = sequence.numSchedulableTokens < sequence.numTokens - sequence.numComputedTokens ? 1 : 0;
+    const numNewTokens = Math.min(numToCompute - numHeldBack, tokenBudget);
+    if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return null;
     this.kv.recordLookup(sequence.numTokens, numPrefixTokens);
     this.waiting.remove(sequence);
     this.numQueuedPrefillTokens -= sequence.numQueuedPrefillTokens;
@@ -431,6 +493,7 @@ export class Scheduler {
       penaltyHistory: sequence.penaltyHistory,
       bannedTokenIds: sequence.numOutputTokens < sequence.sampling.minTokens ? this.stopTokenIdsOf(sequence) : NO_TOKENS,
       scoresPrompt: scoresPrompt(sequence, numNewTokens),
+      grammar: sequence.grammar,
     };
   }
 
@@ -515,11 +578,17 @@ export class Scheduler {
 
   private finishReasonOf(sequence: Sequence, tokenId: number): FinishReason | null {
     const { sampling } = sequence;
+    // A grammar that has accepted its stop token is complete, whatever min_tokens or ignore_eos say.
+    if (sequence.grammar?.stopTokenIds.includes(tokenId)) return 'stop';
     if (sequence.numOutputTokens > sampling.minTokens) {
       if (!sampling.ignoreEos && this.config.generationDefaults.eosTokenIds.includes(tokenId)) return 'stop';
       if (sampling.stopTokenIds.includes(tokenId)) return 'stop';
     }
-    if (sequence.numOutputTokens >= sampling.maxTokens) return 'length';
+    return this.lengthLimitOf(sequence);
+  }
+
+  private lengthLimitOf(sequence: Sequence): FinishReason | null {
+    if (sequence.numOutputTokens >= sequence.sampling.maxTokens) return 'length';
     if (sequence.numTokens >= this.config.maxModelLen) return 'length';
     return null;
   }

@@ -13,6 +13,14 @@ export interface PenaltyHistory {
   readonly outputCounts: Map<number, number>;
 }
 
+/** What the scheduler needs of a structured output's grammar (engine/grammar/). */
+export interface GrammarGate {
+  /** Compiled, with its matcher open: until then the sequence computes its prompt but does not sample. */
+  readonly isReady: boolean;
+  /** Tokens that end the output under the grammar: sampling one finishes the request with 'stop'. */
+  readonly stopTokenIds: readonly number[];
+}
+
 export interface SequenceInit {
   requestId: string;
   promptTokenIds: readonly number[];
@@ -22,6 +30,8 @@ export interface SequenceInit {
   arrivalMs: number;
   /** Null: the sequence neither reuses nor offers cached blocks. */
   cacheRoot: BlockHash | null;
+  /** A structured output's grammar; null for free text. */
+  grammar: GrammarGate | null;
 }
 
 export class Sequence implements KvSequence, Queued {
@@ -34,6 +44,7 @@ export class Sequence implements KvSequence, Queued {
   readonly arrivalIndex: number;
   readonly arrivalMs: number;
   readonly cacheRoot: BlockHash | null;
+  readonly grammar: GrammarGate | null;
   /** Position-ordered KV blocks; block i holds positions [i * blockSize, (i + 1) * blockSize). */
   readonly blockIds: number[] = [];
   readonly blockHashes: BlockHash[] = [];
@@ -64,6 +75,8 @@ export class Sequence implements KvSequence, Queued {
   readonly promptLogprobs: PromptTokenLogprobs[] | null;
   /** The first output carried promptLogprobs. */
   hasSentPromptLogprobs = false;
+  /** A token has been sampled (the first one's output reports the queue and prefill times). */
+  hasSampled = false;
   prev: Sequence | null = null;
   next: Sequence | null = null;
   heapIndex = -1;
@@ -77,6 +90,7 @@ export class Sequence implements KvSequence, Queued {
     this.arrivalIndex = init.arrivalIndex;
     this.arrivalMs = init.arrivalMs;
     this.cacheRoot = init.cacheRoot;
+    this.grammar = init.grammar;
     const { presencePenalty, frequencyPenalty, repetitionPenalty } = init.sampling;
     const penalized = presencePenalty !== 0 || frequencyPenalty !== 0 || repetitionPenalty !== 1;
     this.penaltyHistory = penalized ? { promptTokenIds: new Set(init.promptTokenIds), outputCounts: new Map() } : null;
@@ -89,6 +103,12 @@ export class Sequence implements KvSequence, Queued {
 
   get numOutputTokens(): number {
     return this.tokenIds.length - this.numPromptTokens;
+  }
+
+  /** Tokens a step may compute now: all it knows, but the last while its grammar compiles (that one samples). */
+  get numSchedulableTokens(): number {
+    const gap = this.tokenIds.length - this.numComputedTokens;
+    return this.grammar !== null && !this.grammar.isReady ? gap - 1 : gap;
   }
 
   appendOutputToken(tokenId: number): void {

@@ -31,10 +31,46 @@ export interface SamplingParams {
   numPromptLogprobs?: number;
 }
 
+/**
+ * What a structured output must match: plain data, compiled into a grammar by the engine
+ * (engine/grammar/). The gateway checks the shape; the engine checks what its grammar engine
+ * supports and answers `invalid_request` naming what it cannot honour, before any token.
+ */
+export type StructuredConstraint =
+  /** A JSON Schema as JSON text; the output is one JSON value valid against it, on one line. */
+  | { kind: 'json_schema'; schema: string }
+  /** Any JSON object (OpenAI's JSON mode). */
+  | { kind: 'json_object' }
+  /** The whole output matches the regular expression. */
+  | { kind: 'regex'; pattern: string }
+  /** The output is exactly one of the strings. */
+  | { kind: 'choice'; choices: string[] }
+  /** An EBNF grammar (GBNF-style rules, `root` the start rule). */
+  | { kind: 'grammar'; grammar: string }
+  /** xgrammar's structural tag (JSON text): formats composed of tags, triggers, schemas and text. */
+  | { kind: 'structural_tag'; structuralTag: string };
+
+export interface StructuredOutput {
+  constraint: StructuredConstraint;
+  /**
+   * The output is free text until it contains this string (a reasoning model's end of thinking,
+   * `</think>`); the constraint applies to what follows it.
+   */
+  constrainAfter?: string;
+  /**
+   * Tokens the grammar forces are emitted without sampling (jump-forward). On by default; such a
+   * token's logprob is 0 (certain under the grammar) with no alternatives, so a request that
+   * reports logprobs turns it off.
+   */
+  jumpForward?: boolean;
+}
+
 export interface GenerateRequest {
   requestId: string;
   promptTokenIds: number[];
   sampling: SamplingParams;
+  /** Constrained decoding; unset: free text. */
+  structuredOutput?: StructuredOutput;
   /** Lower runs first under the priority policy (vLLM's convention); 0 by default. */
   priority?: number;
   /** Only requests with the same salt share prefix-cache blocks (tenant isolation). */
@@ -88,8 +124,9 @@ export interface RequestOutput {
   numOutputTokens: number;
   error?: EngineError;
   /**
-   * With the first output token, on the worker's clock: from arrival to first scheduled (vLLM's
-   * queue time), and from first scheduled to the first token (its prefill time).
+   * With the first sampled token, on the worker's clock: from arrival to first scheduled (vLLM's
+   * queue time), and from first scheduled to the first token (its prefill time). Tokens a grammar
+   * forces from its start may be output before it.
    */
   queueTimeMs?: number;
   prefillTimeMs?: number;

@@ -4,6 +4,7 @@ import type { LevelWithSilent } from 'pino';
 import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
+import { GrammarService } from './grammar/service.ts';
 import type { PrefillLimits, SchedulingPolicy } from './scheduler.ts';
 import { readGenerationDefaults } from './generation-config.ts';
 import { serveEngine } from './grpc/service.ts';
@@ -34,6 +35,8 @@ export interface WorkerSettings {
   quantization: Quantization;
   enablePrefixCaching: boolean;
   schedulingPolicy: SchedulingPolicy;
+  /** Threads that compile structured outputs' grammars and fill their masks (2 by default; started on first use). */
+  grammarThreads?: number;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
   listen: string;
   /** Register in Redis and publish KV events there, for gateways on other machines (proto/redis-state.ts). */
@@ -104,6 +107,13 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       generationDefaults,
       enablePrefixCaching: settings.enablePrefixCaching,
       policy: settings.schedulingPolicy,
+      grammars: new GrammarService({
+        modelDir: settings.modelDir,
+        vocabSize: model.info.vocabSize,
+        eosTokenIds: generationDefaults.eosTokenIds,
+        maxNumSeqs: settings.maxNumSeqs,
+        numThreads: settings.grammarThreads,
+      }),
     });
   } catch (err) {
     runner.close();

@@ -3,7 +3,7 @@
 // and KServe) only format what this reports.
 import { randomUUID } from 'node:crypto';
 import type { EngineError } from '../engine/errors.ts';
-import type { PromptTokenLogprobs, RequestOutput, SamplingParams } from '../engine/types.ts';
+import type { PromptTokenLogprobs, RequestOutput, SamplingParams, StructuredOutput } from '../engine/types.ts';
 import { ApiError, fromEngineError, publicError } from './errors.ts';
 import type { GenerationEnd, RequestTrace } from './logging.ts';
 import type { GatewayMetrics } from './metrics.ts';
@@ -24,6 +24,8 @@ export interface GenerationRequest {
   cacheSalt?: string;
   /** vLLM's include_stop_str_in_output: a matched stop string, or a stop token's text, ends the text. */
   includeStopStrInOutput?: boolean;
+  /** What the output must match (a JSON schema, a regex, forced tool calls, ...); compiled by the worker. */
+  structuredOutput?: StructuredOutput;
   /**
    * A conversation's key: its requests prefer the worker that served its previous turn (the
    * `x-session-id` header, router/affinity.ts; a Responses request's previous_response_id).
@@ -176,13 +178,14 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
       const ttftMs = nowMs - request.arrivalMs;
       observed.firstToken(ttftMs / 1000);
       trace?.onFirstToken(ttftMs);
-      if (output.queueTimeMs !== undefined && output.prefillTimeMs !== undefined) {
-        observed.engineTimings(output.queueTimeMs / 1000, output.prefillTimeMs / 1000);
-      }
       // Tokens of the same step as the first: no gap between them.
       observed.interTokens(0, numNewTokens - 1);
     } else {
       observed.interTokens((nowMs - lastTokenMs) / 1000 / numNewTokens, numNewTokens);
+    }
+    // With the first sampled token (a grammar's forced start may come before it).
+    if (output.queueTimeMs !== undefined && output.prefillTimeMs !== undefined) {
+      observed.engineTimings(output.queueTimeMs / 1000, output.prefillTimeMs / 1000);
     }
     lastTokenMs = nowMs;
   };
@@ -263,6 +266,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
           queueTimeoutMs: model.queueTimeoutMs,
           timeoutMs: model.requestTimeoutMs,
           externalRequestId: trace?.requestId,
+          structuredOutput: request.structuredOutput,
         },
         onOutput,
       );

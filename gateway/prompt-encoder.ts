@@ -24,6 +24,8 @@ export interface EncodeOptions {
    * size is bounded by the body limit, not the context.
    */
   fitContext?: boolean;
+  /** A chat's tools, for a template that renders them (tool-calls/tools.ts). */
+  tools?: readonly object[];
 }
 
 export class PromptEncoder {
@@ -44,13 +46,13 @@ export class PromptEncoder {
   }
 
   async encodeChat(model: LoadedModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, options: EncodeOptions = {}): Promise<number[]> {
-    const { isWanted, param = 'messages', fitContext = true } = options;
+    const { isWanted, param = 'messages', fitContext = true, tools } = options;
     if (messages.length > MAX_INLINE_MESSAGES && model.chatTemplate !== null) {
-      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param, fitContext } as const;
+      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param, fitContext, tools: tools as object[] | undefined } as const;
       return numbersOf(await this.pool.run(job, { isWanted }));
     }
     // Rendering a few messages is cheap however long they are; tokenizing them may not be.
-    const prompt = renderChat(model, messages, addGenerationPrompt, param);
+    const prompt = renderChat(model, messages, addGenerationPrompt, param, tools);
     return this.encodePrompt(model, prompt, false, { isWanted, fitContext });
   }
 }

@@ -6,6 +6,7 @@ import { ModelRouter } from '../router/model-router.ts';
 import { DEFAULT_ROUTER_SETTINGS } from '../router/settings.ts';
 import { readDefaultMaxTokens } from './default-max-tokens.ts';
 import { ApiError } from './errors.ts';
+import { formatsOf, type ModelFormats } from './tool-calls/families.ts';
 import { loadChatTemplate, type ChatTemplate } from './tokenizer/chat-template.ts';
 import { loadTokenizer } from './tokenizer/load.ts';
 import type { Tokenizer } from './tokenizer/tokenizer.ts';
@@ -51,6 +52,8 @@ export interface LoadedModel extends ServedModel {
   chatTemplate: ChatTemplate | null;
   /** The output length of a request that sets none (generation_config.json's max_new_tokens); null: none named. */
   defaultMaxTokens: number | null;
+  /** How its family writes tool calls and reasoning, read from its chat template. */
+  formats: ModelFormats;
   /** Unix seconds, for /v1/models. */
   createdAtSec: number;
 }
@@ -67,7 +70,9 @@ function readCheckpoint(model: ServedModel) {
   if (!stat.isDirectory()) throw new CheckpointError(`model ${model.name}: ${model.modelDir} is not a directory`);
   try {
     const { tokenizer, config } = loadTokenizer(model.modelDir);
-    return { tokenizer, chatTemplate: loadChatTemplate(config), defaultMaxTokens: readDefaultMaxTokens(model.modelDir) };
+    return {
+      tokenizer, chatTemplate: loadChatTemplate(config), formats: formatsOf(config.chatTemplate), defaultMaxTokens: readDefaultMaxTokens(model.modelDir),
+    };
   } catch (err) {
     throw new CheckpointError(`model ${model.name}: ${(err as Error).message}`);
   }

@@ -72,7 +72,8 @@ export const MAX_TOP_LOGPROBS = 20;
  * Sampling, logits and top logprobs refer to the last token of each sequence; prompt logprobs
  * to every token of a flagged sequence's chunk.
  *
- * Sampling a sequence (vLLM v1's order): raw logits → logit bias → repetition penalty →
+ * Sampling a sequence (vLLM v1's order): raw logits → the structured output's token bitmask
+ * (when the sequence has one) → logit bias → repetition penalty →
  * frequency and presence penalties → argmax when temperature is 0 or topK is 1, otherwise
  * temperature → min-p → top-k → top-p → one inverse-CDF draw. sampledLogprobs, topLogprobs and
  * promptLogprobs are all taken from the raw logits.
@@ -137,6 +138,26 @@ export interface ForwardBatch {
    * the chunk ends the known tokens (nothing is then reported at the chunk's last position).
    */
   promptNextTokenIds: Int32Array;
+  /**
+   * Structured outputs (optional; absent or null when no sequence is constrained, which costs
+   * nothing). [numSeqs]: the row of tokenBitmask that restricts sequence i's sample, -1 for none.
+   * The mask applies first, before bias, penalties, temperature, min-p, top-k and top-p: a
+   * constrained sequence samples only among the tokens its row allows (greedy: the argmax of
+   * those). Logprobs stay those of the raw logits (see ForwardResult).
+   */
+  bitmaskRows?: Int32Array | null;
+  /** [rows × bitmaskWords] packed bits: token id is allowed when bit id & 31 of word id >> 5 is set. */
+  tokenBitmask?: Int32Array | null;
+  /** ceil(vocabSize / 32). */
+  bitmaskWords?: number;
+  /**
+   * Optional, with tokenBitmask on a SharedArrayBuffer that other threads are still filling: a
+   * one-entry counter those threads raise (Atomics.add) as they finish rows. The runtime reads
+   * no row before bitmaskReady[0] >= bitmaskReadyTarget, so the masks are written while the
+   * layers run; a pass whose masks are not counted within 30 s fails.
+   */
+  bitmaskReady?: Int32Array | null;
+  bitmaskReadyTarget?: number;
 }
 
 /** The ForwardBatch fields a caller that uses none of min-p, penalties, bias or logprobs fills with neutral values. */

@@ -79,6 +79,30 @@ export function validateForwardBatch(batch: ForwardBatch, info: ModelInfo): void
     ['biasValues', batch.biasValues],
   ]);
   for (let seq = 0; seq < numSeqs; seq++) validateSequence(batch, info, seq);
+  validateBitmasks(batch, info);
+}
+
+/** Rows of -1 or within tokenBitmask, rows as wide as the vocabulary, a one-entry counter. */
+function validateBitmasks(batch: ForwardBatch, info: ModelInfo): void {
+  const rows = batch.bitmaskRows;
+  if (rows === undefined || rows === null) return;
+  requireLength('bitmaskRows', rows, batch.numSeqs);
+  const words = Math.ceil(info.vocabSize / 32);
+  if (batch.bitmaskWords !== words) fail('bitmaskWords', `is ${batch.bitmaskWords}; a vocabulary of ${info.vocabSize} needs ${words}`);
+  const bitmask = batch.tokenBitmask;
+  if (!(bitmask instanceof Int32Array)) fail('tokenBitmask', 'expected an Int32Array with bitmaskRows');
+  const numRows = Math.floor(bitmask.length / words);
+  for (let seq = 0; seq < batch.numSeqs; seq++) {
+    const row = rows[seq];
+    if (!(row >= -1 && row < numRows)) fail('bitmaskRows', `sequence ${seq} has ${row}; expected -1 or a row in [0, ${numRows})`);
+  }
+  const ready = batch.bitmaskReady;
+  if (ready === undefined || ready === null) return;
+  if (!(ready instanceof Int32Array) || ready.length !== 1) fail('bitmaskReady', 'expected an Int32Array of one entry');
+  const target = batch.bitmaskReadyTarget;
+  if (!(Number.isSafeInteger(target) && target! >= 0 && target! <= 2 ** 31 - 1)) {
+    fail('bitmaskReadyTarget', `is ${target}; expected a non-negative 32-bit integer`);
+  }
 }
 
 /** CSR offsets: numSeqs + 1 of them, from 0, non-decreasing, within every entry array. */

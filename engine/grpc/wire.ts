@@ -15,6 +15,8 @@ import type {
   RequestOutput,
   StepReport,
   StepStats,
+  StructuredConstraint,
+  StructuredOutput,
   TokenLogprobs,
   WorkerLoad,
   WorkerModelInfo,
@@ -25,6 +27,10 @@ import type {
   GenerateRequest as WireGenerateRequest,
   GenerateRequest__Output as WireGenerateRequestOutput,
 } from './generated/conduit/engine/v1/GenerateRequest.ts';
+import type {
+  StructuredOutput as WireStructuredOutput,
+  StructuredOutput__Output as WireStructuredOutputOutput,
+} from './generated/conduit/engine/v1/StructuredOutput.ts';
 import type { HealthResponse, HealthResponse__Output } from './generated/conduit/engine/v1/HealthResponse.ts';
 import type { KvEvent as WireKvEvent, KvEvent__Output as WireKvEventOutput } from './generated/conduit/engine/v1/KvEvent.ts';
 import type {
@@ -100,7 +106,49 @@ export function generateToWire(request: GenerateRequest): WireGenerateRequest {
     queueTimeoutMs: request.queueTimeoutMs,
     timeoutMs: request.timeoutMs,
     externalRequestId: request.externalRequestId,
+    structuredOutput: request.structuredOutput === undefined ? undefined : structuredToWire(request.structuredOutput),
   };
+}
+
+function structuredToWire(structured: StructuredOutput): WireStructuredOutput {
+  const { constraint } = structured;
+  const wire: WireStructuredOutput = { constrainAfter: structured.constrainAfter, jumpForward: structured.jumpForward };
+  switch (constraint.kind) {
+    case 'json_schema':
+      return { ...wire, jsonSchema: constraint.schema };
+    case 'json_object':
+      return { ...wire, jsonObject: true };
+    case 'regex':
+      return { ...wire, regex: constraint.pattern };
+    case 'choice':
+      return { ...wire, choice: { choices: constraint.choices } };
+    case 'grammar':
+      return { ...wire, grammar: constraint.grammar };
+    case 'structural_tag':
+      return { ...wire, structuralTag: constraint.structuralTag };
+  }
+}
+
+/** Undefined for no constraint; an unknown or empty oneof is a choice with no choices, which the engine refuses by name. */
+function structuredFromWire(wire: WireStructuredOutputOutput | null): StructuredOutput | undefined {
+  if (wire === null) return undefined;
+  const constraintOf = (): StructuredConstraint => {
+    switch (wire.constraint) {
+      case 'jsonSchema':
+        return { kind: 'json_schema', schema: wire.jsonSchema! };
+      case 'jsonObject':
+        return { kind: 'json_object' };
+      case 'regex':
+        return { kind: 'regex', pattern: wire.regex! };
+      case 'grammar':
+        return { kind: 'grammar', grammar: wire.grammar! };
+      case 'structuralTag':
+        return { kind: 'structural_tag', structuralTag: wire.structuralTag! };
+      default:
+        return { kind: 'choice', choices: wire.choice?.choices ?? [] };
+    }
+  };
+  return { constraint: constraintOf(), constrainAfter: wire.constrainAfter, jumpForward: wire.jumpForward };
 }
 
 export function generateFromWire(wire: WireGenerateRequestOutput): GenerateRequest {
@@ -132,6 +180,7 @@ export function generateFromWire(wire: WireGenerateRequestOutput): GenerateReque
     queueTimeoutMs: wire.queueTimeoutMs,
     timeoutMs: wire.timeoutMs,
     externalRequestId: wire.externalRequestId,
+    structuredOutput: structuredFromWire(wire.structuredOutput),
   };
 }
 

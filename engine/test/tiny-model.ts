@@ -3,6 +3,7 @@ import path from 'node:path';
 import type { NativeModel } from '../../native/api.ts';
 import { loadModel } from '../../native/index.ts';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
+import type { StepBitmasks } from '../grammar/service.ts';
 import type { ModelRunner } from '../runner.ts';
 import type { SchedulerOutput } from '../scheduler-output.ts';
 
@@ -39,9 +40,10 @@ export class RecordingRunner implements ModelRunner {
   get info() {
     return this.inner.info;
   }
-  execute(output: SchedulerOutput) {
-    this.steps.push(structuredClone(output));
-    return this.inner.execute(output);
+  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null) {
+    // The grammar gates are live objects of the engine: recorded as whether each was ready.
+    this.steps.push(structuredClone({ ...output, scheduled: output.scheduled.map((entry) => ({ ...entry, grammar: entry.grammar === null ? null : { isReady: entry.grammar.isReady, stopTokenIds: [...entry.grammar.stopTokenIds] } })) }));
+    return this.inner.execute(output, bitmasks);
   }
   close() {
     this.inner.close();

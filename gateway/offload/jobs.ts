@@ -17,7 +17,7 @@ export type Job =
   | { kind: 'parseJson'; bytes: Uint8Array }
   /** The text as UTF-8, a buffer the thread takes over: cheaper to move than the string. */
   | { kind: 'encodePrompt'; model: ModelRef; textBytes: Uint8Array; addSpecialTokens: boolean; fitContext: boolean }
-  | { kind: 'encodeChat'; model: ModelRef; messages: ChatMessage[]; addGenerationPrompt: boolean; param: string; fitContext: boolean };
+  | { kind: 'encodeChat'; model: ModelRef; messages: ChatMessage[]; addGenerationPrompt: boolean; param: string; fitContext: boolean; tools?: object[] };
 
 export interface JobResults {
   parseJson: unknown;
@@ -69,7 +69,7 @@ export function runJob(job: Job): JobOutcome {
     case 'encodePrompt':
       return tokenIdsOutcome(encodePrompt(promptModelOf(job.model), decoder.decode(job.textBytes), job.addSpecialTokens, job.fitContext));
     case 'encodeChat':
-      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt, job.param, job.fitContext));
+      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt, job.param, job.fitContext, job.tools));
   }
 }
 

@@ -22,6 +22,7 @@ import {
 import { clientIsConnected, respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { completionRequestSchema, parseRequest, type CompletionRequest } from './schemas.ts';
+import { constraintOf } from './structured-outputs.ts';
 
 /** One prompt of a request: its token ids, and its text as echo writes it. */
 interface CompletionPrompt {
@@ -150,6 +151,8 @@ export function registerCompletionsRoute(app: FastifyInstance, { registry, metri
     const numChoicesPerPrompt = request.n ?? 1;
     const isStream = request.stream === true;
     const echoesLogprobs = request.echo === true && request.logprobs != null;
+    const constraint = constraintOf(request.response_format, request.structured_outputs);
+    const structuredOutput = constraint === null ? undefined : { constraint, jumpForward: request.logprobs == null };
     const choiceRequests = prompts.flatMap((prompt): GenerationRequest[] => {
       const maxTokens = resolveMaxTokens(
         model,
@@ -168,6 +171,7 @@ export function registerCompletionsRoute(app: FastifyInstance, { registry, metri
         priority: request.priority ?? undefined,
         cacheSalt: request.cache_salt ?? undefined,
         includeStopStrInOutput: request.include_stop_str_in_output === true,
+        structuredOutput,
         affinityKey: affinityKeyOf(httpRequest.headers),
         arrivalMs,
         account: httpRequest.account,

@@ -2,6 +2,7 @@
 // does; known fields with the wrong type or range name themselves in a 400.
 import { z } from 'zod';
 import { ApiError } from '../errors.ts';
+import { responseFormatSchema, structuredOutputsSchema } from './structured-outputs.ts';
 
 const MAX_STOP_STRINGS = 4;
 /** OpenAI's own limit on n. */
@@ -68,11 +69,43 @@ const contentPart = z.object({
   text: z.string(),
 });
 
+/** OpenAI's function names. */
+export const FUNCTION_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+/** OpenAI's limit on tools per request. */
+const MAX_TOOLS = 128;
+
+const messageToolCall = z.object({
+  id: z.string().min(1),
+  type: z.literal('function').nullish(),
+  function: z.object({ name: z.string().min(1), arguments: z.string() }),
+});
+
 const message = z.object({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
   content: z.union([z.string(), z.array(contentPart)], { error: 'expected a string or an array of text parts' }).nullish(),
   name: z.string().nullish(),
+  /** An assistant's calls. */
+  tool_calls: z.array(messageToolCall).nullish(),
+  /** A tool message: the call it answers. */
+  tool_call_id: z.string().nullish(),
 });
+
+export const functionParameters = z.record(z.string(), z.unknown());
+
+const chatTool = z.object({
+  type: z.literal('function', { error: 'only tools of type function are supported' }),
+  function: z.object({
+    name: z.string().regex(FUNCTION_NAME, 'expected a name of letters, digits, _ and -, at most 64 characters'),
+    description: z.string().nullish(),
+    parameters: functionParameters.nullish(),
+    strict: z.boolean().nullish(),
+  }),
+});
+
+const chatToolChoice = z.union(
+  [z.enum(['none', 'auto', 'required']), z.object({ type: z.literal('function'), function: z.object({ name: z.string() }) })],
+  { error: 'expected "none", "auto", "required" or {"type": "function", "function": {"name": ...}}' },
+);
 
 export const chatRequestSchema = z.object({
   ...generationFields,
@@ -80,12 +113,15 @@ export const chatRequestSchema = z.object({
   max_completion_tokens: z.number().int().min(1).nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
-  tools: z.array(z.unknown()).nullish(),
-  tool_choice: z.unknown().nullish(),
+  tools: z.array(chatTool).max(MAX_TOOLS).nullish(),
+  tool_choice: chatToolChoice.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
   /** OpenAI's older spelling of tools and tool_choice. */
   functions: z.array(z.unknown()).nullish(),
   function_call: z.unknown().nullish(),
-  response_format: z.object({ type: z.string() }).nullish(),
+  response_format: responseFormatSchema.nullish(),
+  /** Extension (vLLM): json, regex, choice, grammar, ... */
+  structured_outputs: structuredOutputsSchema.nullish(),
 });
 
 export const completionRequestSchema = z.object({
@@ -104,6 +140,10 @@ export const completionRequestSchema = z.object({
   logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
   suffix: z.string().nullish(),
   best_of: z.number().int().min(1).nullish(),
+  /** Extension (vLLM, as chat's): json_object or json_schema. */
+  response_format: responseFormatSchema.nullish(),
+  /** Extension (vLLM): json, regex, choice, grammar, ... */
+  structured_outputs: structuredOutputsSchema.nullish(),
 });
 
 export const tokenizeRequestSchema = z.union(

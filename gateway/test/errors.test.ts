@@ -117,14 +117,20 @@ test('parameters Conduit cannot honour yet are refused clearly, unknown ones are
   await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', suffix: 'y' }), 400, 'unsupported_parameter', 'suffix');
   await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', best_of: 2 }), 400, 'unsupported_parameter', 'best_of');
   const tool = { type: 'function', function: { name: 'f', parameters: {} } };
-  await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, tools: [tool] }), 400, 'unsupported_parameter', 'tools');
   await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, functions: [tool.function] }), 400, 'unsupported_parameter', 'functions');
-  await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, tool_choice: 'required' }), 400, 'unsupported_parameter', 'tool_choice');
+  await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, tool_choice: 'required' }), 400, 'invalid_request', 'tool_choice');
   await expectError(
-    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, response_format: { type: 'json_object' } }),
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, tools: [tool], tool_choice: { type: 'function', function: { name: 'g' } } }),
     400,
-    'unsupported_parameter',
-    'response_format',
+    'invalid_request',
+    'tool_choice',
+  );
+  await expectError(await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, tools: [{ type: 'web_search' }] }), 400, 'invalid_request', 'tools[0].type');
+  await expectError(
+    await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, response_format: { type: 'xml' } }),
+    400,
+    'invalid_request',
+    'response_format.type',
   );
   script = { steps: [gateway.tokens('ok')] };
   const response = await gateway.post('/v1/chat/completions', { model: MODEL_NAME, messages, n: 1, some_future_param: { x: 1 } });

@@ -20,8 +20,14 @@ export interface ChatToolCall {
   function: { name: string; arguments: unknown };
 }
 
+export interface RenderOptions {
+  addGenerationPrompt: boolean;
+  /** The request's tools, as transformers hands them to templates (OpenAI's function tool objects). */
+  tools?: readonly object[];
+}
+
 export interface ChatTemplate {
-  render(messages: readonly ChatMessage[], options: { addGenerationPrompt: boolean }): string;
+  render(messages: readonly ChatMessage[], options: RenderOptions): string;
 }
 
 /** Null when the checkpoint has no template; chat requests to it are then refused. */
@@ -37,6 +43,7 @@ export function loadChatTemplate(config: TokenizerConfig): ChatTemplate | null {
         add_generation_prompt: options.addGenerationPrompt,
         bos_token: bosToken,
         eos_token: eosToken,
+        ...(options.tools === undefined ? {} : { tools: options.tools }),
       });
     },
   };

@@ -32,7 +32,9 @@ export function checkPromptChars(model: PromptModel, numChars: number) {
 }
 
 /** param: the request field errors point at (`messages`, or the Responses API's `input`). */
-export function renderChat(model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages'): string {
+export function renderChat(
+  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', tools?: readonly object[],
+): string {
   if (model.chatTemplate === null) {
     throw new ApiError(
       'chat_template_missing',
@@ -41,7 +43,7 @@ export function renderChat(model: PromptModel, messages: readonly ChatMessage[],
     );
   }
   try {
-    return model.chatTemplate.render(messages, { addGenerationPrompt });
+    return model.chatTemplate.render(messages, { addGenerationPrompt, tools });
   } catch (err) {
     throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, param);
   }
@@ -58,7 +60,7 @@ export function encodePrompt(model: PromptModel, text: string, addSpecialTokens:
 
 /** The chat template rendered, then encoded with its special tokens as written. */
 export function encodeChat(
-  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', fitContext = true,
+  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', fitContext = true, tools?: readonly object[],
 ): number[] {
-  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt, param), false, fitContext);
+  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt, param, tools), false, fitContext);
 }

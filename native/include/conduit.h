@@ -150,7 +150,24 @@ typedef struct cd_batch {
   const int32_t* num_top_logprobs;        /* [num_seqs] 0..CD_MAX_TOP_LOGPROBS */
   const int32_t* num_prompt_top_logprobs; /* [num_seqs] 0..CD_MAX_TOP_LOGPROBS */
   const int32_t* prompt_next_token_ids;   /* [num_seqs] the token after the chunk, or -1 */
+  /*
+   * Structured outputs. NULL bitmask_rows: no sequence is constrained, and nothing below is read.
+   * Otherwise a sequence with bitmask_rows[i] >= 0 samples only among the tokens whose bits are
+   * set in that row of token_bitmask (bit id & 31 of word id >> 5), before every other step of
+   * sampling; a row of -1 leaves the sequence as it would be without this field. The rows may
+   * still be being written by other threads when the pass starts: with bitmask_ready non-NULL,
+   * the sampler reads them only once *bitmask_ready >= bitmask_ready_target (an acquire load),
+   * and fails the pass if that has not happened within CD_BITMASK_WAIT_MS.
+   */
+  const int32_t* bitmask_rows;    /* [num_seqs] or NULL */
+  const uint32_t* token_bitmask;  /* [rows * bitmask_words] */
+  int32_t bitmask_words;          /* (vocab_size + 31) / 32 */
+  const int32_t* bitmask_ready;   /* NULL when the rows are complete already */
+  int32_t bitmask_ready_target;
 } cd_batch;
+
+/* How long a pass waits for its token bitmasks before it fails. */
+#define CD_BITMASK_WAIT_MS 30000
 
 /* Caller-owned outputs, every entry written by the pass. */
 typedef struct cd_forward_output {

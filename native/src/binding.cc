@@ -208,6 +208,26 @@ struct ForwardRequest {
                                data_of<float>(outputs_object, "promptTopLogprobs"),
                                data_of<int32_t>(outputs_object, "promptRanks")};
     outputs = Napi::Persistent(outputs_object);
+    point_batch_at_bitmasks(batch_object);
+  }
+
+  // The bitmask rows and their counter are read in place, not copied: other threads may still be
+  // writing them while the pass runs. They stay referenced until the promise settles.
+  void point_batch_at_bitmasks(const Napi::Object& batch_object) {
+    const Napi::Value rows = batch_object.Get("bitmaskRows");
+    if (rows.IsUndefined() || rows.IsNull()) return;
+    bitmask_rows = copy_of<int32_t>(rows);
+    Napi::TypedArrayOf<int32_t> bitmask = batch_object.Get("tokenBitmask").As<Napi::TypedArrayOf<int32_t>>();
+    bitmask_reference = Napi::Persistent(bitmask);
+    batch.bitmask_rows = bitmask_rows.data();
+    batch.token_bitmask = reinterpret_cast<const uint32_t*>(bitmask.Data());
+    batch.bitmask_words = int_of(batch_object, "bitmaskWords");
+    const Napi::Value ready = batch_object.Get("bitmaskReady");
+    if (ready.IsUndefined() || ready.IsNull()) return;
+    Napi::TypedArrayOf<int32_t> ready_array = ready.As<Napi::TypedArrayOf<int32_t>>();
+    ready_reference = Napi::Persistent(ready_array);
+    batch.bitmask_ready = ready_array.Data();
+    batch.bitmask_ready_target = int_of(batch_object, "bitmaskReadyTarget");
   }
 
   void copy_inputs(const Napi::Object& batch_object) {
@@ -270,6 +290,8 @@ struct ForwardRequest {
   ModelHandle* handle;
   Napi::Promise::Deferred deferred;
   Napi::ObjectReference outputs;
+  Napi::Reference<Napi::TypedArrayOf<int32_t>> bitmask_reference, ready_reference;
+  std::vector<int32_t> bitmask_rows;
   std::vector<int32_t> token_ids, positions, query_starts, block_tables, top_ks, output_indices, penalty_starts,
       penalty_token_ids, penalty_output_counts, bias_starts, bias_token_ids, num_top_logprobs, num_prompt_top_logprobs,
       prompt_next_token_ids;

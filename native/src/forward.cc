@@ -1,11 +1,15 @@
 // The forward pass. Every parallel split is over rows, output columns or (token, head) pairs,
 // never over a reduction, so a token's values do not depend on the batch around it.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <sched.h>
+#include <thread>
 
 #include "dtype.h"
+#include "error.h"
 #include "logprobs.h"
 #include "matmul.h"
 #include "model.h"
@@ -51,6 +55,26 @@ void apply_rope(float* heads, int32_t num_heads, int32_t head_dim, const float* 
 void add_bias(float* row, const float* bias, int32_t n) {
   if (bias == nullptr) return;
   for (int32_t i = 0; i < n; ++i) row[i] += bias[i];
+}
+
+// Waits until the threads writing a batch's token bitmasks have counted every row written. They
+// usually have: they fill the rows while the layers run. Yields first, then naps, so a late
+// writer gets the core it may be waiting for.
+void wait_for_bitmasks(const cd_batch& batch) {
+  if (batch.bitmask_rows == nullptr || batch.bitmask_ready == nullptr) return;
+  const auto ready = [&batch] { return __atomic_load_n(batch.bitmask_ready, __ATOMIC_ACQUIRE) >= batch.bitmask_ready_target; };
+  for (int32_t spin = 0; spin < 256; ++spin) {
+    if (ready()) return;
+    sched_yield();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(CD_BITMASK_WAIT_MS);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error(CD_ERR_INTERNAL, "the token bitmasks of a structured output were not written within " +
+                                       std::to_string(CD_BITMASK_WAIT_MS) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 }  // namespace
@@ -359,6 +383,7 @@ class ForwardPass {
     if (num_outputs > 0) {
       final_logits(ws_.output_tokens.data(), num_outputs);
       copy_returned_logits(output);
+      wait_for_bitmasks(batch_);
       sample_sequences(output);
     }
     produce_prompt_logprobs(output);
@@ -411,7 +436,7 @@ class ForwardPass {
         const float* logits = &ws_.output_logits[size_t(i) * vocab_size];
         const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
         const int32_t token_id = sample_token(model_.kernels, logits, dims_.vocab_size, raw.best, sampling_params(seq),
-                                              logit_adjustments(seq), ws_.samplers[size_t(thread_index)]);
+                                              logit_adjustments(seq), allowed_bits(seq), ws_.samplers[size_t(thread_index)]);
         output.sampled_token_ids[seq] = token_id;
         output.sampled_logprobs[seq] = raw.at(logits, token_id);
         const size_t row = size_t(seq) * CD_MAX_TOP_LOGPROBS;
@@ -424,6 +449,13 @@ class ForwardPass {
   SamplingParams sampling_params(int32_t seq) const {
     return SamplingParams{batch_.temperatures[seq], batch_.top_ps[seq],  batch_.top_ks[seq],
                           batch_.min_ps[seq],       batch_.seeds[seq],   batch_.output_indices[seq]};
+  }
+
+  // The sequence's row of the structured-output bitmask; null when it is unconstrained.
+  const uint32_t* allowed_bits(int32_t seq) const {
+    if (batch_.bitmask_rows == nullptr) return nullptr;
+    const int32_t row = batch_.bitmask_rows[seq];
+    return row < 0 ? nullptr : batch_.token_bitmask + size_t(row) * size_t(batch_.bitmask_words);
   }
 
   LogitAdjustments logit_adjustments(int32_t seq) const {

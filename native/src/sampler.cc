@@ -15,12 +15,26 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// A copy of the logits with the bias added, then the penalties applied, each an fp32 operation
-// as vLLM does it.
+constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+
+// A copy of the logits in which every token the bitmask does not allow is -infinity.
+const float* mask_logits(const float* logits, int32_t vocab_size, const uint32_t* allowed_bits,
+                         std::vector<float>& masked) {
+  masked.resize(size_t(vocab_size));
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    masked[size_t(id)] = (allowed_bits[id >> 5] >> (id & 31)) & 1u ? logits[id] : kNegativeInfinity;
+  }
+  return masked.data();
+}
+
+// The logits with the bias added, then the penalties applied, each an fp32 operation as vLLM
+// does it: in a copy, unless they are the scratch already (a masked row).
 const float* adjust_logits(const float* logits, int32_t vocab_size, const LogitAdjustments& adjustments,
                            std::vector<float>& adjusted) {
-  adjusted.resize(size_t(vocab_size));
-  std::copy_n(logits, vocab_size, adjusted.begin());
+  if (logits != adjusted.data()) {
+    adjusted.resize(size_t(vocab_size));
+    std::copy_n(logits, vocab_size, adjusted.begin());
+  }
   for (int32_t i = 0; i < adjustments.num_bias_tokens; ++i) {
     adjusted[size_t(adjustments.bias_token_ids[i])] += adjustments.bias_values[i];
   }
@@ -115,14 +129,25 @@ double uniform_from_counter(uint64_t seed, uint64_t counter) {
 }
 
 int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size, ArgMax raw_best,
-                     const SamplingParams& params, const LogitAdjustments& adjustments, SamplerScratch& scratch) {
+                     const SamplingParams& params, const LogitAdjustments& adjustments, const uint32_t* allowed_bits,
+                     SamplerScratch& scratch) {
   ArgMax best = raw_best;
+  // What an empty choice falls back to: the model's own first choice among what the grammar
+  // allows. A grammar that allows nothing falls back to the raw argmax, which its matcher then
+  // rejects, failing the request rather than the batch.
+  ArgMax fallback = raw_best;
+  if (allowed_bits != nullptr) {
+    logits = mask_logits(logits, vocab_size, allowed_bits, scratch.adjusted_logits);
+    best = kernels.argmax(logits, vocab_size);
+    if (best.value == kNegativeInfinity) return raw_best.index;
+    fallback = best;
+  }
   if (adjustments.any()) {
     logits = adjust_logits(logits, vocab_size, adjustments, scratch.adjusted_logits);
     best = kernels.argmax(logits, vocab_size);
-    // Every token banned leaves nothing to sample from: fall back, deterministically, to the raw
-    // argmax, the model's own first choice.
-    if (best.value == -std::numeric_limits<float>::infinity()) return raw_best.index;
+    // Every token banned (by bias or min_tokens, among what the grammar allows) leaves nothing to
+    // sample from: fall back, deterministically, as above; the grammar outranks a ban.
+    if (best.value == kNegativeInfinity) return fallback.index;
   }
   const bool greedy = params.temperature <= 0.0f || params.top_k == 1;
   // Ties go to the lowest id. An infinite logit (a repetition penalty so small that a division

@@ -1,6 +1,6 @@
-// Token sampling from one row of logits, in vLLM v1's order: logit bias, repetition penalty,
-// frequency and presence penalties, then the argmax, or temperature, min-p, top-k, top-p and one
-// inverse-CDF draw. Counter-based: the draw depends only on (seed, output_index), so a seeded
+// Token sampling from one row of logits, in vLLM v1's order: a grammar's token bitmask, logit
+// bias, repetition penalty, frequency and presence penalties, then the argmax, or temperature,
+// min-p, top-k, top-p and one inverse-CDF draw. Counter-based: the draw depends only on (seed, output_index), so a seeded
 // request samples the same tokens whatever shares its batch.
 #pragma once
 
@@ -48,8 +48,11 @@ struct SamplerScratch {
 };
 
 // The sampled token id. raw_best is the argmax of the raw logits (ties to the lowest id).
+// allowed_bits, when not null, is a structured output's bitmask (bit id & 31 of word id >> 5):
+// tokens whose bit is clear get -infinity before anything else.
 int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size, ArgMax raw_best,
-                     const SamplingParams& params, const LogitAdjustments& adjustments, SamplerScratch& scratch);
+                     const SamplingParams& params, const LogitAdjustments& adjustments, const uint32_t* allowed_bits,
+                     SamplerScratch& scratch);
 
 // A uniform draw in [0, 1) keyed by (seed, counter).
 double uniform_from_counter(uint64_t seed, uint64_t counter);

@@ -2,8 +2,8 @@
 // bitwise identical whether it runs alone, in a batch with 15 unrelated sequences (prompt chunks
 // and decode tokens mixed), or with its prompt fed in chunks of 1, 7 or 64 tokens, on any number
 // of threads, and its seeded samples are the same. So are its top logprobs and prompt logprobs
-// when it uses min-p, penalties, logit bias and logprobs, among companions that use other
-// settings.
+// when it uses min-p, penalties, logit bias and logprobs, or a structured output's token bitmask,
+// among companions that use other settings (some of them constrained by bitmasks of their own).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ForwardBatch, ForwardResult, NativeModel } from '../api.ts';
@@ -33,10 +33,19 @@ const MAX_BLOCKS_PER_SEQ = Math.ceil(MAX_POSITIONS / BLOCK_SIZE_TOKENS);
 const OTHER_THREAD_COUNTS = [1, 3, 8];
 
 /** A sequence's fixed settings; its penalty history follows from its tokens at each step. */
-type Sampling = Omit<SeqChunk, 'tokenIds' | 'startPosition' | 'blockIds' | 'flags' | 'outputIndex' | 'penaltyHistory' | 'promptNextTokenId'> & {
+type Sampling = Omit<SeqChunk, 'tokenIds' | 'startPosition' | 'blockIds' | 'flags' | 'outputIndex' | 'penaltyHistory' | 'promptNextTokenId' | 'allowedTokenIds'> & {
   penalized?: boolean;
   promptLogprobs?: boolean;
+  /** A grammar's mask, as a salt: the allowed tokens follow from it and the output index, like a grammar's state. */
+  maskSalt?: number;
 };
+
+const VOCAB_SIZE = 300;
+
+/** About 2 in 5 tokens, a different set at each output index. */
+function grammarMask(salt: number, outputIndex: number): number[] {
+  return Array.from({ length: VOCAB_SIZE }, (_, id) => id).filter((id) => (Math.imul(id + salt, 2654435761) + outputIndex * 97) % 5 < 2 && id % 5 !== outputIndex % 5);
+}
 
 interface Sequence {
   tokenIds: number[];
@@ -80,10 +89,11 @@ function emptyTrace(): Trace {
 function nextChunk(seq: Sequence, isTarget: boolean): SeqChunk {
   const end = Math.min(seq.numComputedTokens + seq.chunkTokens, seq.tokenIds.length);
   const completes = end === seq.tokenIds.length;
-  const { penalized, promptLogprobs, ...sampling } = seq.sampling;
+  const { penalized, promptLogprobs, maskSalt, ...sampling } = seq.sampling;
   const sampleFlags = completes ? SEQ_SAMPLE | (isTarget ? SEQ_RETURN_LOGITS : 0) : 0;
   return {
     ...sampling,
+    allowedTokenIds: maskSalt === undefined || !completes ? null : grammarMask(maskSalt, seq.numOutputTokens),
     tokenIds: seq.tokenIds.slice(seq.numComputedTokens, end),
     startPosition: seq.numComputedTokens,
     blockIds: seq.blockIds,
@@ -121,7 +131,7 @@ async function runTarget(model: NativeModel, target: Sequence, companions: Seque
   const vocabSize = model.info.vocabSize;
   while (target.numOutputTokens <= NUM_DECODE_STEPS) {
     const chunks = sequences.map((seq) => nextChunk(seq, seq === target));
-    const batch = buildBatch(chunks);
+    const batch = buildBatch(chunks, VOCAB_SIZE);
     const result = await model.forward(batch);
     recordPromptLogprobs(trace, result, batch, targetIndex, chunks[targetIndex]);
     sequences.forEach((seq, i) => {
@@ -147,6 +157,8 @@ function assertReported(trace: Trace, sampling: Sampling, label: string): void {
   for (const row of trace.topTokenIds) assert.equal(row.findIndex((id) => id < 0), numTop === MAX_TOP_LOGPROBS ? -1 : numTop, label);
   const numReported = trace.promptLogprobs.filter((logprob) => !Number.isNaN(logprob)).length;
   assert.equal(numReported, sampling.promptLogprobs ? TARGET_PROMPT_TOKENS - 1 : 0, `${label}: prompt logprobs reported`);
+  const { maskSalt } = sampling;
+  if (maskSalt !== undefined) trace.tokenIds.forEach((tokenId, i) => assert.ok(grammarMask(maskSalt, i).includes(tokenId), `${label}: output ${i} is outside its mask`));
 }
 
 function sameBits(a: ArrayBufferView, b: ArrayBufferView): boolean {
@@ -184,6 +196,7 @@ function targetSettings(seed: number, prompt: readonly number[]): Record<string,
       promptLogprobs: true,
       numPromptTopLogprobs: 4,
     },
+    'a grammar bitmask with penalties and logprobs': { ...plain, maskSalt: seed % 1000, penalized: true, repetitionPenalty: 1.2, numTopLogprobs: 5 },
   };
 }
 
@@ -202,10 +215,11 @@ function companionSettings(i: number): Sampling {
     numTopLogprobs: (i % 7) * 3,
     promptLogprobs: i % 4 === 0,
     numPromptTopLogprobs: i % 8,
+    maskSalt: i % 3 === 2 ? i : undefined,
   };
 }
 
-test('logits, samples and logprobs are bitwise identical alone, in a batch of 16, with chunked prompts and on 1 to 8 threads', async (t) => {
+test('logits, samples and logprobs are bitwise identical alone, in a batch of 16 mixing constrained and free sequences, with chunked prompts and on 1 to 8 threads', async (t) => {
   using temp = makeTempDir('invariance');
   const seed = freshSeed(t);
   const modes = [
@@ -221,7 +235,7 @@ test('logits, samples and logprobs are bitwise identical alone, in a batch of 16
       // different thread counts split them differently.
       arch: 'qwen2', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, intermediateSize: 200, vocabSize: 300, dtype, seed,
     });
-    const vocabSize = 300;
+    const vocabSize = VOCAB_SIZE;
     const prompt = randomTokens(TARGET_PROMPT_TOKENS, vocabSize, seed);
     const companionsFor = (firstBlock: number) =>
       Array.from({ length: NUM_COMPANIONS }, (_, i) =>

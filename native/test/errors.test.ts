@@ -162,6 +162,13 @@ const BATCH_EDITS: ReadonlyArray<[string, (batch: ForwardBatch) => void, RegExp]
   ['promptNextTokenIds outside the vocabulary', (b) => (b.promptNextTokenIds[1] = 40), /promptNextTokenIds: sequence 1 has 40; expected -1 or a token id in \[0, 40\)/],
   ['promptNextTokenIds below -1', (b) => (b.promptNextTokenIds[1] = -2), /promptNextTokenIds: sequence 1 has -2/],
   ['an unknown seqFlags bit', (b) => (b.seqFlags[0] |= 8), /seqFlags: sequence 0 has 9; known bits are 7/],
+  ['bitmaskRows too short', (b) => (b.bitmaskRows = Int32Array.of(0)), /bitmaskRows: holds 1 entries, needs 2/],
+  ['a bitmask row past the rows', (b) => (b.bitmaskRows![0] = 1), /bitmaskRows: sequence 0 has 1; expected -1 or a row in \[0, 1\)/],
+  ['a bitmask row below -1', (b) => (b.bitmaskRows![1] = -2), /bitmaskRows: sequence 1 has -2/],
+  ['bitmask words not the vocabulary\'s', (b) => (b.bitmaskWords = 1), /bitmaskWords: is 1; a vocabulary of 40 needs 2/],
+  ['a bitmask that is not an Int32Array', (b) => (b.tokenBitmask = null), /tokenBitmask: expected an Int32Array with bitmaskRows/],
+  ['a ready counter of two entries', (b) => (b.bitmaskReady = new Int32Array(2)), /bitmaskReady: expected an Int32Array of one entry/],
+  ['a negative ready target', (b) => ((b.bitmaskReady = new Int32Array(1)), (b.bitmaskReadyTarget = -1)), /bitmaskReadyTarget: is -1/],
 ];
 
 test('forward() rejects bad sampling extensions, naming the field, the sequence and the value', async () => {
@@ -178,9 +185,9 @@ test('forward() rejects bad sampling extensions, naming the field, the sequence 
         {
           tokenIds: [3], startPosition: 0, blockIds: [1], flags: SEQ_SAMPLE | SEQ_PROMPT_LOGPROBS, numPromptTopLogprobs: 2, promptNextTokenId: 4,
           penaltyHistory: [{ tokenId: 5, outputCount: 2, inPrompt: false }, { tokenId: 9, outputCount: 1, inPrompt: false }],
-          repetitionPenalty: 1.2, frequencyPenalty: -0.5, logitBias: [[5, 1]],
+          repetitionPenalty: 1.2, frequencyPenalty: -0.5, logitBias: [[5, 1]], allowedTokenIds: [3, 33, 39],
         },
-      ]);
+      ], 40);
     await model.forward(goodBatch());
     for (const [name, edit, message] of BATCH_EDITS) {
       const batch = goodBatch();

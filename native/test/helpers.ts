@@ -90,6 +90,15 @@ export interface SeqChunk {
   numTopLogprobs?: number;
   numPromptTopLogprobs?: number;
   promptNextTokenId?: number;
+  /** A structured output's mask: the only tokens the sample may be (null or absent: unconstrained). */
+  allowedTokenIds?: readonly number[] | null;
+}
+
+/** The packed bitmask row (ForwardBatch.tokenBitmask) that allows exactly allowedTokenIds. */
+export function bitmaskRow(allowedTokenIds: readonly number[], vocabSize: number): Int32Array {
+  const row = new Int32Array(Math.ceil(vocabSize / 32));
+  for (const id of allowedTokenIds) row[id >> 5] |= 1 << (id & 31);
+  return row;
 }
 
 /** The penalty history of a sequence: one entry per distinct token of its prompt and output, in first-seen order. */
@@ -105,7 +114,8 @@ export function penaltyHistory(promptTokenIds: readonly number[], outputTokenIds
   return [...entries.values()];
 }
 
-export function buildBatch(chunks: readonly SeqChunk[]): ForwardBatch {
+/** vocabSize is needed only when a chunk has allowedTokenIds. */
+export function buildBatch(chunks: readonly SeqChunk[], vocabSize?: number): ForwardBatch {
   const numSeqs = chunks.length;
   const numTokens = chunks.reduce((sum, c) => sum + c.tokenIds.length, 0);
   const maxBlocksPerSeq = Math.max(1, ...chunks.map((c) => c.blockIds.length));
@@ -166,7 +176,25 @@ export function buildBatch(chunks: readonly SeqChunk[]): ForwardBatch {
     fillBiasRange(batch, seq, chunk.logitBias ?? []);
   });
   batch.queryStarts[numSeqs] = t;
+  fillBitmasks(batch, chunks, vocabSize);
   return batch;
+}
+
+/** One bitmask row per constrained chunk, in batch order; no bitmask fields when none is. */
+function fillBitmasks(batch: ForwardBatch, chunks: readonly SeqChunk[], vocabSize: number | undefined): void {
+  const masked = chunks.filter((chunk) => chunk.allowedTokenIds != null);
+  if (masked.length === 0) return;
+  if (vocabSize === undefined) throw new Error('buildBatch: allowedTokenIds need the vocabulary size');
+  const words = Math.ceil(vocabSize / 32);
+  batch.bitmaskWords = words;
+  batch.bitmaskRows = new Int32Array(chunks.length).fill(-1);
+  batch.tokenBitmask = new Int32Array(masked.length * words);
+  let row = 0;
+  chunks.forEach((chunk, seq) => {
+    if (chunk.allowedTokenIds == null) return;
+    batch.tokenBitmask!.set(bitmaskRow(chunk.allowedTokenIds, vocabSize), row * words);
+    batch.bitmaskRows![seq] = row++;
+  });
 }
 
 function fillPenaltyRange(batch: ForwardBatch, seq: number, entries: readonly PenaltyEntry[]): void {

@@ -18,6 +18,8 @@ export interface SamplingSettings {
   repetitionPenalty: number;
   penaltyHistory: readonly PenaltyEntry[];
   logitBias: ReadonlyArray<readonly [number, number]>;
+  /** A structured output's mask: the only tokens allowed; null for none. */
+  allowedTokenIds?: readonly number[] | null;
 }
 
 export const NEUTRAL_SETTINGS: SamplingSettings = {
@@ -34,9 +36,19 @@ export const NEUTRAL_SETTINGS: SamplingSettings = {
 
 const f32 = Math.fround;
 
-/** Bias, then the repetition penalty, then the frequency and presence penalties; parameters as the batch's Float32Arrays hold them. */
-export function adjustLogits(raw: Float32Array, settings: SamplingSettings): Float64Array {
+/** The raw logits with every token the mask does not allow at -Infinity (unchanged without a mask). */
+export function maskedLogits(raw: Float32Array, settings: SamplingSettings): Float64Array {
   const logits = Float64Array.from(raw);
+  const allowed = settings.allowedTokenIds;
+  if (allowed == null) return logits;
+  const allowedSet = new Set(allowed);
+  for (let id = 0; id < logits.length; id++) if (!allowedSet.has(id)) logits[id] = -Infinity;
+  return logits;
+}
+
+/** The mask, then bias, then the repetition penalty, then the frequency and presence penalties; parameters as the batch's Float32Arrays hold them. */
+export function adjustLogits(raw: Float32Array, settings: SamplingSettings): Float64Array {
+  const logits = maskedLogits(raw, settings);
   for (const [tokenId, value] of settings.logitBias) logits[tokenId] = f32(logits[tokenId] + f32(value));
   const repetition = f32(settings.repetitionPenalty);
   const frequency = f32(settings.frequencyPenalty);
@@ -64,7 +76,7 @@ export function idsByValue(values: ArrayLike<number>): number[] {
 
 /**
  * The distribution a draw follows: one-hot on the argmax when greedy (or when every token is
- * banned: the raw argmax); otherwise softmax(logits / temperature) with tokens below minP × the
+ * banned: the best the mask allows, else the raw argmax); otherwise softmax(logits / temperature) with tokens below minP × the
  * largest probability dropped, then all but the topK most likely, then all past the smallest
  * most-likely prefix holding topP of what is left, renormalized.
  */
@@ -73,7 +85,10 @@ export function samplingDistribution(raw: Float32Array, settings: SamplingSettin
   const probs = new Float64Array(raw.length);
   const best = argmax(logits);
   if (logits[best] === -Infinity) {
-    probs[argmax(raw)] = 1;
+    // Everything banned: the best the mask allows, or the raw argmax when it allows nothing.
+    const masked = maskedLogits(raw, settings);
+    const allowedBest = argmax(masked);
+    probs[masked[allowedBest] === -Infinity ? argmax(raw) : allowedBest] = 1;
     return probs;
   }
   const temperature = f32(settings.temperature);

@@ -13,6 +13,7 @@ import type { RequestOutput as _conduit_engine_v1_RequestOutput, RequestOutput__
 import type { SamplingParams as _conduit_engine_v1_SamplingParams, SamplingParams__Output as _conduit_engine_v1_SamplingParams__Output } from './conduit/engine/v1/SamplingParams.ts';
 import type { StepOutput as _conduit_engine_v1_StepOutput, StepOutput__Output as _conduit_engine_v1_StepOutput__Output } from './conduit/engine/v1/StepOutput.ts';
 import type { StepStats as _conduit_engine_v1_StepStats, StepStats__Output as _conduit_engine_v1_StepStats__Output } from './conduit/engine/v1/StepStats.ts';
+import type { StructuredOutput as _conduit_engine_v1_StructuredOutput, StructuredOutput__Output as _conduit_engine_v1_StructuredOutput__Output } from './conduit/engine/v1/StructuredOutput.ts';
 import type { TokenLogprobs as _conduit_engine_v1_TokenLogprobs, TokenLogprobs__Output as _conduit_engine_v1_TokenLogprobs__Output } from './conduit/engine/v1/TokenLogprobs.ts';
 import type { WorkerLoad as _conduit_engine_v1_WorkerLoad, WorkerLoad__Output as _conduit_engine_v1_WorkerLoad__Output } from './conduit/engine/v1/WorkerLoad.ts';
 import type { WorkerModelInfo as _conduit_engine_v1_WorkerModelInfo, WorkerModelInfo__Output as _conduit_engine_v1_WorkerModelInfo__Output } from './conduit/engine/v1/WorkerModelInfo.ts';
@@ -38,6 +39,7 @@ export interface ProtoGrpcType {
         SamplingParams: MessageTypeDefinition<_conduit_engine_v1_SamplingParams, _conduit_engine_v1_SamplingParams__Output>
         StepOutput: MessageTypeDefinition<_conduit_engine_v1_StepOutput, _conduit_engine_v1_StepOutput__Output>
         StepStats: MessageTypeDefinition<_conduit_engine_v1_StepStats, _conduit_engine_v1_StepStats__Output>
+        StructuredOutput: MessageTypeDefinition<_conduit_engine_v1_StructuredOutput, _conduit_engine_v1_StructuredOutput__Output>
         TokenLogprobs: MessageTypeDefinition<_conduit_engine_v1_TokenLogprobs, _conduit_engine_v1_TokenLogprobs__Output>
         WorkerLoad: MessageTypeDefinition<_conduit_engine_v1_WorkerLoad, _conduit_engine_v1_WorkerLoad__Output>
         WorkerModelInfo: MessageTypeDefinition<_conduit_engine_v1_WorkerModelInfo, _conduit_engine_v1_WorkerModelInfo__Output>

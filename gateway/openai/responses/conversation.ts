@@ -1,9 +1,11 @@
 // The conversation a response continues, as chat-template messages: input items (messages,
-// function calls and their outputs) appended to what the previous response left. Messages are
+// function calls and their outputs) appended to what the previous response left. Reasoning items a
+// client sends back are dropped: templates do not show a model its past thinking. Messages are
 // plain data never modified once made, so a stored conversation is shared, not copied, by every
 // response that continues it.
 import { ApiError } from '../../errors.ts';
 import type { ChatMessage, ChatToolCall } from '../../tokenizer/chat-template.ts';
+import { argumentsValueOf } from '../../tool-calls/tools.ts';
 import type { ContentPart, InputItem } from './schema.ts';
 
 function textOf(parts: readonly ContentPart[], param: string): string {
@@ -12,17 +14,6 @@ function textOf(parts: readonly ContentPart[], param: string): string {
     if (part.type === 'refusal') text += part.refusal;
     else if (part.type === 'input_text' || part.type === 'output_text') text += part.text;
     else throw new ApiError('unsupported_parameter', `Content of type '${part.type}' is not supported: the model reads text only.`, `${param}[${index}]`);
-  }
-  return text;
-}
-
-/** transformers hands templates a call's arguments as an object (they write it with tojson); text that is not a JSON object stays text. */
-function argumentsOf(text: string): unknown {
-  try {
-    const parsed: unknown = JSON.parse(text);
-    if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) return parsed;
-  } catch {
-    // Not JSON: the template gets the text as written.
   }
   return text;
 }
@@ -44,12 +35,12 @@ export function appendInput(history: readonly ChatMessage[], items: readonly Inp
       // "developer" is OpenAI's newer name for "system", which is what chat templates know.
       messages.push({ role: item.role === 'developer' ? 'system' : item.role, content: textOf(item.content, `${param}.content`) });
     } else if (item.type === 'function_call') {
-      const call: ChatToolCall = { id: item.call_id, type: 'function', function: { name: item.name, arguments: argumentsOf(item.arguments) } };
+      const call: ChatToolCall = { id: item.call_id, type: 'function', function: { name: item.name, arguments: argumentsValueOf(item.arguments) } };
       const last = messages.at(-1);
       // Parallel calls, and the text an assistant wrote before calling, are one assistant turn.
       if (last?.role === 'assistant') messages[messages.length - 1] = { ...last, tool_calls: [...(last.tool_calls ?? []), call] };
       else messages.push({ role: 'assistant', content: '', tool_calls: [call] });
-    } else {
+    } else if (item.type === 'function_call_output') {
       const call = findCall(messages, item.call_id);
       if (call === undefined) {
         throw new ApiError('invalid_request', `No function call found for function_call_output with call_id '${item.call_id}'.`, `${param}.call_id`);
@@ -60,8 +51,11 @@ export function appendInput(history: readonly ChatMessage[], items: readonly Inp
   return messages;
 }
 
-export function assistantMessage(text: string): ChatMessage {
-  return { role: 'assistant', content: text };
+/** An assistant turn: its text and the calls it made (a later turn's function_call_output answers them by call id). */
+export function assistantMessage(text: string, calls: ReadonlyArray<{ id: string; name: string; arguments: string }> = []): ChatMessage {
+  if (calls.length === 0) return { role: 'assistant', content: text };
+  const toolCalls = calls.map((call): ChatToolCall => ({ id: call.id, type: 'function', function: { name: call.name, arguments: argumentsValueOf(call.arguments) } }));
+  return { role: 'assistant', content: text, tool_calls: toolCalls };
 }
 
 /** What the template renders: instructions are this turn's only (OpenAI does not carry them over a chain). */

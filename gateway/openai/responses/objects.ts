@@ -1,7 +1,8 @@
 // The Responses API's objects and stream events, in OpenAI's shapes (the SDK's
-// resources/responses/responses.d.ts). A turn answers with one output message holding one
-// output_text part, so the per-token delta event is a template filled in with the sequence number
-// and the text: the hot path stringifies a short string, not an object tree.
+// resources/responses/responses.d.ts). A turn answers with output items in the order the model
+// wrote them: a reasoning item (a reasoning model's thinking), a message holding one output_text
+// part, function calls. The per-token text delta event is a template filled in with the sequence
+// number and the text: the hot path stringifies a short string, not an object tree.
 import { type ApiError, toResponsesErrorEvent } from '../../errors.ts';
 import type { Usage } from '../../generation.ts';
 import type { ChatLogprobs } from '../logprobs.ts';
@@ -16,13 +17,34 @@ export interface OutputText {
   logprobs: TokenLogprobJson[];
 }
 
+export type ItemStatus = 'in_progress' | 'completed' | 'incomplete';
+
 export interface OutputMessage {
   id: string;
   type: 'message';
-  status: 'in_progress' | 'completed' | 'incomplete';
+  status: ItemStatus;
   role: 'assistant';
   content: OutputText[];
 }
+
+export interface FunctionCallItem {
+  id: string;
+  type: 'function_call';
+  status: ItemStatus;
+  call_id: string;
+  name: string;
+  arguments: string;
+}
+
+export interface ReasoningItem {
+  id: string;
+  type: 'reasoning';
+  status: ItemStatus;
+  summary: never[];
+  content: Array<{ type: 'reasoning_text'; text: string }>;
+}
+
+export type OutputItem = OutputMessage | FunctionCallItem | ReasoningItem;
 
 export interface ResponseUsage {
   input_tokens: number;
@@ -46,10 +68,16 @@ export interface ResponseEcho {
   temperature: number | null;
   topP: number | null;
   topLogprobs: number;
-  toolChoice: 'auto' | 'none';
+  toolChoice: ToolChoiceJson;
+  /** The request's function tools, as given. */
+  tools: object[];
+  parallelToolCalls: boolean;
+  textFormat: object;
   user: string | null;
   metadata: Readonly<Record<string, string>>;
 }
+
+export type ToolChoiceJson = 'auto' | 'none' | 'required' | { type: 'function'; name: string };
 
 export interface ResponseObject {
   id: string;
@@ -63,16 +91,16 @@ export interface ResponseObject {
   max_output_tokens: number | null;
   max_tool_calls: null;
   model: string;
-  output: OutputMessage[];
-  parallel_tool_calls: true;
+  output: OutputItem[];
+  parallel_tool_calls: boolean;
   previous_response_id: string | null;
   reasoning: { effort: null; summary: null };
   service_tier: 'default';
   store: boolean;
   temperature: number | null;
-  text: { format: { type: 'text' } };
-  tool_choice: 'auto' | 'none';
-  tools: never[];
+  text: { format: object };
+  tool_choice: ToolChoiceJson;
+  tools: object[];
   top_logprobs: number;
   top_p: number | null;
   truncation: 'auto' | 'disabled';
@@ -83,7 +111,7 @@ export interface ResponseObject {
 
 export interface ResponseState {
   status: ResponseStatus;
-  output: OutputMessage[];
+  output: OutputItem[];
   usage: ResponseUsage | null;
   error?: ApiError;
 }
@@ -103,15 +131,15 @@ export function responseObject(echo: ResponseEcho, state: ResponseState): Respon
     max_tool_calls: null,
     model: echo.model,
     output: state.output,
-    parallel_tool_calls: true,
+    parallel_tool_calls: echo.parallelToolCalls,
     previous_response_id: echo.previousResponseId,
     reasoning: { effort: null, summary: null },
     service_tier: 'default',
     store: echo.store,
     temperature: echo.temperature,
-    text: { format: { type: 'text' } },
+    text: { format: echo.textFormat },
     tool_choice: echo.toolChoice,
-    tools: [],
+    tools: echo.tools,
     top_logprobs: echo.topLogprobs,
     top_p: echo.topP,
     truncation: echo.truncation,
@@ -122,12 +150,12 @@ export function responseObject(echo: ResponseEcho, state: ResponseState): Respon
 }
 
 /** numOutputTokens apart from usage: a warm-up's one generated token is discarded, not output. */
-export function responseUsageOf(usage: Usage, numOutputTokens: number): ResponseUsage {
+export function responseUsageOf(usage: Usage, numOutputTokens: number, numReasoningTokens = 0): ResponseUsage {
   return {
     input_tokens: usage.prompt_tokens,
     input_tokens_details: { cached_tokens: usage.prompt_tokens_details.cached_tokens },
     output_tokens: numOutputTokens,
-    output_tokens_details: { reasoning_tokens: 0 },
+    output_tokens_details: { reasoning_tokens: numReasoningTokens },
     total_tokens: usage.prompt_tokens + numOutputTokens,
   };
 }
@@ -138,6 +166,14 @@ export function outputMessage(id: string, status: OutputMessage['status'], conte
 
 export function outputText(text: string, logprobs: TokenLogprobJson[]): OutputText {
   return { type: 'output_text', text, annotations: [], logprobs };
+}
+
+export function functionCallItem(id: string, status: ItemStatus, callId: string, name: string, args: string): FunctionCallItem {
+  return { id, type: 'function_call', status, call_id: callId, name, arguments: args };
+}
+
+export function reasoningItem(id: string, status: ItemStatus, text: string | null): ReasoningItem {
+  return { id, type: 'reasoning', status, summary: [], content: text === null ? [] : [{ type: 'reasoning_text', text }] };
 }
 
 /** Where a streamed response's events go: an SSE body or a WebSocket. */
@@ -156,16 +192,20 @@ export class ResponseEventWriter {
   private sequenceNumber = 0;
   /** The delta event around its two variable parts. */
   private readonly deltaHead = `{"type":"${DELTA}","sequence_number":`;
-  private readonly deltaMiddle: string;
+  private deltaMiddle = '';
 
-  constructor(sink: EventSink, itemId: string) {
+  constructor(sink: EventSink) {
     this.sink = sink;
-    this.deltaMiddle = `,"item_id":${JSON.stringify(itemId)},"output_index":0,"content_index":0,"delta":`;
   }
 
   /** body: the event's fields besides type and sequence_number. */
   event(type: string, body: object) {
     this.sink.send(type, JSON.stringify({ type, sequence_number: this.sequenceNumber++, ...body }));
+  }
+
+  /** The message whose text the next delta() events extend. */
+  textItem(itemId: string, outputIndex: number) {
+    this.deltaMiddle = `,"item_id":${JSON.stringify(itemId)},"output_index":${outputIndex},"content_index":0,"delta":`;
   }
 
   /** logprobsJson: the serialized array of the delta's tokens ("[]" without logprobs). */

@@ -7,11 +7,14 @@ import type { GenerationRequest } from '../../generation.ts';
 import type { IsWanted, PromptEncoder } from '../../prompt-encoder.ts';
 import type { LoadedModel, ModelRegistry } from '../../served-model.ts';
 import type { ChatMessage } from '../../tokenizer/chat-template.ts';
+import { planOutput, type OutputPlan } from '../../tool-calls/plan.ts';
+import { checkToolChoice, checkTools, promptWithTools, type ToolChoice, type ToolDefinition, type ToolPlan } from '../../tool-calls/tools.ts';
 import { resolveMaxTokens, samplingOf, stopStringsOf } from '../prepare.ts';
+import { jsonSchemaConstraint } from '../structured-outputs.ts';
 import { unixSeconds } from '../respond.ts';
 import { appendInput, promptMessages } from './conversation.ts';
 import type { ResponseEcho } from './objects.ts';
-import { INCLUDE_LOGPROBS, inputItemsOf, type ResponseCreateRequest } from './schema.ts';
+import { functionToolsOf, INCLUDE_LOGPROBS, inputItemsOf, type ResponseCreateRequest } from './schema.ts';
 import type { StoredResponse } from './store.ts';
 import { fitConversation } from './truncation.ts';
 
@@ -21,8 +24,33 @@ export interface PreparedTurn {
   /** The conversation before this turn's output: the previous response's, then this turn's input. */
   messages: readonly ChatMessage[];
   generation: GenerationRequest;
+  /** What the output is held to, and how it splits into reasoning, text and calls. */
+  plan: OutputPlan;
   /** generate: false: the prompt is prefilled into the KV cache and the one token drawn is discarded. */
   isWarmUp: boolean;
+}
+
+function toolPlanOf(request: ResponseCreateRequest): { plan: ToolPlan; echo: object[] } {
+  const given = functionToolsOf(request.tools);
+  const tools: ToolDefinition[] = given.map((tool) => ({
+    name: tool.name, description: tool.description ?? null, parameters: tool.parameters ?? null, strict: tool.strict === true,
+  }));
+  checkTools(tools, (index) => `tools[${index}].parameters`);
+  const requested = request.tool_choice;
+  const choice: ToolChoice = requested == null ? (tools.length > 0 ? 'auto' : 'none') : typeof requested === 'string' ? requested : { name: requested.name };
+  checkToolChoice(choice, tools, 'tool_choice');
+  const echo = given.map((tool, index) => ({
+    type: 'function', name: tool.name, description: tool.description ?? null, parameters: tool.parameters ?? null, strict: tools[index].strict,
+  }));
+  return { plan: { tools, choice, parallel: request.parallel_tool_calls !== false }, echo };
+}
+
+/** text.format as a constraint; null for text. */
+function textFormatConstraint(request: ResponseCreateRequest) {
+  const format = request.text?.format;
+  if (format == null || format.type === 'text') return null;
+  if (format.type === 'json_object') return { kind: 'json_object' } as const;
+  return jsonSchemaConstraint(format, 'text.format', 'text.format.schema');
 }
 
 export function newResponseId(): string {
@@ -56,9 +84,14 @@ export async function prepareTurn(
   }
   const messages = appendInput(previous?.messages ?? [], items);
   const isWarmUp = request.generate === false;
+  const tools = toolPlanOf(request);
+  const constraint = textFormatConstraint(request);
+  const offeredTools = tools.plan.choice === 'none' ? [] : tools.plan.tools;
   // A warm-up's prompt stops before the generation prompt, so the turn that continues it extends it.
-  const encode = (kept: readonly ChatMessage[]) =>
-    prompts.encodeChat(model, promptMessages(request.instructions, kept), !isWarmUp, { isWanted, param: 'input' });
+  const encode = (kept: readonly ChatMessage[]) => {
+    const offered = promptWithTools(model.formats, promptMessages(request.instructions, kept), offeredTools);
+    return prompts.encodeChat(model, offered.messages, !isWarmUp, { isWanted, param: 'input', tools: offered.tools });
+  };
   const requestedMaxTokens = isWarmUp ? 1 : request.max_output_tokens;
   // "auto" keeps room for the reply's limit: the request's, else the checkpoint's default, else one token.
   const promptTokenIds = request.truncation === 'auto'
@@ -67,6 +100,7 @@ export async function prepareTurn(
   const maxTokens = resolveMaxTokens(model, promptTokenIds.length, requestedMaxTokens, 'max_output_tokens', 'input', null);
   const wantsLogprobs = request.include?.includes(INCLUDE_LOGPROBS) === true;
   const numTopLogprobs = wantsLogprobs ? (request.top_logprobs ?? 0) : 0;
+  const plan = planOutput(model, promptTokenIds, tools.plan, constraint, wantsLogprobs);
   const id = newResponseId();
   return {
     echo: {
@@ -82,7 +116,10 @@ export async function prepareTurn(
       temperature: request.temperature ?? null,
       topP: request.top_p ?? null,
       topLogprobs: numTopLogprobs,
-      toolChoice: request.tool_choice === 'none' ? 'none' : 'auto',
+      toolChoice: request.tool_choice ?? 'auto',
+      tools: tools.echo,
+      parallelToolCalls: tools.plan.parallel,
+      textFormat: request.text?.format ?? { type: 'text' },
       user: request.user ?? null,
       metadata: request.metadata ?? {},
     },
@@ -95,6 +132,7 @@ export async function prepareTurn(
       sampling: isWarmUp ? { maxTokens } : samplingOf(model, request, maxTokens, numTopLogprobs),
       stopStrings: isWarmUp ? [] : stopStringsOf(request.stop),
       wantsLogprobs: wantsLogprobs && !isWarmUp,
+      structuredOutput: isWarmUp ? undefined : plan.structuredOutput,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
       // A chained turn prefers the worker that served the one it continues (router/affinity.ts).
@@ -102,6 +140,7 @@ export async function prepareTurn(
       nextTurnKey: id,
       arrivalMs,
     },
+    plan,
     isWarmUp,
   };
 }

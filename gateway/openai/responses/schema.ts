@@ -4,7 +4,8 @@
 // gets; those that only tune OpenAI's own service (service_tier, prompt_cache_key, ...) are ignored.
 import { z } from 'zod';
 import { ApiError } from '../../errors.ts';
-import { generationFields, MAX_TOP_LOGPROBS, parseRequest } from '../schemas.ts';
+import { FUNCTION_NAME, functionParameters, generationFields, MAX_TOP_LOGPROBS, parseRequest } from '../schemas.ts';
+import { jsonSchemaFormat } from '../structured-outputs.ts';
 
 /** The include value that asks for output log-probabilities; others name items Conduit never produces. */
 export const INCLUDE_LOGPROBS = 'message.output_text.logprobs';
@@ -41,14 +42,33 @@ const functionCallOutputItem = z.object({
   output: content,
 });
 
-const SUPPORTED_ITEM_TYPES: ReadonlySet<string> = new Set(['message', 'function_call', 'function_call_output']);
+/** A reasoning item a client sends back (the agents SDK replays a whole turn's output): the model's own thoughts, not rendered again. */
+const reasoningItem = z.object({ type: z.literal('reasoning') });
+
+const SUPPORTED_ITEM_TYPES: ReadonlySet<string> = new Set(['message', 'function_call', 'function_call_output', 'reasoning']);
 
 const inputItem = z.preprocess(
   // EasyInputMessage leaves `type` out.
   (value) => (isRecord(value) && value.type === undefined ? { ...value, type: 'message' } : value),
-  z.discriminatedUnion('type', [messageItem, functionCallItem, functionCallOutputItem]),
+  z.discriminatedUnion('type', [messageItem, functionCallItem, functionCallOutputItem, reasoningItem]),
 );
 const inputItemsSchema = z.object({ input: z.array(inputItem) });
+
+/** Responses' text.format: json_schema's fields sit beside its type. */
+const textFormat = z.discriminatedUnion(
+  'type',
+  [z.object({ type: z.literal('text') }), z.object({ type: z.literal('json_object') }), jsonSchemaFormat.extend({ type: z.literal('json_schema') })],
+  { error: 'expected a text.format of type text, json_object or json_schema' },
+);
+
+const functionTool = z.object({
+  type: z.literal('function'),
+  name: z.string().regex(FUNCTION_NAME, 'expected a name of letters, digits, _ and -, at most 64 characters'),
+  description: z.string().nullish(),
+  parameters: functionParameters.nullish(),
+  strict: z.boolean().nullish(),
+});
+const functionToolsSchema = z.object({ tools: z.array(functionTool) });
 
 const metadata = z
   .record(z.string().max(64), z.string().max(512, { error: 'expected values of at most 512 characters' }))
@@ -77,11 +97,17 @@ export const responseCreateSchema = z.object({
   truncation: z.enum(['auto', 'disabled']).nullish(),
   /** WebSocket mode: false warms the KV cache with the prompt and answers without generating. */
   generate: z.boolean().nullish(),
+  /** Function tools; other kinds (web search, files, ...) are refused by name (see functionTools). */
+  tools: z.array(z.object({ type: z.string() }).passthrough()).max(128).nullish(),
+  tool_choice: z
+    .union([z.enum(['none', 'auto', 'required']), z.object({ type: z.literal('function'), name: z.string() })], {
+      error: 'expected "none", "auto", "required" or {"type": "function", "name": ...}',
+    })
+    .nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
   // Refused when set (see rejectUnsupported).
-  tools: z.array(z.unknown()).nullish(),
-  tool_choice: z.unknown().optional(),
   reasoning: z.object({ effort: z.string().nullish(), summary: z.string().nullish(), generate_summary: z.string().nullish() }).nullish(),
-  text: z.object({ format: z.object({ type: z.string() }).nullish() }).nullish(),
+  text: z.object({ format: textFormat.nullish() }).nullish(),
   background: z.boolean().nullish(),
   conversation: z.unknown().optional(),
   prompt: z.unknown().optional(),
@@ -115,20 +141,20 @@ function unsupported(param: string, message: string): never {
   throw new ApiError('unsupported_parameter', message, param);
 }
 
+/** The request's tools, which must be function tools: OpenAI's hosted tools (web search, files, ...) run in OpenAI's service. */
+export function functionToolsOf(tools: ResponseCreateRequest['tools']): z.infer<typeof functionTool>[] {
+  if (tools == null) return [];
+  for (const [index, tool] of tools.entries()) {
+    if (tool.type !== 'function') unsupported(`tools[${index}].type`, `Tools of type '${tool.type}' are not supported; Conduit runs function tools.`);
+  }
+  return parseRequest(functionToolsSchema, { tools }).tools;
+}
+
 /** Fields that, honoured by OpenAI, would change the answer in ways Conduit cannot. */
 function rejectUnsupported(request: ResponseCreateRequest) {
-  if (request.tools != null && request.tools.length > 0) {
-    unsupported('tools', 'Tools are not supported: the model cannot call functions here. Send function results back as function_call_output items instead.');
-  }
-  const toolChoice = request.tool_choice;
-  if (toolChoice != null && toolChoice !== 'auto' && toolChoice !== 'none') {
-    unsupported('tool_choice', 'tool_choice other than "auto" or "none" is not supported: there are no tools to call.');
-  }
   if (request.reasoning != null && (request.reasoning.effort != null || request.reasoning.summary != null || request.reasoning.generate_summary != null)) {
     unsupported('reasoning', 'reasoning is not supported with this model.');
   }
-  const format = request.text?.format;
-  if (format != null && format.type !== 'text') unsupported('text.format', 'Only text.format {"type": "text"} is supported.');
   if (request.background === true) unsupported('background', 'Background responses are not supported.');
   if (request.conversation != null) unsupported('conversation', 'Conversations are not supported; chain responses with previous_response_id.');
   if (request.prompt != null) unsupported('prompt', 'Prompt templates are not supported.');

@@ -1,17 +1,23 @@
 // One turn of a response: its generation on a worker (startGeneration, as chat runs it),
-// answered as one Response object or as the event stream: created, in_progress, the output item
-// and its part, the text deltas, their done events, then completed or incomplete; or, after an
-// error once events went out, an error event and failed. Nothing is sent before the first output,
-// so an error the worker reports before it is answered plainly by the caller (an HTTP status, or
-// a lone WebSocket error event). A stream whose client lets more than maxBufferedBytes pile up
-// unsent is cancelled, so a slow reader costs a bounded amount of memory.
+// answered as one Response object or as the event stream: created, in_progress, then each output
+// item as the model writes it (a reasoning item, a message with its text deltas, function calls
+// with their argument deltas), each closed by its done events, then completed or incomplete; or,
+// after an error once events went out, an error event and failed. The output is split by the
+// same parser chat uses (tool-calls/output-parser.ts), so a stream and a Response object agree.
+// Nothing is sent before the first output, so an error the worker reports before it is answered
+// plainly by the caller (an HTTP status, or a lone WebSocket error event). A stream whose client
+// lets more than maxBufferedBytes pile up unsent is cancelled, so a slow reader costs a bounded
+// amount of memory.
+import { randomUUID } from 'node:crypto';
 import { ApiError } from '../../errors.ts';
 import { startGeneration, type Generation, type GenerationFinish, type TokenLogprob } from '../../generation.ts';
 import type { GatewayMetrics } from '../../metrics.ts';
+import { OutputParser, type OutputEvent } from '../../tool-calls/output-parser.ts';
 import { chatLogprobsOf } from '../logprobs.ts';
 import { assistantMessage } from './conversation.ts';
 import {
-  type EventSink, outputMessage, outputText, ResponseEventWriter, responseObject, responseUsageOf, type TokenLogprobJson,
+  type EventSink, functionCallItem, type ItemStatus, type OutputItem, outputMessage, outputText, reasoningItem, ResponseEventWriter,
+  responseObject, responseUsageOf, type TokenLogprobJson,
 } from './objects.ts';
 import { newItemId, type PreparedTurn } from './prepare.ts';
 import type { StoredResponse } from './store.ts';
@@ -37,13 +43,28 @@ export interface TurnOptions {
   metrics: GatewayMetrics;
 }
 
+/** An output item being written: its place in output, and what it has so far. */
+type OpenItem =
+  | { kind: 'reasoning'; id: string; outputIndex: number; text: string }
+  | { kind: 'message'; id: string; outputIndex: number; text: string }
+  | { kind: 'call'; id: string; outputIndex: number; callId: string; name: string; arguments: string };
+
+function newId(prefix: string): string {
+  return `${prefix}_${randomUUID().replaceAll('-', '')}`;
+}
+
 export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
-  const { echo, model, isWarmUp } = prepared;
+  const { echo, model, isWarmUp, plan } = prepared;
   const { sink, maxBufferedBytes } = options;
-  const itemId = newItemId();
-  const events = sink === null ? null : new ResponseEventWriter(sink, itemId);
+  const events = sink === null ? null : new ResponseEventWriter(sink);
+  const parser = new OutputParser(plan.parser);
   const logprobs: TokenLogprobJson[] | null = prepared.generation.wantsLogprobs ? [] : null;
-  let text = '';
+  /** Items finished, in output order; current is the one being written. */
+  const done: OutputItem[] = [];
+  let current: OpenItem | null = null;
+  let messageText = '';
+  let reasoningText = '';
+  const calls: Array<{ id: string; name: string; arguments: string }> = [];
   let isOpen = false;
   let isEnded = false;
   let generation: Generation | null = null;
@@ -69,21 +90,92 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     const response = responseObject(echo, { status: 'in_progress', output: [], usage: null });
     events.event('response.created', { response });
     events.event('response.in_progress', { response });
-    if (isWarmUp) return;
-    events.event('response.output_item.added', { output_index: 0, item: outputMessage(itemId, 'in_progress', []) });
-    events.event('response.content_part.added', { item_id: itemId, output_index: 0, content_index: 0, part: outputText('', []) });
+  };
+
+  /** The finished form of the item being written. */
+  const itemOf = (item: OpenItem, status: ItemStatus): OutputItem => {
+    switch (item.kind) {
+      case 'reasoning':
+        return reasoningItem(item.id, status, item.text);
+      case 'message':
+        return outputMessage(item.id, status, [outputText(item.text, logprobs ?? [])]);
+      case 'call':
+        return functionCallItem(item.id, status, item.callId, item.name, item.arguments);
+    }
+  };
+  /** Opens an item after the one being written, which is done: its place in output is the next. */
+  const startItem = (item: OpenItem) => {
+    closeItem('completed');
+    item.outputIndex = done.length;
+    current = item;
+    if (events === null) return;
+    const where = { item_id: item.id, output_index: item.outputIndex };
+    if (item.kind === 'reasoning') {
+      events.event('response.output_item.added', { output_index: item.outputIndex, item: reasoningItem(item.id, 'in_progress', null) });
+    } else if (item.kind === 'message') {
+      events.event('response.output_item.added', { output_index: item.outputIndex, item: outputMessage(item.id, 'in_progress', []) });
+      events.event('response.content_part.added', { ...where, content_index: 0, part: outputText('', []) });
+      events.textItem(item.id, item.outputIndex);
+    } else {
+      events.event('response.output_item.added', { output_index: item.outputIndex, item: functionCallItem(item.id, 'in_progress', item.callId, item.name, '') });
+    }
+  };
+  /**
+   * Ends the item being written: its done events (none after an error: the failed response says
+   * it all), then it joins the output (a call cut off does not).
+   */
+  const closeItem = (status: ItemStatus, announce = true) => {
+    const item = current;
+    if (item === null) return;
+    current = null;
+    const isCutCall = item.kind === 'call' && status === 'incomplete';
+    const finished = itemOf(item, status);
+    if (!isCutCall) done.push(finished);
+    if (events === null || !announce) return;
+    const where = { item_id: item.id, output_index: item.outputIndex };
+    if (item.kind === 'reasoning') {
+      events.event('response.reasoning_text.done', { ...where, content_index: 0, text: item.text });
+    } else if (item.kind === 'message') {
+      events.event('response.output_text.done', { ...where, content_index: 0, text: item.text, logprobs: logprobs ?? [] });
+      events.event('response.content_part.done', { ...where, content_index: 0, part: (finished as ReturnType<typeof outputMessage>).content[0] });
+    } else if (!isCutCall) {
+      events.event('response.function_call_arguments.done', { ...where, name: item.name, arguments: item.arguments });
+    }
+    events.event('response.output_item.done', { output_index: item.outputIndex, item: finished });
+  };
+  const apply = (parsed: OutputEvent[], logprobsJson: TokenLogprobJson[] | null) => {
+    let logprobsOfText = logprobsJson === null ? '[]' : JSON.stringify(logprobsJson);
+    for (const event of parsed) {
+      if (event.kind === 'reasoning') {
+        if (current?.kind !== 'reasoning') startItem({ kind: 'reasoning', id: newId('rs'), outputIndex: 0, text: '' });
+        const item = current as unknown as Extract<OpenItem, { kind: 'reasoning' }>;
+        item.text += event.text;
+        reasoningText += event.text;
+        events?.event('response.reasoning_text.delta', { item_id: item.id, output_index: item.outputIndex, content_index: 0, delta: event.text });
+      } else if (event.kind === 'content') {
+        if (current?.kind !== 'message') startItem({ kind: 'message', id: newItemId(), outputIndex: 0, text: '' });
+        (current as unknown as Extract<OpenItem, { kind: 'message' }>).text += event.text;
+        messageText += event.text;
+        events?.delta(event.text, logprobsOfText);
+        logprobsOfText = '[]';
+      } else if (event.kind === 'call') {
+        startItem({ kind: 'call', id: newId('fc'), outputIndex: 0, callId: event.id, name: event.name, arguments: '' });
+      } else if (current?.kind === 'call') {
+        current.arguments += event.text;
+        events?.event('response.function_call_arguments.delta', { item_id: current.id, output_index: current.outputIndex, delta: event.text });
+      }
+    }
   };
   /** An answer, even an empty one, keeps the turns alternating; a failure before any text added nothing. */
   const conversationAfter = (isFailed: boolean) =>
-    isWarmUp || (isFailed && text === '') ? prepared.messages : [...prepared.messages, assistantMessage(text)];
+    isWarmUp || (isFailed && messageText === '' && calls.length === 0) ? prepared.messages : [...prepared.messages, assistantMessage(messageText, calls)];
 
   const onText = (delta: string, entries: TokenLogprob[] | null) => {
     if (isEnded || isWarmUp) return;
-    text += delta;
     const json = takeLogprobs(entries);
-    if (events === null) return;
     open();
-    events.delta(delta, json === null ? '[]' : JSON.stringify(json));
+    apply(parser.push(delta), json);
+    if (events === null) return;
     const numBufferedBytes = sink!.numBufferedBytes();
     if (numBufferedBytes > maxBufferedBytes) {
       const error = new ApiError(
@@ -101,19 +193,20 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     if (isEnded) return;
     takeLogprobs(finish.tokenLogprobs);
     const status = !isWarmUp && finish.finishReason === 'length' ? 'incomplete' : 'completed';
-    const usage = responseUsageOf(finish.usage, isWarmUp ? 0 : finish.usage.completion_tokens);
-    const message = outputMessage(itemId, status, [outputText(text, logprobs ?? [])]);
-    const response = responseObject(echo, { status, output: isWarmUp ? [] : [message], usage });
-    if (events !== null) {
-      open();
-      if (!isWarmUp) {
-        const where = { item_id: itemId, output_index: 0, content_index: 0 };
-        events.event('response.output_text.done', { ...where, text, logprobs: logprobs ?? [] });
-        events.event('response.content_part.done', { ...where, part: message.content[0] });
-        events.event('response.output_item.done', { output_index: 0, item: message });
+    open();
+    if (!isWarmUp) {
+      apply(parser.finish(), null);
+      // Every answer has a message, even an empty one, unless it made calls.
+      if (done.length === 0 && current === null && parser.toolCalls.length === 0) {
+        startItem({ kind: 'message', id: newItemId(), outputIndex: 0, text: '' });
       }
-      events.event(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response });
+      closeItem(status === 'incomplete' ? 'incomplete' : 'completed');
+      calls.push(...parser.toolCalls);
     }
+    const numReasoningTokens = reasoningText === '' ? 0 : model.tokenizer.encode(reasoningText, { addSpecialTokens: false }).length;
+    const usage = responseUsageOf(finish.usage, isWarmUp ? 0 : finish.usage.completion_tokens, numReasoningTokens);
+    const response = responseObject(echo, { status, output: done, usage });
+    events?.event(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response });
     end({ kind: 'done', stored: { response, messages: conversationAfter(false) } });
   };
 
@@ -124,8 +217,8 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
       return;
     }
     events.error(error);
-    const output = text === '' ? [] : [outputMessage(itemId, 'incomplete', [outputText(text, logprobs ?? [])])];
-    const response = responseObject(echo, { status: 'failed', output, usage: null, error });
+    closeItem('incomplete', false);
+    const response = responseObject(echo, { status: 'failed', output: done, usage: null, error });
     events.event('response.failed', { response });
     end({ kind: 'done', stored: { response, messages: conversationAfter(true) } });
   };

@@ -1,6 +1,7 @@
 // Original file: proto/engine.proto
 
 import type { SamplingParams as _conduit_engine_v1_SamplingParams, SamplingParams__Output as _conduit_engine_v1_SamplingParams__Output } from '../../../conduit/engine/v1/SamplingParams.ts';
+import type { StructuredOutput as _conduit_engine_v1_StructuredOutput, StructuredOutput__Output as _conduit_engine_v1_StructuredOutput__Output } from '../../../conduit/engine/v1/StructuredOutput.ts';
 
 export interface GenerateRequest {
   'requestId'?: (string);
@@ -11,6 +12,7 @@ export interface GenerateRequest {
   'queueTimeoutMs'?: (number | string);
   'timeoutMs'?: (number | string);
   'externalRequestId'?: (string);
+  'structuredOutput'?: (_conduit_engine_v1_StructuredOutput | null);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";
@@ -26,6 +28,7 @@ export interface GenerateRequest__Output {
   'queueTimeoutMs'?: (number);
   'timeoutMs'?: (number);
   'externalRequestId'?: (string);
+  'structuredOutput': (_conduit_engine_v1_StructuredOutput__Output | null);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";

@@ -1,0 +1,49 @@
+// What the engine's grammar service and its threads say to each other: plain data.
+import type { StructuredConstraint } from '../types.ts';
+
+/** A constraint ready to compile: a JSON schema already checked and rewritten (json-schema.ts). */
+export type PreparedConstraint = StructuredConstraint;
+
+export interface GrammarThreadInit {
+  modelDir: string;
+  /** The model's logits: every mask row covers this many ids. */
+  vocabSize: number;
+  /** Words of one bitmask row: ceil(vocabSize / 32). */
+  words: number;
+  eosTokenIds: number[];
+  /** The rows the native sampler reads, [maxNumSeqs × words] int32. */
+  bitmask: SharedArrayBuffer;
+  /** One int32: rows written this step. */
+  ready: SharedArrayBuffer;
+  /** Compiled grammars kept per thread, least recently used out first. */
+  maxCachedGrammars: number;
+}
+
+export interface FillItem {
+  slot: number;
+  /** Output tokens the matcher has not seen yet, in order. */
+  tokenIds: number[];
+  row: number;
+  /** Also report the text the grammar forces next. */
+  jumpForward: boolean;
+}
+
+export type ThreadRequest =
+  | {
+      kind: 'open';
+      slot: number;
+      key: string;
+      constraint: PreparedConstraint;
+      constrainAfter: string | null;
+      stopTokenIds: number[];
+      /** Also report the text the grammar forces from its start ('prefix'), before compiling it. */
+      jumpForward: boolean;
+    }
+  | { kind: 'fill'; step: number; items: FillItem[] }
+  | { kind: 'close'; slot: number };
+
+export type ThreadReply =
+  /** What the grammar forces from its start, known before it is compiled (an empty text: nothing). */
+  | { kind: 'prefix'; slot: number; text: string }
+  | { kind: 'opened'; slot: number; error: string | null; cached: boolean; compileMs: number }
+  | { kind: 'filled'; step: number; results: Array<{ slot: number; forcedText: string | null; error: string | null }> };

@@ -1,0 +1,233 @@
+// One grammar thread: its own xgrammar instance (WebAssembly, single-threaded) over the model's
+// vocabulary, a cache of compiled grammars by key, and the matchers of the sequences it serves.
+// A compiled grammar lives in the instance that compiled it, so a sequence's matcher lives here
+// too, and every step's masks for it are filled here: straight into the shared bitmask rows the
+// native sampler reads, each row counted on the shared ready counter as soon as it is written.
+// Messages are handled one at a time, in order.
+import { parentPort, workerData } from 'node:worker_threads';
+import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint, FillItem } from './messages.ts';
+import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
+import { loadXgrammar } from './xgrammar.ts';
+import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
+
+const init = workerData as GrammarThreadInit;
+/**
+ * Where xgrammar's diagnostics go ("[FATAL] file:line: why" before it aborts, and warnings): it
+ * binds console's methods once, as it loads, so they are routed through here first.
+ */
+let diagnostics: string[] | null = null;
+for (const method of ['log', 'warn', 'error'] as const) {
+  const original = console[method].bind(console);
+  console[method] = (...args: unknown[]) => (diagnostics === null ? original(...args) : diagnostics.push(args.map(String).join(' ')));
+}
+const xgrammar = loadXgrammar();
+const bitmask = new Int32Array(init.bitmask);
+const ready = new Int32Array(init.ready);
+const compiled = new Map<string, CompiledGrammar>();
+const matchers = new Map<number, GrammarMatcher>();
+let compiler: GrammarCompiler | null = null;
+let byteCompiler: GrammarCompiler | null = null;
+
+/** JSON on one line, with the separators Python's json.dumps (and most training data) uses. */
+const JSON_OPTIONS = [false, -1, [', ', ': '] as [string, string], true] as const;
+
+async function compilerOf(): Promise<GrammarCompiler> {
+  if (compiler !== null) return compiler;
+  const vocabulary = loadGrammarVocabulary(init.modelDir, init.vocabSize);
+  const info = await xgrammar.TokenizerInfo.createTokenizerInfo(
+    vocabulary.encodedTokens,
+    vocabulary.vocabType,
+    vocabulary.prependSpace,
+    init.vocabSize,
+    init.eosTokenIds,
+  );
+  compiler = await xgrammar.GrammarCompiler.createGrammarCompiler(info, false);
+  return compiler;
+}
+
+/** A JSON schema as EBNF with JSON_OPTIONS' layout (a structural tag's own json_schema allows any whitespace, in which small models drown). */
+function schemaGrammar(schema: unknown): Promise<string> {
+  return xgrammar.Testings._jsonSchemaToEBNF(JSON.stringify(schema), ...JSON_OPTIONS);
+}
+
+/** The tag with each JSON schema in it turned into a grammar of the same layout as a json_schema constraint's. */
+async function withSchemaGrammars(format: unknown): Promise<unknown> {
+  if (Array.isArray(format)) return Promise.all(format.map(withSchemaGrammars));
+  if (typeof format !== 'object' || format === null) return format;
+  const node = format as Record<string, unknown>;
+  if (node.type === 'json_schema') return { type: 'grammar', grammar: await schemaGrammar(node.json_schema) };
+  return Object.fromEntries(await Promise.all(Object.entries(node).map(async ([key, value]) => [key, await withSchemaGrammars(value)] as const)));
+}
+
+/**
+ * A compiler over the 256 bytes alone (and a stop token): compiling against it takes
+ * milliseconds where the model's vocabulary takes up to seconds, and what a grammar forces is the
+ * same bytes whatever the vocabulary, so it tells the forced start of a grammar not yet compiled.
+ */
+async function byteCompilerOf(): Promise<GrammarCompiler> {
+  if (byteCompiler !== null) return byteCompiler;
+  const bytes = Array.from({ length: 256 }, (_, b) => BYTE_CHARS[b]);
+  const info = await xgrammar.TokenizerInfo.createTokenizerInfo([...bytes, ''], 'byte_level', false, 257, [256]);
+  byteCompiler = await xgrammar.GrammarCompiler.createGrammarCompiler(info, false);
+  return byteCompiler;
+}
+
+/** GPT-2's byte-level alphabet, as vocabulary.ts builds it. */
+const BYTE_CHARS = byteLevelAlphabet();
+
+function formatOf(constraint: PreparedConstraint): StructuralTagFormat {
+  switch (constraint.kind) {
+    case 'json_schema':
+      return { type: 'json_schema', json_schema: JSON.parse(constraint.schema) };
+    case 'json_object':
+      return { type: 'json_schema', json_schema: { type: 'object' } };
+    case 'regex':
+      return { type: 'regex', pattern: constraint.pattern };
+    case 'choice':
+      return { type: 'or', elements: constraint.choices.map((value) => ({ type: 'const_string', value })) };
+    case 'grammar':
+      return { type: 'grammar', grammar: constraint.grammar };
+    case 'structural_tag': {
+      const tag = JSON.parse(constraint.structuralTag) as { format?: StructuralTagFormat };
+      return tag.format ?? (tag as StructuralTagFormat);
+    }
+  }
+}
+
+async function compile(constraint: PreparedConstraint, constrainAfter: string | null, grammarCompiler: GrammarCompiler): Promise<CompiledGrammar> {
+  if (constrainAfter !== null) {
+    const format: StructuralTagFormat = {
+      type: 'sequence',
+      elements: [{ type: 'tag', begin: '', content: { type: 'any_text' }, end: constrainAfter }, formatOf(constraint)],
+    };
+    return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(format)) as StructuralTagFormat });
+  }
+  if (constraint.kind === 'structural_tag') {
+    return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(formatOf(constraint))) as StructuralTagFormat });
+  }
+  switch (constraint.kind) {
+    case 'json_schema':
+      return grammarCompiler.compileJSONSchema(constraint.schema, ...JSON_OPTIONS);
+    case 'json_object':
+      return grammarCompiler.compileJSONSchema('{"type": "object"}', ...JSON_OPTIONS);
+    case 'grammar':
+      return grammarCompiler.compileGrammar(constraint.grammar);
+    default:
+      return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: formatOf(constraint) });
+  }
+}
+
+/**
+ * Runs fn with xgrammar's diagnostics (it prints "[FATAL] file:line: why" before aborting, and
+ * warnings) collected rather than printed; a failure's message is its last diagnostic.
+ */
+async function withDiagnostics<T>(fn: () => Promise<T>): Promise<T> {
+  const collected: string[] = [];
+  diagnostics = collected;
+  try {
+    return await fn();
+  } catch (err) {
+    const fatal = collected.filter((line) => line.startsWith('[FATAL]') || line.startsWith('[ERROR]')).at(-1);
+    throw new Error(fatal?.replace(/^\[\w+\]\s*\S+:\d+:\s*/, '') ?? (err instanceof Error ? err.message : String(err)));
+  } finally {
+    diagnostics = null;
+  }
+}
+
+/** The text a grammar forces from its start, by its matcher; '' when none. */
+async function forcedStartOf(grammar: CompiledGrammar): Promise<string> {
+  const matcher = await xgrammar.GrammarMatcher.createGrammarMatcher(grammar);
+  try {
+    return matcher.findJumpForwardString();
+  } finally {
+    matcher.dispose();
+  }
+}
+
+/**
+ * The forced start first (from the cached grammar, or one compiled over bytes alone, so it comes
+ * at once), then the grammar compiled and its matcher opened.
+ */
+async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<ThreadReply> {
+  const { slot, key, constraint, constrainAfter, stopTokenIds, jumpForward } = request;
+  const started = performance.now();
+  try {
+    let grammar = compiled.get(key);
+    const cached = grammar !== undefined;
+    if (jumpForward) {
+      try {
+        const source = grammar ?? (await withDiagnostics(async () => compile(constraint, constrainAfter, await byteCompilerOf())));
+        parentPort!.postMessage({ kind: 'prefix', slot, text: await forcedStartOf(source) } satisfies ThreadReply);
+        if (source !== grammar) source.dispose();
+      } catch {
+        // The full compile below reports what is wrong with the grammar.
+      }
+    }
+    if (grammar === undefined) {
+      grammar = await withDiagnostics(async () => compile(constraint, constrainAfter, await compilerOf()));
+      compiled.set(key, grammar);
+      evictBeyond(init.maxCachedGrammars);
+    } else {
+      // Most recently used last.
+      compiled.delete(key);
+      compiled.set(key, grammar);
+    }
+    matchers.set(slot, await xgrammar.GrammarMatcher.createGrammarMatcher(grammar, stopTokenIds));
+    return { kind: 'opened', slot, error: null, cached, compileMs: performance.now() - started };
+  } catch (err) {
+    return { kind: 'opened', slot, error: (err as Error).message, cached: false, compileMs: performance.now() - started };
+  }
+}
+
+function evictBeyond(maxEntries: number): void {
+  for (const [key, grammar] of compiled) {
+    if (compiled.size <= maxEntries) return;
+    // Matchers keep what they use alive; only the cache's hold goes.
+    grammar.dispose();
+    compiled.delete(key);
+  }
+}
+
+/** Accepts the item's tokens, notes the forced text, writes the mask row; the row is counted whatever happens. */
+async function fillOne(item: FillItem): Promise<{ slot: number; forcedText: string | null; error: string | null }> {
+  const rowStart = item.row * init.words;
+  try {
+    const matcher = matchers.get(item.slot);
+    if (matcher === undefined) throw new Error('no grammar is open for this sequence');
+    for (const tokenId of item.tokenIds) {
+      if (!matcher.acceptToken(tokenId)) throw new Error(`the grammar rejected token ${tokenId}`);
+    }
+    const forcedText = item.jumpForward ? matcher.findJumpForwardString() : null;
+    bitmask.set(await matcher.getNextTokenBitmask(), rowStart);
+    return { slot: item.slot, forcedText, error: null };
+  } catch (err) {
+    bitmask.fill(0, rowStart, rowStart + init.words);
+    return { slot: item.slot, forcedText: null, error: (err as Error).message };
+  } finally {
+    Atomics.add(ready, 0, 1);
+  }
+}
+
+async function handle(request: ThreadRequest): Promise<ThreadReply | null> {
+  switch (request.kind) {
+    case 'open':
+      return open(request);
+    case 'fill': {
+      const results = [];
+      for (const item of request.items) results.push(await fillOne(item));
+      return { kind: 'filled', step: request.step, results };
+    }
+    case 'close':
+      matchers.get(request.slot)?.dispose();
+      matchers.delete(request.slot);
+      return null;
+  }
+}
+
+let queue = Promise.resolve();
+parentPort!.on('message', (request: ThreadRequest) => {
+  queue = queue.then(async () => {
+    const reply = await handle(request);
+    if (reply !== null) parentPort!.postMessage(reply);
+  });
+});

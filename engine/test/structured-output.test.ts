@@ -1,0 +1,247 @@
+// Structured outputs through the engine on conduit-tiny (its real vocabulary, the native runtime,
+// grammar threads): every constraint kind holds at temperature 1; what the grammar engine cannot
+// honour is refused before any token; grammars compile while prompts are computed; a grammar's
+// stop token ends the output; and constrained and free requests sharing batches give what each
+// gives alone, token for token (the runtime is batch-invariant and jump-forward depends only on
+// the request's own state).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import Ajv2020 from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
+import { packageRoot } from '../../package-root.ts';
+import { loadModel } from '../../native/index.ts';
+import { createEngine, type Engine } from '../engine.ts';
+import { GrammarService } from '../grammar/service.ts';
+import { GrpcEngineClient } from '../grpc/client.ts';
+import { serveEngine } from '../grpc/service.ts';
+import { loadGrammarVocabulary } from '../grammar/vocabulary.ts';
+import { NativeRunner } from '../native-runner.ts';
+import type { GenerateRequest, RequestOutput, StructuredOutput } from '../types.ts';
+import { RecordingRunner } from './tiny-model.ts';
+
+const MODEL_DIR = path.join(packageRoot, 'models', 'conduit-tiny');
+const VOCAB_SIZE = 4096;
+const EOS = 4095;
+const MAX_NUM_SEQS = 16;
+
+const vocabulary = loadGrammarVocabulary(MODEL_DIR, VOCAB_SIZE);
+const textOf = (tokenIds: readonly number[]) => Buffer.concat(tokenIds.map((id) => vocabulary.tokenBytes[id] ?? new Uint8Array())).toString('utf8');
+
+interface Outcome {
+  tokenIds: number[];
+  text: string;
+  finishReason: string;
+  error?: string;
+  numOutputs: number;
+}
+
+async function withEngine(fn: (engine: Engine, runner: RecordingRunner) => Promise<void>, maxNumBatchedTokens = 256): Promise<void> {
+  const model = await loadModel({ modelDir: MODEL_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 512, blockSizeTokens: 16, numThreads: 2, kernel: 'auto' });
+  const runner = new RecordingRunner(new NativeRunner(model, { maxModelLen: 2048, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens }));
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS });
+  const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens, generationDefaults: { eosTokenIds: [EOS] }, grammars });
+  try {
+    await fn(engine, runner);
+  } finally {
+    await engine.close();
+  }
+}
+
+function generate(engine: Engine, request: GenerateRequest): Promise<Outcome> {
+  return new Promise((resolve) => {
+    const tokenIds: number[] = [];
+    let numOutputs = 0;
+    engine.generate(request, (output: RequestOutput) => {
+      numOutputs++;
+      tokenIds.push(...output.newTokenIds);
+      if (output.finishReason === null) return;
+      const text = textOf(output.stopTokenId === undefined ? tokenIds : tokenIds.slice(0, -1));
+      resolve({ tokenIds, text, finishReason: output.finishReason, error: output.error?.message, numOutputs });
+    });
+  });
+}
+
+const prompt = (salt: number, length = 12) => Array.from({ length }, (_, i) => (salt * 131 + i * 17) % 4000);
+
+function request(requestId: string, structuredOutput: StructuredOutput | undefined, seed: number, extra: Partial<GenerateRequest> = {}): GenerateRequest {
+  return { requestId, promptTokenIds: prompt(seed), sampling: { temperature: 1, seed: BigInt(seed), maxTokens: 160 }, structuredOutput, ...extra };
+}
+
+const PERSON = {
+  type: 'object',
+  properties: {
+    name: { type: 'string', maxLength: 12 },
+    age: { type: 'integer', minimum: 0, maximum: 120 },
+    born: { type: 'string', format: 'date' },
+    tags: { type: 'array', items: { enum: ['red', 'green', 'blue'] }, minItems: 1, maxItems: 3 },
+    email: { type: ['string', 'null'], format: 'email' },
+    address: {
+      type: 'object',
+      properties: { city: { type: 'string', maxLength: 8 }, zip: { type: 'string', pattern: '^[0-9]{5}$' } },
+      required: ['city', 'zip'],
+      additionalProperties: false,
+    },
+  },
+  required: ['name', 'age', 'born', 'tags', 'address'],
+  additionalProperties: false,
+};
+
+test('each kind of constraint holds at temperature 1: a JSON schema, JSON mode, a regex, a choice, an EBNF grammar', async () => {
+  const ajv = new Ajv2020.default({ strict: false });
+  addFormats.default(ajv);
+  const validate = ajv.compile(PERSON);
+  await withEngine(async (engine) => {
+    const schemaOutcomes = await Promise.all([1, 2, 3, 4].map((seed) => generate(engine, request(`person-${seed}`, { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } }, seed, { sampling: { temperature: 1, seed: BigInt(seed), maxTokens: 400 } }))));
+    for (const outcome of schemaOutcomes) {
+      assert.equal(outcome.finishReason, 'stop', outcome.text);
+      assert.ok(validate(JSON.parse(outcome.text)), `${outcome.text}: ${ajv.errorsText(validate.errors)}`);
+      assert.ok(outcome.numOutputs < outcome.tokenIds.length, `jump-forward emits forced tokens several per step (${outcome.numOutputs} outputs for ${outcome.tokenIds.length} tokens)`);
+    }
+    const object = await generate(engine, request('object', { constraint: { kind: 'json_object' } }, 5));
+    assert.equal(object.finishReason, 'stop', object.text);
+    const value = JSON.parse(object.text);
+    assert.ok(typeof value === 'object' && value !== null && !Array.isArray(value), object.text);
+    const regex = await generate(engine, request('regex', { constraint: { kind: 'regex', pattern: '[0-9]{3}-[a-z]{2,5}' } }, 6));
+    assert.match(regex.text, /^[0-9]{3}-[a-z]{2,5}$/);
+    const choice = await generate(engine, request('choice', { constraint: { kind: 'choice', choices: ['yes', 'no', 'not sure'] } }, 7));
+    assert.ok(['yes', 'no', 'not sure'].includes(choice.text), choice.text);
+    assert.equal(choice.finishReason, 'stop');
+    const grammar = await generate(engine, request('ebnf', { constraint: { kind: 'grammar', grammar: 'root ::= "(" item ("," item)? ")"\nitem ::= [a-c] [0-9]' } }, 8));
+    assert.match(grammar.text, /^\([a-c][0-9](,[a-c][0-9])?\)$/);
+  });
+});
+
+test('what the grammar engine cannot honour is refused before any token, naming it', async () => {
+  await withEngine(async (engine) => {
+    const cases: Array<[StructuredOutput, RegExp]> = [
+      [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ type: 'object', properties: { a: { type: 'array', uniqueItems: true } } }) } }, /"uniqueItems" is not supported \(at #\/properties\/a\)/],
+      [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ type: 'number', minimum: 1.5 }) } }, /"minimum" is supported on integers only/],
+      [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ type: 'string', format: 'uri-template' }) } }, /string format "uri-template" is not supported/],
+      [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ oneOf: [{ type: 'integer' }, { type: 'number' }] }) } }, /"oneOf" is supported only when no value can match two/],
+      [{ constraint: { kind: 'json_schema', schema: '{"type": ' } }, /not JSON/],
+      [{ constraint: { kind: 'regex', pattern: '[a-' } }, /could not be compiled: Regex parsing error/],
+      [{ constraint: { kind: 'grammar', grammar: 'root ::= undefined_rule' } }, /could not be compiled/],
+      [{ constraint: { kind: 'choice', choices: [] } }, /one or more non-empty strings/],
+      [{ constraint: { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format: { type: 'tag', begin: '<', content: { type: 'json_schema', json_schema: { not: {} } }, end: '>' } }) } }, /"not" is not supported/],
+    ];
+    for (const [index, [structured, message]] of cases.entries()) {
+      const outcome = await generate(engine, request(`bad-${index}`, structured, index));
+      assert.equal(outcome.finishReason, 'error');
+      assert.deepEqual(outcome.tokenIds, []);
+      assert.match(outcome.error!, message);
+    }
+    // The threads keep serving after a grammar aborted inside them.
+    const after = await generate(engine, request('after', { constraint: { kind: 'choice', choices: ['ok'] } }, 9));
+    assert.equal(after.text, 'ok');
+  });
+});
+
+test('a structural tag (forced tool calls): each call in its wrapper, its arguments JSON on one line, held to their schema', async () => {
+  const parameters = { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'], additionalProperties: false };
+  const call = (name: string, schema: object) => ({ type: 'tag', begin: `<tool_call>\n{"name": "${name}", "arguments": `, content: { type: 'json_schema', json_schema: schema }, end: '}\n</tool_call>' });
+  const format = { type: 'tags_with_separator', tags: [call('get_weather', parameters), call('get_time', { type: 'object', properties: {}, additionalProperties: false })], separator: '\n', at_least_one: true, stop_after_first: true };
+  const ajv = new Ajv2020.default({ strict: false });
+  await withEngine(async (engine) => {
+    for (const seed of [51, 52, 53, 54]) {
+      const outcome = await generate(engine, request(`tag-${seed}`, { constraint: { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format }) } }, seed, { sampling: { temperature: 1, seed: BigInt(seed), maxTokens: 200 } }));
+      assert.equal(outcome.finishReason, 'stop', outcome.text);
+      const match = /^<tool_call>\n(\{.*\})\n<\/tool_call>$/.exec(outcome.text);
+      assert.ok(match !== null, outcome.text);
+      const parsed = JSON.parse(match[1]) as { name: string; arguments: object };
+      assert.ok(ajv.validate(parsed.name === 'get_weather' ? parameters : { type: 'object', additionalProperties: false }, parsed.arguments), outcome.text);
+    }
+  });
+});
+
+test('the grammar compiles while the prompt is computed; no sample is drawn before it is ready', async () => {
+  await withEngine(async (engine, runner) => {
+    const long: GenerateRequest = { ...request('long', { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } }, 11), promptTokenIds: prompt(11, 600) };
+    const outcome = await generate(engine, long);
+    assert.equal(outcome.finishReason, 'stop', outcome.text);
+    const entries = runner.steps.flatMap((step) => step.scheduled.filter((entry) => entry.requestId === 'long'));
+    assert.ok(entries.some((entry) => !entry.grammar!.isReady && entry.numScheduledTokens > 0), 'prompt chunks ran while the grammar compiled');
+    assert.ok(entries.every((entry) => !entry.sample || entry.grammar!.isReady), 'nothing sampled before the grammar was ready');
+  }, 64);
+});
+
+test('what a new grammar forces from its start is output before anything is sampled, even before it compiles', async () => {
+  await withEngine(async (engine) => {
+    const outputs: RequestOutput[] = [];
+    const long: GenerateRequest = { ...request('start', { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } }, 61), promptTokenIds: prompt(61, 600) };
+    await new Promise<void>((resolve) => engine.generate(long, (output) => (outputs.push(output), output.finishReason !== null && resolve())));
+    const [first] = outputs;
+    assert.ok(first.newTokenIds.length > 0);
+    assert.ok('{"name": "'.startsWith(textOf(first.newTokenIds)), textOf(first.newTokenIds));
+    assert.equal(first.prefillTimeMs, undefined, 'no token of it was sampled');
+    assert.equal(outputs.filter((output) => output.prefillTimeMs !== undefined).length, 1, 'the first sampled token reports the prefill');
+    // A budget smaller than the forced start ends with it.
+    const cut = await generate(engine, request('start-cut', { constraint: { kind: 'json_schema', schema: JSON.stringify({ ...PERSON, title: 'other' }) } }, 62, { sampling: { temperature: 1, seed: 62n, maxTokens: 2 } }));
+    assert.equal(cut.finishReason, 'length');
+    assert.equal(cut.tokenIds.length, 2);
+  }, 64);
+});
+
+test('constrained and free requests in shared batches give what each gives alone, token for token', async () => {
+  const structured = (i: number): StructuredOutput | undefined =>
+    i % 3 === 0 ? undefined : i % 3 === 1 ? { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } } : { constraint: { kind: 'regex', pattern: '(ab|[0-9]{2})+!' }, jumpForward: false };
+  const requests = Array.from({ length: 9 }, (_, i) => request(`mixed-${i}`, structured(i), 20 + i, { sampling: { temperature: i % 2 === 0 ? 0 : 1, seed: BigInt(20 + i), maxTokens: 96 } }));
+  const alone: Outcome[] = [];
+  await withEngine(async (engine) => {
+    for (const each of requests) alone.push(await generate(engine, each));
+  });
+  await withEngine(async (engine) => {
+    const together = await Promise.all(requests.map((each) => generate(engine, each)));
+    together.forEach((outcome, i) => {
+      assert.deepEqual(outcome.tokenIds, alone[i].tokenIds, `${requests[i].requestId}: ${outcome.text} vs alone ${alone[i].text}`);
+      assert.equal(outcome.finishReason, alone[i].finishReason);
+    });
+  });
+});
+
+test('a cut-off output ends with length; a grammar\'s stop token ends it with stop even under min_tokens and ignore_eos', async () => {
+  await withEngine(async (engine) => {
+    const cut = await generate(engine, request('cut', { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } }, 31, { sampling: { temperature: 1, seed: 31n, maxTokens: 7 } }));
+    assert.equal(cut.finishReason, 'length');
+    assert.equal(cut.tokenIds.length, 7);
+    assert.ok(cut.text.startsWith('{"name":'), cut.text);
+    const done = await generate(engine, request('done', { constraint: { kind: 'choice', choices: ['fine'] } }, 32, { sampling: { temperature: 1, seed: 32n, maxTokens: 50, minTokens: 20, ignoreEos: true } }));
+    assert.equal(done.finishReason, 'stop');
+    assert.equal(done.tokenIds.at(-1), EOS);
+    assert.equal(done.text, 'fine');
+  });
+});
+
+test('every kind of constraint crosses engine.proto intact: the same tokens as asked in process', async () => {
+  const kinds: StructuredOutput[] = [
+    { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) }, jumpForward: false },
+    { constraint: { kind: 'json_object' } },
+    { constraint: { kind: 'regex', pattern: '[a-z]{1,4}!' } },
+    { constraint: { kind: 'choice', choices: ['left', 'right'] } },
+    { constraint: { kind: 'grammar', grammar: 'root ::= "<" [0-9]+ ">"' } },
+    { constraint: { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format: { type: 'const_string', value: 'fixed' } }) } },
+    { constraint: { kind: 'regex', pattern: '[0-9]+' }, constrainAfter: 'x' },
+  ];
+  await withEngine(async (engine) => {
+    const server = await serveEngine(engine, '127.0.0.1:0');
+    const client = new GrpcEngineClient(server.address);
+    try {
+      for (const [i, structured] of kinds.entries()) {
+        const each = request(`wire-${i}`, structured, 40 + i, { sampling: { temperature: 1, seed: BigInt(40 + i), maxTokens: 48 } });
+        const direct = await generate(engine, each);
+        const remote = await new Promise<number[]>((resolve, reject) => {
+          const tokenIds: number[] = [];
+          client.generate({ ...each, requestId: `remote-${i}` }, (output) => {
+            tokenIds.push(...output.newTokenIds);
+            if (output.finishReason === 'error') reject(new Error(output.error?.message));
+            else if (output.finishReason !== null) resolve(tokenIds);
+          });
+        });
+        assert.deepEqual(remote, direct.tokenIds, `${JSON.stringify(structured)}: ${direct.text}`);
+      }
+    } finally {
+      client.close();
+      await server.close();
+    }
+  });
+});

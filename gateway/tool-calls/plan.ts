@@ -1,0 +1,47 @@
+// What one generation's output is, given its model, its prompt and the request: the grammar the
+// worker holds it to (a response format, or forced tool calls, after any think section) and how
+// the gateway splits it (reasoning, content, calls). Shared by chat and the Responses API.
+import type { StructuredConstraint, StructuredOutput } from '../../engine/types.ts';
+import type { LoadedModel } from '../served-model.ts';
+import { CALL_SYNTAX, reasoningStateOf } from './families.ts';
+import type { OutputParserOptions } from './output-parser.ts';
+import { toolCallConstraint, type ToolPlan } from './tools.ts';
+
+export interface OutputPlan {
+  structuredOutput: StructuredOutput | undefined;
+  parser: OutputParserOptions;
+  /** The finish reason of an output that made calls: a named tool_choice ends with stop, as OpenAI's does. */
+  callsFinishReason: 'tool_calls' | 'stop';
+}
+
+/** Enough of the prompt's end to see a think tag the template wrote. */
+const PROMPT_TAIL_TOKENS = 16;
+
+export function planOutput(
+  model: LoadedModel,
+  promptTokenIds: readonly number[],
+  tools: ToolPlan,
+  constraint: StructuredConstraint | null,
+  wantsLogprobs: boolean,
+): OutputPlan {
+  const { formats } = model;
+  const tail = model.tokenizer.decode(promptTokenIds.slice(-PROMPT_TAIL_TOKENS), { skipSpecialTokens: false });
+  const reasoningState = formats.reasoning === null ? 'none' : reasoningStateOf(tail, formats.reasoning);
+  const offersTools = tools.choice !== 'none' && tools.tools.length > 0;
+  const forcesCalls = offersTools && tools.choice !== 'auto';
+  // Forced calls outrank a response format; under auto a response format leaves no room for calls.
+  const chosen = forcesCalls || constraint === null ? (offersTools ? toolCallConstraint(formats.toolCalls, tools) : null) : constraint;
+  const structuredOutput: StructuredOutput | undefined =
+    chosen === null
+      ? undefined
+      : {
+          constraint: chosen,
+          ...(formats.reasoning !== null && reasoningState !== 'closed' ? { constrainAfter: formats.reasoning.end } : {}),
+          jumpForward: !wantsLogprobs,
+        };
+  return {
+    structuredOutput,
+    parser: { reasoning: formats.reasoning, reasoningState, toolCalls: offersTools ? CALL_SYNTAX[formats.toolCalls] : null },
+    callsFinishReason: typeof tools.choice === 'object' ? 'stop' : 'tool_calls',
+  };
+}
