@@ -144,6 +144,9 @@ function validateLoadOptions(options: LoadOptions): void {
   checkOption('kernel', KERNEL_PATHS.includes(options.kernel), KERNEL_PATHS.join(' | '), options.kernel);
   const quantization = options.quantization ?? 'none';
   checkOption('quantization', QUANTIZATIONS.includes(quantization), QUANTIZATIONS.join(' | '), options.quantization);
+  if (options.maxModelLen !== undefined) {
+    checkOption('maxModelLen', Number.isSafeInteger(options.maxModelLen) && options.maxModelLen >= 1, 'a positive integer', options.maxModelLen);
+  }
   for (const field of ['numKvBlocks', 'blockSizeTokens', 'numThreads'] as const) {
     const value = options[field];
     checkOption(field, Number.isSafeInteger(value) && value >= 1 && value <= 2 ** 31 - 1, 'a positive integer', value);
@@ -162,7 +165,7 @@ function validateLoadOptions(options: LoadOptions): void {
 export async function loadModel(options: LoadOptions): Promise<NativeModel> {
   const callSite = new Error();
   validateLoadOptions(options);
-  const checkpoint = readCheckpoint(options.modelDir);
+  const checkpoint = readCheckpoint(options.modelDir, { maxModelLen: options.maxModelLen });
   const dtype = options.dtype === 'auto' ? checkpoint.storedDtype : options.dtype;
   const kvCacheDtype = options.kvCacheDtype === 'auto' ? dtype : options.kvCacheDtype;
   const quantization = options.quantization ?? 'none';
@@ -187,8 +190,15 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
     numKvHeads: spec.numKvHeads,
     headDim: spec.headDim,
     vocabSize: spec.vocabSize,
+    numExperts: spec.numExperts,
+    numExpertsPerToken: spec.numExpertsPerToken,
     maxPositionEmbeddings: checkpoint.maxPositionEmbeddings,
-    slidingWindowTokens: spec.slidingWindowTokens === 0 ? null : spec.slidingWindowTokens,
+    slidingWindowTokens: sharedWindowOf(spec),
+    kvCacheGroups: checkpoint.kvGroups.groups.map((group) => ({
+      slidingWindowTokens: group.slidingWindowTokens === 0 ? null : group.slidingWindowTokens,
+      numLayers: group.layers.length,
+    })),
+    layersPerKvBlock: checkpoint.kvGroups.layersPerBlock,
     tieWordEmbeddings: checkpoint.tieWordEmbeddings,
     dtype,
     kvCacheDtype,
@@ -200,6 +210,12 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
     numThreads: options.numThreads,
   };
   return new LoadedModel(loaded.handle, Object.freeze(info));
+}
+
+/** The window every layer shares, or null when some layer sees every position (or windows differ). */
+function sharedWindowOf(spec: ModelSpec): number | null {
+  const window = spec.layers[0].slidingWindowTokens;
+  return window !== 0 && spec.layers.every((layer) => layer.slidingWindowTokens === window) ? window : null;
 }
 
 /** Every output C++ writes, the prompt logprobs' only when some sequence asks for them (see ForwardResult). */

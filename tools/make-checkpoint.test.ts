@@ -161,7 +161,7 @@ test('qwen2 checkpoints have q/k/v biases and the Qwen2 sliding-window keys swit
     assert.ok(!tensors.has('model.layers.0.self_attn.o_proj.bias'));
   });
   withTempDir((dir) => {
-    assert.throws(() => writeRandomCheckpoint(tinyOptions(dir, { arch: 'qwen2', slidingWindow: 4 })), /Mistral setting/);
+    assert.throws(() => writeRandomCheckpoint(tinyOptions(dir, { arch: 'qwen2', slidingWindow: 4 })), /not a qwen2 setting/);
   });
 });
 
@@ -260,4 +260,38 @@ test('CLI flags map onto options', () => {
   assert.throws(() => parseCliOptions(['--out', '/tmp/x']), /--hidden is required/);
   assert.throws(() => parseCliOptions('--out x --hidden 1.5 --layers 1 --heads 1 --kv-heads 1 --ffn 1 --vocab 1'.split(' ')), /--hidden must be/);
   assert.throws(() => parseCliOptions('--out x --hidden 8 --layers 1 --heads 1 --kv-heads 1 --ffn 1 --vocab 9 --arch gpt2'.split(' ')), /--arch/);
+});
+
+test('qwen3 and qwen3_moe config.json carry the published fields; q/k norms and per-expert tensors', () => {
+  withTempDir((dir) => {
+    const qwen3Dir = path.join(dir, 'qwen3');
+    writeRandomCheckpoint(tinyOptions(qwen3Dir, { arch: 'qwen3', headDim: 8, tieWordEmbeddings: true, slidingWindow: 5, maxWindowLayers: 1 }));
+    const config = readJson(path.join(qwen3Dir, 'config.json'));
+    assert.deepEqual(config.architectures, ['Qwen3ForCausalLM']);
+    assert.equal(config.model_type, 'qwen3');
+    assert.equal(config.head_dim, 8);
+    assert.equal(config.use_sliding_window, true);
+    assert.equal(config.sliding_window, 5);
+    assert.equal(config.max_window_layers, 1);
+    assert.equal(config.attention_bias, false);
+    const { tensors } = readCheckpointTensors(qwen3Dir);
+    assert.deepEqual(tensors.get('model.layers.1.self_attn.q_norm.weight')?.shape, [8]);
+    assert.deepEqual(tensors.get('model.layers.1.self_attn.k_norm.weight')?.shape, [8]);
+    assert.ok(!tensors.has('lm_head.weight'));
+
+    const moeDir = path.join(dir, 'moe');
+    writeRandomCheckpoint(
+      tinyOptions(moeDir, { arch: 'qwen3_moe', headDim: 8, numExperts: 4, numExpertsPerToken: 2, moeIntermediateSize: 12, mlpOnlyLayers: [1], normTopkProb: false }),
+    );
+    const moe = readJson(path.join(moeDir, 'config.json'));
+    assert.deepEqual(
+      [moe.architectures, moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size, moe.mlp_only_layers, moe.norm_topk_prob, moe.decoder_sparse_step],
+      [['Qwen3MoeForCausalLM'], 4, 2, 12, [1], false, 1],
+    );
+    const moeTensors = readCheckpointTensors(moeDir).tensors;
+    assert.deepEqual(moeTensors.get('model.layers.0.mlp.gate.weight')?.shape, [4, 16]);
+    assert.deepEqual(moeTensors.get('model.layers.0.mlp.experts.3.down_proj.weight')?.shape, [16, 12]);
+    assert.deepEqual(moeTensors.get('model.layers.1.mlp.gate_proj.weight')?.shape, [24, 16]);
+    assert.ok(!moeTensors.has('model.layers.1.mlp.gate.weight'));
+  });
 });

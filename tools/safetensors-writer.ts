@@ -3,7 +3,8 @@
 // 125M-parameter checkpoint within one tensor's worth of memory.
 import { closeSync, openSync, writeSync } from 'node:fs';
 
-export type WriteDtype = 'F32' | 'BF16' | 'F16';
+/** U8 tensors (MXFP4 blocks and scales) are written as the bytes given. */
+export type WriteDtype = 'F32' | 'BF16' | 'F16' | 'U8';
 
 export interface TensorSpec {
   name: string;
@@ -11,7 +12,7 @@ export interface TensorSpec {
   shape: number[];
 }
 
-const WRITE_DTYPE_BYTES: Readonly<Record<WriteDtype, number>> = { F32: 4, BF16: 2, F16: 2 };
+const WRITE_DTYPE_BYTES: Readonly<Record<WriteDtype, number>> = { F32: 4, BF16: 2, F16: 2, U8: 1 };
 
 export function numElements(shape: readonly number[]): number {
   return shape.reduce((product, d) => product * d, 1);
@@ -23,12 +24,13 @@ export function tensorBytes(spec: TensorSpec): number {
 
 /**
  * Writes `specs` in order; `dataFor(spec)` supplies each tensor's values as fp32, which are
- * rounded to the spec's dtype to nearest, ties to even. Returns the data section's size.
+ * rounded to the spec's dtype to nearest, ties to even (a U8 tensor's bytes as they are).
+ * Returns the data section's size.
  */
 export function writeSafetensors(
   file: string,
   specs: readonly TensorSpec[],
-  dataFor: (spec: TensorSpec) => Float32Array,
+  dataFor: (spec: TensorSpec) => Float32Array | Uint8Array,
   metadata: Record<string, string> = {},
 ): number {
   const header = encodeHeader(specs, metadata);
@@ -41,7 +43,8 @@ export function writeSafetensors(
       if (data.length !== expected) {
         throw new Error(`${file}: tensor ${spec.name} has ${data.length} values but shape [${spec.shape.join(', ')}] needs ${expected}`);
       }
-      writeAll(fd, encodeTensor(data, spec.dtype));
+      if ((spec.dtype === 'U8') !== data instanceof Uint8Array) throw new Error(`${file}: tensor ${spec.name} is ${spec.dtype}; its data must be ${spec.dtype === 'U8' ? 'bytes' : 'fp32 values'}`);
+      writeAll(fd, data instanceof Uint8Array ? data : encodeTensor(data, spec.dtype as Exclude<WriteDtype, 'U8'>));
     }
   } finally {
     closeSync(fd);
@@ -68,7 +71,7 @@ function encodeHeader(specs: readonly TensorSpec[], metadata: Record<string, str
   return out;
 }
 
-function encodeTensor(data: Float32Array, dtype: WriteDtype): Uint8Array {
+function encodeTensor(data: Float32Array, dtype: Exclude<WriteDtype, 'U8'>): Uint8Array {
   if (dtype === 'F32') return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   const bits = new Uint32Array(data.buffer, data.byteOffset, data.length);
   const round = dtype === 'BF16' ? roundF32BitsToBf16Bits : roundF32BitsToF16Bits;

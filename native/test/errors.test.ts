@@ -36,7 +36,7 @@ test('an unsupported architecture names config.json and architectures', async ()
 test('an unsupported rope_scaling type names the field', async () => {
   using temp = makeTempDir('errors');
   const modelDir = writeCheckpoint(temp.dir, 'rope', SHAPE);
-  const configFile = editConfig(modelDir, (config) => (config.rope_scaling = { rope_type: 'yarn', factor: 4 }));
+  const configFile = editConfig(modelDir, (config) => (config.rope_scaling = { rope_type: 'dynamic', factor: 4 }));
   await assertLoadRejects(modelDir, configFile, 'rope_scaling');
 });
 

@@ -1,0 +1,15 @@
+// The architectures the runtime loads, by config.json's architectures[0].
+import type { Architecture } from '../api.ts';
+import type { Family } from './common.ts';
+import { llamaFamily } from './llama.ts';
+import { qwen3, qwen3Moe } from './qwen3.ts';
+
+export type { FamilyModel } from './common.ts';
+
+export const FAMILIES: Readonly<Record<Architecture, Family>> = {
+  LlamaForCausalLM: llamaFamily('LlamaForCausalLM'),
+  MistralForCausalLM: llamaFamily('MistralForCausalLM'),
+  Qwen2ForCausalLM: llamaFamily('Qwen2ForCausalLM'),
+  Qwen3ForCausalLM: qwen3,
+  Qwen3MoeForCausalLM: qwen3Moe,
+};
