@@ -36,7 +36,10 @@ export type Architecture =
   | 'MistralForCausalLM'
   | 'Qwen2ForCausalLM'
   | 'Qwen3ForCausalLM'
-  | 'Qwen3MoeForCausalLM';
+  | 'Qwen3MoeForCausalLM'
+  | 'MixtralForCausalLM'
+  | 'Gemma3ForCausalLM'
+  | 'Gemma3ForConditionalGeneration';
 
 /**
  * One KV-cache group (vLLM's hybrid allocator): layers that see the same span share a block

@@ -336,8 +336,7 @@ function initFor(spec: TensorSpec, options: CheckpointOptions): { mean: number; 
   // Experts stacked [experts, out, in], or gpt-oss's dequantized [experts, in, out].
   const fanIn = name.endsWith('experts.gate_up_proj') || name.endsWith('experts.down_proj') ? spec.shape[1] : spec.shape[spec.shape.length - 1];
   const residual = ['o_proj.weight', 'down_proj.weight', '.w2.weight', 'experts.down_proj'].some((suffix) => name.endsWith(suffix));
-  // Gemma scales embeddings by sqrt(hidden): keep its residual stream's projections in proportion.
-  const residualScale = residual ? (options.arch === 'gemma3' ? Math.sqrt(options.hiddenSize) : 1) / Math.sqrt(2 * options.numLayers) : 1;
+  const residualScale = residual ? 1 / Math.sqrt(2 * options.numLayers) : 1;
   return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
 }
 

@@ -49,16 +49,17 @@ export interface Shape {
   vocabSize: number;
 }
 
-export function readShape(config: ConfigReader): Shape {
+/** defaultHeadDim: the config class's head_dim when config.json has none (else hidden / heads). */
+export function readShape(config: ConfigReader, defaultHeadDim?: number): Shape {
   const hiddenSize = config.positiveInt('hidden_size');
   const numHeads = config.positiveInt('num_attention_heads');
   const numKvHeads = config.positiveInt('num_key_value_heads', numHeads);
   if (numHeads % numKvHeads !== 0) config.fail('num_key_value_heads', `a divisor of num_attention_heads (${numHeads})`);
-  const defaultHeadDim = hiddenSize / numHeads;
-  if (!config.has('head_dim') && !Number.isInteger(defaultHeadDim)) {
+  const fallbackHeadDim = defaultHeadDim ?? hiddenSize / numHeads;
+  if (!config.has('head_dim') && !Number.isInteger(fallbackHeadDim)) {
     config.fail('hidden_size', `a multiple of num_attention_heads (${numHeads}) when head_dim is absent`);
   }
-  const headDim = config.positiveInt('head_dim', defaultHeadDim);
+  const headDim = config.positiveInt('head_dim', fallbackHeadDim);
   if (headDim % 2 !== 0) config.fail('head_dim', 'even (rotary embeddings pair its halves)');
   return {
     numLayers: config.positiveInt('num_hidden_layers'),

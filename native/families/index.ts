@@ -1,7 +1,9 @@
 // The architectures the runtime loads, by config.json's architectures[0].
 import type { Architecture } from '../api.ts';
 import type { Family } from './common.ts';
+import { gemma3 } from './gemma3.ts';
 import { llamaFamily } from './llama.ts';
+import { mixtral } from './mixtral.ts';
 import { qwen3, qwen3Moe } from './qwen3.ts';
 
 export type { FamilyModel } from './common.ts';
@@ -12,4 +14,7 @@ export const FAMILIES: Readonly<Record<Architecture, Family>> = {
   Qwen2ForCausalLM: llamaFamily('Qwen2ForCausalLM'),
   Qwen3ForCausalLM: qwen3,
   Qwen3MoeForCausalLM: qwen3Moe,
+  MixtralForCausalLM: mixtral,
+  Gemma3ForCausalLM: gemma3,
+  Gemma3ForConditionalGeneration: gemma3,
 };

@@ -42,7 +42,8 @@ function attentionPart(config: ConfigReader, tensors: TensorCatalogue, prefix: s
 
 export const qwen3: Family = (config, tensors, options) => {
   requireActivation(config, 'hidden_act', 'silu', 'silu');
-  const shape = readShape(config);
+  // Qwen3Config's head_dim defaults to 128, not hidden / heads.
+  const shape = readShape(config, 128);
   const intermediateSize = config.positiveInt('intermediate_size');
   const window = windowOf(config);
   // Qwen3Config: layers from max_window_layers on slide, unless layer_types says otherwise.

@@ -24,6 +24,14 @@ const VOCAB_SIZE = 300;
 export const INVARIANCE_SHAPES: Readonly<Record<string, ShapeOptions>> = {
   // head_dim 16 puts a bf16 cache in the paired layout; matmuls span several 64-column panels.
   qwen3: { arch: 'qwen3', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, slidingWindow: 20, maxWindowLayers: 1 },
+  // 4 experts, top 2: with 16 sequences in a step every expert serves many tokens, in other
+  // combinations than alone; expert widths of several panels.
+  'qwen3-moe': {
+    arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 100, vocabSize: VOCAB_SIZE,
+    numExperts: 4, numExpertsPerToken: 2, moeIntermediateSize: 136, normTopkProb: true, mlpOnlyLayers: [1],
+  },
+  gemma3: { arch: 'gemma3', hiddenSize: 48, numLayers: 3, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, tieWordEmbeddings: true, slidingWindow: 20, slidingWindowPattern: 3 },
+  mixtral: { arch: 'mixtral', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 136, vocabSize: VOCAB_SIZE, numExperts: 4, numExpertsPerToken: 2, slidingWindow: 24 },
 };
 
 const MODES: ReadonlyArray<{ dtype: WeightDtype; quantization: Quantization }> = [

@@ -5,10 +5,11 @@
 //
 // MoE routing is a discontinuous choice: where the reference's k-th and (k+1)-th router logits
 // of some token lie closer than the runtime's own rounding reaches (bf16 weights and activations
-// move a router logit by ~1e-3 of the logits' RMS), the runtime may pick the other expert, and
-// that token's and every later position's logits are not comparable. Such positions are skipped
-// (ROUTER_MARGIN), and each case must still compare at least MIN_COMPARED of its positions, so
-// the test cannot pass by skipping.
+// move a router logit by ~1e-3 of the logits' RMS), the runtime may rightly pick the other
+// expert, and the logits of that token and of every later one are no longer comparable. So a MoE
+// case draws its prompt afresh (the checkpoint stays) until no token of it comes within
+// ROUTER_MARGIN of a tie, and then compares every position: a random prompt conditioned on
+// routing the reference decides unambiguously.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decoderReferenceForward, loadDecoderReference, type ReferenceOptions } from '../../test/reference/decoder-reference.ts';
@@ -31,8 +32,8 @@ import {
 
 const TOLERANCE: Readonly<Record<WeightDtype, number>> = { fp32: 1e-5, bf16: 2e-2, fp16: 2e-2 };
 /** Router margins (over the logits' RMS) below which the runtime's rounding may flip a choice. */
-const ROUTER_MARGIN: Readonly<Record<WeightDtype, number>> = { fp32: 1e-4, bf16: 3e-2, fp16: 3e-2 };
-const MIN_COMPARED = 0.5;
+const ROUTER_MARGIN: Readonly<Record<WeightDtype, number>> = { fp32: 1e-4, bf16: 1e-2, fp16: 1e-2 };
+const MAX_PROMPT_DRAWS = 100;
 
 export interface FamilyCase extends ShapeOptions {
   promptTokens: number;
@@ -49,6 +50,31 @@ export const FAMILY_CASES: Readonly<Record<string, FamilyCase>> = {
   'qwen3, attention bias, a sliding window on the upper layer, YaRN': {
     arch: 'qwen3', hiddenSize: 48, numLayers: 2, numHeads: 6, numKvHeads: 2, headDim: 8, intermediateSize: 72, vocabSize: 80,
     attentionBias: true, slidingWindow: 5, maxWindowLayers: 1, yarn: { factor: 4, originalMaxPositionEmbeddings: 512 },
+    promptTokens: 13, firstChunkTokens: 7,
+  },
+  'qwen3-moe, 8 experts top 2, norm_topk_prob off, a dense layer (mlp_only_layers)': {
+    arch: 'qwen3_moe', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 88, vocabSize: 96,
+    numExperts: 8, numExpertsPerToken: 2, moeIntermediateSize: 40, normTopkProb: false, mlpOnlyLayers: [0],
+    promptTokens: 13, firstChunkTokens: 7,
+  },
+  'qwen3-moe, renormalized top 3 of 6 on every layer, 40-token prompt over three cache blocks': {
+    arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 12, intermediateSize: 64, vocabSize: 80,
+    numExperts: 6, numExpertsPerToken: 3, moeIntermediateSize: 36, normTopkProb: true,
+    promptTokens: 40, firstChunkTokens: 23,
+  },
+  'mixtral, 4 experts top 2, sliding window': {
+    arch: 'mixtral', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 72, vocabSize: 90,
+    numExperts: 4, numExpertsPerToken: 2, slidingWindow: 6, ropeTheta: 1e6,
+    promptTokens: 13, firstChunkTokens: 7,
+  },
+  'gemma3, 2 local : 1 global layers, windows across cache blocks, linear-scaled global rope, query_pre_attn_scalar': {
+    arch: 'gemma3', hiddenSize: 64, numLayers: 3, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 88, vocabSize: 96,
+    tieWordEmbeddings: true, slidingWindow: 7, slidingWindowPattern: 3, queryPreAttnScalar: 24, ropeTheta: 1e6, ropeScalingLinear: 8,
+    promptTokens: 40, firstChunkTokens: 23,
+  },
+  'gemma3, soft-capped attention scores and final logits': {
+    arch: 'gemma3', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 12, intermediateSize: 64, vocabSize: 80,
+    tieWordEmbeddings: true, slidingWindow: 5, slidingWindowPattern: 2, attnLogitSoftcapping: 2, finalLogitSoftcapping: 3,
     promptTokens: 13, firstChunkTokens: 7,
   },
 };
@@ -77,24 +103,26 @@ export function familyNumericsTests(cases: Readonly<Record<string, FamilyCase>>)
       for (const dtype of ['fp32', 'bf16', 'fp16'] as const) {
         const seed = freshSeed(t);
         const modelDir = writeCheckpoint(temp.dir, dtype, { ...shape, dtype, seed });
-        const tokenIds = randomTokens(promptTokens, shape.vocabSize, seed);
-        const expected = decoderReferenceForward(loadDecoderReference(modelDir, reference), tokenIds);
+        const referenceModel = loadDecoderReference(modelDir, reference);
+        let tokenIds: number[] = [];
+        let expected: ReturnType<typeof decoderReferenceForward> | null = null;
+        let draws = 0;
+        while (draws < MAX_PROMPT_DRAWS && expected === null) {
+          tokenIds = randomTokens(promptTokens, shape.vocabSize, seed + draws++);
+          const output = decoderReferenceForward(referenceModel, tokenIds);
+          if (output.routerMargins.at(-1)! >= ROUTER_MARGIN[dtype]) expected = output;
+        }
+        if (draws > 1) t.diagnostic(`${dtype}: prompt drawn ${draws} times for routing clear of ties`);
+        assert.ok(expected !== null, `seed ${seed}: no prompt in ${MAX_PROMPT_DRAWS} draws routed clear of ties by ${ROUTER_MARGIN[dtype]}`);
         for (const kernel of KERNELS) {
           await t.test(`${dtype} weights, ${kernel}`, { skip: kernelSkip(kernel) }, async () => {
             await withModel(loadOptions(modelDir, { kernel, ...load }), async (model) => {
               const rows = await runtimeLogits(model, tokenIds, firstChunkTokens);
-              let compared = 0;
               rows.forEach((row, i) => {
                 const position = firstChunkTokens - 1 + i;
-                if (expected.routerMargins[position] < ROUTER_MARGIN[dtype]) return;
-                compared++;
                 const error = relativeError(row, expected.logits[position]);
                 assert.ok(error <= TOLERANCE[dtype], `seed ${seed}, ${kernel}, ${dtype}: position ${position} error ${error.toExponential(3)} > ${TOLERANCE[dtype]}`);
               });
-              assert.ok(
-                compared >= MIN_COMPARED * rows.length,
-                `seed ${seed}, ${kernel}, ${dtype}: only ${compared} of ${rows.length} positions had router margins above ${ROUTER_MARGIN[dtype]}`,
-              );
             });
           });
         }
