@@ -158,6 +158,33 @@ function validateLoadOptions(options: LoadOptions): void {
   }
 }
 
+const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, fp16: 2 };
+
+/**
+ * What one KV block will take once the checkpoint loads with these dtypes, and its KV-cache
+ * groups, from config.json and the safetensors headers alone: a worker sizes its cache in blocks
+ * before it loads. The runtime's layout (native/README.md): a block holds layersPerKvBlock layers
+ * of one group, K and V for every KV head, slot and head dim.
+ */
+export function describeKvCache(
+  modelDir: string,
+  dtype: DtypeSetting,
+  kvCacheDtype: DtypeSetting,
+  blockSizeTokens: number,
+): { bytesPerBlock: number; groups: ModelInfo['kvCacheGroups'] } {
+  const checkpoint = readCheckpoint(modelDir);
+  const weightDtype = dtype === 'auto' ? checkpoint.storedDtype : dtype;
+  const cacheDtype = kvCacheDtype === 'auto' ? weightDtype : kvCacheDtype;
+  const { spec, kvGroups } = checkpoint;
+  return {
+    bytesPerBlock: 2 * kvGroups.layersPerBlock * spec.numKvHeads * spec.headDim * blockSizeTokens * DTYPE_BYTES[cacheDtype],
+    groups: kvGroups.groups.map((group) => ({
+      slidingWindowTokens: group.slidingWindowTokens === 0 ? null : group.slidingWindowTokens,
+      numLayers: group.layers.length,
+    })),
+  };
+}
+
 /**
  * Loads a Hugging Face checkpoint directory. Rejects, naming the file and field, on an
  * unsupported architecture, a missing or misshapen tensor, a truncated file or a bad index.
