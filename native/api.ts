@@ -39,7 +39,8 @@ export type Architecture =
   | 'Qwen3MoeForCausalLM'
   | 'MixtralForCausalLM'
   | 'Gemma3ForCausalLM'
-  | 'Gemma3ForConditionalGeneration';
+  | 'Gemma3ForConditionalGeneration'
+  | 'Phi3ForCausalLM';
 
 /**
  * One KV-cache group (vLLM's hybrid allocator): layers that see the same span share a block

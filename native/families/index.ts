@@ -4,6 +4,7 @@ import type { Family } from './common.ts';
 import { gemma3 } from './gemma3.ts';
 import { llamaFamily } from './llama.ts';
 import { mixtral } from './mixtral.ts';
+import { phi3 } from './phi3.ts';
 import { qwen3, qwen3Moe } from './qwen3.ts';
 
 export type { FamilyModel } from './common.ts';
@@ -17,4 +18,5 @@ export const FAMILIES: Readonly<Record<Architecture, Family>> = {
   MixtralForCausalLM: mixtral,
   Gemma3ForCausalLM: gemma3,
   Gemma3ForConditionalGeneration: gemma3,
+  Phi3ForCausalLM: phi3,
 };

@@ -72,6 +72,16 @@ export const FAMILY_CASES: Readonly<Record<string, FamilyCase>> = {
     tieWordEmbeddings: true, slidingWindow: 7, slidingWindowPattern: 3, queryPreAttnScalar: 24, ropeTheta: 1e6, ropeScalingLinear: 8,
     promptTokens: 40, firstChunkTokens: 23,
   },
+  'phi3, fused qkv and gate_up, LongRoPE short factors (served length within the original 16), sliding window': {
+    arch: 'phi3', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 88, vocabSize: 96,
+    slidingWindow: 9, longRope: { originalMaxPositionEmbeddings: 16 }, maxPositionEmbeddings: 64,
+    load: { maxModelLen: 16 }, reference: { maxModelLen: 16 }, promptTokens: 13, firstChunkTokens: 7,
+  },
+  'phi4-mini, partial rotary 0.75, tied, LongRoPE long factors over a 40-token prompt': {
+    arch: 'phi3', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 1, intermediateSize: 72, vocabSize: 96, tieWordEmbeddings: true,
+    partialRotaryFactor: 0.75, longRope: { originalMaxPositionEmbeddings: 16 }, maxPositionEmbeddings: 64,
+    promptTokens: 40, firstChunkTokens: 23,
+  },
   'gemma3, soft-capped attention scores and final logits': {
     arch: 'gemma3', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 12, intermediateSize: 64, vocabSize: 80,
     tieWordEmbeddings: true, slidingWindow: 5, slidingWindowPattern: 2, attnLogitSoftcapping: 2, finalLogitSoftcapping: 3,
