@@ -40,7 +40,8 @@ export type Architecture =
   | 'MixtralForCausalLM'
   | 'Gemma3ForCausalLM'
   | 'Gemma3ForConditionalGeneration'
-  | 'Phi3ForCausalLM';
+  | 'Phi3ForCausalLM'
+  | 'GptOssForCausalLM';
 
 /**
  * One KV-cache group (vLLM's hybrid allocator): layers that see the same span share a block

@@ -2,6 +2,7 @@
 import type { Architecture } from '../api.ts';
 import type { Family } from './common.ts';
 import { gemma3 } from './gemma3.ts';
+import { gptOss } from './gpt-oss.ts';
 import { llamaFamily } from './llama.ts';
 import { mixtral } from './mixtral.ts';
 import { phi3 } from './phi3.ts';
@@ -19,4 +20,5 @@ export const FAMILIES: Readonly<Record<Architecture, Family>> = {
   Gemma3ForCausalLM: gemma3,
   Gemma3ForConditionalGeneration: gemma3,
   Phi3ForCausalLM: phi3,
+  GptOssForCausalLM: gptOss,
 };

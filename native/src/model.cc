@@ -94,10 +94,12 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       kv_cache(dims, options.kv_cache_dtype, kv_layout_of(dims, options.kv_cache_dtype, options.block_size_tokens),
                options.num_kv_blocks, options.block_size_tokens, spec.layers_per_kv_block) {
   // Matrices [out, in]: the shape in the spec gives rows and k. Each weight's format follows its
-  // own storage: MXFP4 blocks become int8 blocks (exactly), the rest the dtype or quantization
-  // the options ask for.
+  // own storage too: MXFP4 blocks become int8 blocks, exactly (their values; int16 activations
+  // meet them, closer than bf16 activations would), except with fp32 weights, which keep every
+  // matmul exact in fp32.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
-    if (options.quantization == CD_QUANTIZATION_INT8 || ref.encoding == CD_ENCODING_MXFP4) {
+    const bool mxfp4_to_int8 = ref.encoding == CD_ENCODING_MXFP4 && options.weight_dtype != CD_DTYPE_F32;
+    if (options.quantization == CD_QUANTIZATION_INT8 || mxfp4_to_int8) {
       return Matrix{weights.quantize_q8_panels(ref, num_rows, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels};
     }
     return Matrix{weights.pack_panels(ref, num_rows, k, panel_format_of(options.weight_dtype), pool),

@@ -32,6 +32,7 @@ export const INVARIANCE_SHAPES: Readonly<Record<string, ShapeOptions>> = {
   },
   gemma3: { arch: 'gemma3', hiddenSize: 48, numLayers: 3, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, tieWordEmbeddings: true, slidingWindow: 20, slidingWindowPattern: 3 },
   phi3: { arch: 'phi3', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, partialRotaryFactor: 0.75, longRope: { originalMaxPositionEmbeddings: 32 }, maxPositionEmbeddings: 128 },
+  'gpt-oss': { arch: 'gpt_oss', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 16, intermediateSize: 128, vocabSize: VOCAB_SIZE, numExperts: 4, numExpertsPerToken: 2, slidingWindow: 20 },
   mixtral: { arch: 'mixtral', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 136, vocabSize: VOCAB_SIZE, numExperts: 4, numExpertsPerToken: 2, slidingWindow: 24 },
 };
 

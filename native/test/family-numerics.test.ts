@@ -82,6 +82,15 @@ export const FAMILY_CASES: Readonly<Record<string, FamilyCase>> = {
     partialRotaryFactor: 0.75, longRope: { originalMaxPositionEmbeddings: 16 }, maxPositionEmbeddings: 64,
     promptTokens: 40, firstChunkTokens: 23,
   },
+  'gpt-oss, MXFP4 experts (int8 at load), sinks, alternating windows, YaRN, clamped SwiGLU, 4 experts top 2': {
+    arch: 'gpt_oss', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 64, vocabSize: 96,
+    numExperts: 4, numExpertsPerToken: 2, slidingWindow: 5, yarn: { factor: 8, originalMaxPositionEmbeddings: 16 }, maxPositionEmbeddings: 128,
+    swigluLimit: 1.5, promptTokens: 13, firstChunkTokens: 7,
+  },
+  'gpt-oss, dequantized bf16 experts in transformers\' [in, out] layout, 40-token prompt': {
+    arch: 'gpt_oss', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 12, intermediateSize: 40, vocabSize: 80,
+    numExperts: 6, numExpertsPerToken: 3, expertFormat: 'bf16', slidingWindow: 9, promptTokens: 40, firstChunkTokens: 23,
+  },
   'gemma3, soft-capped attention scores and final logits': {
     arch: 'gemma3', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 12, intermediateSize: 64, vocabSize: 80,
     tieWordEmbeddings: true, slidingWindow: 5, slidingWindowPattern: 2, attnLogitSoftcapping: 2, finalLogitSoftcapping: 3,
