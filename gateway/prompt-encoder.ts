@@ -4,7 +4,7 @@
 import type { OffloadPool } from './offload/pool.ts';
 import { numbersOf, utf8Of } from './offload/sliced-copy.ts';
 import type { LoadedModel } from './served-model.ts';
-import type { ChatMessage } from './tokenizer/chat-template.ts';
+import type { ChatMessage, TemplateKwargs } from './tokenizer/chat-template.ts';
 import { checkPromptChars, encodePrompt, renderChat } from './tokenizer/prompt.ts';
 
 /** Tokenized on the loop up to this: about 2 ms at Hugging Face tokenizers' 1 µs per character. */
@@ -24,6 +24,8 @@ export interface EncodeOptions {
    * size is bounded by the body limit, not the context.
    */
   fitContext?: boolean;
+  /** Variables the chat template reads besides the messages (chat_template_kwargs, reasoning_effort). */
+  templateKwargs?: TemplateKwargs;
 }
 
 export class PromptEncoder {
@@ -44,13 +46,13 @@ export class PromptEncoder {
   }
 
   async encodeChat(model: LoadedModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, options: EncodeOptions = {}): Promise<number[]> {
-    const { isWanted, param = 'messages', fitContext = true } = options;
+    const { isWanted, param = 'messages', fitContext = true, templateKwargs: kwargs } = options;
     if (messages.length > MAX_INLINE_MESSAGES && model.chatTemplate !== null) {
-      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param, fitContext } as const;
+      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param, fitContext, kwargs } as const;
       return numbersOf(await this.pool.run(job, { isWanted }));
     }
     // Rendering a few messages is cheap however long they are; tokenizing them may not be.
-    const prompt = renderChat(model, messages, addGenerationPrompt, param);
+    const prompt = renderChat(model, messages, addGenerationPrompt, param, kwargs);
     return this.encodePrompt(model, prompt, false, { isWanted, fitContext });
   }
 }

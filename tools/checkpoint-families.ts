@@ -4,7 +4,8 @@
 // openai/gpt-oss-20b), tensors under transformers' names and [out, in] shapes, and gpt-oss's
 // experts as it ships them: MXFP4 blocks and scales (or the dequantized bf16 layout).
 import type { TensorSpec, WriteDtype } from './safetensors-writer.ts';
-import { PyFloat, headDimOf, type CheckpointOptions } from './make-checkpoint.ts';
+import { headDimOf, type CheckpointOptions } from './make-checkpoint.ts';
+import { PyFloat } from './python-json.ts';
 
 export type NewArchName = 'qwen3' | 'qwen3_moe' | 'mixtral' | 'gemma3' | 'phi3' | 'gpt_oss';
 

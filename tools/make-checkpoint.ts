@@ -14,6 +14,10 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { WeightDtype } from '../native/api.ts';
 import { buildNewConfig, isNewArch, newTensorSpecs, quantizeMxfp4, type NewArchName } from './checkpoint-families.ts';
+import { tokenIdOf, tokenizerConfigJson, tokenizerFits, tokenizerJson } from './checkpoint-tokenizer.ts';
+import { PyFloat, toPythonJson } from './python-json.ts';
+
+export { PyFloat, toPythonJson } from './python-json.ts';
 import { numElements, tensorBytes, writeSafetensors, type TensorSpec, type WriteDtype } from './safetensors-writer.ts';
 
 export type ArchName = 'llama' | 'mistral' | 'qwen2' | NewArchName;
@@ -108,54 +112,6 @@ export const LLAMA3_ROPE_SCALING = {
   high_freq_factor: 4,
   original_max_position_embeddings: 8192,
 } as const;
-
-/** A number that Python's json module would write as a float (1e-05, 10000.0). */
-export class PyFloat {
-  constructor(readonly value: number) {}
-}
-
-/**
- * JSON laid out as Python's `json.dumps(value, indent=2, sort_keys=True)`, which is how
- * transformers writes config.json and friends. Plain numbers are ints; wrap floats in PyFloat.
- */
-export function toPythonJson(value: unknown, indent = ''): string {
-  if (value instanceof PyFloat) return pythonFloatRepr(value.value);
-  if (value === null || typeof value === 'boolean' || typeof value === 'string') return JSON.stringify(value);
-  if (typeof value === 'number') {
-    if (!Number.isSafeInteger(value)) throw new Error(`${value} is not an integer; wrap floats in PyFloat`);
-    return String(value);
-  }
-  const inner = `${indent}  `;
-  if (Array.isArray(value)) {
-    if (value.length === 0) return '[]';
-    return `[\n${value.map((item) => inner + toPythonJson(item, inner)).join(',\n')}\n${indent}]`;
-  }
-  if (typeof value === 'object') {
-    const keys = Object.keys(value).sort();
-    if (keys.length === 0) return '{}';
-    const record = value as Record<string, unknown>;
-    return `{\n${keys.map((key) => `${inner}${JSON.stringify(key)}: ${toPythonJson(record[key], inner)}`).join(',\n')}\n${indent}}`;
-  }
-  throw new Error(`cannot write ${typeof value} as JSON`);
-}
-
-/** Python's repr(float): shortest round-trip digits, exponent form when the point is far away. */
-function pythonFloatRepr(x: number): string {
-  if (!Number.isFinite(x)) throw new Error(`${x} has no JSON form`);
-  const [mantissa, exponentText] = Math.abs(x).toExponential().split('e');
-  const digits = mantissa.replace('.', '');
-  const exponent = Number(exponentText);
-  const sign = x < 0 || Object.is(x, -0) ? '-' : '';
-  const pointPosition = exponent + 1; // digits are 0.DIGITS × 10^pointPosition
-  if (pointPosition <= -4 || pointPosition > 16) {
-    const fraction = digits.length > 1 ? `.${digits.slice(1)}` : '';
-    const exponentSign = exponent < 0 ? '-' : '+';
-    return `${sign}${digits[0]}${fraction}e${exponentSign}${String(Math.abs(exponent)).padStart(2, '0')}`;
-  }
-  if (pointPosition <= 0) return `${sign}0.${'0'.repeat(-pointPosition)}${digits}`;
-  if (pointPosition >= digits.length) return `${sign}${digits}${'0'.repeat(pointPosition - digits.length)}.0`;
-  return `${sign}${digits.slice(0, pointPosition)}.${digits.slice(pointPosition)}`;
-}
 
 export function headDimOf(options: CheckpointOptions): number {
   return options.headDim ?? options.hiddenSize / options.numHeads;
@@ -385,11 +341,39 @@ export function buildGenerationConfig(options: CheckpointOptions): Record<string
   return { ...config, ...options.generationDefaults };
 }
 
-export function writeRandomCheckpoint(options: CheckpointOptions): void {
-  validateOptions(options);
+/**
+ * With the family's tokenizer (when its tokens and the 256 bytes fit the vocabulary), config.json
+ * names its bos and eos ids and generation_config.json its end-of-turn tokens and sampling
+ * defaults, as the published checkpoint does; the tokenizer files are written beside them.
+ */
+function withFamilyTokens(options: CheckpointOptions): { options: CheckpointOptions; generation: Record<string, unknown> } {
+  const family = tokenizerFits(options.arch, options.vocabSize);
+  if (family === null) return { options, generation: buildGenerationConfig(options) };
+  const tokened = { ...options, bosTokenId: tokenIdOf(family, family.configBos), eosTokenId: tokenIdOf(family, family.configEos) };
+  const eos = family.generationEos.map((token) => tokenIdOf(family, token));
+  return {
+    options: tokened,
+    generation: {
+      bos_token_id: tokened.bosTokenId,
+      eos_token_id: eos.length === 1 ? eos[0] : eos,
+      ...(family.padToken === null ? {} : { pad_token_id: tokenIdOf(family, family.padToken) }),
+      ...family.generationDefaults,
+      ...options.generationDefaults,
+    },
+  };
+}
+
+export function writeRandomCheckpoint(requested: CheckpointOptions): void {
+  validateOptions(requested);
+  const { options, generation } = withFamilyTokens(requested);
   mkdirSync(options.outDir, { recursive: true });
   writeFileSync(path.join(options.outDir, 'config.json'), `${toPythonJson(buildConfig(options))}\n`);
-  writeFileSync(path.join(options.outDir, 'generation_config.json'), `${toPythonJson(buildGenerationConfig(options))}\n`);
+  writeFileSync(path.join(options.outDir, 'generation_config.json'), `${toPythonJson(generation)}\n`);
+  const family = tokenizerFits(options.arch, options.vocabSize);
+  if (family !== null) {
+    writeFileSync(path.join(options.outDir, 'tokenizer.json'), `${JSON.stringify(tokenizerJson(family), null, 2)}\n`);
+    writeFileSync(path.join(options.outDir, 'tokenizer_config.json'), `${JSON.stringify(tokenizerConfigJson(family, options.maxPositionEmbeddings), null, 2)}\n`);
+  }
 
   const dataFor = (spec: TensorSpec): Float32Array | Uint8Array => {
     if (spec.dtype === 'U8') return mxfp4Data(spec, options);

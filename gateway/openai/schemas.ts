@@ -86,6 +86,10 @@ export const chatRequestSchema = z.object({
   functions: z.array(z.unknown()).nullish(),
   function_call: z.unknown().nullish(),
   response_format: z.object({ type: z.string() }).nullish(),
+  /** OpenAI's reasoning models' effort; the chat template reads it (gpt-oss: "Reasoning: high"). */
+  reasoning_effort: z.enum(['minimal', 'low', 'medium', 'high']).nullish(),
+  /** Extension (vLLM, transformers' apply_chat_template kwargs): variables the chat template reads, such as Qwen3's enable_thinking. */
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
 });
 
 export const completionRequestSchema = z.object({

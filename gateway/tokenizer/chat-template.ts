@@ -20,8 +20,14 @@ export interface ChatToolCall {
   function: { name: string; arguments: unknown };
 }
 
+/**
+ * Extra variables a template reads, as transformers' apply_chat_template(**kwargs) passes them
+ * (vLLM's chat_template_kwargs): Qwen3's enable_thinking, gpt-oss's reasoning_effort.
+ */
+export type TemplateKwargs = Readonly<Record<string, unknown>>;
+
 export interface ChatTemplate {
-  render(messages: readonly ChatMessage[], options: { addGenerationPrompt: boolean }): string;
+  render(messages: readonly ChatMessage[], options: { addGenerationPrompt: boolean; kwargs?: TemplateKwargs }): string;
 }
 
 /** Null when the checkpoint has no template; chat requests to it are then refused. */
@@ -32,7 +38,9 @@ export function loadChatTemplate(config: TokenizerConfig): ChatTemplate | null {
   const eosToken = config.eosToken ?? '';
   return {
     render(messages, options) {
+      // The kwargs come first: they may not replace the messages or the special tokens.
       return template.render({
+        ...options.kwargs,
         messages,
         add_generation_prompt: options.addGenerationPrompt,
         bos_token: bosToken,
