@@ -29,6 +29,12 @@ export interface LoadOptions {
    * (Phi-3) uses its long factors when this exceeds original_max_position_embeddings.
    */
   maxModelLen?: number;
+  /**
+   * The memory this load may take, in bytes; by default what the machine has available now
+   * (native/memory.ts). A load whose packed weights and KV cache need more is refused before
+   * anything is allocated, with code CD_ERR_OUT_OF_MEMORY and both figures in its message.
+   */
+  memoryLimitBytes?: number;
 }
 
 export type Architecture =

@@ -18,6 +18,7 @@ import type {
 import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS } from './api.ts';
 import { readCheckpoint, type ModelSpec } from './checkpoint.ts';
 import { validateForwardBatch } from './forward-batch.ts';
+import { availableMemory, loadFootprint, memoryShortfall } from './memory.ts';
 
 type ConcreteKernel = Exclude<KernelPath, 'auto'>;
 
@@ -151,6 +152,9 @@ function validateLoadOptions(options: LoadOptions): void {
     const value = options[field];
     checkOption(field, Number.isSafeInteger(value) && value >= 1 && value <= 2 ** 31 - 1, 'a positive integer', value);
   }
+  if (options.memoryLimitBytes !== undefined) {
+    checkOption('memoryLimitBytes', options.memoryLimitBytes >= 0, 'a number of bytes (Infinity for no limit)', options.memoryLimitBytes);
+  }
   checkOption('numThreads', options.numThreads <= MAX_THREADS, `at most ${MAX_THREADS} threads`, options.numThreads);
   if (!binding.kernelSupported(options.kernel)) {
     const error = new Error(`LoadOptions.kernel: '${options.kernel}' is not supported by this CPU`);
@@ -196,6 +200,7 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
   const dtype = options.dtype === 'auto' ? checkpoint.storedDtype : options.dtype;
   const kvCacheDtype = options.kvCacheDtype === 'auto' ? dtype : options.kvCacheDtype;
   const quantization = options.quantization ?? 'none';
+  checkMemory(options, checkpoint.spec, dtype, kvCacheDtype, quantization);
   const loaded = await binding
     .loadModel(checkpoint.spec, {
       weightDtype: dtype,
@@ -237,6 +242,16 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
     numThreads: options.numThreads,
   };
   return new LoadedModel(loaded.handle, Object.freeze(info));
+}
+
+/** Refuses, before C++ allocates anything, a load that needs more memory than it may take. */
+function checkMemory(options: LoadOptions, spec: ModelSpec, dtype: WeightDtype, kvCacheDtype: WeightDtype, quantization: Quantization): void {
+  const bytesPerBlock = 2 * spec.layersPerKvBlock * spec.numKvHeads * spec.headDim * options.blockSizeTokens * DTYPE_BYTES[kvCacheDtype];
+  const footprint = loadFootprint(spec, dtype, quantization, bytesPerBlock * options.numKvBlocks);
+  const available =
+    options.memoryLimitBytes === undefined ? availableMemory() : { bytes: options.memoryLimitBytes, source: 'LoadOptions.memoryLimitBytes' };
+  const message = memoryShortfall(options.modelDir, footprint, available, { dtype, quantization });
+  if (message !== null) throw Object.assign(new Error(message), { code: 'CD_ERR_OUT_OF_MEMORY' });
 }
 
 /** The window every layer shares, or null when some layer sees every position (or windows differ). */

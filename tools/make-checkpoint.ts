@@ -18,7 +18,7 @@ import { tokenIdOf, tokenizerConfigJson, tokenizerFits, tokenizerJson } from './
 import { PyFloat, toPythonJson } from './python-json.ts';
 
 export { PyFloat, toPythonJson } from './python-json.ts';
-import { numElements, tensorBytes, writeSafetensors, type TensorSpec, type WriteDtype } from './safetensors-writer.ts';
+import { numElements, tensorBytes, writeSafetensors, writeSparseSafetensors, type TensorSpec, type WriteDtype } from './safetensors-writer.ts';
 
 export type ArchName = 'llama' | 'mistral' | 'qwen2' | NewArchName;
 
@@ -78,6 +78,11 @@ export interface CheckpointOptions {
   rmsNormEps: number;
   bosTokenId: number;
   eosTokenId: number;
+  /**
+   * Every weight zero, each safetensors file a sparse one (tools/safetensors-writer.ts): a
+   * checkpoint of any size that costs neither time nor disk, for tests of size alone.
+   */
+  zeros?: boolean;
   /** Sampling defaults for generation_config.json; without them it is the plain one derived from config.json. */
   generationDefaults?: Record<string, number | PyFloat>;
 }
@@ -384,8 +389,10 @@ export function writeRandomCheckpoint(requested: CheckpointOptions): void {
   };
   const specs = checkpointTensorSpecs(options);
   const metadata = { format: 'pt' };
+  const write = (file: string, fileSpecs: readonly TensorSpec[]): number =>
+    options.zeros === true ? writeSparseSafetensors(file, fileSpecs, metadata) : writeSafetensors(file, fileSpecs, dataFor, metadata);
   if (options.numShards === 1) {
-    writeSafetensors(path.join(options.outDir, 'model.safetensors'), specs, dataFor, metadata);
+    write(path.join(options.outDir, 'model.safetensors'), specs);
     return;
   }
   const shards = splitIntoShards(specs, options.numShards);
@@ -393,7 +400,7 @@ export function writeRandomCheckpoint(requested: CheckpointOptions): void {
   let totalBytes = 0;
   shards.forEach((shardSpecs, index) => {
     const fileName = shardFileName(index, shards.length);
-    totalBytes += writeSafetensors(path.join(options.outDir, fileName), shardSpecs, dataFor, metadata);
+    totalBytes += write(path.join(options.outDir, fileName), shardSpecs);
     for (const spec of shardSpecs) weightMap[spec.name] = fileName;
   });
   const index = { metadata: { total_size: totalBytes }, weight_map: weightMap };

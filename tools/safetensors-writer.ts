@@ -1,7 +1,7 @@
 // Writes safetensors files tensor by tensor: the header is known from the specs alone, so each
 // tensor's data is produced, encoded and written before the next one exists. That keeps a
 // 125M-parameter checkpoint within one tensor's worth of memory.
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, ftruncateSync, openSync, writeSync } from 'node:fs';
 
 /** U8 tensors (MXFP4 blocks and scales) are written as the bytes given. */
 export type WriteDtype = 'F32' | 'BF16' | 'F16' | 'U8';
@@ -50,6 +50,24 @@ export function writeSafetensors(
     closeSync(fd);
   }
   return specs.reduce((sum, spec) => sum + tensorBytes(spec), 0);
+}
+
+/**
+ * The header, then a data section of zeros left as a hole (ftruncate): a file of any declared
+ * size that costs no disk, for tests of how big a checkpoint is rather than what it computes.
+ * Returns the data section's size.
+ */
+export function writeSparseSafetensors(file: string, specs: readonly TensorSpec[], metadata: Record<string, string> = {}): number {
+  const header = encodeHeader(specs, metadata);
+  const dataBytes = specs.reduce((sum, spec) => sum + tensorBytes(spec), 0);
+  const fd = openSync(file, 'w');
+  try {
+    writeAll(fd, header);
+    ftruncateSync(fd, header.length + dataBytes);
+  } finally {
+    closeSync(fd);
+  }
+  return dataBytes;
 }
 
 /** Length prefix plus JSON, padded with spaces so the data section starts 8-byte aligned, as the reference writer does. */

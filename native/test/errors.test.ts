@@ -96,8 +96,9 @@ test('a native failure rejects with its code and the caller\'s stack', async () 
   using temp = makeTempDir('errors');
   const modelDir = writeCheckpoint(temp.dir, 'oom', SHAPE);
   // 2^27 bytes per block × 2^21 blocks = 256 TiB, more than a process can address even with
-  // overcommit: the allocation fails inside C++ and comes back as a status.
-  const options = loadOptions(modelDir, { blockSizeTokens: 2 ** 20, numKvBlocks: 2 ** 21 });
+  // overcommit: the allocation fails inside C++ and comes back as a status (past the memory
+  // check, which would refuse it first: native/test/memory.test.ts).
+  const options = loadOptions(modelDir, { blockSizeTokens: 2 ** 20, numKvBlocks: 2 ** 21, memoryLimitBytes: Number.POSITIVE_INFINITY });
   await assert.rejects(loadModel(options), (err: Error & { code?: string }) => {
     assert.equal(err.code, 'CD_ERR_OUT_OF_MEMORY');
     assert.match(err.message, /cannot allocate \d+ bytes/);
