@@ -8,6 +8,7 @@
 //     --kv-heads 4 --ffn 2048 --vocab 32000 --dtype bf16 [--arch llama|mistral|qwen2|qwen3|...]
 //     [--tie] [--head-dim N] [--sliding-window N] [--rope-theta X] [--rope-scaling-llama3]
 //     [--experts N --experts-per-token N --moe-ffn N] [--shards N] [--seed N] [--max-pos N]
+//     [--zeros]   (every weight zero, in sparse files: size without cost)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -414,7 +415,7 @@ function definedOnly<T extends Record<string, unknown>>(record: T): Partial<T> {
 const USAGE =
   'usage: make-checkpoint --out DIR --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N ' +
   `[--dtype fp32|bf16|fp16] [--arch ${ARCH_NAMES.join('|')}] [--tie] [--head-dim N] [--sliding-window N] ` +
-  '[--rope-theta X] [--rope-scaling-llama3] [--experts N --experts-per-token N [--moe-ffn N]] [--shards N] [--seed N] [--max-pos N]';
+  '[--rope-theta X] [--rope-scaling-llama3] [--experts N --experts-per-token N [--moe-ffn N]] [--shards N] [--seed N] [--max-pos N] [--zeros]';
 
 export function parseCliOptions(argv: string[]): CheckpointOptions {
   const { values } = parseArgs({
@@ -441,6 +442,7 @@ export function parseCliOptions(argv: string[]): CheckpointOptions {
       experts: { type: 'string' },
       'experts-per-token': { type: 'string' },
       'moe-ffn': { type: 'string' },
+      zeros: { type: 'boolean', default: false },
     },
   });
   const required = (flag: string): string => {
@@ -485,6 +487,7 @@ export function parseCliOptions(argv: string[]): CheckpointOptions {
       numExperts: optionalInteger('experts'),
       numExpertsPerToken: optionalInteger('experts-per-token'),
       moeIntermediateSize: optionalInteger('moe-ffn'),
+      zeros: values.zeros ? true : undefined,
     }),
   };
 }
