@@ -143,8 +143,8 @@ export function buildNewConfig(options: CheckpointOptions & { arch: NewArchName 
         router_jitter_noise: f(0),
         sliding_window: window,
       };
-    case 'gemma3':
-      return {
+    case 'gemma3': {
+      const text = {
         ...common,
         attention_bias: false,
         attn_logit_softcapping: options.attnLogitSoftcapping === undefined ? null : f(options.attnLogitSoftcapping),
@@ -159,6 +159,8 @@ export function buildNewConfig(options: CheckpointOptions & { arch: NewArchName 
         sliding_window: window ?? 4096,
         sliding_window_pattern: options.slidingWindowPattern ?? 6,
       };
+      return options.gemma3Multimodal === true ? gemma3MultimodalConfig(text, torchDtype) : text;
+    }
     case 'phi3': {
       const longRope = options.longRope;
       const factors = longRopeFactors(options);
@@ -279,7 +281,52 @@ export function newTensorSpecs(options: CheckpointOptions & { arch: NewArchName 
   }
   add('model.norm.weight', [hiddenSize]);
   if (!options.tieWordEmbeddings) add('lm_head.weight', [vocabSize, hiddenSize]);
+  if (options.arch === 'gemma3' && options.gemma3Multimodal === true) {
+    // transformers 4.52+'s Gemma3ForConditionalGeneration: the text model under
+    // model.language_model, lm_head at the top, and a vision tower (a stand-in of two tensors).
+    const renamed = specs.map((spec) => ({ ...spec, name: spec.name.replace(/^model\./, 'model.language_model.') }));
+    return [
+      ...renamed,
+      { name: 'model.multi_modal_projector.mm_input_projection_weight', dtype, shape: [GEMMA3_VISION.hidden_size, hiddenSize] },
+      { name: 'model.vision_tower.vision_model.embeddings.patch_embedding.weight', dtype, shape: [GEMMA3_VISION.hidden_size, 3, 14, 14] },
+    ];
+  }
   return specs;
+}
+
+/** The random values of a tensor follow its text-model name, so both Gemma 3 layouts hold the same weights. */
+export function canonicalTensorName(name: string): string {
+  return name.replace(/^model\.language_model\./, 'model.');
+}
+
+const GEMMA3_VISION = {
+  hidden_size: 16,
+  image_size: 28,
+  intermediate_size: 32,
+  model_type: 'siglip_vision_model',
+  num_attention_heads: 2,
+  num_hidden_layers: 1,
+  patch_size: 14,
+  vision_use_head: false,
+};
+
+/** Gemma3ForConditionalGeneration's config.json (google/gemma-3-4b-it's keys): the text model's under text_config. */
+function gemma3MultimodalConfig(text: Record<string, unknown>, torchDtype: string): Record<string, unknown> {
+  const { architectures: _architectures, torch_dtype: _dtype, bos_token_id: _bos, eos_token_id: eos, ...textConfig } = text;
+  return {
+    architectures: ['Gemma3ForConditionalGeneration'],
+    boi_token_index: 255999,
+    eoi_token_index: 256000,
+    eos_token_id: eos,
+    image_token_index: 262144,
+    initializer_range: f(0.02),
+    mm_tokens_per_image: 256,
+    model_type: 'gemma3',
+    text_config: textConfig,
+    torch_dtype: torchDtype,
+    transformers_version: '4.52.0',
+    vision_config: GEMMA3_VISION,
+  };
 }
 
 const FP4_VALUES = [0, 0.5, 1, 1.5, 2, 3, 4, 6];

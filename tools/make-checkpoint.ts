@@ -14,7 +14,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { WeightDtype } from '../native/api.ts';
-import { buildNewConfig, isNewArch, newTensorSpecs, quantizeMxfp4, type NewArchName } from './checkpoint-families.ts';
+import { buildNewConfig, canonicalTensorName, isNewArch, newTensorSpecs, quantizeMxfp4, type NewArchName } from './checkpoint-families.ts';
 import { tokenIdOf, tokenizerConfigJson, tokenizerFits, tokenizerJson } from './checkpoint-tokenizer.ts';
 import { PyFloat, toPythonJson } from './python-json.ts';
 
@@ -61,6 +61,8 @@ export interface CheckpointOptions {
   attnLogitSoftcapping?: number;
   finalLogitSoftcapping?: number;
   ropeLocalBaseFreq?: number;
+  /** Gemma 3 as the multimodal checkpoint lays it out (Gemma3ForConditionalGeneration), the same text weights. */
+  gemma3Multimodal?: boolean;
   /** Gemma 3's global layers: linear rope scaling by this factor. */
   ropeScalingLinear?: number;
   /** Phi-3 / Phi-4-mini. */
@@ -289,7 +291,7 @@ function fillNormal(out: Float32Array, random: () => number, mean: number, std: 
  * norm weights sit near 1 and biases near 0, with enough noise that a mix-up shows in the logits.
  */
 function initFor(spec: TensorSpec, options: CheckpointOptions): { mean: number; std: number } {
-  const name = spec.name;
+  const name = canonicalTensorName(spec.name);
   // Gemma's norms multiply by (1 + w): weights near 0 scale by about 1.
   if (name.endsWith('norm.weight')) return { mean: options.arch === 'gemma3' ? 0 : 1, std: 0.1 };
   if (name.endsWith('.bias') || name.endsWith('_bias')) return { mean: 0, std: 0.2 };
@@ -385,7 +387,7 @@ export function writeRandomCheckpoint(requested: CheckpointOptions): void {
     if (spec.dtype === 'U8') return mxfp4Data(spec, options);
     const data = new Float32Array(numElements(spec.shape));
     const { mean, std } = initFor(spec, options);
-    fillNormal(data, tensorRandom(options.seed, spec.name), mean, std);
+    fillNormal(data, tensorRandom(options.seed, canonicalTensorName(spec.name)), mean, std);
     return data;
   };
   const specs = checkpointTensorSpecs(options);
