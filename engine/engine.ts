@@ -68,11 +68,12 @@ export class Engine {
   private residentMemoryReadAtMs = -Infinity;
 
   constructor(runner: ModelRunner, settings: EngineSettings) {
-    const { numKvBlocks, blockSizeTokens, maxModelLen, vocabSize } = runner.info;
+    const { numKvBlocks, blockSizeTokens, kvCacheGroups, maxModelLen, vocabSize } = runner.info;
     this.runner = runner;
     this.scheduler = new Scheduler({
       numKvBlocks,
       blockSizeTokens,
+      kvCacheGroups,
       maxModelLen,
       vocabSize,
       maxNumSeqs: settings.maxNumSeqs,

@@ -20,6 +20,7 @@ export class NativeRunner implements ModelRunner {
   readonly info: RunnerInfo;
   private readonly model: NativeModel;
   private readonly batch: ForwardBatch;
+  private readonly numKvGroups: number;
   /** biasSlots[tokenId]: a sequence's bias entry for the token while its entries are written, else NO_BIAS. */
   private readonly biasSlots: Int32Array;
 
@@ -27,10 +28,11 @@ export class NativeRunner implements ModelRunner {
     if (MAX_TOP_LOGPROBS !== TOP_LOGPROBS_STRIDE) {
       throw new Error(`native top-logprob rows are ${MAX_TOP_LOGPROBS} wide; the engine's are ${TOP_LOGPROBS_STRIDE}`);
     }
-    const { numKvBlocks, blockSizeTokens, vocabSize } = model.info;
+    const { numKvBlocks, blockSizeTokens, vocabSize, kvCacheGroups } = model.info;
     const { maxModelLen, maxNumSeqs, maxNumBatchedTokens } = limits;
     this.model = model;
-    this.info = { numKvBlocks, blockSizeTokens, vocabSize, maxModelLen };
+    this.numKvGroups = kvCacheGroups.length;
+    this.info = { numKvBlocks, blockSizeTokens, kvCacheGroups, vocabSize, maxModelLen };
     this.biasSlots = new Int32Array(vocabSize).fill(NO_BIAS);
     const maxBlocksPerSeq = Math.ceil(maxModelLen / blockSizeTokens);
     this.batch = {
@@ -40,7 +42,7 @@ export class NativeRunner implements ModelRunner {
       positions: new Int32Array(maxNumBatchedTokens),
       queryStarts: new Int32Array(maxNumSeqs + 1),
       maxBlocksPerSeq: 0,
-      blockTables: new Int32Array(maxNumSeqs * maxBlocksPerSeq),
+      blockTables: new Int32Array(this.numKvGroups * maxNumSeqs * maxBlocksPerSeq),
       seqFlags: new Uint8Array(maxNumSeqs),
       temperatures: new Float32Array(maxNumSeqs),
       topPs: new Float32Array(maxNumSeqs),
@@ -71,11 +73,11 @@ export class NativeRunner implements ModelRunner {
     const { scheduled } = output;
     // Rows as wide as this step's longest block table, not maxModelLen's: less to fill and read.
     let maxBlocksPerSeq = 0;
-    for (const entry of scheduled) maxBlocksPerSeq = Math.max(maxBlocksPerSeq, entry.blockIds.length);
+    for (const entry of scheduled) for (const table of entry.blockTables) maxBlocksPerSeq = Math.max(maxBlocksPerSeq, table.length);
     batch.numSeqs = scheduled.length;
     batch.numTokens = output.numScheduledTokens;
     batch.maxBlocksPerSeq = maxBlocksPerSeq;
-    batch.blockTables.fill(-1, 0, scheduled.length * maxBlocksPerSeq);
+    batch.blockTables.fill(-1, 0, this.numKvGroups * scheduled.length * maxBlocksPerSeq);
 
     let tokenIndex = 0;
     let numPenaltyEntries = 0;
@@ -88,8 +90,11 @@ export class NativeRunner implements ModelRunner {
         batch.tokenIds[tokenIndex] = entry.tokenIds[position];
         batch.positions[tokenIndex] = position;
       }
-      const row = seq * maxBlocksPerSeq;
-      for (let block = 0; block < entry.blockIds.length; block++) batch.blockTables[row + block] = entry.blockIds[block];
+      // Group g's tables follow group g - 1's: [group][seq][block].
+      for (let group = 0; group < this.numKvGroups; group++) {
+        const table = entry.blockTables[group];
+        batch.blockTables.set(table, (group * scheduled.length + seq) * maxBlocksPerSeq);
+      }
       const { sampling } = entry;
       batch.seqFlags[seq] = (entry.sample ? SEQ_SAMPLE : 0) | (entry.scoresPrompt ? SEQ_PROMPT_LOGPROBS : 0);
       batch.temperatures[seq] = sampling.temperature;

@@ -1,10 +1,13 @@
 // What the engine loop needs from a model: one batched forward pass with sampling per step.
 import type { StepBitmasks } from './grammar/service.ts';
+import type { KvGroup } from './kv/kv-cache-manager.ts';
 import type { RunnerResult, SchedulerOutput } from './scheduler-output.ts';
 
 export interface RunnerInfo {
   numKvBlocks: number;
   blockSizeTokens: number;
+  /** The model's KV-cache groups, each with its own block table; one full-attention group when absent. */
+  kvCacheGroups?: readonly KvGroup[];
   vocabSize: number;
   /** Longest prompt + output, in tokens. */
   maxModelLen: number;

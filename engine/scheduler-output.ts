@@ -13,7 +13,12 @@ export interface ScheduledSequence {
   tokenIds: readonly number[];
   startPosition: number;
   numScheduledTokens: number;
-  /** Covers every position up to startPosition + numScheduledTokens; borrowed like tokenIds. */
+  /**
+   * Per KV-cache group, a table covering every position up to startPosition +
+   * numScheduledTokens (NO_BLOCK, -1, where the group's window no longer reaches); borrowed like
+   * tokenIds. blockIds is group 0's.
+   */
+  blockTables: readonly (readonly number[])[];
   blockIds: readonly number[];
   /** True when this step reaches the last known token, so the runner samples the next one. */
   sample: boolean;

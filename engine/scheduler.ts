@@ -9,7 +9,7 @@
 import type { EngineError, EngineErrorCode } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
 import { rootHash } from './kv/block-hash.ts';
-import { KvCacheManager } from './kv/kv-cache-manager.ts';
+import { KvCacheManager, type KvGroup } from './kv/kv-cache-manager.ts';
 import { FcfsQueue, PriorityQueue, SequenceList, type WaitingQueue } from './queues.ts';
 import { resolveSampling } from './sampling.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
@@ -39,6 +39,8 @@ export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxN
 export interface SchedulerConfig {
   numKvBlocks: number;
   blockSizeTokens: number;
+  /** The model's KV-cache groups (one full-attention group when absent). */
+  kvCacheGroups?: readonly KvGroup[];
   maxModelLen: number;
   vocabSize: number;
   /** Most sequences running at once. */
@@ -114,7 +116,7 @@ export class Scheduler {
       throw new RangeError(`maxLongPartialPrefills (${config.maxLongPartialPrefills}) must be <= maxNumPartialPrefills (${config.maxNumPartialPrefills})`);
     }
     this.config = config;
-    this.kv = new KvCacheManager(config.numKvBlocks, config.blockSizeTokens);
+    this.kv = new KvCacheManager(config.numKvBlocks, config.blockSizeTokens, config.kvCacheGroups);
     this.waiting = config.policy === 'priority' ? new PriorityQueue<Sequence>() : new FcfsQueue<Sequence>();
     this.now = config.now ?? (() => performance.now());
   }
@@ -209,11 +211,12 @@ export class Scheduler {
         message: `This model's maximum context length is ${maxModelLen} tokens, but ${numTokens} were requested (${numPromptTokens} in the prompt, ${sampling.maxTokens} for the output)`,
       };
     }
-    const numCacheTokens = numKvBlocks * blockSizeTokens;
-    if (numTokens > numCacheTokens) {
+    const numBlocksNeeded = this.kv.maxBlocksFor(numTokens, this.config.maxNumBatchedTokens);
+    if (numBlocksNeeded > numKvBlocks) {
+      const holds = this.kv.groups.length === 1 ? `${numKvBlocks * blockSizeTokens} tokens` : `${numKvBlocks} blocks, fewer than the ${numBlocksNeeded} needed by`;
       return {
         code: 'kv_cache_too_small',
-        message: `The KV cache holds ${numCacheTokens} tokens, fewer than the ${numTokens} requested (${numPromptTokens} in the prompt, ${sampling.maxTokens} for the output)`,
+        message: `The KV cache holds ${holds}${this.kv.groups.length === 1 ? ', fewer than' : ''} the ${numTokens} requested (${numPromptTokens} in the prompt, ${sampling.maxTokens} for the output)`,
       };
     }
     // Prompt logprobs need the logits of every prompt position: such a request computes its
@@ -451,18 +454,21 @@ export class Scheduler {
    * chunk's tokens, or null when its blocks are not free, or when it is long and canTakeLong is
    * false (it stays at the head). A preempted sequence is readmitted only with blocks for
    * everything it must recompute, so it never needs a block, and never preempts, before it has
-   * caught up.
+   * caught up; except on a model with sliding-window layers, whose groups need far fewer blocks
+   * as a sequence advances than up front (every position's block at once would refuse a long
+   * conversation that fits).
    */
   private admit(sequence: Sequence, tokenBudget: number, canTakeLong: boolean): number | null {
-    const prefixBlockIds = this.kv.findCachedPrefix(sequence);
-    const numPrefixTokens = prefixBlockIds.length * this.config.blockSizeTokens;
+    const prefix = this.kv.findCachedPrefix(sequence);
+    const numPrefixTokens = prefix.numBlocks * this.config.blockSizeTokens;
     const numToCompute = sequence.numTokens - numPrefixTokens;
     if (!canTakeLong && numToCompute > this.config.longPrefillTokenThreshold) return null;
     // A grammar still compiling holds back the last token (the one that samples); such a
     // sequence may be admitted with nothing to compute yet, which keeps the queue moving.
     const numHeldBack = sequence.numSchedulableTokens < sequence.numTokens - sequence.numComputedTokens ? 1 : 0;
     const numNewTokens = Math.min(numToCompute - numHeldBack, tokenBudget);
-    if (!this.kv.allocateSlots(sequence, sequence.wasAdmitted ? numToCompute : numNewTokens, prefixBlockIds)) return null;
+    const upFront = sequence.wasAdmitted && !this.kv.hasSlidingWindows;
+    if (!this.kv.allocateSlots(sequence, upFront ? numToCompute : numNewTokens, prefix)) return null;
     this.kv.recordLookup(sequence.numTokens, numPrefixTokens);
     this.waiting.remove(sequence);
     this.numQueuedPrefillTokens -= sequence.numQueuedPrefillTokens;
@@ -486,7 +492,8 @@ export class Scheduler {
       tokenIds: sequence.tokenIds,
       startPosition: sequence.numComputedTokens,
       numScheduledTokens: numNewTokens,
-      blockIds: sequence.blockIds,
+      blockTables: sequence.blockTables,
+      blockIds: sequence.blockTables[0],
       sample: sequence.numComputedTokens + numNewTokens === sequence.numTokens,
       numOutputTokens: sequence.numOutputTokens,
       sampling: sequence.sampling,
@@ -550,7 +557,7 @@ export class Scheduler {
     else this.waiting.push(sequence);
     // Only what it must compute: a router that counted whole prompts saw the worker holding a
     // conversation's history as far busier than it is, and sent the next turn elsewhere.
-    const numCachedTokens = this.kv.findCachedPrefix(sequence).length * this.config.blockSizeTokens;
+    const numCachedTokens = this.kv.findCachedPrefix(sequence).numBlocks * this.config.blockSizeTokens;
     sequence.numQueuedPrefillTokens = sequence.numTokens - numCachedTokens;
     this.numQueuedPrefillTokens += sequence.numQueuedPrefillTokens;
   }

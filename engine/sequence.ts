@@ -45,8 +45,11 @@ export class Sequence implements KvSequence, Queued {
   readonly arrivalMs: number;
   readonly cacheRoot: BlockHash | null;
   readonly grammar: GrammarGate | null;
-  /** Position-ordered KV blocks; block i holds positions [i * blockSize, (i + 1) * blockSize). */
-  readonly blockIds: number[] = [];
+  /**
+   * Per KV-cache group, position-ordered KV blocks: block i holds positions [i * blockSize,
+   * (i + 1) * blockSize), NO_BLOCK where a sliding window has left it (kv-cache-manager.ts).
+   */
+  readonly blockTables: number[][] = [[]];
   readonly blockHashes: BlockHash[] = [];
   numComputedTokens = 0;
   /** Prompt tokens found in the prefix cache when the sequence was first admitted. */

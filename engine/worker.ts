@@ -2,13 +2,13 @@
 // over it, and serves proto/engine.proto on one address.
 import type { LevelWithSilent } from 'pino';
 import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
-import { loadModel } from '../native/index.ts';
+import { describeKvCache, loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
 import { GrammarService } from './grammar/service.ts';
 import type { PrefillLimits, SchedulingPolicy } from './scheduler.ts';
 import { readGenerationDefaults } from './generation-config.ts';
 import { serveEngine } from './grpc/service.ts';
-import { kvBytesPerBlock } from './kv/cache-size.ts';
+import { maxTokensWithin } from './kv/kv-cache-manager.ts';
 import { createWorkerLogger, type Logger } from './log.ts';
 import { NativeRunner } from './native-runner.ts';
 import { RedisPublisher } from './redis-publisher.ts';
@@ -64,7 +64,7 @@ export interface RunningWorker {
 function numKvBlocksOf(settings: WorkerSettings): number {
   if (settings.kvCacheBlocks !== undefined) return settings.kvCacheBlocks;
   if (settings.kvCacheBytes === undefined) throw new Error('worker: set kvCacheBlocks or kvCacheBytes');
-  const bytesPerBlock = kvBytesPerBlock(settings.modelDir, settings.dtype, settings.kvCacheDtype, settings.blockSizeTokens);
+  const { bytesPerBlock } = describeKvCache(settings.modelDir, settings.dtype, settings.kvCacheDtype, settings.blockSizeTokens);
   const numBlocks = Math.floor(settings.kvCacheBytes / bytesPerBlock);
   if (numBlocks < 1) {
     throw new Error(`worker: a KV cache of ${settings.kvCacheBytes} bytes holds no block of ${bytesPerBlock} bytes`);
@@ -85,9 +85,11 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     numThreads: settings.numThreads,
     kernel: settings.kernel,
     quantization: settings.quantization,
+    ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
   });
-  const { maxPositionEmbeddings } = model.info;
-  const maxModelLen = settings.maxModelLen ?? Math.min(maxPositionEmbeddings, numKvBlocks * settings.blockSizeTokens);
+  const { maxPositionEmbeddings, kvCacheGroups } = model.info;
+  const cacheTokens = maxTokensWithin(numKvBlocks, settings.blockSizeTokens, kvCacheGroups, settings.maxNumBatchedTokens);
+  const maxModelLen = settings.maxModelLen ?? Math.min(maxPositionEmbeddings, cacheTokens);
   if (maxModelLen > maxPositionEmbeddings) {
     model.close();
     throw new Error(`worker: maxModelLen ${maxModelLen} exceeds the checkpoint's max_position_embeddings (${maxPositionEmbeddings})`);

@@ -4,7 +4,7 @@
 import type { OffloadPool } from './offload/pool.ts';
 import { numbersOf, utf8Of } from './offload/sliced-copy.ts';
 import type { LoadedModel } from './served-model.ts';
-import type { ChatMessage } from './tokenizer/chat-template.ts';
+import type { ChatMessage, TemplateInputs, TemplateKwargs } from './tokenizer/chat-template.ts';
 import { checkPromptChars, encodePrompt, renderChat } from './tokenizer/prompt.ts';
 
 /** Tokenized on the loop up to this: about 2 ms at Hugging Face tokenizers' 1 µs per character. */
@@ -26,6 +26,8 @@ export interface EncodeOptions {
   fitContext?: boolean;
   /** A chat's tools, for a template that renders them (tool-calls/tools.ts). */
   tools?: readonly object[];
+  /** Variables the chat template reads besides the messages (chat_template_kwargs, reasoning_effort). */
+  templateKwargs?: TemplateKwargs;
 }
 
 export class PromptEncoder {
@@ -46,13 +48,14 @@ export class PromptEncoder {
   }
 
   async encodeChat(model: LoadedModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, options: EncodeOptions = {}): Promise<number[]> {
-    const { isWanted, param = 'messages', fitContext = true, tools } = options;
+    const { isWanted, param = 'messages', fitContext = true, tools, templateKwargs } = options;
+    const inputs: TemplateInputs = { tools: tools as object[] | undefined, kwargs: templateKwargs };
     if (messages.length > MAX_INLINE_MESSAGES && model.chatTemplate !== null) {
-      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param, fitContext, tools: tools as object[] | undefined } as const;
+      const job = { kind: 'encodeChat', model: refOf(model), messages: messages as ChatMessage[], addGenerationPrompt, param, fitContext, inputs } as const;
       return numbersOf(await this.pool.run(job, { isWanted }));
     }
     // Rendering a few messages is cheap however long they are; tokenizing them may not be.
-    const prompt = renderChat(model, messages, addGenerationPrompt, param, tools);
+    const prompt = renderChat(model, messages, addGenerationPrompt, param, inputs);
     return this.encodePrompt(model, prompt, false, { isWanted, fitContext });
   }
 }

@@ -19,11 +19,46 @@ export interface LoadOptions {
   blockSizeTokens: number;
   numThreads: number;
   kernel: KernelPath;
-  /** Default `none`. The embedding table, norms and KV cache keep `dtype`. */
+  /**
+   * Default `none`. The embedding table, norms and KV cache keep `dtype`; MoE routers stay fp32.
+   * MXFP4 experts (gpt-oss as shipped) become int8 blocks either way, exactly.
+   */
   quantization?: Quantization;
+  /**
+   * The longest sequence the server will run; max_position_embeddings when absent. LongRoPE
+   * (Phi-3) uses its long factors when this exceeds original_max_position_embeddings.
+   */
+  maxModelLen?: number;
+  /**
+   * The memory this load may take, in bytes; by default what the machine has available now
+   * (native/memory.ts). A load whose packed weights and KV cache need more is refused before
+   * anything is allocated, with code CD_ERR_OUT_OF_MEMORY and both figures in its message.
+   */
+  memoryLimitBytes?: number;
 }
 
-export type Architecture = 'LlamaForCausalLM' | 'MistralForCausalLM' | 'Qwen2ForCausalLM';
+export type Architecture =
+  | 'LlamaForCausalLM'
+  | 'MistralForCausalLM'
+  | 'Qwen2ForCausalLM'
+  | 'Qwen3ForCausalLM'
+  | 'Qwen3MoeForCausalLM'
+  | 'MixtralForCausalLM'
+  | 'Gemma3ForCausalLM'
+  | 'Gemma3ForConditionalGeneration'
+  | 'Phi3ForCausalLM'
+  | 'GptOssForCausalLM';
+
+/**
+ * One KV-cache group (vLLM's hybrid allocator): layers that see the same span share a block
+ * table, one per group in ForwardBatch.blockTables. A block holds `layersPerKvBlock` layers of one
+ * group; the blocks a sliding window has left are needed by none of its group's layers.
+ */
+export interface KvCacheGroup {
+  /** Tokens each query of the group's layers looks back, itself included; null when unlimited. */
+  slidingWindowTokens: number | null;
+  numLayers: number;
+}
 
 /** A model's shape, resolved from config.json. */
 export interface ModelDimensions {
@@ -34,14 +69,19 @@ export interface ModelDimensions {
   numKvHeads: number;
   headDim: number;
   vocabSize: number;
+  /** MoE layers: experts per layer and experts per token; 0 for a dense model. */
+  numExperts: number;
+  numExpertsPerToken: number;
 }
 
 /** What the runtime resolved from config.json and the options. */
 export interface ModelInfo extends ModelDimensions {
   architecture: Architecture;
   maxPositionEmbeddings: number;
-  /** Tokens each query may look back, inclusive of itself; null when unlimited. */
+  /** The window every layer shares, inclusive of the query; null when some layer sees every position. */
   slidingWindowTokens: number | null;
+  kvCacheGroups: KvCacheGroup[];
+  layersPerKvBlock: number;
   tieWordEmbeddings: boolean;
   dtype: WeightDtype;
   kvCacheDtype: WeightDtype;
@@ -49,6 +89,7 @@ export interface ModelInfo extends ModelDimensions {
   quantization: Quantization;
   numKvBlocks: number;
   blockSizeTokens: number;
+  /** K and V of one block: layersPerKvBlock layers of one group. */
   kvBytesPerBlock: number;
   numThreads: number;
 }
@@ -65,10 +106,13 @@ export const MAX_TOP_LOGPROBS = 20;
 /**
  * One forward pass over a flattened batch of tokens from many sequences: prompt chunks and
  * decode tokens mixed. Sequence i owns tokens [queryStarts[i], queryStarts[i+1]).
- * Every token's K and V are written to the paged cache at slot
- * blockTables[i * maxBlocksPerSeq + pos / blockSize] * blockSize + pos % blockSize
+ * blockTables holds one table per KV-cache group (ModelInfo.kvCacheGroups), group g's at
+ * [g * numSeqs * maxBlocksPerSeq, (g + 1) * numSeqs * maxBlocksPerSeq). For a layer of group g,
+ * every token's K and V are written to the paged cache at slot
+ * blockTables[(g * numSeqs + i) * maxBlocksPerSeq + pos / blockSize] * blockSize + pos % blockSize
  * before attention reads it, so a token attends to positions [0, pos] of its sequence
- * (or the last slidingWindowTokens of them) wherever they were computed.
+ * (or the last slidingWindowTokens of them) wherever they were computed. A group's table may hold
+ * -1 for blocks its window no longer reaches.
  * Sampling, logits and top logprobs refer to the last token of each sequence; prompt logprobs
  * to every token of a flagged sequence's chunk.
  *
@@ -85,7 +129,7 @@ export interface ForwardBatch {
   positions: Int32Array; // [numTokens]
   queryStarts: Int32Array; // [numSeqs + 1]
   maxBlocksPerSeq: number;
-  blockTables: Int32Array; // [numSeqs * maxBlocksPerSeq], unused entries -1
+  blockTables: Int32Array; // [numKvGroups * numSeqs * maxBlocksPerSeq], unused entries -1
   seqFlags: Uint8Array; // [numSeqs] SEQ_SAMPLE | SEQ_RETURN_LOGITS | SEQ_PROMPT_LOGPROBS
   temperatures: Float32Array; // [numSeqs] 0 means greedy
   topPs: Float32Array; // [numSeqs] 1 disables

@@ -63,7 +63,7 @@ export function validateForwardBatch(batch: ForwardBatch, info: ModelInfo): void
   requireLength('tokenIds', batch.tokenIds, numTokens);
   requireLength('positions', batch.positions, numTokens);
   requireLength('queryStarts', batch.queryStarts, numSeqs + 1);
-  requireLength('blockTables', batch.blockTables, numSeqs * maxBlocksPerSeq);
+  requireLength('blockTables', batch.blockTables, info.kvCacheGroups.length * numSeqs * maxBlocksPerSeq);
   for (const field of PER_SEQ_FIELDS) requireLength(field, batch[field], numSeqs);
   if (batch.queryStarts[0] !== 0) fail('queryStarts', `must start at 0, got ${batch.queryStarts[0]}`);
   if (batch.queryStarts[numSeqs] !== numTokens) {
@@ -139,22 +139,22 @@ function validateSequence(batch: ForwardBatch, info: ModelInfo, seq: number): vo
   validateLogprobRequests(batch, info, seq);
 }
 
-/** Every block holding a position this sequence writes or attends to must be a real block. */
+/** In every KV-cache group, each block holding a position this sequence writes or attends to must be a real block. */
 function validateBlockTable(batch: ForwardBatch, info: ModelInfo, seq: number, firstPosition: number, lastPosition: number): void {
   const { blockSizeTokens, numKvBlocks } = info;
   const lastBlock = Math.floor(lastPosition / blockSizeTokens);
   if (lastBlock >= batch.maxBlocksPerSeq) {
     fail('blockTables', `sequence ${seq} reaches position ${lastPosition}, which needs ${lastBlock + 1} blocks; maxBlocksPerSeq is ${batch.maxBlocksPerSeq}`);
   }
-  const window = info.slidingWindowTokens;
-  const firstVisible = window === null ? 0 : Math.max(0, firstPosition - window + 1);
-  const row = seq * batch.maxBlocksPerSeq;
-  for (let block = Math.floor(firstVisible / blockSizeTokens); block <= lastBlock; block++) {
-    const blockId = batch.blockTables[row + block];
-    if (!(blockId >= 0 && blockId < numKvBlocks)) {
-      fail('blockTables', `sequence ${seq} block ${block} is ${blockId}, outside [0, ${numKvBlocks})`);
+  info.kvCacheGroups.forEach(({ slidingWindowTokens: window }, group) => {
+    const firstVisible = window === null ? 0 : Math.max(0, firstPosition - window + 1);
+    const row = (group * batch.numSeqs + seq) * batch.maxBlocksPerSeq;
+    const where = info.kvCacheGroups.length === 1 ? `sequence ${seq}` : `KV group ${group} sequence ${seq}`;
+    for (let block = Math.floor(firstVisible / blockSizeTokens); block <= lastBlock; block++) {
+      const blockId = batch.blockTables[row + block];
+      if (!(blockId >= 0 && blockId < numKvBlocks)) fail('blockTables', `${where} block ${block} is ${blockId}, outside [0, ${numKvBlocks})`);
     }
-  }
+  });
 }
 
 function validateSampling(batch: ForwardBatch, seq: number): void {

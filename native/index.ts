@@ -18,6 +18,7 @@ import type {
 import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS } from './api.ts';
 import { readCheckpoint, type ModelSpec } from './checkpoint.ts';
 import { validateForwardBatch } from './forward-batch.ts';
+import { availableMemory, loadFootprint, memoryShortfall } from './memory.ts';
 
 type ConcreteKernel = Exclude<KernelPath, 'auto'>;
 
@@ -144,15 +145,48 @@ function validateLoadOptions(options: LoadOptions): void {
   checkOption('kernel', KERNEL_PATHS.includes(options.kernel), KERNEL_PATHS.join(' | '), options.kernel);
   const quantization = options.quantization ?? 'none';
   checkOption('quantization', QUANTIZATIONS.includes(quantization), QUANTIZATIONS.join(' | '), options.quantization);
+  if (options.maxModelLen !== undefined) {
+    checkOption('maxModelLen', Number.isSafeInteger(options.maxModelLen) && options.maxModelLen >= 1, 'a positive integer', options.maxModelLen);
+  }
   for (const field of ['numKvBlocks', 'blockSizeTokens', 'numThreads'] as const) {
     const value = options[field];
     checkOption(field, Number.isSafeInteger(value) && value >= 1 && value <= 2 ** 31 - 1, 'a positive integer', value);
+  }
+  if (options.memoryLimitBytes !== undefined) {
+    checkOption('memoryLimitBytes', options.memoryLimitBytes >= 0, 'a number of bytes (Infinity for no limit)', options.memoryLimitBytes);
   }
   checkOption('numThreads', options.numThreads <= MAX_THREADS, `at most ${MAX_THREADS} threads`, options.numThreads);
   if (!binding.kernelSupported(options.kernel)) {
     const error = new Error(`LoadOptions.kernel: '${options.kernel}' is not supported by this CPU`);
     throw Object.assign(error, { code: 'CD_ERR_UNSUPPORTED_KERNEL' });
   }
+}
+
+const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, fp16: 2 };
+
+/**
+ * What one KV block will take once the checkpoint loads with these dtypes, and its KV-cache
+ * groups, from config.json and the safetensors headers alone: a worker sizes its cache in blocks
+ * before it loads. The runtime's layout (native/README.md): a block holds layersPerKvBlock layers
+ * of one group, K and V for every KV head, slot and head dim.
+ */
+export function describeKvCache(
+  modelDir: string,
+  dtype: DtypeSetting,
+  kvCacheDtype: DtypeSetting,
+  blockSizeTokens: number,
+): { bytesPerBlock: number; groups: ModelInfo['kvCacheGroups'] } {
+  const checkpoint = readCheckpoint(modelDir);
+  const weightDtype = dtype === 'auto' ? checkpoint.storedDtype : dtype;
+  const cacheDtype = kvCacheDtype === 'auto' ? weightDtype : kvCacheDtype;
+  const { spec, kvGroups } = checkpoint;
+  return {
+    bytesPerBlock: 2 * kvGroups.layersPerBlock * spec.numKvHeads * spec.headDim * blockSizeTokens * DTYPE_BYTES[cacheDtype],
+    groups: kvGroups.groups.map((group) => ({
+      slidingWindowTokens: group.slidingWindowTokens === 0 ? null : group.slidingWindowTokens,
+      numLayers: group.layers.length,
+    })),
+  };
 }
 
 /**
@@ -162,10 +196,11 @@ function validateLoadOptions(options: LoadOptions): void {
 export async function loadModel(options: LoadOptions): Promise<NativeModel> {
   const callSite = new Error();
   validateLoadOptions(options);
-  const checkpoint = readCheckpoint(options.modelDir);
+  const checkpoint = readCheckpoint(options.modelDir, { maxModelLen: options.maxModelLen });
   const dtype = options.dtype === 'auto' ? checkpoint.storedDtype : options.dtype;
   const kvCacheDtype = options.kvCacheDtype === 'auto' ? dtype : options.kvCacheDtype;
   const quantization = options.quantization ?? 'none';
+  checkMemory(options, checkpoint.spec, dtype, kvCacheDtype, quantization);
   const loaded = await binding
     .loadModel(checkpoint.spec, {
       weightDtype: dtype,
@@ -187,8 +222,15 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
     numKvHeads: spec.numKvHeads,
     headDim: spec.headDim,
     vocabSize: spec.vocabSize,
+    numExperts: spec.numExperts,
+    numExpertsPerToken: spec.numExpertsPerToken,
     maxPositionEmbeddings: checkpoint.maxPositionEmbeddings,
-    slidingWindowTokens: spec.slidingWindowTokens === 0 ? null : spec.slidingWindowTokens,
+    slidingWindowTokens: sharedWindowOf(spec),
+    kvCacheGroups: checkpoint.kvGroups.groups.map((group) => ({
+      slidingWindowTokens: group.slidingWindowTokens === 0 ? null : group.slidingWindowTokens,
+      numLayers: group.layers.length,
+    })),
+    layersPerKvBlock: checkpoint.kvGroups.layersPerBlock,
     tieWordEmbeddings: checkpoint.tieWordEmbeddings,
     dtype,
     kvCacheDtype,
@@ -200,6 +242,22 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
     numThreads: options.numThreads,
   };
   return new LoadedModel(loaded.handle, Object.freeze(info));
+}
+
+/** Refuses, before C++ allocates anything, a load that needs more memory than it may take. */
+function checkMemory(options: LoadOptions, spec: ModelSpec, dtype: WeightDtype, kvCacheDtype: WeightDtype, quantization: Quantization): void {
+  const bytesPerBlock = 2 * spec.layersPerKvBlock * spec.numKvHeads * spec.headDim * options.blockSizeTokens * DTYPE_BYTES[kvCacheDtype];
+  const footprint = loadFootprint(spec, dtype, quantization, bytesPerBlock * options.numKvBlocks);
+  const available =
+    options.memoryLimitBytes === undefined ? availableMemory() : { bytes: options.memoryLimitBytes, source: 'LoadOptions.memoryLimitBytes' };
+  const message = memoryShortfall(options.modelDir, footprint, available, { dtype, quantization });
+  if (message !== null) throw Object.assign(new Error(message), { code: 'CD_ERR_OUT_OF_MEMORY' });
+}
+
+/** The window every layer shares, or null when some layer sees every position (or windows differ). */
+function sharedWindowOf(spec: ModelSpec): number | null {
+  const window = spec.layers[0].slidingWindowTokens;
+  return window !== 0 && spec.layers.every((layer) => layer.slidingWindowTokens === window) ? window : null;
 }
 
 /** Every output C++ writes, the prompt logprobs' only when some sequence asks for them (see ForwardResult). */

@@ -196,7 +196,8 @@ export function readTensorF64(file: string, header: SafetensorsHeader, name: str
   return out;
 }
 
-function readTensorBytes(file: string, info: TensorInfo): Buffer {
+/** A tensor's bytes as stored (U8 tensors, such as MXFP4 blocks and scales, are read this way). */
+export function readTensorBytes(file: string, info: TensorInfo): Buffer {
   const numBytes = info.dataEnd - info.dataBegin;
   const bytes = Buffer.alloc(numBytes);
   const fd = openOrThrow(file);

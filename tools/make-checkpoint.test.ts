@@ -161,7 +161,7 @@ test('qwen2 checkpoints have q/k/v biases and the Qwen2 sliding-window keys swit
     assert.ok(!tensors.has('model.layers.0.self_attn.o_proj.bias'));
   });
   withTempDir((dir) => {
-    assert.throws(() => writeRandomCheckpoint(tinyOptions(dir, { arch: 'qwen2', slidingWindow: 4 })), /Mistral setting/);
+    assert.throws(() => writeRandomCheckpoint(tinyOptions(dir, { arch: 'qwen2', slidingWindow: 4 })), /not a qwen2 setting/);
   });
 });
 
@@ -260,4 +260,79 @@ test('CLI flags map onto options', () => {
   assert.throws(() => parseCliOptions(['--out', '/tmp/x']), /--hidden is required/);
   assert.throws(() => parseCliOptions('--out x --hidden 1.5 --layers 1 --heads 1 --kv-heads 1 --ffn 1 --vocab 1'.split(' ')), /--hidden must be/);
   assert.throws(() => parseCliOptions('--out x --hidden 8 --layers 1 --heads 1 --kv-heads 1 --ffn 1 --vocab 9 --arch gpt2'.split(' ')), /--arch/);
+});
+
+test('qwen3 and qwen3_moe config.json carry the published fields; q/k norms and per-expert tensors', () => {
+  withTempDir((dir) => {
+    const qwen3Dir = path.join(dir, 'qwen3');
+    writeRandomCheckpoint(tinyOptions(qwen3Dir, { arch: 'qwen3', headDim: 8, tieWordEmbeddings: true, slidingWindow: 5, maxWindowLayers: 1 }));
+    const config = readJson(path.join(qwen3Dir, 'config.json'));
+    assert.deepEqual(config.architectures, ['Qwen3ForCausalLM']);
+    assert.equal(config.model_type, 'qwen3');
+    assert.equal(config.head_dim, 8);
+    assert.equal(config.use_sliding_window, true);
+    assert.equal(config.sliding_window, 5);
+    assert.equal(config.max_window_layers, 1);
+    assert.equal(config.attention_bias, false);
+    const { tensors } = readCheckpointTensors(qwen3Dir);
+    assert.deepEqual(tensors.get('model.layers.1.self_attn.q_norm.weight')?.shape, [8]);
+    assert.deepEqual(tensors.get('model.layers.1.self_attn.k_norm.weight')?.shape, [8]);
+    assert.ok(!tensors.has('lm_head.weight'));
+
+    const moeDir = path.join(dir, 'moe');
+    writeRandomCheckpoint(
+      tinyOptions(moeDir, { arch: 'qwen3_moe', headDim: 8, numExperts: 4, numExpertsPerToken: 2, moeIntermediateSize: 12, mlpOnlyLayers: [1], normTopkProb: false }),
+    );
+    const moe = readJson(path.join(moeDir, 'config.json'));
+    assert.deepEqual(
+      [moe.architectures, moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size, moe.mlp_only_layers, moe.norm_topk_prob, moe.decoder_sparse_step],
+      [['Qwen3MoeForCausalLM'], 4, 2, 12, [1], false, 1],
+    );
+    const moeTensors = readCheckpointTensors(moeDir).tensors;
+    assert.deepEqual(moeTensors.get('model.layers.0.mlp.gate.weight')?.shape, [4, 16]);
+    assert.deepEqual(moeTensors.get('model.layers.0.mlp.experts.3.down_proj.weight')?.shape, [16, 12]);
+    assert.deepEqual(moeTensors.get('model.layers.1.mlp.gate_proj.weight')?.shape, [24, 16]);
+    assert.ok(!moeTensors.has('model.layers.1.mlp.gate.weight'));
+  });
+});
+
+test('mixtral, gemma3 (both layouts), phi3 and gpt_oss lay out config.json and tensors as their published checkpoints do', () => {
+  withTempDir((dir) => {
+    const write = (name: string, overrides: Partial<CheckpointOptions>) => {
+      const outDir = path.join(dir, name);
+      writeRandomCheckpoint(tinyOptions(outDir, overrides));
+      return { config: readJson(path.join(outDir, 'config.json')), tensors: readCheckpointTensors(outDir).tensors };
+    };
+    const mixtral = write('mixtral', { arch: 'mixtral', numExperts: 4, numExpertsPerToken: 2, slidingWindow: 6 });
+    assert.deepEqual([mixtral.config.architectures, mixtral.config.num_local_experts, mixtral.config.num_experts_per_tok, mixtral.config.sliding_window], [['MixtralForCausalLM'], 4, 2, 6]);
+    assert.deepEqual(mixtral.tensors.get('model.layers.0.block_sparse_moe.gate.weight')?.shape, [4, 16]);
+    assert.deepEqual(mixtral.tensors.get('model.layers.1.block_sparse_moe.experts.3.w2.weight')?.shape, [16, 24]);
+
+    const gemma = write('gemma', { arch: 'gemma3', headDim: 8, slidingWindow: 4, slidingWindowPattern: 2, tieWordEmbeddings: true });
+    assert.deepEqual([gemma.config.architectures, gemma.config.model_type, gemma.config.sliding_window_pattern, gemma.config.query_pre_attn_scalar], [['Gemma3ForCausalLM'], 'gemma3_text', 2, 8]);
+    for (const norm of ['input_layernorm', 'post_attention_layernorm', 'pre_feedforward_layernorm', 'post_feedforward_layernorm']) {
+      assert.ok(gemma.tensors.has(`model.layers.1.${norm}.weight`), norm);
+    }
+    const multimodal = write('gemma-mm', { arch: 'gemma3', headDim: 8, slidingWindow: 4, slidingWindowPattern: 2, tieWordEmbeddings: true, gemma3Multimodal: true });
+    assert.deepEqual([multimodal.config.architectures, multimodal.config.model_type], [['Gemma3ForConditionalGeneration'], 'gemma3']);
+    const textConfig = multimodal.config.text_config as Record<string, unknown>;
+    assert.deepEqual([textConfig.model_type, textConfig.hidden_size, textConfig.architectures], ['gemma3_text', 16, undefined]);
+    assert.ok(multimodal.tensors.has('model.language_model.layers.1.self_attn.q_norm.weight'));
+    assert.ok(multimodal.tensors.has('model.vision_tower.vision_model.embeddings.patch_embedding.weight'));
+    assert.ok(!multimodal.tensors.has('model.layers.0.input_layernorm.weight'));
+
+    const phi = write('phi', { arch: 'phi3', partialRotaryFactor: 0.5, longRope: { originalMaxPositionEmbeddings: 64 } });
+    assert.deepEqual([phi.config.architectures, phi.config.original_max_position_embeddings], [['Phi3ForCausalLM'], 64]);
+    assert.equal((phi.config.rope_scaling as { type: string }).type, 'longrope');
+    assert.deepEqual(phi.tensors.get('model.layers.0.self_attn.qkv_proj.weight')?.shape, [16 + 2 * 8, 16]);
+    assert.deepEqual(phi.tensors.get('model.layers.0.mlp.gate_up_proj.weight')?.shape, [48, 16]);
+
+    const gptOss = write('gpt-oss', { arch: 'gpt_oss', hiddenSize: 32, headDim: 8, numExperts: 4, numExpertsPerToken: 2, intermediateSize: 32 });
+    assert.deepEqual([gptOss.config.architectures, gptOss.config.num_local_experts, gptOss.config.experts_per_token], [['GptOssForCausalLM'], 4, 2]);
+    assert.deepEqual(gptOss.config.layer_types, ['sliding_attention', 'full_attention']);
+    assert.equal((gptOss.config.quantization_config as { quant_method: string }).quant_method, 'mxfp4');
+    assert.deepEqual(gptOss.tensors.get('model.layers.0.mlp.experts.gate_up_proj_blocks')?.shape, [4, 64, 1, 16]);
+    assert.deepEqual(gptOss.tensors.get('model.layers.0.mlp.experts.gate_up_proj_scales')?.shape, [4, 64, 1]);
+    assert.deepEqual(gptOss.tensors.get('model.layers.0.self_attn.sinks')?.shape, [4]);
+  });
 });

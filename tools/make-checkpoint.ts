@@ -1,19 +1,29 @@
 // Writes a Hugging Face checkpoint with random weights for tests and benchmarks: config.json
-// as transformers writes it for Llama, Mistral and Qwen2, tensors under their HF names and
-// shapes, optionally sharded with model.safetensors.index.json, and generation_config.json.
+// as transformers writes it for Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, Gemma 3, Phi-3
+// and gpt-oss (tools/checkpoint-families.ts), tensors under their HF names and shapes (gpt-oss's
+// experts in MXFP4, as shipped), optionally sharded with model.safetensors.index.json, and
+// generation_config.json.
 //
 //   node --import tsx tools/make-checkpoint.ts --out DIR --hidden 768 --layers 12 --heads 12 \
-//     --kv-heads 4 --ffn 2048 --vocab 32000 --dtype bf16 [--arch llama|mistral|qwen2] [--tie]
-//     [--head-dim N] [--sliding-window N] [--rope-theta X] [--rope-scaling-llama3] [--shards N]
-//     [--seed N] [--max-pos N]
+//     --kv-heads 4 --ffn 2048 --vocab 32000 --dtype bf16 [--arch llama|mistral|qwen2|qwen3|...]
+//     [--tie] [--head-dim N] [--sliding-window N] [--rope-theta X] [--rope-scaling-llama3]
+//     [--experts N --experts-per-token N --moe-ffn N] [--shards N] [--seed N] [--max-pos N]
+//     [--zeros]   (every weight zero, in sparse files: size without cost)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { WeightDtype } from '../native/api.ts';
-import { numElements, tensorBytes, writeSafetensors, type TensorSpec, type WriteDtype } from './safetensors-writer.ts';
+import { buildNewConfig, canonicalTensorName, isNewArch, newTensorSpecs, quantizeMxfp4, type NewArchName } from './checkpoint-families.ts';
+import { tokenIdOf, tokenizerConfigJson, tokenizerFits, tokenizerJson } from './checkpoint-tokenizer.ts';
+import { PyFloat, toPythonJson } from './python-json.ts';
 
-export type ArchName = 'llama' | 'mistral' | 'qwen2';
+export { PyFloat, toPythonJson } from './python-json.ts';
+import { numElements, tensorBytes, writeSafetensors, writeSparseSafetensors, type TensorSpec, type WriteDtype } from './safetensors-writer.ts';
+
+export type ArchName = 'llama' | 'mistral' | 'qwen2' | NewArchName;
+
+export const ARCH_NAMES: readonly ArchName[] = ['llama', 'mistral', 'qwen2', 'qwen3', 'qwen3_moe', 'mixtral', 'gemma3', 'phi3', 'gpt_oss'];
 
 export interface CheckpointOptions {
   outDir: string;
@@ -28,8 +38,41 @@ export interface CheckpointOptions {
   tieWordEmbeddings: boolean;
   /** Written to config.json only when set; otherwise hiddenSize / numHeads. */
   headDim?: number;
-  /** Mistral only: each query sees this many most recent tokens, itself included. */
+  /**
+   * Each query of a sliding layer sees this many most recent tokens, itself included: every layer
+   * of Mistral, Mixtral, Phi-3 and Qwen3-MoE; Qwen3's layers from maxWindowLayers on; Gemma 3's
+   * and gpt-oss's local layers (their default windows apply when unset).
+   */
   slidingWindow?: number;
+  /** Qwen3: layers before this one keep full attention (max_window_layers; default numLayers). */
+  maxWindowLayers?: number;
+  /** Qwen3 / Qwen3-MoE: q/k/v/o biases. */
+  attentionBias?: boolean;
+  /** MoE: experts per layer, experts per token; Qwen3-MoE's expert width and layer rules. */
+  numExperts?: number;
+  numExpertsPerToken?: number;
+  moeIntermediateSize?: number;
+  normTopkProb?: boolean;
+  decoderSparseStep?: number;
+  mlpOnlyLayers?: number[];
+  /** Gemma 3. */
+  slidingWindowPattern?: number;
+  queryPreAttnScalar?: number;
+  attnLogitSoftcapping?: number;
+  finalLogitSoftcapping?: number;
+  ropeLocalBaseFreq?: number;
+  /** Gemma 3 as the multimodal checkpoint lays it out (Gemma3ForConditionalGeneration), the same text weights. */
+  gemma3Multimodal?: boolean;
+  /** Gemma 3's global layers: linear rope scaling by this factor. */
+  ropeScalingLinear?: number;
+  /** Phi-3 / Phi-4-mini. */
+  partialRotaryFactor?: number;
+  longRope?: { originalMaxPositionEmbeddings: number };
+  /** YaRN rope scaling (gpt-oss ships it; Qwen3's long-context recipe). */
+  yarn?: { factor: number; originalMaxPositionEmbeddings: number };
+  /** gpt-oss: experts as shipped (mxfp4, the default) or dequantized to the [in, out] bf16 layout. */
+  expertFormat?: 'mxfp4' | 'bf16';
+  swigluLimit?: number;
   ropeTheta: number;
   ropeScalingLlama3: boolean;
   numShards: number;
@@ -38,6 +81,11 @@ export interface CheckpointOptions {
   rmsNormEps: number;
   bosTokenId: number;
   eosTokenId: number;
+  /**
+   * Every weight zero, each safetensors file a sparse one (tools/safetensors-writer.ts): a
+   * checkpoint of any size that costs neither time nor disk, for tests of size alone.
+   */
+  zeros?: boolean;
   /** Sampling defaults for generation_config.json; without them it is the plain one derived from config.json. */
   generationDefaults?: Record<string, number | PyFloat>;
 }
@@ -56,7 +104,7 @@ export const DEFAULT_OPTIONS = {
   eosTokenId: 2,
 } as const satisfies Partial<CheckpointOptions>;
 
-const ARCHITECTURE: Readonly<Record<ArchName, string>> = {
+const ARCHITECTURE: Readonly<Record<'llama' | 'mistral' | 'qwen2', string>> = {
   llama: 'LlamaForCausalLM',
   mistral: 'MistralForCausalLM',
   qwen2: 'Qwen2ForCausalLM',
@@ -72,54 +120,6 @@ export const LLAMA3_ROPE_SCALING = {
   high_freq_factor: 4,
   original_max_position_embeddings: 8192,
 } as const;
-
-/** A number that Python's json module would write as a float (1e-05, 10000.0). */
-export class PyFloat {
-  constructor(readonly value: number) {}
-}
-
-/**
- * JSON laid out as Python's `json.dumps(value, indent=2, sort_keys=True)`, which is how
- * transformers writes config.json and friends. Plain numbers are ints; wrap floats in PyFloat.
- */
-export function toPythonJson(value: unknown, indent = ''): string {
-  if (value instanceof PyFloat) return pythonFloatRepr(value.value);
-  if (value === null || typeof value === 'boolean' || typeof value === 'string') return JSON.stringify(value);
-  if (typeof value === 'number') {
-    if (!Number.isSafeInteger(value)) throw new Error(`${value} is not an integer; wrap floats in PyFloat`);
-    return String(value);
-  }
-  const inner = `${indent}  `;
-  if (Array.isArray(value)) {
-    if (value.length === 0) return '[]';
-    return `[\n${value.map((item) => inner + toPythonJson(item, inner)).join(',\n')}\n${indent}]`;
-  }
-  if (typeof value === 'object') {
-    const keys = Object.keys(value).sort();
-    if (keys.length === 0) return '{}';
-    const record = value as Record<string, unknown>;
-    return `{\n${keys.map((key) => `${inner}${JSON.stringify(key)}: ${toPythonJson(record[key], inner)}`).join(',\n')}\n${indent}}`;
-  }
-  throw new Error(`cannot write ${typeof value} as JSON`);
-}
-
-/** Python's repr(float): shortest round-trip digits, exponent form when the point is far away. */
-function pythonFloatRepr(x: number): string {
-  if (!Number.isFinite(x)) throw new Error(`${x} has no JSON form`);
-  const [mantissa, exponentText] = Math.abs(x).toExponential().split('e');
-  const digits = mantissa.replace('.', '');
-  const exponent = Number(exponentText);
-  const sign = x < 0 || Object.is(x, -0) ? '-' : '';
-  const pointPosition = exponent + 1; // digits are 0.DIGITS × 10^pointPosition
-  if (pointPosition <= -4 || pointPosition > 16) {
-    const fraction = digits.length > 1 ? `.${digits.slice(1)}` : '';
-    const exponentSign = exponent < 0 ? '-' : '+';
-    return `${sign}${digits[0]}${fraction}e${exponentSign}${String(Math.abs(exponent)).padStart(2, '0')}`;
-  }
-  if (pointPosition <= 0) return `${sign}0.${'0'.repeat(-pointPosition)}${digits}`;
-  if (pointPosition >= digits.length) return `${sign}${digits}${'0'.repeat(pointPosition - digits.length)}.0`;
-  return `${sign}${digits.slice(0, pointPosition)}.${digits.slice(pointPosition)}`;
-}
 
 export function headDimOf(options: CheckpointOptions): number {
   return options.headDim ?? options.hiddenSize / options.numHeads;
@@ -147,8 +147,21 @@ export function validateOptions(options: CheckpointOptions): void {
   if (!Number.isSafeInteger(headDim) || headDim % 2 !== 0) {
     throw new Error(`head dim ${headDim} must be an even integer (set headDim or make hiddenSize divisible by numHeads)`);
   }
-  if (options.slidingWindow !== undefined && options.arch !== 'mistral') {
-    throw new Error(`slidingWindow is a Mistral setting; ${options.arch} checkpoints do not take it`);
+  if (options.slidingWindow !== undefined && (options.arch === 'llama' || options.arch === 'qwen2')) {
+    throw new Error(`slidingWindow is not a ${options.arch} setting`);
+  }
+  const moe = options.arch === 'qwen3_moe' || options.arch === 'mixtral' || options.arch === 'gpt_oss';
+  if (moe) {
+    for (const key of ['numExperts', 'numExpertsPerToken'] as const) {
+      if (!(Number.isSafeInteger(options[key]) && (options[key] as number) >= 1)) throw new Error(`${key} must be a positive integer for ${options.arch}`);
+    }
+    if (options.numExpertsPerToken! > options.numExperts!) throw new Error(`numExpertsPerToken (${options.numExpertsPerToken}) exceeds numExperts (${options.numExperts})`);
+  }
+  if (options.arch === 'qwen3_moe' && !(Number.isSafeInteger(options.moeIntermediateSize) && options.moeIntermediateSize! >= 1)) {
+    throw new Error('moeIntermediateSize must be a positive integer for qwen3_moe');
+  }
+  if (options.arch === 'gpt_oss' && options.expertFormat !== 'bf16' && (options.hiddenSize % 32 !== 0 || options.intermediateSize % 32 !== 0)) {
+    throw new Error(`gpt-oss's MXFP4 experts need hiddenSize and intermediateSize in whole 32-element blocks (${options.hiddenSize}, ${options.intermediateSize})`);
   }
   if (options.slidingWindow !== undefined && !(Number.isSafeInteger(options.slidingWindow) && options.slidingWindow >= 1)) {
     throw new Error(`slidingWindow must be a positive integer, got ${options.slidingWindow}`);
@@ -162,8 +175,9 @@ export function validateOptions(options: CheckpointOptions): void {
 
 /** config.json as transformers writes it for the architecture (without transformers_version: it did not write this one). */
 export function buildConfig(options: CheckpointOptions): Record<string, unknown> {
+  if (isNewArch(options.arch)) return buildNewConfig(options as CheckpointOptions & { arch: NewArchName }, TORCH_DTYPE[options.dtype]);
   const config: Record<string, unknown> = {
-    architectures: [ARCHITECTURE[options.arch]],
+    architectures: [ARCHITECTURE[options.arch as keyof typeof ARCHITECTURE]],
     attention_dropout: new PyFloat(0),
     bos_token_id: options.bosTokenId,
     eos_token_id: options.eosTokenId,
@@ -217,6 +231,7 @@ export function buildConfig(options: CheckpointOptions): Record<string, unknown>
 /** Every tensor of the checkpoint in Hugging Face order, with [out_features, in_features] shapes. */
 export function checkpointTensorSpecs(options: CheckpointOptions): TensorSpec[] {
   const dtype = SAFETENSORS_DTYPE[options.dtype];
+  if (isNewArch(options.arch)) return newTensorSpecs(options as CheckpointOptions & { arch: NewArchName }, dtype);
   const { hiddenSize, intermediateSize, numHeads, numKvHeads, vocabSize } = options;
   const qDim = numHeads * headDimOf(options);
   const kvDim = numKvHeads * headDimOf(options);
@@ -276,13 +291,29 @@ function fillNormal(out: Float32Array, random: () => number, mean: number, std: 
  * norm weights sit near 1 and biases near 0, with enough noise that a mix-up shows in the logits.
  */
 function initFor(spec: TensorSpec, options: CheckpointOptions): { mean: number; std: number } {
-  const name = spec.name;
-  if (name.endsWith('norm.weight')) return { mean: 1, std: 0.1 };
-  if (name.endsWith('.bias')) return { mean: 0, std: 0.2 };
+  const name = canonicalTensorName(spec.name);
+  // Gemma's norms multiply by (1 + w): weights near 0 scale by about 1.
+  if (name.endsWith('norm.weight')) return { mean: options.arch === 'gemma3' ? 0 : 1, std: 0.1 };
+  if (name.endsWith('.bias') || name.endsWith('_bias')) return { mean: 0, std: 0.2 };
+  if (name.endsWith('.sinks')) return { mean: 0, std: 1 };
   if (name === 'model.embed_tokens.weight' || name === 'lm_head.weight') return { mean: 0, std: 1 / Math.sqrt(options.hiddenSize) };
-  const fanIn = spec.shape[1];
-  const residualScale = name.endsWith('o_proj.weight') || name.endsWith('down_proj.weight') ? 1 / Math.sqrt(2 * options.numLayers) : 1;
+  // Experts stacked [experts, out, in], or gpt-oss's dequantized [experts, in, out].
+  const fanIn = name.endsWith('experts.gate_up_proj') || name.endsWith('experts.down_proj') ? spec.shape[1] : spec.shape[spec.shape.length - 1];
+  const residual = ['o_proj.weight', 'down_proj.weight', '.w2.weight', 'experts.down_proj'].some((suffix) => name.endsWith(suffix));
+  const residualScale = residual ? 1 / Math.sqrt(2 * options.numLayers) : 1;
   return { mean: 0, std: residualScale / Math.sqrt(fanIn) };
+}
+
+/** gpt-oss's MXFP4 tensors: their values drawn as the dequantized [experts, rows, k] matrices are, then encoded. */
+function mxfp4Data(spec: TensorSpec, options: CheckpointOptions): Uint8Array {
+  const logical = spec.name.replace(/_(blocks|scales)$/, '');
+  const [experts, rows, groups] = spec.shape;
+  const k = groups * 32;
+  const values = new Float32Array(experts * rows * k);
+  const residualScale = logical.endsWith('down_proj') ? 1 / Math.sqrt(2 * options.numLayers) : 1;
+  fillNormal(values, tensorRandom(options.seed, logical), 0, residualScale / Math.sqrt(k));
+  const { blocks, scales } = quantizeMxfp4(values);
+  return spec.name.endsWith('_blocks') ? blocks : scales;
 }
 
 /** Splits specs into contiguous runs of roughly equal bytes, as many as asked (never an empty shard). */
@@ -318,22 +349,53 @@ export function buildGenerationConfig(options: CheckpointOptions): Record<string
   return { ...config, ...options.generationDefaults };
 }
 
-export function writeRandomCheckpoint(options: CheckpointOptions): void {
-  validateOptions(options);
+/**
+ * With the family's tokenizer (when its tokens and the 256 bytes fit the vocabulary), config.json
+ * names its bos and eos ids and generation_config.json its end-of-turn tokens and sampling
+ * defaults, as the published checkpoint does; the tokenizer files are written beside them.
+ */
+function withFamilyTokens(options: CheckpointOptions): { options: CheckpointOptions; generation: Record<string, unknown> } {
+  const family = tokenizerFits(options.arch, options.vocabSize);
+  if (family === null) return { options, generation: buildGenerationConfig(options) };
+  const tokened = { ...options, bosTokenId: tokenIdOf(family, family.configBos), eosTokenId: tokenIdOf(family, family.configEos) };
+  const eos = family.generationEos.map((token) => tokenIdOf(family, token));
+  return {
+    options: tokened,
+    generation: {
+      bos_token_id: tokened.bosTokenId,
+      eos_token_id: eos.length === 1 ? eos[0] : eos,
+      ...(family.padToken === null ? {} : { pad_token_id: tokenIdOf(family, family.padToken) }),
+      ...family.generationDefaults,
+      ...options.generationDefaults,
+    },
+  };
+}
+
+export function writeRandomCheckpoint(requested: CheckpointOptions): void {
+  validateOptions(requested);
+  const { options, generation } = withFamilyTokens(requested);
   mkdirSync(options.outDir, { recursive: true });
   writeFileSync(path.join(options.outDir, 'config.json'), `${toPythonJson(buildConfig(options))}\n`);
-  writeFileSync(path.join(options.outDir, 'generation_config.json'), `${toPythonJson(buildGenerationConfig(options))}\n`);
+  writeFileSync(path.join(options.outDir, 'generation_config.json'), `${toPythonJson(generation)}\n`);
+  const family = tokenizerFits(options.arch, options.vocabSize);
+  if (family !== null) {
+    writeFileSync(path.join(options.outDir, 'tokenizer.json'), `${JSON.stringify(tokenizerJson(family), null, 2)}\n`);
+    writeFileSync(path.join(options.outDir, 'tokenizer_config.json'), `${JSON.stringify(tokenizerConfigJson(family, options.maxPositionEmbeddings), null, 2)}\n`);
+  }
 
-  const dataFor = (spec: TensorSpec): Float32Array => {
+  const dataFor = (spec: TensorSpec): Float32Array | Uint8Array => {
+    if (spec.dtype === 'U8') return mxfp4Data(spec, options);
     const data = new Float32Array(numElements(spec.shape));
     const { mean, std } = initFor(spec, options);
-    fillNormal(data, tensorRandom(options.seed, spec.name), mean, std);
+    fillNormal(data, tensorRandom(options.seed, canonicalTensorName(spec.name)), mean, std);
     return data;
   };
   const specs = checkpointTensorSpecs(options);
   const metadata = { format: 'pt' };
+  const write = (file: string, fileSpecs: readonly TensorSpec[]): number =>
+    options.zeros === true ? writeSparseSafetensors(file, fileSpecs, metadata) : writeSafetensors(file, fileSpecs, dataFor, metadata);
   if (options.numShards === 1) {
-    writeSafetensors(path.join(options.outDir, 'model.safetensors'), specs, dataFor, metadata);
+    write(path.join(options.outDir, 'model.safetensors'), specs);
     return;
   }
   const shards = splitIntoShards(specs, options.numShards);
@@ -341,17 +403,21 @@ export function writeRandomCheckpoint(options: CheckpointOptions): void {
   let totalBytes = 0;
   shards.forEach((shardSpecs, index) => {
     const fileName = shardFileName(index, shards.length);
-    totalBytes += writeSafetensors(path.join(options.outDir, fileName), shardSpecs, dataFor, metadata);
+    totalBytes += write(path.join(options.outDir, fileName), shardSpecs);
     for (const spec of shardSpecs) weightMap[spec.name] = fileName;
   });
   const index = { metadata: { total_size: totalBytes }, weight_map: weightMap };
   writeFileSync(path.join(options.outDir, 'model.safetensors.index.json'), `${toPythonJson(index)}\n`);
 }
 
+function definedOnly<T extends Record<string, unknown>>(record: T): Partial<T> {
+  return Object.fromEntries(Object.entries(record).filter(([, value]) => value !== undefined)) as Partial<T>;
+}
+
 const USAGE =
   'usage: make-checkpoint --out DIR --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N ' +
-  '[--dtype fp32|bf16|fp16] [--arch llama|mistral|qwen2] [--tie] [--head-dim N] [--sliding-window N] ' +
-  '[--rope-theta X] [--rope-scaling-llama3] [--shards N] [--seed N] [--max-pos N]';
+  `[--dtype fp32|bf16|fp16] [--arch ${ARCH_NAMES.join('|')}] [--tie] [--head-dim N] [--sliding-window N] ` +
+  '[--rope-theta X] [--rope-scaling-llama3] [--experts N --experts-per-token N [--moe-ffn N]] [--shards N] [--seed N] [--max-pos N] [--zeros]';
 
 export function parseCliOptions(argv: string[]): CheckpointOptions {
   const { values } = parseArgs({
@@ -375,6 +441,10 @@ export function parseCliOptions(argv: string[]): CheckpointOptions {
       shards: { type: 'string' },
       seed: { type: 'string' },
       'max-pos': { type: 'string' },
+      experts: { type: 'string' },
+      'experts-per-token': { type: 'string' },
+      'moe-ffn': { type: 'string' },
+      zeros: { type: 'boolean', default: false },
     },
   });
   const required = (flag: string): string => {
@@ -392,8 +462,8 @@ export function parseCliOptions(argv: string[]): CheckpointOptions {
   };
   const dtype = values.dtype;
   if (dtype !== 'fp32' && dtype !== 'bf16' && dtype !== 'fp16') throw new Error(`--dtype must be fp32, bf16 or fp16, got ${values.dtype}`);
-  const arch = values.arch;
-  if (arch !== 'llama' && arch !== 'mistral' && arch !== 'qwen2') throw new Error(`--arch must be llama, mistral or qwen2, got ${arch}`);
+  const arch = values.arch as ArchName;
+  if (!ARCH_NAMES.includes(arch)) throw new Error(`--arch must be one of ${ARCH_NAMES.join(', ')}, got ${arch}`);
   const ropeTheta = values['rope-theta'] === undefined ? DEFAULT_OPTIONS.ropeTheta : Number(values['rope-theta']);
   if (!(ropeTheta > 0)) throw new Error(`--rope-theta must be a positive number, got ${values['rope-theta']}`);
   return {
@@ -415,6 +485,12 @@ export function parseCliOptions(argv: string[]): CheckpointOptions {
     numShards: optionalInteger('shards') ?? DEFAULT_OPTIONS.numShards,
     seed: optionalInteger('seed') ?? DEFAULT_OPTIONS.seed,
     maxPositionEmbeddings: optionalInteger('max-pos') ?? DEFAULT_OPTIONS.maxPositionEmbeddings,
+    ...definedOnly({
+      numExperts: optionalInteger('experts'),
+      numExpertsPerToken: optionalInteger('experts-per-token'),
+      moeIntermediateSize: optionalInteger('moe-ffn'),
+      zeros: values.zeros ? true : undefined,
+    }),
   };
 }
 

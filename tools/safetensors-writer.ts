@@ -1,9 +1,10 @@
 // Writes safetensors files tensor by tensor: the header is known from the specs alone, so each
 // tensor's data is produced, encoded and written before the next one exists. That keeps a
 // 125M-parameter checkpoint within one tensor's worth of memory.
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, ftruncateSync, openSync, writeSync } from 'node:fs';
 
-export type WriteDtype = 'F32' | 'BF16' | 'F16';
+/** U8 tensors (MXFP4 blocks and scales) are written as the bytes given. */
+export type WriteDtype = 'F32' | 'BF16' | 'F16' | 'U8';
 
 export interface TensorSpec {
   name: string;
@@ -11,7 +12,7 @@ export interface TensorSpec {
   shape: number[];
 }
 
-const WRITE_DTYPE_BYTES: Readonly<Record<WriteDtype, number>> = { F32: 4, BF16: 2, F16: 2 };
+const WRITE_DTYPE_BYTES: Readonly<Record<WriteDtype, number>> = { F32: 4, BF16: 2, F16: 2, U8: 1 };
 
 export function numElements(shape: readonly number[]): number {
   return shape.reduce((product, d) => product * d, 1);
@@ -23,12 +24,13 @@ export function tensorBytes(spec: TensorSpec): number {
 
 /**
  * Writes `specs` in order; `dataFor(spec)` supplies each tensor's values as fp32, which are
- * rounded to the spec's dtype to nearest, ties to even. Returns the data section's size.
+ * rounded to the spec's dtype to nearest, ties to even (a U8 tensor's bytes as they are).
+ * Returns the data section's size.
  */
 export function writeSafetensors(
   file: string,
   specs: readonly TensorSpec[],
-  dataFor: (spec: TensorSpec) => Float32Array,
+  dataFor: (spec: TensorSpec) => Float32Array | Uint8Array,
   metadata: Record<string, string> = {},
 ): number {
   const header = encodeHeader(specs, metadata);
@@ -41,12 +43,31 @@ export function writeSafetensors(
       if (data.length !== expected) {
         throw new Error(`${file}: tensor ${spec.name} has ${data.length} values but shape [${spec.shape.join(', ')}] needs ${expected}`);
       }
-      writeAll(fd, encodeTensor(data, spec.dtype));
+      if ((spec.dtype === 'U8') !== data instanceof Uint8Array) throw new Error(`${file}: tensor ${spec.name} is ${spec.dtype}; its data must be ${spec.dtype === 'U8' ? 'bytes' : 'fp32 values'}`);
+      writeAll(fd, data instanceof Uint8Array ? data : encodeTensor(data, spec.dtype as Exclude<WriteDtype, 'U8'>));
     }
   } finally {
     closeSync(fd);
   }
   return specs.reduce((sum, spec) => sum + tensorBytes(spec), 0);
+}
+
+/**
+ * The header, then a data section of zeros left as a hole (ftruncate): a file of any declared
+ * size that costs no disk, for tests of how big a checkpoint is rather than what it computes.
+ * Returns the data section's size.
+ */
+export function writeSparseSafetensors(file: string, specs: readonly TensorSpec[], metadata: Record<string, string> = {}): number {
+  const header = encodeHeader(specs, metadata);
+  const dataBytes = specs.reduce((sum, spec) => sum + tensorBytes(spec), 0);
+  const fd = openSync(file, 'w');
+  try {
+    writeAll(fd, header);
+    ftruncateSync(fd, header.length + dataBytes);
+  } finally {
+    closeSync(fd);
+  }
+  return dataBytes;
 }
 
 /** Length prefix plus JSON, padded with spaces so the data section starts 8-byte aligned, as the reference writer does. */
@@ -68,7 +89,7 @@ function encodeHeader(specs: readonly TensorSpec[], metadata: Record<string, str
   return out;
 }
 
-function encodeTensor(data: Float32Array, dtype: WriteDtype): Uint8Array {
+function encodeTensor(data: Float32Array, dtype: Exclude<WriteDtype, 'U8'>): Uint8Array {
   if (dtype === 'F32') return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   const bits = new Uint32Array(data.buffer, data.byteOffset, data.length);
   const round = dtype === 'BF16' ? roundF32BitsToBf16Bits : roundF32BitsToF16Bits;

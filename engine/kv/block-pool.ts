@@ -14,11 +14,18 @@ import type { BlockHash } from './block-hash.ts';
 
 const NIL = -1;
 
+function cacheKey(hash: BlockHash, group: number): string {
+  return group === 0 ? hash : `${hash}/${group}`;
+}
+
 export class BlockPool {
   readonly numTotalBlocks: number;
   private readonly refCounts: Int32Array;
   private readonly hashes: (BlockHash | null)[];
-  private readonly cached = new Map<BlockHash, number>();
+  /** The group a cached block was named in (meaningless while its hash is null). */
+  private readonly groups: Int32Array;
+  /** By cacheKey(hash, group). */
+  private readonly cached = new Map<string, number>();
   private readonly prev: Int32Array;
   private readonly next: Int32Array;
   private head = NIL;
@@ -33,6 +40,7 @@ export class BlockPool {
     this.numTotalBlocks = numTotalBlocks;
     this.refCounts = new Int32Array(numTotalBlocks);
     this.hashes = new Array<BlockHash | null>(numTotalBlocks).fill(null);
+    this.groups = new Int32Array(numTotalBlocks);
     this.prev = new Int32Array(numTotalBlocks);
     this.next = new Int32Array(numTotalBlocks);
     for (let blockId = 0; blockId < numTotalBlocks; blockId++) this.pushTail(blockId);
@@ -43,6 +51,7 @@ export class BlockPool {
     return this.numFree;
   }
 
+  /** Cached blocks of every group. */
   get numCachedBlocks(): number {
     return this.cached.size;
   }
@@ -55,14 +64,16 @@ export class BlockPool {
     return this.hashes[blockId];
   }
 
-  /** The block caching this hash, or undefined. */
-  cachedBlock(hash: BlockHash): number | undefined {
-    return this.cached.get(hash);
+  /** The block caching this hash in this group, or undefined. */
+  cachedBlock(hash: BlockHash, group = 0): number | undefined {
+    return this.cached.get(cacheKey(hash, group));
   }
 
-  /** Every cached hash, for a snapshot of the cache. */
+  /** Every hash cached in group 0, for a snapshot of the cache. */
   cachedHashes(): BlockHash[] {
-    return [...this.cached.keys()];
+    const hashes: BlockHash[] = [];
+    for (const [blockId, hash] of this.hashes.entries()) if (hash !== null && this.groups[blockId] === 0) hashes.push(hash);
+    return hashes;
   }
 
   /** Takes one more reference to each block (a cache hit); a free one leaves the free queue. */
@@ -109,11 +120,13 @@ export class BlockPool {
    * computed into this step). False when another block caches that hash already: this one stays
    * unnamed, a duplicate freed without loss.
    */
-  cache(blockId: number, hash: BlockHash): boolean {
-    if (this.hashes[blockId] !== null || this.cached.has(hash)) return false;
+  cache(blockId: number, hash: BlockHash, group = 0): boolean {
+    const key = cacheKey(hash, group);
+    if (this.hashes[blockId] !== null || this.cached.has(key)) return false;
     this.hashes[blockId] = hash;
-    this.cached.set(hash, blockId);
-    this.record('stored', hash);
+    this.groups[blockId] = group;
+    this.cached.set(key, blockId);
+    if (group === 0) this.record('stored', hash);
     return true;
   }
 
@@ -122,8 +135,8 @@ export class BlockPool {
     const hash = this.hashes[blockId];
     if (hash === null) return;
     this.hashes[blockId] = null;
-    this.cached.delete(hash);
-    this.record('removed', hash);
+    this.cached.delete(cacheKey(hash, this.groups[blockId]));
+    if (this.groups[blockId] === 0) this.record('removed', hash);
   }
 
   /** The events since the last call, consecutive ones of a kind merged. */

@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createEngine, type Engine } from '../engine.ts';
-import type { KvCacheManager } from '../kv/kv-cache-manager.ts';
+import type { KvCacheManager, KvGroup } from '../kv/kv-cache-manager.ts';
 import type { RunnerResult, ScheduledSequence, SchedulerOutput } from '../scheduler-output.ts';
 import type { GenerateRequest, RequestOutput } from '../types.ts';
 import { testSeed } from '../../test/seed.ts';
@@ -14,7 +14,6 @@ import { within } from '../../test/wait.ts';
 import { FakeRunner, distinctPrompt } from './fake-runner.ts';
 
 const NUM_OPERATIONS = 10_000;
-const NUM_BLOCKS = 24;
 const BLOCK_SIZE = 4;
 const MAX_MODEL_LEN = 64;
 const EOS = 2;
@@ -52,9 +51,9 @@ type AbortPoint = 'waiting' | 'prefill' | 'decode' | 'preempted';
 class OperatingRunner extends FakeRunner {
   onStep: (output: SchedulerOutput) => void = () => {};
 
-  constructor(random: Rng) {
+  constructor(random: Rng, numBlocks: number, kvCacheGroups: readonly KvGroup[]) {
     super(
-      { numKvBlocks: NUM_BLOCKS, blockSizeTokens: BLOCK_SIZE, vocabSize: 500, maxModelLen: MAX_MODEL_LEN },
+      { numKvBlocks: numBlocks, blockSizeTokens: BLOCK_SIZE, kvCacheGroups, vocabSize: 500, maxModelLen: MAX_MODEL_LEN },
       (_entry: ScheduledSequence) => (random() < 0.02 ? EOS : STOP_TOKEN + randomInt(random, 0, 15)),
     );
   }
@@ -65,7 +64,21 @@ class OperatingRunner extends FakeRunner {
   }
 }
 
-test(`${NUM_OPERATIONS.toLocaleString('en')} random add / abort / finish operations on the engine leak no KV block`, async (t) => {
+/**
+ * One full-attention group, and a hybrid model's groups (vLLM's hybrid allocator: one full group
+ * and two sliding ones of a 6-token window), where sliding blocks are freed mid-sequence and a
+ * prefix hit needs only what the window reaches; the fake runner checks every step's reads.
+ */
+const LAYOUTS: ReadonlyArray<{ name: string; numBlocks: number; groups: KvGroup[] }> = [
+  { name: 'one full-attention group', numBlocks: 24, groups: [{ slidingWindowTokens: null }] },
+  {
+    name: 'a full group and two sliding-window groups',
+    numBlocks: 40,
+    groups: [{ slidingWindowTokens: null }, { slidingWindowTokens: 6 }, { slidingWindowTokens: 6 }],
+  },
+];
+
+for (const { name, numBlocks: NUM_BLOCKS, groups } of LAYOUTS) test(`${NUM_OPERATIONS.toLocaleString('en')} random add / abort / finish operations on the engine leak no KV block: ${name}`, async (t) => {
   const seed = testSeed(t);
   // Each seed exercises one way of sharing steps: one prompt at a time; one long (over 3 tokens
   // to compute) and short ones beside it; or every prompt the budget holds.
@@ -76,7 +89,7 @@ test(`${NUM_OPERATIONS.toLocaleString('en')} random add / abort / finish operati
   ][seed % 3];
   const label = `seed ${seed}, ${JSON.stringify(prefillLimits)}`;
   const random = createRng(seed);
-  const runner = new OperatingRunner(random);
+  const runner = new OperatingRunner(random, NUM_BLOCKS, groups);
   const engine = createEngine(runner, {
     servedName: 'fake',
     maxNumSeqs: 6,
@@ -162,7 +175,7 @@ test(`${NUM_OPERATIONS.toLocaleString('en')} random add / abort / finish operati
       preempted.add(requestId);
     }
     for (const entry of output.scheduled) {
-      held.set(entry.requestId, entry.blockIds.slice());
+      held.set(entry.requestId, entry.blockTables.flat().filter((blockId) => blockId >= 0));
       preempted.delete(entry.requestId);
     }
     const holders = new Int32Array(NUM_BLOCKS);

@@ -1,12 +1,15 @@
 // A model runner for engine tests: scripted tokens instead of a model, and a simulated paged
 // KV cache that proves the block tables right. Each step writes every computed token id into
-// its slot; a sampled sequence must read its whole history back through its block table, so a
-// block shared by two live sequences, or a position never recomputed after preemption, fails.
+// its slot in every KV-cache group; every step's tokens must read back through each group's table
+// everything that group's layers attend to (its whole history, or its window), so a block shared
+// by two live sequences, a position never recomputed after preemption, or a prefix hit missing a
+// block inside a window, fails.
 // That holds only where sequences differ: by default every request samples its own tokens
 // (scriptedTokenId), and distinctPrompt gives each request id its own prompt.
 // Log-probabilities are scripted too: a sampled token's is -0.5, its k-th alternative (from 0)
 // is token + k at -0.5 - k; the score of the token after position p is -(p + 1) / 8 with rank
 // p + 1, its k-th alternative that token + k at that score - k.
+import type { KvGroup } from '../kv/kv-cache-manager.ts';
 import type { ModelRunner, RunnerInfo } from '../runner.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from '../scheduler-output.ts';
 
@@ -44,6 +47,7 @@ export class FakeRunner implements ModelRunner {
   beforeStep: (() => Promise<void>) | null = null;
   closed = false;
   private readonly slots: Int32Array;
+  private readonly groups: readonly KvGroup[];
   private readonly script: TokenScript;
   /** Request id -> the order in which this runner first scheduled it. */
   private readonly requestOrdinals = new Map<string, number>();
@@ -52,6 +56,7 @@ export class FakeRunner implements ModelRunner {
     this.info = info;
     this.script = script ?? ((entry) => scriptedTokenId(this.ordinalOf(entry.requestId), entry.numOutputTokens));
     this.slots = new Int32Array(info.numKvBlocks * info.blockSizeTokens).fill(-1);
+    this.groups = info.kvCacheGroups ?? [{ slidingWindowTokens: null }];
   }
 
   async execute(output: SchedulerOutput): Promise<RunnerResult> {
@@ -68,7 +73,7 @@ export class FakeRunner implements ModelRunner {
     for (const [index, entry] of output.scheduled.entries()) {
       const end = entry.startPosition + entry.numScheduledTokens;
       for (let position = entry.startPosition; position < end; position++) {
-        this.slots[this.slotOf(entry, position)] = entry.tokenIds[position];
+        for (let group = 0; group < this.groups.length; group++) this.slots[this.slotOf(entry, group, position)] = entry.tokenIds[position];
         if (entry.scoresPrompt && position + 1 < entry.tokenIds.length) {
           const token = firstTokenIndex + position - entry.startPosition;
           const logprob = -(position + 1) / 8;
@@ -78,13 +83,17 @@ export class FakeRunner implements ModelRunner {
         }
       }
       firstTokenIndex += entry.numScheduledTokens;
-      if (!entry.sample) continue;
-      for (let position = 0; position < end; position++) {
-        const cached = this.slots[this.slotOf(entry, position)];
-        if (cached !== entry.tokenIds[position]) {
-          throw new Error(`${entry.requestId}: KV slot of position ${position} holds ${cached}, not ${entry.tokenIds[position]}`);
+      this.groups.forEach(({ slidingWindowTokens: window }, group) => {
+        // What the chunk's first token and every later one attend to in this group's layers.
+        const first = window === null ? 0 : Math.max(0, entry.startPosition - window + 1);
+        for (let position = first; position < end; position++) {
+          const cached = this.slots[this.slotOf(entry, group, position)];
+          if (cached !== entry.tokenIds[position]) {
+            throw new Error(`${entry.requestId}: group ${group}'s KV slot of position ${position} holds ${cached}, not ${entry.tokenIds[position]}`);
+          }
         }
-      }
+      });
+      if (!entry.sample) continue;
       const tokenId = this.script(entry);
       result.sampledTokenIds[index] = tokenId;
       result.sampledLogprobs[index] = -0.5;
@@ -110,10 +119,10 @@ export class FakeRunner implements ModelRunner {
     return ordinal;
   }
 
-  private slotOf(entry: ScheduledSequence, position: number): number {
+  private slotOf(entry: ScheduledSequence, group: number, position: number): number {
     const { blockSizeTokens } = this.info;
-    const blockId = entry.blockIds[Math.floor(position / blockSizeTokens)];
-    if (blockId === undefined) throw new Error(`${entry.requestId}: no block for position ${position}`);
+    const blockId = entry.blockTables[group][Math.floor(position / blockSizeTokens)];
+    if (blockId === undefined || blockId < 0) throw new Error(`${entry.requestId}: group ${group} has no block for position ${position}`);
     return blockId * blockSizeTokens + (position % blockSizeTokens);
   }
 }

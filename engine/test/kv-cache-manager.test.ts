@@ -13,13 +13,13 @@ const BLOCK_SIZE = 4;
 type TestSequence = KvSequence & { tokenIds: number[] };
 
 function sequenceOf(tokenIds: number[], cacheSalt?: string): TestSequence {
-  return { tokenIds, numComputedTokens: 0, blockIds: [], cacheRoot: rootHash({ model: 'm', cacheSalt }), blockHashes: [] };
+  return { tokenIds, numComputedTokens: 0, blockTables: [[]], cacheRoot: rootHash({ model: 'm', cacheSalt }), blockHashes: [] };
 }
 
 /** Admits a sequence after its cached prefix and computes `numTokens` of it (default all but none left). */
 function admit(kv: KvCacheManager, sequence: KvSequence, numNewTokens?: number): boolean {
   const prefix = kv.findCachedPrefix(sequence);
-  const numToCompute = sequence.tokenIds.length - prefix.length * BLOCK_SIZE;
+  const numToCompute = sequence.tokenIds.length - prefix.numBlocks * BLOCK_SIZE;
   const numTokens = numNewTokens ?? numToCompute;
   if (!kv.allocateSlots(sequence, numTokens, prefix)) return false;
   kv.cacheScheduledBlocks(sequence, sequence.numComputedTokens + numTokens);
@@ -77,9 +77,9 @@ test('a second sequence reuses the full prompt blocks of the first and computes 
   assert.ok(admit(kv, first));
   const second = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 42]);
   assert.ok(admit(kv, second));
-  assert.deepEqual(second.blockIds.slice(0, 2), first.blockIds.slice(0, 2));
-  assert.equal(kv.refCountOf(first.blockIds[0]), 2);
-  assert.equal(kv.refCountOf(first.blockIds[2]), 1, 'the partial block is not shared');
+  assert.deepEqual(second.blockTables[0].slice(0, 2), first.blockTables[0].slice(0, 2));
+  assert.equal(kv.refCountOf(first.blockTables[0][0]), 2);
+  assert.equal(kv.refCountOf(first.blockTables[0][2]), 1, 'the partial block is not shared');
   // Before admit() computed 1 token, the prefix covered 8 of 9.
   assert.equal(second.numComputedTokens, 9);
 });
@@ -90,15 +90,15 @@ test('a prompt entirely in the cache still computes its last token', () => {
   assert.ok(admit(kv, sequenceOf(tokens)));
   const again = sequenceOf(tokens);
   const prefix = kv.findCachedPrefix(again);
-  assert.equal(prefix.length, 1, 'the block holding the last token is recomputed');
+  assert.equal(prefix.numBlocks, 1, 'the block holding the last token is recomputed');
 });
 
 test('a cache salt isolates tenants', () => {
   const kv = new KvCacheManager(16, BLOCK_SIZE);
   assert.ok(admit(kv, sequenceOf([1, 2, 3, 4, 5], 'a')));
-  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5], 'b')).length, 0);
-  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5])).length, 0);
-  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5], 'a')).length, 1);
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5], 'b')).numBlocks, 0);
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5])).numBlocks, 0);
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 5], 'a')).numBlocks, 1);
 });
 
 test('freed blocks stay cached until reused; the least recently freed go first', () => {
@@ -114,12 +114,12 @@ test('freed blocks stay cached until reused; the least recently freed go first',
   // Two blocks: the unhashed partial blocks go first, so both prefixes survive.
   const filler = sequenceOf([11, 12, 13]);
   assert.ok(admit(kv, filler));
-  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 0])).length, 1);
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 0])).numBlocks, 1);
   // Two more blocks: the free unhashed one, then the least recently freed cached one.
   const big = sequenceOf(Array.from({ length: 12 }, (_, i) => 100 + i));
   assert.ok(admit(kv, big, 5));
-  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 0])).length, 0);
-  assert.equal(kv.findCachedPrefix(sequenceOf([6, 7, 8, 9, 0])).length, 1);
+  assert.equal(kv.findCachedPrefix(sequenceOf([1, 2, 3, 4, 0])).numBlocks, 0);
+  assert.equal(kv.findCachedPrefix(sequenceOf([6, 7, 8, 9, 0])).numBlocks, 1);
   const [oldHash, recentHash] = [old.blockHashes[0], recent.blockHashes[0]];
   assert.deepEqual(kv.takeEvents(), [
     { kind: 'stored', blockHashes: [oldHash, recentHash] },
@@ -137,7 +137,7 @@ test('a failed step forgets the blocks it named; earlier blocks stay cached', ()
   kv.forgetStep();
   kv.free(sequence);
   const again = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 9]);
-  assert.equal(kv.findCachedPrefix(again).length, 1);
+  assert.equal(kv.findCachedPrefix(again).numBlocks, 1);
 });
 
 test('allocation counts free cached prefix blocks it takes and changes nothing when short', () => {
@@ -148,9 +148,9 @@ test('allocation counts free cached prefix blocks it takes and changes nothing w
   // 3 free blocks, 2 of them cached prefix blocks of the newcomer: it needs 2 more for 8 tokens.
   const newcomer = sequenceOf([1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0]);
   const prefix = kv.findCachedPrefix(newcomer);
-  assert.equal(prefix.length, 2);
+  assert.equal(prefix.numBlocks, 2);
   assert.equal(kv.allocateSlots(newcomer, 8, prefix), false);
-  assert.deepEqual(newcomer.blockIds, []);
+  assert.deepEqual(newcomer.blockTables[0], []);
   assert.equal(kv.numFreeBlocks, 3);
   assert.equal(kv.allocateSlots(newcomer, 4, prefix), true);
   assert.equal(kv.numFreeBlocks, 0);
@@ -183,7 +183,7 @@ test('10,000 random operations keep every block free or held, held blocks counte
 
   const write = (sequence: KvSequence, from: number, to: number) => {
     for (let position = from; position < to; position++) {
-      slots[sequence.blockIds[Math.floor(position / BLOCK_SIZE)] * BLOCK_SIZE + (position % BLOCK_SIZE)] = sequence.tokenIds[position];
+      slots[sequence.blockTables[0][Math.floor(position / BLOCK_SIZE)] * BLOCK_SIZE + (position % BLOCK_SIZE)] = sequence.tokenIds[position];
     }
   };
   const schedule = (sequence: KvSequence, numNewTokens: number, fails: boolean): void => {
@@ -191,7 +191,7 @@ test('10,000 random operations keep every block free or held, held blocks counte
     kv.cacheScheduledBlocks(sequence, from + numNewTokens);
     for (let block = Math.floor(from / BLOCK_SIZE); block < Math.floor((from + numNewTokens) / BLOCK_SIZE); block++) {
       const hash = sequence.blockHashes[block];
-      if (kv.cachedBlock(hash) === sequence.blockIds[block]) contents.set(hash, sequence.tokenIds.slice(block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE));
+      if (kv.cachedBlock(hash) === sequence.blockTables[0][block]) contents.set(hash, sequence.tokenIds.slice(block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE));
     }
     if (fails) {
       kv.forgetStep();
@@ -212,7 +212,7 @@ test('10,000 random operations keep every block free or held, held blocks counte
       const tokenIds = [...pick(prefixes), ...Array.from({ length: Math.floor(random() * 10) }, () => Math.floor(random() * 5))];
       const sequence = sequenceOf(tokenIds, random() < 0.2 ? 'salt' : undefined);
       const prefix = kv.findCachedPrefix(sequence);
-      const numToCompute = tokenIds.length - prefix.length * BLOCK_SIZE;
+      const numToCompute = tokenIds.length - prefix.numBlocks * BLOCK_SIZE;
       const numNewTokens = 1 + Math.floor(random() * numToCompute);
       if (kv.allocateSlots(sequence, numNewTokens, prefix)) {
         live.push(sequence);
@@ -246,8 +246,8 @@ test('10,000 random operations keep every block free or held, held blocks counte
     // Every block is held exactly by the sequences whose tables list it, and no table lists a block twice.
     const holders = new Int32Array(numBlocks);
     for (const sequence of live) {
-      assert.equal(new Set(sequence.blockIds).size, sequence.blockIds.length, `${label()}: a table lists a block twice`);
-      for (const blockId of sequence.blockIds) holders[blockId]++;
+      assert.equal(new Set(sequence.blockTables[0]).size, sequence.blockTables[0].length, `${label()}: a table lists a block twice`);
+      for (const blockId of sequence.blockTables[0]) holders[blockId]++;
     }
     let numFree = 0;
     for (let blockId = 0; blockId < numBlocks; blockId++) {
@@ -258,7 +258,7 @@ test('10,000 random operations keep every block free or held, held blocks counte
     // A sequence reads its computed tokens back through its table, shared blocks included.
     for (const sequence of live) {
       for (let position = 0; position < sequence.numComputedTokens; position++) {
-        const slot = sequence.blockIds[Math.floor(position / BLOCK_SIZE)] * BLOCK_SIZE + (position % BLOCK_SIZE);
+        const slot = sequence.blockTables[0][Math.floor(position / BLOCK_SIZE)] * BLOCK_SIZE + (position % BLOCK_SIZE);
         assert.equal(slots[slot], sequence.tokenIds[position], `${label()}, operation ${operation}: KV of a position`);
       }
     }

@@ -10,10 +10,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type { ForwardBatch, NativeModel } from '../../native/api.ts';
 import { SEQ_SAMPLE, neutralSamplingExtensions } from '../../native/api.ts';
+import { describeKvCache } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { NativeRunner } from '../native-runner.ts';
-import { kvBytesPerBlock } from '../kv/cache-size.ts';
 import type { RequestOutput, SamplingParams } from '../types.ts';
 import { startWorker } from '../worker.ts';
 import { RecordingRunner, blockSizeTokens, load, tinyCheckpoint } from './tiny-model.ts';
@@ -80,7 +80,7 @@ test('outputs through the engine equal a step-by-step decode, alone and batched'
 
   const referenceModel = await load(modelDir, 16);
   // The worker sizes its cache before loading; its arithmetic must match the runtime's layout.
-  assert.equal(kvBytesPerBlock(modelDir, 'auto', 'auto', blockSizeTokens), referenceModel.info.kvBytesPerBlock);
+  assert.equal(describeKvCache(modelDir, 'auto', 'auto', blockSizeTokens).bytesPerBlock, referenceModel.info.kvBytesPerBlock);
   const expected: number[][] = [];
   try {
     for (const prompt of prompts) expected.push(await referenceDecode(referenceModel, prompt));

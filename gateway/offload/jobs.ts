@@ -2,7 +2,7 @@
 // same function the loop runs on small inputs, so an answer never depends on where it was made.
 import { parseJsonBody } from '../json-body.ts';
 import { loadChatTemplate } from '../tokenizer/chat-template.ts';
-import type { ChatMessage } from '../tokenizer/chat-template.ts';
+import type { ChatMessage, TemplateInputs } from '../tokenizer/chat-template.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import { encodeChat, encodePrompt, type PromptModel } from '../tokenizer/prompt.ts';
 
@@ -17,7 +17,15 @@ export type Job =
   | { kind: 'parseJson'; bytes: Uint8Array }
   /** The text as UTF-8, a buffer the thread takes over: cheaper to move than the string. */
   | { kind: 'encodePrompt'; model: ModelRef; textBytes: Uint8Array; addSpecialTokens: boolean; fitContext: boolean }
-  | { kind: 'encodeChat'; model: ModelRef; messages: ChatMessage[]; addGenerationPrompt: boolean; param: string; fitContext: boolean; tools?: object[] };
+  | {
+      kind: 'encodeChat';
+      model: ModelRef;
+      messages: ChatMessage[];
+      addGenerationPrompt: boolean;
+      param: string;
+      fitContext: boolean;
+      inputs: TemplateInputs;
+    };
 
 export interface JobResults {
   parseJson: unknown;
@@ -69,7 +77,7 @@ export function runJob(job: Job): JobOutcome {
     case 'encodePrompt':
       return tokenIdsOutcome(encodePrompt(promptModelOf(job.model), decoder.decode(job.textBytes), job.addSpecialTokens, job.fitContext));
     case 'encodeChat':
-      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt, job.param, job.fitContext, job.tools));
+      return tokenIdsOutcome(encodeChat(promptModelOf(job.model), job.messages, job.addGenerationPrompt, job.param, job.fitContext, job.inputs));
   }
 }
 

@@ -155,6 +155,12 @@ function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[], num
   };
 }
 
+/** What the chat template reads besides the messages: chat_template_kwargs, and reasoning_effort (which wins). */
+export function templateKwargsOf(request: Pick<ChatRequest, 'chat_template_kwargs' | 'reasoning_effort'>): Record<string, unknown> | undefined {
+  if (request.chat_template_kwargs == null && request.reasoning_effort == null) return undefined;
+  return { ...request.chat_template_kwargs, ...(request.reasoning_effort == null ? {} : { reasoning_effort: request.reasoning_effort }) };
+}
+
 export function registerChatRoute(app: FastifyInstance, { registry, metrics, streamLimits, prompts }: OpenAIPluginOptions) {
   app.post('/v1/chat/completions', async (httpRequest, reply) => {
     const arrivalMs = performance.now();
@@ -165,7 +171,11 @@ export function registerChatRoute(app: FastifyInstance, { registry, metrics, str
     const toolPlan = toolPlanOf(request);
     const constraint = constraintOf(request.response_format, request.structured_outputs);
     const offered = promptWithTools(model.formats, chatMessagesOf(request.messages), toolPlan.choice === 'none' ? [] : toolPlan.tools);
-    const promptTokenIds = await prompts.encodeChat(model, offered.messages, true, { isWanted: clientIsConnected(httpRequest), tools: offered.tools });
+    const promptTokenIds = await prompts.encodeChat(model, offered.messages, true, {
+      isWanted: clientIsConnected(httpRequest),
+      tools: offered.tools,
+      templateKwargs: templateKwargsOf(request),
+    });
     const maxTokens = resolveMaxTokens(
       model,
       promptTokenIds.length,

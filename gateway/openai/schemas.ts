@@ -122,6 +122,10 @@ export const chatRequestSchema = z.object({
   response_format: responseFormatSchema.nullish(),
   /** Extension (vLLM): json, regex, choice, grammar, ... */
   structured_outputs: structuredOutputsSchema.nullish(),
+  /** OpenAI's reasoning models' effort; the chat template reads it (gpt-oss: "Reasoning: high"). */
+  reasoning_effort: z.enum(['minimal', 'low', 'medium', 'high']).nullish(),
+  /** Extension (vLLM, transformers' apply_chat_template kwargs): variables the chat template reads, such as Qwen3's enable_thinking. */
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
 });
 
 export const completionRequestSchema = z.object({

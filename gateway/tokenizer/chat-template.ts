@@ -20,10 +20,21 @@ export interface ChatToolCall {
   function: { name: string; arguments: unknown };
 }
 
-export interface RenderOptions {
-  addGenerationPrompt: boolean;
+/**
+ * Extra variables a template reads, as transformers' apply_chat_template(**kwargs) passes them
+ * (vLLM's chat_template_kwargs): Qwen3's enable_thinking, gpt-oss's reasoning_effort.
+ */
+export type TemplateKwargs = Readonly<Record<string, unknown>>;
+
+/** What a template reads besides the messages and whether to open the assistant's turn. */
+export interface TemplateInputs {
   /** The request's tools, as transformers hands them to templates (OpenAI's function tool objects). */
   tools?: readonly object[];
+  kwargs?: TemplateKwargs;
+}
+
+export interface RenderOptions extends TemplateInputs {
+  addGenerationPrompt: boolean;
 }
 
 export interface ChatTemplate {
@@ -38,7 +49,9 @@ export function loadChatTemplate(config: TokenizerConfig): ChatTemplate | null {
   const eosToken = config.eosToken ?? '';
   return {
     render(messages, options) {
+      // The kwargs come first: they may not replace the messages or the special tokens.
       return template.render({
+        ...options.kwargs,
         messages,
         add_generation_prompt: options.addGenerationPrompt,
         bos_token: bosToken,

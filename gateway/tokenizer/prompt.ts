@@ -1,7 +1,7 @@
 // A prompt's way from text to token ids, the same on the event loop and in a worker thread:
 // render the chat template, refuse text that cannot fit before paying to tokenize it, encode.
 import { ApiError } from '../errors.ts';
-import type { ChatMessage, ChatTemplate } from './chat-template.ts';
+import type { ChatMessage, ChatTemplate, TemplateInputs } from './chat-template.ts';
 import type { Tokenizer } from './tokenizer.ts';
 
 export interface PromptModel {
@@ -33,7 +33,7 @@ export function checkPromptChars(model: PromptModel, numChars: number) {
 
 /** param: the request field errors point at (`messages`, or the Responses API's `input`). */
 export function renderChat(
-  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', tools?: readonly object[],
+  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', inputs: TemplateInputs = {},
 ): string {
   if (model.chatTemplate === null) {
     throw new ApiError(
@@ -43,7 +43,7 @@ export function renderChat(
     );
   }
   try {
-    return model.chatTemplate.render(messages, { addGenerationPrompt, tools });
+    return model.chatTemplate.render(messages, { addGenerationPrompt, ...inputs });
   } catch (err) {
     throw new ApiError('chat_template_error', `The chat template rejected the messages: ${(err as Error).message}`, param);
   }
@@ -60,7 +60,7 @@ export function encodePrompt(model: PromptModel, text: string, addSpecialTokens:
 
 /** The chat template rendered, then encoded with its special tokens as written. */
 export function encodeChat(
-  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', fitContext = true, tools?: readonly object[],
+  model: PromptModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, param = 'messages', fitContext = true, inputs: TemplateInputs = {},
 ): number[] {
-  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt, param, tools), false, fitContext);
+  return encodePrompt(model, renderChat(model, messages, addGenerationPrompt, param, inputs), false, fitContext);
 }

@@ -35,15 +35,74 @@ typedef enum cd_kernel {
   CD_KERNEL_SCALAR = 3
 } cd_kernel;
 
-/* Where one tensor's bytes lie. size_bytes == 0 marks an absent optional tensor (a bias). */
+/* How a stored tensor encodes its elements. */
+typedef enum cd_encoding {
+  /* Elements of cd_tensor_ref.dtype. */
+  CD_ENCODING_PLAIN = 0,
+  /* OCP MXFP4 (gpt-oss's experts): per 32 elements of a row, 16 bytes of E2M1 values at the ref
+     (element 2i in the low nibble of byte i, 2i + 1 in the high one) and one E8M0 scale byte,
+     2^(byte - 127), at the scales' ref. Rows are [k / 2] bytes of blocks and [k / 32] scales. */
+  CD_ENCODING_MXFP4 = 1
+} cd_encoding;
+
+/*
+ * Where one tensor's bytes lie, and which of its elements a weight reads. size_bytes == 0 marks
+ * an absent optional tensor (a bias). A weight of rows x k elements reads element (row, i) at
+ * row * row_stride + i * col_stride elements from offset_bytes: row-major [rows, k] by default
+ * (strides 0), every other row of a tensor whose rows interleave two weights (gpt-oss's
+ * gate_up_proj: row_stride 2k), or a transposed [k, n] tensor (row_stride 1, col_stride n). The
+ * storage type is per weight, so one model may mix dtypes and encodings.
+ */
 typedef struct cd_tensor_ref {
-  int32_t file_index;  /* into cd_model_spec.file_paths */
-  uint64_t offset_bytes; /* absolute offset within the file */
-  uint64_t size_bytes;
-  cd_dtype dtype;      /* stored dtype */
+  int32_t file_index;    /* into cd_model_spec.file_paths */
+  uint64_t offset_bytes; /* absolute offset within the file of element (0, 0) */
+  uint64_t size_bytes;   /* the bytes the weight spans */
+  cd_dtype dtype;        /* stored dtype (CD_ENCODING_PLAIN) */
+  cd_encoding encoding;
+  int64_t row_stride;    /* elements; 0: k */
+  int64_t col_stride;    /* elements; 0: 1 (the only value MXFP4 takes) */
+  /* MXFP4: the scales of element (0, 0)'s block, and the bytes the scales span. */
+  int32_t scales_file_index;
+  uint64_t scales_offset_bytes;
+  uint64_t scales_size_bytes;
 } cd_tensor_ref;
 
-/* One decoder layer. Matrices are [out_features, in_features] row-major, as Hugging Face stores. */
+/* The gated activation between an MLP's gate and up projections and its down projection. */
+typedef enum cd_activation {
+  CD_ACTIVATION_SILU = 0,      /* silu(gate) * up */
+  CD_ACTIVATION_GELU_TANH = 1, /* gelu_pytorch_tanh(gate) * up (Gemma) */
+  /* gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) * g * sigmoid(alpha * g) */
+  CD_ACTIVATION_CLAMPED_SWIGLU = 2
+} cd_activation;
+
+/* How a MoE router turns its logits into experts and weights. */
+typedef enum cd_routing {
+  /* Softmax over every expert, the top k, renormalized to sum to 1 when norm_topk_prob is set
+     (Mixtral always, Qwen3-MoE by config). */
+  CD_ROUTING_SOFTMAX_TOPK = 0,
+  /* The top k logits, softmax over them (gpt-oss). */
+  CD_ROUTING_TOPK_SOFTMAX = 1
+} cd_routing;
+
+/* One expert of a MoE layer: an MLP of moe_intermediate_size. Biases are optional. */
+typedef struct cd_expert_spec {
+  cd_tensor_ref gate_proj; /* [moe_intermediate, hidden] */
+  cd_tensor_ref up_proj;   /* [moe_intermediate, hidden] */
+  cd_tensor_ref down_proj; /* [hidden, moe_intermediate] */
+  cd_tensor_ref gate_bias, up_bias, down_bias;
+} cd_expert_spec;
+
+/* Rotary embeddings one or more layers share. */
+typedef struct cd_rope_spec {
+  /* The leading dims of each head that rotate (partial rotary: Phi-4-mini); the rest pass. */
+  int32_t rotary_dim;
+  /* [rotary_dim / 2] inverse frequencies, any scaling (llama3, linear, YaRN, LongRoPE) applied. */
+  const double* inv_freq;
+  /* cos and sin are multiplied by it (YaRN's and LongRoPE's attention factor; 1 otherwise). */
+  double attention_scaling;
+} cd_rope_spec;
+
+/* One decoder layer. Matrices are [out_features, in_features], as Hugging Face stores. */
 typedef struct cd_layer_spec {
   cd_tensor_ref input_norm;     /* [hidden] */
   cd_tensor_ref q_proj;         /* [num_heads * head_dim, hidden] */
@@ -52,11 +111,29 @@ typedef struct cd_layer_spec {
   cd_tensor_ref q_bias;         /* optional [num_heads * head_dim] */
   cd_tensor_ref k_bias;         /* optional [num_kv_heads * head_dim] */
   cd_tensor_ref v_bias;         /* optional [num_kv_heads * head_dim] */
+  cd_tensor_ref q_norm;         /* optional [head_dim]: RMS norm of each query head before RoPE */
+  cd_tensor_ref k_norm;         /* optional [head_dim] */
+  cd_tensor_ref sinks;          /* optional [num_heads]: a logit per head in every softmax's denominator */
   cd_tensor_ref o_proj;         /* [hidden, num_heads * head_dim] */
-  cd_tensor_ref post_attn_norm; /* [hidden] */
+  cd_tensor_ref o_bias;         /* optional [hidden] */
+  cd_tensor_ref attn_out_norm;  /* optional [hidden]: norm of the attention output before the residual add */
+  cd_tensor_ref ffn_norm;       /* [hidden]: the norm before the MLP (Llama's post_attention_layernorm) */
+  cd_tensor_ref ffn_out_norm;   /* optional [hidden]: norm of the MLP output before the residual add */
+  /* Tokens each query may look back, inclusive of itself; 0 when unlimited. */
+  int32_t sliding_window_tokens;
+  int32_t rope_index;           /* into cd_model_spec.ropes */
+  /* Which KV-cache group holds this layer's K and V, and its slot among the group's layers. */
+  int32_t kv_group;
+  int32_t kv_slot;
+  /* Dense MLP (num_experts == 0). */
   cd_tensor_ref gate_proj;      /* [intermediate, hidden] */
   cd_tensor_ref up_proj;        /* [intermediate, hidden] */
   cd_tensor_ref down_proj;      /* [hidden, intermediate] */
+  /* MoE MLP (num_experts > 0). */
+  int32_t num_experts;
+  cd_tensor_ref router;         /* [num_experts, hidden] */
+  cd_tensor_ref router_bias;    /* optional [num_experts] */
+  const cd_expert_spec* experts; /* [num_experts] */
 } cd_layer_spec;
 
 /* A checked checkpoint with every hyperparameter resolved. */
@@ -71,10 +148,31 @@ typedef struct cd_model_spec {
   int32_t head_dim;
   int32_t vocab_size;
   double rms_norm_eps;
-  /* Tokens each query may look back, inclusive of itself; 0 when unlimited. */
-  int32_t sliding_window_tokens;
-  /* [head_dim / 2] rotary inverse frequencies, any rope scaling already applied. */
-  const double* rope_inv_freq;
+  /* Every RMS norm multiplies by (1 + weight) instead of weight (Gemma). */
+  int32_t norm_adds_one;
+  /* Embeddings are multiplied by this, rounded to the weight dtype (Gemma: sqrt(hidden)); 1 otherwise. */
+  double embedding_scale;
+  /* Attention scores are q . k times this (head_dim^-0.5, or Gemma's query_pre_attn_scalar^-0.5). */
+  double attention_scale;
+  /* cap * tanh(x / cap) of the scaled attention scores and of the final logits; 0 when off. */
+  double attention_softcap;
+  double final_softcap;
+  cd_activation activation;
+  double swiglu_alpha;          /* CD_ACTIVATION_CLAMPED_SWIGLU */
+  double swiglu_limit;
+  /* MoE layers. */
+  int32_t moe_intermediate_size;
+  int32_t num_experts_per_token;
+  cd_routing routing;
+  int32_t norm_topk_prob;
+  const cd_rope_spec* ropes;
+  int32_t num_ropes;
+  /* KV-cache groups (vLLM's hybrid allocator): each group's layers share one block table, and a
+     block holds layers_per_kv_block of a group's layers. A model whose layers all see the same
+     span has one group; one mixing sliding-window and full layers groups each kind apart, so the
+     blocks a window has left can be freed on its layers alone. */
+  int32_t num_kv_groups;
+  int32_t layers_per_kv_block;
   cd_tensor_ref embed_tokens; /* [vocab, hidden] */
   cd_tensor_ref final_norm;   /* [hidden] */
   cd_tensor_ref lm_head;      /* [vocab, hidden]; equal to embed_tokens when tied */
@@ -102,7 +200,7 @@ typedef struct cd_model cd_model;
 /* What a loaded model resolved: the kernel that runs and the KV cache's footprint. */
 typedef struct cd_model_info {
   cd_kernel kernel;
-  /* K and V of one block over all layers. */
+  /* K and V of one block: layers_per_kv_block layers of one group. */
   uint64_t kv_bytes_per_block;
 } cd_model_info;
 
@@ -129,7 +227,8 @@ typedef struct cd_batch {
   const int32_t* positions;      /* [num_tokens] */
   const int32_t* query_starts;   /* [num_seqs + 1] */
   int32_t max_blocks_per_seq;
-  const int32_t* block_tables;   /* [num_seqs * max_blocks_per_seq] */
+  /* [num_kv_groups][num_seqs * max_blocks_per_seq]: each KV-cache group's block tables */
+  const int32_t* block_tables;
   const uint8_t* seq_flags;      /* [num_seqs] */
   const float* temperatures;     /* [num_seqs] 0 = greedy */
   const float* top_ps;           /* [num_seqs] 1 disables */

@@ -65,17 +65,38 @@ int32_t int_of(const Napi::Object& object, const char* key) {
   return object.Get(key).As<Napi::Number>().Int32Value();
 }
 
-cd_tensor_ref tensor_ref_from(const Napi::Value& value) {
-  const Napi::Object object = value.As<Napi::Object>();
-  return cd_tensor_ref{int_of(object, "fileIndex"),
-                       uint64_t(object.Get("offsetBytes").As<Napi::Number>().Int64Value()),
-                       uint64_t(object.Get("sizeBytes").As<Napi::Number>().Int64Value()),
-                       dtype_from(object.Get("dtype"))};
+int64_t int64_or_zero(const Napi::Object& object, const char* key) {
+  const Napi::Value value = object.Get(key);
+  return value.IsNumber() ? value.As<Napi::Number>().Int64Value() : 0;
 }
 
-cd_tensor_ref optional_tensor_ref_from(const Napi::Value& value) {
-  if (value.IsUndefined() || value.IsNull()) return cd_tensor_ref{0, 0, 0, CD_DTYPE_F32};
-  return tensor_ref_from(value);
+double double_of(const Napi::Object& object, const char* key) { return object.Get(key).As<Napi::Number>().DoubleValue(); }
+
+// A TensorRef (native/checkpoint.ts); absent (undefined or null) is an empty ref.
+cd_tensor_ref tensor_ref_from(const Napi::Value& value) {
+  cd_tensor_ref ref{};
+  if (value.IsUndefined() || value.IsNull()) return ref;
+  const Napi::Object object = value.As<Napi::Object>();
+  ref.file_index = int_of(object, "fileIndex");
+  ref.offset_bytes = uint64_t(int64_or_zero(object, "offsetBytes"));
+  ref.size_bytes = uint64_t(int64_or_zero(object, "sizeBytes"));
+  ref.dtype = dtype_from(object.Get("dtype"));
+  ref.encoding = object.Get("encoding").IsString() && object.Get("encoding").As<Napi::String>().Utf8Value() == "mxfp4"
+                     ? CD_ENCODING_MXFP4
+                     : CD_ENCODING_PLAIN;
+  ref.row_stride = int64_or_zero(object, "rowStride");
+  ref.col_stride = int64_or_zero(object, "colStride");
+  ref.scales_file_index = int32_t(int64_or_zero(object, "scalesFileIndex"));
+  ref.scales_offset_bytes = uint64_t(int64_or_zero(object, "scalesOffsetBytes"));
+  ref.scales_size_bytes = uint64_t(int64_or_zero(object, "scalesSizeBytes"));
+  return ref;
+}
+
+cd_activation activation_from(const Napi::Value& value) {
+  const std::string name = value.As<Napi::String>().Utf8Value();
+  if (name == "gelu_tanh") return CD_ACTIVATION_GELU_TANH;
+  if (name == "clamped_swiglu") return CD_ACTIVATION_CLAMPED_SWIGLU;
+  return CD_ACTIVATION_SILU;
 }
 
 template <typename T>
@@ -106,34 +127,89 @@ class LoadWorker : public Napi::AsyncWorker {
       file_paths_.push_back(paths.Get(i).As<Napi::String>().Utf8Value());
     }
     for (const std::string& path : file_paths_) file_path_pointers_.push_back(path.c_str());
-    rope_inv_freq_ = copy_of<double>(spec.Get("ropeInvFreq"));
+    const Napi::Array ropes = spec.Get("ropes").As<Napi::Array>();
+    for (uint32_t i = 0; i < ropes.Length(); ++i) rope_inv_freqs_.push_back(copy_of<double>(ropes.Get(i).As<Napi::Object>().Get("invFreq")));
+    for (uint32_t i = 0; i < ropes.Length(); ++i) {
+      const Napi::Object rope = ropes.Get(i).As<Napi::Object>();
+      ropes_.push_back(cd_rope_spec{int_of(rope, "rotaryDim"), rope_inv_freqs_[i].data(), double_of(rope, "attentionScaling")});
+    }
     const Napi::Array layers = spec.Get("layers").As<Napi::Array>();
+    experts_.resize(layers.Length());
     for (uint32_t i = 0; i < layers.Length(); ++i) {
       const Napi::Object layer = layers.Get(i).As<Napi::Object>();
-      layers_.push_back(cd_layer_spec{
-          tensor_ref_from(layer.Get("inputNorm")), tensor_ref_from(layer.Get("qProj")),
-          tensor_ref_from(layer.Get("kProj")), tensor_ref_from(layer.Get("vProj")),
-          optional_tensor_ref_from(layer.Get("qBias")), optional_tensor_ref_from(layer.Get("kBias")),
-          optional_tensor_ref_from(layer.Get("vBias")), tensor_ref_from(layer.Get("oProj")),
-          tensor_ref_from(layer.Get("postAttentionNorm")), tensor_ref_from(layer.Get("gateProj")),
-          tensor_ref_from(layer.Get("upProj")), tensor_ref_from(layer.Get("downProj"))});
+      const auto ref = [&](const char* key) { return tensor_ref_from(layer.Get(key)); };
+      cd_layer_spec out{};
+      out.input_norm = ref("inputNorm");
+      out.q_proj = ref("qProj");
+      out.k_proj = ref("kProj");
+      out.v_proj = ref("vProj");
+      out.q_bias = ref("qBias");
+      out.k_bias = ref("kBias");
+      out.v_bias = ref("vBias");
+      out.q_norm = ref("qNorm");
+      out.k_norm = ref("kNorm");
+      out.sinks = ref("sinks");
+      out.o_proj = ref("oProj");
+      out.o_bias = ref("oBias");
+      out.attn_out_norm = ref("attentionOutputNorm");
+      out.ffn_norm = ref("ffnNorm");
+      out.ffn_out_norm = ref("ffnOutputNorm");
+      out.sliding_window_tokens = int_of(layer, "slidingWindowTokens");
+      out.rope_index = int_of(layer, "ropeIndex");
+      out.kv_group = int_of(layer, "kvGroup");
+      out.kv_slot = int_of(layer, "kvSlot");
+      out.gate_proj = ref("gateProj");
+      out.up_proj = ref("upProj");
+      out.down_proj = ref("downProj");
+      const Napi::Value experts = layer.Get("experts");
+      if (experts.IsArray()) {
+        const Napi::Array list = experts.As<Napi::Array>();
+        for (uint32_t e = 0; e < list.Length(); ++e) {
+          const Napi::Object expert = list.Get(e).As<Napi::Object>();
+          experts_[i].push_back(cd_expert_spec{
+              tensor_ref_from(expert.Get("gateProj")), tensor_ref_from(expert.Get("upProj")),
+              tensor_ref_from(expert.Get("downProj")), tensor_ref_from(expert.Get("gateBias")),
+              tensor_ref_from(expert.Get("upBias")), tensor_ref_from(expert.Get("downBias"))});
+        }
+        out.router = ref("router");
+        out.router_bias = ref("routerBias");
+      }
+      out.num_experts = int32_t(experts_[i].size());
+      out.experts = experts_[i].data();
+      layers_.push_back(out);
     }
-    spec_ = cd_model_spec{file_path_pointers_.data(),
-                          int32_t(file_path_pointers_.size()),
-                          int_of(spec, "numLayers"),
-                          int_of(spec, "hiddenSize"),
-                          int_of(spec, "intermediateSize"),
-                          int_of(spec, "numHeads"),
-                          int_of(spec, "numKvHeads"),
-                          int_of(spec, "headDim"),
-                          int_of(spec, "vocabSize"),
-                          spec.Get("rmsNormEps").As<Napi::Number>().DoubleValue(),
-                          int_of(spec, "slidingWindowTokens"),
-                          rope_inv_freq_.data(),
-                          tensor_ref_from(spec.Get("embedTokens")),
-                          tensor_ref_from(spec.Get("finalNorm")),
-                          tensor_ref_from(spec.Get("lmHead")),
-                          layers_.data()};
+    spec_ = cd_model_spec{};
+    spec_.file_paths = file_path_pointers_.data();
+    spec_.num_files = int32_t(file_path_pointers_.size());
+    spec_.num_layers = int_of(spec, "numLayers");
+    spec_.hidden_size = int_of(spec, "hiddenSize");
+    spec_.intermediate_size = int_of(spec, "intermediateSize");
+    spec_.num_heads = int_of(spec, "numHeads");
+    spec_.num_kv_heads = int_of(spec, "numKvHeads");
+    spec_.head_dim = int_of(spec, "headDim");
+    spec_.vocab_size = int_of(spec, "vocabSize");
+    spec_.rms_norm_eps = double_of(spec, "rmsNormEps");
+    spec_.norm_adds_one = spec.Get("normAddsOne").ToBoolean().Value() ? 1 : 0;
+    spec_.embedding_scale = double_of(spec, "embeddingScale");
+    spec_.attention_scale = double_of(spec, "attentionScale");
+    spec_.attention_softcap = double_of(spec, "attentionSoftcap");
+    spec_.final_softcap = double_of(spec, "finalSoftcap");
+    spec_.activation = activation_from(spec.Get("activation"));
+    spec_.swiglu_alpha = double_of(spec, "swigluAlpha");
+    spec_.swiglu_limit = double_of(spec, "swigluLimit");
+    spec_.moe_intermediate_size = int_of(spec, "moeIntermediateSize");
+    spec_.num_experts_per_token = int_of(spec, "numExpertsPerToken");
+    spec_.routing = spec.Get("routing").As<Napi::String>().Utf8Value() == "topk_softmax" ? CD_ROUTING_TOPK_SOFTMAX
+                                                                                       : CD_ROUTING_SOFTMAX_TOPK;
+    spec_.norm_topk_prob = spec.Get("normTopkProb").ToBoolean().Value() ? 1 : 0;
+    spec_.ropes = ropes_.data();
+    spec_.num_ropes = int32_t(ropes_.size());
+    spec_.num_kv_groups = int_of(spec, "numKvGroups");
+    spec_.layers_per_kv_block = int_of(spec, "layersPerKvBlock");
+    spec_.embed_tokens = tensor_ref_from(spec.Get("embedTokens"));
+    spec_.final_norm = tensor_ref_from(spec.Get("finalNorm"));
+    spec_.lm_head = tensor_ref_from(spec.Get("lmHead"));
+    spec_.layers = layers_.data();
     options_ = cd_load_options{dtype_from(options.Get("weightDtype")),
                                options.Get("quantization").As<Napi::String>().Utf8Value() == "int8"
                                    ? CD_QUANTIZATION_INT8
@@ -181,7 +257,9 @@ class LoadWorker : public Napi::AsyncWorker {
   Napi::Promise::Deferred deferred_;
   std::vector<std::string> file_paths_;
   std::vector<const char*> file_path_pointers_;
-  std::vector<double> rope_inv_freq_;
+  std::vector<std::vector<double>> rope_inv_freqs_;
+  std::vector<cd_rope_spec> ropes_;
+  std::vector<std::vector<cd_expert_spec>> experts_;
   std::vector<cd_layer_spec> layers_;
   cd_model_spec spec_{};
   cd_load_options options_{};

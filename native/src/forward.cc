@@ -13,6 +13,7 @@
 #include "logprobs.h"
 #include "matmul.h"
 #include "model.h"
+#include "moe.h"
 #include "sampler.h"
 
 namespace conduit {
@@ -37,10 +38,11 @@ void rms_norm(const KernelTable& kernels, const float* x, const float* weight, i
   for (int32_t i = 0; i < n; ++i) y[i] = weight[i] * (x[i] * inv_rms);
 }
 
-// Rotates the two halves of each head (the Hugging Face rotate_half convention).
-void apply_rope(float* heads, int32_t num_heads, int32_t head_dim, const float* cos_row,
+// Rotates the two halves of each head's first rotary_dim dims (the Hugging Face rotate_half
+// convention; the rest of a partially rotary head passes).
+void apply_rope(float* heads, int32_t num_heads, int32_t head_dim, int32_t rotary_dim, const float* cos_row,
                 const float* sin_row) {
-  const int32_t half = head_dim / 2;
+  const int32_t half = rotary_dim / 2;
   for (int32_t h = 0; h < num_heads; ++h) {
     float* head = heads + size_t(h) * head_dim;
     for (int32_t i = 0; i < half; ++i) {
@@ -77,6 +79,18 @@ void wait_for_bitmasks(const cd_batch& batch) {
   }
 }
 
+// Each head's RMS norm over its head_dim (Qwen3's and Gemma's q_norm and k_norm), in place.
+void norm_heads(const KernelTable& kernels, float* heads, int32_t num_heads, int32_t head_dim, const float* weight,
+                double eps) {
+  if (weight == nullptr) return;
+  for (int32_t h = 0; h < num_heads; ++h) {
+    float* head = heads + size_t(h) * head_dim;
+    rms_norm(kernels, head, weight, head_dim, eps, head);
+  }
+}
+
+constexpr float kNoSink = -std::numeric_limits<float>::infinity();
+
 }  // namespace
 
 class ForwardPass {
@@ -92,15 +106,19 @@ class ForwardPass {
   }
 
  private:
-  int32_t slot_of(int32_t seq, int32_t position) const {
-    const int32_t block_size = model_.kv_cache.block_size_tokens();
-    const int32_t block = batch_.block_tables[size_t(seq) * batch_.max_blocks_per_seq + position / block_size];
-    return block * block_size + position % block_size;
+  // Group g's block table of a sequence (cd_batch.block_tables holds one table per KV-cache group).
+  const int32_t* block_table(int32_t group, int32_t seq) const {
+    return batch_.block_tables + (size_t(group) * batch_.num_seqs + size_t(seq)) * batch_.max_blocks_per_seq;
   }
 
-  int32_t first_visible_position(int32_t position) const {
-    if (dims_.sliding_window_tokens == 0) return 0;
-    return std::max(0, position - dims_.sliding_window_tokens + 1);
+  int32_t slot_of(int32_t group, int32_t seq, int32_t position) const {
+    const int32_t block_size = model_.kv_cache.block_size_tokens();
+    return block_table(group, seq)[position / block_size] * block_size + position % block_size;
+  }
+
+  static int32_t first_visible_position(int32_t position, int32_t window) {
+    if (window == 0) return 0;
+    return std::max(0, position - window + 1);
   }
 
   // Tasks go to whichever thread claims them first: no value depends on the thread, and a
@@ -119,13 +137,27 @@ class ForwardPass {
     grow(ws_.k, num_tokens * dims_.kv_size());
     grow(ws_.v, num_tokens * dims_.kv_size());
     grow(ws_.attention, num_tokens * dims_.q_size());
+    grow(ws_.layer_out, num_tokens * dims_.hidden_size);
     grow(ws_.gate, num_tokens * dims_.intermediate_size);
     grow(ws_.up, num_tokens * dims_.intermediate_size);
-    grow(ws_.rope_cos, num_tokens * (dims_.head_dim / 2));
-    grow(ws_.rope_sin, num_tokens * (dims_.head_dim / 2));
+    ws_.rope_cos.resize(model_.ropes.size());
+    ws_.rope_sin.resize(model_.ropes.size());
+    for (size_t r = 0; r < model_.ropes.size(); ++r) {
+      grow(ws_.rope_cos[r], num_tokens * size_t(model_.ropes[r].rotary_dim / 2));
+      grow(ws_.rope_sin[r], num_tokens * size_t(model_.ropes[r].rotary_dim / 2));
+    }
     ws_.token_seqs.resize(num_tokens);
     ws_.output_tokens.clear();
     ws_.prompt_tokens.clear();
+    // The longest span a query reads: unlimited when some layer is, else the widest window.
+    int32_t widest_window = 0;
+    for (const Layer& layer : model_.layers) {
+      if (layer.sliding_window_tokens == 0) {
+        widest_window = 0;
+        break;
+      }
+      widest_window = std::max(widest_window, layer.sliding_window_tokens);
+    }
     int32_t max_context = 1;
     for (int32_t seq = 0; seq < batch_.num_seqs; ++seq) {
       const int32_t begin = batch_.query_starts[seq];
@@ -133,7 +165,7 @@ class ForwardPass {
       for (int32_t t = begin; t < end; ++t) {
         ws_.token_seqs[size_t(t)] = seq;
         const int32_t position = batch_.positions[t];
-        max_context = std::max(max_context, position - first_visible_position(position) + 1);
+        max_context = std::max(max_context, position - first_visible_position(position, widest_window) + 1);
       }
       if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) ws_.output_tokens.push_back(end - 1);
       if (batch_.seq_flags[seq] & CD_SEQ_PROMPT_LOGPROBS) {
@@ -164,17 +196,24 @@ class ForwardPass {
   }
 
   void embed_and_rope_tables() {
-    const int32_t half = dims_.head_dim / 2;
+    const float scale = model_.numerics.embedding_scale;
     parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         const size_t row = size_t(batch_.token_ids[t]) * dims_.hidden_size;
         const Embedding& embed = model_.embed_tokens;
         float* hidden = &ws_.hidden[size_t(t) * dims_.hidden_size];
         for (int32_t i = 0; i < dims_.hidden_size; ++i) hidden[i] = load_as_f32(embed.data, embed.dtype, row + i);
-        for (int32_t i = 0; i < half; ++i) {
-          const double angle = double(batch_.positions[t]) * model_.rope_inv_freq[size_t(i)];
-          ws_.rope_cos[size_t(t) * half + i] = float(std::cos(angle));
-          ws_.rope_sin[size_t(t) * half + i] = float(std::sin(angle));
+        if (scale != 1.0f) {
+          for (int32_t i = 0; i < dims_.hidden_size; ++i) hidden[i] *= scale;
+        }
+        for (size_t r = 0; r < model_.ropes.size(); ++r) {
+          const RopeTable& rope = model_.ropes[r];
+          const int32_t half = rope.rotary_dim / 2;
+          for (int32_t i = 0; i < half; ++i) {
+            const double angle = double(batch_.positions[t]) * rope.inv_freq[size_t(i)];
+            ws_.rope_cos[r][size_t(t) * half + i] = float(std::cos(angle) * rope.attention_scaling);
+            ws_.rope_sin[r][size_t(t) * half + i] = float(std::sin(angle) * rope.attention_scaling);
+          }
         }
       }
     });
@@ -202,10 +241,11 @@ class ForwardPass {
                      dims_.hidden_size, jobs, ws_.packed);
   }
 
-  // Biases, rotary embedding, then K and V into the paged cache at each token's slot.
+  // Biases, per-head norms, rotary embedding, then K and V into the paged cache at each token's slot.
   void position_and_cache(int32_t layer_index) {
     const Layer& layer = model_.layers[size_t(layer_index)];
-    const int32_t half = dims_.head_dim / 2;
+    const RopeTable& rope = model_.ropes[size_t(layer.rope)];
+    const int32_t half = rope.rotary_dim / 2;
     KvCache& cache = model_.kv_cache;
     parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
@@ -215,18 +255,31 @@ class ForwardPass {
         add_bias(q, layer.q_bias, dims_.q_size());
         add_bias(k, layer.k_bias, dims_.kv_size());
         add_bias(v, layer.v_bias, dims_.kv_size());
-        const float* cos_row = &ws_.rope_cos[size_t(t) * half];
-        const float* sin_row = &ws_.rope_sin[size_t(t) * half];
-        apply_rope(q, dims_.num_heads, dims_.head_dim, cos_row, sin_row);
-        apply_rope(k, dims_.num_kv_heads, dims_.head_dim, cos_row, sin_row);
-        const int32_t slot = slot_of(ws_.token_seqs[size_t(t)], batch_.positions[t]);
+        norm_heads(model_.kernels, q, dims_.num_heads, dims_.head_dim, layer.q_norm, dims_.rms_norm_eps);
+        norm_heads(model_.kernels, k, dims_.num_kv_heads, dims_.head_dim, layer.k_norm, dims_.rms_norm_eps);
+        const float* cos_row = &ws_.rope_cos[size_t(layer.rope)][size_t(t) * half];
+        const float* sin_row = &ws_.rope_sin[size_t(layer.rope)][size_t(t) * half];
+        apply_rope(q, dims_.num_heads, dims_.head_dim, rope.rotary_dim, cos_row, sin_row);
+        apply_rope(k, dims_.num_kv_heads, dims_.head_dim, rope.rotary_dim, cos_row, sin_row);
+        const int32_t slot = slot_of(layer.kv_group, ws_.token_seqs[size_t(t)], batch_.positions[t]);
         for (int32_t h = 0; h < dims_.num_kv_heads; ++h) {
           const size_t offset = size_t(h) * dims_.head_dim;
-          cache.store(layer_index, 0, slot, h, k + offset);
-          cache.store(layer_index, 1, slot, h, v + offset);
+          cache.store(layer.kv_slot, 0, slot, h, k + offset);
+          cache.store(layer.kv_slot, 1, slot, h, v + offset);
         }
       }
     });
+  }
+
+  // A head's scaled scores, soft-capped where the model caps them, become softmax numerators;
+  // returns their sum, the head's sink included.
+  float softmax_numerators(const Layer& layer, int32_t head, float* scores, int32_t num_visible, float scale) const {
+    const KernelTable& kernels = model_.kernels;
+    const float sink = layer.sinks == nullptr ? kNoSink : layer.sinks[head];
+    const float cap = model_.numerics.attention_softcap;
+    if (cap == 0.0f) return kernels.softmax_numerators(scores, num_visible, scale, sink);
+    kernels.softcap(scores, num_visible, scale, cap);
+    return kernels.softmax_numerators(scores, num_visible, 1.0f, sink);
   }
 
   // Every query reads its keys and values back from the cache in position order, so prefill,
@@ -236,10 +289,11 @@ class ForwardPass {
       attend_bf16_pairs(layer_index);
       return;
     }
+    const Layer& layer = model_.layers[size_t(layer_index)];
     const KvCache& cache = model_.kv_cache;
     const KernelTable& kernels = model_.kernels;
     const int32_t heads_per_kv_head = dims_.num_heads / dims_.num_kv_heads;
-    const float scale = float(1.0 / std::sqrt(double(dims_.head_dim)));
+    const float scale = model_.numerics.attention_scale;
     const int32_t num_pairs = batch_.num_tokens * dims_.num_heads;
     parallel_tasks(num_pairs, [&](int32_t thread_index, int32_t begin, int32_t end) {
       float* scores = ws_.scores[size_t(thread_index)].data();
@@ -249,23 +303,23 @@ class ForwardPass {
         const int32_t kv_head = head / heads_per_kv_head;
         const int32_t seq = ws_.token_seqs[size_t(t)];
         const int32_t position = batch_.positions[t];
-        const int32_t first = first_visible_position(position);
+        const int32_t first = first_visible_position(position, layer.sliding_window_tokens);
         const int32_t num_visible = position - first + 1;
         const float* q = &ws_.q[size_t(t) * dims_.q_size() + size_t(head) * dims_.head_dim];
         // Keys and values of one cache block are contiguous: one kernel call per block.
         const int32_t block_size = cache.block_size_tokens();
         for (int32_t j = 0; j < num_visible;) {
           const int32_t run = std::min(num_visible - j, block_size - (first + j) % block_size);
-          kernels.dot_rows(q, cache.at(layer_index, 0, slot_of(seq, first + j), kv_head), cache.dtype(), run,
+          kernels.dot_rows(q, cache.at(layer.kv_slot, 0, slot_of(layer.kv_group, seq, first + j), kv_head), cache.dtype(), run,
                            dims_.head_dim, scores + j);
           j += run;
         }
-        const float sum = kernels.softmax_numerators(scores, num_visible, scale);
+        const float sum = softmax_numerators(layer, head, scores, num_visible, scale);
         float* out = &ws_.attention[size_t(t) * dims_.q_size() + size_t(head) * dims_.head_dim];
         std::fill(out, out + dims_.head_dim, 0.0f);
         for (int32_t j = 0; j < num_visible;) {
           const int32_t run = std::min(num_visible - j, block_size - (first + j) % block_size);
-          kernels.axpy_rows(scores + j, cache.at(layer_index, 1, slot_of(seq, first + j), kv_head), cache.dtype(),
+          kernels.axpy_rows(scores + j, cache.at(layer.kv_slot, 1, slot_of(layer.kv_group, seq, first + j), kv_head), cache.dtype(),
                             run, dims_.head_dim, out);
           j += run;
         }
@@ -279,11 +333,12 @@ class ForwardPass {
   // products. Scores and numerators are indexed from `base`, the first visible position rounded
   // down to a group of 16 keys (groups and value pairs start at even slots of a block).
   void attend_bf16_pairs(int32_t layer_index) {
+    const Layer& layer = model_.layers[size_t(layer_index)];
     const KvCache& cache = model_.kv_cache;
     const KernelTable& kernels = model_.kernels;
     const int32_t head_dim = dims_.head_dim;
     const int32_t heads_per_kv_head = dims_.num_heads / dims_.num_kv_heads;
-    const float scale = float(1.0 / std::sqrt(double(head_dim)));
+    const float scale = model_.numerics.attention_scale;
     const int32_t block_size = cache.block_size_tokens();
     const size_t key_pair_stride = size_t(block_size) * 2;
     // One task per (token, kv head): its query heads read the same keys and values, the first
@@ -302,15 +357,16 @@ class ForwardPass {
         const int32_t kv_head = task % dims_.num_kv_heads;
         const int32_t seq = ws_.token_seqs[size_t(t)];
         const int32_t position = batch_.positions[t];
-        const int32_t first = first_visible_position(position);
+        const int32_t first = first_visible_position(position, layer.sliding_window_tokens);
         const int32_t base = first - first % 16;
         const int32_t num_groups = (position - base) / 16 + 1;
+        const int32_t* table = block_table(layer.kv_group, seq);
         for (int32_t g = 0; g < num_groups; ++g) {
           const int32_t group_position = base + 16 * g;
-          const int32_t block = batch_.block_tables[size_t(seq) * batch_.max_blocks_per_seq + group_position / block_size];
+          const int32_t block = table[group_position / block_size];
           const int32_t offset = group_position % block_size;
-          key_groups[g] = static_cast<const uint16_t*>(cache.region(layer_index, 0, block, kv_head)) + offset * 2;
-          value_groups[g] = static_cast<const uint16_t*>(cache.region(layer_index, 1, block, kv_head)) + offset * head_dim;
+          key_groups[g] = static_cast<const uint16_t*>(cache.region(layer.kv_slot, 0, block, kv_head)) + offset * 2;
+          value_groups[g] = static_cast<const uint16_t*>(cache.region(layer.kv_slot, 1, block, kv_head)) + offset * head_dim;
         }
         // A decode token's keys and values were written steps ago and the weights streamed since
         // have evicted them: fetch them all at once rather than a cache miss at a time. (A
@@ -327,7 +383,7 @@ class ForwardPass {
         kernels.score_key_groups(q, heads_per_kv_head, query, key_groups, num_groups, key_pair_stride, head_dim, scores,
                                  scores_stride);
         for (int32_t h = 0; h < heads_per_kv_head; ++h) {
-          sums[h] = kernels.softmax_numerators(scores + size_t(h) * scores_stride + skip, num_visible, scale);
+          sums[h] = softmax_numerators(layer, int32_t(first_head) + h, scores + size_t(h) * scores_stride + skip, num_visible, scale);
         }
         kernels.sum_value_groups(scores, scores_stride, heads_per_kv_head, skip, num_visible, probs, value_groups,
                                  head_dim, out);
@@ -359,22 +415,69 @@ class ForwardPass {
              {layer.v_proj, dims_.kv_size(), ws_.v.data()}});
     position_and_cache(layer_index);
     attend(layer_index);
-    matmuls(ws_.attention.data(), num_tokens, dims_.q_size(),
-            {{layer.o_proj, dims_.hidden_size, ws_.hidden.data(), true}});
-
-    normed_matmuls(ws_.hidden.data(), layer.post_attn_norm, num_tokens,
+    if (layer.attn_out_norm == nullptr && layer.o_bias == nullptr) {
+      matmuls(ws_.attention.data(), num_tokens, dims_.q_size(),
+              {{layer.o_proj, dims_.hidden_size, ws_.hidden.data(), true}});
+    } else {
+      matmuls(ws_.attention.data(), num_tokens, dims_.q_size(), {{layer.o_proj, dims_.hidden_size, ws_.layer_out.data()}});
+      add_to_residual(layer.o_bias, layer.attn_out_norm);
+    }
+    if (layer.is_moe()) {
+      norm_rows(ws_.hidden.data(), layer.ffn_norm, ws_.normed.data());
+      run_moe(model_.pool, model_.kernels, layer, dims_, model_.numerics, ws_.normed.data(), num_tokens, ws_.hidden.data(),
+              ws_.packed, ws_.moe);
+      return;
+    }
+    normed_matmuls(ws_.hidden.data(), layer.ffn_norm, num_tokens,
             {{layer.gate_proj, dims_.intermediate_size, ws_.gate.data()},
              {layer.up_proj, dims_.intermediate_size, ws_.up.data()}});
-    // down_proj's input is SwiGLU: silu(gate) * up, row by row (in place into gate when shared).
-    const auto swiglu = [](const void* context, int32_t row, float* out) {
+    // down_proj's input is the gated activation of gate and up, row by row (in place into gate
+    // when shared).
+    const auto activate = [](const void* context, int32_t row, float* out) {
       const ForwardPass& pass = *static_cast<const ForwardPass*>(context);
       const size_t width = size_t(pass.dims_.intermediate_size);
-      pass.model_.kernels.swiglu(&pass.ws_.gate[size_t(row) * width], &pass.ws_.up[size_t(row) * width],
-                                 int32_t(width), out);
+      const float* gate = &pass.ws_.gate[size_t(row) * width];
+      const float* up = &pass.ws_.up[size_t(row) * width];
+      const Numerics& numerics = pass.model_.numerics;
+      switch (numerics.activation) {
+        case CD_ACTIVATION_GELU_TANH: pass.model_.kernels.gelu_tanh_gate(gate, up, int32_t(width), out); break;
+        case CD_ACTIVATION_CLAMPED_SWIGLU:
+          pass.model_.kernels.clamped_swiglu(gate, up, int32_t(width), numerics.swiglu_alpha, numerics.swiglu_limit, out);
+          break;
+        default: pass.model_.kernels.swiglu(gate, up, int32_t(width), out); break;
+      }
     };
-    parallel_matmuls(model_.pool, model_.kernels, MatmulInput{ws_.gate.data(), swiglu, this}, num_tokens,
-                     dims_.intermediate_size, {{layer.down_proj, dims_.hidden_size, ws_.hidden.data(), true}},
+    const bool adds_directly = layer.ffn_out_norm == nullptr;
+    parallel_matmuls(model_.pool, model_.kernels, MatmulInput{ws_.gate.data(), activate, this}, num_tokens,
+                     dims_.intermediate_size,
+                     {{layer.down_proj, dims_.hidden_size, adds_directly ? ws_.hidden.data() : ws_.layer_out.data(), adds_directly}},
                      ws_.packed);
+    if (!adds_directly) add_to_residual(nullptr, layer.ffn_out_norm);
+  }
+
+  // Every row's RMS norm into out.
+  void norm_rows(const float* x, const float* weight, float* out) {
+    const size_t width = size_t(dims_.hidden_size);
+    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t t = begin; t < end; ++t) {
+        rms_norm(model_.kernels, x + size_t(t) * width, weight, dims_.hidden_size, dims_.rms_norm_eps, out + size_t(t) * width);
+      }
+    });
+  }
+
+  // hidden += norm(layer_out + bias), row by row (a bias or a norm may be absent): an attention or
+  // MLP output that does not add straight into the residual stream.
+  void add_to_residual(const float* bias, const float* norm_weight) {
+    const size_t width = size_t(dims_.hidden_size);
+    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t t = begin; t < end; ++t) {
+        float* out = &ws_.layer_out[size_t(t) * width];
+        add_bias(out, bias, dims_.hidden_size);
+        if (norm_weight != nullptr) rms_norm(model_.kernels, out, norm_weight, dims_.hidden_size, dims_.rms_norm_eps, out);
+        float* hidden = &ws_.hidden[size_t(t) * width];
+        for (size_t i = 0; i < width; ++i) hidden[i] += out[i];
+      }
+    });
   }
 
   void produce_outputs(cd_forward_output& output) {
@@ -413,6 +516,13 @@ class ForwardPass {
     });
     matmuls(ws_.output_hidden.data(), num_rows, dims_.hidden_size,
             {{model_.lm_head, dims_.vocab_size, ws_.output_logits.data()}});
+    const float cap = model_.numerics.final_softcap;
+    if (cap == 0.0f) return;
+    parallel_tasks(num_rows, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t i = begin; i < end; ++i) {
+        model_.kernels.softcap(&ws_.output_logits[size_t(i) * size_t(dims_.vocab_size)], dims_.vocab_size, 1.0f, cap);
+      }
+    });
   }
 
   void copy_returned_logits(cd_forward_output& output) const {

@@ -88,12 +88,19 @@ struct KernelTable {
   // The largest of x[0, n) and its lowest index (n >= 1).
   ArgMax (*argmax)(const float* x, int32_t n);
   // scores[j] = e^(scores[j] * scale - max) in place (attention's softmax numerators); returns
-  // their sum, in a fixed order for a given n.
-  float (*softmax_numerators)(float* scores, int32_t n, float scale);
+  // their sum, in a fixed order for a given n. A finite sink (gpt-oss's per-head logit) joins the
+  // maximum and adds e^(sink - max) to the sum last; -infinity leaves both alone.
+  float (*softmax_numerators)(float* scores, int32_t n, float scale, float sink);
+  // x[i] = cap * tanh(x[i] * scale / cap) in place (Gemma's soft-capping of scores and logits).
+  void (*softcap)(float* x, int32_t n, float scale, float cap);
   // sum_j e^(x[j] - shift) for x[j] <= shift (a log-softmax's denominator), in a fixed order.
   double (*sum_exp)(const float* x, int32_t n, float shift);
   // out[i] = silu(gate[i]) * up[i]; out may be gate.
   void (*swiglu)(const float* gate, const float* up, int32_t n, float* out);
+  // out[i] = gelu_tanh(gate[i]) * up[i] (PyTorch's gelu(approximate="tanh")); out may be gate.
+  void (*gelu_tanh_gate)(const float* gate, const float* up, int32_t n, float* out);
+  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit), out = (u + 1) * g * sigmoid(alpha * g).
+  void (*clamped_swiglu)(const float* gate, const float* up, int32_t n, float alpha, float limit, float* out);
   // y += alphas[r] * row r, for r in order (attention's values of one cache block).
   void (*axpy_rows)(const float* alphas, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* y);
 

@@ -52,6 +52,9 @@ inline Vec vsub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
 inline Vec vdiv(Vec a, Vec b) { return _mm256_div_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 inline Vec vmin(Vec a, Vec b) { return _mm256_min_ps(a, b); }
+inline Vec vselect_lt(Vec a, Vec b, Vec if_less, Vec otherwise) {
+  return _mm256_blendv_ps(otherwise, if_less, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+}
 inline Vec vpow2(Vec n) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }

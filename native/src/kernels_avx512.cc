@@ -37,6 +37,9 @@ inline Vec vsub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
 inline Vec vdiv(Vec a, Vec b) { return _mm512_div_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline Vec vmin(Vec a, Vec b) { return _mm512_min_ps(a, b); }
+inline Vec vselect_lt(Vec a, Vec b, Vec if_less, Vec otherwise) {
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), otherwise, if_less);
+}
 inline Vec vpow2(Vec n) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
 }
@@ -370,8 +373,8 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
 }  // namespace
 
 const KernelTable& kernels_avx512() {
-  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, no_panel_scratch, pack_rows, matmul, dot, dot_rows_grouped, argmax, softmax_numerators, sum_exp, swiglu, axpy_rows,
-                                 score_key_groups, sum_value_groups};
+  static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, no_panel_scratch, pack_rows, matmul, dot, dot_rows_grouped, argmax, softmax_numerators, softcap,
+                                 sum_exp, swiglu, gelu_tanh_gate, clamped_swiglu, axpy_rows, score_key_groups, sum_value_groups};
   return table;
 }
 

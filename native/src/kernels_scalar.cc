@@ -82,6 +82,10 @@ inline Vec vmin(Vec a, Vec b) {
   for (int32_t i = 0; i < kLanes; ++i) a.lane[i] = a.lane[i] < b.lane[i] ? a.lane[i] : b.lane[i];
   return a;
 }
+inline Vec vselect_lt(Vec a, Vec b, Vec if_less, Vec otherwise) {
+  for (int32_t i = 0; i < kLanes; ++i) if_less.lane[i] = a.lane[i] < b.lane[i] ? if_less.lane[i] : otherwise.lane[i];
+  return if_less;
+}
 // 2^n for integral n in [-126, 127], from the exponent bits.
 inline Vec vpow2(Vec n) {
   for (int32_t i = 0; i < kLanes; ++i) {

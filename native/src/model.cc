@@ -7,9 +7,31 @@ namespace conduit {
 namespace {
 
 Dimensions dimensions_of(const cd_model_spec& spec) {
-  return Dimensions{spec.num_layers,   spec.hidden_size, spec.intermediate_size,
-                    spec.num_heads,    spec.num_kv_heads, spec.head_dim,
-                    spec.vocab_size,   spec.rms_norm_eps, spec.sliding_window_tokens};
+  return Dimensions{spec.num_layers,   spec.hidden_size,  spec.intermediate_size, spec.moe_intermediate_size,
+                    spec.num_heads,    spec.num_kv_heads, spec.head_dim,          spec.vocab_size,
+                    spec.rms_norm_eps, spec.num_experts_per_token};
+}
+
+Numerics numerics_of(const cd_model_spec& spec, cd_dtype weight_dtype) {
+  return Numerics{round_to(weight_dtype, float(spec.embedding_scale)),
+                  float(spec.attention_scale),
+                  float(spec.attention_softcap),
+                  float(spec.final_softcap),
+                  spec.activation,
+                  float(spec.swiglu_alpha),
+                  float(spec.swiglu_limit),
+                  spec.routing,
+                  spec.norm_topk_prob != 0};
+}
+
+std::vector<RopeTable> ropes_of(const cd_model_spec& spec) {
+  std::vector<RopeTable> ropes;
+  for (int32_t i = 0; i < spec.num_ropes; ++i) {
+    const cd_rope_spec& rope = spec.ropes[i];
+    ropes.push_back(RopeTable{rope.rotary_dim, std::vector<double>(rope.inv_freq, rope.inv_freq + rope.rotary_dim / 2),
+                              rope.attention_scaling});
+  }
+  return ropes;
 }
 
 MatrixFormat panel_format_of(cd_dtype dtype) {
@@ -29,26 +51,27 @@ KvLayout kv_layout_of(const Dimensions& dims, cd_dtype dtype, int32_t block_size
 }  // namespace
 
 KvCache::KvCache(const Dimensions& dims, cd_dtype dtype, KvLayout layout, int32_t num_blocks,
-                 int32_t block_size_tokens)
+                 int32_t block_size_tokens, int32_t layers_per_block)
     : dtype_(dtype),
       layout_(layout),
       num_blocks_(size_t(num_blocks)),
+      layers_per_block_(size_t(layers_per_block)),
       num_kv_heads_(size_t(dims.num_kv_heads)),
       head_dim_(dims.head_dim),
       block_size_tokens_(block_size_tokens),
       row_bytes_(size_t(dims.head_dim) * dtype_bytes(dtype)),
-      bytes_per_block_(uint64_t(dims.num_layers) * 2 * num_kv_heads_ * size_t(block_size_tokens) *
+      bytes_per_block_(uint64_t(layers_per_block) * 2 * num_kv_heads_ * size_t(block_size_tokens) *
                        row_bytes_),
       // Uninitialized on purpose: attention reads only slots written before it (or masks them
       // out), and untouched pages cost no memory until a block is first used.
       data_(allocate_aligned(size_t(bytes_per_block_) * num_blocks_)) {}
 
-void KvCache::store(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head, const float* values) const {
+void KvCache::store(int32_t layer_slot, int32_t kv, int32_t slot, int32_t kv_head, const float* values) const {
   if (layout_ == KvLayout::kRows) {
-    convert_elements(values, CD_DTYPE_F32, at(layer, kv, slot, kv_head), dtype_, size_t(head_dim_));
+    convert_elements(values, CD_DTYPE_F32, at(layer_slot, kv, slot, kv_head), dtype_, size_t(head_dim_));
     return;
   }
-  uint16_t* region_bf16 = static_cast<uint16_t*>(region(layer, kv, slot / block_size_tokens_, kv_head));
+  uint16_t* region_bf16 = static_cast<uint16_t*>(region(layer_slot, kv, slot / block_size_tokens_, kv_head));
   const size_t offset = size_t(slot % block_size_tokens_);
   if (kv == 0) {  // keys [head_dim / 2][slot][2]
     for (int32_t d = 0; d < head_dim_; ++d) {
@@ -62,40 +85,84 @@ void KvCache::store(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head, co
 
 Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels)
     : dims(dimensions_of(spec)),
-      rope_inv_freq(spec.rope_inv_freq, spec.rope_inv_freq + spec.head_dim / 2),
+      numerics(numerics_of(spec, options.weight_dtype)),
+      ropes(ropes_of(spec)),
+      num_kv_groups(spec.num_kv_groups),
       kernels(kernels),
       pool(options.num_threads),
       weights(spec.file_paths, spec.num_files),
       kv_cache(dims, options.kv_cache_dtype, kv_layout_of(dims, options.kv_cache_dtype, options.block_size_tokens),
-               options.num_kv_blocks, options.block_size_tokens) {
-  // Matrices [out, in]: k is the input width, which every matrix's shape in the spec implies.
-  const auto matrix = [&](const cd_tensor_ref& ref, int32_t k) {
-    if (options.quantization == CD_QUANTIZATION_INT8) {
-      return Matrix{weights.quantize_q8_panels(ref, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels};
+               options.num_kv_blocks, options.block_size_tokens, spec.layers_per_kv_block) {
+  // Matrices [out, in]: the shape in the spec gives rows and k. Each weight's format follows its
+  // own storage too: MXFP4 blocks become int8 blocks, exactly (their values; int16 activations
+  // meet them, closer than bf16 activations would), except with fp32 weights, which keep every
+  // matmul exact in fp32.
+  const auto matrix = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
+    const bool mxfp4_to_int8 = ref.encoding == CD_ENCODING_MXFP4 && options.weight_dtype != CD_DTYPE_F32;
+    if (options.quantization == CD_QUANTIZATION_INT8 || mxfp4_to_int8) {
+      return Matrix{weights.quantize_q8_panels(ref, num_rows, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels};
     }
-    return Matrix{weights.pack_panels(ref, k, panel_format_of(options.weight_dtype), pool),
+    return Matrix{weights.pack_panels(ref, num_rows, k, panel_format_of(options.weight_dtype), pool),
                   panel_format_of(options.weight_dtype)};
   };
   // Norm weights and biases are tiny and held in fp32, with the values of the weight dtype.
-  const auto vector = [&](const cd_tensor_ref& ref) -> const float* {
-    if (ref.size_bytes == 0) return nullptr;
-    return static_cast<const float*>(
-        weights.resolve(ref, CD_DTYPE_F32, options.weight_dtype, pool));
+  const auto vector = [&](const cd_tensor_ref& ref, int32_t n) {
+    return weights.resolve_vector(ref, n, options.weight_dtype, pool);
   };
+  // Gemma's norms multiply by (1 + w), computed in fp32 as transformers does.
+  const auto norm = [&](const cd_tensor_ref& ref, int32_t n) -> const float* {
+    const float* values = vector(ref, n);
+    if (values == nullptr || spec.norm_adds_one == 0) return values;
+    float* shifted = weights.own_floats(n);
+    for (int32_t i = 0; i < n; ++i) shifted[i] = 1.0f + values[i];
+    return shifted;
+  };
+  const int32_t hidden = dims.hidden_size;
   embed_tokens = Embedding{weights.resolve(spec.embed_tokens, options.weight_dtype, options.weight_dtype, pool),
                            options.weight_dtype};
-  lm_head = matrix(spec.lm_head, dims.hidden_size);
-  final_norm = vector(spec.final_norm);
+  lm_head = matrix(spec.lm_head, dims.vocab_size, hidden);
+  final_norm = norm(spec.final_norm, hidden);
   layers.reserve(size_t(dims.num_layers));
   for (int32_t i = 0; i < dims.num_layers; ++i) {
-    const cd_layer_spec& layer = spec.layers[i];
-    const int32_t hidden = dims.hidden_size;
-    layers.push_back(Layer{vector(layer.input_norm), matrix(layer.q_proj, hidden),
-                           matrix(layer.k_proj, hidden), matrix(layer.v_proj, hidden),
-                           vector(layer.q_bias), vector(layer.k_bias), vector(layer.v_bias),
-                           matrix(layer.o_proj, dims.q_size()), vector(layer.post_attn_norm),
-                           matrix(layer.gate_proj, hidden), matrix(layer.up_proj, hidden),
-                           matrix(layer.down_proj, dims.intermediate_size)});
+    const cd_layer_spec& source = spec.layers[i];
+    Layer layer{};
+    layer.input_norm = norm(source.input_norm, hidden);
+    layer.q_proj = matrix(source.q_proj, dims.q_size(), hidden);
+    layer.k_proj = matrix(source.k_proj, dims.kv_size(), hidden);
+    layer.v_proj = matrix(source.v_proj, dims.kv_size(), hidden);
+    layer.q_bias = vector(source.q_bias, dims.q_size());
+    layer.k_bias = vector(source.k_bias, dims.kv_size());
+    layer.v_bias = vector(source.v_bias, dims.kv_size());
+    layer.q_norm = norm(source.q_norm, dims.head_dim);
+    layer.k_norm = norm(source.k_norm, dims.head_dim);
+    layer.sinks = vector(source.sinks, dims.num_heads);
+    layer.o_proj = matrix(source.o_proj, hidden, dims.q_size());
+    layer.o_bias = vector(source.o_bias, hidden);
+    layer.attn_out_norm = norm(source.attn_out_norm, hidden);
+    layer.ffn_norm = norm(source.ffn_norm, hidden);
+    layer.ffn_out_norm = norm(source.ffn_out_norm, hidden);
+    layer.sliding_window_tokens = source.sliding_window_tokens;
+    layer.rope = source.rope_index;
+    layer.kv_group = source.kv_group;
+    layer.kv_slot = source.kv_slot;
+    if (source.num_experts == 0) {
+      layer.gate_proj = matrix(source.gate_proj, dims.intermediate_size, hidden);
+      layer.up_proj = matrix(source.up_proj, dims.intermediate_size, hidden);
+      layer.down_proj = matrix(source.down_proj, hidden, dims.intermediate_size);
+    } else {
+      // The router stays fp32: its top-k is a discontinuous choice.
+      layer.router = Matrix{weights.pack_panels(source.router, source.num_experts, hidden, MatrixFormat::kF32Panels, pool),
+                            MatrixFormat::kF32Panels};
+      layer.router_bias = vector(source.router_bias, source.num_experts);
+      const int32_t width = dims.moe_intermediate_size;
+      for (int32_t e = 0; e < source.num_experts; ++e) {
+        const cd_expert_spec& expert = source.experts[e];
+        layer.experts.push_back(Expert{matrix(expert.gate_proj, width, hidden), matrix(expert.up_proj, width, hidden),
+                                       matrix(expert.down_proj, hidden, width), vector(expert.gate_bias, width),
+                                       vector(expert.up_bias, width), vector(expert.down_bias, hidden)});
+      }
+    }
+    layers.push_back(std::move(layer));
   }
   weights.release_unborrowed_files();
   workspace.scores.resize(size_t(options.num_threads));

@@ -9,6 +9,7 @@
 #include "conduit.h"
 #include "kernels.h"
 #include "matmul.h"
+#include "moe.h"
 #include "sampler.h"
 #include "thread_pool.h"
 #include "weights.h"
@@ -19,15 +20,36 @@ struct Dimensions {
   int32_t num_layers;
   int32_t hidden_size;
   int32_t intermediate_size;
+  int32_t moe_intermediate_size;
   int32_t num_heads;
   int32_t num_kv_heads;
   int32_t head_dim;
   int32_t vocab_size;
   double rms_norm_eps;
-  int32_t sliding_window_tokens;  // 0 = unlimited
+  int32_t num_experts_per_token;
 
   int32_t q_size() const { return num_heads * head_dim; }
   int32_t kv_size() const { return num_kv_heads * head_dim; }
+};
+
+// What the architecture computes beyond Llama's shape (cd_model_spec documents each).
+struct Numerics {
+  float embedding_scale;  // rounded to the weight dtype, as transformers holds it
+  float attention_scale;
+  float attention_softcap;  // 0: off
+  float final_softcap;
+  cd_activation activation;
+  float swiglu_alpha;
+  float swiglu_limit;
+  cd_routing routing;
+  bool norm_topk_prob;
+};
+
+// Rotary embeddings of the layers that name it: cos and sin of position * inv_freq[i], scaled.
+struct RopeTable {
+  int32_t rotary_dim;
+  std::vector<double> inv_freq;  // [rotary_dim / 2]
+  double attention_scaling;
 };
 
 // The [vocab, hidden] embedding table, read a row at a time and never quantized.
@@ -36,15 +58,37 @@ struct Embedding {
   cd_dtype dtype;
 };
 
+struct Expert {
+  Matrix gate_proj, up_proj, down_proj;
+  const float* gate_bias;  // nullptr when the architecture has none
+  const float* up_bias;
+  const float* down_bias;
+};
+
 struct Layer {
   const float* input_norm;
   Matrix q_proj, k_proj, v_proj;
   const float* q_bias;  // nullptr when the architecture has none
   const float* k_bias;
   const float* v_bias;
+  const float* q_norm;  // [head_dim], or nullptr
+  const float* k_norm;
+  const float* sinks;   // [num_heads], or nullptr
   Matrix o_proj;
-  const float* post_attn_norm;
-  Matrix gate_proj, up_proj, down_proj;
+  const float* o_bias;
+  const float* attn_out_norm;  // nullptr: o_proj adds straight into the residual stream
+  const float* ffn_norm;
+  const float* ffn_out_norm;   // nullptr: down_proj adds straight into the residual stream
+  int32_t sliding_window_tokens;  // 0 = unlimited
+  int32_t rope;
+  int32_t kv_group;
+  int32_t kv_slot;
+  Matrix gate_proj, up_proj, down_proj;  // dense MLP
+  Matrix router;                         // MoE: [num_experts, hidden], fp32 panels
+  const float* router_bias;
+  std::vector<Expert> experts;           // empty for a dense MLP
+
+  bool is_moe() const { return !experts.empty(); }
 };
 
 // How one (layer, K or V, block, kv head) region of block_size x head_dim elements is laid out.
@@ -54,36 +98,39 @@ struct Layer {
 // of a pair of slots.
 enum class KvLayout { kRows, kBf16Pairs };
 
-// K and V of every layer in one allocation, laid out [layer][K, V][block][kv_head][region], so
-// one head's keys of a block are contiguous for attention.
+// K and V in one allocation, laid out [block][layer slot][K, V][kv_head][region]: a block belongs
+// to one KV-cache group at a time and holds layers_per_block of that group's layers (model.h's
+// Layer::kv_slot), so one head's keys of a block are contiguous for attention.
 class KvCache {
  public:
-  KvCache(const Dimensions& dims, cd_dtype dtype, KvLayout layout, int32_t num_blocks, int32_t block_size_tokens);
+  KvCache(const Dimensions& dims, cd_dtype dtype, KvLayout layout, int32_t num_blocks, int32_t block_size_tokens,
+          int32_t layers_per_block);
 
   cd_dtype dtype() const { return dtype_; }
   KvLayout layout() const { return layout_; }
   int32_t block_size_tokens() const { return block_size_tokens_; }
   uint64_t bytes_per_block() const { return bytes_per_block_; }
 
-  // The block_size x head_dim elements of one head in one block.
-  void* region(int32_t layer, int32_t kv, int32_t block, int32_t kv_head) const {
-    const size_t index = ((size_t(layer) * 2 + size_t(kv)) * num_blocks_ + size_t(block)) * num_kv_heads_ + size_t(kv_head);
+  // The block_size x head_dim elements of one head in one block, for the layer in layer_slot.
+  void* region(int32_t layer_slot, int32_t kv, int32_t block, int32_t kv_head) const {
+    const size_t index = ((size_t(block) * layers_per_block_ + size_t(layer_slot)) * 2 + size_t(kv)) * num_kv_heads_ + size_t(kv_head);
     return static_cast<uint8_t*>(data_.get()) + index * size_t(block_size_tokens_) * row_bytes_;
   }
 
   // kRows only: the head_dim elements of one head at one slot (block * block_size + offset).
-  void* at(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head) const {
-    return static_cast<uint8_t*>(region(layer, kv, slot / block_size_tokens_, kv_head)) +
+  void* at(int32_t layer_slot, int32_t kv, int32_t slot, int32_t kv_head) const {
+    return static_cast<uint8_t*>(region(layer_slot, kv, slot / block_size_tokens_, kv_head)) +
            size_t(slot % block_size_tokens_) * row_bytes_;
   }
 
   // Writes one head's key (kv 0) or value (kv 1) at a slot, converted to the cache dtype.
-  void store(int32_t layer, int32_t kv, int32_t slot, int32_t kv_head, const float* values) const;
+  void store(int32_t layer_slot, int32_t kv, int32_t slot, int32_t kv_head, const float* values) const;
 
  private:
   cd_dtype dtype_;
   KvLayout layout_;
   size_t num_blocks_;
+  size_t layers_per_block_;
   size_t num_kv_heads_;
   int32_t head_dim_;
   int32_t block_size_tokens_;
@@ -98,8 +145,9 @@ struct Workspace {
   std::vector<float> normed;        // [tokens, hidden]
   std::vector<float> q, k, v;       // [tokens, q_size | kv_size]
   std::vector<float> attention;     // [tokens, q_size]
+  std::vector<float> layer_out;     // [tokens, hidden] an attention or MLP output normed before the residual add
   std::vector<float> gate, up;      // [tokens, intermediate]
-  std::vector<float> rope_cos, rope_sin;  // [tokens, head_dim / 2]
+  std::vector<std::vector<float>> rope_cos, rope_sin;  // [rope tables][tokens, rotary_dim / 2]
   std::vector<int32_t> token_seqs;  // [tokens] the sequence owning each token
   std::vector<int32_t> output_tokens; // last tokens of the sequences needing logits, batch order
   std::vector<int32_t> prompt_tokens; // tokens reporting the next token's prompt logprob, batch order
@@ -113,6 +161,7 @@ struct Workspace {
   std::vector<std::vector<uint16_t>> probs_bf16;  // [threads][2 x context] (kBf16Pairs)
   std::vector<std::vector<const uint16_t*>> key_groups, value_groups;  // [threads][context / 16]
   std::vector<SamplerScratch> samplers;  // [threads]
+  MoeScratch moe;
 };
 
 struct Model {
@@ -121,7 +170,9 @@ struct Model {
   void forward(const cd_batch& batch, cd_forward_output& output);
 
   Dimensions dims;
-  std::vector<double> rope_inv_freq;
+  Numerics numerics;
+  std::vector<RopeTable> ropes;
+  int32_t num_kv_groups;
   const KernelTable& kernels;
   ThreadPool pool;
   WeightStore weights;

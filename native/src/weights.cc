@@ -38,6 +38,47 @@ int8_t round_to_q8(float value, float scale) {
   return int8_t(std::min(127.0f, std::max(-127.0f, std::nearbyint(value / scale))));
 }
 
+// E2M1 values doubled, so every one is an integer: index by the nibble.
+constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Element (row, i) of a weight as its cd_tensor_ref describes it (strides, dtype, encoding).
+class ElementReader {
+ public:
+  ElementReader(const cd_tensor_ref& ref, const uint8_t* data, const uint8_t* scales, int32_t k)
+      : data_(data),
+        scales_(scales),
+        dtype_(ref.dtype),
+        mxfp4_(ref.encoding == CD_ENCODING_MXFP4),
+        row_stride_(ref.row_stride != 0 ? ref.row_stride : k),
+        col_stride_(ref.col_stride != 0 ? ref.col_stride : 1) {}
+
+  bool mxfp4() const { return mxfp4_; }
+
+  float at(int32_t row, int32_t i) const {
+    const int64_t index = int64_t(row) * row_stride_ + int64_t(i) * col_stride_;
+    if (!mxfp4_) return load_as_f32(data_, dtype_, size_t(index));
+    return float(doubled(index)) * std::ldexp(1.0f, int(scales_[index / 32]) - 128);
+  }
+
+  // MXFP4: the E2M1 value of element (row, i), doubled, and its block's E8M0 scale byte.
+  int8_t doubled(int64_t index) const {
+    const uint8_t byte = data_[index / 2];
+    return kMxfp4Doubled[index % 2 == 0 ? byte & 0x0f : byte >> 4];
+  }
+  uint8_t scale_byte(int32_t row, int32_t i) const {
+    return scales_[(int64_t(row) * row_stride_ + int64_t(i)) / 32];
+  }
+  int64_t index_of(int32_t row, int32_t i) const { return int64_t(row) * row_stride_ + int64_t(i) * col_stride_; }
+
+ private:
+  const uint8_t* data_;
+  const uint8_t* scales_;
+  cd_dtype dtype_;
+  bool mxfp4_;
+  int64_t row_stride_;
+  int64_t col_stride_;
+};
+
 }  // namespace
 
 void FreeDeleter::operator()(void* pointer) const { std::free(pointer); }
@@ -82,6 +123,23 @@ void WeightStore::unmap(MappedFile& file) {
   file.base = nullptr;
 }
 
+const uint8_t* WeightStore::base_of(int32_t file_index, uint64_t offset_bytes) const {
+  return static_cast<const uint8_t*>(files_[size_t(file_index)].base) + offset_bytes;
+}
+
+const float* WeightStore::resolve_vector(const cd_tensor_ref& ref, int32_t n, cd_dtype precision, ThreadPool& pool) {
+  if (ref.size_bytes == 0) return nullptr;
+  const bool contiguous = ref.encoding == CD_ENCODING_PLAIN && (ref.row_stride == 0 || ref.row_stride == 1);
+  if (contiguous) return static_cast<const float*>(resolve(ref, CD_DTYPE_F32, precision, pool));
+  const ElementReader reader(ref, base_of(ref.file_index, ref.offset_bytes),
+                             ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, 1);
+  AlignedBuffer buffer = allocate_aligned(size_t(n) * sizeof(float));
+  float* values = static_cast<float*>(buffer.get());
+  for (int32_t i = 0; i < n; ++i) values[i] = round_to(precision, reader.at(i, 0));
+  converted_.push_back(std::move(buffer));
+  return values;
+}
+
 const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dtype precision,
                                  ThreadPool& pool) {
   const auto key = std::make_tuple(ref.file_index, ref.offset_bytes, dtype, precision);
@@ -119,13 +177,13 @@ namespace {
 
 // One 32-block of a row (inputs past k are zeros), Q8_0-style: returns the fp16 scale
 // max|x| / 127, with out = round(x / scale). Values are first rounded to precision.
-uint16_t quantize_block(const uint8_t* source, cd_dtype dtype, cd_dtype precision, size_t row_offset,
-                        int32_t first_input, int32_t k, int8_t* out) {
+uint16_t quantize_block(const ElementReader& reader, cd_dtype precision, int32_t row, int32_t first_input, int32_t k,
+                        int8_t* out) {
   float block[32];
   float max_abs = 0.0f;
   for (int32_t i = 0; i < 32; ++i) {
     const int32_t input = first_input + i;
-    block[i] = input < k ? round_to(precision, load_as_f32(source, dtype, row_offset + size_t(input))) : 0.0f;
+    block[i] = input < k ? round_to(precision, reader.at(row, input)) : 0.0f;
     max_abs = std::max(max_abs, std::fabs(block[i]));
   }
   const uint16_t scale_bits = f32_to_f16(max_abs / 127.0f);
@@ -134,12 +192,25 @@ uint16_t quantize_block(const uint8_t* source, cd_dtype dtype, cd_dtype precisio
   return scale_bits;
 }
 
+// An MXFP4 block as an int8 block with the same values: the doubled E2M1 values, and the E8M0
+// scale halved, 2^(byte - 128), as fp16. False when fp16 cannot hold that scale.
+bool mxfp4_block_to_q8(const ElementReader& reader, int32_t row, int32_t first_input, uint16_t* scale_bits, int8_t* out) {
+  const int exponent = int(reader.scale_byte(row, first_input)) - 128;
+  if (exponent < -24 || exponent > 15) return false;
+  *scale_bits = f32_to_f16(std::ldexp(1.0f, exponent));
+  const int64_t first = reader.index_of(row, first_input);
+  for (int32_t i = 0; i < 32; ++i) out[i] = reader.doubled(first + i);
+  return true;
+}
+
 }  // namespace
 
-const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t k, cd_dtype precision,
+const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
                                                ThreadPool& pool) {
-  const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
-  const int32_t num_rows = int32_t(ref.size_bytes / dtype_bytes(ref.dtype) / size_t(k));
+  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
+  const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
+  // MXFP4 blocks line up with int8 blocks when every row starts a block.
+  const bool exact_blocks = reader.mxfp4() && k % 32 == 0;
   const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
   const int32_t num_blocks = (k + 31) / 32;
   AlignedBuffer buffer = allocate_aligned(q8_panels_bytes(num_rows, k));
@@ -153,7 +224,9 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
         for (int32_t column = 0; column < kPanelColumns; ++column) {
           const int32_t row = panel * kPanelColumns + column;
           if (row < num_rows) {
-            scales[column] = quantize_block(source, ref.dtype, precision, size_t(row) * size_t(k), block * 32, k, values);
+            if (!(exact_blocks && mxfp4_block_to_q8(reader, row, block * 32, &scales[column], values))) {
+              scales[column] = quantize_block(reader, precision, row, block * 32, k, values);
+            }
           } else {
             scales[column] = 0;
             std::fill(values, values + 32, int8_t(0));
@@ -164,13 +237,15 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
     }
   });
   release_pages(source, ref.size_bytes);
+  if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
   converted_.push_back(std::move(buffer));
   return panels;
 }
 
-const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t k, MatrixFormat format, ThreadPool& pool) {
-  const uint8_t* source = static_cast<const uint8_t*>(files_[size_t(ref.file_index)].base) + ref.offset_bytes;
-  const int32_t num_rows = int32_t(ref.size_bytes / dtype_bytes(ref.dtype) / size_t(k));
+const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, MatrixFormat format,
+                                     ThreadPool& pool) {
+  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
+  const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
   const cd_dtype dtype = format == MatrixFormat::kF32Panels   ? CD_DTYPE_F32
                          : format == MatrixFormat::kF16Panels ? CD_DTYPE_F16
                                                               : CD_DTYPE_BF16;
@@ -187,7 +262,7 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t k, Matrix
           const int32_t row = panel * kPanelColumns + column;
           for (int32_t input = first; input < first + inputs_per_step; ++input) {
             const bool present = row < num_rows && input < k;
-            const float value = present ? load_as_f32(source, ref.dtype, size_t(row) * size_t(k) + size_t(input)) : 0.0f;
+            const float value = present ? reader.at(row, input) : 0.0f;
             store_from_f32(panels, dtype, index++, value);
           }
         }
@@ -195,8 +270,16 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t k, Matrix
     }
   });
   release_pages(source, ref.size_bytes);
+  if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
   converted_.push_back(std::move(buffer));
   return panels;
+}
+
+float* WeightStore::own_floats(int32_t n) {
+  AlignedBuffer buffer = allocate_aligned(size_t(n) * sizeof(float));
+  float* values = static_cast<float*>(buffer.get());
+  converted_.push_back(std::move(buffer));
+  return values;
 }
 
 void WeightStore::release_unborrowed_files() {

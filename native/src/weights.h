@@ -36,13 +36,23 @@ class WeightStore {
   // Resolving the same bytes twice (tied embeddings) returns the same pointer.
   const void* resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dtype precision, ThreadPool& pool);
 
+  // n elements of a vector (a norm weight, a bias) as fp32, rounded to precision as resolve() would;
+  // strided views (every other element of an interleaved bias) are gathered.
+  const float* resolve_vector(const cd_tensor_ref& ref, int32_t n, cd_dtype precision, ThreadPool& pool);
+
   // A [num_rows, k] matrix quantized at load into MatrixFormat::kQ8Panels (kernels.h), values
-  // first rounded to precision as resolve() would.
-  const uint8_t* quantize_q8_panels(const cd_tensor_ref& ref, int32_t k, cd_dtype precision, ThreadPool& pool);
+  // first rounded to precision as resolve() would. MXFP4 blocks become int8 blocks exactly (an
+  // E2M1 value doubled is an integer of at most 12, and its scale halved is a power of two fp16
+  // holds, from 2^-24 to 2^15); blocks whose scale fp16 cannot hold are quantized from their values.
+  const uint8_t* quantize_q8_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
+                                    ThreadPool& pool);
 
   // A [num_rows, k] matrix in a float panel format (kernels.h: kF32Panels, kF16Panels,
   // kBf16Panels), its values converted as resolve() would.
-  const void* pack_panels(const cd_tensor_ref& ref, int32_t k, MatrixFormat format, ThreadPool& pool);
+  const void* pack_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, MatrixFormat format, ThreadPool& pool);
+
+  // n uninitialized floats the store owns (values derived at load).
+  float* own_floats(int32_t n);
 
   // Unmaps the files no resolved tensor reads from any more.
   void release_unborrowed_files();
@@ -56,6 +66,7 @@ class WeightStore {
   };
 
   void unmap(MappedFile& file);
+  const uint8_t* base_of(int32_t file_index, uint64_t offset_bytes) const;
 
   std::vector<MappedFile> files_;
   std::vector<AlignedBuffer> converted_;

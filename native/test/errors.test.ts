@@ -36,7 +36,7 @@ test('an unsupported architecture names config.json and architectures', async ()
 test('an unsupported rope_scaling type names the field', async () => {
   using temp = makeTempDir('errors');
   const modelDir = writeCheckpoint(temp.dir, 'rope', SHAPE);
-  const configFile = editConfig(modelDir, (config) => (config.rope_scaling = { rope_type: 'yarn', factor: 4 }));
+  const configFile = editConfig(modelDir, (config) => (config.rope_scaling = { rope_type: 'dynamic', factor: 4 }));
   await assertLoadRejects(modelDir, configFile, 'rope_scaling');
 });
 
@@ -96,8 +96,9 @@ test('a native failure rejects with its code and the caller\'s stack', async () 
   using temp = makeTempDir('errors');
   const modelDir = writeCheckpoint(temp.dir, 'oom', SHAPE);
   // 2^27 bytes per block × 2^21 blocks = 256 TiB, more than a process can address even with
-  // overcommit: the allocation fails inside C++ and comes back as a status.
-  const options = loadOptions(modelDir, { blockSizeTokens: 2 ** 20, numKvBlocks: 2 ** 21 });
+  // overcommit: the allocation fails inside C++ and comes back as a status (past the memory
+  // check, which would refuse it first: native/test/memory.test.ts).
+  const options = loadOptions(modelDir, { blockSizeTokens: 2 ** 20, numKvBlocks: 2 ** 21, memoryLimitBytes: Number.POSITIVE_INFINITY });
   await assert.rejects(loadModel(options), (err: Error & { code?: string }) => {
     assert.equal(err.code, 'CD_ERR_OUT_OF_MEMORY');
     assert.match(err.message, /cannot allocate \d+ bytes/);
@@ -187,7 +188,7 @@ test('forward() rejects bad sampling extensions, naming the field, the sequence 
           penaltyHistory: [{ tokenId: 5, outputCount: 2, inPrompt: false }, { tokenId: 9, outputCount: 1, inPrompt: false }],
           repetitionPenalty: 1.2, frequencyPenalty: -0.5, logitBias: [[5, 1]], allowedTokenIds: [3, 33, 39],
         },
-      ], 40);
+      ], { vocabSize: 40 });
     await model.forward(goodBatch());
     for (const [name, edit, message] of BATCH_EDITS) {
       const batch = goodBatch();

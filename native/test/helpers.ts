@@ -74,6 +74,8 @@ export interface SeqChunk {
   tokenIds: readonly number[];
   startPosition: number;
   blockIds: readonly number[];
+  /** Per KV-cache group, its block table; blockIds for every group when absent. */
+  groupBlockIds?: ReadonlyArray<readonly number[]>;
   flags?: number;
   temperature?: number;
   topP?: number;
@@ -114,11 +116,15 @@ export function penaltyHistory(promptTokenIds: readonly number[], outputTokenIds
   return [...entries.values()];
 }
 
-/** vocabSize is needed only when a chunk has allowedTokenIds. */
-export function buildBatch(chunks: readonly SeqChunk[], vocabSize?: number): ForwardBatch {
+/**
+ * A batch of chunks. numKvGroups: how many block tables it holds (ModelInfo.kvCacheGroups.length);
+ * vocabSize: needed only when a chunk has allowedTokenIds.
+ */
+export function buildBatch(chunks: readonly SeqChunk[], { numKvGroups = 1, vocabSize }: { numKvGroups?: number; vocabSize?: number } = {}): ForwardBatch {
   const numSeqs = chunks.length;
   const numTokens = chunks.reduce((sum, c) => sum + c.tokenIds.length, 0);
-  const maxBlocksPerSeq = Math.max(1, ...chunks.map((c) => c.blockIds.length));
+  const tableOf = (chunk: SeqChunk, group: number) => chunk.groupBlockIds?.[group] ?? chunk.blockIds;
+  const maxBlocksPerSeq = Math.max(1, ...chunks.flatMap((c) => Array.from({ length: numKvGroups }, (_, g) => tableOf(c, g).length)));
   const numPenaltyEntries = chunks.reduce((sum, c) => sum + (c.penaltyHistory?.length ?? 0), 0);
   const numBiasEntries = chunks.reduce((sum, c) => sum + (c.logitBias?.length ?? 0), 0);
   const batch: ForwardBatch = {
@@ -128,7 +134,7 @@ export function buildBatch(chunks: readonly SeqChunk[], vocabSize?: number): For
     positions: new Int32Array(numTokens),
     queryStarts: new Int32Array(numSeqs + 1),
     maxBlocksPerSeq,
-    blockTables: new Int32Array(numSeqs * maxBlocksPerSeq).fill(-1),
+    blockTables: new Int32Array(numKvGroups * numSeqs * maxBlocksPerSeq).fill(-1),
     seqFlags: new Uint8Array(numSeqs),
     temperatures: new Float32Array(numSeqs),
     topPs: new Float32Array(numSeqs),
@@ -158,7 +164,7 @@ export function buildBatch(chunks: readonly SeqChunk[], vocabSize?: number): For
       batch.positions[t] = chunk.startPosition + i;
       t++;
     });
-    batch.blockTables.set(chunk.blockIds, seq * maxBlocksPerSeq);
+    for (let group = 0; group < numKvGroups; group++) batch.blockTables.set(tableOf(chunk, group), (group * numSeqs + seq) * maxBlocksPerSeq);
     batch.seqFlags[seq] = chunk.flags ?? SEQ_SAMPLE | SEQ_RETURN_LOGITS;
     batch.temperatures[seq] = chunk.temperature ?? 0;
     batch.topPs[seq] = chunk.topP ?? 1;
@@ -242,4 +248,10 @@ export function randomTokens(count: number, vocabSize: number, seed: number): nu
 /** Block ids firstBlock, firstBlock + 1, ... enough to hold numPositions. */
 export function consecutiveBlocks(firstBlock: number, numPositions: number, blockSizeTokens: number): number[] {
   return Array.from({ length: Math.ceil(numPositions / blockSizeTokens) }, (_, i) => firstBlock + i);
+}
+
+/** Per KV-cache group, consecutive blocks of its own: group g's start at firstBlock + g * (blocks per group). */
+export function groupConsecutiveBlocks(numGroups: number, firstBlock: number, numPositions: number, blockSizeTokens: number): number[][] {
+  const perGroup = Math.ceil(numPositions / blockSizeTokens);
+  return Array.from({ length: numGroups }, (_, g) => consecutiveBlocks(firstBlock + g * perGroup, numPositions, blockSizeTokens));
 }

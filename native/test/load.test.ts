@@ -1,6 +1,7 @@
 // What loadModel resolves from config.json and the options, and that sharding changes nothing.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { SEQ_RETURN_LOGITS } from '../api.ts';
 import { buildBatch, loadOptions, makeTempDir, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
 
 const SHAPE: ShapeOptions = { arch: 'llama', hiddenSize: 32, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 48, vocabSize: 40, dtype: 'bf16' };
@@ -18,8 +19,12 @@ test('ModelInfo reports the resolved architecture, dtypes, kernel and KV footpri
       numKvHeads: 2,
       headDim: 10,
       vocabSize: 40,
+      numExperts: 0,
+      numExpertsPerToken: 0,
       maxPositionEmbeddings: 2048,
       slidingWindowTokens: 7,
+      kvCacheGroups: [{ slidingWindowTokens: 7, numLayers: 2 }],
+      layersPerKvBlock: 2,
       tieWordEmbeddings: false,
       dtype: 'bf16',
       kvCacheDtype: 'bf16',
@@ -47,6 +52,25 @@ test('a sharded checkpoint computes exactly what the single-file one does', asyn
   const singleLogits = await withModel(loadOptions(single), async (model) => (await model.forward(batch)).logits);
   const shardedLogits = await withModel(loadOptions(sharded), async (model) => (await model.forward(batch)).logits);
   assert.deepEqual(shardedLogits, singleLogits);
+});
+
+test('Gemma3ForConditionalGeneration loads its text model (text_config, model.language_model.*) and computes what Gemma3ForCausalLM does', async () => {
+  using temp = makeTempDir('load');
+  const gemma: ShapeOptions = {
+    arch: 'gemma3', hiddenSize: 32, numLayers: 2, numHeads: 2, numKvHeads: 1, headDim: 16, intermediateSize: 48, vocabSize: 40,
+    slidingWindow: 4, slidingWindowPattern: 2, tieWordEmbeddings: true, seed: 9,
+  };
+  const text = writeCheckpoint(temp.dir, 'text', gemma);
+  const multimodal = writeCheckpoint(temp.dir, 'multimodal', { ...gemma, gemma3Multimodal: true });
+  const batch = buildBatch([{ tokenIds: [1, 2, 3, 4, 5, 6], startPosition: 0, blockIds: [0], groupBlockIds: [[0], [1]], flags: SEQ_RETURN_LOGITS }], { numKvGroups: 2 });
+  const textLogits = await withModel(loadOptions(text), async (model) => (await model.forward(batch)).logits);
+  const multimodalLogits = await withModel(loadOptions(multimodal), async (model) => {
+    assert.equal(model.info.architecture, 'Gemma3ForConditionalGeneration');
+    assert.deepEqual(model.info.kvCacheGroups, [{ slidingWindowTokens: null, numLayers: 1 }, { slidingWindowTokens: 4, numLayers: 1 }]);
+    return (await model.forward(batch)).logits;
+  });
+  assert.ok(textLogits.length === 40 && textLogits.some((logit) => logit !== 0));
+  assert.deepEqual(multimodalLogits, textLogits);
 });
 
 test('close() while a forward is in flight frees the model once it settles', async () => {

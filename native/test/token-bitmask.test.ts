@@ -86,7 +86,7 @@ test('greedy with a bitmask takes the exact argmax of what it allows, after bias
       });
       // An unconstrained sequence rides along: its sample is the plain argmax.
       const chunks = [...cases.map((settings, i) => chunkOf(prompt, settings, i, { numTopLogprobs: 3, flags: SEQ_SAMPLE | SEQ_RETURN_LOGITS })), chunkOf(prompt, NEUTRAL_SETTINGS, cases.length)];
-      const result = await model.forward(buildBatch(chunks, VOCAB_SIZE));
+      const result = await model.forward(buildBatch(chunks, { vocabSize: VOCAB_SIZE }));
       const rawLogprobs = logSoftmax(raw);
       const rawTop = topLogprobs(raw, 3);
       cases.forEach((settings, i) => {
@@ -130,7 +130,7 @@ test('draws with a bitmask, temperature, min-p, top-k, top-p and penalties follo
       const counts = new Float64Array(VOCAB_SIZE);
       for (let first = 0; first < DRAWS_PER_CASE; first += SEQS_PER_PASS) {
         const chunks = Array.from({ length: SEQS_PER_PASS }, (_, i) => chunkOf(prompt, settings, i, { seed: BigInt(seed), outputIndex: first + i }));
-        for (const tokenId of (await model.forward(buildBatch(chunks, VOCAB_SIZE))).sampledTokenIds) counts[tokenId]++;
+        for (const tokenId of (await model.forward(buildBatch(chunks, { vocabSize: VOCAB_SIZE }))).sampledTokenIds) counts[tokenId]++;
       }
       const allowed = new Set(settings.allowedTokenIds);
       counts.forEach((count, id) => assert.ok(count === 0 || allowed.has(id), `${label}: token ${id} drawn ${count} times outside the mask`));
@@ -153,7 +153,7 @@ test('bans that cover every allowed token fall back to the best allowed one; a m
       { ...NEUTRAL_SETTINGS, allowedTokenIds, logitBias: bans, temperature: 1, topP: 0.8 },
       { ...NEUTRAL_SETTINGS, allowedTokenIds: [], temperature: 0.7 },
     ];
-    const result = await model.forward(buildBatch(settings.map((s, i) => chunkOf(prompt, s, i, { seed: BigInt(seed) })), VOCAB_SIZE));
+    const result = await model.forward(buildBatch(settings.map((s, i) => chunkOf(prompt, s, i, { seed: BigInt(seed) })), { vocabSize: VOCAB_SIZE }));
     const bestAllowed = allowedTokenIds.reduce((best, id) => (raw[id] > raw[best] || (raw[id] === raw[best] && id < best) ? id : best));
     assert.equal(result.sampledTokenIds[0], bestAllowed, `seed ${seed}: greedy`);
     assert.equal(result.sampledTokenIds[1], bestAllowed, `seed ${seed}: drawn`);

@@ -1,0 +1,160 @@
+// What a load will hold in memory, known from the spec before C++ allocates anything, and what
+// the machine can give: a checkpoint that cannot fit is refused with both figures instead of
+// meeting the OOM killer halfway through packing.
+//
+// The weights' memory (native/src/model.cc, weights.cc): every matrix is repacked once into the
+// kernels' 64-column panels (bf16/fp16/fp32 as the weight dtype, or int8 blocks: quantization
+// int8, and MXFP4 experts), and the file's pages are dropped as each is packed, so the peak is
+// the packed size, not twice it. Tensors used as the file stores them are borrowed from the
+// mapping rather than copied: the embedding table when its dtype is the weight dtype (a
+// gather reads a row per token), and fp32 norm weights and biases. Borrowed bytes are file pages
+// the kernel may evict and read back, so they are reported but not counted as needed.
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import type { Quantization, WeightDtype } from './api.ts';
+import type { ModelSpec, TensorRef } from './checkpoint.ts';
+
+const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, fp16: 2 };
+const PANEL_COLUMNS = 64;
+const Q8_PANEL_BLOCK_BYTES = PANEL_COLUMNS * 32 + PANEL_COLUMNS * 2;
+
+export interface LoadFootprint {
+  /** Weights copied into the kernels' formats (panels, int8 blocks, fp32 vectors). */
+  packedBytes: number;
+  /** Weights used in place from the mapped files. */
+  borrowedBytes: number;
+  kvCacheBytes: number;
+  /** What the load needs resident: packed weights plus the KV cache. */
+  neededBytes: number;
+}
+
+function panelBytes(numRows: number, k: number, dtype: WeightDtype): number {
+  const inputs = dtype === 'bf16' ? Math.ceil(k / 2) * 2 : k;
+  return Math.ceil(numRows / PANEL_COLUMNS) * PANEL_COLUMNS * inputs * DTYPE_BYTES[dtype];
+}
+
+function q8PanelBytes(numRows: number, k: number): number {
+  return Math.ceil(numRows / PANEL_COLUMNS) * Math.ceil(k / 32) * Q8_PANEL_BLOCK_BYTES;
+}
+
+/** native/src/model.cc's choices, weight by weight. */
+export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization: Quantization, kvCacheBytes: number): LoadFootprint {
+  let packed = 0;
+  let borrowed = 0;
+  const matrix = (ref: TensorRef, numRows: number, k: number) => {
+    const int8 = quantization === 'int8' || (ref.encoding === 'mxfp4' && dtype !== 'fp32');
+    packed += int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype);
+  };
+  const vector = (ref: TensorRef | null, n: number) => {
+    if (ref === null || ref.sizeBytes === 0) return;
+    const inPlace = ref.dtype === 'fp32' && (ref.encoding ?? 'plain') === 'plain' && (ref.rowStride ?? 1) === 1;
+    if (inPlace) borrowed += n * 4;
+    else packed += n * 4;
+  };
+  const { hiddenSize: hidden, headDim, numHeads, numKvHeads, vocabSize } = spec;
+  const qSize = numHeads * headDim;
+  const kvSize = numKvHeads * headDim;
+  const embeddingBytes = vocabSize * hidden * DTYPE_BYTES[dtype];
+  if (spec.embedTokens.dtype === dtype) borrowed += embeddingBytes;
+  else packed += embeddingBytes;
+  matrix(spec.lmHead, vocabSize, hidden);
+  vector(spec.finalNorm, hidden);
+  for (const layer of spec.layers) {
+    matrix(layer.qProj, qSize, hidden);
+    matrix(layer.kProj, kvSize, hidden);
+    matrix(layer.vProj, kvSize, hidden);
+    matrix(layer.oProj, hidden, qSize);
+    for (const [ref, n] of [
+      [layer.inputNorm, hidden], [layer.qBias, qSize], [layer.kBias, kvSize], [layer.vBias, kvSize], [layer.qNorm, headDim],
+      [layer.kNorm, headDim], [layer.sinks, numHeads], [layer.oBias, hidden], [layer.attentionOutputNorm, hidden],
+      [layer.ffnNorm, hidden], [layer.ffnOutputNorm, hidden],
+    ] as const) {
+      vector(ref, n);
+    }
+    if (layer.experts === null) {
+      matrix(layer.gateProj!, spec.intermediateSize, hidden);
+      matrix(layer.upProj!, spec.intermediateSize, hidden);
+      matrix(layer.downProj!, hidden, spec.intermediateSize);
+      continue;
+    }
+    packed += panelBytes(layer.experts.length, hidden, 'fp32');
+    vector(layer.routerBias, layer.experts.length);
+    const width = spec.moeIntermediateSize;
+    for (const expert of layer.experts) {
+      matrix(expert.gateProj, width, hidden);
+      matrix(expert.upProj, width, hidden);
+      matrix(expert.downProj, hidden, width);
+      vector(expert.gateBias, width);
+      vector(expert.upBias, width);
+      vector(expert.downBias, hidden);
+    }
+  }
+  return { packedBytes: packed, borrowedBytes: borrowed, kvCacheBytes, neededBytes: packed + kvCacheBytes };
+}
+
+export interface AvailableMemory {
+  bytes: number;
+  /** Where the figure comes from, for the message. */
+  source: string;
+}
+
+function readNumber(file: string, pattern: RegExp): number | null {
+  try {
+    const match = pattern.exec(readFileSync(file, 'utf8'));
+    return match === null ? null : Number(match[1]);
+  } catch {
+    return null;
+  }
+}
+
+/** The path of this process's cgroup v2 directory, or null. */
+function cgroupDir(): string | null {
+  try {
+    const line = readFileSync('/proc/self/cgroup', 'utf8').split('\n').find((entry) => entry.startsWith('0::'));
+    return line === undefined ? null : `/sys/fs/cgroup${line.slice(3)}`;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * What a load may take now: MemAvailable (free memory plus the page cache the kernel can
+ * reclaim), or, when this process's cgroup sets memory.max, that limit less the cgroup's usage,
+ * whichever is smaller. os.freemem() where /proc is absent.
+ */
+export function availableMemory(): AvailableMemory {
+  const meminfoKiB = readNumber('/proc/meminfo', /^MemAvailable:\s+(\d+) kB$/m);
+  let best: AvailableMemory =
+    meminfoKiB === null ? { bytes: os.freemem(), source: 'os.freemem()' } : { bytes: meminfoKiB * 1024, source: 'MemAvailable in /proc/meminfo' };
+  const dir = cgroupDir();
+  if (dir !== null) {
+    const limit = readNumber(`${dir}/memory.max`, /^(\d+)$/m);
+    const usage = readNumber(`${dir}/memory.current`, /^(\d+)$/m);
+    if (limit !== null && usage !== null && limit - usage < best.bytes) {
+      best = { bytes: Math.max(0, limit - usage), source: `memory.max less memory.current in ${dir}` };
+    }
+  }
+  return best;
+}
+
+function gib(bytes: number): string {
+  return `${(bytes / 2 ** 30).toFixed(bytes < 2 ** 30 ? 3 : 1)} GiB`;
+}
+
+/** A message that says how much the load needs and how much there is, or null when it fits. */
+export function memoryShortfall(
+  modelDir: string,
+  footprint: LoadFootprint,
+  available: AvailableMemory,
+  formats: { dtype: WeightDtype; quantization: Quantization },
+): string | null {
+  if (footprint.neededBytes <= available.bytes) return null;
+  const weights = formats.quantization === 'int8' ? 'int8 blocks' : `${formats.dtype} panels`;
+  return (
+    `${modelDir}: loading needs about ${gib(footprint.neededBytes)} of memory ` +
+    `(weights ${gib(footprint.packedBytes)} as ${weights}, KV cache ${gib(footprint.kvCacheBytes)}; ` +
+    `another ${gib(footprint.borrowedBytes)} is read from the mapped files as needed), ` +
+    `but only ${gib(available.bytes)} is available (${available.source}). ` +
+    'Quantize the weights (int8), shrink the KV cache, or use a machine with more memory.'
+  );
+}

@@ -1,0 +1,227 @@
+#include "moe.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "matmul.h"
+#include "model.h"
+
+namespace conduit {
+
+namespace {
+
+template <typename T>
+void grow(std::vector<T>& buffer, size_t size) {
+  if (buffer.size() < size) buffer.resize(size);
+}
+
+int32_t num_tiles(int32_t num_columns) { return (num_columns + kPanelColumns - 1) / kPanelColumns; }
+
+// A token's experts, best first (ties to the lower expert; softmax keeps the order of the
+// logits, so the top k of either are the same), and their weights: a softmax over every expert
+// restricted to the top k and renormalized when asked (Mixtral, Qwen3-MoE), or a softmax over the
+// top k logits (gpt-oss). In double, from this token's logits alone.
+void route(const float* logits, int32_t num_experts, int32_t top_k, cd_routing routing, bool norm_topk_prob,
+           int32_t* experts, float* weights) {
+  for (int32_t k = 0; k < top_k; ++k) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < num_experts; ++e) {
+      if (std::find(experts, experts + k, e) != experts + k) continue;
+      if (best < 0 || logits[e] > logits[best]) best = e;
+    }
+    experts[k] = best;
+  }
+  double max = logits[experts[0]];
+  double denominator = 0.0;
+  if (routing == CD_ROUTING_SOFTMAX_TOPK && !norm_topk_prob) {
+    for (int32_t e = 0; e < num_experts; ++e) max = std::max(max, double(logits[e]));
+    for (int32_t e = 0; e < num_experts; ++e) denominator += std::exp(double(logits[e]) - max);
+  } else {
+    for (int32_t k = 0; k < top_k; ++k) denominator += std::exp(double(logits[experts[k]]) - max);
+  }
+  for (int32_t k = 0; k < top_k; ++k) weights[k] = float(std::exp(double(logits[experts[k]]) - max) / denominator);
+}
+
+// One grouped matmul: for each expert with rows, num_matrices of its matrices (gate and up, or
+// down) over its rows, a task per 64-column tile, so each matrix is read once whatever its rows.
+struct GroupedMatmul {
+  const Layer& layer;
+  const MoeScratch& scratch;
+  MatrixFormat format;
+  int32_t k;
+  const float* x;  // [assignments, k]
+  size_t packed_stride;
+  int32_t num_columns;
+  int32_t num_matrices;
+  const Matrix& (*matrix)(const Expert& expert, int32_t index);
+  float* outputs[2];  // [assignments, num_columns] per matrix
+};
+
+void run_grouped(ThreadPool& pool, const KernelTable& kernels, const GroupedMatmul& job,
+                 std::vector<std::vector<uint8_t>>& panel_per_thread) {
+  const MoeScratch& scratch = job.scratch;
+  const int32_t tiles_per_matrix = num_tiles(job.num_columns);
+  const int32_t tiles_per_expert = job.num_matrices * tiles_per_matrix;
+  const int32_t num_tasks = int32_t(scratch.active_experts.size()) * tiles_per_expert;
+  pool.parallel_for(num_tasks, 1, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    for (int32_t task = begin; task < end; ++task) {
+      const int32_t expert = scratch.active_experts[size_t(task / tiles_per_expert)];
+      const int32_t index = task % tiles_per_expert / tiles_per_matrix;
+      const int32_t tile = task % tiles_per_matrix;
+      const int32_t first_row = scratch.expert_starts[size_t(expert)];
+      const int32_t num_rows = scratch.expert_starts[size_t(expert) + 1] - first_row;
+      const bool widens = kernels.panel_scratch_bytes(job.format, job.k, num_rows) > 0;
+      const Activations activations{job.x + size_t(first_row) * size_t(job.k), size_t(job.k),
+                                    job.packed_stride > 0 ? scratch.packed.data() + size_t(first_row) * job.packed_stride : nullptr,
+                                    job.packed_stride, widens ? panel_per_thread[size_t(thread_index)].data() : nullptr};
+      const int32_t column_end = std::min((tile + 1) * kPanelColumns, job.num_columns);
+      kernels.matmul(activations, num_rows, job.k, job.matrix(job.layer.experts[size_t(expert)], index), tile * kPanelColumns,
+                     column_end, job.outputs[index] + size_t(first_row) * size_t(job.num_columns), size_t(job.num_columns),
+                     false);
+    }
+  });
+}
+
+// Rows of x as the kernel reads them for this format, into scratch.packed; returns the stride.
+size_t pack_rows(ThreadPool& pool, const KernelTable& kernels, MatrixFormat format, const float* x, int32_t num_rows,
+                 int32_t k, MoeScratch& scratch) {
+  const size_t stride = kernels.packed_row_bytes(format, k);
+  if (stride == 0) return 0;
+  grow(scratch.packed, size_t(num_rows) * stride);
+  pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    kernels.pack_rows(x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
+                      scratch.packed.data() + size_t(begin) * stride, stride);
+  });
+  return stride;
+}
+
+void grow_panel_scratch(const KernelTable& kernels, MatrixFormat format, int32_t k, int32_t max_rows, int32_t num_threads,
+                        MoeScratch& scratch) {
+  const size_t bytes = kernels.panel_scratch_bytes(format, k, max_rows);
+  if (bytes == 0) return;
+  scratch.panel_per_thread.resize(size_t(num_threads));
+  for (std::vector<uint8_t>& buffer : scratch.panel_per_thread) grow(buffer, bytes);
+}
+
+const Matrix& gate_or_up(const Expert& expert, int32_t index) { return index == 0 ? expert.gate_proj : expert.up_proj; }
+const Matrix& down(const Expert& expert, int32_t) { return expert.down_proj; }
+
+void add_bias(float* row, const float* bias, int32_t n) {
+  if (bias == nullptr) return;
+  for (int32_t i = 0; i < n; ++i) row[i] += bias[i];
+}
+
+}  // namespace
+
+void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, const Dimensions& dims,
+             const Numerics& numerics, const float* normed, int32_t num_tokens, float* hidden, MatmulScratch& matmul_scratch,
+             MoeScratch& scratch) {
+  const int32_t num_experts = int32_t(layer.experts.size());
+  const int32_t top_k = dims.num_experts_per_token;
+  const int32_t hidden_size = dims.hidden_size;
+  const int32_t intermediate = dims.moe_intermediate_size;
+  const int32_t num_slots = num_tokens * top_k;
+
+  // Router logits, fp32 weights and activations: a choice of experts is discontinuous, so the
+  // logits are kept as exact as the residual stream allows.
+  grow(scratch.router_logits, size_t(num_tokens) * size_t(num_experts));
+  parallel_matmuls(pool, kernels, MatmulInput{const_cast<float*>(normed)}, num_tokens, hidden_size,
+                   {{layer.router, num_experts, scratch.router_logits.data()}}, matmul_scratch);
+  grow(scratch.slot_experts, size_t(num_slots));
+  grow(scratch.slot_weights, size_t(num_slots));
+  pool.parallel_for(num_tokens, 1, [&](int32_t, int32_t begin, int32_t end) {
+    for (int32_t t = begin; t < end; ++t) {
+      float* logits = &scratch.router_logits[size_t(t) * size_t(num_experts)];
+      add_bias(logits, layer.router_bias, num_experts);
+      route(logits, num_experts, top_k, numerics.routing, numerics.norm_topk_prob, &scratch.slot_experts[size_t(t) * top_k],
+            &scratch.slot_weights[size_t(t) * top_k]);
+    }
+  });
+
+  // Group the slots by expert (a counting sort: within an expert, tokens in batch order).
+  scratch.expert_starts.assign(size_t(num_experts) + 1, 0);
+  for (int32_t slot = 0; slot < num_slots; ++slot) ++scratch.expert_starts[size_t(scratch.slot_experts[size_t(slot)]) + 1];
+  scratch.active_experts.clear();
+  int32_t max_rows = 0;
+  for (int32_t e = 0; e < num_experts; ++e) {
+    const int32_t count = scratch.expert_starts[size_t(e) + 1];
+    if (count > 0) scratch.active_experts.push_back(e);
+    max_rows = std::max(max_rows, count);
+    scratch.expert_starts[size_t(e) + 1] += scratch.expert_starts[size_t(e)];
+  }
+  scratch.expert_cursors.assign(scratch.expert_starts.begin(), scratch.expert_starts.end() - 1);
+  grow(scratch.slot_rows, size_t(num_slots));
+  for (int32_t slot = 0; slot < num_slots; ++slot) {
+    scratch.slot_rows[size_t(slot)] = scratch.expert_cursors[size_t(scratch.slot_experts[size_t(slot)])]++;
+  }
+  grow(scratch.rows, size_t(num_slots) * size_t(hidden_size));
+  pool.parallel_for(num_tokens, 1, [&](int32_t, int32_t begin, int32_t end) {
+    for (int32_t t = begin; t < end; ++t) {
+      for (int32_t k = 0; k < top_k; ++k) {
+        std::copy_n(normed + size_t(t) * size_t(hidden_size), hidden_size,
+                    &scratch.rows[size_t(scratch.slot_rows[size_t(t) * top_k + k]) * size_t(hidden_size)]);
+      }
+    }
+  });
+
+  const MatrixFormat format = layer.experts[0].gate_proj.format;
+  grow_panel_scratch(kernels, format, std::max(hidden_size, intermediate), max_rows, pool.num_threads(), scratch);
+  grow(scratch.gate, size_t(num_slots) * size_t(intermediate));
+  grow(scratch.up, size_t(num_slots) * size_t(intermediate));
+  const size_t rows_stride = pack_rows(pool, kernels, format, scratch.rows.data(), num_slots, hidden_size, scratch);
+  run_grouped(pool, kernels,
+              GroupedMatmul{layer, scratch, format, hidden_size, scratch.rows.data(), rows_stride, intermediate, 2, gate_or_up,
+                            {scratch.gate.data(), scratch.up.data()}},
+              scratch.panel_per_thread);
+
+  // The gated activation, row by row (each row knows its expert from the grouping), into gate.
+  pool.parallel_for(int32_t(scratch.active_experts.size()), 1, [&](int32_t, int32_t begin, int32_t end) {
+    for (int32_t a = begin; a < end; ++a) {
+      const int32_t e = scratch.active_experts[size_t(a)];
+      const Expert& expert = layer.experts[size_t(e)];
+      for (int32_t row = scratch.expert_starts[size_t(e)]; row < scratch.expert_starts[size_t(e) + 1]; ++row) {
+        float* gate = &scratch.gate[size_t(row) * size_t(intermediate)];
+        float* up = &scratch.up[size_t(row) * size_t(intermediate)];
+        add_bias(gate, expert.gate_bias, intermediate);
+        add_bias(up, expert.up_bias, intermediate);
+        switch (numerics.activation) {
+          case CD_ACTIVATION_GELU_TANH: kernels.gelu_tanh_gate(gate, up, intermediate, gate); break;
+          case CD_ACTIVATION_CLAMPED_SWIGLU:
+            kernels.clamped_swiglu(gate, up, intermediate, numerics.swiglu_alpha, numerics.swiglu_limit, gate);
+            break;
+          default: kernels.swiglu(gate, up, intermediate, gate); break;
+        }
+      }
+    }
+  });
+
+  grow(scratch.out, size_t(num_slots) * size_t(hidden_size));
+  const size_t gate_stride = pack_rows(pool, kernels, format, scratch.gate.data(), num_slots, intermediate, scratch);
+  run_grouped(pool, kernels,
+              GroupedMatmul{layer, scratch, format, intermediate, scratch.gate.data(), gate_stride, hidden_size, 1, down,
+                            {scratch.out.data(), nullptr}},
+              scratch.panel_per_thread);
+
+  // Each token's experts in its own slot order, one chain per element: acc = w0 o0, then
+  // acc + w_k o_k, added to the residual stream last.
+  pool.parallel_for(num_tokens, 1, [&](int32_t, int32_t begin, int32_t end) {
+    for (int32_t t = begin; t < end; ++t) {
+      float* row = hidden + size_t(t) * size_t(hidden_size);
+      // The first slot's gathered input row is free now: it holds the sum.
+      float* acc = &scratch.rows[size_t(scratch.slot_rows[size_t(t) * top_k]) * size_t(hidden_size)];
+      for (int32_t k = 0; k < top_k; ++k) {
+        const int32_t slot = t * top_k + k;
+        const float weight = scratch.slot_weights[size_t(slot)];
+        const float* out = &scratch.out[size_t(scratch.slot_rows[size_t(slot)]) * size_t(hidden_size)];
+        const float* bias = layer.experts[size_t(scratch.slot_experts[size_t(slot)])].down_bias;
+        for (int32_t i = 0; i < hidden_size; ++i) {
+          const float value = bias == nullptr ? out[i] : out[i] + bias[i];
+          acc[i] = k == 0 ? weight * value : acc[i] + weight * value;
+        }
+      }
+      for (int32_t i = 0; i < hidden_size; ++i) row[i] += acc[i];
+    }
+  });
+}
+
+}  // namespace conduit

@@ -1,0 +1,83 @@
+// Batch invariance of the newer families, as batch-invariance.test.ts checks it for Llama: a
+// target's logits and seeded samples are bitwise identical alone, with its prompt in chunks of 7,
+// among 15 companions mixing prefill chunks and decode tokens, and on 3 threads, for every kernel
+// × weight mode. For MoE families the companions share the target's experts in every step, so
+// this is also the check that a token's output does not depend on who else its experts served.
+import { test } from 'node:test';
+import type { Quantization, WeightDtype } from '../api.ts';
+import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
+import {
+  BLOCKS_PER_GROUP,
+  BLOCK_SIZE_TOKENS,
+  MAX_BLOCKS_PER_SEQ,
+  NUM_COMPANIONS,
+  TARGET_PROMPT_TOKENS,
+  assertBitwiseEqual,
+  companionSettings,
+  makeSequence,
+  runTarget,
+  targetSettings,
+} from './invariance-harness.ts';
+
+const VOCAB_SIZE = 300;
+
+export const INVARIANCE_SHAPES: Readonly<Record<string, ShapeOptions>> = {
+  // head_dim 16 puts a bf16 cache in the paired layout; matmuls span several 64-column panels.
+  qwen3: { arch: 'qwen3', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, slidingWindow: 20, maxWindowLayers: 1 },
+  // 4 experts, top 2: with 16 sequences in a step every expert serves many tokens, in other
+  // combinations than alone; expert widths of several panels.
+  'qwen3-moe': {
+    arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 100, vocabSize: VOCAB_SIZE,
+    numExperts: 4, numExpertsPerToken: 2, moeIntermediateSize: 136, normTopkProb: true, mlpOnlyLayers: [1],
+  },
+  gemma3: { arch: 'gemma3', hiddenSize: 48, numLayers: 3, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, tieWordEmbeddings: true, slidingWindow: 20, slidingWindowPattern: 3 },
+  phi3: { arch: 'phi3', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, partialRotaryFactor: 0.75, longRope: { originalMaxPositionEmbeddings: 32 }, maxPositionEmbeddings: 128 },
+  'gpt-oss': { arch: 'gpt_oss', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 16, intermediateSize: 128, vocabSize: VOCAB_SIZE, numExperts: 4, numExpertsPerToken: 2, slidingWindow: 20 },
+  mixtral: { arch: 'mixtral', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 136, vocabSize: VOCAB_SIZE, numExperts: 4, numExpertsPerToken: 2, slidingWindow: 24 },
+};
+
+const MODES: ReadonlyArray<{ dtype: WeightDtype; quantization: Quantization }> = [
+  { dtype: 'bf16', quantization: 'none' },
+  { dtype: 'bf16', quantization: 'int8' },
+];
+
+export function familyInvarianceTests(shapes: Readonly<Record<string, ShapeOptions>>): void {
+  for (const [family, shape] of Object.entries(shapes)) {
+    test(`${family}: logits and samples are bitwise identical alone, chunked, among 15 others and on 3 threads`, async (t) => {
+      using temp = makeTempDir('family-invariance');
+      const seed = freshSeed(t);
+      const prompt = randomTokens(TARGET_PROMPT_TOKENS, VOCAB_SIZE, seed);
+      const sampling = targetSettings(seed, prompt)['plain sampling'];
+      for (const { dtype, quantization } of MODES) {
+        const modelDir = writeCheckpoint(temp.dir, `${dtype}-${quantization}`, { ...shape, dtype, seed });
+        for (const kernel of KERNELS) {
+          await t.test(`${dtype} weights, ${quantization}, ${kernel}`, { skip: kernelSkip(kernel) }, async () => {
+            const label = (scenario: string) => `seed ${seed}, ${family}, ${dtype}, ${quantization}, ${kernel}, ${scenario}`;
+            const options = loadOptions(modelDir, { kernel, quantization, blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
+            const groups = await withModel(options, async (model) => model.info.kvCacheGroups.length);
+            const sized = { ...options, numKvBlocks: groups * BLOCKS_PER_GROUP };
+            const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
+            const companions = () =>
+              Array.from({ length: NUM_COMPANIONS }, (_, i) =>
+                makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i), groups),
+              );
+            const alone = await withModel(sized, async (model) => {
+              const reference = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, sampling, groups), [], 0);
+              const chunked = await runTarget(model, makeSequence(prompt, 7, 0, sampling, groups), [], 0);
+              assertBitwiseEqual(chunked, reference, label('chunks of 7'));
+              const batched = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling, groups), companions(), 7);
+              assertBitwiseEqual(batched, reference, label(`in chunks of 7 among ${NUM_COMPANIONS} others`));
+              return reference;
+            });
+            await withModel({ ...sized, numThreads: 3 }, async (model) => {
+              const threads = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling, groups), companions(), 3);
+              assertBitwiseEqual(threads, alone, label(`among ${NUM_COMPANIONS} others on 3 threads`));
+            });
+          });
+        }
+      }
+    });
+  }
+}
+
+familyInvarianceTests(INVARIANCE_SHAPES);

@@ -1,0 +1,82 @@
+// Memory at load: a checkpoint that cannot fit is refused before anything is allocated, with
+// what it needs and what there is; the weights the kernels use as stored (the embedding table)
+// stay in the file mapping, and the rest is packed once, the file's pages dropped behind it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import { readCheckpoint } from '../checkpoint.ts';
+import { loadModel } from '../index.ts';
+import { availableMemory, loadFootprint } from '../memory.ts';
+import { loadOptions, makeTempDir, writeCheckpoint, type ShapeOptions } from './helpers.ts';
+
+// A 70B-like layer: about 1.6 GiB of bf16 weights.
+const BIG_LAYER: ShapeOptions = { arch: 'llama', hiddenSize: 8192, numHeads: 64, numKvHeads: 8, intermediateSize: 28672, vocabSize: 32000, numLayers: 1 };
+const BIG_LAYER_BYTES = 2 * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672);
+
+function rssKiB(field: 'RssAnon' | 'RssFile'): number {
+  return Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(readFileSync('/proc/self/status', 'utf8'))![1]);
+}
+
+test('a checkpoint larger than memory is refused at load, saying how much it needs and how much there is', async () => {
+  using temp = makeTempDir('memory');
+  // Twice this machine's memory, as a sparse file: zeros that cost no disk.
+  const numLayers = Math.ceil((2 * os.totalmem()) / BIG_LAYER_BYTES);
+  const modelDir = writeCheckpoint(temp.dir, 'huge', { ...BIG_LAYER, numLayers, zeros: true });
+  const { spec } = readCheckpoint(modelDir);
+  const footprint = loadFootprint(spec, 'bf16', 'none', 64 * 2 * spec.layersPerKvBlock * 8 * 128 * 16 * 2);
+  assert.ok(footprint.neededBytes > 2 * os.totalmem());
+  await assert.rejects(loadModel(loadOptions(modelDir)), (err: Error & { code?: string }) => {
+    assert.equal(err.code, 'CD_ERR_OUT_OF_MEMORY');
+    const needs = /loading needs about ([\d.]+) GiB of memory/.exec(err.message);
+    assert.ok(needs !== null, err.message);
+    assert.ok(Math.abs(Number(needs[1]) - footprint.neededBytes / 2 ** 30) < 0.1, err.message);
+    assert.ok(err.message.startsWith(modelDir), err.message);
+    assert.match(err.message, /but only [\d.]+ GiB is available \((MemAvailable in \/proc\/meminfo|memory\.max less memory\.current in .*)\)/);
+    assert.match(err.message, /Quantize the weights \(int8\)/);
+    assert.match(err.stack ?? '', /memory\.test\.ts/);
+    return true;
+  });
+  // int8 blocks hold about half of bf16's bytes (32 values and a 2-byte scale per 34 bytes).
+  const int8 = loadFootprint(spec, 'bf16', 'int8', 0);
+  assert.ok(Math.abs(int8.packedBytes / (footprint.packedBytes - footprint.kvCacheBytes) - 34 / 64) < 0.01);
+});
+
+test('LoadOptions.memoryLimitBytes bounds what a load may take', async () => {
+  using temp = makeTempDir('memory');
+  const modelDir = writeCheckpoint(temp.dir, 'small', { arch: 'llama', hiddenSize: 64, numLayers: 1, numHeads: 4, numKvHeads: 2, intermediateSize: 96, vocabSize: 64 });
+  const { spec } = readCheckpoint(modelDir);
+  const needed = loadFootprint(spec, 'bf16', 'none', 64 * 2 * 32 * 16 * 2).neededBytes;
+  await assert.rejects(loadModel(loadOptions(modelDir, { memoryLimitBytes: needed - 1 })), { code: 'CD_ERR_OUT_OF_MEMORY' });
+  (await loadModel(loadOptions(modelDir, { memoryLimitBytes: needed }))).close();
+  await assert.rejects(loadModel(loadOptions(modelDir, { memoryLimitBytes: -1 })), /LoadOptions\.memoryLimitBytes/);
+  assert.ok(availableMemory().bytes > 0);
+});
+
+test('the embedding table stays mapped and the matrices are packed once: resident memory is the packed size', async (t) => {
+  if (!/^RssAnon:/m.test(readFileSync('/proc/self/status', 'utf8'))) return t.skip('no RssAnon in /proc/self/status');
+  using temp = makeTempDir('memory');
+  // A 32 MiB bf16 embedding next to 32 MiB of packed lm_head and about 2 MiB of layers.
+  const modelDir = writeCheckpoint(temp.dir, 'mapped', { arch: 'llama', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 512, vocabSize: 65536 });
+  const options = loadOptions(modelDir, { numKvBlocks: 1, numThreads: 1 });
+  const { spec } = readCheckpoint(modelDir);
+  const footprint = loadFootprint(spec, 'bf16', 'none', 0);
+  assert.equal(footprint.borrowedBytes, 65536 * 256 * 2);
+  // Converting to fp32 copies the embedding: nothing of it can be used in place.
+  assert.equal(loadFootprint(spec, 'fp32', 'none', 0).borrowedBytes, 0);
+  const anonBefore = rssKiB('RssAnon') * 1024;
+  const fileBefore = rssKiB('RssFile') * 1024;
+  const model = await loadModel(options);
+  try {
+    const anonGrowth = rssKiB('RssAnon') * 1024 - anonBefore;
+    const fileGrowth = rssKiB('RssFile') * 1024 - fileBefore;
+    const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+    const report = `anonymous memory grew ${mib(anonGrowth)}, file pages ${mib(fileGrowth)}; packed ${mib(footprint.packedBytes)}, mapped ${mib(footprint.borrowedBytes)}`;
+    t.diagnostic(report);
+    assert.ok(anonGrowth > 0.9 * footprint.packedBytes && anonGrowth < footprint.packedBytes + footprint.borrowedBytes / 2, report);
+    // The packed files' pages were dropped as each matrix was packed; the embedding is untouched until a token reads its row.
+    assert.ok(fileGrowth < footprint.borrowedBytes / 2, report);
+  } finally {
+    model.close();
+  }
+});

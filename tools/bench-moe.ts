@@ -1,0 +1,240 @@
+// Mixture-of-experts decode on the native runtime, against what the machine allows and against a
+// dense model doing the same work per token:
+//   - a random Qwen3-MoE checkpoint shaped like Qwen3-30B-A3B scaled to ~1.0 B parameters with
+//     ~0.15 B active per token (hidden 1024, 12 layers, 16 heads of 64 with 4 KV heads, 64
+//     experts of width 384, 8 per token, vocab 32000), and a dense Qwen3 of the same active size
+//     (the same attention, FFN 8 × 384 = 3072), both written under .bench/ on first use;
+//   - batch-1 decode tok/s against the streaming-read bound of the bytes one token reads: the
+//     attention matrices, the router (fp32), the 8 chosen experts and the LM head (target ≥ 0.7);
+//   - batch-32 decode tok/s against the dense model's at batch 32 (target ≥ 0.6×); at batch 32
+//     the step's 256 routed rows touch nearly every expert, so the MoE step reads nearly all its
+//     weights where the dense one reads a sixth as much;
+//   - bf16 weights and int8 experts (quantization int8), each model loaded once per mode, the two
+//     models taking turns round after round; medians;
+//   - with --llama-cpp DIR (a llama.cpp build: DIR/build/bin/llama-bench, llama-batched-bench,
+//     llama-quantize and DIR/gguf-py), the same two checkpoints converted to GGUF
+//     (tools/bench-moe-gguf.py; bf16, and Q8_0 for int8) and measured by llama-bench (batch-1
+//     decode) and llama-batched-bench (32 sequences decoding together) on the same threads.
+//
+//   npm run bench:moe [-- --threads 2 --steps 32 --rounds 3 --modes bf16,int8 --llama-cpp DIR]
+//
+// Memory: one mode's two models at a time (bf16: ~2.4 GiB packed), plus the 1 GiB buffer the
+// bandwidth probe reads before they load.
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import type { NativeModel, Quantization } from '../native/api.ts';
+import { loadModel, probes } from '../native/index.ts';
+import { describeCpu } from './bench-model.ts';
+import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
+import { DEFAULT_OPTIONS, writeRandomCheckpoint, type CheckpointOptions } from './make-checkpoint.ts';
+
+const ATTENTION = { hiddenSize: 1024, numLayers: 12, numHeads: 16, numKvHeads: 4, headDim: 64, vocabSize: 32000 };
+const EXPERTS = { numExperts: 64, numExpertsPerToken: 8, moeIntermediateSize: 384 };
+const DENSE_FFN = EXPERTS.numExpertsPerToken * EXPERTS.moeIntermediateSize;
+const MOE_OPTIONS: Omit<CheckpointOptions, 'outDir'> = {
+  ...DEFAULT_OPTIONS, ...ATTENTION, ...EXPERTS, arch: 'qwen3_moe', intermediateSize: DENSE_FFN, normTopkProb: true, dtype: 'bf16',
+};
+const DENSE_OPTIONS: Omit<CheckpointOptions, 'outDir'> = { ...DEFAULT_OPTIONS, ...ATTENTION, arch: 'qwen3', intermediateSize: DENSE_FFN, dtype: 'bf16' };
+const BLOCK_SIZE_TOKENS = 16;
+const PROMPT_TOKENS = 16;
+const BATCH_SIZES = [1, 32] as const;
+const STREAM_BUFFER_BYTES = 1 << 30;
+
+interface Mode {
+  label: 'bf16' | 'int8';
+  quantization: Quantization;
+  /** Bytes per weight of the matrices (int8: 32 values and an fp16 scale per block). */
+  bytesPerWeight: number;
+}
+const MODES: readonly Mode[] = [
+  { label: 'bf16', quantization: 'none', bytesPerWeight: 2 },
+  { label: 'int8', quantization: 'int8', bytesPerWeight: 34 / 32 },
+];
+
+const { hiddenSize: H, numLayers: L, numHeads, numKvHeads, headDim, vocabSize } = ATTENTION;
+const ATTENTION_WEIGHTS = 2 * H * numHeads * headDim + 2 * H * numKvHeads * headDim;
+const EXPERT_WEIGHTS = 3 * H * EXPERTS.moeIntermediateSize;
+const LM_HEAD_WEIGHTS = vocabSize * H;
+const ROUTER_BYTES = EXPERTS.numExperts * H * 4;
+
+/** Parameters of each checkpoint (embedding and LM head included). */
+const MOE_PARAMS = L * (ATTENTION_WEIGHTS + EXPERTS.numExperts * EXPERT_WEIGHTS + EXPERTS.numExperts * H) + 2 * vocabSize * H;
+const ACTIVE_PARAMS = L * (ATTENTION_WEIGHTS + EXPERTS.numExpertsPerToken * EXPERT_WEIGHTS);
+
+/** Bytes one decoded token reads at batch 1: the layers' matrices it multiplies, the router, the LM head. */
+function moeBytesPerToken(mode: Mode): number {
+  return L * ((ATTENTION_WEIGHTS + EXPERTS.numExpertsPerToken * EXPERT_WEIGHTS) * mode.bytesPerWeight + ROUTER_BYTES) + LM_HEAD_WEIGHTS * mode.bytesPerWeight;
+}
+function denseBytesPerToken(mode: Mode): number {
+  return (L * (ATTENTION_WEIGHTS + 3 * H * DENSE_FFN) + LM_HEAD_WEIGHTS) * mode.bytesPerWeight;
+}
+/** Bytes a step of n tokens reads: every expert some token chose (uniform routing's expectation), once. */
+function moeBytesPerStep(mode: Mode, numTokens: number): number {
+  const experts = expectedExpertsTouched(numTokens);
+  return L * ((ATTENTION_WEIGHTS + experts * EXPERT_WEIGHTS) * mode.bytesPerWeight + ROUTER_BYTES) + LM_HEAD_WEIGHTS * mode.bytesPerWeight;
+}
+/** Experts a step of n tokens touches per layer, on average, under uniform routing. */
+function expectedExpertsTouched(numTokens: number): number {
+  const { numExperts: E, numExpertsPerToken: k } = EXPERTS;
+  return E * (1 - (1 - k / E) ** numTokens);
+}
+
+function ensureCheckpoint(name: string, options: Omit<CheckpointOptions, 'outDir'>): string {
+  const modelDir = path.resolve('.bench', name);
+  if (!existsSync(path.join(modelDir, 'model.safetensors'))) {
+    console.log(`writing ${modelDir} ...`);
+    writeRandomCheckpoint({ ...options, outDir: modelDir });
+  }
+  return modelDir;
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+}
+
+const fmt = (value: number, digits = 1): string => value.toFixed(digits);
+const rssGiB = (): string => `${fmt(process.memoryUsage().rss / 2 ** 30, 2)} GiB`;
+
+interface LlamaCppFigures {
+  b1: number;
+  b32: number;
+}
+
+/** llama-bench's tg (batch-1 decode) and llama-batched-bench's S_TG with 32 sequences, tok/s. */
+function llamaCppDecode(llamaDir: string, gguf: string, numThreads: number, numSteps: number, numRounds: number): LlamaCppFigures {
+  const bin = (name: string) => path.join(llamaDir, 'build', 'bin', name);
+  const bench = execFileSync(bin('llama-bench'), ['-m', gguf, '-p', '0', '-n', String(numSteps), '-t', String(numThreads), '-r', String(numRounds), '-o', 'json'], {
+    encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 1 << 26,
+  });
+  const b1 = (JSON.parse(bench) as Array<{ avg_ts: number }>)[0].avg_ts;
+  const rates: number[] = [];
+  for (let round = 0; round < numRounds; round++) {
+    const batched = execFileSync(bin('llama-batched-bench'), [
+      '-m', gguf, '-c', String(32 * (PROMPT_TOKENS + numSteps + 1)), '-b', '512', '-ub', '512', '-npp', String(PROMPT_TOKENS),
+      '-ntg', String(numSteps), '-npl', '32', '-t', String(numThreads), '--output-format', 'jsonl',
+    ], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 1 << 26 });
+    const line = batched.split('\n').find((entry) => entry.startsWith('{') && entry.includes('speed_tg'));
+    if (line === undefined) throw new Error(`llama-batched-bench printed no jsonl row:\n${batched}`);
+    rates.push((JSON.parse(line) as { speed_tg: number }).speed_tg);
+  }
+  return { b1, b32: median(rates) };
+}
+
+function ggufOf(llamaDir: string, modelDir: string, mode: Mode): string {
+  const bf16 = `${modelDir}.bf16.gguf`;
+  if (!existsSync(bf16)) {
+    console.log(`converting ${modelDir} to ${bf16} ...`);
+    execFileSync('python3', [path.resolve('tools', 'bench-moe-gguf.py'), modelDir, bf16], {
+      stdio: 'inherit', env: { ...process.env, GGUF_PY: path.join(llamaDir, 'gguf-py') },
+    });
+  }
+  if (mode.label === 'bf16') return bf16;
+  const q8 = `${modelDir}.q8_0.gguf`;
+  if (!existsSync(q8)) execFileSync(path.join(llamaDir, 'build', 'bin', 'llama-quantize'), [bf16, q8, 'Q8_0'], { stdio: 'ignore' });
+  return q8;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      threads: { type: 'string', default: String(os.availableParallelism()) },
+      steps: { type: 'string', default: '32' },
+      rounds: { type: 'string', default: '3' },
+      modes: { type: 'string', default: 'bf16,int8' },
+      'llama-cpp': { type: 'string' },
+    },
+  });
+  const numThreads = Number(values.threads);
+  const numSteps = Number(values.steps);
+  const numRounds = Number(values.rounds);
+  const modes = MODES.filter((mode) => values.modes.split(',').includes(mode.label));
+  const llamaDir = values['llama-cpp'];
+  console.log(`CPU: ${describeCpu()}; ${fmt(os.totalmem() / 2 ** 30)} GiB memory; load average ${os.loadavg().map((v) => fmt(v, 2)).join(' ')}`);
+  const moeDir = ensureCheckpoint('qwen3-moe-a0.15b-1b-bf16', MOE_OPTIONS);
+  const denseDir = ensureCheckpoint('qwen3-dense-0.15b-bf16', DENSE_OPTIONS);
+  console.log(`Qwen3-MoE: ${fmt(MOE_PARAMS / 1e9, 3)} B parameters, ${fmt(ACTIVE_PARAMS / 1e9, 3)} B active per token in the layers ` +
+    `(+${fmt(LM_HEAD_WEIGHTS / 1e6)} M LM head); dense Qwen3 of the same active size: FFN ${DENSE_FFN}`);
+  const started = performance.now();
+  const bandwidth = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
+  console.log(`threads ${numThreads}; streaming read ${fmt(bandwidth / 1e9)} GB/s\n`);
+
+  const shapeOf = (numSeqs: number) => ({ numSeqs, numPromptTokens: PROMPT_TOKENS, numSteps });
+  const numKvBlocks = decodeKvBlocks(shapeOf(Math.max(...BATCH_SIZES)), BLOCK_SIZE_TOKENS);
+  const rows: string[][] = [];
+  let peakRss = 0;
+  // CPU time the process got over threads × wall time while decoding: well under 1 on a machine
+  // shared with other work, whose figures then measure the sharing too.
+  const cpuShares: number[] = [];
+  for (const mode of modes) {
+    const load = (modelDir: string) => loadModel({
+      modelDir, dtype: 'bf16', quantization: mode.quantization, kvCacheDtype: 'bf16', numKvBlocks,
+      blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto',
+    });
+    const models: Record<'moe' | 'dense', NativeModel> = { moe: await load(moeDir), dense: await load(denseDir) };
+    peakRss = Math.max(peakRss, process.memoryUsage().rss);
+    const rates = { moe: BATCH_SIZES.map((): number[] => []), dense: BATCH_SIZES.map((): number[] => []) };
+    const cpuBefore = process.cpuUsage();
+    const wallBefore = performance.now();
+    try {
+      for (let round = 0; round < numRounds; round++) {
+        for (const [i, numSeqs] of BATCH_SIZES.entries()) {
+          for (const name of ['moe', 'dense'] as const) rates[name][i].push(await decodeTokensPerSecond(models[name], shapeOf(numSeqs)));
+        }
+      }
+      const cpu = process.cpuUsage(cpuBefore);
+      cpuShares.push((cpu.user + cpu.system) / 1000 / ((performance.now() - wallBefore) * numThreads));
+      peakRss = Math.max(peakRss, process.memoryUsage().rss);
+    } finally {
+      models.moe.close();
+      models.dense.close();
+    }
+    const [moeB1, moeB32] = rates.moe.map(median);
+    const [denseB1, denseB32] = rates.dense.map(median);
+    const moeRatioB32 = median(rates.moe[1].map((rate, round) => rate / rates.dense[1][round]));
+    const moeBound = bandwidth / moeBytesPerToken(mode);
+    const moeB32Bound = (32 * bandwidth) / moeBytesPerStep(mode, 32);
+    const denseBound = bandwidth / denseBytesPerToken(mode);
+    console.log(`${mode.label}: MoE b1 ${fmt(moeB1)} tok/s (bound ${fmt(moeBound)}), b32 ${fmt(moeB32)} tok/s (bound ${fmt(moeB32Bound)}); ` +
+      `dense b1 ${fmt(denseB1)} tok/s (bound ${fmt(denseBound)}), b32 ${fmt(denseB32)} tok/s; resident ${rssGiB()}`);
+    rows.push([
+      'conduit', mode.label, fmt(moeB1), `${fmt((moeB1 / moeBound) * 100, 0)}%`, fmt(moeB32), `${fmt((moeB32 / moeB32Bound) * 100, 0)}%`,
+      fmt(denseB1), fmt(denseB32), fmt(moeRatioB32, 2),
+    ]);
+    if (llamaDir !== undefined) {
+      const moe = llamaCppDecode(llamaDir, ggufOf(llamaDir, moeDir, mode), numThreads, numSteps, numRounds);
+      const dense = llamaCppDecode(llamaDir, ggufOf(llamaDir, denseDir, mode), numThreads, numSteps, numRounds);
+      const label = mode.label === 'int8' ? 'Q8_0' : 'bf16';
+      console.log(`llama.cpp ${label}: MoE b1 ${fmt(moe.b1)}, b32 ${fmt(moe.b32)} tok/s; dense b1 ${fmt(dense.b1)}, b32 ${fmt(dense.b32)} tok/s`);
+      rows.push([
+        'llama.cpp', label, fmt(moe.b1), `${fmt((moe.b1 / moeBound) * 100, 0)}%`, fmt(moe.b32), `${fmt((moe.b32 / moeB32Bound) * 100, 0)}%`,
+        fmt(dense.b1), fmt(dense.b32), fmt(moe.b32 / dense.b32, 2),
+      ]);
+    }
+  }
+  const bandwidthAfter = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
+  console.log(`\nstreaming read again at the end: ${fmt(bandwidthAfter / 1e9)} GB/s` +
+    (Math.abs(bandwidthAfter - bandwidth) / Math.max(bandwidth, bandwidthAfter) > 0.15 ? ' (WARNING: moved by more than 15% during the run)' : ''));
+
+  const header = ['engine', 'weights', 'MoE b1 tok/s', '(of bound)', 'MoE b32 tok/s', '(of bound)', 'dense b1', 'dense b32', 'MoE/dense b32'];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
+  const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i])).join(' | ');
+  console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
+  for (const row of rows) console.log(line(row));
+  console.log(
+    `\nb1 bound = streaming read (start of run) / bytes a batch-1 token reads: ${modes.map((mode) => `${mode.label} ${fmt(moeBytesPerToken(mode) / 2 ** 20)} MiB`).join(', ')} ` +
+      `(attention, router in fp32, ${EXPERTS.numExpertsPerToken} experts, LM head); b32 bound = 32 × streaming read / bytes a 32-token step reads: ` +
+      `${modes.map((mode) => `${mode.label} ${fmt(moeBytesPerStep(mode, 32) / 2 ** 20)} MiB`).join(', ')} (~${fmt(expectedExpertsTouched(32))} of ` +
+      `${EXPERTS.numExperts} experts per layer under uniform routing). The process got ${cpuShares.map((share) => `${fmt(share * 100, 0)}%`).join(', ')} ` +
+      `of ${numThreads} CPUs while decoding (per mode). Decode after a ${PROMPT_TOKENS}-token prompt, ${numSteps} steps, ` +
+      `medians of ${numRounds} rounds; MoE/dense b32 is the median of the rounds' ratios. Peak resident ${fmt(peakRss / 2 ** 30, 2)} GiB. ` +
+      `${fmt((performance.now() - started) / 1000)} s`,
+  );
+  if (llamaDir === undefined) console.log('llama.cpp: not run (pass --llama-cpp DIR, a llama.cpp checkout built with llama-bench, llama-batched-bench and llama-quantize)');
+}
+
+await main();
