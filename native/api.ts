@@ -9,6 +9,8 @@ export type DtypeSetting = 'auto' | WeightDtype;
 export type KernelPath = 'auto' | 'avx512' | 'avx2' | 'scalar';
 /** `int8`: matrices quantized at load, Q8_0-style (int8 with one fp16 scale per 32 weights). */
 export type Quantization = 'none' | 'int8';
+/** Where the weights and KV cache live and passes run: `cpu`, or `cuda` (a plugin opened on demand). */
+export type Device = 'cpu' | 'cuda';
 
 export interface LoadOptions {
   /** A Hugging Face checkpoint directory: config.json and *.safetensors. */
@@ -19,6 +21,8 @@ export interface LoadOptions {
   blockSizeTokens: number;
   numThreads: number;
   kernel: KernelPath;
+  /** Default `cpu`. A device this build or machine cannot use rejects with CD_ERR_UNSUPPORTED_DEVICE, saying why. */
+  device?: Device;
   /**
    * Default `none`. The embedding table, norms and KV cache keep `dtype`; MoE routers stay fp32.
    * MXFP4 experts (gpt-oss as shipped) become int8 blocks either way, exactly.

@@ -5,6 +5,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { packageRoot } from '../package-root.ts';
 import type {
+  Device,
   DtypeSetting,
   ForwardBatch,
   ForwardResult,
@@ -38,6 +39,7 @@ interface Binding {
       blockSizeTokens: number;
       numThreads: number;
       kernel: KernelPath;
+      device: Device;
     },
   ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number }>;
   forward(handle: ModelHandle, batch: ForwardBatch, outputs: ForwardResult): Promise<void>;
@@ -67,6 +69,7 @@ const binding = createRequire(import.meta.url)(path.join(packageRoot, 'native', 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];
 const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8'];
+const DEVICES: readonly Device[] = ['cpu', 'cuda'];
 const MAX_THREADS = 1024;
 
 /** Bytes of one block hash (engine/kv/block-hash.ts): SHA-256 truncated to 128 bits. */
@@ -143,6 +146,7 @@ function validateLoadOptions(options: LoadOptions): void {
   checkOption('dtype', DTYPE_SETTINGS.includes(options.dtype), DTYPE_SETTINGS.join(' | '), options.dtype);
   checkOption('kvCacheDtype', DTYPE_SETTINGS.includes(options.kvCacheDtype), DTYPE_SETTINGS.join(' | '), options.kvCacheDtype);
   checkOption('kernel', KERNEL_PATHS.includes(options.kernel), KERNEL_PATHS.join(' | '), options.kernel);
+  checkOption('device', DEVICES.includes(options.device ?? 'cpu'), DEVICES.join(' | '), options.device);
   const quantization = options.quantization ?? 'none';
   checkOption('quantization', QUANTIZATIONS.includes(quantization), QUANTIZATIONS.join(' | '), options.quantization);
   if (options.maxModelLen !== undefined) {
@@ -210,6 +214,7 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
       blockSizeTokens: options.blockSizeTokens,
       numThreads: options.numThreads,
       kernel: options.kernel,
+      device: options.device ?? 'cpu',
     })
     .catch((err: unknown) => rethrowWithStack(err, callSite));
   const { spec } = checkpoint;

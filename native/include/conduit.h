@@ -23,10 +23,15 @@ typedef enum cd_status {
   /* A checkpoint file could not be opened or mapped. */
   CD_ERR_IO = 3,
   CD_ERR_OUT_OF_MEMORY = 4,
-  CD_ERR_INTERNAL = 5
+  CD_ERR_INTERNAL = 5,
+  /* The device asked for cannot be used here (no plugin, no driver, no such device). */
+  CD_ERR_UNSUPPORTED_DEVICE = 6
 } cd_status;
 
 typedef enum cd_dtype { CD_DTYPE_F32 = 0, CD_DTYPE_BF16 = 1, CD_DTYPE_F16 = 2 } cd_dtype;
+
+/* Where a model's weights and KV cache live and its forward passes run (native/src/device.h). */
+typedef enum cd_device { CD_DEVICE_CPU = 0, CD_DEVICE_CUDA = 1 } cd_device;
 
 typedef enum cd_kernel {
   CD_KERNEL_AUTO = 0,
@@ -193,6 +198,7 @@ typedef struct cd_load_options {
   int32_t block_size_tokens;
   int32_t num_threads;
   cd_kernel kernel;        /* CD_KERNEL_AUTO picks the best the CPU supports */
+  cd_device device;
 } cd_load_options;
 
 typedef struct cd_model cd_model;

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "conduit.h"
+#include "device.h"
 #include "error.h"
 #include "kernels.h"
 #include "model.h"
@@ -14,22 +15,7 @@ void write_error(char* error, size_t error_capacity, const char* message) {
   if (error != nullptr && error_capacity > 0) std::snprintf(error, error_capacity, "%s", message);
 }
 
-const conduit::KernelTable& select_kernels(cd_kernel requested) {
-  cd_kernel kernel = requested;
-  if (kernel == CD_KERNEL_AUTO) {
-    kernel = cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
-             : cd_kernel_supported(CD_KERNEL_AVX2) ? CD_KERNEL_AVX2
-                                                   : CD_KERNEL_SCALAR;
-  } else if (!cd_kernel_supported(kernel)) {
-    throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL,
-                         std::string("kernel '") + cd_kernel_name(kernel) + "' is not supported by this CPU");
-  }
-#ifdef CONDUIT_X86_KERNELS
-  if (kernel == CD_KERNEL_AVX512) return conduit::kernels_avx512();
-  if (kernel == CD_KERNEL_AVX2) return conduit::kernels_avx2();
-#endif
-  return conduit::kernels_scalar();
-}
+const conduit::KernelTable& select_kernels(cd_kernel requested) { return conduit::cpu_backend().kernels(requested); }
 
 template <typename Body>
 cd_status guarded(char* error, size_t error_capacity, Body body) {
@@ -95,7 +81,7 @@ const char* cd_kernel_name(cd_kernel kernel) {
 cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* options,
                         cd_model** out_model, char* error, size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
-    const conduit::KernelTable& kernels = select_kernels(options->kernel);
+    const conduit::KernelTable& kernels = conduit::device_backend(options->device).kernels(options->kernel);
     auto model = std::make_unique<conduit::Model>(*spec, *options, kernels);
     *out_model = new cd_model{std::move(model)};
   });

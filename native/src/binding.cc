@@ -42,6 +42,7 @@ const char* status_code(cd_status status) {
     case CD_ERR_UNSUPPORTED_KERNEL: return "CD_ERR_UNSUPPORTED_KERNEL";
     case CD_ERR_IO: return "CD_ERR_IO";
     case CD_ERR_OUT_OF_MEMORY: return "CD_ERR_OUT_OF_MEMORY";
+    case CD_ERR_UNSUPPORTED_DEVICE: return "CD_ERR_UNSUPPORTED_DEVICE";
     default: return "CD_ERR_INTERNAL";
   }
 }
@@ -218,7 +219,9 @@ class LoadWorker : public Napi::AsyncWorker {
                                int_of(options, "numKvBlocks"),
                                int_of(options, "blockSizeTokens"),
                                int_of(options, "numThreads"),
-                               kernel_from(options.Get("kernel"))};
+                               kernel_from(options.Get("kernel")),
+                               options.Get("device").As<Napi::String>().Utf8Value() == "cuda" ? CD_DEVICE_CUDA
+                                                                                               : CD_DEVICE_CPU};
   }
 
   Napi::Promise promise() const { return deferred_.Promise(); }
