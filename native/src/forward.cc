@@ -241,6 +241,16 @@ class ForwardPass {
                      dims_.hidden_size, jobs, ws_.packed);
   }
 
+  // y (+)= input · W^T, the segments' partials summed in the fixed tree (row_parallel.h).
+  void row_parallel_matmul(const MatmulInput& input, int32_t k, const SegmentedMatrix& w, float* y, bool accumulate) {
+    const int32_t num_rows = batch_.num_tokens;
+    const int32_t n = dims_.hidden_size;
+    grow(ws_.partials, size_t(kReductionSegments) * size_t(num_rows) * size_t(n));
+    segment_matmuls(model_.pool, model_.kernels, input, num_rows, 0, k, w, 0, kReductionSegments, n, ws_.partials.data(),
+                    ws_.segments);
+    combine_segments(model_.pool, ws_.partials.data(), num_rows, n, y, size_t(n), accumulate);
+  }
+
   // Biases, per-head norms, rotary embedding, then K and V into the paged cache at each token's slot.
   void position_and_cache(int32_t layer_index) {
     const Layer& layer = model_.layers[size_t(layer_index)];
@@ -416,10 +426,9 @@ class ForwardPass {
     position_and_cache(layer_index);
     attend(layer_index);
     if (layer.attn_out_norm == nullptr && layer.o_bias == nullptr) {
-      matmuls(ws_.attention.data(), num_tokens, dims_.q_size(),
-              {{layer.o_proj, dims_.hidden_size, ws_.hidden.data(), true}});
+      row_parallel_matmul(MatmulInput{ws_.attention.data()}, dims_.q_size(), layer.o_proj, ws_.hidden.data(), true);
     } else {
-      matmuls(ws_.attention.data(), num_tokens, dims_.q_size(), {{layer.o_proj, dims_.hidden_size, ws_.layer_out.data()}});
+      row_parallel_matmul(MatmulInput{ws_.attention.data()}, dims_.q_size(), layer.o_proj, ws_.layer_out.data(), false);
       add_to_residual(layer.o_bias, layer.attn_out_norm);
     }
     if (layer.is_moe()) {
@@ -448,10 +457,8 @@ class ForwardPass {
       }
     };
     const bool adds_directly = layer.ffn_out_norm == nullptr;
-    parallel_matmuls(model_.pool, model_.kernels, MatmulInput{ws_.gate.data(), activate, this}, num_tokens,
-                     dims_.intermediate_size,
-                     {{layer.down_proj, dims_.hidden_size, adds_directly ? ws_.hidden.data() : ws_.layer_out.data(), adds_directly}},
-                     ws_.packed);
+    row_parallel_matmul(MatmulInput{ws_.gate.data(), activate, this}, dims_.intermediate_size, layer.down_proj,
+                        adds_directly ? ws_.hidden.data() : ws_.layer_out.data(), adds_directly);
     if (!adds_directly) add_to_residual(nullptr, layer.ffn_out_norm);
   }
 

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include "dtype.h"
+#include "error.h"
 
 namespace conduit {
 
@@ -105,6 +106,27 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
     return Matrix{weights.pack_panels(ref, num_rows, k, panel_format_of(options.weight_dtype), pool),
                   panel_format_of(options.weight_dtype)};
   };
+  // A row-parallel matrix as kReductionSegments column ranges of the stored one, each packed as a
+  // matrix of its own.
+  const auto segmented = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
+    if (ref.encoding != CD_ENCODING_PLAIN) throw Error(CD_ERR_INVALID_ARGUMENT, "a row-parallel matrix must be stored plain");
+    SegmentedMatrix w;
+    const int64_t row_stride = ref.row_stride != 0 ? ref.row_stride : k;
+    const int64_t col_stride = ref.col_stride != 0 ? ref.col_stride : 1;
+    const uint64_t element_bytes = dtype_bytes(ref.dtype);
+    for (int32_t s = 0; s <= kReductionSegments; ++s) w.k_begin[size_t(s)] = segment_begin(k, s);
+    for (int32_t s = 0; s < kReductionSegments; ++s) {
+      const int32_t segment_k = w.k_begin[size_t(s) + 1] - w.k_begin[size_t(s)];
+      if (segment_k == 0) continue;
+      cd_tensor_ref part = ref;
+      part.offset_bytes = ref.offset_bytes + uint64_t(int64_t(w.k_begin[size_t(s)]) * col_stride) * element_bytes;
+      part.row_stride = row_stride;
+      part.col_stride = col_stride;
+      part.size_bytes = uint64_t(int64_t(num_rows - 1) * row_stride + int64_t(segment_k - 1) * col_stride + 1) * element_bytes;
+      w.segments[size_t(s)] = matrix(part, num_rows, segment_k);
+    }
+    return w;
+  };
   // Norm weights and biases are tiny and held in fp32, with the values of the weight dtype.
   const auto vector = [&](const cd_tensor_ref& ref, int32_t n) {
     return weights.resolve_vector(ref, n, options.weight_dtype, pool);
@@ -136,7 +158,7 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
     layer.q_norm = norm(source.q_norm, dims.head_dim);
     layer.k_norm = norm(source.k_norm, dims.head_dim);
     layer.sinks = vector(source.sinks, dims.num_heads);
-    layer.o_proj = matrix(source.o_proj, hidden, dims.q_size());
+    layer.o_proj = segmented(source.o_proj, hidden, dims.q_size());
     layer.o_bias = vector(source.o_bias, hidden);
     layer.attn_out_norm = norm(source.attn_out_norm, hidden);
     layer.ffn_norm = norm(source.ffn_norm, hidden);
@@ -148,7 +170,7 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
     if (source.num_experts == 0) {
       layer.gate_proj = matrix(source.gate_proj, dims.intermediate_size, hidden);
       layer.up_proj = matrix(source.up_proj, dims.intermediate_size, hidden);
-      layer.down_proj = matrix(source.down_proj, hidden, dims.intermediate_size);
+      layer.down_proj = segmented(source.down_proj, hidden, dims.intermediate_size);
     } else {
       // The router stays fp32: its top-k is a discontinuous choice.
       layer.router = Matrix{weights.pack_panels(source.router, source.num_experts, hidden, MatrixFormat::kF32Panels, pool),

@@ -10,6 +10,7 @@
 #include "kernels.h"
 #include "matmul.h"
 #include "moe.h"
+#include "row_parallel.h"
 #include "sampler.h"
 #include "thread_pool.h"
 #include "weights.h"
@@ -74,7 +75,7 @@ struct Layer {
   const float* q_norm;  // [head_dim], or nullptr
   const float* k_norm;
   const float* sinks;   // [num_heads], or nullptr
-  Matrix o_proj;
+  SegmentedMatrix o_proj;  // row-parallel: a sum in a fixed order at every TP size (row_parallel.h)
   const float* o_bias;
   const float* attn_out_norm;  // nullptr: o_proj adds straight into the residual stream
   const float* ffn_norm;
@@ -83,7 +84,8 @@ struct Layer {
   int32_t rope;
   int32_t kv_group;
   int32_t kv_slot;
-  Matrix gate_proj, up_proj, down_proj;  // dense MLP
+  Matrix gate_proj, up_proj;             // dense MLP
+  SegmentedMatrix down_proj;
   Matrix router;                         // MoE: [num_experts, hidden], fp32 panels
   const float* router_bias;
   std::vector<Expert> experts;           // empty for a dense MLP
@@ -154,6 +156,8 @@ struct Workspace {
   std::vector<float> output_hidden; // [output or prompt rows, hidden]
   std::vector<float> output_logits; // [output or prompt rows, vocab]
   MatmulScratch packed;             // a matmul's activations as its kernel reads them
+  std::vector<float> partials;      // [kReductionSegments][tokens, hidden] a row-parallel matmul's segments
+  SegmentScratch segments;
   std::vector<std::vector<float>> scores;  // [threads][heads per kv head][scores_stride] attention scores
   size_t scores_stride = 0;                // the context one head's scores hold
   std::vector<std::vector<float>> softmax_sums;  // [threads][heads per kv head]
