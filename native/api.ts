@@ -21,6 +21,11 @@ export interface LoadOptions {
   blockSizeTokens: number;
   numThreads: number;
   kernel: KernelPath;
+  /**
+   * This process's place in a tensor-parallel group (absent: the whole model). Rank 0 serves
+   * forward(); ranks > 0 run serveRank() (native/index.ts).
+   */
+  tensorParallel?: TensorParallelOptions;
   /** Default `cpu`. A device this build or machine cannot use rejects with CD_ERR_UNSUPPORTED_DEVICE, saying why. */
   device?: Device;
   /**
@@ -39,6 +44,22 @@ export interface LoadOptions {
    * anything is allocated, with code CD_ERR_OUT_OF_MEMORY and both figures in its message.
    */
   memoryLimitBytes?: number;
+}
+
+/**
+ * Megatron-style tensor parallelism over ranks joined through a shared-memory segment: each rank
+ * holds 1/size of the heads, KV heads, MLP columns (column-parallel q/k/v and gate/up,
+ * row-parallel o_proj and down_proj) and vocabulary (the LM head); rank 0 samples. Logits are
+ * bitwise the same at every size (native/README.md, "Tensor parallelism").
+ */
+export interface TensorParallelOptions {
+  /** 1, 2, 4 or 8; must divide the heads, the KV heads and the intermediate size. */
+  size: number;
+  rank: number;
+  /** The group's name: its segment is /dev/shm/<group> ([A-Za-z0-9._-]+). */
+  group: string;
+  /** How long a rank waits for rank 0's segment, and rank 0 for every rank to load (default 600 000). */
+  connectTimeoutMs?: number;
 }
 
 export type Architecture =

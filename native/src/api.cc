@@ -3,6 +3,8 @@
 #include <new>
 
 #include "conduit.h"
+#include "batch_broadcast.h"
+#include "comm.h"
 #include "device.h"
 #include "error.h"
 #include "kernels.h"
@@ -47,6 +49,14 @@ void run_forward(void* context) {
   model->done(model->user_data, status, status == CD_OK ? nullptr : error);
 }
 
+// The driver thread's task on a rank > 0.
+void run_rank(void* context) {
+  cd_model* model = static_cast<cd_model*>(context);
+  char error[kForwardErrorCapacity] = {};
+  const cd_status status = guarded(error, sizeof error, [&] { model->model->serve_rank(); });
+  model->done(model->user_data, status, status == CD_OK ? nullptr : error);
+}
+
 }  // namespace
 
 extern "C" {
@@ -82,7 +92,20 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
                         cd_model** out_model, char* error, size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
     const conduit::KernelTable& kernels = conduit::device_backend(options->device).kernels(options->kernel);
-    auto model = std::make_unique<conduit::Model>(*spec, *options, kernels);
+    // A rank reaches its group before loading, so an unreachable group fails at once.
+    std::unique_ptr<conduit::Communicator> comm;
+    if (options->tp_size > 1) {
+      comm = conduit::open_shm_communicator(options->tp_group, options->tp_rank, options->tp_size,
+                                            options->tp_connect_timeout_ms);
+    }
+    auto model = std::make_unique<conduit::Model>(*spec, *options, kernels, std::move(comm));
+    if (model->tp.comm != nullptr) {
+      if (model->tp.rank == 0) {
+        conduit::wait_for_ranks(*model->tp.comm, options->tp_connect_timeout_ms);
+      } else {
+        conduit::mark_ready(*model->tp.comm);
+      }
+    }
     *out_model = new cd_model{std::move(model)};
   });
 }
@@ -101,7 +124,27 @@ void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output*
   model->model->pool.submit(run_forward, model);
 }
 
-void cd_model_free(cd_model* model) { delete model; }
+void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data) {
+  model->done = done;
+  model->user_data = user_data;
+  model->model->pool.submit(run_rank, model);
+}
+
+uint64_t cd_model_collective_ns(const cd_model* model) {
+  const auto& comm = model->model->tp.comm;
+  return comm == nullptr ? 0 : comm->collective_ns();
+}
+
+void cd_model_free(cd_model* model) {
+  if (model == nullptr) return;
+  // Rank 0 stops its group's serving loops; a group already failed has no one to tell.
+  auto& tp = model->model->tp;
+  if (tp.comm != nullptr && tp.rank == 0) {
+    char error[kForwardErrorCapacity] = {};
+    guarded(error, sizeof error, [&] { conduit::send_stop(*tp.comm); });
+  }
+  delete model;
+}
 
 cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats,
                                double* out_bytes_per_second, char* error, size_t error_capacity) {

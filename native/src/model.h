@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm.h"
 #include "conduit.h"
 #include "kernels.h"
 #include "matmul.h"
@@ -157,6 +158,7 @@ struct Workspace {
   std::vector<float> output_logits; // [output or prompt rows, vocab]
   MatmulScratch packed;             // a matmul's activations as its kernel reads them
   std::vector<float> partials;      // [kReductionSegments][tokens, hidden] a row-parallel matmul's segments
+  std::vector<float> rank_logits;   // [rows, ceil(vocab / tp)] this rank's vocabulary, then every rank's
   SegmentScratch segments;
   std::vector<std::vector<float>> scores;  // [threads][heads per kv head][scores_stride] attention scores
   size_t scores_stride = 0;                // the context one head's scores hold
@@ -168,12 +170,31 @@ struct Workspace {
   MoeScratch moe;
 };
 
+// This rank's place in a tensor-parallel group (size 1: the whole model). A rank holds heads,
+// KV heads and MLP columns [rank, rank + 1) / size of the model's, whole row-parallel segments,
+// and the vocabulary rows [vocab_begin, vocab_end) of the LM head.
+struct TensorParallel {
+  int32_t rank = 0;
+  int32_t size = 1;
+  std::unique_ptr<Communicator> comm;  // null at size 1
+  int32_t vocab_begin = 0;
+  int32_t vocab_end = 0;
+
+  int32_t first_segment() const { return rank * kReductionSegments / size; }
+  int32_t end_segment() const { return (rank + 1) * kReductionSegments / size; }
+  int32_t vocab_of(int32_t r, int32_t vocab_size) const { return int32_t(int64_t(vocab_size) * r / size); }
+};
+
 struct Model {
-  Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels);
+  Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels,
+        std::unique_ptr<Communicator> comm);
 
   void forward(const cd_batch& batch, cd_forward_output& output);
+  // Rank > 0: runs the passes rank 0 broadcasts until it stops the group.
+  void serve_rank();
 
-  Dimensions dims;
+  TensorParallel tp;
+  Dimensions dims;  // this rank's share: heads, KV heads and intermediate size divided by tp.size
   Numerics numerics;
   std::vector<RopeTable> ropes;
   int32_t num_kv_groups;
