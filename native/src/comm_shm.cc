@@ -113,7 +113,8 @@ class ShmCommunicator final : public Communicator {
           std::this_thread::sleep_for(std::chrono::microseconds(spin < (1u << 18) ? 50 : 500));
         }
         if (spin % 1024 != 0) continue;
-        if (!process_alive(header_->pids[r].load(std::memory_order_acquire))) {
+        const int32_t pid = header_->pids[r].load(std::memory_order_acquire);
+        if (pid != 0 && !process_alive(pid)) {  // 0: not connected yet
           throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(r) + " of group " + name_ +
                                                    " has exited (" + what + ")");
         }
