@@ -103,10 +103,15 @@ const keyLimitsShape = {
 };
 /** What a Bearer header can carry; the browser form (a WebSocket subprotocol) also needs no separators. */
 export const apiKeyString = z.string().regex(/^[\x21-\x7e]+$/, 'an API key is printable ASCII without spaces');
-/** A bare key is short for {key}: a key with the default limits, named by its place in the list. */
+/**
+ * What a key may do: `user` (the default) calls the APIs; `admin` also the administrative
+ * surfaces (repository load/unload, shared memory, trace and log settings), over HTTP and gRPC.
+ */
+export const keyRoleSchema = z.enum(['user', 'admin']);
+/** A bare key is short for {key}: a user key with the default limits, named by its place in the list. */
 const apiKeyEntrySchema = z.preprocess(
   (entry) => (typeof entry === 'string' ? { key: entry } : entry),
-  z.object({ key: apiKeyString, name: z.string().min(1).optional(), ...keyLimitsShape }).strict(),
+  z.object({ key: apiKeyString, name: z.string().min(1).optional(), role: keyRoleSchema.default('user'), ...keyLimitsShape }).strict(),
 );
 
 export const serverSchema = z
@@ -118,8 +123,9 @@ export const serverSchema = z
     /** Largest request body in bytes (and largest WebSocket message). */
     body_limit_bytes: z.number().int().positive().default(8 * 1024 * 1024),
     /**
-     * Keys clients must present: a key, or {key, name, limits}. With none here, in api_keys_file
-     * or in the CONDUIT_API_KEYS environment variable, the server needs no key.
+     * Keys clients must present: a key, or {key, name, role, limits}. With none here, in
+     * api_keys_file or in the CONDUIT_API_KEYS environment variable, the server needs no key.
+     * Keys of the file and the environment are user keys; only a list entry may be admin.
      */
     api_keys: z.array(apiKeyEntrySchema).default([]),
     /** A file of keys, one per line (blank lines and `#` comments skipped); relative to the config file. */
@@ -214,6 +220,7 @@ export const configSchema = z
 export type ModelConfig = z.infer<typeof modelSchema>;
 export type ServerConfig = z.infer<typeof serverSchema>;
 export type KeyLimitsConfig = ServerConfig['key_limits'];
+export type KeyRole = z.infer<typeof keyRoleSchema>;
 export type RouterConfig = z.infer<typeof routerSchema>;
 export type ModelRepositoryConfig = z.infer<typeof modelRepositorySchema>;
 export type Config = z.infer<typeof configSchema>;

@@ -8,7 +8,8 @@ import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVers
 import { ApiError, toKServeBody } from '../errors.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { ModelRegistry } from '../served-model.ts';
-import { KServeControl } from './control.ts';
+import { adminOnly } from '../auth.ts';
+import { KServeControl, REPOSITORY_SURFACE } from './control.ts';
 import { registerControlRoutes } from './control-routes.ts';
 import { toKServeError } from './errors.ts';
 import { registerGenerateRoutes } from './generate.ts';
@@ -193,7 +194,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
         if (!/^\d+$/.test(String(headerValue))) throw new ClassicError('INVALID_ARG', `Inference-Header-Content-Length '${String(headerValue)}' is not a byte count`);
       }
       const body = decompress(request, (request.body as Buffer | undefined) ?? Buffer.alloc(0));
-      const decoded = decodeInferRequest(body, headerLength, served.config, control.sharedMemory);
+      const decoded = decodeInferRequest(body, headerLength, served.config, control.sharedMemoryFor(request.apiKey));
       const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault, sharedMemory: null }));
       const outputs = await control.infer(served, {
         inputs: decoded.inputs,
@@ -237,7 +238,8 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
     return parameters as Record<string, unknown>;
   };
 
-  app.post<{ Params: { model: string } }>('/repository/models/:model/load', async (request, reply) => {
+  const repositoryAdmin = { onRequest: adminOnly(REPOSITORY_SURFACE) };
+  app.post<{ Params: { model: string } }>('/repository/models/:model/load', repositoryAdmin, async (request, reply) => {
     const parameters = parametersOf(request);
     if (Object.keys(parameters).some((key) => key.startsWith('file:'))) {
       throw new ClassicError('UNSUPPORTED', "loading model files through 'file:' parameters is not supported; put them in the repository");
@@ -248,7 +250,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
     return reply.code(200).send();
   });
 
-  app.post<{ Params: { model: string } }>('/repository/models/:model/unload', async (request, reply) => {
+  app.post<{ Params: { model: string } }>('/repository/models/:model/unload', repositoryAdmin, async (request, reply) => {
     const unloadDependents = parametersOf(request).unload_dependents;
     if (unloadDependents !== undefined && typeof unloadDependents !== 'boolean') throw new ClassicError('INVALID_ARG', "'unload_dependents' must be a boolean");
     await repository.unload(request.params.model, unloadDependents === true);

@@ -7,7 +7,7 @@ import {
   bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
   type ModelConfig, type Tensor, type TensorMap,
 } from '../../engine/classic/index.ts';
-import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SystemSharedMemory } from './shared-memory.ts';
+import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SharedMemoryAccess } from './shared-memory.ts';
 
 const parameterValue = z.union([z.string(), z.number(), z.boolean()]);
 const parameters = z.record(z.string(), parameterValue);
@@ -95,7 +95,7 @@ function releaseOutputs(outputs: RequestedOutput[] | null): void {
   for (const output of outputs ?? []) output.sharedMemory?.release();
 }
 
-export function decodeInferRequest(body: Uint8Array, headerLength: number | null, config: ModelConfig, sharedMemory: SystemSharedMemory): DecodedInferRequest {
+export function decodeInferRequest(body: Uint8Array, headerLength: number | null, config: ModelConfig, sharedMemory: SharedMemoryAccess): DecodedInferRequest {
   if (headerLength === 0) return decodeRawRequest(body, config);
   const jsonLength = headerLength ?? body.byteLength;
   if (jsonLength > body.byteLength) {

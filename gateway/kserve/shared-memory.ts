@@ -42,6 +42,20 @@ export interface SharedMemoryLease {
 
 const invalid = (message: string) => new ClassicError('INVALID_ARG', message);
 
+/** What decoding a request needs of shared memory: a hold on part of a region. */
+export interface SharedMemoryAccess {
+  lease(ref: SharedMemoryRef): SharedMemoryLease;
+}
+
+/** For a caller who may not use shared memory: any request naming a region is answered with error. */
+export function refusedSharedMemory(error: Error): SharedMemoryAccess {
+  return {
+    lease() {
+      throw error;
+    },
+  };
+}
+
 /** A key names an object directly under /dev/shm: an optional leading '/', then one path component. */
 function pathOfKey(key: string): string {
   const name = key.startsWith('/') ? key.slice(1) : key;
@@ -57,7 +71,7 @@ function nonNegativeInteger(value: unknown, what: string): number {
   return number;
 }
 
-export class SystemSharedMemory {
+export class SystemSharedMemory implements SharedMemoryAccess {
   private readonly regions = new Map<string, Region>();
 
   register(name: string, key: string, offsetValue: unknown, byteSizeValue: unknown): void {
@@ -169,7 +183,7 @@ export function sharedMemoryRefOf(parameters: Record<string, unknown> | undefine
 }
 
 /** An input's tensor read out of its region; the region's bytes are Triton's raw layout. */
-export function readSharedMemoryInput(memory: SystemSharedMemory, ref: SharedMemoryRef, datatype: DataType, shape: number[], what: string): Tensor {
+export function readSharedMemoryInput(memory: SharedMemoryAccess, ref: SharedMemoryRef, datatype: DataType, shape: number[], what: string): Tensor {
   const lease = memory.lease(ref);
   try {
     return fromRaw(datatype, shape, lease.read(), what);
