@@ -168,6 +168,8 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     pollIntervalMs: config.model_repository.repository_poll_s * 1000,
     startupModels: config.model_repository.load_models,
     responseCacheBytes: config.model_repository.response_cache_bytes,
+    maxInstancesPerModel: config.model_repository.max_instances_per_model,
+    maxInstances: config.model_repository.max_instances,
     logger: logger.child({ component: 'model_repository' }),
   });
   const gatewayMetrics = new GatewayMetrics(models);

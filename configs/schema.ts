@@ -194,6 +194,10 @@ export const modelRepositorySchema = z
     trace_file: z.string().min(1).optional(),
     /** The response cache's size in bytes, for models with `response_cache { enable: true }`; unset or 0: no cache. */
     response_cache_bytes: z.number().int().nonnegative().optional(),
+    /** Instances one model may have over its versions (a load asking for more is a 400); default max(4, 2 × cores). */
+    max_instances_per_model: z.number().int().positive().optional(),
+    /** Instances of all models together; default max(64, 16 × cores). */
+    max_instances: z.number().int().positive().optional(),
   })
   .strict();
 
