@@ -233,6 +233,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       grpcServer = await listenOrExplain(host, server.grpc_port, 'server.grpc_port / --grpc-port', (port) =>
         startKServeGrpc({
           repository, llms: models, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log, access,
+          maxMessageBytes: server.body_limit_bytes,
         }));
     }
     const addresses = { httpAddress, metricsAddress, grpcAddress: grpcServer === null ? null : `${host}:${grpcServer.port}` };

@@ -41,6 +41,8 @@ const catalogue = {
   invalid_json: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   invalid_utf8: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   body_too_large: { httpStatus: 413, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** A Content-Encoding other than gzip, deflate or identity. */
+  unsupported_content_encoding: { httpStatus: 415, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
   /** The request (headers, then body) did not arrive within the receive timeout: the connection is closed. */
   receive_timeout: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
   headers_too_large: { httpStatus: 431, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },

@@ -8,6 +8,7 @@ import { capConnections, connectionOptions } from './connections.ts';
 import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
+import { installBodyDecompression } from './body-decoding.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { echoRequestIdOnUpgrade, installAccessLog, loggerOptions, type LogSettings } from './logging.ts';
 import type { Logger } from 'pino';
@@ -80,6 +81,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   capConnections(app, limits);
   const pool = new OffloadPool(limits.tokenizerThreads);
   app.addHook('onClose', () => pool.close());
+  installBodyDecompression(app, options.bodyLimitBytes);
   installJsonBodyParser(app, pool);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -120,7 +122,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
-    control: options.classic?.control,
+    control: options.classic?.control, pool,
   });
   return app;
 }

@@ -33,18 +33,10 @@ const requestSchema = fieldsSchema.extend({
 
 type Fields = z.infer<typeof fieldsSchema>;
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 /** Without max_tokens, as vLLM's Triton backend. */
 const DEFAULT_MAX_TOKENS = 16;
 
-function parse(request: FastifyRequest): z.infer<typeof requestSchema> {
-  const body = request.body as Buffer | undefined;
-  let json: unknown;
-  try {
-    json = JSON.parse(strictUtf8.decode(body ?? Buffer.alloc(0)));
-  } catch (err) {
-    throw new ApiError('invalid_request', `failed to parse the request JSON buffer: ${(err as Error).message}`);
-  }
+function parse(json: unknown): z.infer<typeof requestSchema> {
   const parsed = requestSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -66,10 +58,12 @@ function samplingOf(fields: Fields, maxTokens: number): SamplingParams {
 export interface GenerateRoutesOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
+  /** The request's JSON object (parsed as every body is), {} for an empty body. */
+  jsonBody(request: FastifyRequest): Record<string, unknown>;
 }
 
 /** Registers generate and generate_stream for the LLMs of the registry. */
-export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics }: GenerateRoutesOptions) {
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
     let model: LoadedModel;
@@ -81,7 +75,7 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
     if (request.params.version !== undefined && request.params.version !== '1') {
       throw new ApiError('model_not_found', `Request for unknown model: '${model.name}' version ${request.params.version} is not found`);
     }
-    const body = parse(request);
+    const body = parse(jsonBody(request));
     const fields: Fields = { ...body, ...body.parameters };
     if (streamed && fields.exclude_input_in_output === false) {
       throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');

@@ -27,7 +27,7 @@ export interface WireContents {
   uint64_contents: string[];
   fp32_contents: number[];
   fp64_contents: number[];
-  bytes_contents: Buffer[];
+  bytes_contents: Uint8Array[];
 }
 
 export interface WireInputTensor {
@@ -72,7 +72,7 @@ function hasContents(contents: WireContents | null): boolean {
   return Object.values(contents).some((list) => Array.isArray(list) && list.length > 0);
 }
 
-export function decodeInputs(inputs: WireInputTensor[], raw: Buffer[], sharedMemory: SharedMemoryAccess): Record<string, Tensor> {
+export function decodeInputs(inputs: WireInputTensor[], raw: Uint8Array[], sharedMemory: SharedMemoryAccess): Record<string, Tensor> {
   const refs = inputs.map((input) => sharedMemoryRefOf(plainParameters(input.parameters ?? {}), `input '${input.name}'`));
   const numRawInputs = refs.filter((ref) => ref === null).length;
   if (raw.length > 0 && raw.length !== numRawInputs) {

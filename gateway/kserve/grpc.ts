@@ -42,7 +42,7 @@ interface WireInferRequest {
   parameters: Record<string, Parameter>;
   inputs: WireInputTensor[];
   outputs: Array<{ name: string; parameters: Record<string, Parameter> }>;
-  raw_input_contents: Buffer[];
+  raw_input_contents: Uint8Array[];
 }
 
 function parameterNumber(parameter: Parameter | undefined, name: string): number {
@@ -154,7 +154,10 @@ function tolerantDecoding(service: grpc.ServiceDefinition): grpc.ServiceDefiniti
     ...method,
     requestDeserialize: (bytes: Buffer) => {
       try {
-        const request = method.requestDeserialize(bytes);
+        // As a plain Uint8Array, protobufjs reads it with its checked reader: from a Buffer, a
+        // string whose length runs past the end was cut short and decoded anyway. Bytes fields
+        // come out as Uint8Array views of the message.
+        const request = method.requestDeserialize(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) as Buffer);
         messageBytes.set(request, bytes.byteLength);
         return request;
       } catch (err) {
@@ -255,6 +258,8 @@ function unary(rpc: string, handler: Handler, logger: GrpcLogger, access: Access
   };
 }
 
+const DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024;
+
 export interface KServeGrpcServer {
   port: number;
   close(): Promise<void>;
@@ -271,6 +276,11 @@ export interface KServeGrpcOptions {
   control?: KServeControl;
   /** API keys and limits, shared with the HTTP gateway; without it, no key is needed and nothing is limited. */
   access?: AccessControl;
+  /**
+   * The largest request message in bytes, compressed and decompressed alike (`server.body_limit_bytes`,
+   * as an HTTP body): a larger one is RESOURCE_EXHAUSTED; 8 MiB when omitted.
+   */
+  maxMessageBytes?: number;
   /** The gateway's life: ServerReady is false unless it is ready (while starting and draining). Ready when omitted. */
   readiness?: { readonly state: string };
   /**
@@ -283,7 +293,11 @@ export interface KServeGrpcOptions {
 export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServeGrpcServer> {
   const { repository, llms } = options;
   const control = options.control ?? new KServeControl();
-  const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  // grpc-js applies the receive limit to a compressed message's decompressed size too, and stops
+  // inflating it there (its zlib streams run off the event loop): a small message that would
+  // decompress to gigabytes costs no more than the limit.
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': maxMessageBytes, 'grpc.max_send_message_length': -1 });
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
   const logger = options.logger ?? pino({ level: 'silent' });
   const access = options.access ?? new AccessControl({ apiKeys: [] });

@@ -167,7 +167,7 @@ describe('KServe v2 HTTP on the shipped models', () => {
 
   test("bad requests get Triton's error bodies and status codes, and the server keeps serving", async () => {
     const infer = (body: unknown, headers?: Record<string, string>) => post(`${v2}/models/digits/infer`, body, headers);
-    await expectError(await infer('{not json'), 400, /^failed to parse the request JSON buffer: /);
+    await expectError(await infer('{not json'), 400, /^The request body is not valid JSON: /);
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [64], datatype: 'FP32', data: new Array(64).fill(0) }] }), 400,
       /^unexpected shape for input 'pixels' for model 'digits'\. Expected \[-1,64\], got \[64\]\./);
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', data: [1, 2] }] }), 400,
