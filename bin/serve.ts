@@ -212,6 +212,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       limits: gatewayLimitsOf(server),
       responses: {
         storeMaxResponses: server.response_store_max_responses,
+        ...(server.response_store_max_bytes === undefined ? {} : { storeMaxBytes: server.response_store_max_bytes }),
         storeTtlMs: server.response_store_ttl_s * 1000,
         websocketMaxConnectionMs: server.websocket_max_connection_s * 1000,
         websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,

@@ -160,8 +160,13 @@ export const serverSchema = z
     /** Threads that parse large bodies and render and tokenize large prompts off the event loop. */
     tokenizer_threads: z.number().int().positive().default(2),
     // The Responses API (/v1/responses).
-    /** Most responses the in-memory store holds (store: true); past it, the oldest leave first. */
+    /** Most responses the in-memory store holds (store: true); past it, the least recently used leave first. */
     response_store_max_responses: z.number().int().positive().default(1000),
+    /**
+     * Bytes the stored responses may take (their text, conversation and log-probabilities, counted
+     * high); past it, the least recently used leave first. Unset: 1/32 of the machine's memory.
+     */
+    response_store_max_bytes: z.number().int().positive().optional(),
     /** Seconds a stored response stays retrievable and continuable with previous_response_id. */
     response_store_ttl_s: z.number().positive().default(3600),
     /** Seconds a Responses WebSocket may stay open; then the server closes it (OpenAI: 60 minutes). */

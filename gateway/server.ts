@@ -122,7 +122,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
-    control: options.classic?.control, pool,
+    control: options.classic?.control, pool, maxBufferedBytes: limits.sseBufferLimitBytes,
   });
   return app;
 }

@@ -58,12 +58,17 @@ function samplingOf(fields: Fields, maxTokens: number): SamplingParams {
 export interface GenerateRoutesOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
+  /** Unsent bytes a generate_stream reader may pile up before its request is cancelled (server.stream_max_buffered_bytes). */
+  maxBufferedBytes: number;
   /** The request's JSON object (parsed as every body is), {} for an empty body. */
   jsonBody(request: FastifyRequest): Record<string, unknown>;
 }
 
 /** Registers generate and generate_stream for the LLMs of the registry. */
-export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody }: GenerateRoutesOptions) {
+/** A stream cut for a slow reader ends with its error event; a reader that has not taken it this long after is dropped. */
+const SLOW_READER_GRACE_MS = 10_000;
+
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
     let model: LoadedModel;
@@ -111,19 +116,42 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
         reply.hijack();
         reply.raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
       };
-      const write = (event: unknown) => reply.raw.write(`data: ${JSON.stringify(event)}\n\n`);
+      const raw = reply.raw;
+      let isCut = false;
+      const write = (event: unknown) => raw.write(`data: ${JSON.stringify(event)}\n\n`);
+      // As every stream: past the bound of unsent bytes the request is cancelled in its worker and the reader cut.
+      const cutIfTooSlow = () => {
+        const numUnsentBytes = raw.writableLength;
+        if (numUnsentBytes <= maxBufferedBytes) return;
+        isCut = true;
+        generation.abort();
+        const error = new ApiError(
+          'client_too_slow',
+          `The client read the stream too slowly: ${numUnsentBytes} bytes were waiting to be sent, more than the ` +
+            `${maxBufferedBytes}-byte limit, so the request was cancelled.`,
+        );
+        request.log.warn({ numUnsentBytes }, 'stream cancelled: the client reads too slowly');
+        raw.end(`data: ${JSON.stringify(toKServeBody(error))}\n\n`);
+        const destroyTimer = setTimeout(() => raw.destroy(), SLOW_READER_GRACE_MS).unref();
+        raw.once('close', () => clearTimeout(destroyTimer));
+        resolve();
+      };
       const generation = startGeneration(generationRequest, {
         onText: (delta) => {
+          if (isCut) return;
           start();
           write({ ...head, text_output: delta });
+          cutIfTooSlow();
         },
         onFinish: (finish) => {
+          if (isCut) return;
           start();
           write({ ...head, text_output: '', finish_reason: finish.finishReason, usage: finish.usage });
           reply.raw.end();
           resolve();
         },
         onError: (error) => {
+          if (isCut) return;
           if (!started) { reject(error); return; }
           write(toKServeBody(error));
           reply.raw.end();

@@ -30,6 +30,8 @@ export interface KServePluginOptions {
   control?: KServeControl;
   /** Where a large body's JSON is parsed, off the event loop (the /v1 bodies' pool). */
   pool: OffloadPool;
+  /** generate_stream's bound on unsent bytes for a slow reader. */
+  maxBufferedBytes: number;
 }
 
 /**
@@ -147,7 +149,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   app.get('/health/live', async (_request, reply) => reply.code(200).send());
   app.get('/health/ready', async (_request, reply) => reply.code(isServerReady(repository, options.registry.models) ? 200 : 400).send());
 
-  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, jsonBody });
+  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, jsonBody, maxBufferedBytes: options.maxBufferedBytes });
 
   const control = options.control ?? new KServeControl();
   if (options.control === undefined) app.addHook('onClose', async () => control.close());

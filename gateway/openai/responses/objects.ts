@@ -141,8 +141,12 @@ export function outputText(text: string, logprobs: TokenLogprobJson[]): OutputTe
 
 /** Where a streamed response's events go: an SSE body or a WebSocket. */
 export interface EventSink {
-  /** One event: type is its `type` (SSE's event line), json its whole serialized body. */
-  send(type: string, json: string): void;
+  /**
+   * One event: type is its `type` (SSE's event line), json its whole serialized body. onFlushed,
+   * when given, is called once the event has left the process's buffers (for the kernel), or
+   * with an error if the connection went first.
+   */
+  send(type: string, json: string, onFlushed?: (error?: Error | null) => void): void;
   /** Bytes sent but not yet taken by the client; a slow reader grows this. */
   numBufferedBytes(): number;
 }
@@ -162,9 +166,9 @@ export class ResponseEventWriter {
     this.deltaMiddle = `,"item_id":${JSON.stringify(itemId)},"output_index":0,"content_index":0,"delta":`;
   }
 
-  /** body: the event's fields besides type and sequence_number. */
-  event(type: string, body: object) {
-    this.sink.send(type, JSON.stringify({ type, sequence_number: this.sequenceNumber++, ...body }));
+  /** body: the event's fields besides type and sequence_number; onFlushed as EventSink.send's. */
+  event(type: string, body: object, onFlushed?: (error?: Error | null) => void) {
+    this.sink.send(type, JSON.stringify({ type, sequence_number: this.sequenceNumber++, ...body }), onFlushed);
   }
 
   /** logprobsJson: the serialized array of the delta's tokens ("[]" without logprobs). */

@@ -4,17 +4,21 @@
 // error once events went out, an error event and failed. Nothing is sent before the first output,
 // so an error the worker reports before it is answered plainly by the caller (an HTTP status, or
 // a lone WebSocket error event). A stream whose client lets more than maxBufferedBytes pile up
-// unsent is cancelled, so a slow reader costs a bounded amount of memory.
+// unsent is cancelled (its generation aborted in the worker), so a slow reader costs a bounded
+// amount of memory; the closing events, which repeat the whole text and its log-probabilities
+// (megabytes with top_logprobs), go one at a time as the reader takes them, and a reader that
+// takes nothing for a grace period (10 s) is cut. Log-probabilities are kept as typed arrays.
 import { ApiError } from '../../errors.ts';
 import { startGeneration, type Generation, type GenerationFinish, type TokenLogprob } from '../../generation.ts';
 import type { GatewayMetrics } from '../../metrics.ts';
 import { chatLogprobsOf } from '../logprobs.ts';
+import { LogprobsRecorder, logprobsJsonOf } from './compact-logprobs.ts';
 import { assistantMessage } from './conversation.ts';
 import {
-  type EventSink, outputMessage, outputText, ResponseEventWriter, responseObject, responseUsageOf, type TokenLogprobJson,
+  type EventSink, outputMessage, outputText, ResponseEventWriter, responseObject, responseUsageOf, type ResponseState, type ResponseStatus, type TokenLogprobJson,
 } from './objects.ts';
 import { newItemId, type PreparedTurn } from './prepare.ts';
-import type { StoredResponse } from './store.ts';
+import { responseObjectOf, type StoredResponse } from './store.ts';
 
 export type TurnOutcome =
   /** The response reached completed, incomplete or failed; stored is what a later turn continues from. */
@@ -34,19 +38,23 @@ export interface TurnOptions {
   /** Null: not streamed; the outcome carries the whole Response object. */
   sink: EventSink | null;
   maxBufferedBytes: number;
+  /** How long a reader may take nothing while the closing events wait for room, before it is cut. */
+  slowReaderGraceMs: number;
   metrics: GatewayMetrics;
 }
 
 export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
   const { echo, model, isWarmUp } = prepared;
-  const { sink, maxBufferedBytes } = options;
+  const { sink, maxBufferedBytes, slowReaderGraceMs } = options;
   const itemId = newItemId();
   const events = sink === null ? null : new ResponseEventWriter(sink, itemId);
-  const logprobs: TokenLogprobJson[] | null = prepared.generation.wantsLogprobs ? [] : null;
+  const logprobs = prepared.generation.wantsLogprobs ? new LogprobsRecorder(model.tokenizer) : null;
   let text = '';
   let isOpen = false;
   let isEnded = false;
   let generation: Generation | null = null;
+  /** Set while the closing events wait for the reader: cancel() stops them. */
+  let stopClosingEvents: (() => void) | null = null;
   let resolveOutcome!: (outcome: TurnOutcome) => void;
   const outcome = new Promise<TurnOutcome>((resolve) => {
     resolveOutcome = resolve;
@@ -56,12 +64,16 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     isEnded = true;
     resolveOutcome(result);
   };
-  /** Log-probabilities of new tokens, kept for the done events and the Response; null without them. */
+  const tooSlow = (numBufferedBytes: number) => new ApiError(
+    'client_too_slow',
+    `The client read the stream too slowly: ${numBufferedBytes} bytes were waiting to be sent, over the ` +
+      `${maxBufferedBytes}-byte limit, so the response was cancelled.`,
+  );
+  /** Keeps new tokens' log-probabilities; their JSON for the delta event, or null without them. */
   const takeLogprobs = (entries: TokenLogprob[] | null): TokenLogprobJson[] | null => {
     if (logprobs === null || entries === null) return null;
-    const json = chatLogprobsOf(model.tokenizer, entries).content;
-    logprobs.push(...json);
-    return json;
+    logprobs.push(entries);
+    return events === null ? null : chatLogprobsOf(model.tokenizer, entries).content;
   };
   const open = () => {
     if (isOpen || events === null) return;
@@ -76,6 +88,56 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
   /** An answer, even an empty one, keeps the turns alternating; a failure before any text added nothing. */
   const conversationAfter = (isFailed: boolean) =>
     isWarmUp || (isFailed && text === '') ? prepared.messages : [...prepared.messages, assistantMessage(text)];
+  /** What the store keeps: the response without its log-probabilities' JSON, and them as typed arrays. */
+  const storedOf = (status: ResponseStatus, state: Pick<ResponseState, 'usage' | 'error'>, messageStatus: 'completed' | 'incomplete' | null): StoredResponse => ({
+    response: responseObject(echo, { ...state, status, output: messageStatus === null ? [] : [outputMessage(itemId, messageStatus, [outputText(text, [])])] }),
+    messages: conversationAfter(status === 'failed'),
+    logprobs: logprobs === null ? null : logprobs.build(),
+  });
+
+  /**
+   * Writes events one at a time: the next once the backlog is under the bound (or the previous
+   * event has left), so the closing events never pile up more than one of them past it. A reader
+   * that takes nothing for slowReaderGraceMs is cut with client_too_slow.
+   */
+  const writePaced = (pending: [type: string, body: object][], onWritten: () => void) => {
+    let timer: NodeJS.Timeout | null = null;
+    let isStopped = false;
+    stopClosingEvents = () => {
+      isStopped = true;
+      if (timer !== null) clearTimeout(timer);
+    };
+    const writeNext = () => {
+      while (!isStopped && pending.length > 0) {
+        const [type, body] = pending.shift()!;
+        let isFlushed = false;
+        let isWaiting = false;
+        events!.event(type, body, (error) => {
+          isFlushed = true;
+          if (!isWaiting || isStopped) return;
+          clearTimeout(timer!);
+          timer = null;
+          if (error) return;
+          writeNext();
+        });
+        if (pending.length === 0 || isFlushed) continue;
+        const numBufferedBytes = sink!.numBufferedBytes();
+        if (numBufferedBytes <= maxBufferedBytes) continue;
+        isWaiting = true;
+        timer = setTimeout(() => {
+          isStopped = true;
+          const error = tooSlow(sink!.numBufferedBytes());
+          events!.error(error);
+          end({ kind: 'cancelled', error });
+        }, slowReaderGraceMs);
+        return;
+      }
+      if (isStopped) return;
+      stopClosingEvents = null;
+      onWritten();
+    };
+    writeNext();
+  };
 
   const onText = (delta: string, entries: TokenLogprob[] | null) => {
     if (isEnded || isWarmUp) return;
@@ -86,11 +148,7 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     events.delta(delta, json === null ? '[]' : JSON.stringify(json));
     const numBufferedBytes = sink!.numBufferedBytes();
     if (numBufferedBytes > maxBufferedBytes) {
-      const error = new ApiError(
-        'client_too_slow',
-        `The client read the stream too slowly: ${numBufferedBytes} bytes were waiting to be sent, over the ` +
-          `${maxBufferedBytes}-byte limit, so the response was cancelled.`,
-      );
+      const error = tooSlow(numBufferedBytes);
       generation?.abort();
       events.error(error);
       end({ kind: 'cancelled', error });
@@ -102,19 +160,26 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     takeLogprobs(finish.tokenLogprobs);
     const status = !isWarmUp && finish.finishReason === 'length' ? 'incomplete' : 'completed';
     const usage = responseUsageOf(finish.usage, isWarmUp ? 0 : finish.usage.completion_tokens);
-    const message = outputMessage(itemId, status, [outputText(text, logprobs ?? [])]);
-    const response = responseObject(echo, { status, output: isWarmUp ? [] : [message], usage });
-    if (events !== null) {
-      open();
-      if (!isWarmUp) {
-        const where = { item_id: itemId, output_index: 0, content_index: 0 };
-        events.event('response.output_text.done', { ...where, text, logprobs: logprobs ?? [] });
-        events.event('response.content_part.done', { ...where, part: message.content[0] });
-        events.event('response.output_item.done', { output_index: 0, item: message });
-      }
-      events.event(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response });
+    const stored = storedOf(status, { usage }, isWarmUp ? null : status);
+    if (events === null) {
+      end({ kind: 'done', stored });
+      return;
     }
-    end({ kind: 'done', stored: { response, messages: conversationAfter(false) } });
+    // The closing events repeat the whole output with its log-probabilities, made once here.
+    const logprobsJson = stored.logprobs === null ? [] : logprobsJsonOf(stored.logprobs);
+    const message = outputMessage(itemId, status, [outputText(text, logprobsJson)]);
+    const response = responseObject(echo, { status, output: isWarmUp ? [] : [message], usage });
+    open();
+    const where = { item_id: itemId, output_index: 0, content_index: 0 };
+    const closing: [string, object][] = isWarmUp ? [] : [
+      ['response.output_text.done', { ...where, text, logprobs: logprobsJson }],
+      ['response.content_part.done', { ...where, part: message.content[0] }],
+      ['response.output_item.done', { output_index: 0, item: message }],
+    ];
+    closing.push([status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response }]);
+    // The generation is over: from here on only the reader's pace matters.
+    isEnded = true;
+    writePaced(closing, () => resolveOutcome({ kind: 'done', stored }));
   };
 
   const onError = (error: ApiError) => {
@@ -124,10 +189,10 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
       return;
     }
     events.error(error);
-    const output = text === '' ? [] : [outputMessage(itemId, 'incomplete', [outputText(text, logprobs ?? [])])];
-    const response = responseObject(echo, { status: 'failed', output, usage: null, error });
-    events.event('response.failed', { response });
-    end({ kind: 'done', stored: { response, messages: conversationAfter(true) } });
+    const stored = storedOf('failed', { usage: null, error }, text === '' ? null : 'incomplete');
+    const failed = stored.logprobs === null ? stored.response : responseObjectOf(stored);
+    events.event('response.failed', { response: failed });
+    end({ kind: 'done', stored });
   };
 
   try {
@@ -139,6 +204,12 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
   return {
     outcome,
     cancel() {
+      if (stopClosingEvents !== null) {
+        stopClosingEvents();
+        stopClosingEvents = null;
+        resolveOutcome({ kind: 'cancelled', error: null });
+        return;
+      }
       if (isEnded) return;
       generation?.abort();
       end({ kind: 'cancelled', error: null });
