@@ -136,24 +136,38 @@ async function runServe(argv: string[]): Promise<number> {
 
 async function runWorker(argv: string[]): Promise<number> {
   const settings = parseWorkerArgs(argv);
-  const { startWorker } = await import('../engine/worker.ts');
-  const worker = await startWorker(settings);
-  await new Promise<void>((resolve) => {
-    process.once('SIGTERM', () => resolve());
-    if (process.send) {
-      // Spawned by a gateway (`conduit serve`): its end is ours. Ctrl-C in a terminal reaches the
-      // whole process group; the gateway drains its streams first and then stops us, so the
-      // signal is not ours to act on (acting on it cut streams and made the gateway respawn us).
-      process.once('disconnect', () => resolve());
-      process.on('SIGINT', () => {});
-    } else {
-      process.once('SIGINT', () => resolve());
-    }
+  // Spawned by a gateway (`conduit serve`, bin/local-workers.ts), its end is the gateway's: it
+  // stops when the gateway says so over the IPC channel or when that channel closes (the gateway
+  // died). Signals sent to the whole process group (a terminal's Ctrl-C, a process manager's
+  // SIGTERM) are not ours to act on: the gateway drains its streams first, then stops us. A
+  // worker started by hand stops on SIGTERM or SIGINT.
+  const isSpawned = process.send !== undefined;
+  let stopRequested: () => void = () => {};
+  const whenStopRequested = new Promise<void>((resolve) => {
+    stopRequested = resolve;
   });
-  await worker.close();
-  // The lifeline to a spawning gateway would keep the event loop, and so the process, alive.
-  if (process.connected) process.disconnect();
-  return 0;
+  if (isSpawned) {
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => {});
+    process.on('message', (message: { type?: string }) => {
+      if (message?.type === 'stop') stopRequested();
+    });
+    process.once('disconnect', () => stopRequested());
+  } else {
+    process.once('SIGTERM', () => stopRequested());
+    process.once('SIGINT', () => stopRequested());
+  }
+  try {
+    const { startWorker } = await import('../engine/worker.ts');
+    // Told to stop while the model loads: nothing runs yet, so nothing to drain.
+    const worker = await Promise.race([startWorker(settings), whenStopRequested.then(() => null)]);
+    if (worker === null) process.exit(0);
+    await whenStopRequested;
+    await worker.close();
+    return 0;
+  } finally {
+    // The lifeline to a spawning gateway would keep the event loop, and so the process, alive.
+    if (process.connected) process.disconnect();
+  }
 }
 
 export async function main(argv: string[]): Promise<number> {
