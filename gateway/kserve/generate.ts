@@ -8,17 +8,19 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { SamplingParams } from '../../engine/types.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
+import { ranges } from '../openai/schemas.ts';
 import { startGeneration, type GenerationFinish } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 
 /** Fields are read at the top level or under `parameters`, as Triton maps either onto the model's inputs. */
 const fieldsSchema = z.object({
-  max_tokens: z.number().int().positive().optional(),
-  temperature: z.number().min(0).max(2).optional(),
-  top_p: z.number().gt(0).max(1).optional(),
-  top_k: z.number().int().min(-1).optional(),
-  seed: z.number().int().optional(),
+  // The OpenAI routes' ranges (openai/schemas.ts), checked before the engine's wire narrows them.
+  max_tokens: ranges.maxTokens.optional(),
+  temperature: ranges.temperature.optional(),
+  top_p: ranges.topP.optional(),
+  top_k: ranges.topK.optional(),
+  seed: ranges.seed.optional(),
   stop: z.union([z.string(), z.array(z.string()).max(4)]).optional(),
   ignore_eos: z.boolean().optional(),
   stream: z.boolean().optional(),
