@@ -131,19 +131,28 @@ export class SystemSharedMemory implements SharedMemoryAccess {
     region.numLeases++;
     const position = region.offset + ref.offset;
     let released = false;
+    // The client owns the object and may shrink it at any time: the bytes asked for must still be there.
+    const checkInObject = (numBytes: number) => {
+      const objectBytes = fstatSync(region.fd).size;
+      if (position + numBytes <= objectBytes) return;
+      throw invalid(`shared memory region '${ref.region}' runs past the end of its object ('${region.key}', now ${objectBytes} bytes): it was truncated after it was registered`);
+    };
     return {
       byteSize: ref.byteSize,
       read() {
+        checkInObject(ref.byteSize);
         const bytes = new Uint8Array(ref.byteSize);
         let numRead = 0;
         while (numRead < bytes.byteLength) {
           const n = readSync(region.fd, bytes, numRead, bytes.byteLength - numRead, position + numRead);
-          if (n === 0) throw new ClassicError('INTERNAL', `shared memory region '${ref.region}' is shorter than registered`);
+          if (n === 0) checkInObject(ref.byteSize);
           numRead += n;
         }
         return bytes;
       },
       write(bytes: Uint8Array) {
+        // Writing past the end would grow the client's object back, silently.
+        checkInObject(bytes.byteLength);
         let numWritten = 0;
         while (numWritten < bytes.byteLength) {
           numWritten += writeSync(region.fd, bytes, numWritten, bytes.byteLength - numWritten, position + numWritten);

@@ -175,6 +175,11 @@ describe('KServe v2 HTTP on the shipped models', () => {
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP16', data: new Array(64).fill(0) }] }), 400,
       "input 'pixels': FP16 data must use the binary tensor extension, not JSON");
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FLOAT', data: [] }] }), 400, "input 'pixels': invalid datatype 'FLOAT'");
+    // JSON.parse reads 1e400 as Infinity; 1e39 is finite but past FP32's range: neither may turn into nulls.
+    for (const huge of ['1e400', '-1e400', '1e39']) {
+      await expectError(await infer(`{"inputs":[{"name":"pixels","shape":[1,64],"datatype":"FP32","data":[${huge}${',0'.repeat(63)}]}]}`), 400,
+        /^input 'pixels': element 0 is (-?Infinity|null|1e\+39); expected a finite number within ±3\.4028234663852886e\+38 for FP32$/);
+    }
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', parameters: { binary_data_size: 256 } }] }, { 'inference-header-content-length': '9999' }), 400,
       /^Inference-Header-Content-Length 9999 is larger than the body/);
     await expectError(await infer({ inputs: [] }), 400, /^invalid inference request: inputs: /);
