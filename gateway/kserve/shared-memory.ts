@@ -86,7 +86,8 @@ export class SystemSharedMemory implements SharedMemoryAccess {
       // O_NOFOLLOW: a key names the object itself, never a link out of /dev/shm.
       fd = openSync(file, constants.O_RDWR | constants.O_NOFOLLOW);
     } catch {
-      throw new ClassicError('INTERNAL', `Unable to open shared memory region: '${key}'`);
+      // Triton's message; but a key naming no object (or a link) is the client's mistake, not the server's: 400, not Triton's 500.
+      throw invalid(`Unable to open shared memory region: '${key}'`);
     }
     try {
       const stat = fstatSync(fd);

@@ -157,7 +157,7 @@ describe('system shared memory over HTTP and gRPC', () => {
     await expectError(await post(`${v2}/systemsharedmemory/region/dup/register`, { key, offset: 0, byte_size: 8 }), 400, "shared memory region 'dup' already in manager");
     await expectStatus(call(client, 'SystemSharedMemoryRegister', { name: 'dup', key, offset: 0, byte_size: 8 }), grpc.status.ALREADY_EXISTS, "shared memory region 'dup' already in manager");
     await expectError(await post(`${v2}/systemsharedmemory/region/big/register`, { key, offset: 32, byte_size: 64 }), 400, "failed to register shared memory region 'big': invalid args");
-    await expectError(await post(`${v2}/systemsharedmemory/region/none/register`, { key: `/conduit_test_${process.pid}_absent`, offset: 0, byte_size: 8 }), 500,
+    await expectError(await post(`${v2}/systemsharedmemory/region/none/register`, { key: `/conduit_test_${process.pid}_absent`, offset: 0, byte_size: 8 }), 400,
       `Unable to open shared memory region: '/conduit_test_${process.pid}_absent'`);
     for (const badKey of ['/../etc/passwd', '..', 'a/b']) {
       await expectError(await post(`${v2}/systemsharedmemory/region/bad/register`, { key: badKey, offset: 0, byte_size: 8 }), 400, /invalid shared memory key/);
@@ -166,7 +166,7 @@ describe('system shared memory over HTTP and gRPC', () => {
     const linkKey = `conduit_test_${process.pid}_link`;
     symlinkSync('/etc/hostname', path.join(SHM_DIR, linkKey));
     keys.push(`/${linkKey}`);
-    await expectError(await post(`${v2}/systemsharedmemory/region/link/register`, { key: linkKey, offset: 0, byte_size: 1 }), 500, /Unable to open shared memory region/);
+    await expectError(await post(`${v2}/systemsharedmemory/region/link/register`, { key: linkKey, offset: 0, byte_size: 1 }), 400, /Unable to open shared memory region/);
     await expectError(await post(`${v2}/systemsharedmemory/region/neg/register`, { key, offset: -1, byte_size: 8 }), 400, "'offset' must be a non-negative integer");
     assert.deepEqual((await (await fetch(`${v2}/systemsharedmemory/status`)).json() as any[]).map((r) => r.name), ['dup']);
   });
