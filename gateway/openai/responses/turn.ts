@@ -15,7 +15,8 @@ import { chatLogprobsOf } from '../logprobs.ts';
 import { LogprobsRecorder, logprobsJsonOf } from './compact-logprobs.ts';
 import { assistantMessage } from './conversation.ts';
 import {
-  type EventSink, outputMessage, outputText, ResponseEventWriter, responseObject, responseUsageOf, type ResponseState, type ResponseStatus, type TokenLogprobJson,
+  type EventSink, outputMessage, outputText, ResponseEventWriter, responseObject, responseUsageOf,
+  type ResponseState, type ResponseStatus, type TokenLogprobJson,
 } from './objects.ts';
 import { newItemId, type PreparedTurn } from './prepare.ts';
 import { responseObjectOf, type StoredResponse } from './store.ts';
@@ -89,8 +90,12 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
   const conversationAfter = (isFailed: boolean) =>
     isWarmUp || (isFailed && text === '') ? prepared.messages : [...prepared.messages, assistantMessage(text)];
   /** What the store keeps: the response without its log-probabilities' JSON, and them as typed arrays. */
-  const storedOf = (status: ResponseStatus, state: Pick<ResponseState, 'usage' | 'error'>, messageStatus: 'completed' | 'incomplete' | null): StoredResponse => ({
-    response: responseObject(echo, { ...state, status, output: messageStatus === null ? [] : [outputMessage(itemId, messageStatus, [outputText(text, [])])] }),
+  const storedOf = (
+    status: ResponseStatus, state: Pick<ResponseState, 'usage' | 'error'>, messageStatus: 'completed' | 'incomplete' | null,
+  ): StoredResponse => ({
+    response: responseObject(echo, {
+      ...state, status, output: messageStatus === null ? [] : [outputMessage(itemId, messageStatus, [outputText(text, [])])],
+    }),
     messages: conversationAfter(status === 'failed'),
     logprobs: logprobs === null ? null : logprobs.build(),
   });
@@ -117,8 +122,13 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
           if (!isWaiting || isStopped) return;
           clearTimeout(timer!);
           timer = null;
-          if (error) return;
-          writeNext();
+          if (!error) {
+            writeNext();
+            return;
+          }
+          // The connection went first: no one is left to write to.
+          isStopped = true;
+          end({ kind: 'cancelled', error: null });
         });
         if (pending.length === 0 || isFlushed) continue;
         const numBufferedBytes = sink!.numBufferedBytes();
