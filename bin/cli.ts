@@ -7,6 +7,7 @@ import { createLifecycleLog } from './lifecycle-log.ts';
 import { createGatewayLogger } from '../gateway/logging.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
 import { packageRoot } from '../package-root.ts';
+import { SUPERVISED_WORKER_ENV } from './local-workers.ts';
 
 const defaultConfigFile = path.join(packageRoot, 'configs', 'default.yaml');
 
@@ -136,26 +137,27 @@ async function runServe(argv: string[]): Promise<number> {
 
 async function runWorker(argv: string[]): Promise<number> {
   const settings = parseWorkerArgs(argv);
-  // Spawned by a gateway (`conduit serve`, bin/local-workers.ts), its end is the gateway's: it
-  // stops when the gateway says so over the IPC channel or when that channel closes (the gateway
-  // died). Signals sent to the whole process group (a terminal's Ctrl-C, a process manager's
-  // SIGTERM) are not ours to act on: the gateway drains its streams first, then stops us. A
-  // worker started by hand stops on SIGTERM or SIGINT.
-  const isSpawned = process.send !== undefined;
+  // Spawned by a gateway (`conduit serve`, bin/local-workers.ts: an IPC channel and
+  // CONDUIT_WORKER_SUPERVISED), its end is the gateway's: it stops when the gateway says so over
+  // the channel or when the channel closes (the gateway died). Signals sent to the whole process
+  // group (a terminal's Ctrl-C, a process manager's SIGTERM) are not its to act on: the gateway
+  // drains its streams first, then stops it. Any other worker stops on SIGTERM or SIGINT, and
+  // when an IPC channel it was given as a lifeline closes.
+  const isSupervised = process.send !== undefined && process.env[SUPERVISED_WORKER_ENV] === '1';
   let stopRequested: () => void = () => {};
   const whenStopRequested = new Promise<void>((resolve) => {
     stopRequested = resolve;
   });
-  if (isSpawned) {
+  if (isSupervised) {
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => {});
     process.on('message', (message: { type?: string }) => {
       if (message?.type === 'stop') stopRequested();
     });
-    process.once('disconnect', () => stopRequested());
   } else {
     process.once('SIGTERM', () => stopRequested());
     process.once('SIGINT', () => stopRequested());
   }
+  if (process.send !== undefined) process.once('disconnect', () => stopRequested());
   try {
     const { startWorker } = await import('../engine/worker.ts');
     // Told to stop while the model loads: nothing runs yet, so nothing to drain.

@@ -13,6 +13,8 @@ import { FatalError } from './fatal-error.ts';
 import type { LifecycleLog } from './lifecycle-log.ts';
 
 const conduitBin = path.join(packageRoot, 'bin', 'conduit.js');
+/** Set (to 1) in the environment of the workers a gateway spawns: they stop when it says so, not on a signal. */
+export const SUPERVISED_WORKER_ENV = 'CONDUIT_WORKER_SUPERVISED';
 const firstRestartDelayMs = 500;
 const maxRestartDelayMs = 30_000;
 /** A worker up this long before it died was healthy: its restart starts the backoff over. */
@@ -96,6 +98,7 @@ export class LocalWorker {
       // behind. The worker ignores SIGTERM and SIGINT, which a process group's signal (Ctrl-C, a
       // process manager's stop) sends it beside the gateway: the gateway drains first, then stops it.
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: { ...process.env, [SUPERVISED_WORKER_ENV]: '1' },
     });
     this.child = child;
     this.spawnedAtMs = performance.now();
