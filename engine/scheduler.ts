@@ -440,6 +440,10 @@ export class Scheduler {
       if (finishReason !== null) this.finish(sequence);
       news.finishReason = finishReason;
       news.numOutputTokens = sequence.numOutputTokens;
+      if (sequence.numDraftTokens > 0) {
+        news.numDraftTokens = sequence.numDraftTokens;
+        news.numAcceptedDraftTokens = sequence.numAcceptedDraftTokens;
+      }
       if (sequence.promptLogprobs !== null && !sequence.hasSentPromptLogprobs) {
         news.promptLogprobs = sequence.promptLogprobs;
         sequence.hasSentPromptLogprobs = true;
@@ -470,6 +474,8 @@ export class Scheduler {
     if (speculator == null || sequence.acceptance === null) return;
     if (numDrafts > 0) {
       speculator.recordVerification(sequence.acceptance, numDrafts, numAccepted);
+      sequence.numDraftTokens += numDrafts;
+      sequence.numAcceptedDraftTokens += numAccepted;
       this.kv.cacheScheduledBlocks(sequence, sequence.numComputedTokens + numAccepted);
       sequence.numComputedTokens += numAccepted;
       if (goesOn) this.kv.trimSlots(sequence, sequence.numTokens);

@@ -93,6 +93,9 @@ export class Sequence implements KvSequence, Queued {
   /** This step's proposal, and the part of it the step verifies (its last query tokens). */
   readonly proposal: number[] = [];
   readonly draftTokenIds: number[] = [];
+  /** Over the request: proposals verified, and of them accepted. */
+  numDraftTokens = 0;
+  numAcceptedDraftTokens = 0;
   prev: Sequence | null = null;
   next: Sequence | null = null;
   heapIndex = -1;

@@ -135,6 +135,13 @@ export interface RequestOutput {
    */
   queueTimeMs?: number;
   prefillTimeMs?: number;
+  /**
+   * Speculative decoding, so far in the request: tokens proposed and verified, and of them
+   * accepted (usage's completion_tokens_details: accepted and rejected prediction tokens).
+   * Absent while none was verified.
+   */
+  numDraftTokens?: number;
+  numAcceptedDraftTokens?: number;
 }
 
 /** A worker's load, as routers weigh it: pushed with every step. */
