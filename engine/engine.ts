@@ -9,7 +9,7 @@ import type { GenerationDefaults } from './generation-config.ts';
 import { prepareStructuredOutput, type GrammarService } from './grammar/service.ts';
 import { HASH_SCHEME } from './kv/block-hash.ts';
 import type { ModelRunner } from './runner.ts';
-import type { RunnerResult } from './scheduler-output.ts';
+import type { RunnerResult, ScheduledSequence } from './scheduler-output.ts';
 import { errorOutput } from './request-output.ts';
 import { Scheduler, prefillLimitsFor, type PrefillLimits, type SchedulingPolicy } from './scheduler.ts';
 import type { Proposer, SpeculativeConfig } from './spec/proposer.ts';
@@ -283,7 +283,7 @@ export class Engine {
       const [result] = await Promise.all([pass, bitmasks === null ? null : grammars!.stepDone()]);
       forwardMs = performance.now() - forwardStart;
       const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, firstSamplesOf(result, output.scheduled.length));
-      this.speculator?.observeStep(output.numScheduledTokens, forwardMs);
+      if (this.speculator !== null && output.scheduled.every(isDecode)) this.speculator.observeStep(output.numScheduledTokens, forwardMs);
       outputs = this.scheduler.update(output, result, forced);
     } catch (err) {
       if (bitmasks !== null) await grammars!.stepDone();
@@ -344,6 +344,11 @@ export class Engine {
       this.grammars?.close(requestId);
     }
   }
+}
+
+/** A decode's chunk: its last known token and its proposals (a prompt chunk costs differently per token). */
+function isDecode(entry: ScheduledSequence): boolean {
+  return entry.sample && entry.numScheduledTokens === 1 + entry.draftTokenIds.length;
 }
 
 /** Each sequence's first sample (a structured output's one: those never speculate). */

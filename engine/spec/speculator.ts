@@ -53,7 +53,7 @@ export class Speculator {
         remaining -= this.numChosen[i];
       });
     } else {
-      chooseDraftCounts(candidates, this.costModel.perTokenRatio, baseTokens, budget, this.numChosen);
+      chooseDraftCounts(candidates, this.costModel.costAt(baseTokens), budget, this.numChosen);
     }
     return this.numChosen;
   }
@@ -77,7 +77,7 @@ export class Speculator {
     recordVerification(acceptance, 1, guessTokenId === emittedTokenId ? 1 : 0);
   }
 
-  /** A step's measured time, for the cost model. */
+  /** A decode step's measured time (its tokens are decodes and proposals only), for the cost model. */
   observeStep(numTokens: number, forwardMs: number): void {
     this.costModel.observe(numTokens, forwardMs);
   }

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NgramProposer } from '../spec/ngram.ts';
-import { StepCostModel, acceptanceRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate } from '../spec/adaptive.ts';
+import { StepCostModel, acceptanceRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
 
 const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
 
@@ -61,48 +61,51 @@ test('acceptance is a decaying ratio of accepted to verified proposals', () => {
   assert.ok(acceptanceRate(stats) < 0.01);
 });
 
-test('the cost model fits a line to step times', () => {
+test('the cost model fits a line to decode steps, read at the step at hand', () => {
   const model = new StepCostModel();
-  assert.equal(model.perTokenRatio, 1 / 16, 'the prior before any spread');
+  assert.deepEqual(model.costAt(0), { baseMs: 1, perTokenMs: 1 / 16 }, 'the prior before any step');
+  model.observe(4, 20);
+  assert.deepEqual(model.costAt(4), { baseMs: 20, perTokenMs: 1 }, 'one step: the prior, scaled to it');
   const random = mulberry32(seed);
   for (let i = 0; i < 200; i++) {
     const numTokens = 1 + Math.floor(random() * 9);
     model.observe(numTokens, 10 + 0.5 * numTokens);
   }
-  assert.ok(Math.abs(model.perTokenRatio - 0.05) < 1e-6, String(model.perTokenRatio));
+  const cost = model.costAt(32);
+  // The first step (4 tokens, 20 ms) has all but decayed away.
+  assert.ok(Math.abs(cost.perTokenMs - 0.5) < 0.01 && Math.abs(cost.baseMs - 26) < 0.1, JSON.stringify(cost));
 });
 
-/** The expected tokens per unit of cost of a choice. */
-function throughput(candidates: DraftCandidate[], counts: number[], ratio: number, baseTokens: number): number {
+/** The expected tokens per millisecond of a choice. */
+function throughput(candidates: DraftCandidate[], counts: number[], cost: StepCost): number {
   let expected = 0;
   candidates.forEach(({ acceptanceRate: a }, i) => {
     for (let j = 0; j <= counts[i]; j++) expected += a ** j;
   });
-  return expected / (1 + ratio * (baseTokens + counts.reduce((sum, c) => sum + c, 0)));
+  return expected / (cost.baseMs + cost.perTokenMs * counts.reduce((sum, c) => sum + c, 0));
 }
 
-test('draft counts: the greedy choice is never worse than proposing nothing, and is the best for one sequence', () => {
+test('draft counts: every proposal chosen raises the expected tokens per millisecond, and the next would not', () => {
   const random = mulberry32(seed);
   const chosen = new Int32Array(64);
   for (let trial = 0; trial < 300; trial++) {
     const numSeqs = 1 + Math.floor(random() * 32);
     const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, numAvailable: Math.floor(random() * 9) }));
-    const ratio = random() < 0.5 ? random() * 0.1 : random();
-    chooseDraftCounts(candidates, ratio, numSeqs, 1000, chosen);
+    const cost = { baseMs: 1 + random() * 50, perTokenMs: random() < 0.5 ? random() * 0.5 : random() * 5 };
+    chooseDraftCounts(candidates, cost, 1000, chosen);
     const counts = Array.from(chosen.subarray(0, numSeqs));
     counts.forEach((count, i) => assert.ok(count >= 0 && count <= candidates[i].numAvailable));
-    const none = new Array<number>(numSeqs).fill(0);
-    assert.ok(throughput(candidates, counts, ratio, numSeqs) >= throughput(candidates, none, ratio, numSeqs) - 1e-12);
-    if (numSeqs === 1) {
-      let best = 0;
-      for (let k = 0; k <= candidates[0].numAvailable; k++) best = Math.max(best, throughput(candidates, [k], ratio, 1));
-      assert.ok(Math.abs(throughput(candidates, counts, ratio, 1) - best) < 1e-12, `seed ${seed}: ${JSON.stringify({ candidates, ratio, counts })}`);
-    }
+    const context = `seed ${seed}: ${JSON.stringify({ candidates, cost, counts })}`;
+    assert.ok(throughput(candidates, counts, cost) >= throughput(candidates, new Array<number>(numSeqs).fill(0), cost) - 1e-12, context);
+    if (numSeqs !== 1) continue;
+    // One sequence: throughput rises with each proposal chosen, and the next one would not pay.
+    for (let k = 1; k <= counts[0]; k++) assert.ok(throughput(candidates, [k], cost) > throughput(candidates, [k - 1], cost), context);
+    if (counts[0] < candidates[0].numAvailable) assert.ok(throughput(candidates, [counts[0] + 1], cost) < 1.1 * throughput(candidates, counts, cost), context);
   }
   // A budget caps the proposals.
-  chooseDraftCounts([{ acceptanceRate: 1, numAvailable: 8 }, { acceptanceRate: 1, numAvailable: 8 }], 0.01, 2, 3, chosen);
+  chooseDraftCounts([{ acceptanceRate: 1, numAvailable: 8 }, { acceptanceRate: 1, numAvailable: 8 }], { baseMs: 10, perTokenMs: 0.1 }, 3, chosen);
   assert.equal(chosen[0] + chosen[1], 3);
-  // Compute-bound (every token costs a whole step): nothing pays.
-  chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], 1e9, 1, 100, chosen);
+  // Compute-bound (a token costs as much as the step): nothing pays.
+  chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
   assert.equal(chosen[0], 0);
 });
