@@ -283,7 +283,6 @@ export class Engine {
       const [result] = await Promise.all([pass, bitmasks === null ? null : grammars!.stepDone()]);
       forwardMs = performance.now() - forwardStart;
       const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, firstSamplesOf(result, output.scheduled.length));
-      if (this.speculator !== null && output.scheduled.every(isDecode)) this.speculator.observeStep(output.numScheduledTokens, forwardMs);
       outputs = this.scheduler.update(output, result, forced);
     } catch (err) {
       if (bitmasks !== null) await grammars!.stepDone();
@@ -291,6 +290,9 @@ export class Engine {
       outputs = this.scheduler.failStep(output, { code: 'internal_error', message: (err as Error).message });
     }
     for (const news of outputs) this.emit(news);
+    // The whole step's time: the loop's work per step is a fixed cost that each proposal accepted
+    // saves too.
+    if (this.speculator !== null && output.scheduled.every(isDecode)) this.speculator.observeStep(output.numScheduledTokens, performance.now() - scheduleStart);
     const counters = this.scheduler.takeCounters();
     return {
       numScheduledTokens: output.numScheduledTokens,

@@ -77,7 +77,7 @@ export class Speculator {
     recordVerification(acceptance, 1, guessTokenId === emittedTokenId ? 1 : 0);
   }
 
-  /** A decode step's measured time (its tokens are decodes and proposals only), for the cost model. */
+  /** A decode step's measured time, scheduling to outputs (its tokens are decodes and proposals only), for the cost model. */
   observeStep(numTokens: number, forwardMs: number): void {
     this.costModel.observe(numTokens, forwardMs);
   }
