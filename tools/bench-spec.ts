@@ -14,7 +14,10 @@
 // Each engine workload prints the proposer's acceptance (accepted / verified proposals) and
 // output tokens per step; ngram runs adaptive (its default) and, for reference, fixed k.
 //
-//   npm run bench:spec [-- --threads N --tokens 512 --rounds 20]
+// Engine workloads run in --engine-rounds rounds that interleave the modes; each mode's time is
+// the median of its rounds.
+//
+//   npm run bench:spec [-- --threads N --tokens 512 --rounds 20 --engine-rounds 3]
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -35,11 +38,13 @@ const { values } = parseArgs({
     threads: { type: 'string' },
     tokens: { type: 'string', default: '512' },
     rounds: { type: 'string', default: '20' },
+    'engine-rounds': { type: 'string', default: '3' },
   },
 });
 const numThreads = Number(values.threads ?? Math.min(os.availableParallelism(), 16));
 const numOutputTokens = Number(values.tokens);
 const numRounds = Number(values.rounds);
+const numEngineRounds = Number(values['engine-rounds']);
 const BLOCK_SIZE_TOKENS = 16;
 const TINY_DIR = path.join(packageRoot, 'models', 'conduit-tiny');
 
@@ -169,75 +174,71 @@ async function runWorkload(model: NativeModel, prompts: number[][], maxTokens: n
   return { outputs, seconds, numSteps, spec };
 }
 
-async function compare(label: string, target: string, model: NativeModel, prompts: number[][], maxTokens: number, maxNumSeqs: number): Promise<number[][]> {
-  const plain = await runWorkload(model, prompts, maxTokens, null, maxNumSeqs);
-  const numTokens = prompts.length * maxTokens;
-  const plainRate = numTokens / plain.seconds;
-  console.log(`   plain decode:   ${plainRate.toFixed(0)} tok/s, ${(numTokens / plain.numSteps).toFixed(2)} tokens/step`);
-  for (const [name, config] of [['ngram adaptive', ngram], ['ngram k = 4', { ...ngram, adaptive: false }]] as const) {
-    const run = await runWorkload(model, prompts, maxTokens, config, maxNumSeqs);
-    const same = run.outputs.every((tokens, i) => tokens.length === plain.outputs[i].length && tokens.every((t, j) => t === plain.outputs[i][j]));
-    if (!same) throw new Error(`${label}: ${name} changed an output`);
-    const rate = numTokens / run.seconds;
-    const acceptance = run.spec.numDraftTokens === 0 ? 0 : run.spec.numAcceptedTokens / run.spec.numDraftTokens;
-    console.log(
-      `   ${name.padEnd(15)} ${rate.toFixed(0)} tok/s = ${(rate / plainRate).toFixed(2)} x plain${name === 'ngram adaptive' ? `   (${target})` : ''}; ` +
-        `acceptance ${(100 * acceptance).toFixed(1)} % of ${run.spec.numDraftTokens} proposed, ${(numTokens / run.numSteps).toFixed(2)} tokens/step; outputs identical`,
-    );
-  }
-  return plain.outputs;
-}
-
 async function engineWorkloads(): Promise<void> {
   const tokenizer = loadTokenizer(TINY_DIR).tokenizer;
   const model = await loadModel({ modelDir: TINY_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 4096, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
   try {
     const corpus = CORPUS_PROMPTS.map((text) => tokenizer.encode(text, { addSpecialTokens: false }));
     console.log(`\n2. conduit-tiny, greedy ${numOutputTokens}-token continuations of ${corpus.length} corpus verses, one at a time (batch 1)`);
-    const continuations = await compareSequential(model, corpus, numOutputTokens, 'target >= 2 x');
+    const continuations = await compareModes(model, corpus, numOutputTokens, false, 'target >= 2 x');
 
     console.log(`\n3. input-grounded: the model's own ${Math.min(256, numOutputTokens)}-token continuation as a passage, then its prompt again, batch 1`);
     const grounded = corpus.map((prompt, i) => [...prompt, ...continuations[i].slice(0, 256), ...tokenizer.encode('\n\n', { addSpecialTokens: false }), ...prompt]);
-    await compareSequential(model, grounded, numOutputTokens, 'target >= 2 x');
+    await compareModes(model, grounded, numOutputTokens, false, 'target >= 2 x');
 
     console.log(`\n4. random prompts (uniform token ids, 64 each), ${numOutputTokens}-token continuations, batch 1`);
     const rng = createRng(38);
     const random = Array.from({ length: 4 }, () => Array.from({ length: 64 }, () => 8 + Math.floor(rng() * 4000)));
-    await compareSequential(model, random, numOutputTokens, 'target >= 0.97 x');
+    await compareModes(model, random, numOutputTokens, false, 'target >= 0.97 x');
 
     console.log(`\n5. 32 concurrent streams of ${Math.min(128, numOutputTokens)}-token corpus continuations`);
     const streams = Array.from({ length: 32 }, (_, i) => [...corpus[i % corpus.length], ...tokenizer.encode(` ${i}`, { addSpecialTokens: false })]);
-    await compare('32 streams', 'target >= 1.0 x', model, streams, Math.min(128, numOutputTokens), 32);
+    await compareModes(model, streams, Math.min(128, numOutputTokens), true, 'target >= 1.0 x');
   } finally {
     model.close();
   }
 }
 
-/** Batch 1: the prompts one after another, each mode over all of them. */
-async function compareSequential(model: NativeModel, prompts: number[][], maxTokens: number, target: string): Promise<number[][]> {
-  const totals = new Map<string, { seconds: number; steps: number; drafts: number; accepted: number; outputs: number[][] }>();
+interface ModeTotals {
+  seconds: number[];
+  steps: number;
+  drafts: number;
+  accepted: number;
+  outputs: number[][];
+}
+
+/**
+ * Each mode over every prompt, one at a time (batch 1) or all at once (batched), in rounds that
+ * interleave the modes so that load from elsewhere falls on all of them alike; a mode's time is
+ * the median of its rounds.
+ */
+async function compareModes(model: NativeModel, prompts: number[][], maxTokens: number, batched: boolean, target: string): Promise<number[][]> {
   const modes: Array<[string, SpeculativeConfig | null]> = [['plain decode', null], ['ngram adaptive', ngram], ['ngram k = 4', { ...ngram, adaptive: false }]];
-  for (const prompt of prompts) {
+  const totals = new Map<string, ModeTotals>(modes.map(([name]) => [name, { seconds: [], steps: 0, drafts: 0, accepted: 0, outputs: [] }]));
+  for (let round = 0; round < numEngineRounds; round++) {
     for (const [name, config] of modes) {
-      const run = await runWorkload(model, [prompt], maxTokens, config, 1);
-      const total = totals.get(name) ?? { seconds: 0, steps: 0, drafts: 0, accepted: 0, outputs: [] };
-      total.seconds += run.seconds;
-      total.steps += run.numSteps;
-      total.drafts += run.spec.numDraftTokens;
-      total.accepted += run.spec.numAcceptedTokens;
-      total.outputs.push(run.outputs[0]);
-      totals.set(name, total);
+      const total = totals.get(name)!;
+      const runs = batched ? [await runWorkload(model, prompts, maxTokens, config, prompts.length)] : [];
+      if (!batched) for (const prompt of prompts) runs.push(await runWorkload(model, [prompt], maxTokens, config, 1));
+      total.seconds.push(runs.reduce((sum, run) => sum + run.seconds, 0));
+      if (round > 0) continue;
+      for (const run of runs) {
+        total.steps += run.numSteps;
+        total.drafts += run.spec.numDraftTokens;
+        total.accepted += run.spec.numAcceptedTokens;
+        total.outputs.push(...run.outputs);
+      }
     }
   }
   const numTokens = prompts.length * maxTokens;
   const plain = totals.get('plain decode')!;
-  const plainRate = numTokens / plain.seconds;
+  const plainRate = numTokens / median(plain.seconds);
   console.log(`   plain decode:   ${plainRate.toFixed(0)} tok/s, ${(numTokens / plain.steps).toFixed(2)} tokens/step`);
   for (const [name] of modes.slice(1)) {
     const run = totals.get(name)!;
     const same = run.outputs.every((tokens, i) => tokens.length === plain.outputs[i].length && tokens.every((t, j) => t === plain.outputs[i][j]));
     if (!same) throw new Error(`${name} changed an output`);
-    const rate = numTokens / run.seconds;
+    const rate = numTokens / median(run.seconds);
     const acceptance = run.drafts === 0 ? 0 : run.accepted / run.drafts;
     console.log(
       `   ${name.padEnd(15)} ${rate.toFixed(0)} tok/s = ${(rate / plainRate).toFixed(2)} x plain${name === 'ngram adaptive' ? `   (${target})` : ''}; ` +
