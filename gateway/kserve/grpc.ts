@@ -22,6 +22,7 @@ import { EXTENSIONS, SERVER_NAME } from './index.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
 import { sharedMemoryRefOf } from './shared-memory.ts';
 import { runLlmInfer } from './grpc-llm.ts';
+import { addHealthService } from './grpc-health.ts';
 import type { KServeLlms } from './llm-models.ts';
 
 const PROTO_DIR = path.join(packageRoot, 'proto');
@@ -438,12 +439,26 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       call.on('end', () => { ended = true; maybeEnd(); });
     },
   });
+  const isReady = () => (options.readiness?.state ?? 'ready') === 'ready';
+  const endWatches = addHealthService(server, (service) => {
+    if (service === '' || service === 'inference.GRPCInferenceService') return isReady() && isServerReady(repository, llms) ? 'SERVING' : 'NOT_SERVING';
+    const llm = llms.find((model) => model.name === service);
+    if (llm !== undefined) return isReady() && isLlmReady(llm) ? 'SERVING' : 'NOT_SERVING';
+    if (!repository.index(false).some((entry) => entry.name === service)) return 'SERVICE_UNKNOWN';
+    try {
+      served(service, '');
+      return isReady() ? 'SERVING' : 'NOT_SERVING';
+    } catch {
+      return 'NOT_SERVING';
+    }
+  });
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(`${options.host}:${options.port}`, grpc.ServerCredentials.createInsecure(), (err, boundPort) => (err ? reject(err) : resolve(boundPort)));
   });
   return {
     port,
     async close() {
+      endWatches();
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
       if (options.control === undefined) control.close();
     },
