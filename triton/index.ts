@@ -1,6 +1,7 @@
 // What the gateway may import of ordinary-model serving: the repository, plain tensors and the
 // conversions of their wire forms, the error type and the statistics shape.
 export type { TensorMap } from './backend.ts';
+export { classify } from './classification.ts';
 export { bytesPerElement, isDataType, fromConfigDataType, type DataType } from './datatype.ts';
 export { ClassicError, type ClassicStatus } from './errors.ts';
 export { ModelConfigError, modelConfigSchema, type ModelConfig } from './model-config.ts';

@@ -82,7 +82,8 @@ async function runInfer(repository: ModelRepository, control: KServeControl, req
   try {
     for (const output of requested) {
       const ref = sharedMemoryRefOf(plainParameters(output.parameters), `output '${output.name}'`);
-      targets.push({ name: output.name, sharedMemory: ref === null ? null : sharedMemory.lease(ref) });
+      const classification = output.parameters.classification === undefined ? 0 : parameterNumber(output.parameters.classification, 'classification');
+      targets.push({ name: output.name, sharedMemory: ref === null ? null : sharedMemory.lease(ref), classification });
     }
   } catch (err) {
     for (const target of targets) target.sharedMemory?.release();
