@@ -84,7 +84,7 @@ async function compareTransports(baseUrl: string, grpcInfer: (request: unknown) 
   const jsonBody = JSON.stringify({ inputs: [{ name: 'features', shape: [1, 8], datatype: 'FP32', data: Array.from(features) }] });
   const header = Buffer.from(JSON.stringify({ inputs: [{ name: 'features', shape: [1, 8], datatype: 'FP32', parameters: { binary_data_size: 32 } }] }));
   const binaryBody = Buffer.concat([header, Buffer.from(features.buffer)]);
-  const post = async (body: string | Buffer, headers: Record<string, string>) => {
+  const post = async (body: string | Buffer<ArrayBuffer>, headers: Record<string, string>) => {
     const response = await fetch(`${baseUrl}/v2/models/fraud/infer`, { method: 'POST', headers, body });
     if (response.status !== 200) throw new Error(`HTTP ${response.status}: ${await response.text()}`);
     await response.arrayBuffer();

@@ -52,8 +52,8 @@ function contents(seed: number) {
   return { a, b, c };
 }
 
-const post = (route: string, body: Buffer | string, headers: Record<string, string> = {}) =>
-  fetch(`${http.baseUrl}${route}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+const post = (route: string, body: Uint8Array | string, headers: Record<string, string> = {}) =>
+  fetch(`${http.baseUrl}${route}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : new Uint8Array(body) });
 
 test('binary extension: three binary inputs of different contents and sizes answer what the same request as JSON answers', async (t) => {
   const { a, b, c } = contents(testSeed(t));
