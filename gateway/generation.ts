@@ -28,7 +28,7 @@ export interface GenerationRequest {
   structuredOutput?: StructuredOutput;
   /**
    * A conversation's key: its requests prefer the worker that served its previous turn (the
-   * `x-session-id` header, router/affinity.ts; a Responses request's previous_response_id).
+   * `x-session-id` header, generation-request.ts; a Responses request's previous_response_id).
    */
   affinityKey?: string;
   /** The affinityKey of the conversation's next turn when it differs (a Responses turn's own id). */

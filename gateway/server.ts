@@ -80,6 +80,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   });
   capConnections(app, limits);
   const pool = new OffloadPool(limits.tokenizerThreads);
+  const prompts = new PromptEncoder(pool);
   app.addHook('onClose', () => pool.close());
   installBodyDecompression(app, options.bodyLimitBytes);
   installJsonBodyParser(app, pool);
@@ -115,14 +116,14 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     registry,
     metrics,
     streamLimits: limits,
-    prompts: new PromptEncoder(pool),
+    prompts,
     responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses },
   });
   await app.register(healthPlugin, { models: options.models, readiness });
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
-    control: options.classic?.control, pool, maxBufferedBytes: limits.sseBufferLimitBytes,
+    control: options.classic?.control, pool, prompts, maxBufferedBytes: limits.sseBufferLimitBytes,
   });
   return app;
 }

@@ -6,11 +6,13 @@
 // the text unless it is true; streaming never echoes, and refuses it set to false.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { SamplingParams } from '../../engine/types.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
 import { ranges } from '../openai/schemas.ts';
 import { startGeneration, type GenerationFinish } from '../generation.ts';
+import { generationRequestOf, originOf, samplingOf } from '../generation-request.ts';
 import type { GatewayMetrics } from '../metrics.ts';
+import { clientIsConnected } from '../openai/respond.ts';
+import type { PromptEncoder } from '../prompt-encoder.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 
 /** Fields are read at the top level or under `parameters`, as Triton maps either onto the model's inputs. */
@@ -47,19 +49,11 @@ function parse(json: unknown): z.infer<typeof requestSchema> {
   return parsed.data;
 }
 
-function samplingOf(fields: Fields, maxTokens: number): SamplingParams {
-  const sampling: SamplingParams = { maxTokens };
-  if (fields.temperature !== undefined) sampling.temperature = fields.temperature;
-  if (fields.top_p !== undefined) sampling.topP = fields.top_p;
-  if (fields.top_k !== undefined) sampling.topK = Math.max(0, fields.top_k);
-  if (fields.seed !== undefined) sampling.seed = BigInt.asUintN(64, BigInt(fields.seed));
-  if (fields.ignore_eos !== undefined) sampling.ignoreEos = fields.ignore_eos;
-  return sampling;
-}
-
 export interface GenerateRoutesOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
+  /** Tokenizes each prompt, a large one off the event loop (the /v1 routes' encoder). */
+  prompts: PromptEncoder;
   /** Unsent bytes a generate_stream reader may pile up before its request is cancelled (server.stream_max_buffered_bytes). */
   maxBufferedBytes: number;
   /** The request's JSON object (parsed as every body is), {} for an empty body. */
@@ -70,7 +64,7 @@ export interface GenerateRoutesOptions {
 /** A stream cut for a slow reader ends with its error event; a reader that has not taken it this long after is dropped. */
 const SLOW_READER_GRACE_MS = 10_000;
 
-export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, prompts, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
     let model: LoadedModel;
@@ -88,16 +82,15 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
       throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');
     }
     const echoedPrompt = !streamed && fields.exclude_input_in_output !== true ? body.text_input : '';
-    const promptTokenIds = model.tokenizer.encode(body.text_input, { addSpecialTokens: true });
+    const promptTokenIds = await prompts.encodePrompt(model, body.text_input, true, { isWanted: clientIsConnected(request) });
     const maxTokens = Math.min(fields.max_tokens ?? model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
     if (maxTokens < 1) {
       throw new ApiError('context_length_exceeded', `the prompt has ${promptTokenIds.length} tokens; the model's context is ${model.maxModelLen}`);
     }
     const head = { ...(body.id === undefined ? {} : { id: body.id }), model_name: model.name, model_version: '1' };
-    const stopStrings = fields.stop === undefined ? [] : typeof fields.stop === 'string' ? [fields.stop] : fields.stop;
-    const generationRequest = {
-      model, promptTokenIds, sampling: samplingOf(fields, maxTokens), stopStrings, wantsLogprobs: false, arrivalMs, trace: request.trace,
-    };
+    const generationRequest = generationRequestOf(originOf(request, arrivalMs), fields, {
+      model, promptTokenIds, sampling: samplingOf(model, fields, maxTokens), wantsLogprobs: false,
+    });
 
     if (!streamed) {
       let text = '';

@@ -9,6 +9,7 @@ import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVers
 import { ApiError, toKServeBody } from '../errors.ts';
 import { parseJsonBytes } from '../json-body.ts';
 import type { OffloadPool } from '../offload/pool.ts';
+import type { PromptEncoder } from '../prompt-encoder.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { ModelRegistry } from '../served-model.ts';
 import { adminOnly } from '../auth.ts';
@@ -30,6 +31,8 @@ export interface KServePluginOptions {
   control?: KServeControl;
   /** Where a large body's JSON is parsed, off the event loop (the /v1 bodies' pool). */
   pool: OffloadPool;
+  /** generate's prompts to token ids, a large one in the pool (the /v1 routes' encoder). */
+  prompts: PromptEncoder;
   /** generate_stream's bound on unsent bytes for a slow reader. */
   maxBufferedBytes: number;
 }
@@ -149,7 +152,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   app.get('/health/live', async (_request, reply) => reply.code(200).send());
   app.get('/health/ready', async (_request, reply) => reply.code(isServerReady(repository, options.registry.models) ? 200 : 400).send());
 
-  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, jsonBody, maxBufferedBytes: options.maxBufferedBytes });
+  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, prompts: options.prompts, jsonBody, maxBufferedBytes: options.maxBufferedBytes });
 
   const control = options.control ?? new KServeControl();
   if (options.control === undefined) app.addHook('onClose', async () => control.close());

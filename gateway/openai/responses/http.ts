@@ -5,6 +5,7 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ServerResponse } from 'node:http';
 import { ApiError } from '../../errors.ts';
+import { originOf } from '../../generation-request.ts';
 import { clientIsConnected } from '../respond.ts';
 import { SSE_HEADERS, sseNamedEvent } from '../sse.ts';
 import type { ResponsesContext } from './index.ts';
@@ -54,9 +55,7 @@ export function registerResponsesHttpRoutes(app: FastifyInstance, context: Respo
     const previousId = request.previous_response_id;
     const previous = previousId == null ? null : store.get(previousId);
     if (previous === undefined) throw previousNotFound(previousId!);
-    const prepared = await prepareTurn(registry, context.prompts, request, previous, arrivalMs, clientIsConnected(httpRequest));
-    prepared.generation.account = httpRequest.account;
-    prepared.generation.trace = httpRequest.trace;
+    const prepared = await prepareTurn(registry, context.prompts, request, previous, originOf(httpRequest, arrivalMs), clientIsConnected(httpRequest));
     const sink = request.stream === true ? sseSink(reply) : null;
     const turn = startTurn(prepared, { sink, maxBufferedBytes: settings.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
 

@@ -120,7 +120,8 @@ class ResponsesConnection {
       const request = parseResponseCreate(body);
       const { registry, prompts } = this.context;
       const isOpen = () => this.socket.readyState === this.socket.OPEN;
-      prepared = await prepareTurn(registry, prompts, request, this.previousOf(request.previous_response_id), arrivalMs, isOpen);
+      const origin = { arrivalMs, account: admission?.account, trace: this.trace, affinityKey: undefined };
+      prepared = await prepareTurn(registry, prompts, request, this.previousOf(request.previous_response_id), origin, isOpen);
     } catch (err) {
       admission?.end();
       this.sendError(this.asApiError(err));
@@ -133,8 +134,6 @@ class ResponsesConnection {
       admission?.end();
       return;
     }
-    prepared.generation.account = admission?.account;
-    prepared.generation.trace = this.trace;
     const { settings, metrics } = this.context;
     const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
     this.turn = turn;
