@@ -6,7 +6,7 @@ import { AccessControl, installAdmission, type AccessOptions } from './admission
 import { installAuth, selectSubprotocol } from './auth.ts';
 import { capConnections, connectionOptions } from './connections.ts';
 import { chatPagePlugin } from './chat-page/chat-page.ts';
-import { ApiError, toOpenAIBody } from './errors.ts';
+import { ApiError, fromFastifyError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installBodyDecompression } from './body-decoding.ts';
 import { installJsonBodyParser } from './json-body.ts';
@@ -26,7 +26,8 @@ import { ModelRegistry, type ServedModel } from './served-model.ts';
 
 export { createMetricsServer, GatewayMetrics } from './metrics.ts';
 export type { ServedModel, ServedWorker } from './served-model.ts';
-export type { ResponsesSettings } from './openai/responses/index.ts';
+export { responsesSettingsOf, type ResponsesSettings } from './openai/responses/index.ts';
+export { gatewayLimitsOf } from './limits.ts';
 export { AccessControl, type AccessOptions } from './admission.ts';
 export type { ApiKeySpec } from './auth.ts';
 export type { LogSettings } from './logging.ts';
@@ -55,15 +56,9 @@ export interface GatewayOptions {
   drainTimeoutMs?: number;
 }
 
-/** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
 function toApiError(error: FastifyError, bodyLimitBytes: number): ApiError {
   if (error instanceof ApiError) return error;
-  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-    return new ApiError('body_too_large', `The request body is larger than the ${bodyLimitBytes}-byte limit.`);
-  }
-  const statusCode = error.statusCode ?? 500;
-  if (statusCode >= 400 && statusCode < 500) return new ApiError('invalid_request', error.message);
-  return new ApiError('internal_error', 'The server failed to handle the request.');
+  return fromFastifyError(error, bodyLimitBytes) ?? new ApiError('internal_error', 'The server failed to handle the request.');
 }
 
 export async function createGateway(options: GatewayOptions): Promise<FastifyInstance> {
@@ -123,7 +118,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
-    control: options.classic?.control, pool, prompts, maxBufferedBytes: limits.sseBufferLimitBytes,
+    control: options.classic?.control, pool, prompts, maxBufferedBytes: limits.streamMaxBufferedBytes,
   });
   return app;
 }

@@ -13,6 +13,7 @@ import { generationRequestOf, originOf, samplingOf } from '../generation-request
 import type { GatewayMetrics } from '../metrics.ts';
 import { clientIsConnected } from '../openai/respond.ts';
 import type { PromptEncoder } from '../prompt-encoder.ts';
+import { endSlowStream, slowReaderError } from '../slow-reader.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 
 /** Fields are read at the top level or under `parameters`, as Triton maps either onto the model's inputs. */
@@ -61,9 +62,6 @@ export interface GenerateRoutesOptions {
 }
 
 /** Registers generate and generate_stream for the LLMs of the registry. */
-/** A stream cut for a slow reader ends with its error event; a reader that has not taken it this long after is dropped. */
-const SLOW_READER_GRACE_MS = 10_000;
-
 export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, prompts, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
@@ -120,15 +118,8 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
         if (numUnsentBytes <= maxBufferedBytes) return;
         isCut = true;
         generation.abort();
-        const error = new ApiError(
-          'client_too_slow',
-          `The client read the stream too slowly: ${numUnsentBytes} bytes were waiting to be sent, more than the ` +
-            `${maxBufferedBytes}-byte limit, so the request was cancelled.`,
-        );
         request.log.warn({ numUnsentBytes }, 'stream cancelled: the client reads too slowly');
-        raw.end(`data: ${JSON.stringify(toKServeBody(error))}\n\n`);
-        const destroyTimer = setTimeout(() => raw.destroy(), SLOW_READER_GRACE_MS).unref();
-        raw.once('close', () => clearTimeout(destroyTimer));
+        endSlowStream(raw, `data: ${JSON.stringify(toKServeBody(slowReaderError(numUnsentBytes, maxBufferedBytes)))}\n\n`);
         resolve();
       };
       const generation = startGeneration(generationRequest, {

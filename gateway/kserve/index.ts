@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
-import { ApiError, toKServeBody } from '../errors.ts';
+import { fromFastifyError, toKServeBody } from '../errors.ts';
 import { parseJsonBytes } from '../json-body.ts';
 import type { OffloadPool } from '../offload/pool.ts';
 import type { PromptEncoder } from '../prompt-encoder.ts';
@@ -15,7 +15,7 @@ import type { ModelRegistry } from '../served-model.ts';
 import { adminOnly } from '../auth.ts';
 import { KServeControl, REPOSITORY_SURFACE } from './control.ts';
 import { registerControlRoutes } from './control-routes.ts';
-import { toKServeError } from './errors.ts';
+import { isKServeError, toKServeError } from './errors.ts';
 import { registerGenerateRoutes } from './generate.ts';
 import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
 import { isLlmReady, isServerReady } from './readiness.ts';
@@ -138,11 +138,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, async (request: FastifyRequest, body: Buffer) => parseKServeBody(request, body, options.pool));
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    let apiError = toKServeError(error);
-    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') apiError = new ApiError('body_too_large', error.message);
-    else if (!(error instanceof ApiError) && !(error instanceof ClassicError) && error.statusCode !== undefined && error.statusCode < 500) {
-      apiError = new ApiError('invalid_request', error.message);
-    }
+    const apiError = isKServeError(error) ? toKServeError(error) : fromFastifyError(error, app.initialConfig.bodyLimit!) ?? toKServeError(error);
     if (apiError.httpStatus >= 500 && apiError.code === 'internal_error') request.log.error({ err: error }, 'kserve request failed');
     return reply.code(apiError.httpStatus).type('application/json').send(toKServeBody(apiError));
   });

@@ -134,8 +134,8 @@ class ResponsesConnection {
       admission?.end();
       return;
     }
-    const { settings, metrics } = this.context;
-    const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
+    const { settings, metrics, maxBufferedBytes } = this.context;
+    const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
     this.turn = turn;
     void turn.outcome.then((outcome) => {
       admission?.end();
