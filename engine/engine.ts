@@ -8,6 +8,7 @@ import type { EngineError } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
 import { prepareStructuredOutput, type GrammarService } from './grammar/service.ts';
 import { HASH_SCHEME } from './kv/block-hash.ts';
+import { silentLogger, type Logger } from './log.ts';
 import type { ModelRunner } from './runner.ts';
 import { errorOutput } from './request-output.ts';
 import { Scheduler, prefillLimitsFor, type PrefillLimits, type SchedulingPolicy } from './scheduler.ts';
@@ -29,6 +30,8 @@ export interface EngineSettings {
   prefillLimits?: PrefillLimits;
   /** Structured outputs' grammars (engine/grammar/); without it such requests are refused. */
   grammars?: GrammarService;
+  /** The worker's log (log.ts); silent when omitted (tests, tools). */
+  log?: Logger;
 }
 
 /** How long the loop naps when every request in flight waits on its grammar. */
@@ -54,6 +57,7 @@ export class Engine {
   private readonly runner: ModelRunner;
   private readonly scheduler: Scheduler;
   private readonly grammars: GrammarService | null;
+  private readonly log: Logger;
   private readonly eosTokenIds: readonly number[];
   private readonly listeners = new Map<string, OutputListener>();
   private readonly reportListeners = new Set<ReportListener>();
@@ -70,6 +74,7 @@ export class Engine {
   constructor(runner: ModelRunner, settings: EngineSettings) {
     const { numKvBlocks, blockSizeTokens, kvCacheGroups, maxModelLen, vocabSize } = runner.info;
     this.runner = runner;
+    this.log = settings.log ?? silentLogger;
     this.scheduler = new Scheduler({
       numKvBlocks,
       blockSizeTokens,
@@ -325,7 +330,7 @@ export class Engine {
       onOutput(output);
     } catch (err) {
       // A listener's bug costs its own request, not the loop that every other request needs.
-      process.emitWarning(`output listener of request ${requestId} threw: ${(err as Error).message}`);
+      this.log.warn({ engine_request_id: requestId, err }, 'output listener threw; the request is aborted');
       if (output.finishReason !== null) return;
       this.listeners.delete(requestId);
       this.scheduler.abort(requestId);
