@@ -7,7 +7,7 @@
 import { keyLimitsOf, resolveApiKeys } from '../configs/api-keys.ts';
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
-import { ModelRepository } from '../engine/classic/index.ts';
+import { ModelRepository } from '../triton/index.ts';
 import { GrpcEngineClient, type EngineClientOptions } from '../engine/grpc/client.ts';
 import { KServeControl } from '../gateway/kserve/control.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';

@@ -207,7 +207,7 @@ export const serverSchema = z
     path: ['headers_timeout_s'],
   });
 
-/** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see engine/classic/README.md. */
+/** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see triton/README.md. */
 export const modelRepositorySchema = z
   .object({
     /** A Triton-layout model repository; relative paths resolve against the config file. */

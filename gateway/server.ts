@@ -13,7 +13,7 @@ import { installJsonBodyParser } from './json-body.ts';
 import { echoRequestIdOnUpgrade, installAccessLog, loggerOptions, type LogSettings } from './logging.ts';
 import type { Logger } from 'pino';
 import { kservePlugin } from './kserve/index.ts';
-import type { ModelRepository } from '../engine/classic/index.ts';
+import type { ModelRepository } from '../triton/index.ts';
 import type { KServeControl } from './kserve/control.ts';
 import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './limits.ts';
 import { OffloadPool } from './offload/pool.ts';

@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { ModelRepository } from '../engine/classic/index.ts';
+import { ModelRepository } from '../triton/index.ts';
 import { createGateway } from '../gateway/server.ts';
 import { describeCpu } from './bench-model.ts';
 import { heldOutDigits } from './make-classic-models.ts';

@@ -1,7 +1,7 @@
 // The server-wide state behind Triton's shared-memory, trace and logging extensions, one object
 // shared by the HTTP routes and the gRPC service (a region registered over one is used over the
 // other). Whoever creates it closes it, after both servers have closed.
-import type { InferRequest, ServedVersion, TensorMap } from '../../engine/classic/index.ts';
+import type { InferRequest, ServedVersion, TensorMap } from '../../triton/index.ts';
 import { LogSettings } from './log-settings.ts';
 import { adminRefusal, type ApiKeySpec } from '../auth.ts';
 import { refusedSharedMemory, SystemSharedMemory, writeSharedMemoryOutput, type SharedMemoryAccess, type SharedMemoryLease } from './shared-memory.ts';

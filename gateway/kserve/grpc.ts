@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { pino } from 'pino';
 import { packageRoot } from '../../package-root.ts';
-import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../triton/index.ts';
 import { AccessControl } from '../admission.ts';
 import type { ApiKeySpec } from '../auth.ts';
 import { KServeControl, type OutputTarget } from './control.ts';

@@ -5,7 +5,7 @@
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../triton/index.ts';
 import { fromFastifyError, toKServeBody } from '../errors.ts';
 import { parseJsonBytes } from '../json-body.ts';
 import type { OffloadPool } from '../offload/pool.ts';

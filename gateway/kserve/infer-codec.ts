@@ -6,7 +6,7 @@ import { z } from 'zod';
 import {
   bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
   type ModelConfig, type Tensor, type TensorMap,
-} from '../../engine/classic/index.ts';
+} from '../../triton/index.ts';
 import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SharedMemoryAccess } from './shared-memory.ts';
 
 const parameterValue = z.union([z.string(), z.number(), z.boolean()]);

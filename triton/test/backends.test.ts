@@ -5,13 +5,13 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { heldOutDigits, makeFraud, NUM_CLASSES } from '../../../tools/make-classic-models.ts';
-import { writeModel } from '../../../tools/onnx/writer.ts';
+import { heldOutDigits, makeFraud, NUM_CLASSES } from '../../tools/make-classic-models.ts';
+import { writeModel } from '../../tools/onnx/writer.ts';
 import { ClassicError } from '../errors.ts';
 import { ModelRepository } from '../repository.ts';
 import type { Tensor } from '../tensor.ts';
 
-const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../models');
+const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../models');
 
 function infer(repo: ModelRepository, model: string, inputs: Record<string, Tensor>, requestedOutputs: string[] | null = null) {
   return repo.infer(model, null, { inputs, requestedOutputs, priority: 0, timeoutUs: 0 });

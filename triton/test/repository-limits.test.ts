@@ -9,11 +9,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, test } from 'node:test';
-import { within } from '../../../test/wait.ts';
+import { within } from '../../test/wait.ts';
 import { ClassicError } from '../errors.ts';
 import { ModelRepository, type RepositoryOptions } from '../repository.ts';
 
-const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../models');
+const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../models');
 
 const ECHO_TS = 'export function execute(inputs) { return { OUTPUT: inputs.INPUT }; }\n';
 /** Each instance takes 100 ms to start: a load of many is long enough to close() during it. */

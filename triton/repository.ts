@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { silentLogger, type Logger } from '../log.ts';
+import { silentLogger, type Logger } from '../engine/log.ts';
 import type { TensorMap } from './backend.ts';
 import { checkEnsemble } from './ensemble.ts';
 import { ClassicError } from './errors.ts';
