@@ -8,13 +8,14 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { ApiError, toKServeBody } from '../errors.ts';
 import { ranges } from '../openai/schemas.ts';
+import { jsonBody } from './body.ts';
 import { startGeneration, type GenerationFinish } from '../generation.ts';
 import { generationRequestOf, originOf, samplingOf } from '../generation-request.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import { clientIsConnected } from '../openai/respond.ts';
 import type { PromptEncoder } from '../prompt-encoder.ts';
 import { endSlowStream, slowReaderError } from '../slow-reader.ts';
-import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import type { RegisteredModel, ModelRegistry } from '../served-model.ts';
 
 /** Fields are read at the top level or under `parameters`, as Triton maps either onto the model's inputs. */
 const fieldsSchema = z.object({
@@ -57,15 +58,13 @@ export interface GenerateRoutesOptions {
   prompts: PromptEncoder;
   /** Unsent bytes a generate_stream reader may pile up before its request is cancelled (server.stream_max_buffered_bytes). */
   maxBufferedBytes: number;
-  /** The request's JSON object (parsed as every body is), {} for an empty body. */
-  jsonBody(request: FastifyRequest): Record<string, unknown>;
 }
 
 /** Registers generate and generate_stream for the LLMs of the registry. */
-export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, prompts, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, prompts, maxBufferedBytes }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
-    let model: LoadedModel;
+    let model: RegisteredModel;
     try {
       model = registry.get(request.params.model);
     } catch {

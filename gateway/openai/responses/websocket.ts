@@ -8,7 +8,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { RawData, WebSocket } from 'ws';
 import type { TurnAdmission, TurnAdmitter } from '../../admission.ts';
 import { ApiError, toResponsesErrorEvent } from '../../errors.ts';
-import { checkJsonShape } from '../../json-body.ts';
+import { parseJsonBody } from '../../json-body.ts';
 import type { RequestTrace } from '../../logging.ts';
 import type { ResponsesContext } from './index.ts';
 import type { EventSink } from './objects.ts';
@@ -78,14 +78,8 @@ class ResponsesConnection {
     }
     let event: unknown;
     try {
-      event = JSON.parse(data.toString());
-    } catch (err) {
-      this.sendError(new ApiError('invalid_json', `The event is not valid JSON: ${(err as Error).message}`));
-      return;
-    }
-    try {
-      // The bounds an HTTP body has: nesting deep enough to overflow a recursive walk is refused here.
-      checkJsonShape(event);
+      // Read as an HTTP body is: its nesting, strict UTF-8, JSON, and the bounds every later walk needs.
+      event = parseJsonBody(data as Buffer, 'The event');
     } catch (err) {
       this.sendError(err as ApiError);
       return;
