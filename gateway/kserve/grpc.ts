@@ -18,7 +18,7 @@ import { toKServeError } from './errors.ts';
 import { CallLog, clip, goneStatus, type GrpcLogger, type ModelRef } from './grpc-access-log.ts';
 import { controlHandlers } from './grpc-control.ts';
 import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
-import { EXTENSIONS, SERVER_NAME } from './index.ts';
+import { EXTENSIONS, SERVER_NAME } from './server-metadata.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
 import { sharedMemoryRefOf } from './shared-memory.ts';
 
