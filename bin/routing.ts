@@ -1,6 +1,6 @@
 // The gateway's routers from the configuration: one per served model, its policy and the cost's
 // weights from `router:` and the model's `routing_policy`.
-import type { ModelConfig, RouterConfig } from '../configs/schema.ts';
+import type { LlmModelConfig, RouterConfig } from '../configs/schema.ts';
 import type { Logger } from 'pino';
 import { servedName } from '../configs/schema.ts';
 import { ModelRouter, type RoutableWorker } from '../router/model-router.ts';
@@ -8,7 +8,7 @@ import { RedisSharedState, type ClosableWorker } from '../router/redis-state.ts'
 import { routerSettingsOf } from '../router/settings.ts';
 import type { WorkerRegistration } from '../engine/shared-state.ts';
 
-export function createRouter<W extends RoutableWorker>(model: ModelConfig, router: RouterConfig, log: Logger): ModelRouter<W> {
+export function createRouter<W extends RoutableWorker>(model: LlmModelConfig, router: RouterConfig, log: Logger): ModelRouter<W> {
   return new ModelRouter<W>({
     modelName: servedName(model),
     blockSizeTokens: model.block_size,

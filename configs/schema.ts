@@ -249,7 +249,8 @@ export const configSchema = z
     }
   });
 
-export type ModelConfig = z.infer<typeof modelSchema>;
+/** An entry of `models:`: an LLM served by engine workers (triton/model-config.ts has the ordinary models' `ModelConfig`). */
+export type LlmModelConfig = z.infer<typeof modelSchema>;
 export type ServerConfig = z.infer<typeof serverSchema>;
 export type KeyLimitsConfig = ServerConfig['key_limits'];
 export type KeyRole = z.infer<typeof keyRoleSchema>;
@@ -296,12 +297,12 @@ export function loadConfigFile(file: string): Config {
   return validateConfig(raw, file);
 }
 
-export function servedName(model: ModelConfig): string {
+export function servedName(model: LlmModelConfig): string {
   return model.served_name ?? path.basename(model.path);
 }
 
 /** Cores divided among the local workers of every model, never oversubscribed, at least 1. */
-export function threadsPerWorker(model: ModelConfig, config: Config, numCores = os.availableParallelism()): number {
+export function threadsPerWorker(model: LlmModelConfig, config: Config, numCores = os.availableParallelism()): number {
   if (model.threads_per_worker !== undefined) return model.threads_per_worker;
   const numLocalWorkers = config.models.reduce((sum, m) => sum + m.num_workers, 0);
   return Math.max(1, Math.floor(numCores / Math.max(1, numLocalWorkers)));

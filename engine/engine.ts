@@ -12,7 +12,7 @@ import { silentLogger, type Logger } from './log.ts';
 import type { ModelRunner } from './runner.ts';
 import { errorOutput } from './request-output.ts';
 import { Scheduler, prefillLimitsFor, type PrefillLimits, type SchedulingPolicy } from './scheduler.ts';
-import type { GenerateRequest, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
+import type { GenerateRequest, ReportListener, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
 
 export interface EngineSettings {
   servedName: string;
@@ -40,7 +40,6 @@ const GRAMMAR_WAIT_MS = 20;
 const RSS_SAMPLE_INTERVAL_MS = 1000;
 
 export type OutputListener = (output: RequestOutput) => void;
-export type ReportListener = (report: StepReport) => void;
 
 type Command =
   | { kind: 'generate'; request: GenerateRequest; onOutput: OutputListener; receivedMs: number }

@@ -7,7 +7,7 @@ import type { SamplingParams, StructuredOutput } from '../engine/types.ts';
 import { ApiError } from './errors.ts';
 import type { GenerationRequest, UsageAccount } from './generation.ts';
 import type { RequestTrace } from './logging.ts';
-import type { LoadedModel } from './served-model.ts';
+import type { RegisteredModel } from './served-model.ts';
 
 /** The request header that names a conversation (Dynamo's X-Dynamo-Session-ID, AIBrix's session key). */
 const SESSION_HEADER = 'x-session-id';
@@ -60,7 +60,7 @@ export interface SamplingFields {
  * reports the larger of it and prompt_logprobs.
  */
 export function samplingOf(
-  model: LoadedModel,
+  model: RegisteredModel,
   fields: SamplingFields,
   maxTokens: number,
   numTopLogprobs = 0,
@@ -95,7 +95,7 @@ export function samplingOf(
   return sampling;
 }
 
-function logitBiasOf(model: LoadedModel, logitBias: Record<string, number>): Map<number, number> {
+function logitBiasOf(model: RegisteredModel, logitBias: Record<string, number>): Map<number, number> {
   const biasByTokenId = new Map<number, number>();
   for (const [key, bias] of Object.entries(logitBias)) {
     const tokenId = Number(key);
@@ -111,7 +111,7 @@ function logitBiasOf(model: LoadedModel, logitBias: Record<string, number>): Map
   return biasByTokenId;
 }
 
-export function checkTokenIds(model: LoadedModel, tokenIds: readonly number[], param: string) {
+export function checkTokenIds(model: RegisteredModel, tokenIds: readonly number[], param: string) {
   const index = tokenIds.findIndex((id) => id >= model.tokenizer.vocabSize);
   if (index !== -1) {
     throw new ApiError(
@@ -137,7 +137,7 @@ export interface GenerationFields {
 
 /** What the surface decided: the prompt, its sampling, and how the output is read back. */
 export interface GenerationPlan {
-  model: LoadedModel;
+  model: RegisteredModel;
   promptTokenIds: number[];
   sampling: SamplingParams;
   wantsLogprobs: boolean;

@@ -7,12 +7,12 @@ import type { PromptTokenLogprobs, RequestOutput, SamplingParams, StructuredOutp
 import { ApiError, fromEngineError, publicError } from './errors.ts';
 import type { GenerationEnd, RequestTrace } from './logging.ts';
 import type { GatewayMetrics } from './metrics.ts';
-import type { LoadedModel } from './served-model.ts';
+import type { RegisteredModel } from './served-model.ts';
 import { createDetokenizer } from './tokenizer/incremental-detokenizer.ts';
 import { StopMatcher } from './tokenizer/stop-matcher.ts';
 
 export interface GenerationRequest {
-  model: LoadedModel;
+  model: RegisteredModel;
   promptTokenIds: number[];
   sampling: SamplingParams;
   stopStrings: readonly string[];

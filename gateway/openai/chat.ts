@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
 import { generationRequestOf, originOf, samplingOf } from '../generation-request.ts';
-import type { LoadedModel } from '../served-model.ts';
+import type { RegisteredModel } from '../served-model.ts';
 import type { ChatMessage, ChatToolCall } from '../tokenizer/chat-template.ts';
 import { OutputParser, type OutputEvent, type ParsedToolCall } from '../tool-calls/output-parser.ts';
 import { planOutput, type OutputPlan } from '../tool-calls/plan.ts';
@@ -88,7 +88,7 @@ function deltaOf(event: OutputEvent): object {
   }
 }
 
-function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[], numPromptLogprobs: number, plan: OutputPlan, numChoices: number): ResponseRenderer {
+function chatRenderer(model: RegisteredModel, promptTokenIds: readonly number[], numPromptLogprobs: number, plan: OutputPlan, numChoices: number): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const envelope = { id, object: 'chat.completion.chunk', created, model: model.name };

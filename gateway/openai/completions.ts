@@ -6,7 +6,7 @@ import { ApiError } from '../errors.ts';
 import type { GenerationRequest, TokenLogprob } from '../generation.ts';
 import { checkTokenIds, generationRequestOf, originOf, samplingOf } from '../generation-request.ts';
 import type { IsWanted, PromptEncoder } from '../prompt-encoder.ts';
-import type { LoadedModel } from '../served-model.ts';
+import type { RegisteredModel } from '../served-model.ts';
 import type { OpenAIPluginOptions } from './index.ts';
 import { CompletionLogprobsBuilder, concatCompletionLogprobs, promptLogprobsOf, type CompletionLogprobs } from './logprobs.ts';
 import { DEFAULT_COMPLETION_MAX_TOKENS, MAX_CHOICES_PER_REQUEST, choiceRequestsOf, resolveMaxTokens, streamUsageOf } from './prepare.ts';
@@ -26,7 +26,7 @@ interface CompletionPrompt {
 
 /** A string, token ids, or a list of either; token-id prompts echo as their decoded text. */
 async function promptsOf(
-  model: LoadedModel,
+  model: RegisteredModel,
   prompt: CompletionRequest['prompt'],
   echo: boolean,
   prompts: PromptEncoder,
@@ -77,7 +77,7 @@ interface CompletionRendering {
 }
 
 function completionRenderer(
-  model: LoadedModel,
+  model: RegisteredModel,
   prompts: readonly CompletionPrompt[],
   numChoicesPerPrompt: number,
   rendering: CompletionRendering,

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '../errors.ts';
 import type { GenerationRequest } from '../generation.ts';
-import type { LoadedModel } from '../served-model.ts';
+import type { RegisteredModel } from '../served-model.ts';
 import type { ChatRequest, CompletionRequest } from './schemas.ts';
 
 /** OpenAI's default for /v1/completions when the checkpoint names none; chat requests default to the room left. */
@@ -52,7 +52,7 @@ export function streamUsageOf(request: StreamFields): StreamUsage {
  * vLLM), else the surface's own default, else the room left; never more than the room left.
  */
 export function resolveMaxTokens(
-  model: LoadedModel,
+  model: RegisteredModel,
   numPromptTokens: number,
   requestedMaxTokens: number | null | undefined,
   maxTokensParam: string,

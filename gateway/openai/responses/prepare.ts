@@ -6,7 +6,7 @@ import { ApiError } from '../../errors.ts';
 import type { GenerationRequest } from '../../generation.ts';
 import { generationRequestOf, samplingOf, type RequestOrigin } from '../../generation-request.ts';
 import type { IsWanted, PromptEncoder } from '../../prompt-encoder.ts';
-import type { LoadedModel, ModelRegistry } from '../../served-model.ts';
+import type { RegisteredModel, ModelRegistry } from '../../served-model.ts';
 import type { ChatMessage } from '../../tokenizer/chat-template.ts';
 import { planOutput, type OutputPlan } from '../../tool-calls/plan.ts';
 import { checkToolChoice, checkTools, promptWithTools, type ToolChoice, type ToolDefinition, type ToolPlan } from '../../tool-calls/tools.ts';
@@ -21,7 +21,7 @@ import { fitConversation } from './truncation.ts';
 
 export interface PreparedTurn {
   echo: ResponseEcho;
-  model: LoadedModel;
+  model: RegisteredModel;
   /** The conversation before this turn's output: the previous response's, then this turn's input. */
   messages: readonly ChatMessage[];
   generation: GenerationRequest;
