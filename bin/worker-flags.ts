@@ -3,7 +3,7 @@
 // by the same flags.
 import { parseArgs } from 'node:util';
 import os from 'node:os';
-import type { ModelConfig } from '../configs/schema.ts';
+import type { LlmModelConfig } from '../configs/schema.ts';
 import { logLevelSchema, modelSchema, routerSchema, servedName, type LogLevel } from '../configs/schema.ts';
 import { prefillLimitsFor, type PrefillLimits } from '../engine/scheduler.ts';
 import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
@@ -44,7 +44,7 @@ export const workerFlagOptions = {
   'log-level': { type: 'string' },
 } as const;
 
-const flagToField: Record<string, keyof ModelConfig> = {
+const flagToField: Record<string, keyof LlmModelConfig> = {
   'served-name': 'served_name',
   dtype: 'dtype',
   'kv-cache-dtype': 'kv_cache_dtype',
@@ -66,16 +66,16 @@ const flagToField: Record<string, keyof ModelConfig> = {
   'scheduling-policy': 'scheduling_policy',
   'speculative-config': 'speculative_config',
 };
-const numericFields = new Set<keyof ModelConfig>([
+const numericFields = new Set<keyof LlmModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
   'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'threads_per_worker',
   'tensor_parallel_size',
 ]);
-const booleanFields = new Set<keyof ModelConfig>(['enable_prefix_caching']);
-const jsonFields = new Set<keyof ModelConfig>(['speculative_config']);
+const booleanFields = new Set<keyof LlmModelConfig>(['enable_prefix_caching']);
+const jsonFields = new Set<keyof LlmModelConfig>(['speculative_config']);
 
 /** A boolean flag reads `true` or `false`; anything else reaches the schema unchanged and fails there. */
-function parseFlagValue(field: keyof ModelConfig, value: string): unknown {
+function parseFlagValue(field: keyof LlmModelConfig, value: string): unknown {
   if (numericFields.has(field)) return Number(value);
   if (booleanFields.has(field)) return value === 'true' ? true : value === 'false' ? false : value;
   if (jsonFields.has(field)) return parseJsonFlag(value);
@@ -92,7 +92,7 @@ export function parseJsonFlag(value: string): unknown {
 }
 
 /** Flags that make `conduit worker` run `model` with `numThreads` threads on `listen`. */
-export function workerArgs(model: ModelConfig, numThreads: number, listen: string): string[] {
+export function workerArgs(model: LlmModelConfig, numThreads: number, listen: string): string[] {
   const args = ['worker', '--model', model.path, '--listen', listen];
   for (const [flag, field] of Object.entries(flagToField)) {
     const value = field === 'threads_per_worker' ? numThreads : model[field];
@@ -102,7 +102,7 @@ export function workerArgs(model: ModelConfig, numThreads: number, listen: strin
 }
 
 /** The performance mode's prefill limits, with those the configuration names itself. */
-function prefillLimitsOf(model: ModelConfig): PrefillLimits {
+function prefillLimitsOf(model: LlmModelConfig): PrefillLimits {
   const preset = prefillLimitsFor(model.performance_mode, model.max_num_seqs, model.max_num_batched_tokens);
   const maxNumPartialPrefills = model.max_num_partial_prefills ?? preset.maxNumPartialPrefills;
   return {
@@ -112,7 +112,7 @@ function prefillLimitsOf(model: ModelConfig): PrefillLimits {
   };
 }
 
-export function workerSettings(model: ModelConfig, listen: string): WorkerSettings {
+export function workerSettings(model: LlmModelConfig, listen: string): WorkerSettings {
   const sizedByBlocks = model.kv_cache_blocks !== undefined;
   return {
     modelDir: model.path,
@@ -138,7 +138,7 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
 }
 
 /** The model's speculative_config in the engine's terms (vLLM's defaults for the lookup lengths); null without one. */
-export function speculativeConfigOf(model: ModelConfig): SpeculativeConfig | null {
+export function speculativeConfigOf(model: LlmModelConfig): SpeculativeConfig | null {
   const spec = model.speculative_config;
   if (spec === undefined) return null;
   const promptLookupMin = spec.prompt_lookup_min ?? spec.prompt_lookup_max ?? 5;

@@ -8,13 +8,14 @@ import type { EngineError } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
 import { prepareStructuredOutput, type GrammarService } from './grammar/service.ts';
 import { HASH_SCHEME } from './kv/block-hash.ts';
+import { silentLogger, type Logger } from './log.ts';
 import type { ModelRunner } from './runner.ts';
 import type { RunnerResult, ScheduledSequence } from './scheduler-output.ts';
 import { errorOutput } from './request-output.ts';
 import { Scheduler, prefillLimitsFor, type PrefillLimits, type SchedulingPolicy } from './scheduler.ts';
 import type { Proposer, SpeculativeConfig } from './spec/proposer.ts';
 import { Speculator } from './spec/speculator.ts';
-import type { GenerateRequest, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
+import type { GenerateRequest, ReportListener, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
 
 export interface EngineSettings {
   servedName: string;
@@ -36,6 +37,8 @@ export interface EngineSettings {
   speculative?: SpeculativeConfig | null;
   /** The proposer to use instead of the config's method (a proposer of one's own; tests). */
   proposer?: Proposer;
+  /** The worker's log (log.ts); silent when omitted (tests, tools). */
+  log?: Logger;
 }
 
 /** How long the loop naps when every request in flight waits on its grammar. */
@@ -44,7 +47,6 @@ const GRAMMAR_WAIT_MS = 20;
 const RSS_SAMPLE_INTERVAL_MS = 1000;
 
 export type OutputListener = (output: RequestOutput) => void;
-export type ReportListener = (report: StepReport) => void;
 
 type Command =
   | { kind: 'generate'; request: GenerateRequest; onOutput: OutputListener; receivedMs: number }
@@ -62,6 +64,7 @@ export class Engine {
   private readonly scheduler: Scheduler;
   private readonly grammars: GrammarService | null;
   private readonly speculator: Speculator | null;
+  private readonly log: Logger;
   private readonly eosTokenIds: readonly number[];
   private readonly listeners = new Map<string, OutputListener>();
   private readonly reportListeners = new Set<ReportListener>();
@@ -79,6 +82,7 @@ export class Engine {
     const { numKvBlocks, blockSizeTokens, kvCacheGroups, maxModelLen, vocabSize } = runner.info;
     this.runner = runner;
     this.speculator = settings.speculative == null ? null : new Speculator(settings.speculative, settings.proposer);
+    this.log = settings.log ?? silentLogger;
     this.scheduler = new Scheduler({
       numKvBlocks,
       blockSizeTokens,
@@ -343,7 +347,7 @@ export class Engine {
       onOutput(output);
     } catch (err) {
       // A listener's bug costs its own request, not the loop that every other request needs.
-      process.emitWarning(`output listener of request ${requestId} threw: ${(err as Error).message}`);
+      this.log.warn({ engine_request_id: requestId, err }, 'output listener threw; the request is aborted');
       if (output.finishReason !== null) return;
       this.listeners.delete(requestId);
       this.scheduler.abort(requestId);

@@ -212,6 +212,9 @@ export interface StepReport {
   stats: StepStats | null;
 }
 
+/** Takes a worker's reports, in-process (Engine.onReport) or over its stream (GrpcEngineClient.onReport). */
+export type ReportListener = (report: StepReport) => void;
+
 export interface WorkerModelInfo {
   modelName: string;
   maxModelLen: number;

@@ -45,7 +45,7 @@ export interface WorkerSettings {
   grammarThreads?: number;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
   listen: string;
-  /** Register in Redis and publish KV events there, for gateways on other machines (proto/redis-state.ts). */
+  /** Register in Redis and publish KV events there, for gateways on other machines (shared-state.ts). */
   sharedState?: SharedStateSettings;
   /** JSON lines on stdout at this level and above ('info' when unset); or a logger of the caller's. */
   logLevel?: LevelWithSilent;
@@ -144,6 +144,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
         maxNumSeqs: settings.maxNumSeqs,
         numThreads: settings.grammarThreads,
       }),
+      log,
     });
   } catch (err) {
     runner.close();

@@ -7,12 +7,12 @@ import type { PromptTokenLogprobs, RequestOutput, SamplingParams, StructuredOutp
 import { ApiError, fromEngineError, publicError } from './errors.ts';
 import type { GenerationEnd, RequestTrace } from './logging.ts';
 import type { GatewayMetrics } from './metrics.ts';
-import type { LoadedModel } from './served-model.ts';
+import type { RegisteredModel } from './served-model.ts';
 import { createDetokenizer } from './tokenizer/incremental-detokenizer.ts';
 import { StopMatcher } from './tokenizer/stop-matcher.ts';
 
 export interface GenerationRequest {
-  model: LoadedModel;
+  model: RegisteredModel;
   promptTokenIds: number[];
   sampling: SamplingParams;
   stopStrings: readonly string[];
@@ -30,7 +30,7 @@ export interface GenerationRequest {
   structuredOutput?: StructuredOutput;
   /**
    * A conversation's key: its requests prefer the worker that served its previous turn (the
-   * `x-session-id` header, router/affinity.ts; a Responses request's previous_response_id).
+   * `x-session-id` header, generation-request.ts; a Responses request's previous_response_id).
    */
   affinityKey?: string;
   /** The affinityKey of the conversation's next turn when it differs (a Responses turn's own id). */

@@ -2,7 +2,7 @@
 // shared by the HTTP routes and the gRPC service (a region registered over one is used over the
 // other). Whoever creates it closes it, after both servers have closed.
 import { classify, type InferRequest, type ServedVersion, type TensorMap } from '../../triton/index.ts';
-import { LogSettings } from './log-settings.ts';
+import { TritonLogSettings } from './log-settings.ts';
 import { adminRefusal, type ApiKeySpec } from '../auth.ts';
 import { refusedSharedMemory, SystemSharedMemory, writeSharedMemoryOutput, type SharedMemoryAccess, type SharedMemoryLease } from './shared-memory.ts';
 import { TraceManager } from './trace.ts';
@@ -30,7 +30,7 @@ export interface KServeControlOptions {
 export class KServeControl {
   readonly sharedMemory = new SystemSharedMemory();
   readonly trace: TraceManager;
-  readonly logging = new LogSettings();
+  readonly logging = new TritonLogSettings();
 
   constructor(options: KServeControlOptions = {}) {
     this.trace = new TraceManager({ traceFile: options.traceFile ?? null });

@@ -12,6 +12,11 @@ const CODES: Record<ClassicStatus, ErrorCode> = {
   INTERNAL: 'internal_error',
 };
 
+/** An error of ours (the catalogue's or Triton's core's), as opposed to fastify's own. */
+export function isKServeError(err: unknown): boolean {
+  return err instanceof ApiError || err instanceof ClassicError || err instanceof TensorError || err instanceof ModelConfigError;
+}
+
 export function toKServeError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof ClassicError) return new ApiError(CODES[err.status], err.message);

@@ -2,9 +2,10 @@
 // answers once per text chunk and flags the last response `triton_final_response`, as Triton's
 // decoupled models do (llm-models.ts holds what both protocols share).
 import { toRaw, type TensorMap } from '../../triton/index.ts';
-import type { LoadedModel } from '../served-model.ts';
+import type { RegisteredModel } from '../served-model.ts';
 import type { SharedMemoryAccess } from './shared-memory.ts';
 import { decodeInputs, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
+import type { RequestOrigin } from '../generation-request.ts';
 import type { KServeLlms } from './llm-models.ts';
 
 export interface WireLlmRequest {
@@ -27,7 +28,7 @@ function parameterValues(parameters: Record<string, WireParameter>): Record<stri
   return values;
 }
 
-function responseOf(model: LoadedModel, id: string, outputs: TensorMap, final: boolean | null) {
+function responseOf(model: RegisteredModel, id: string, outputs: TensorMap, final: boolean | null) {
   const names = Object.keys(outputs);
   return {
     model_name: model.name,
@@ -44,12 +45,12 @@ function responseOf(model: LoadedModel, id: string, outputs: TensorMap, final: b
  * it and resolves with the final response; without it, a `stream` request is refused.
  */
 export async function runLlmInfer(
-  llms: KServeLlms, model: LoadedModel, request: WireLlmRequest, sharedMemory: SharedMemoryAccess, signal: AbortSignal,
+  llms: KServeLlms, model: RegisteredModel, request: WireLlmRequest, sharedMemory: SharedMemoryAccess, signal: AbortSignal, origin: RequestOrigin,
   onResponse?: (response: ReturnType<typeof responseOf>) => void,
 ) {
   const inputs = decodeInputs(request.inputs, request.raw_input_contents, sharedMemory);
   const infer = { id: request.id, inputs, parameters: parameterValues(request.parameters), requestedOutputs: request.outputs.map((o) => o.name) };
   const streamed = onResponse !== undefined && llms.isStreamed(infer);
-  const outputs = await llms.infer(model, infer, streamed ? { onChunk: (chunk) => onResponse(responseOf(model, request.id, chunk, false)) } : {}, signal);
+  const outputs = await llms.infer(model, infer, streamed ? { onChunk: (chunk) => onResponse(responseOf(model, request.id, chunk, false)) } : {}, signal, origin);
   return responseOf(model, request.id, outputs, streamed ? true : null);
 }

@@ -18,7 +18,7 @@ import { toKServeError } from './errors.ts';
 import { CallLog, clip, goneStatus, type GrpcLogger, type ModelRef } from './grpc-access-log.ts';
 import { controlHandlers } from './grpc-control.ts';
 import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
-import { EXTENSIONS, SERVER_NAME } from './index.ts';
+import { EXTENSIONS, SERVER_NAME } from './server-metadata.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
 import { sharedMemoryRefOf } from './shared-memory.ts';
 import { runLlmInfer } from './grpc-llm.ts';
@@ -310,7 +310,9 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
   const inferAny = (request: WireInferRequest, apiKey: ApiKeySpec | null, signal: AbortSignal, onResponse?: (response: unknown) => void) => {
     const llm = llmOf(request.model_name, request.model_version);
     if (llm === null) return runInfer(repository, control, request, apiKey);
-    return runLlmInfer(options.llmModels!, llm, request, control.sharedMemoryFor(apiKey), signal, onResponse);
+    // gRPC's admission (grpc-access.ts) charges its estimate to the key; the call has no access line or session header.
+    const origin = { arrivalMs: performance.now(), account: undefined, trace: undefined, affinityKey: undefined };
+    return runLlmInfer(options.llmModels!, llm, request, control.sharedMemoryFor(apiKey), signal, origin, onResponse);
   };
   const logger = options.logger ?? pino({ level: 'silent' });
   const access = options.access ?? new AccessControl({ apiKeys: [] });

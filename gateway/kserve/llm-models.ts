@@ -9,7 +9,9 @@ import {
 } from '../../triton/index.ts';
 import { startGeneration, type GenerationFinish } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
-import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import type { RegisteredModel, ModelRegistry } from '../served-model.ts';
+import type { RequestOrigin } from '../generation-request.ts';
+import type { PromptEncoder } from '../prompt-encoder.ts';
 import { prepareGenerate } from './generate.ts';
 import { isLlmReady } from './readiness.ts';
 
@@ -105,7 +107,7 @@ export class KServeLlms {
   private readonly statsByName = new Map<string, StatsRecorder>();
   private readonly configsByName = new Map<string, ModelConfig>();
 
-  constructor(private readonly registry: ModelRegistry, private readonly metrics: GatewayMetrics) {
+  constructor(private readonly registry: ModelRegistry, private readonly metrics: GatewayMetrics, private readonly prompts: PromptEncoder) {
     for (const model of registry.models) {
       this.statsByName.set(model.name, new StatsRecorder(model.name, 1));
       const parsed = modelConfigSchema.parse({ name: model.name, backend: 'script', max_batch_size: 0, input: INPUTS, output: OUTPUTS });
@@ -115,23 +117,23 @@ export class KServeLlms {
   }
 
   /** The LLM of that name and version (an LLM has version 1 only; null or '' means it); null when the name is not an LLM. */
-  find(name: string, version: number | null = null): LoadedModel | null {
+  find(name: string, version: number | null = null): RegisteredModel | null {
     const model = this.registry.models.find((m) => m.name === name) ?? null;
     if (model === null) return null;
     if (version !== null && version !== 1) throw new ClassicError('NOT_FOUND', `Request for unknown model: '${name}' version ${version} is not found`);
     return model;
   }
 
-  config(model: LoadedModel): ModelConfig {
+  config(model: RegisteredModel): ModelConfig {
     return this.configsByName.get(model.name)!;
   }
 
   /** The config as /config and ModelConfig answer it, decoupled. */
-  configJson(model: LoadedModel) {
+  configJson(model: RegisteredModel) {
     return { ...this.config(model), platform: '', model_transaction_policy: { decoupled: true } };
   }
 
-  metadata(model: LoadedModel) {
+  metadata(model: RegisteredModel) {
     const config = this.config(model);
     const tensors = (list: ModelConfig['input'] | ModelConfig['output']) => list.map((t) => ({ name: t.name, datatype: DATATYPES[t.data_type], shape: t.dims }));
     return { name: model.name, versions: ['1'], platform: LLM_BACKEND, inputs: tensors(config.input), outputs: tensors(config.output) };
@@ -158,9 +160,9 @@ export class KServeLlms {
   /**
    * Runs one request to its end: the whole text (with the prompt unless exclude_input_in_output),
    * or with `stream` each chunk through onChunk and the final outputs empty. `abort` is set so the
-   * caller can cancel it when its client leaves.
+   * caller can cancel it when its client leaves. origin: who asked (the key whose quota pays), when.
    */
-  async infer(model: LoadedModel, request: LlmInferRequest, handlers: LlmInferHandlers, signal: AbortSignal): Promise<TensorMap> {
+  async infer(model: RegisteredModel, request: LlmInferRequest, handlers: LlmInferHandlers, signal: AbortSignal, origin: RequestOrigin): Promise<TensorMap> {
     const startNs = process.hrtime.bigint();
     const stats = this.statsByName.get(model.name)!;
     const json = requestJson(request.inputs, request.parameters);
@@ -179,7 +181,9 @@ export class KServeLlms {
       return outputs;
     };
     try {
-      const { generationRequest, echoedPrompt } = prepareGenerate(model, { ...json, stream: undefined, id: request.id }, streamed, performance.now());
+      const { generationRequest, echoedPrompt } = await prepareGenerate(
+        model, { ...json, stream: undefined, id: request.id }, streamed, origin, this.prompts, () => !signal.aborted,
+      );
       let text = '';
       const finish = await new Promise<GenerationFinish>((resolve, reject) => {
         const generation = startGeneration(generationRequest, {

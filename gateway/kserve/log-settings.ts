@@ -49,7 +49,7 @@ function levelOf(state: LogSettingsState): string {
   return order[lowest][2];
 }
 
-export class LogSettings {
+export class TritonLogSettings {
   /** Until a logger is attached nothing is logged, and the settings say so. */
   private state = stateOfLevel(undefined);
   private readonly loggers: LevelledLogger[] = [];
