@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <new>
 
+#include "amx.h"
 #include "conduit.h"
 #include "error.h"
 #include "kernels.h"
@@ -14,17 +15,46 @@ void write_error(char* error, size_t error_capacity, const char* message) {
   if (error != nullptr && error_capacity > 0) std::snprintf(error, error_capacity, "%s", message);
 }
 
+const char* amx_reason() {
+#ifdef CONDUIT_X86_KERNELS
+  return conduit::amx_support().reason;
+#else
+  return "AMX needs x86-64";
+#endif
+}
+
+// Auto picks amx where the CPU has it and the OS grants the tile state. A CPU with AMX whose OS
+// refuses it falls back to avx512, saying why once per process.
+bool auto_amx() {
+  if (cd_kernel_supported(CD_KERNEL_AMX)) return true;
+#ifdef CONDUIT_X86_KERNELS
+  static const bool logged = [] {
+    if (conduit::amx_support().cpu_has_amx && cd_kernel_supported(CD_KERNEL_AVX512)) {
+      std::fprintf(stderr, "conduit: not using AMX, falling back to avx512: %s\n", amx_reason());
+    }
+    return true;
+  }();
+  (void)logged;
+#endif
+  return false;
+}
+
 const conduit::KernelTable& select_kernels(cd_kernel requested) {
   cd_kernel kernel = requested;
   if (kernel == CD_KERNEL_AUTO) {
-    kernel = cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
+    kernel = auto_amx() ? CD_KERNEL_AMX
+             : cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
              : cd_kernel_supported(CD_KERNEL_AVX2) ? CD_KERNEL_AVX2
                                                    : CD_KERNEL_SCALAR;
+  } else if (kernel == CD_KERNEL_AMX && !cd_kernel_supported(kernel)) {
+    const char* reason = cd_kernel_supported(CD_KERNEL_AVX512) ? amx_reason() : "CPU has no AVX-512 BF16 and VNNI";
+    throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL, std::string("kernel 'amx' is not supported: ") + reason);
   } else if (!cd_kernel_supported(kernel)) {
     throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL,
                          std::string("kernel '") + cd_kernel_name(kernel) + "' is not supported by this CPU");
   }
 #ifdef CONDUIT_X86_KERNELS
+  if (kernel == CD_KERNEL_AMX) return conduit::kernels_amx();
   if (kernel == CD_KERNEL_AVX512) return conduit::kernels_avx512();
   if (kernel == CD_KERNEL_AVX2) return conduit::kernels_avx2();
 #endif
@@ -76,6 +106,7 @@ int cd_kernel_supported(cd_kernel kernel) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
              __builtin_cpu_supports("avx512bf16");
     case CD_KERNEL_AVX2: return avx2;
+    case CD_KERNEL_AMX: return cd_kernel_supported(CD_KERNEL_AVX512) && conduit::amx_support().usable;
     default: return 1;
   }
 #else
@@ -85,6 +116,7 @@ int cd_kernel_supported(cd_kernel kernel) {
 
 const char* cd_kernel_name(cd_kernel kernel) {
   switch (kernel) {
+    case CD_KERNEL_AMX: return "amx";
     case CD_KERNEL_AVX512: return "avx512";
     case CD_KERNEL_AVX2: return "avx2";
     case CD_KERNEL_SCALAR: return "scalar";
@@ -133,8 +165,8 @@ cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t n
 cd_status cd_probe_peak(cd_kernel kernel, int32_t num_threads, double* out_flops_per_second, char* error,
                         size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
-    if (kernel != CD_KERNEL_AVX512 && kernel != CD_KERNEL_AVX2) {
-      throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "the peak probe measures the avx512 or the avx2 path");
+    if (kernel != CD_KERNEL_AMX && kernel != CD_KERNEL_AVX512 && kernel != CD_KERNEL_AVX2) {
+      throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "the peak probe measures the amx, avx512 or avx2 path");
     }
     select_kernels(kernel);
 #ifdef CONDUIT_X86_KERNELS

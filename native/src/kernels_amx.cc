@@ -1,0 +1,131 @@
+// AMX kernels (AMX-TILE, AMX-BF16 on top of avx512): bf16 matmuls of more than one row run on
+// tiles (TDPBF16PS, 32 rows x 32 columns per block, kernels_amx_body.inc); one row runs the
+// tiles' reduction order with vdpbf16ps, so both give the same bits. Everything else (fp32, fp16
+// and int8 weights, attention, the elementwise kernels) is the avx512 table's. The tile
+// configuration is loaded once on each thread that computes, on its first matmul.
+#include <immintrin.h>
+
+#include "amx.h"
+#include "kernels.h"
+
+namespace conduit {
+namespace {
+
+// GCC's tile intrinsics are macros that paste the register number into the assembly, so each
+// register the body uses is spelled out.
+#define CONDUIT_EACH_TILE(op) \
+  if constexpr (T == 0) op(0);  \
+  else if constexpr (T == 1) op(1); \
+  else if constexpr (T == 2) op(2); \
+  else if constexpr (T == 3) op(3); \
+  else if constexpr (T == 4) op(4); \
+  else if constexpr (T == 5) op(5); \
+  else if constexpr (T == 6) op(6); \
+  else op(7)
+
+struct HardwareTiles {
+  static void configure(const void* config) { _tile_loadconfig(config); }
+  template <int T>
+  static void zero() {
+#define CONDUIT_ZERO(t) _tile_zero(t)
+    CONDUIT_EACH_TILE(CONDUIT_ZERO);
+#undef CONDUIT_ZERO
+  }
+  template <int T>
+  static void load(const void* base, size_t stride) {
+#define CONDUIT_LOAD(t) _tile_loadd(t, base, stride)
+    CONDUIT_EACH_TILE(CONDUIT_LOAD);
+#undef CONDUIT_LOAD
+  }
+  template <int T>
+  static void store(void* base, size_t stride) {
+#define CONDUIT_STORE(t) _tile_stored(t, base, stride)
+    CONDUIT_EACH_TILE(CONDUIT_STORE);
+#undef CONDUIT_STORE
+  }
+  // The four products of a 32 x 32 block (kernels_amx_body.inc).
+  template <int C, int A, int B>
+  static void dpbf16ps() {
+    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 4 && B == 7) || (C == 2 && A == 5 && B == 6) ||
+                      (C == 3 && A == 5 && B == 7),
+                  "only the block's four products are spelled out");
+    if constexpr (C == 0) _tile_dpbf16ps(0, 4, 6);
+    else if constexpr (C == 1) _tile_dpbf16ps(1, 4, 7);
+    else if constexpr (C == 2) _tile_dpbf16ps(2, 5, 6);
+    else _tile_dpbf16ps(3, 5, 7);
+  }
+};
+#undef CONDUIT_EACH_TILE
+
+#include "kernels_amx_body.inc"
+
+// One row gains nothing from tiles (a memory-bound GEMV); two rows and more read the weights once
+// for up to 32 rows. Not tuned: which count is faster is unmeasured (no AMX machine yet), and the
+// bits are the same either way.
+constexpr int32_t kMinTileRows = 2;
+
+void configure_tiles_once() {
+  static thread_local bool configured = false;
+  if (configured) return;
+  alignas(64) const AmxTileConfig config = amx_tile_config();
+  HardwareTiles::configure(&config);
+  configured = true;
+}
+
+size_t panel_scratch_bytes(MatrixFormat format, int32_t k, int32_t num_rows) {
+  if (format == MatrixFormat::kBf16Panels) return amx_scratch_bytes(k);
+  return kernels_avx512().panel_scratch_bytes(format, k, num_rows);
+}
+
+void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin, int32_t n_end,
+            float* y, size_t y_stride, bool accumulate) {
+  if (w.format != MatrixFormat::kBf16Panels) {
+    kernels_avx512().matmul(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+  } else if (num_rows < kMinTileRows) {
+    matmul_bf16_tile_order_rows(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+  } else {
+    configure_tiles_once();
+    matmul_bf16_tiles<HardwareTiles>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+  }
+}
+
+}  // namespace
+
+const KernelTable& kernels_amx() {
+  static const KernelTable table = [] {
+    KernelTable amx = kernels_avx512();
+    amx.kernel = CD_KERNEL_AMX;
+    amx.panel_scratch_bytes = panel_scratch_bytes;
+    amx.matmul = matmul;
+    return amx;
+  }();
+  return table;
+}
+
+// The AMX ceiling: TDPBF16PS on four accumulator tiles from two pairs of operand tiles that never
+// change, so nothing but the tile unit is timed. Each instruction is 16 x 16 x 32 multiply-adds.
+float probe_bf16_peak_amx(int64_t num_iterations, int64_t* out_flops) {
+  configure_tiles_once();
+  alignas(64) uint16_t operand[16 * 32];
+  for (uint16_t& value : operand) value = 0x3400;  // 2^-23: the sums stay far from overflow
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < num_iterations; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(0, out, 64);
+  *out_flops = num_iterations * 4 * 16 * 16 * 32 * 2;
+  return out[0];
+}
+
+}  // namespace conduit
