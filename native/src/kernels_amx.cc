@@ -1,8 +1,10 @@
-// AMX kernels (AMX-TILE, AMX-BF16 on top of avx512): bf16 matmuls of more than one row run on
-// tiles (TDPBF16PS, 32 rows x 32 columns per block, kernels_amx_body.inc); one row runs the
-// tiles' reduction order with vdpbf16ps, so both give the same bits. Everything else (fp32, fp16
-// and int8 weights, attention, the elementwise kernels) is the avx512 table's. The tile
-// configuration is loaded once on each thread that computes, on its first matmul.
+// AMX kernels (AMX-TILE, AMX-BF16, AMX-INT8 on top of avx512): bf16 matmuls of more than one row
+// run on tiles (TDPBF16PS, 32 rows x 32 columns per block, kernels_amx_body.inc); one row runs the
+// tiles' reduction order with vdpbf16ps, so both give the same bits. int8 matmuls of more than one
+// row run on TDPBSSD/TDPBUSD with the avx512 path's exact block sums, so they give its bits and
+// one row stays on its GEMV. Everything else (fp32 and fp16 weights, attention, the elementwise
+// kernels) is the avx512 table's. Each thread that computes loads the tile configuration itself,
+// on its first matmul (and again when it switches between the bf16 and int8 shapes).
 #include <immintrin.h>
 
 #include "amx.h"
@@ -54,6 +56,19 @@ struct HardwareTiles {
     else if constexpr (C == 2) _tile_dpbf16ps(2, 5, 6);
     else _tile_dpbf16ps(3, 5, 7);
   }
+  // The int8 block's products: high bytes (signed) in 0 and 1, low bytes (unsigned) in 2 and 3.
+  template <int C, int A, int B>
+  static void dpbssd() {
+    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 4 && B == 7), "only the block's products are spelled out");
+    if constexpr (C == 0) _tile_dpbssd(0, 4, 6);
+    else _tile_dpbssd(1, 4, 7);
+  }
+  template <int C, int A, int B>
+  static void dpbusd() {
+    static_assert((C == 2 && A == 5 && B == 6) || (C == 3 && A == 5 && B == 7), "only the block's products are spelled out");
+    if constexpr (C == 2) _tile_dpbusd(2, 5, 6);
+    else _tile_dpbusd(3, 5, 7);
+  }
 };
 #undef CONDUIT_EACH_TILE
 
@@ -64,28 +79,41 @@ struct HardwareTiles {
 // bits are the same either way.
 constexpr int32_t kMinTileRows = 2;
 
-void configure_tiles_once() {
-  static thread_local bool configured = false;
-  if (configured) return;
-  alignas(64) const AmxTileConfig config = amx_tile_config();
+// AMX-INT8 comes with AMX-TILE on every CPU so far, but is its own CPUID bit.
+bool int8_tiles() {
+  static const bool present = amx_support().cpu_has_amx_int8;
+  return present;
+}
+
+// The shapes a thread's tiles hold now: loaded on its first matmul, again when the format changes.
+enum class TileShapes { kNone, kBf16, kInt8 };
+
+void configure_tiles(TileShapes shapes) {
+  static thread_local TileShapes loaded = TileShapes::kNone;
+  if (loaded == shapes) return;
+  alignas(64) const AmxTileConfig config = shapes == TileShapes::kBf16 ? amx_tile_config() : amx_int8_tile_config();
   HardwareTiles::configure(&config);
-  configured = true;
+  loaded = shapes;
 }
 
 size_t panel_scratch_bytes(MatrixFormat format, int32_t k, int32_t num_rows) {
   if (format == MatrixFormat::kBf16Panels) return amx_scratch_bytes(k);
+  if (format == MatrixFormat::kQ8Panels && num_rows >= kMinTileRows && int8_tiles()) return amx_q8_scratch_bytes(k, num_rows);
   return kernels_avx512().panel_scratch_bytes(format, k, num_rows);
 }
 
 void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin, int32_t n_end,
             float* y, size_t y_stride, bool accumulate) {
-  if (w.format != MatrixFormat::kBf16Panels) {
-    kernels_avx512().matmul(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
-  } else if (num_rows < kMinTileRows) {
+  if (w.format == MatrixFormat::kBf16Panels && num_rows < kMinTileRows) {
     matmul_bf16_tile_order_rows(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
-  } else {
-    configure_tiles_once();
+  } else if (w.format == MatrixFormat::kBf16Panels) {
+    configure_tiles(TileShapes::kBf16);
     matmul_bf16_tiles<HardwareTiles>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+  } else if (w.format == MatrixFormat::kQ8Panels && num_rows >= kMinTileRows && int8_tiles()) {
+    configure_tiles(TileShapes::kInt8);
+    matmul_q8_tiles<HardwareTiles>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+  } else {
+    kernels_avx512().matmul(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
   }
 }
 
@@ -105,7 +133,7 @@ const KernelTable& kernels_amx() {
 // The AMX ceiling: TDPBF16PS on four accumulator tiles from two pairs of operand tiles that never
 // change, so nothing but the tile unit is timed. Each instruction is 16 x 16 x 32 multiply-adds.
 float probe_bf16_peak_amx(int64_t num_iterations, int64_t* out_flops) {
-  configure_tiles_once();
+  configure_tiles(TileShapes::kBf16);
   alignas(64) uint16_t operand[16 * 32];
   for (uint16_t& value : operand) value = 0x3400;  // 2^-23: the sums stay far from overflow
   _tile_loadd(4, operand, 64);

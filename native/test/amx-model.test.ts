@@ -2,7 +2,8 @@
 // addon): the SDM's VDPBF16PS modelled bit for bit against the CPU's; its single chain shown to
 // round unlike TDPBF16PS; the tile kernel on modelled tiles and the runtime's one-row path (real
 // vdpbf16ps) both equal to the tiles' order per output, over ragged k, partial panels, 1 to 70
-// rows, accumulation and underflowing inputs; and, where the CPU has AMX, the real tiles too.
+// rows, accumulation and underflowing inputs; int8 tiles (TDPBSSD/TDPBUSD) equal to the avx512
+// int8 path bit for bit; and, where the CPU has AMX, the real tiles too.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -25,6 +26,7 @@ test('amx: tiles (modelled, and real where present) and the one-row path give th
   assert.match(stdout, /^vdpbf16ps chain vs TDPBF16PS order: [1-9]\d* of 8192 outputs differ$/m);
   assert.match(stdout, /^modelled tiles equal the tiles' order: 70 matmuls, \d+ outputs$/m);
   assert.match(stdout, /^one-row path equals the tiles' order: 70 matmuls, \d+ outputs$/m);
+  assert.match(stdout, /^(modelled|modelled and hardware) int8 tiles equal the avx512 int8 path: \d+ outputs$/m);
   if (kernelSupported('amx')) assert.match(stdout, /^hardware tiles equal the tiles' order: 70 matmuls, \d+ outputs$/m);
   else assert.match(stdout, /^hardware tiles: not run \(.+\)$/m);
 });

@@ -145,6 +145,35 @@ struct TileFile {
   }
 };
 
+// TDPBSSD / TDPBUSD dst, a, b: per (m, n), over the tile's quads k, the four products of a's
+// signed (or unsigned) bytes and b's signed bytes, added into the int32 (wrapping; exact here).
+inline void dpbd(TileFile& file, int dst, int a, int b, bool a_unsigned) {
+  file.check(dst);
+  file.check(a);
+  file.check(b);
+  const TileConfig& config = file.config;
+  if (config.rows[dst] != config.rows[a] || config.colsb[a] / 4 != config.rows[b] || config.colsb[dst] != config.colsb[b] ||
+      dst == a || dst == b || a == b) {
+    fault("TDPBxxD operand shapes disagree");
+  }
+  for (int m = 0; m < config.rows[dst]; ++m) {
+    for (int n = 0; n < config.colsb[dst] / 4; ++n) {
+      int32_t c;
+      std::memcpy(&c, &file.data[dst][m][4 * n], sizeof c);
+      int64_t sum = c;
+      for (int k = 0; k < config.colsb[a] / 4; ++k) {
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t a_byte = file.data[a][m][4 * k + j];
+          const int32_t a_value = a_unsigned ? int32_t(a_byte) : int32_t(int8_t(a_byte));
+          sum += int64_t(a_value) * int8_t(file.data[b][k][4 * n + j]);
+        }
+      }
+      c = int32_t(uint32_t(uint64_t(sum)));
+      std::memcpy(&file.data[dst][m][4 * n], &c, sizeof c);
+    }
+  }
+}
+
 inline TileFile& tile_file() {
   static thread_local TileFile file;
   return file;
@@ -161,6 +190,10 @@ struct ModelTiles {
   static void store(void* base, size_t stride) { tile_file().store(T, base, stride); }
   template <int C, int A, int B>
   static void dpbf16ps() { tile_file().dpbf16ps(C, A, B); }
+  template <int C, int A, int B>
+  static void dpbssd() { dpbd(tile_file(), C, A, B, false); }
+  template <int C, int A, int B>
+  static void dpbusd() { dpbd(tile_file(), C, A, B, true); }
 };
 
 }  // namespace amx_model

@@ -8,7 +8,9 @@
 //     accumulation: its tiling, padding and packing are what TDPBF16PS needs;
 //  4. the runtime's amx table on one row (real vdpbf16ps) equals the same reference, so a row's bits
 //     do not depend on how many rows its step computes;
-//  5. where the CPU has AMX and the OS grants it, the runtime's real tiles equal the reference too.
+//  5. where the CPU has AMX and the OS grants it, the runtime's real tiles equal the reference too;
+//  6. int8 weights: the tile kernel on modelled TDPBSSD/TDPBUSD (and the real ones where present)
+//     gives the avx512 path's int8 bits exactly, for the same cases.
 // Prints one line per check; exits nonzero on the first mismatch, naming it and the seed.
 #include <immintrin.h>
 
@@ -222,6 +224,73 @@ std::vector<Case> cases(std::mt19937& rng) {
 
 }  // namespace
 
+// Q8 panels (kernels.h): per panel and 32-block, int8 [16 pairs][64][2] then 64 fp16 scales;
+// random values in [-127, 127] and scales in about [2^-10, 2^-4], zero padding.
+std::vector<uint8_t> random_q8_panels(std::mt19937& rng, int32_t n, int32_t k) {
+  const int32_t num_blocks = (k + 31) / 32;
+  const int32_t num_panels = (n + kPanelColumns - 1) / kPanelColumns;
+  std::vector<uint8_t> panels(size_t(num_panels) * num_blocks * conduit::kQ8PanelBlockBytes, 0);
+  for (int32_t p = 0; p < num_panels; ++p) {
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      uint8_t* block = panels.data() + (size_t(p) * num_blocks + b) * conduit::kQ8PanelBlockBytes;
+      for (int32_t c = 0; c < kPanelColumns && p * kPanelColumns + c < n; ++c) {
+        for (int32_t i = 0; i < 32 && b * 32 + i < k; ++i) block[((i / 2) * kPanelColumns + c) * 2 + i % 2] = uint8_t(int8_t(int32_t(rng() % 255) - 127));
+        const uint16_t scale = uint16_t(_cvtss_sh(std::ldexp(1.0f + float(rng() % 1000) / 1000.0f, -4 - int(rng() % 7)), 0));
+        std::memcpy(block + kPanelColumns * 32 + c * 2, &scale, 2);
+      }
+    }
+  }
+  return panels;
+}
+
+void model_q8_tiles(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin, int32_t n_end,
+                    float* y, size_t y_stride, bool accumulate) {
+  alignas(64) const conduit::AmxTileConfig config = conduit::amx_int8_tile_config();
+  amx_model::ModelTiles::configure(&config);
+  conduit::matmul_q8_tiles<amx_model::ModelTiles>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+}
+
+// The int8 tiles (modelled, and the runtime's real ones where present) against avx512's int8 path.
+void check_int8(const std::vector<Case>& all, std::mt19937& rng, bool hardware) {
+  long outputs = 0;
+  for (const Case& c : all) {
+    if (c.num_rows < 2) continue;
+    const conduit::KernelTable& avx512 = conduit::kernels_avx512();
+    std::vector<float> x(size_t(c.num_rows) * c.k);
+    for (float& v : x) v = std::normal_distribution<float>()(rng);
+    const size_t stride = avx512.packed_row_bytes(MatrixFormat::kQ8Panels, c.k);
+    std::vector<uint8_t> packed(size_t(c.num_rows) * stride);
+    avx512.pack_rows(x.data(), size_t(c.k), c.num_rows, c.k, MatrixFormat::kQ8Panels, packed.data(), stride);
+    const std::vector<uint8_t> panels = random_q8_panels(rng, c.n, c.k);
+    std::vector<float> y0(size_t(c.num_rows) * c.n);
+    for (float& v : y0) v = std::normal_distribution<float>()(rng);
+    const Matrix w{panels.data(), MatrixFormat::kQ8Panels};
+    auto run_q8 = [&](MatmulFn matmul) {
+      std::vector<uint8_t> scratch(conduit::amx_q8_scratch_bytes(c.k, c.num_rows) + 64);
+      const Activations a{nullptr, 0, packed.data(), stride, scratch.data()};
+      std::vector<float> y = y0;
+      matmul(a, c.num_rows, c.k, w, c.n_begin, c.n_end, y.data(), size_t(c.n), c.accumulate);
+      return y;
+    };
+    const std::vector<float> want = run_q8(avx512.matmul);
+    const std::pair<const char*, MatmulFn> paths[] = {{"modelled int8 tiles", model_q8_tiles}, {"hardware int8 tiles", conduit::kernels_amx().matmul}};
+    for (const auto& [what, matmul] : paths) {
+      if (matmul != model_q8_tiles && !hardware) continue;
+      const std::vector<float> got = run_q8(matmul);
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (!same_bits(got[i], want[i])) {
+          char message[300];
+          std::snprintf(message, sizeof message, "%s vs avx512 int8: rows %d k %d n %d [%d, %d) acc %d: row %zu col %zu got %a want %a",
+                        what, c.num_rows, c.k, c.n, c.n_begin, c.n_end, c.accumulate, i / c.n, i % c.n, got[i], want[i]);
+          fail(message);
+        }
+      }
+    }
+    outputs += long(c.num_rows) * (c.n_end - c.n_begin);
+  }
+  std::printf("%s int8 tiles equal the avx512 int8 path: %ld outputs\n", hardware ? "modelled and hardware" : "modelled", outputs);
+}
+
 int main(int argc, char** argv) {
   g_seed = argc > 1 ? uint32_t(std::strtoul(argv[1], nullptr, 10)) : std::random_device()();
   std::mt19937 rng(g_seed);
@@ -257,6 +326,7 @@ int main(int argc, char** argv) {
     if (hardware) expect_reference("hardware tiles", c, p, run(conduit::kernels_amx().matmul, c, p, 0, c.num_rows), 0, c.num_rows);
     outputs += long(c.num_rows) * (c.n_end - c.n_begin);
   }
+  check_int8(all, rng, hardware && conduit::amx_support().cpu_has_amx_int8);
   std::printf("modelled tiles equal the tiles' order: %zu matmuls, %ld outputs\n", all.size(), outputs);
   std::printf("one-row path equals the tiles' order: %zu matmuls, %ld outputs\n", all.size(), outputs);
   if (hardware) {
