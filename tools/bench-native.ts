@@ -11,9 +11,9 @@
 //
 //   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels amx,avx512,avx2 --modes bf16,fp32,int8 --rounds 3]
 //
-// amx differs from avx512 in its bf16 matmuls alone, so it runs the bf16 mode only, and a line
-// compares it with avx512 from the same run (prefill, batch-32 and batch-1 decode). On a CPU
-// without AMX it says so.
+// amx differs from avx512 in its bf16 and int8 matmuls alone, so it runs those modes, and a line
+// per mode compares it with avx512 from the same run (prefill, batch-32 and batch-1 decode). On a
+// CPU without AMX it says so.
 //
 // Decode and prefill run in rounds, the modes taking turns; the table shows medians.
 //
@@ -182,17 +182,15 @@ interface BenchRow {
   prefill: number;
 }
 
-/** The issue's figures: amx bf16 against avx512 bf16, both from this run. */
-function amxAgainstAvx512(results: readonly BenchRow[], amxPeak: number, bandwidth: number, weightsPerToken: number): string {
-  const bf16 = (kernel: KernelPath) => results.find((r) => r.kernel === kernel && r.mode.label === 'bf16');
-  const [amx, avx512] = [bf16('amx'), bf16('avx512')];
+/** The issue's figures: amx against avx512 in one weight mode, both from this run. */
+function amxAgainstAvx512(results: readonly BenchRow[], label: string, amxPeak: number, bandwidth: number, weightsPerToken: number): string {
+  const find = (kernel: KernelPath) => results.find((r) => r.kernel === kernel && r.mode.label === label);
+  const [amx, avx512] = [find('amx'), find('avx512')];
   if (amx === undefined || avx512 === undefined) {
-    return `
-amx vs avx512 (bf16): ${amx === undefined ? 'no AMX on this CPU' : 'avx512 not measured'}; nothing to compare`;
+    return `amx vs avx512 (${label}): ${amx === undefined ? 'no AMX on this CPU' : 'avx512 not measured'}; nothing to compare`;
   }
   const b32Bound = (32 * bandwidth) / (weightsPerToken * amx.mode.bytesPerWeight);
-  return `
-amx vs avx512 (bf16, same run): ${PREFILL_TOKENS}-token prefill ${fmt(amx.prefill)} vs ${fmt(avx512.prefill)} tok/s = ${fmt(amx.prefill / avx512.prefill, 2)}x ` +
+  return `amx vs avx512 (${label}, same run): ${PREFILL_TOKENS}-token prefill ${fmt(amx.prefill)} vs ${fmt(avx512.prefill)} tok/s = ${fmt(amx.prefill / avx512.prefill, 2)}x ` +
     `(${pct((amx.prefill * prefillFlopsPerToken()) / amxPeak)} of the AMX ceiling); ` +
     `batch-32 decode ${fmt(amx.decode[2])} vs ${fmt(avx512.decode[2])} tok/s = ${fmt(amx.decode[2] / avx512.decode[2], 2)}x ` +
     `(${pct(amx.decode[2] / b32Bound)} of the read-bandwidth bound for 32 rows, ${fmt(b32Bound)} tok/s); ` +
@@ -273,7 +271,7 @@ async function main(): Promise<void> {
   const int8OverBf16: Partial<Record<KernelPath, number>> = {};
   const allModes = MODES.filter((m) => modeLabels.includes(m.label));
   for (const kernel of kernels) {
-    const modes = kernel === 'amx' ? allModes.filter((mode) => mode.label === 'bf16') : allModes;
+    const modes = kernel === 'amx' ? allModes.filter((mode) => mode.label !== 'fp32') : allModes;
     // The matmul probes first, on a quiet process: measured after the decode rounds, with the
     // models resident, they read about half as fast.
     const matmulProbes = new Map(modes.map((mode) => {
@@ -360,7 +358,9 @@ async function main(): Promise<void> {
   const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i])).join(' | ');
   console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
   for (const row of rows) console.log(line(row));
-  console.log(amxAgainstAvx512(results, Math.max(peaks.get('amx') ?? 0, peaksAfter.get('amx') ?? 0), bestBandwidth, weightsPerToken));
+  for (const label of ['bf16', 'int8']) {
+    if (modeLabels.includes(label)) console.log(amxAgainstAvx512(results, label, Math.max(peaks.get('amx') ?? 0, peaksAfter.get('amx') ?? 0), bestBandwidth, weightsPerToken));
+  }
   console.log(
     '\ngemv: 1 x 768 -> 2048 (weights fit the last-level cache); gemm: 512 x 768 -> 2048; decode after a shared 128-token prompt;' +
       `\nbound = streaming-read bandwidth / matmul weight bytes per token; peak = the path's ceiling (${kernels.map((kernel) => `${kernel}: ${ceilingName(kernel)}`).join(', ')}). ` +
