@@ -96,9 +96,24 @@ void configure_tiles(TileShapes shapes) {
   loaded = shapes;
 }
 
+// int8 rows carry their high and low bytes for the tiles after avx512's packing, which the one-row
+// path reads as before.
+size_t packed_row_bytes(MatrixFormat format, int32_t k) {
+  const size_t avx512_bytes = kernels_avx512().packed_row_bytes(format, k);
+  return format == MatrixFormat::kQ8Panels && int8_tiles() ? avx512_bytes + 2 * size_t(q8_padded_k(k)) : avx512_bytes;
+}
+
+void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, MatrixFormat format, uint8_t* packed,
+               size_t packed_stride) {
+  kernels_avx512().pack_rows(x, x_stride, num_rows, k, format, packed, packed_stride);
+  if (format != MatrixFormat::kQ8Panels || !int8_tiles()) return;
+  const size_t avx512_bytes = kernels_avx512().packed_row_bytes(format, k);
+  for (int32_t m = 0; m < num_rows; ++m) amx_q8_split_row(packed + size_t(m) * packed_stride, avx512_bytes, k);
+}
+
 size_t panel_scratch_bytes(MatrixFormat format, int32_t k, int32_t num_rows) {
   if (format == MatrixFormat::kBf16Panels) return amx_scratch_bytes(k);
-  if (format == MatrixFormat::kQ8Panels && num_rows >= kMinTileRows && int8_tiles()) return amx_q8_scratch_bytes(k, num_rows);
+  if (format == MatrixFormat::kQ8Panels && num_rows >= kMinTileRows && int8_tiles()) return amx_q8_scratch_bytes(k);
   return kernels_avx512().panel_scratch_bytes(format, k, num_rows);
 }
 
@@ -111,7 +126,8 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
     matmul_bf16_tiles<HardwareTiles>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
   } else if (w.format == MatrixFormat::kQ8Panels && num_rows >= kMinTileRows && int8_tiles()) {
     configure_tiles(TileShapes::kInt8);
-    matmul_q8_tiles<HardwareTiles>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+    matmul_q8_tiles<HardwareTiles>(a, kernels_avx512().packed_row_bytes(w.format, k), num_rows, k, w, n_begin, n_end, y,
+                                   y_stride, accumulate);
   } else {
     kernels_avx512().matmul(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
   }
@@ -123,6 +139,8 @@ const KernelTable& kernels_amx() {
   static const KernelTable table = [] {
     KernelTable amx = kernels_avx512();
     amx.kernel = CD_KERNEL_AMX;
+    amx.packed_row_bytes = packed_row_bytes;
+    amx.pack_rows = pack_rows;
     amx.panel_scratch_bytes = panel_scratch_bytes;
     amx.matmul = matmul;
     return amx;

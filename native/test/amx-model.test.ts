@@ -26,7 +26,7 @@ test('amx: tiles (modelled, and real where present) and the one-row path give th
   assert.match(stdout, /^vdpbf16ps chain vs TDPBF16PS order: [1-9]\d* of 8192 outputs differ$/m);
   assert.match(stdout, /^modelled tiles equal the tiles' order: 70 matmuls, \d+ outputs$/m);
   assert.match(stdout, /^one-row path equals the tiles' order: 70 matmuls, \d+ outputs$/m);
-  assert.match(stdout, /^(modelled|modelled and hardware) int8 tiles equal the avx512 int8 path: \d+ outputs$/m);
+  assert.match(stdout, /^(modelled|modelled and hardware) int8 tiles and the one-row int8 path equal the avx512 int8 path: \d+ outputs$/m);
   if (kernelSupported('amx')) assert.match(stdout, /^hardware tiles equal the tiles' order: 70 matmuls, \d+ outputs$/m);
   else assert.match(stdout, /^hardware tiles: not run \(.+\)$/m);
 });

@@ -247,7 +247,19 @@ void model_q8_tiles(const Activations& a, int32_t num_rows, int32_t k, const Mat
                     float* y, size_t y_stride, bool accumulate) {
   alignas(64) const conduit::AmxTileConfig config = conduit::amx_int8_tile_config();
   amx_model::ModelTiles::configure(&config);
-  conduit::matmul_q8_tiles<amx_model::ModelTiles>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+  const size_t avx512_row_bytes = conduit::kernels_avx512().packed_row_bytes(MatrixFormat::kQ8Panels, k);
+  conduit::matmul_q8_tiles<amx_model::ModelTiles>(a, avx512_row_bytes, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate);
+}
+
+// The amx path's int8 row: avx512's, then the high and low bytes (on any CPU, for the model).
+std::vector<uint8_t> pack_q8_rows_for_tiles(const std::vector<float>& x, int32_t num_rows, int32_t k, size_t* stride) {
+  const conduit::KernelTable& avx512 = conduit::kernels_avx512();
+  const size_t avx512_bytes = avx512.packed_row_bytes(MatrixFormat::kQ8Panels, k);
+  *stride = avx512_bytes + 2 * size_t(conduit::q8_padded_k(k));
+  std::vector<uint8_t> packed(size_t(num_rows) * *stride);
+  avx512.pack_rows(x.data(), size_t(k), num_rows, k, MatrixFormat::kQ8Panels, packed.data(), *stride);
+  for (int32_t m = 0; m < num_rows; ++m) conduit::amx_q8_split_row(packed.data() + size_t(m) * *stride, avx512_bytes, k);
+  return packed;
 }
 
 // The int8 tiles (modelled, and the runtime's real ones where present) against avx512's int8 path.
@@ -264,10 +276,14 @@ void check_int8(const std::vector<Case>& all, std::mt19937& rng, bool hardware) 
     const std::vector<uint8_t> panels = random_q8_panels(rng, c.n, c.k);
     std::vector<float> y0(size_t(c.num_rows) * c.n);
     for (float& v : y0) v = std::normal_distribution<float>()(rng);
+    size_t tile_stride = 0;
+    const std::vector<uint8_t> tile_packed = pack_q8_rows_for_tiles(x, c.num_rows, c.k, &tile_stride);
+    if (hardware && conduit::kernels_amx().packed_row_bytes(MatrixFormat::kQ8Panels, c.k) != tile_stride) fail("the amx table packs int8 rows otherwise");
     const Matrix w{panels.data(), MatrixFormat::kQ8Panels};
     auto run_q8 = [&](MatmulFn matmul) {
-      std::vector<uint8_t> scratch(conduit::amx_q8_scratch_bytes(c.k, c.num_rows) + 64);
-      const Activations a{nullptr, 0, packed.data(), stride, scratch.data()};
+      const bool tiles = matmul != avx512.matmul;
+      std::vector<uint8_t> scratch(conduit::amx_q8_scratch_bytes(c.k) + 64);
+      const Activations a{nullptr, 0, tiles ? tile_packed.data() : packed.data(), tiles ? tile_stride : stride, scratch.data()};
       std::vector<float> y = y0;
       matmul(a, c.num_rows, c.k, w, c.n_begin, c.n_end, y.data(), size_t(c.n), c.accumulate);
       return y;
@@ -286,9 +302,18 @@ void check_int8(const std::vector<Case>& all, std::mt19937& rng, bool hardware) 
         }
       }
     }
+    // One row at a time through the amx table (its GEMV), on the rows as the tiles' packing lays them out.
+    for (int32_t m = 0; m < c.num_rows; ++m) {
+      const Activations a{nullptr, 0, tile_packed.data() + size_t(m) * tile_stride, tile_stride, nullptr};
+      std::vector<float> y(y0.begin() + size_t(m) * c.n, y0.begin() + size_t(m + 1) * c.n);
+      conduit::kernels_amx().matmul(a, 1, c.k, w, c.n_begin, c.n_end, y.data(), size_t(c.n), c.accumulate);
+      for (int32_t col = 0; col < c.n; ++col) {
+        if (!same_bits(y[size_t(col)], want[size_t(m) * c.n + col])) fail("the amx table's one-row int8 path differs from avx512's");
+      }
+    }
     outputs += long(c.num_rows) * (c.n_end - c.n_begin);
   }
-  std::printf("%s int8 tiles equal the avx512 int8 path: %ld outputs\n", hardware ? "modelled and hardware" : "modelled", outputs);
+  std::printf("%s int8 tiles and the one-row int8 path equal the avx512 int8 path: %ld outputs\n", hardware ? "modelled and hardware" : "modelled", outputs);
 }
 
 int main(int argc, char** argv) {
