@@ -7,7 +7,7 @@ import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 
 export const rankUsage = `usage: conduit rank --model DIR --rank R --tensor-parallel-size N --connect shm:GROUP
                     [--dtype auto|fp32|bf16|fp16] [--kv-cache-dtype ...] [--kv-cache-blocks N] [--block-size N]
-                    [--threads N] [--kernel auto|avx512|avx2|scalar] [--quantization none|int8] [--max-model-len N]
+                    [--threads N] [--kernel auto|amx|avx512|avx2|scalar] [--quantization none|int8] [--max-model-len N]
                     [--connect-timeout-s S]
   Rank R (1 .. N-1) of the tensor-parallel group whose rank 0 (a worker) made the shared-memory segment
   /dev/shm/GROUP on this machine. Every setting must be the worker's.`;

@@ -53,7 +53,7 @@ export const modelSchema = z
     /** Workers already running elsewhere (`conduit worker --listen`), by address. */
     remote_workers: z.array(hostPort).default([]),
     /** Force a kernel path (tests, benchmarks). */
-    kernel: z.enum(['auto', 'avx512', 'avx2', 'scalar']).default('auto'),
+    kernel: z.enum(['auto', 'amx', 'avx512', 'avx2', 'scalar']).default('auto'),
     /** Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like Q8_0). */
     quantization: z.enum(['none', 'int8']).default('none'),
     /**

@@ -6,7 +6,7 @@ export type WeightDtype = 'fp32' | 'bf16' | 'fp16';
 /** `auto` keeps the checkpoint's stored dtype (`torch_dtype` in config.json). */
 export type DtypeSetting = 'auto' | WeightDtype;
 /** Which SIMD kernels run. `auto` picks the best the CPU reports; the others force a path (tests). */
-export type KernelPath = 'auto' | 'avx512' | 'avx2' | 'scalar';
+export type KernelPath = 'auto' | 'amx' | 'avx512' | 'avx2' | 'scalar';
 /** `int8`: matrices quantized at load, Q8_0-style (int8 with one fp16 scale per 32 weights). */
 export type Quantization = 'none' | 'int8';
 /** Where the weights and KV cache live and passes run: `cpu`, or `cuda` (a plugin opened on demand). */

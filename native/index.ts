@@ -71,7 +71,7 @@ export interface MatmulProbe {
 const binding = createRequire(import.meta.url)(path.join(packageRoot, 'native', 'build', 'Release', 'conduit_native.node')) as Binding;
 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
-const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];
+const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'amx', 'avx512', 'avx2', 'scalar'];
 const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8'];
 const DEVICES: readonly Device[] = ['cpu', 'cuda'];
 const TP_SIZES: readonly number[] = [1, 2, 4, 8];
@@ -126,8 +126,8 @@ export const probes = {
   /** Best streaming-read bandwidth (bytes/s) of numThreads threads over a sizeBytes buffer. */
   streamReadBytesPerSecond: (sizeBytes: number, numThreads: number, numRepeats: number): number =>
     binding.probeStreamRead(sizeBytes, numThreads, numRepeats),
-  /** A kernel path's multiply-add ceiling (flops/s) on numThreads threads: the vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
-  peakFlopsPerSecond: (kernel: 'avx512' | 'avx2', numThreads: number): number => binding.probePeak(kernel, numThreads),
+  /** A kernel path's multiply-add ceiling (flops/s) on numThreads threads: the TDPBF16PS peak for amx, the vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
+  peakFlopsPerSecond: (kernel: 'amx' | 'avx512' | 'avx2', numThreads: number): number => binding.probePeak(kernel, numThreads),
   /** A pool of numThreads threads: its measured wake-up latency and the mean time of one call of numThreads empty tasks. */
   threadHandoff: (numThreads: number, numCalls: number): ThreadHandoff => binding.probeThreadHandoff(numThreads, numCalls),
   /** Best seconds of one matmul call over numRepeats, after a warm-up. */
@@ -178,7 +178,8 @@ function validateLoadOptions(options: LoadOptions): void {
     checkOption('memoryLimitBytes', options.memoryLimitBytes >= 0, 'a number of bytes (Infinity for no limit)', options.memoryLimitBytes);
   }
   checkOption('numThreads', options.numThreads <= MAX_THREADS, `at most ${MAX_THREADS} threads`, options.numThreads);
-  if (!binding.kernelSupported(options.kernel)) {
+  // amx is refused by the runtime itself, which says why (no AMX, or the OS's refusal of the tile state).
+  if (options.kernel !== 'amx' && !binding.kernelSupported(options.kernel)) {
     const error = new Error(`LoadOptions.kernel: '${options.kernel}' is not supported by this CPU`);
     throw Object.assign(error, { code: 'CD_ERR_UNSUPPORTED_KERNEL' });
   }

@@ -63,6 +63,7 @@ export function describeCpu(): string {
     ['AVX-512 F/BW/VL', has(['avx512f', 'avx512bw', 'avx512vl'])],
     ['AVX512_VNNI', has(['avx512_vnni'])],
     ['AVX512_BF16', has(['avx512_bf16'])],
+    ['AMX-TILE+BF16', has(['amx_tile', 'amx_bf16'])],
   ] as const;
   return `${model}, ${os.availableParallelism()} CPUs; ${sets.map(([name, present]) => `${name} ${present ? 'yes' : 'no'}`).join(', ')}`;
 }

@@ -1,6 +1,6 @@
 // The native runtime's CPU benchmark, on any x86-64 CPU with AVX2. It names the CPU, then
 // measures the machine: streaming-read bandwidth, each kernel path's multiply-add ceiling (the
-// AVX512_BF16 dot-product peak for avx512, the AVX2 fp32 FMA peak for avx2) and the thread
+// AMX TDPBF16PS peak for amx, the AVX512_BF16 dot-product peak for avx512, the AVX2 fp32 FMA peak for avx2) and the thread
 // pool's hand-off (the wake-up latency it measures at start, one call between polling threads).
 // A thread-scaling row follows: batch-1 decode on 1 thread against all threads, for conduit-tiny
 // and the 125 M model. Then for bf16, fp32 and int8 weights on each kernel path the CPU has:
@@ -9,11 +9,16 @@
 // ceiling measured in the same run. Absolute speeds on shared machines drift from run to run;
 // the fractions are what compare.
 //
-//   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels avx512,avx2 --modes bf16,fp32,int8 --rounds 3]
+//   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels amx,avx512,avx2 --modes bf16,fp32,int8 --rounds 3]
+//
+// amx differs from avx512 in its bf16 and int8 matmuls alone, so it runs those modes, and a line
+// per mode compares it with avx512 from the same run (prefill, batch-32 and batch-1 decode). On a
+// CPU without AMX it says so.
 //
 // Decode and prefill run in rounds, the modes taking turns; the table shows medians.
 //
 // The 125 M-parameter checkpoint (tools/bench-model.ts) is written under .bench/ on first use.
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
@@ -157,6 +162,41 @@ async function threadScaling(modelDir: string, numSteps: number, kernel: KernelP
   }
 }
 
+/** Whether the amx path runs here, and if not why, as far as the CPU's flags tell. */
+function amxStatus(): string {
+  if (kernelSupported('amx')) return 'AMX tiles granted by the OS; bf16 matmuls of 2+ rows run on TDPBF16PS';
+  let flags = '';
+  try {
+    flags = readFileSync('/proc/cpuinfo', 'utf8');
+  } catch {
+    return 'not available (no /proc/cpuinfo)';
+  }
+  if (!/^flags\s*:.*\bamx_tile\b/m.test(flags)) return 'CPU has no AMX (no amx_tile flag): the amx rows and the amx / avx512 ratios need an AMX machine';
+  return 'the CPU has AMX but the runtime cannot use it (the OS refused the tile state, or no AVX512_BF16; the runtime logs why)';
+}
+
+interface BenchRow {
+  kernel: KernelPath;
+  mode: Mode;
+  decode: number[];
+  prefill: number;
+}
+
+/** The issue's figures: amx against avx512 in one weight mode, both from this run. */
+function amxAgainstAvx512(results: readonly BenchRow[], label: string, amxPeak: number, bandwidth: number, weightsPerToken: number): string {
+  const find = (kernel: KernelPath) => results.find((r) => r.kernel === kernel && r.mode.label === label);
+  const [amx, avx512] = [find('amx'), find('avx512')];
+  if (amx === undefined || avx512 === undefined) {
+    return `amx vs avx512 (${label}): ${amx === undefined ? 'no AMX on this CPU' : 'avx512 not measured'}; nothing to compare`;
+  }
+  const b32Bound = (32 * bandwidth) / (weightsPerToken * amx.mode.bytesPerWeight);
+  return `amx vs avx512 (${label}, same run): ${PREFILL_TOKENS}-token prefill ${fmt(amx.prefill)} vs ${fmt(avx512.prefill)} tok/s = ${fmt(amx.prefill / avx512.prefill, 2)}x ` +
+    `(${pct((amx.prefill * prefillFlopsPerToken()) / amxPeak)} of the AMX ceiling); ` +
+    `batch-32 decode ${fmt(amx.decode[2])} vs ${fmt(avx512.decode[2])} tok/s = ${fmt(amx.decode[2] / avx512.decode[2], 2)}x ` +
+    `(${pct(amx.decode[2] / b32Bound)} of the read-bandwidth bound for 32 rows, ${fmt(b32Bound)} tok/s); ` +
+    `batch-1 decode ${fmt(amx.decode[0])} vs ${fmt(avx512.decode[0])} tok/s = ${fmt(amx.decode[0] / avx512.decode[0], 2)}x`;
+}
+
 function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const middle = Math.floor(sorted.length / 2);
@@ -173,7 +213,7 @@ async function main(): Promise<void> {
     options: {
       threads: { type: 'string', default: '2' },
       'new-tokens': { type: 'string', default: '128' },
-      kernels: { type: 'string', default: 'avx512,avx2' },
+      kernels: { type: 'string', default: 'amx,avx512,avx2' },
       modes: { type: 'string', default: MODES.map((mode) => mode.label).join(',') },
       rounds: { type: 'string', default: '3' },
     },
@@ -183,11 +223,12 @@ async function main(): Promise<void> {
   const numThreads = Number(values.threads);
   const newTokens = Number(values['new-tokens']);
   const numRounds = Number(values.rounds);
-  const kernels = (['avx512', 'avx2'] as const).filter((kernel) => kernelNames.includes(kernel) && kernelSupported(kernel));
+  const kernels = (['amx', 'avx512', 'avx2'] as const).filter((kernel) => kernelNames.includes(kernel) && kernelSupported(kernel));
   console.log(`CPU: ${describeCpu()}`);
   if (!kernelSupported('avx2')) throw new Error('bench:native measures x86-64 CPUs with AVX2, FMA and F16C; this CPU lacks them');
   const unavailable = kernelNames.filter((kernel) => !kernels.includes(kernel as (typeof kernels)[number]));
   console.log(`kernel paths: ${kernels.join(', ')}${unavailable.length > 0 ? ` (not on this CPU: ${unavailable.join(', ')})` : ''}`);
+  if (kernelNames.includes('amx')) console.log(`amx: ${amxStatus()}`);
   const modelDir = ensureBenchCheckpoint();
   const started = performance.now();
 
@@ -196,7 +237,8 @@ async function main(): Promise<void> {
   const handoff = probes.threadHandoff(numThreads, 20000);
   const weightsPerToken = matmulWeightsPerToken();
   const flopsPerToken = 2 * weightsPerToken;
-  const ceilingName = (kernel: KernelPath) => (kernel === 'avx512' ? 'AVX512_BF16 dot peak' : 'AVX2 fp32 FMA peak');
+  const ceilingName = (kernel: KernelPath) =>
+    kernel === 'amx' ? 'AMX TDPBF16PS peak' : kernel === 'avx512' ? 'AVX512_BF16 dot peak' : 'AVX2 fp32 FMA peak';
   console.log(`threads ${numThreads}; streaming read ${fmt(bandwidth / 1e9)} GB/s; ` +
     kernels.map((kernel) => `${kernel} ceiling (${ceilingName(kernel)}) ${fmt(peaks.get(kernel)! / 1e9)} GFLOP/s`).join('; '));
   console.log(`thread hand-off: wake-up ${fmt(handoff.wakeLatencyNs / 1e3)} us (measured as the pool starts), ` +
@@ -206,7 +248,7 @@ async function main(): Promise<void> {
 
   // Thread scaling: batch-1 decode after a 16-token prompt, as bench:decode runs it.
   const tinyDir = path.resolve('models', 'conduit-tiny');
-  for (const kernel of kernels) {
+  for (const kernel of kernels.filter((path) => path !== 'amx')) {
     // A step of conduit-tiny takes a fraction of a millisecond and the machine's speed drifts
     // within seconds: many short rounds, taking turns.
     for (const [name, dir, numSteps] of [['conduit-tiny', tinyDir, 512], ['125M', modelDir, 64]] as const) {
@@ -227,8 +269,9 @@ async function main(): Promise<void> {
   }
   const results: ModeResult[] = [];
   const int8OverBf16: Partial<Record<KernelPath, number>> = {};
-  const modes = MODES.filter((m) => modeLabels.includes(m.label));
+  const allModes = MODES.filter((m) => modeLabels.includes(m.label));
   for (const kernel of kernels) {
+    const modes = kernel === 'amx' ? allModes.filter((mode) => mode.label !== 'fp32') : allModes;
     // The matmul probes first, on a quiet process: measured after the decode rounds, with the
     // models resident, they read about half as fast.
     const matmulProbes = new Map(modes.map((mode) => {
@@ -271,7 +314,7 @@ async function main(): Promise<void> {
       for (const model of models.values()) model.close();
     }
   }
-  for (const kernel of kernels) {
+  for (const kernel of kernels.filter((path) => path !== 'amx')) {
     const ratio = int8OverBf16[kernel];
     if (ratio !== undefined) console.log(`${kernel}: int8 / bf16 decode at batch 1 = ${fmt(ratio, 2)} (median of the rounds' ratios)`);
     if (modeLabels.includes('int8')) {
@@ -315,6 +358,9 @@ async function main(): Promise<void> {
   const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i])).join(' | ');
   console.log(`\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('-|-')}`);
   for (const row of rows) console.log(line(row));
+  for (const label of ['bf16', 'int8']) {
+    if (modeLabels.includes(label)) console.log(amxAgainstAvx512(results, label, Math.max(peaks.get('amx') ?? 0, peaksAfter.get('amx') ?? 0), bestBandwidth, weightsPerToken));
+  }
   console.log(
     '\ngemv: 1 x 768 -> 2048 (weights fit the last-level cache); gemm: 512 x 768 -> 2048; decode after a shared 128-token prompt;' +
       `\nbound = streaming-read bandwidth / matmul weight bytes per token; peak = the path's ceiling (${kernels.map((kernel) => `${kernel}: ${ceilingName(kernel)}`).join(', ')}). ` +

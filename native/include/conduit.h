@@ -39,7 +39,9 @@ typedef enum cd_kernel {
   CD_KERNEL_AUTO = 0,
   CD_KERNEL_AVX512 = 1,
   CD_KERNEL_AVX2 = 2,
-  CD_KERNEL_SCALAR = 3
+  CD_KERNEL_SCALAR = 3,
+  /* avx512 with bf16 matmuls on AMX tiles (Sapphire Rapids and later, tile state granted). */
+  CD_KERNEL_AMX = 4
 } cd_kernel;
 
 /* How a stored tensor encodes its elements. */
@@ -333,7 +335,7 @@ typedef struct cd_forward_output {
 /* Returns nonzero when this build and CPU can run the kernel path. */
 int cd_kernel_supported(cd_kernel kernel);
 
-/* "auto", "avx512", "avx2" or "scalar": the names LoadOptions.kernel uses. */
+/* "auto", "amx", "avx512", "avx2" or "scalar": the names LoadOptions.kernel uses. */
 const char* cd_kernel_name(cd_kernel kernel);
 
 /* Maps and converts the weights, allocates the KV cache and starts the thread pool. */
@@ -369,7 +371,7 @@ cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t n
                                double* out_bytes_per_second, char* error, size_t error_capacity);
 
 /* A kernel path's multiply-add ceiling over num_threads threads, in flops per second: the
-   vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
+   TDPBF16PS peak for amx, the vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
 cd_status cd_probe_peak(cd_kernel kernel, int32_t num_threads, double* out_flops_per_second, char* error,
                         size_t error_capacity);
 

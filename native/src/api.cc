@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <new>
 
+#include "amx.h"
 #include "conduit.h"
 #include "batch_broadcast.h"
 #include "comm.h"
@@ -73,6 +74,7 @@ int cd_kernel_supported(cd_kernel kernel) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
              __builtin_cpu_supports("avx512bf16");
     case CD_KERNEL_AVX2: return avx2;
+    case CD_KERNEL_AMX: return cd_kernel_supported(CD_KERNEL_AVX512) && conduit::amx_support().usable;
     default: return 1;
   }
 #else
@@ -82,6 +84,7 @@ int cd_kernel_supported(cd_kernel kernel) {
 
 const char* cd_kernel_name(cd_kernel kernel) {
   switch (kernel) {
+    case CD_KERNEL_AMX: return "amx";
     case CD_KERNEL_AVX512: return "avx512";
     case CD_KERNEL_AVX2: return "avx2";
     case CD_KERNEL_SCALAR: return "scalar";
@@ -171,8 +174,8 @@ cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t n
 cd_status cd_probe_peak(cd_kernel kernel, int32_t num_threads, double* out_flops_per_second, char* error,
                         size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
-    if (kernel != CD_KERNEL_AVX512 && kernel != CD_KERNEL_AVX2) {
-      throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "the peak probe measures the avx512 or the avx2 path");
+    if (kernel != CD_KERNEL_AMX && kernel != CD_KERNEL_AVX512 && kernel != CD_KERNEL_AVX2) {
+      throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "the peak probe measures the amx, avx512 or avx2 path");
     }
     select_kernels(kernel);
 #ifdef CONDUIT_X86_KERNELS

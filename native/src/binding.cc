@@ -57,7 +57,7 @@ cd_dtype dtype_from(const Napi::Value& value) {
 
 cd_kernel kernel_from(const Napi::Value& value) {
   const std::string name = value.As<Napi::String>().Utf8Value();
-  for (cd_kernel kernel : {CD_KERNEL_AVX512, CD_KERNEL_AVX2, CD_KERNEL_SCALAR}) {
+  for (cd_kernel kernel : {CD_KERNEL_AMX, CD_KERNEL_AVX512, CD_KERNEL_AVX2, CD_KERNEL_SCALAR}) {
     if (name == cd_kernel_name(kernel)) return kernel;
   }
   return CD_KERNEL_AUTO;

@@ -1,8 +1,10 @@
 // The CPU backend: host memory, copies that are memcpy, nothing queued, and the SIMD kernel table
 // the CPU's flags allow.
+#include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "amx.h"
 #include "device.h"
 #include "error.h"
 #include "weights.h"
@@ -21,16 +23,45 @@ void cpu_copy(void* destination, const void* source, size_t size_bytes) { std::m
 
 void cpu_synchronize() {}
 
+const char* amx_reason() {
+#ifdef CONDUIT_X86_KERNELS
+  return amx_support().reason;
+#else
+  return "AMX needs x86-64";
+#endif
+}
+
+// Auto picks amx where the CPU has it and the OS grants the tile state. A CPU with AMX whose OS
+// refuses it falls back to avx512, saying why once per process.
+bool auto_amx() {
+  if (cd_kernel_supported(CD_KERNEL_AMX)) return true;
+#ifdef CONDUIT_X86_KERNELS
+  static const bool logged = [] {
+    if (amx_support().cpu_has_amx && cd_kernel_supported(CD_KERNEL_AVX512)) {
+      std::fprintf(stderr, "conduit: not using AMX, falling back to avx512: %s\n", amx_reason());
+    }
+    return true;
+  }();
+  (void)logged;
+#endif
+  return false;
+}
+
 const KernelTable& cpu_kernels(cd_kernel requested) {
   cd_kernel kernel = requested;
   if (kernel == CD_KERNEL_AUTO) {
-    kernel = cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
+    kernel = auto_amx() ? CD_KERNEL_AMX
+             : cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
              : cd_kernel_supported(CD_KERNEL_AVX2) ? CD_KERNEL_AVX2
                                                    : CD_KERNEL_SCALAR;
+  } else if (kernel == CD_KERNEL_AMX && !cd_kernel_supported(kernel)) {
+    const char* reason = cd_kernel_supported(CD_KERNEL_AVX512) ? amx_reason() : "CPU has no AVX-512 BF16 and VNNI";
+    throw Error(CD_ERR_UNSUPPORTED_KERNEL, std::string("kernel 'amx' is not supported: ") + reason);
   } else if (!cd_kernel_supported(kernel)) {
     throw Error(CD_ERR_UNSUPPORTED_KERNEL, std::string("kernel '") + cd_kernel_name(kernel) + "' is not supported by this CPU");
   }
 #ifdef CONDUIT_X86_KERNELS
+  if (kernel == CD_KERNEL_AMX) return kernels_amx();
   if (kernel == CD_KERNEL_AVX512) return kernels_avx512();
   if (kernel == CD_KERNEL_AVX2) return kernels_avx2();
 #endif

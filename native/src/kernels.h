@@ -130,5 +130,7 @@ struct KernelTable {
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();
 const KernelTable& kernels_avx512();
+// avx512's table with bf16 matmuls on AMX tiles (kernels_amx.cc); only where amx_support().usable.
+const KernelTable& kernels_amx();
 
 }  // namespace conduit

@@ -30,7 +30,7 @@ float random_unit(uint32_t& state) { return float(next_random(state) % 2001) / 1
 
 #ifdef CONDUIT_X86_KERNELS
 double measure_stream_read(cd_kernel kernel, size_t size_bytes, int32_t num_threads, int32_t num_repeats) {
-  const auto stream_sum = kernel == CD_KERNEL_AVX512 ? probe_stream_sum_avx512 : probe_stream_sum_avx2;
+  const auto stream_sum = kernel == CD_KERNEL_AVX512 || kernel == CD_KERNEL_AMX ? probe_stream_sum_avx512 : probe_stream_sum_avx2;
   const size_t slice_bytes = size_bytes / size_t(num_threads) / 256 * 256;
   AlignedBuffer buffer = allocate_aligned(slice_bytes * size_t(num_threads));
   std::memset(buffer.get(), 1, slice_bytes * size_t(num_threads));
@@ -48,8 +48,11 @@ double measure_stream_read(cd_kernel kernel, size_t size_bytes, int32_t num_thre
 }
 
 double measure_peak(cd_kernel kernel, int32_t num_threads) {
-  constexpr int64_t kIterations = 20'000'000;
-  const auto peak_loop = kernel == CD_KERNEL_AVX512 ? probe_bf16_peak_avx512 : probe_fma_peak_avx2;
+  // A TDPBF16PS iteration (four tile instructions) does 1024x the work of a vector one.
+  const int64_t kIterations = kernel == CD_KERNEL_AMX ? 200'000 : 20'000'000;
+  const auto peak_loop = kernel == CD_KERNEL_AMX      ? probe_bf16_peak_amx
+                         : kernel == CD_KERNEL_AVX512 ? probe_bf16_peak_avx512
+                                                      : probe_fma_peak_avx2;
   ThreadPool pool(num_threads);
   std::vector<float> sinks(static_cast<size_t>(num_threads));
   std::vector<int64_t> flops(static_cast<size_t>(num_threads));

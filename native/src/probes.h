@@ -13,6 +13,8 @@ uint64_t probe_stream_sum_avx2(const void* data, size_t size_bytes);
 // must consume.
 float probe_bf16_peak_avx512(int64_t num_iterations, int64_t* out_flops);
 float probe_fma_peak_avx2(int64_t num_iterations, int64_t* out_flops);
+// TDPBF16PS on four accumulator tiles (kernels_amx.cc), only where amx_support().usable.
+float probe_bf16_peak_amx(int64_t num_iterations, int64_t* out_flops);
 
 }  // namespace conduit
 
@@ -24,8 +26,8 @@ namespace conduit {
 // Best streaming-read bandwidth, bytes per second, of num_threads threads each reading its slice
 // of a size_bytes buffer (make it far larger than the last-level cache), with the path's loads.
 double measure_stream_read(cd_kernel kernel, size_t size_bytes, int32_t num_threads, int32_t num_repeats);
-// The path's multiply-add ceiling, flops per second over num_threads threads: the vdpbf16ps peak
-// on avx512, the fp32 FMA peak on avx2.
+// The path's multiply-add ceiling, flops per second over num_threads threads: the TDPBF16PS peak
+// on amx, the vdpbf16ps peak on avx512, the fp32 FMA peak on avx2.
 double measure_peak(cd_kernel kernel, int32_t num_threads);
 // Best seconds of one parallel matmul [num_rows, k] x [n, k]^T with random weights of format,
 // split over num_threads threads as a forward pass splits it.

@@ -86,9 +86,14 @@ test('bad load options are rejected before anything loads', async () => {
   await assert.rejects(loadModel(loadOptions(modelDir, { kernel: 'neon' as never })), /LoadOptions\.kernel/);
   await assert.rejects(loadModel(loadOptions(modelDir, { numThreads: 0 })), /LoadOptions\.numThreads/);
   await assert.rejects(loadModel(loadOptions(modelDir, { dtype: 'int8' as never })), /LoadOptions\.dtype/);
-  for (const kernel of ['avx512', 'avx2'] as const) {
+  for (const kernel of ['amx', 'avx512', 'avx2'] as const) {
     if (kernelSupported(kernel)) continue;
     await assert.rejects(loadModel(loadOptions(modelDir, { kernel })), { code: 'CD_ERR_UNSUPPORTED_KERNEL' });
+  }
+  // amx says why: no AMX in CPUID, no tile state in XCR0, or the kernel's refusal of it.
+  if (!kernelSupported('amx')) {
+    await assert.rejects(loadModel(loadOptions(modelDir, { kernel: 'amx' })),
+                         /kernel 'amx' is not supported: (CPU has no AMX|CPU has no AVX-512|the OS does not enable|the kernel (refused|did not grant))/);
   }
 });
 

@@ -17,7 +17,8 @@ const AVX2_FLAGS = ['sse4_2', 'avx', 'avx2', 'fma', 'f16c', 'bmi2'];
 const AVX512_NO_BF16_FLAGS = [...AVX2_FLAGS, 'avx512f', 'avx512bw', 'avx512vl', 'avx512dq', 'avx512_vnni'];
 /** Each machine CI meets, by its /proc/cpuinfo flags. */
 const CPUS = {
-  'Intel Sapphire Rapids (AVX-512 with BF16)': new Set([...AVX512_NO_BF16_FLAGS, 'avx512_bf16', 'amx_bf16']),
+  'Intel Sapphire Rapids (AVX-512 with BF16, AMX)': new Set([...AVX512_NO_BF16_FLAGS, 'avx512_bf16', 'amx_tile', 'amx_bf16', 'amx_int8']),
+  'AMD EPYC Genoa (AVX-512 with BF16, no AMX)': new Set([...AVX512_NO_BF16_FLAGS, 'avx512_bf16']),
   'Intel Cascade Lake / Ice Lake (AVX-512 and VNNI, no BF16)': new Set(AVX512_NO_BF16_FLAGS),
   'AMD EPYC Rome (AVX2 only)': new Set(AVX2_FLAGS),
   'an x86-64 without FMA': new Set(['sse4_2', 'avx', 'avx2', 'f16c']),
@@ -25,9 +26,14 @@ const CPUS = {
 
 test('the paths a CPU runs follow from its flags, as the runtime decides them', () => {
   const runnable = (cpu: keyof typeof CPUS) => kernelPathsOf(CPUS[cpu]).runnable;
-  assert.deepEqual(runnable('Intel Sapphire Rapids (AVX-512 with BF16)'), ['avx512', 'avx2', 'scalar']);
+  assert.deepEqual(runnable('Intel Sapphire Rapids (AVX-512 with BF16, AMX)'), ['amx', 'avx512', 'avx2', 'scalar']);
+  assert.deepEqual(runnable('AMD EPYC Genoa (AVX-512 with BF16, no AMX)'), ['avx512', 'avx2', 'scalar']);
+  assert.deepEqual(kernelPathsOf(CPUS['AMD EPYC Genoa (AVX-512 with BF16, no AMX)']).missingFlags, { amx: ['amx_tile', 'amx_bf16'] });
   assert.deepEqual(runnable('Intel Cascade Lake / Ice Lake (AVX-512 and VNNI, no BF16)'), ['avx2', 'scalar']);
-  assert.deepEqual(kernelPathsOf(CPUS['Intel Cascade Lake / Ice Lake (AVX-512 and VNNI, no BF16)']).missingFlags, { avx512: ['avx512_bf16'] });
+  assert.deepEqual(kernelPathsOf(CPUS['Intel Cascade Lake / Ice Lake (AVX-512 and VNNI, no BF16)']).missingFlags, {
+    amx: ['avx512_bf16', 'amx_tile', 'amx_bf16'],
+    avx512: ['avx512_bf16'],
+  });
   assert.deepEqual(runnable('AMD EPYC Rome (AVX2 only)'), ['avx2', 'scalar']);
   assert.deepEqual(runnable('an x86-64 without FMA'), ['scalar']);
 });
@@ -36,7 +42,8 @@ test('CONDUIT_REQUIRE_KERNELS fails a machine that skipped a required path and p
   const required = parseRequiredKernels('avx512,avx2,scalar');
   assert.deepEqual(required, ['avx512', 'avx2', 'scalar']);
   assert.deepEqual(missingRequiredKernels(required, kernelPathsOf(CPUS['Intel Cascade Lake / Ice Lake (AVX-512 and VNNI, no BF16)']).runnable), ['avx512']);
-  assert.deepEqual(missingRequiredKernels(required, kernelPathsOf(CPUS['Intel Sapphire Rapids (AVX-512 with BF16)']).runnable), []);
+  assert.deepEqual(missingRequiredKernels(required, kernelPathsOf(CPUS['Intel Sapphire Rapids (AVX-512 with BF16, AMX)']).runnable), []);
+  assert.deepEqual(missingRequiredKernels(parseRequiredKernels('amx,avx512'), kernelPathsOf(CPUS['AMD EPYC Genoa (AVX-512 with BF16, no AMX)']).runnable), ['amx']);
   assert.deepEqual(missingRequiredKernels(parseRequiredKernels(' avx2 , scalar'), kernelPathsOf(CPUS['AMD EPYC Rome (AVX2 only)']).runnable), []);
   assert.deepEqual(parseRequiredKernels(undefined), []);
   assert.deepEqual(parseRequiredKernels(''), []);

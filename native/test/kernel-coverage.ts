@@ -5,7 +5,7 @@ import type { KernelPath } from '../api.ts';
 
 export type KernelName = Exclude<KernelPath, 'auto'>;
 
-export const KERNEL_NAMES: readonly KernelName[] = ['avx512', 'avx2', 'scalar'];
+export const KERNEL_NAMES: readonly KernelName[] = ['amx', 'avx512', 'avx2', 'scalar'];
 
 export const REQUIRE_KERNELS_VARIABLE = 'CONDUIT_REQUIRE_KERNELS';
 
@@ -14,6 +14,8 @@ export const REQUIRE_KERNELS_VARIABLE = 'CONDUIT_REQUIRE_KERNELS';
  * __builtin_cpu_supports, named as Linux's /proc/cpuinfo flags name them.
  */
 const REQUIRED_CPU_FLAGS: Readonly<Record<KernelName, readonly string[]>> = {
+  // and the OS's grant of the tile state, which no flag shows (Linux lists amx_* only when it can).
+  amx: ['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_bf16'],
   avx512: ['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni', 'avx512_bf16'],
   avx2: ['avx2', 'fma', 'f16c'],
   scalar: [],

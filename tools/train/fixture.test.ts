@@ -21,11 +21,11 @@ const MODEL_DIR = path.join(HERE, '../../models/conduit-tiny');
 const FIXTURE_DIR = path.join(HERE, 'fixtures');
 const TOLERANCE = 1e-4;
 /**
- * Served in bf16: avx512 rounds activations to bf16 as well, and gets the bound of
+ * Served in bf16: amx and avx512 round activations to bf16 as well, and gets the bound of
  * native/test/numerics.test.ts; avx2 and scalar widen the weights to fp32, so only the bf16 KV
  * cache rounds (measured 1.4e-3).
  */
-const SERVED_TOLERANCE: Readonly<Record<(typeof KERNELS)[number], number>> = { avx512: 2e-2, avx2: 5e-3, scalar: 5e-3 };
+const SERVED_TOLERANCE: Readonly<Record<(typeof KERNELS)[number], number>> = { amx: 2e-2, avx512: 2e-2, avx2: 5e-3, scalar: 5e-3 };
 const BLOCK_SIZE_TOKENS = 16;
 
 interface FixturePrompt {
