@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import type { Quantization, WeightDtype } from './api.ts';
 import type { ModelSpec, TensorRef } from './checkpoint.ts';
+import { isBlockEncoding } from './checkpoint-reader.ts';
 
 const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, fp16: 2 };
 const PANEL_COLUMNS = 64;
@@ -42,12 +43,12 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
   let packed = 0;
   let borrowed = 0;
   const matrix = (ref: TensorRef, numRows: number, k: number) => {
-    const int8 = quantization === 'int8' || (ref.encoding === 'mxfp4' && dtype !== 'fp32');
+    const int8 = quantization === 'int8' || (isBlockEncoding(ref) && dtype !== 'fp32');
     packed += int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype);
   };
   const vector = (ref: TensorRef | null, n: number) => {
     if (ref === null || ref.sizeBytes === 0) return;
-    const inPlace = ref.dtype === 'fp32' && (ref.encoding ?? 'plain') === 'plain' && (ref.rowStride ?? 1) === 1;
+    const inPlace = ref.dtype === 'fp32' && !isBlockEncoding(ref) && (ref.rowStride ?? 1) === 1 && ref.rotaryPermutedHeadDim === undefined;
     if (inPlace) borrowed += n * 4;
     else packed += n * 4;
   };
@@ -55,7 +56,7 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
   const qSize = numHeads * headDim;
   const kvSize = numKvHeads * headDim;
   const embeddingBytes = vocabSize * hidden * DTYPE_BYTES[dtype];
-  if (spec.embedTokens.dtype === dtype) borrowed += embeddingBytes;
+  if (spec.embedTokens.dtype === dtype && !isBlockEncoding(spec.embedTokens)) borrowed += embeddingBytes;
   else packed += embeddingBytes;
   matrix(spec.lmHead, vocabSize, hidden);
   vector(spec.finalNorm, hidden);

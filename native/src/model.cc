@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include "dtype.h"
+#include "ggml_blocks.h"
 
 namespace conduit {
 
@@ -98,8 +99,9 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   // meet them, closer than bf16 activations would), except with fp32 weights, which keep every
   // matmul exact in fp32.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
-    const bool mxfp4_to_int8 = ref.encoding == CD_ENCODING_MXFP4 && options.weight_dtype != CD_DTYPE_F32;
-    if (options.quantization == CD_QUANTIZATION_INT8 || mxfp4_to_int8) {
+    const bool blocks_to_int8 = (ref.encoding == CD_ENCODING_MXFP4 || is_ggml_encoding(ref.encoding)) &&
+                                options.weight_dtype != CD_DTYPE_F32;
+    if (options.quantization == CD_QUANTIZATION_INT8 || blocks_to_int8) {
       return Matrix{weights.quantize_q8_panels(ref, num_rows, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels};
     }
     return Matrix{weights.pack_panels(ref, num_rows, k, panel_format_of(options.weight_dtype), pool),
