@@ -16,7 +16,8 @@ export type GgufValue =
   | { type: 'bool'; value: boolean }
   | { type: 'string'; value: string }
   | { type: 'string[]'; value: readonly string[] }
-  | { type: 'int32[]'; value: readonly number[] };
+  | { type: 'int32[]'; value: readonly number[] }
+  | { type: 'float32[]'; value: readonly number[] };
 
 export type { GgmlTypeName } from '../native/gguf.ts';
 
@@ -113,6 +114,12 @@ function writeValue(out: ByteWriter, value: GgufValue): void {
       out.u32(ValueType.int32);
       out.u64(value.value.length);
       for (const item of value.value) out.i32(item);
+      return;
+    case 'float32[]':
+      out.u32(ValueType.array);
+      out.u32(ValueType.float32);
+      out.u64(value.value.length);
+      for (const item of value.value) out.f32(item);
       return;
   }
 }
