@@ -4,6 +4,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { loadInferenceService, startKServeGrpc } from '../grpc.ts';
+import { call, expectStatus, type Client } from './grpc-client.ts';
 import { makeTestRepo, startKServeServer, type KServeTestServer } from './harness.ts';
 
 // 400 ms per batch: long enough that every request of a test arrives before the first finish, on a loaded machine too.
@@ -88,6 +91,28 @@ describe('explicit model control', () => {
     const unknown = await post(`${server.baseUrl}/v2/repository/models/nope/load`);
     assert.equal(unknown.status, 400);
     assert.equal((await unknown.json() as any).error, "failed to load 'nope', failed to poll from model repository");
+  });
+
+  test('a refused load (a model that does not exist) leaves /v2/health/ready 200 and gRPC ServerReady true, and so does unloading that name', async () => {
+    const grpcServer = await startKServeGrpc({ repository: server.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
+    const client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+    try {
+      const isReady = async () => {
+        const http = (await fetch(`${server.baseUrl}/v2/health/ready`)).status;
+        const grpcReady = (await call(client, 'ServerReady', {})).ready as boolean;
+        return { http, grpc: grpcReady };
+      };
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+      assert.equal((await post(`${server.baseUrl}/v2/repository/models/does_not_exist/load`)).status, 400);
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+      await expectStatus(call(client, 'RepositoryModelLoad', { model_name: 'neither_does_this' }), grpc.status.INVALID_ARGUMENT, /failed to load/);
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+      await post(`${server.baseUrl}/v2/repository/models/does_not_exist/unload`);
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+    } finally {
+      client.close();
+      await grpcServer.close();
+    }
   });
 });
 
