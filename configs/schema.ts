@@ -51,8 +51,11 @@ export const modelSchema = z
     remote_workers: z.array(hostPort).default([]),
     /** Force a kernel path (tests, benchmarks). */
     kernel: z.enum(['auto', 'avx512', 'avx2', 'scalar']).default('auto'),
-    /** Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like Q8_0). */
-    quantization: z.enum(['none', 'int8']).default('none'),
+    /**
+     * Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like
+     * Q8_0); `int4` 4-bit codes with a scale and min per 32 (like Q4_K's sub-blocks).
+     */
+    quantization: z.enum(['none', 'int8', 'int4']).default('none'),
     /** Reuse the KV of cached prompt prefixes (hashed per block, shared by reference count). */
     enable_prefix_caching: z.boolean().default(true),
     /** `fcfs`, or `priority`: lower `priority` values first, then arrival order. */

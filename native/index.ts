@@ -66,7 +66,7 @@ const binding = createRequire(import.meta.url)(path.join(packageRoot, 'native', 
 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];
-const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8'];
+const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8', 'int4'];
 const MAX_THREADS = 1024;
 
 /** Bytes of one block hash (engine/kv/block-hash.ts): SHA-256 truncated to 128 bits. */

@@ -38,11 +38,21 @@ function q8PanelBytes(numRows: number, k: number): number {
   return Math.ceil(numRows / PANEL_COLUMNS) * Math.ceil(k / 32) * Q8_PANEL_BLOCK_BYTES;
 }
 
+/** kQ4Panels: per 64 columns and 32 inputs, 1 KiB of codes and 64 fp32 scales and mins. */
+function q4PanelBytes(numRows: number, k: number): number {
+  return Math.ceil(numRows / PANEL_COLUMNS) * Math.ceil(k / 32) * (PANEL_COLUMNS * 16 + PANEL_COLUMNS * 8);
+}
+
 /** native/src/model.cc's choices, weight by weight. */
 export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization: Quantization, kvCacheBytes: number): LoadFootprint {
   let packed = 0;
   let borrowed = 0;
   const matrix = (ref: TensorRef, numRows: number, k: number) => {
+    const ggml4Bit = ref.encoding === 'q4_0' || ref.encoding === 'q4_k';
+    if (quantization === 'int4' || (ggml4Bit && dtype !== 'fp32')) {
+      packed += q4PanelBytes(numRows, k);
+      return;
+    }
     const int8 = quantization === 'int8' || (isBlockEncoding(ref) && dtype !== 'fp32');
     packed += int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype);
   };
@@ -150,7 +160,7 @@ export function memoryShortfall(
   formats: { dtype: WeightDtype; quantization: Quantization },
 ): string | null {
   if (footprint.neededBytes <= available.bytes) return null;
-  const weights = formats.quantization === 'int8' ? 'int8 blocks' : `${formats.dtype} panels`;
+  const weights = formats.quantization === 'none' ? `${formats.dtype} panels` : `${formats.quantization} blocks`;
   return (
     `${modelDir}: loading needs about ${gib(footprint.neededBytes)} of memory ` +
     `(weights ${gib(footprint.packedBytes)} as ${weights}, KV cache ${gib(footprint.kvCacheBytes)}; ` +

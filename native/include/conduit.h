@@ -192,7 +192,10 @@ typedef struct cd_model_spec {
 typedef enum cd_quantization {
   CD_QUANTIZATION_NONE = 0,
   /* Matrices (not the embedding table) become int8 with one fp16 scale per 32 weights, Q8_0-style. */
-  CD_QUANTIZATION_INT8 = 1
+  CD_QUANTIZATION_INT8 = 1,
+  /* 4-bit per 32 weights with an fp32 scale and min (MatrixFormat::kQ4Panels), min-max rounded;
+     GGUF's Q4_K and Q4_0 blocks take this form exactly whatever the setting. */
+  CD_QUANTIZATION_INT4 = 2
 } cd_quantization;
 
 typedef struct cd_load_options {

@@ -72,6 +72,12 @@ int64_t int64_or_zero(const Napi::Object& object, const char* key) {
 
 double double_of(const Napi::Object& object, const char* key) { return object.Get(key).As<Napi::Number>().DoubleValue(); }
 
+cd_quantization quantization_from(const std::string& name) {
+  if (name == "int8") return CD_QUANTIZATION_INT8;
+  if (name == "int4") return CD_QUANTIZATION_INT4;
+  return CD_QUANTIZATION_NONE;
+}
+
 cd_encoding encoding_from(const Napi::Value& value) {
   if (!value.IsString()) return CD_ENCODING_PLAIN;
   const std::string name = value.As<Napi::String>().Utf8Value();
@@ -222,9 +228,7 @@ class LoadWorker : public Napi::AsyncWorker {
     spec_.lm_head = tensor_ref_from(spec.Get("lmHead"));
     spec_.layers = layers_.data();
     options_ = cd_load_options{dtype_from(options.Get("weightDtype")),
-                               options.Get("quantization").As<Napi::String>().Utf8Value() == "int8"
-                                   ? CD_QUANTIZATION_INT8
-                                   : CD_QUANTIZATION_NONE,
+                               quantization_from(options.Get("quantization").As<Napi::String>().Utf8Value()),
                                dtype_from(options.Get("kvCacheDtype")),
                                int_of(options, "numKvBlocks"),
                                int_of(options, "blockSizeTokens"),
@@ -494,8 +498,7 @@ Napi::Value ProbeMatmul(const Napi::CallbackInfo& info) {
   const cd_matmul_probe probe{
       kernel_from(options.Get("kernel")),
       dtype_from(options.Get("dtype")),
-      options.Get("quantization").As<Napi::String>().Utf8Value() == "int8" ? CD_QUANTIZATION_INT8
-                                                                          : CD_QUANTIZATION_NONE,
+      quantization_from(options.Get("quantization").As<Napi::String>().Utf8Value()),
       int_of(options, "numRows"),
       int_of(options, "k"),
       int_of(options, "n"),

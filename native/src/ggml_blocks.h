@@ -78,4 +78,28 @@ inline float ggml_element(cd_encoding encoding, const uint8_t* data, int64_t ind
   }
 }
 
+// The 32-block of a Q4_0 or Q4_K row holding element `index` (a multiple of 32) as 4-bit codes
+// with w = scale * q - min, exactly: Q4_0's d and 8 d; Q4_K's d * scale_j and dmin * min_j.
+inline void ggml_q4_block(cd_encoding encoding, const uint8_t* data, int64_t index, uint8_t* codes, float* scale,
+                          float* min) {
+  const int32_t block_elements = ggml_block_elements(encoding);
+  const uint8_t* block = data + (index / block_elements) * ggml_block_bytes(encoding);
+  const int32_t first = int32_t(index % block_elements);
+  if (encoding == CD_ENCODING_GGML_Q4_0) {
+    *scale = ggml_f16_at(block);
+    *min = 8.0f * *scale;
+    for (int32_t i = 0; i < 32; ++i) codes[i] = i < 16 ? block[2 + i] & 0x0f : block[2 + i - 16] >> 4;
+    return;
+  }
+  const int32_t sub = first / 32, chunk = sub / 2, high = sub % 2;
+  int32_t sub_scale, sub_min;
+  ggml_k4_scale_min(sub, block + 4, &sub_scale, &sub_min);
+  *scale = ggml_f16_at(block) * float(sub_scale);
+  *min = ggml_f16_at(block + 2) * float(sub_min);
+  for (int32_t i = 0; i < 32; ++i) {
+    const uint8_t byte = block[16 + 32 * chunk + i];
+    codes[i] = high ? byte >> 4 : byte & 0x0f;
+  }
+}
+
 }  // namespace conduit

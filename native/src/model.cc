@@ -99,6 +99,10 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   // meet them, closer than bf16 activations would), except with fp32 weights, which keep every
   // matmul exact in fp32.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
+    const bool ggml_4bit = ref.encoding == CD_ENCODING_GGML_Q4_0 || ref.encoding == CD_ENCODING_GGML_Q4_K;
+    if (options.quantization == CD_QUANTIZATION_INT4 || (ggml_4bit && options.weight_dtype != CD_DTYPE_F32)) {
+      return Matrix{weights.quantize_q4_panels(ref, num_rows, k, options.weight_dtype, pool), MatrixFormat::kQ4Panels};
+    }
     const bool blocks_to_int8 = (ref.encoding == CD_ENCODING_MXFP4 || is_ggml_encoding(ref.encoding)) &&
                                 options.weight_dtype != CD_DTYPE_F32;
     if (options.quantization == CD_QUANTIZATION_INT8 || blocks_to_int8) {

@@ -290,6 +290,68 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   return panels;
 }
 
+namespace {
+
+// One 32-block of a row (inputs past k are zeros) as 4-bit codes, w = scale * q - min.
+void quantize_q4_block(const ElementReader& reader, cd_dtype precision, int32_t row, int32_t first_input, int32_t k,
+                       uint8_t* codes, float* scale, float* min) {
+  if (reader.encoding() == CD_ENCODING_GGML_Q4_0 || reader.encoding() == CD_ENCODING_GGML_Q4_K) {
+    ggml_q4_block(reader.encoding(), reader.data(), reader.index_of(row, first_input), codes, scale, min);
+    return;
+  }
+  float block[32];
+  float low = 0.0f, high = 0.0f;
+  for (int32_t i = 0; i < 32; ++i) {
+    const int32_t input = first_input + i;
+    block[i] = input < k ? round_to(precision, reader.at(row, input)) : 0.0f;
+    low = std::min(low, block[i]);
+    high = std::max(high, block[i]);
+  }
+  *scale = (high - low) / 15.0f;
+  *min = -low;
+  for (int32_t i = 0; i < 32; ++i) {
+    const float q = *scale == 0.0f ? 0.0f : std::nearbyint((block[i] - low) / *scale);
+    codes[i] = uint8_t(std::min(15.0f, std::max(0.0f, q)));
+  }
+}
+
+}  // namespace
+
+const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
+                                               ThreadPool& pool) {
+  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
+  const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
+  const int32_t num_blocks = (k + 31) / 32;
+  AlignedBuffer buffer = allocate_aligned(q4_panels_bytes(num_rows, k));
+  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+    uint8_t codes[32];
+    for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
+      for (int32_t block = 0; block < num_blocks; ++block) {
+        uint8_t* out = panels + (size_t(panel) * size_t(num_blocks) + size_t(block)) * kQ4PanelBlockBytes;
+        float* scales = reinterpret_cast<float*>(out + kPanelColumns * 16);
+        float* negated_mins = scales + kPanelColumns;
+        for (int32_t column = 0; column < kPanelColumns; ++column) {
+          const int32_t row = panel * kPanelColumns + column;
+          float scale = 0.0f, min = 0.0f;
+          if (row < num_rows) {
+            quantize_q4_block(reader, precision, row, block * 32, k, codes, &scale, &min);
+          } else {
+            std::fill(codes, codes + 32, uint8_t(0));
+          }
+          scales[column] = scale;
+          negated_mins[column] = -min;
+          for (int32_t p = 0; p < 16; ++p) out[p * kPanelColumns + column] = uint8_t(codes[2 * p] | (codes[2 * p + 1] << 4));
+        }
+      }
+    }
+  });
+  release_pages(source, ref.size_bytes);
+  if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
+  converted_.push_back(std::move(buffer));
+  return panels;
+}
+
 const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, MatrixFormat format,
                                      ThreadPool& pool) {
   const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);

@@ -1,8 +1,9 @@
 // GGUF checkpoints: a GGUF written from a safetensors checkpoint (tools/llama-gguf.ts) computes the
 // very logits of that checkpoint for F32 and BF16 (Llama's permuted q/k rows read back in place);
 // each ggml block type, as random blocks, computes with fp32 weights bitwise what the safetensors
-// of its fp64 reference dequantization computes, and within stated bounds as int8 panels; every
-// type keeps batch invariance bitwise.
+// of its fp64 reference dequantization computes, and within stated bounds as quantized panels;
+// `quantization: int4` computes within a stated bound what its 4-bit weights compute; every type
+// keeps batch invariance bitwise.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { copyFileSync, closeSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
@@ -14,7 +15,7 @@ import type { LoadOptions, WeightDtype } from '../api.ts';
 import { readCheckpoint } from '../checkpoint.ts';
 import { huggingFaceName } from '../gguf-checkpoint.ts';
 import { GGML_TYPES, readGgufHeader, type GgufTensorInfo } from '../gguf.ts';
-import { readSafetensorsHeader, readTensorBytes } from '../safetensors.ts';
+import { readSafetensorsHeader, readTensorBytes, readTensorF64 } from '../safetensors.ts';
 import { dequantize, randomBlocks } from './ggml-reference.ts';
 import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, uniformSource, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
 import {
@@ -171,16 +172,17 @@ function relativeLogitError(actual: Trace, expected: Trace): number {
 }
 
 /**
- * int8 panels against the fp32 weights' logits: Q8_0 and Q4_0 blocks are int8 blocks exactly, so
- * only the int16 activations and the bf16 embedding and cache differ (the bound int8 quantization
- * meets on the 125 M model); K-quant blocks are also re-rounded to int8 per 32, up to 1/254 of
- * the 32's largest weight, which random blocks make the worst case: every 16 or 32 of them has
- * an independent scale of random size and sign (5.4e-2 seen on Q6_K).
+ * Quantized panels (the default bf16 load) against the fp32 weights' logits. Q8_0 blocks are int8
+ * blocks exactly and Q4_0 / Q4_K blocks 4-bit panel blocks exactly, so only the int16 activations
+ * and the bf16 embedding and cache differ (the bound int8 quantization meets on the 125 M
+ * model); Q5_K and Q6_K blocks are re-rounded to int8 per 32, up to 1/254 of the 32's largest
+ * weight, which random blocks make the worst case: every 16 or 32 of them has an independent
+ * scale of random size and sign (5.4e-2 seen on Q6_K).
  */
-const INT8_PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 3e-2, Q4_K: 1e-1, Q5_K: 1e-1, Q6_K: 1e-1 };
+const PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 3e-2, Q4_K: 3e-2, Q5_K: 1e-1, Q6_K: 1e-1 };
 
 for (const type of BLOCK_TYPES) {
-  test(`${type}: random blocks compute bitwise what their fp64 dequantization computes, and within ${INT8_PANEL_BOUNDS[type]} as int8 panels`, async (t) => {
+  test(`${type}: random blocks compute bitwise what their fp64 dequantization computes, and within ${PANEL_BOUNDS[type]} as quantized panels`, async (t) => {
     using temp = makeTempDir('gguf-blocks');
     const seed = freshSeed(t);
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
@@ -191,9 +193,10 @@ for (const type of BLOCK_TYPES) {
           const label = `seed ${seed}, ${family}, ${type}, ${kernel}`;
           const expected = await trace(loadOptions(reference, { kernel }), prompt, seed);
           assertBitwiseEqual(await trace(loadOptions(gguf, { kernel, dtype: 'fp32' }), prompt, seed), expected, `${label}, fp32 weights`);
-          const int8 = await trace(loadOptions(gguf, { kernel }), prompt, seed);
-          const error = relativeLogitError(int8, expected);
-          assert.ok(error <= INT8_PANEL_BOUNDS[type], `${label}: int8 panels' logits are ${error.toExponential(2)} off (relative), over ${INT8_PANEL_BOUNDS[type]}`);
+          const quantized = await trace(loadOptions(gguf, { kernel }), prompt, seed);
+          const error = relativeLogitError(quantized, expected);
+          t.diagnostic(`${label}: quantized panels ${error.toExponential(2)} off`);
+          assert.ok(error <= PANEL_BOUNDS[type], `${label}: quantized panels' logits are ${error.toExponential(2)} off (relative), over ${PANEL_BOUNDS[type]}`);
         });
       }
     }
@@ -233,3 +236,71 @@ for (const type of BLOCK_TYPES) {
     }
   });
 }
+
+/**
+ * A checkpoint's matrices (not the embedding) as `quantization: int4` rounds them, in fp32 as
+ * native/src/weights.cc does: per 32 of a row, low = min(0, w), high = max(0, w), scale =
+ * (high - low) / 15, q = round-half-even((w - low) / scale) in [0, 15]; written as fp32 values
+ * scale·q + low.
+ */
+function int4Reference(parentDir: string, source: string): string {
+  const reference = path.join(parentDir, 'int4-reference');
+  mkdirSync(reference);
+  const config = JSON.parse(readFileSync(path.join(source, 'config.json'), 'utf8'));
+  writeFileSync(path.join(reference, 'config.json'), JSON.stringify({ ...config, torch_dtype: 'float32' }));
+  const file = path.join(source, 'model.safetensors');
+  const header = readSafetensorsHeader(file);
+  const specs = [...header.tensors].map(([name, info]) => ({ name, dtype: 'F32' as const, shape: info.shape }));
+  const f = Math.fround;
+  const roundHalfEven = (x: number) => {
+    const floor = Math.floor(x);
+    const diff = x - floor;
+    return diff > 0.5 || (diff === 0.5 && floor % 2 !== 0) ? floor + 1 : floor;
+  };
+  writeSafetensors(path.join(reference, 'model.safetensors'), specs, (spec) => {
+    const values = Float32Array.from(readTensorF64(file, header, spec.name));
+    if (spec.shape.length !== 2 || spec.name.endsWith('embed_tokens.weight')) return values;
+    for (let at = 0; at < values.length; at += 32) {
+      let low = 0;
+      let high = 0;
+      for (let i = at; i < at + 32; i++) {
+        low = Math.min(low, values[i]);
+        high = Math.max(high, values[i]);
+      }
+      const scale = f(f(high - low) / 15);
+      for (let i = at; i < at + 32; i++) {
+        const q = scale === 0 ? 0 : Math.min(15, Math.max(0, roundHalfEven(f(f(values[i] - low) / scale))));
+        values[i] = scale * q + low;
+      }
+    }
+    return values;
+  });
+  return reference;
+}
+
+test('quantization int4: a bf16 checkpoint computes within 3e-2 what its 4-bit weights compute, and batch invariant bitwise', async (t) => {
+  using temp = makeTempDir('int4');
+  const seed = freshSeed(t);
+  const dir = writeCheckpoint(temp.dir, 'llama', { ...SHAPES.llama, dtype: 'bf16', seed });
+  const reference = int4Reference(temp.dir, dir);
+  const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
+  const sampling = targetSettings(seed, prompt)['plain sampling'];
+  for (const kernel of KERNELS) {
+    await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
+      const label = `seed ${seed}, int4, ${kernel}`;
+      const expected = await trace(loadOptions(reference, { kernel }), prompt, seed);
+      const options = loadOptions(dir, { kernel, quantization: 'int4', blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
+      const alone = await withModel(options, (model) => runTarget(model, makeSequence(prompt, 16, 0, sampling), [], 0));
+      const error = relativeLogitError(alone, expected);
+      t.diagnostic(`${label}: ${error.toExponential(2)} off`);
+      assert.ok(error <= 3e-2, `${label}: logits ${error.toExponential(2)} off (relative), over 3e-2`);
+      const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
+      const companions = Array.from({ length: NUM_COMPANIONS }, (_, i) =>
+        makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
+      );
+      await withModel({ ...options, numThreads: 3 }, async (model) => {
+        assertBitwiseEqual(await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling), companions, 3), alone, `${label}, among ${NUM_COMPANIONS} others on 3 threads`);
+      });
+    });
+  }
+});
