@@ -12,6 +12,7 @@ import { GgufMetadata, readGgufHeader } from '../../native/gguf.ts';
 import { writeGguf } from '../../tools/gguf-writer.ts';
 import { writeLlamaGguf } from '../../tools/llama-gguf.ts';
 import { loadGgufTokenizer } from './gguf-tokenizer.ts';
+import { ModelRegistry } from '../served-model.ts';
 import { loadTokenizer } from './load.ts';
 
 const tinyDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../models/conduit-tiny');
@@ -77,4 +78,14 @@ test('a SentencePiece vocabulary merges by score, falls back to bytes, and adds 
   assert.deepEqual(tokenizer.eosTokenIds, [2]);
   assert.equal(config.chatTemplate, '{{ messages[0].content }}');
   assert.deepEqual(tokenizer.tokenBytes(id('<0x69>')), Uint8Array.of(0x69));
+});
+
+test('the gateway serves a .gguf path: its tokenizer and chat template come from the file', (t) => {
+  const file = path.join(tempDir(t), 'tiny.gguf');
+  writeLlamaGguf(tinyDir, file);
+  const [model] = new ModelRegistry([{ name: 'tiny', modelDir: file, maxModelLen: 2048, workers: [] }]).models;
+  assert.deepEqual(model.tokenizer.encode('Hello', { addSpecialTokens: false }), loadTokenizer(tinyDir).tokenizer.encode('Hello', { addSpecialTokens: false }));
+  assert.notEqual(model.chatTemplate, null);
+  assert.equal(model.defaultMaxTokens, null);
+  assert.throws(() => new ModelRegistry([{ name: 'x', modelDir: path.join(tinyDir, 'config.json'), maxModelLen: 1, workers: [] }]), /is not a directory/);
 });
