@@ -30,6 +30,7 @@ export const workerFlagOptions = {
   threads: { type: 'string' },
   kernel: { type: 'string' },
   quantization: { type: 'string' },
+  'tensor-parallel-size': { type: 'string' },
   'enable-prefix-caching': { type: 'string' },
   'scheduling-policy': { type: 'string' },
   // Shared state for gateways elsewhere (not model settings: a spawned local worker has none).
@@ -58,12 +59,14 @@ const flagToField: Record<string, keyof ModelConfig> = {
   threads: 'threads_per_worker',
   kernel: 'kernel',
   quantization: 'quantization',
+  'tensor-parallel-size': 'tensor_parallel_size',
   'enable-prefix-caching': 'enable_prefix_caching',
   'scheduling-policy': 'scheduling_policy',
 };
 const numericFields = new Set<keyof ModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
   'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'threads_per_worker',
+  'tensor_parallel_size',
 ]);
 const booleanFields = new Set<keyof ModelConfig>(['enable_prefix_caching']);
 
@@ -112,6 +115,7 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
     numThreads: model.threads_per_worker ?? os.availableParallelism(),
     kernel: model.kernel,
     quantization: model.quantization,
+    tensorParallelSize: model.tensor_parallel_size,
     enablePrefixCaching: model.enable_prefix_caching,
     schedulingPolicy: model.scheduling_policy,
     listen,

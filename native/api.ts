@@ -13,6 +13,8 @@ export type KernelPath = 'auto' | 'avx512' | 'avx2' | 'scalar';
  * whatever the setting).
  */
 export type Quantization = 'none' | 'int8' | 'int4';
+/** Where the weights and KV cache live and passes run: `cpu`, or `cuda` (a plugin opened on demand). */
+export type Device = 'cpu' | 'cuda';
 
 export interface LoadOptions {
   /** A Hugging Face checkpoint directory: config.json and *.safetensors. */
@@ -23,6 +25,13 @@ export interface LoadOptions {
   blockSizeTokens: number;
   numThreads: number;
   kernel: KernelPath;
+  /**
+   * This process's place in a tensor-parallel group (absent: the whole model). Rank 0 serves
+   * forward(); ranks > 0 run serveRank() (native/index.ts).
+   */
+  tensorParallel?: TensorParallelOptions;
+  /** Default `cpu`. A device this build or machine cannot use rejects with CD_ERR_UNSUPPORTED_DEVICE, saying why. */
+  device?: Device;
   /**
    * Default `none`. The embedding table, norms and KV cache keep `dtype`; MoE routers stay fp32.
    * MXFP4 experts (gpt-oss as shipped) become int8 blocks either way, exactly.
@@ -39,6 +48,24 @@ export interface LoadOptions {
    * anything is allocated, with code CD_ERR_OUT_OF_MEMORY and both figures in its message.
    */
   memoryLimitBytes?: number;
+}
+
+/**
+ * Megatron-style tensor parallelism over ranks joined through a shared-memory segment: each rank
+ * holds 1/size of the heads, KV heads, MLP columns (column-parallel q/k/v and gate/up,
+ * row-parallel o_proj and down_proj) and vocabulary (the LM head); rank 0 samples. Logits are
+ * bitwise the same at every size (native/README.md, "Tensor parallelism").
+ */
+export interface TensorParallelOptions {
+  /** 1, 2, 4 or 8; must divide the heads, the KV heads and the intermediate size. */
+  size: number;
+  rank: number;
+  /** The group's name: its segment is /dev/shm/<group> ([A-Za-z0-9._-]+). */
+  group: string;
+  /** How long a rank waits for rank 0's segment, and rank 0 for every rank to load (default 600 000). */
+  connectTimeoutMs?: number;
+  /** Rank 0: the processes started as ranks 1.., so that one dying before it connects fails the load at once. */
+  rankPids?: number[];
 }
 
 export type Architecture =

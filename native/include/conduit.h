@@ -23,10 +23,17 @@ typedef enum cd_status {
   /* A checkpoint file could not be opened or mapped. */
   CD_ERR_IO = 3,
   CD_ERR_OUT_OF_MEMORY = 4,
-  CD_ERR_INTERNAL = 5
+  CD_ERR_INTERNAL = 5,
+  /* The device asked for cannot be used here (no plugin, no driver, no such device). */
+  CD_ERR_UNSUPPORTED_DEVICE = 6,
+  /* A tensor-parallel rank could not be reached, or has died: the group must restart as one. */
+  CD_ERR_RANK_UNAVAILABLE = 7
 } cd_status;
 
 typedef enum cd_dtype { CD_DTYPE_F32 = 0, CD_DTYPE_BF16 = 1, CD_DTYPE_F16 = 2 } cd_dtype;
+
+/* Where a model's weights and KV cache live and its forward passes run (native/src/device.h). */
+typedef enum cd_device { CD_DEVICE_CPU = 0, CD_DEVICE_CUDA = 1 } cd_device;
 
 typedef enum cd_kernel {
   CD_KERNEL_AUTO = 0,
@@ -75,6 +82,9 @@ typedef struct cd_tensor_ref {
   /* Non-zero: the rows of each head of this many rows are stored in llama.cpp's rotary order
      (adjacent pairs) and are read back in Hugging Face's rotate-half order. */
   int32_t rotary_permuted_head_dim;
+  /* Block encodings: the weight's element (row, i) is the stored row's element first_column + i
+     (a row-parallel segment of ggml blocks, which byte offsets cannot address). */
+  int32_t first_column;
 } cd_tensor_ref;
 
 /* The gated activation between an MLP's gate and up projections and its down projection. */
@@ -206,6 +216,20 @@ typedef struct cd_load_options {
   int32_t block_size_tokens;
   int32_t num_threads;
   cd_kernel kernel;        /* CD_KERNEL_AUTO picks the best the CPU supports */
+  cd_device device;
+  /*
+   * Tensor parallelism (Megatron): tp_size ranks (1, 2, 4 or 8) each hold tp_rank's share of the
+   * heads, KV heads, MLP columns and vocabulary, joined through the shared-memory segment named
+   * tp_group. Rank 0 runs cd_model_forward; the others run cd_model_serve_rank. A rank > 0 waits
+   * up to tp_connect_timeout_ms for rank 0's segment; rank 0 waits as long for every rank to load.
+   */
+  int32_t tp_size;
+  int32_t tp_rank;
+  const char* tp_group;
+  int32_t tp_connect_timeout_ms;
+  /* Rank 0: the processes it started as ranks 1.. (tp_size - 1 pids), so that one that dies before
+     it connects fails the load at once; NULL when they were started elsewhere. */
+  const int32_t* tp_rank_pids;
 } cd_load_options;
 
 typedef struct cd_model cd_model;
@@ -215,6 +239,8 @@ typedef struct cd_model_info {
   cd_kernel kernel;
   /* K and V of one block: layers_per_kv_block layers of one group. */
   uint64_t kv_bytes_per_block;
+  /* The NUMA node a tensor-parallel rank's threads are pinned to; -1 when not pinned (one node). */
+  int32_t numa_node;
 } cd_model_info;
 
 /* Bits of cd_batch.seq_flags. */
@@ -319,6 +345,13 @@ typedef void (*cd_forward_done)(void* user_data, cd_status status, const char* e
    One pass at a time: the next only after done has been called. */
 void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output, cd_forward_done done,
                       void* user_data);
+
+/* A tensor-parallel rank > 0: runs every pass rank 0 starts, on the model's own threads, until
+   rank 0 frees its model (done gets CD_OK) or the group fails (CD_ERR_RANK_UNAVAILABLE). Returns at once. */
+void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data);
+
+/* Nanoseconds this rank has spent in collectives since load (0 without tensor parallelism). */
+uint64_t cd_model_collective_ns(const cd_model* model);
 
 /* Only while no pass is running. */
 void cd_model_free(cd_model* model);

@@ -3,6 +3,10 @@
 #include <new>
 
 #include "conduit.h"
+#include "batch_broadcast.h"
+#include "comm.h"
+#include "device.h"
+#include "numa.h"
 #include "error.h"
 #include "kernels.h"
 #include "model.h"
@@ -14,22 +18,7 @@ void write_error(char* error, size_t error_capacity, const char* message) {
   if (error != nullptr && error_capacity > 0) std::snprintf(error, error_capacity, "%s", message);
 }
 
-const conduit::KernelTable& select_kernels(cd_kernel requested) {
-  cd_kernel kernel = requested;
-  if (kernel == CD_KERNEL_AUTO) {
-    kernel = cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
-             : cd_kernel_supported(CD_KERNEL_AVX2) ? CD_KERNEL_AVX2
-                                                   : CD_KERNEL_SCALAR;
-  } else if (!cd_kernel_supported(kernel)) {
-    throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL,
-                         std::string("kernel '") + cd_kernel_name(kernel) + "' is not supported by this CPU");
-  }
-#ifdef CONDUIT_X86_KERNELS
-  if (kernel == CD_KERNEL_AVX512) return conduit::kernels_avx512();
-  if (kernel == CD_KERNEL_AVX2) return conduit::kernels_avx2();
-#endif
-  return conduit::kernels_scalar();
-}
+const conduit::KernelTable& select_kernels(cd_kernel requested) { return conduit::cpu_backend().kernels(requested); }
 
 template <typename Body>
 cd_status guarded(char* error, size_t error_capacity, Body body) {
@@ -58,6 +47,14 @@ void run_forward(void* context) {
   cd_model* model = static_cast<cd_model*>(context);
   char error[kForwardErrorCapacity] = {};
   const cd_status status = guarded(error, sizeof error, [&] { model->model->forward(*model->batch, *model->output); });
+  model->done(model->user_data, status, status == CD_OK ? nullptr : error);
+}
+
+// The driver thread's task on a rank > 0.
+void run_rank(void* context) {
+  cd_model* model = static_cast<cd_model*>(context);
+  char error[kForwardErrorCapacity] = {};
+  const cd_status status = guarded(error, sizeof error, [&] { model->model->serve_rank(); });
   model->done(model->user_data, status, status == CD_OK ? nullptr : error);
 }
 
@@ -95,8 +92,28 @@ const char* cd_kernel_name(cd_kernel kernel) {
 cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* options,
                         cd_model** out_model, char* error, size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
-    const conduit::KernelTable& kernels = select_kernels(options->kernel);
-    auto model = std::make_unique<conduit::Model>(*spec, *options, kernels);
+    const conduit::KernelTable& kernels = conduit::device_backend(options->device).kernels(options->kernel);
+    // A rank reaches its group before loading, so an unreachable group fails at once.
+    std::unique_ptr<conduit::Communicator> comm;
+    if (options->tp_size > 1) {
+      comm = conduit::open_shm_communicator(options->tp_group, options->tp_rank, options->tp_size,
+                                            options->tp_connect_timeout_ms);
+    }
+    // A rank's threads start pinned to its NUMA node, where its shard's pages are then first touched.
+    const int32_t numa_node = options->tp_size > 1 ? conduit::numa_node_for_rank(options->tp_rank) : -1;
+    std::unique_ptr<conduit::Model> model;
+    {
+      const conduit::NodeAffinity affinity(numa_node);
+      model = std::make_unique<conduit::Model>(*spec, *options, kernels, std::move(comm));
+    }
+    model->numa_node = numa_node;
+    if (model->tp.comm != nullptr) {
+      if (model->tp.rank == 0) {
+        conduit::wait_for_ranks(*model->tp.comm, options->tp_connect_timeout_ms, options->tp_rank_pids);
+      } else {
+        conduit::mark_ready(*model->tp.comm);
+      }
+    }
     *out_model = new cd_model{std::move(model)};
   });
 }
@@ -104,6 +121,7 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
 void cd_model_get_info(const cd_model* model, cd_model_info* out_info) {
   out_info->kernel = model->model->kernels.kernel;
   out_info->kv_bytes_per_block = model->model->kv_cache.bytes_per_block();
+  out_info->numa_node = model->model->numa_node;
 }
 
 void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output, cd_forward_done done,
@@ -115,7 +133,27 @@ void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output*
   model->model->pool.submit(run_forward, model);
 }
 
-void cd_model_free(cd_model* model) { delete model; }
+void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data) {
+  model->done = done;
+  model->user_data = user_data;
+  model->model->pool.submit(run_rank, model);
+}
+
+uint64_t cd_model_collective_ns(const cd_model* model) {
+  const auto& comm = model->model->tp.comm;
+  return comm == nullptr ? 0 : comm->collective_ns();
+}
+
+void cd_model_free(cd_model* model) {
+  if (model == nullptr) return;
+  // Rank 0 stops its group's serving loops; a group already failed has no one to tell.
+  auto& tp = model->model->tp;
+  if (tp.comm != nullptr && tp.rank == 0) {
+    char error[kForwardErrorCapacity] = {};
+    guarded(error, sizeof error, [&] { conduit::send_stop(*tp.comm); });
+  }
+  delete model;
+}
 
 cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats,
                                double* out_bytes_per_second, char* error, size_t error_capacity) {

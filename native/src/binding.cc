@@ -42,6 +42,8 @@ const char* status_code(cd_status status) {
     case CD_ERR_UNSUPPORTED_KERNEL: return "CD_ERR_UNSUPPORTED_KERNEL";
     case CD_ERR_IO: return "CD_ERR_IO";
     case CD_ERR_OUT_OF_MEMORY: return "CD_ERR_OUT_OF_MEMORY";
+    case CD_ERR_UNSUPPORTED_DEVICE: return "CD_ERR_UNSUPPORTED_DEVICE";
+    case CD_ERR_RANK_UNAVAILABLE: return "CD_ERR_RANK_UNAVAILABLE";
     default: return "CD_ERR_INTERNAL";
   }
 }
@@ -233,7 +235,25 @@ class LoadWorker : public Napi::AsyncWorker {
                                int_of(options, "numKvBlocks"),
                                int_of(options, "blockSizeTokens"),
                                int_of(options, "numThreads"),
-                               kernel_from(options.Get("kernel"))};
+                               kernel_from(options.Get("kernel")),
+                               options.Get("device").As<Napi::String>().Utf8Value() == "cuda" ? CD_DEVICE_CUDA
+                                                                                               : CD_DEVICE_CPU,
+                               1, 0, nullptr, 0, nullptr};
+    const Napi::Value tensor_parallel = options.Get("tensorParallel");
+    if (tensor_parallel.IsObject()) {
+      const Napi::Object tp = tensor_parallel.As<Napi::Object>();
+      tp_group_ = tp.Get("group").As<Napi::String>().Utf8Value();
+      options_.tp_size = int_of(tp, "size");
+      options_.tp_rank = int_of(tp, "rank");
+      options_.tp_group = tp_group_.c_str();
+      options_.tp_connect_timeout_ms = int_of(tp, "connectTimeoutMs");
+      const Napi::Value pids = tp.Get("rankPids");
+      if (pids.IsArray()) {
+        const Napi::Array list = pids.As<Napi::Array>();
+        for (uint32_t i = 0; i < list.Length(); ++i) tp_rank_pids_.push_back(list.Get(i).As<Napi::Number>().Int32Value());
+        options_.tp_rank_pids = tp_rank_pids_.data();
+      }
+    }
   }
 
   Napi::Promise promise() const { return deferred_.Promise(); }
@@ -265,6 +285,7 @@ class LoadWorker : public Napi::AsyncWorker {
                }));
     result.Set("kernel", Napi::String::New(env, cd_kernel_name(info.kernel)));
     result.Set("kvBytesPerBlock", Napi::Number::New(env, double(info.kv_bytes_per_block)));
+    result.Set("numaNode", Napi::Number::New(env, info.numa_node));
     deferred_.Resolve(result);
   }
 
@@ -278,6 +299,8 @@ class LoadWorker : public Napi::AsyncWorker {
   std::vector<cd_layer_spec> layers_;
   cd_model_spec spec_{};
   cd_load_options options_{};
+  std::string tp_group_;
+  std::vector<int32_t> tp_rank_pids_;
   cd_model* model_ = nullptr;
   cd_status status_ = CD_OK;
   char error_[kErrorCapacity] = {};
@@ -303,6 +326,10 @@ struct ForwardRequest {
     outputs = Napi::Persistent(outputs_object);
     point_batch_at_bitmasks(batch_object);
   }
+
+  // A tensor-parallel rank's serving loop: settles like a pass, with no batch of its own.
+  ForwardRequest(Napi::Env env, ModelHandle* model_handle)
+      : handle(model_handle), deferred(Napi::Promise::Deferred::New(env)) {}
 
   // The bitmask rows and their counter are read in place, not copied: other threads may still be
   // writing them while the pass runs. They stay referenced until the promise settles.
@@ -437,6 +464,21 @@ Napi::Value Forward(const Napi::CallbackInfo& info) {
   return promise;
 }
 
+// serveRank(handle) -> Promise<void>: a tensor-parallel rank > 0 runs rank 0's passes until it stops.
+Napi::Value ServeRank(const Napi::CallbackInfo& info) {
+  ModelHandle* handle = handle_of(info[0]);
+  auto* request = new ForwardRequest(info.Env(), handle);
+  const Napi::Promise promise = request->deferred.Promise();
+  handle->forward_done.Ref(info.Env());
+  cd_model_serve_rank(handle->model, on_forward_done, request);
+  return promise;
+}
+
+// collectiveNs(handle) -> number: nanoseconds this rank has spent in collectives.
+Napi::Value CollectiveNs(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), double(cd_model_collective_ns(handle_of(info[0])->model)));
+}
+
 // freeModel(handle): idempotent; the caller guarantees no forward is in flight.
 Napi::Value FreeModel(const Napi::CallbackInfo& info) {
   ModelHandle* handle = handle_of(info[0]);
@@ -530,6 +572,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("loadModel", Napi::Function::New(env, LoadModel));
   exports.Set("forward", Napi::Function::New(env, Forward));
   exports.Set("freeModel", Napi::Function::New(env, FreeModel));
+  exports.Set("serveRank", Napi::Function::New(env, ServeRank));
+  exports.Set("collectiveNs", Napi::Function::New(env, CollectiveNs));
   exports.Set("kernelSupported", Napi::Function::New(env, KernelSupported));
   return exports;
 }

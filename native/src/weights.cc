@@ -54,7 +54,8 @@ class ElementReader {
         mxfp4_(ref.encoding == CD_ENCODING_MXFP4),
         row_stride_(ref.row_stride != 0 ? ref.row_stride : k),
         col_stride_(ref.col_stride != 0 ? ref.col_stride : 1),
-        rotary_head_dim_(ref.rotary_permuted_head_dim) {}
+        rotary_head_dim_(ref.rotary_permuted_head_dim),
+        first_column_(ref.first_column) {}
 
   bool mxfp4() const { return mxfp4_; }
   cd_encoding encoding() const { return encoding_; }
@@ -81,7 +82,9 @@ class ElementReader {
     const int32_t half = rotary_head_dim_ / 2, within = row % rotary_head_dim_;
     return int64_t(row - within) + 2 * (within % half) + within / half;
   }
-  int64_t index_of(int32_t row, int32_t i) const { return stored_row(row) * row_stride_ + int64_t(i) * col_stride_; }
+  int64_t index_of(int32_t row, int32_t i) const {
+    return stored_row(row) * row_stride_ + int64_t(first_column_ + i) * col_stride_;
+  }
   const uint8_t* data() const { return data_; }
 
  private:
@@ -93,6 +96,7 @@ class ElementReader {
   int64_t row_stride_;
   int64_t col_stride_;
   int32_t rotary_head_dim_;
+  int32_t first_column_;
 };
 
 }  // namespace
@@ -256,7 +260,8 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   // MXFP4 blocks line up with int8 blocks when every row starts a block.
   const bool exact_blocks = reader.mxfp4() && k % 32 == 0;
   // ggml's 32-blocks are int8 blocks already (GGUF rows are whole blocks).
-  const bool ggml_blocks_of_32 = ref.encoding == CD_ENCODING_GGML_Q8_0 || ref.encoding == CD_ENCODING_GGML_Q4_0;
+  const bool ggml_blocks_of_32 = (ref.encoding == CD_ENCODING_GGML_Q8_0 || ref.encoding == CD_ENCODING_GGML_Q4_0) &&
+                                 ref.first_column % 32 == 0 && k % 32 == 0;
   const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
   const int32_t num_blocks = (k + 31) / 32;
   AlignedBuffer buffer = allocate_aligned(q8_panels_bytes(num_rows, k));
@@ -295,7 +300,9 @@ namespace {
 // One 32-block of a row (inputs past k are zeros) as 4-bit codes, w = scale * q - min.
 void quantize_q4_block(const ElementReader& reader, cd_dtype precision, int32_t row, int32_t first_input, int32_t k,
                        uint8_t* codes, float* scale, float* min) {
-  if (reader.encoding() == CD_ENCODING_GGML_Q4_0 || reader.encoding() == CD_ENCODING_GGML_Q4_K) {
+  // A whole ggml 32-block (a row-parallel segment may start or end inside one: then from values).
+  const bool whole_block = first_input + 32 <= k && reader.index_of(row, first_input) % 32 == 0;
+  if ((reader.encoding() == CD_ENCODING_GGML_Q4_0 || reader.encoding() == CD_ENCODING_GGML_Q4_K) && whole_block) {
     ggml_q4_block(reader.encoding(), reader.data(), reader.index_of(row, first_input), codes, scale, min);
     return;
   }
