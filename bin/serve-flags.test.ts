@@ -37,3 +37,13 @@ test('--log-level over CONDUIT_LOG_LEVEL over server.log_level (info by default)
   assert.throws(() => resolveServeConfig(['--log-level', 'loud']), /^ConfigError: command line: --log-level loud: Invalid option/);
   assert.throws(() => logLevelOverride(undefined, { CONDUIT_LOG_LEVEL: 'INFO' }), /CONDUIT_LOG_LEVEL INFO: Invalid option/);
 });
+
+test('--speculative-config (vLLM\'s JSON) applies to every model served', () => {
+  const config = resolveServeConfig(['--model', 'a', '--model', 'b', '--speculative-config', '{"method": "ngram", "num_speculative_tokens": 4}']);
+  assert.deepEqual(config.models.map((model) => model.speculative_config), [
+    { method: 'ngram', num_speculative_tokens: 4, adaptive: true },
+    { method: 'ngram', num_speculative_tokens: 4, adaptive: true },
+  ]);
+  assert.equal(resolveServeConfig(['--model', 'a']).models[0].speculative_config, undefined);
+  assert.throws(() => resolveServeConfig(['--model', 'a', '--speculative-config', '{"method": "medusa", "num_speculative_tokens": 4}']), /speculative_config/);
+});

@@ -7,16 +7,17 @@
 import { keyLimitsOf, resolveApiKeys } from '../configs/api-keys.ts';
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
-import { ModelRepository } from '../engine/classic/index.ts';
+import { ModelRepository } from '../triton/index.ts';
 import { GrpcEngineClient, type EngineClientOptions } from '../engine/grpc/client.ts';
 import { KServeControl } from '../gateway/kserve/control.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
 import { registerWorkerRestarts, registerWorkerUnresponsive } from '../gateway/metrics.ts';
-import { AccessControl, createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
+import {
+  AccessControl, createGateway, createMetricsServer, GatewayMetrics, gatewayLimitsOf, Readiness, responsesSettingsOf, type ServedModel, type ServedWorker,
+} from '../gateway/server.ts';
 import { FatalError } from './fatal-error.ts';
 import { CONDUIT_VERSION } from './version.ts';
-import { gatewayLimitsOf } from './gateway-limits.ts';
 import { createGatewayLogger } from '../gateway/logging.ts';
 import { CheckpointError } from '../gateway/served-model.ts';
 import { createLifecycleLog, type ListeningAddresses } from './lifecycle-log.ts';
@@ -128,8 +129,9 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     },
     onAnswered: () => lifecycleLog.workerAnswered(address),
   });
+  const routerLog = logger.child({ component: 'router' });
   const sharedState = startSharedState(config.router, routers, (registration) =>
-    new GrpcEngineClient(registration.address, remoteClientOptions(registration.model.modelName, registration.address)));
+    new GrpcEngineClient(registration.address, remoteClientOptions(registration.model.modelName, registration.address)), routerLog);
   // Every model with its workers' clients up front, so that the gateway can be built and listen
   // before any worker runs; maxModelLen is filled in when the workers answer.
   const planned: PlannedModel[] = config.models.map((model, modelIndex) => {
@@ -145,7 +147,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     });
     const remoteClients = model.remote_workers.map((address) => new GrpcEngineClient(address, remoteClientOptions(servedName(model), address)));
     // Added before any stream message arrives: a stream's first lists the worker's cache.
-    const router = createRouter<ServedWorker>(model, config.router);
+    const router = createRouter<ServedWorker>(model, config.router, routerLog.child({ model: servedName(model) }));
     for (const client of [...localWorkers.map(({ client }) => client), ...remoteClients]) router.addWorker(client);
     routers.set(servedName(model), router);
     const served: ServedModel = {
@@ -210,14 +212,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       bodyLimitBytes: server.body_limit_bytes,
       metrics: gatewayMetrics,
       limits: gatewayLimitsOf(server),
-      responses: {
-        storeMaxResponses: server.response_store_max_responses,
-        ...(server.response_store_max_bytes === undefined ? {} : { storeMaxBytes: server.response_store_max_bytes }),
-        storeTtlMs: server.response_store_ttl_s * 1000,
-        websocketMaxConnectionMs: server.websocket_max_connection_s * 1000,
-        websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
-        maxBufferedBytes: server.stream_max_buffered_bytes,
-      },
+      responses: responsesSettingsOf(server),
       classic: repository === null ? undefined : { repository, version: CONDUIT_VERSION, control: kserveControl ?? undefined },
       readiness,
       drainTimeoutMs: server.drain_timeout_s * 1000,
@@ -233,7 +228,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     if (repository !== null) {
       grpcServer = await listenOrExplain(host, server.grpc_port, 'server.grpc_port / --grpc-port', (port) =>
         startKServeGrpc({
-          repository, llms: models, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log, access,
+          repository, llms: models, llmModels: app.kserveLlms, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log, access,
           maxMessageBytes: server.body_limit_bytes,
         }));
     }

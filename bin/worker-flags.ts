@@ -3,9 +3,10 @@
 // by the same flags.
 import { parseArgs } from 'node:util';
 import os from 'node:os';
-import type { ModelConfig } from '../configs/schema.ts';
+import type { LlmModelConfig } from '../configs/schema.ts';
 import { logLevelSchema, modelSchema, routerSchema, servedName, type LogLevel } from '../configs/schema.ts';
 import { prefillLimitsFor, type PrefillLimits } from '../engine/scheduler.ts';
+import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
 import type { SharedStateSettings, WorkerSettings } from '../engine/worker.ts';
 
 /** The KV-cache size of a worker whose configuration names none. */
@@ -33,6 +34,7 @@ export const workerFlagOptions = {
   'tensor-parallel-size': { type: 'string' },
   'enable-prefix-caching': { type: 'string' },
   'scheduling-policy': { type: 'string' },
+  'speculative-config': { type: 'string' },
   // Shared state for gateways elsewhere (not model settings: a spawned local worker has none).
   'redis-url': { type: 'string' },
   'advertise-address': { type: 'string' },
@@ -42,7 +44,7 @@ export const workerFlagOptions = {
   'log-level': { type: 'string' },
 } as const;
 
-const flagToField: Record<string, keyof ModelConfig> = {
+const flagToField: Record<string, keyof LlmModelConfig> = {
   'served-name': 'served_name',
   dtype: 'dtype',
   'kv-cache-dtype': 'kv_cache_dtype',
@@ -62,33 +64,45 @@ const flagToField: Record<string, keyof ModelConfig> = {
   'tensor-parallel-size': 'tensor_parallel_size',
   'enable-prefix-caching': 'enable_prefix_caching',
   'scheduling-policy': 'scheduling_policy',
+  'speculative-config': 'speculative_config',
 };
-const numericFields = new Set<keyof ModelConfig>([
+const numericFields = new Set<keyof LlmModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
   'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'threads_per_worker',
   'tensor_parallel_size',
 ]);
-const booleanFields = new Set<keyof ModelConfig>(['enable_prefix_caching']);
+const booleanFields = new Set<keyof LlmModelConfig>(['enable_prefix_caching']);
+const jsonFields = new Set<keyof LlmModelConfig>(['speculative_config']);
 
 /** A boolean flag reads `true` or `false`; anything else reaches the schema unchanged and fails there. */
-function parseFlagValue(field: keyof ModelConfig, value: string): unknown {
+function parseFlagValue(field: keyof LlmModelConfig, value: string): unknown {
   if (numericFields.has(field)) return Number(value);
   if (booleanFields.has(field)) return value === 'true' ? true : value === 'false' ? false : value;
+  if (jsonFields.has(field)) return parseJsonFlag(value);
   return value;
 }
 
+/** A JSON flag's value, or the text itself when it is not JSON (the schema then says what it expected). */
+export function parseJsonFlag(value: string): unknown {
+  try {
+    return JSON.parse(value);
+  } catch {
+    return value;
+  }
+}
+
 /** Flags that make `conduit worker` run `model` with `numThreads` threads on `listen`. */
-export function workerArgs(model: ModelConfig, numThreads: number, listen: string): string[] {
+export function workerArgs(model: LlmModelConfig, numThreads: number, listen: string): string[] {
   const args = ['worker', '--model', model.path, '--listen', listen];
   for (const [flag, field] of Object.entries(flagToField)) {
     const value = field === 'threads_per_worker' ? numThreads : model[field];
-    if (value !== undefined) args.push(`--${flag}`, String(value));
+    if (value !== undefined) args.push(`--${flag}`, typeof value === 'object' ? JSON.stringify(value) : String(value));
   }
   return args;
 }
 
 /** The performance mode's prefill limits, with those the configuration names itself. */
-function prefillLimitsOf(model: ModelConfig): PrefillLimits {
+function prefillLimitsOf(model: LlmModelConfig): PrefillLimits {
   const preset = prefillLimitsFor(model.performance_mode, model.max_num_seqs, model.max_num_batched_tokens);
   const maxNumPartialPrefills = model.max_num_partial_prefills ?? preset.maxNumPartialPrefills;
   return {
@@ -98,7 +112,7 @@ function prefillLimitsOf(model: ModelConfig): PrefillLimits {
   };
 }
 
-export function workerSettings(model: ModelConfig, listen: string): WorkerSettings {
+export function workerSettings(model: LlmModelConfig, listen: string): WorkerSettings {
   const sizedByBlocks = model.kv_cache_blocks !== undefined;
   return {
     modelDir: model.path,
@@ -118,7 +132,22 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
     tensorParallelSize: model.tensor_parallel_size,
     enablePrefixCaching: model.enable_prefix_caching,
     schedulingPolicy: model.scheduling_policy,
+    speculative: speculativeConfigOf(model),
     listen,
+  };
+}
+
+/** The model's speculative_config in the engine's terms (vLLM's defaults for the lookup lengths); null without one. */
+export function speculativeConfigOf(model: LlmModelConfig): SpeculativeConfig | null {
+  const spec = model.speculative_config;
+  if (spec === undefined) return null;
+  const promptLookupMin = spec.prompt_lookup_min ?? spec.prompt_lookup_max ?? 5;
+  return {
+    method: spec.method,
+    numSpeculativeTokens: spec.num_speculative_tokens,
+    promptLookupMin,
+    promptLookupMax: spec.prompt_lookup_max ?? promptLookupMin,
+    adaptive: spec.adaptive,
   };
 }
 

@@ -9,6 +9,9 @@ const dtype = z.enum(['auto', 'fp32', 'bf16', 'fp16']);
 /** pino's levels: `info` logs one access line per request; `debug` adds request bodies and output text. */
 export const logLevelSchema = z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']);
 export type LogLevel = z.infer<typeof logLevelSchema>;
+/** A model's routing policy (router/settings.ts); kv-aware unless the model names another. */
+export const routingPolicySchema = z.enum(['kv-aware', 'least-load', 'round-robin', 'random']).default('kv-aware');
+export type RoutingPolicy = z.infer<typeof routingPolicySchema>;
 const hostPort = z.string().regex(/^(unix:.+|[^:\s]+:\d+)$/, 'expected HOST:PORT or unix:PATH');
 
 export const modelSchema = z
@@ -71,10 +74,30 @@ export const modelSchema = z
     /** A request not finished this long after it arrived ends with `request_timeout` (504). */
     request_timeout_s: z.number().positive().optional(),
     /**
+     * Speculative decoding, in vLLM's spelling (`--speculative-config` on the command line): `ngram`
+     * proposes the tokens that followed the latest earlier occurrence of the sequence's last
+     * n tokens (n from prompt_lookup_max down to prompt_lookup_min; both 5 when neither is set,
+     * the other one's value when one is); the step verifies up to num_speculative_tokens of them
+     * per sequence, as many as pay (`adaptive`), and the output is exactly plain decoding's.
+     */
+    speculative_config: z
+      .object({
+        method: z.literal('ngram'),
+        num_speculative_tokens: z.number().int().min(1).max(16),
+        prompt_lookup_min: z.number().int().positive().optional(),
+        prompt_lookup_max: z.number().int().positive().optional(),
+        adaptive: z.boolean().default(true),
+      })
+      .strict()
+      .refine((s) => (s.prompt_lookup_min ?? s.prompt_lookup_max ?? 5) <= (s.prompt_lookup_max ?? s.prompt_lookup_min ?? 5), {
+        message: 'prompt_lookup_min must not exceed prompt_lookup_max',
+      })
+      .optional(),
+    /**
      * How the gateway picks a worker: `kv-aware` (the longest cached prefix against load),
      * `least-load`, `round-robin` or `random`. With one worker there is nothing to pick.
      */
-    routing_policy: z.enum(['kv-aware', 'least-load', 'round-robin', 'random']).default('kv-aware'),
+    routing_policy: routingPolicySchema,
   })
   .strict()
   .refine((m) => !(m.kv_cache_blocks !== undefined && m.kv_cache_bytes !== undefined), {
@@ -178,11 +201,15 @@ export const serverSchema = z
     receive_timeout_s: z.number().positive().default(60),
     /** An idle keep-alive connection closes after this; above the 60 s idle timeout of common load balancers. */
     keep_alive_timeout_s: z.number().positive().default(72),
-    /** Connections past this many are refused (closed at once). */
+    /** Connections past this many are refused (closed at once); room for bench:gateway's 1,000 SSE and 1,000 WebSocket clients, twice over. */
     max_connections: z.number().int().positive().default(4096),
-    /** A stream without output this long gets its headers and a `: keep-alive` comment, then one more each time again. */
+    /**
+     * A stream without output this long gets its headers and a `: keep-alive` comment, then one more
+     * each time again: long enough that nearly every early error still gets its HTTP status, short
+     * enough for proxies that drop a response silent for 10 s or more.
+     */
     sse_keepalive_s: z.number().positive().default(5),
-    /** Threads that parse large bodies and render and tokenize large prompts off the event loop. */
+    /** Threads that parse large bodies and render and tokenize large prompts off the event loop (the workers own the cores; two keep one huge prompt from delaying the next). */
     tokenizer_threads: z.number().int().positive().default(2),
     // The Responses API (/v1/responses).
     /** Most responses the in-memory store holds (store: true); past it, the least recently used leave first. */
@@ -198,7 +225,7 @@ export const serverSchema = z
     websocket_max_connection_s: z.number().positive().default(3600),
     /** Seconds between keepalive pings; a peer that leaves one unanswered until the next is dropped. */
     websocket_ping_interval_s: z.number().positive().default(30),
-    /** Bytes a response stream (SSE or WebSocket) may have queued for a slow reader before it is cancelled. */
+    /** Bytes a response stream (SSE, WebSocket, generate_stream) may have queued for a slow reader before it is cancelled: about 20,000 chunks behind, beyond what the socket buffers hold. */
     stream_max_buffered_bytes: z.number().int().positive().default(4 * 1024 * 1024),
     /** JSON log lines on stdout at this level and above; --log-level and CONDUIT_LOG_LEVEL override it. */
     log_level: logLevelSchema.default('info'),
@@ -209,7 +236,7 @@ export const serverSchema = z
     path: ['headers_timeout_s'],
   });
 
-/** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see engine/classic/README.md. */
+/** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see triton/README.md. */
 export const modelRepositorySchema = z
   .object({
     /** A Triton-layout model repository; relative paths resolve against the config file. */
@@ -251,7 +278,8 @@ export const configSchema = z
     }
   });
 
-export type ModelConfig = z.infer<typeof modelSchema>;
+/** An entry of `models:`: an LLM served by engine workers (triton/model-config.ts has the ordinary models' `ModelConfig`). */
+export type LlmModelConfig = z.infer<typeof modelSchema>;
 export type ServerConfig = z.infer<typeof serverSchema>;
 export type KeyLimitsConfig = ServerConfig['key_limits'];
 export type KeyRole = z.infer<typeof keyRoleSchema>;
@@ -298,12 +326,12 @@ export function loadConfigFile(file: string): Config {
   return validateConfig(raw, file);
 }
 
-export function servedName(model: ModelConfig): string {
+export function servedName(model: LlmModelConfig): string {
   return model.served_name ?? path.basename(model.path);
 }
 
 /** Cores divided among the local workers of every model, never oversubscribed, at least 1. */
-export function threadsPerWorker(model: ModelConfig, config: Config, numCores = os.availableParallelism()): number {
+export function threadsPerWorker(model: LlmModelConfig, config: Config, numCores = os.availableParallelism()): number {
   if (model.threads_per_worker !== undefined) return model.threads_per_worker;
   const numLocalWorkers = config.models.reduce((sum, m) => sum + m.num_workers, 0);
   return Math.max(1, Math.floor(numCores / Math.max(1, numLocalWorkers)));

@@ -1,4 +1,4 @@
-// A worker's side of the shared routing state (proto/redis-state.ts): it registers in Redis with
+// A worker's side of the shared routing state (shared-state.ts): it registers in Redis with
 // a heartbeat that expires, and publishes its engine's KV events to its stream, opening the
 // stream with a snapshot of its cache. When Redis goes away, events are dropped, not queued: on
 // its return the worker registers again and publishes a fresh snapshot, trimming the stream
@@ -14,7 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import {
   encodeKvEvents, isSnapshot, KV_ENTRY, kvStreamKey, REDIS_CLIENT_OPTIONS, workerKey, WORKERS_KEY, type WorkerRegistration,
-} from '../proto/redis-state.ts';
+} from './shared-state.ts';
 import type { StepReport, WorkerModelInfo } from './types.ts';
 
 /** What the publisher reads of an engine: its reports, the first of each subscription a snapshot. */

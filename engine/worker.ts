@@ -1,5 +1,6 @@
 // One engine worker process: loads the model into the native runtime, runs the engine loop
 // over it, and serves proto/engine.proto on one address.
+import type { SpeculativeConfig } from './spec/proposer.ts';
 import type { LevelWithSilent } from 'pino';
 import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { describeKvCache, loadModel } from '../native/index.ts';
@@ -38,11 +39,13 @@ export interface WorkerSettings {
   tensorParallelSize?: number;
   enablePrefixCaching: boolean;
   schedulingPolicy: SchedulingPolicy;
+  /** Speculative decoding (engine/spec/); none when absent or null. */
+  speculative?: SpeculativeConfig | null;
   /** Threads that compile structured outputs' grammars and fill their masks (2 by default; started on first use). */
   grammarThreads?: number;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
   listen: string;
-  /** Register in Redis and publish KV events there, for gateways on other machines (proto/redis-state.ts). */
+  /** Register in Redis and publish KV events there, for gateways on other machines (shared-state.ts). */
   sharedState?: SharedStateSettings;
   /** JSON lines on stdout at this level and above ('info' when unset); or a logger of the caller's. */
   logLevel?: LevelWithSilent;
@@ -133,6 +136,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       generationDefaults,
       enablePrefixCaching: settings.enablePrefixCaching,
       policy: settings.schedulingPolicy,
+      speculative: settings.speculative,
       grammars: new GrammarService({
         modelDir: settings.modelDir,
         vocabSize: model.info.vocabSize,
@@ -140,6 +144,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
         maxNumSeqs: settings.maxNumSeqs,
         numThreads: settings.grammarThreads,
       }),
+      log,
     });
   } catch (err) {
     runner.close();

@@ -2,6 +2,7 @@
 // has a stable code here with its HTTP status, OpenAI error type and gRPC status. Each wire
 // form (OpenAI JSON envelope, SSE error event, KServe body, gRPC status) is rendered from it.
 // Every code the engine emits (engine/errors.ts) has an entry: the compiler checks it below.
+import type { FastifyError } from 'fastify';
 import type { EngineError, EngineErrorCode } from '../engine/errors.ts';
 
 /** gRPC status codes (grpc/status.h), so this module needs no grpc import. */
@@ -151,6 +152,18 @@ export class ApiError extends Error {
  */
 export function fromEngineError(error: EngineError): ApiError {
   return publicError(isErrorCode(error.code) ? error.code : 'internal_error', error.message);
+}
+
+/**
+ * Fastify's own errors (a body over the limit, a malformed request it refused) as the
+ * catalogue's; null for anything else, which each surface maps in its own terms.
+ */
+export function fromFastifyError(error: FastifyError, bodyLimitBytes: number): ApiError | null {
+  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+    return new ApiError('body_too_large', `The request body is larger than the ${bodyLimitBytes}-byte limit.`);
+  }
+  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) return new ApiError('invalid_request', error.message);
+  return null;
 }
 
 /** text as the message, unless the code has a public message: then text is only the detail. */

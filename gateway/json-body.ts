@@ -21,17 +21,17 @@ export const MAX_JSON_CONTAINERS = 32_768;
 
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
-function decodeJsonBody(bytes: Uint8Array): unknown {
+function decodeJsonBody(bytes: Uint8Array, subject: string): unknown {
   let text: string;
   try {
     text = strictUtf8.decode(bytes);
   } catch {
-    throw new ApiError('invalid_utf8', 'The request body is not valid UTF-8.');
+    throw new ApiError('invalid_utf8', `${subject} is not valid UTF-8.`);
   }
   try {
     return JSON.parse(text);
   } catch (err) {
-    throw new ApiError('invalid_json', `The request body is not valid JSON: ${(err as Error).message}`);
+    throw new ApiError('invalid_json', `${subject} is not valid JSON: ${(err as Error).message}`);
   }
 }
 
@@ -44,7 +44,7 @@ function decodeJsonBody(bytes: Uint8Array): unknown {
 export const MAX_JSON_DEPTH = 128;
 
 /** Counts objects and arrays and their depth without recursion (a body may nest millions deep). */
-export function checkJsonShape(value: unknown) {
+function checkJsonShape(value: unknown, subject = 'The request body') {
   const pending: unknown[] = [value];
   const depths: number[] = [1];
   let numContainers = 0;
@@ -53,9 +53,9 @@ export function checkJsonShape(value: unknown) {
     const depth = depths.pop()!;
     if (item === null || typeof item !== 'object') continue;
     if (++numContainers > MAX_JSON_CONTAINERS) {
-      throw new ApiError('invalid_request', `The request body holds more than ${MAX_JSON_CONTAINERS} JSON objects and arrays.`);
+      throw new ApiError('invalid_request', `${subject} holds more than ${MAX_JSON_CONTAINERS} JSON objects and arrays.`);
     }
-    if (depth > MAX_JSON_DEPTH) throw depthError();
+    if (depth > MAX_JSON_DEPTH) throw depthError(subject);
     for (const child of Array.isArray(item) ? item : Object.values(item)) {
       if (child !== null && typeof child === 'object') {
         pending.push(child);
@@ -77,7 +77,7 @@ const BACKSLASH = 0x5c;
  * outside strings) costs a few milliseconds for 8 MiB, where parsing millions of nested arrays
  * first took seconds of a thread and hundreds of megabytes.
  */
-function checkNestingDepth(bytes: Uint8Array) {
+function checkNestingDepth(bytes: Uint8Array, subject: string) {
   let depth = 0;
   let isInString = false;
   for (let i = 0; i < bytes.length; i++) {
@@ -88,22 +88,25 @@ function checkNestingDepth(bytes: Uint8Array) {
     } else if (byte === QUOTE) {
       isInString = true;
     } else if (byte === OPEN_BRACKET || byte === OPEN_BRACE) {
-      if (++depth > MAX_JSON_DEPTH) throw depthError();
+      if (++depth > MAX_JSON_DEPTH) throw depthError(subject);
     } else if (byte === CLOSE_BRACKET || byte === CLOSE_BRACE) {
       depth--;
     }
   }
 }
 
-function depthError(): ApiError {
-  return new ApiError('invalid_request', `The request body nests JSON objects and arrays more than ${MAX_JSON_DEPTH} deep.`);
+function depthError(subject: string): ApiError {
+  return new ApiError('invalid_request', `${subject} nests JSON objects and arrays more than ${MAX_JSON_DEPTH} deep.`);
 }
 
-/** The body's value, checked: nesting, valid UTF-8, valid JSON, and a shape every later step can walk. */
-export function parseJsonBody(bytes: Uint8Array): unknown {
-  checkNestingDepth(bytes);
-  const value = decodeJsonBody(bytes);
-  checkJsonShape(value);
+/**
+ * The body's value, checked: nesting, valid UTF-8, valid JSON, and a shape every later step can
+ * walk. subject names the bytes in the errors (a WebSocket event is read the same way).
+ */
+export function parseJsonBody(bytes: Uint8Array, subject = 'The request body'): unknown {
+  checkNestingDepth(bytes, subject);
+  const value = decodeJsonBody(bytes, subject);
+  checkJsonShape(value, subject);
   return value;
 }
 

@@ -3,7 +3,7 @@
 // text that cannot fit the context is refused by its length before anyone pays to tokenize it.
 import type { OffloadPool } from './offload/pool.ts';
 import { numbersOf, utf8Of } from './offload/sliced-copy.ts';
-import type { LoadedModel } from './served-model.ts';
+import type { RegisteredModel } from './served-model.ts';
 import type { ChatMessage, TemplateInputs, TemplateKwargs } from './tokenizer/chat-template.ts';
 import { checkPromptChars, encodePrompt, renderChat } from './tokenizer/prompt.ts';
 
@@ -38,7 +38,7 @@ export class PromptEncoder {
   }
 
   /** addSpecialTokens: what the checkpoint adds around a bare prompt (a rendered chat has its own). */
-  async encodePrompt(model: LoadedModel, text: string, addSpecialTokens: boolean, options: EncodeOptions = {}): Promise<number[]> {
+  async encodePrompt(model: RegisteredModel, text: string, addSpecialTokens: boolean, options: EncodeOptions = {}): Promise<number[]> {
     const { isWanted, fitContext = true } = options;
     if (fitContext) checkPromptChars(model, text.length);
     if (text.length <= MAX_INLINE_PROMPT_CHARS) return encodePrompt(model, text, addSpecialTokens, fitContext);
@@ -47,7 +47,7 @@ export class PromptEncoder {
     return numbersOf(await this.pool.run(job, { isWanted, transfer: [textBytes.buffer as ArrayBuffer] }));
   }
 
-  async encodeChat(model: LoadedModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, options: EncodeOptions = {}): Promise<number[]> {
+  async encodeChat(model: RegisteredModel, messages: readonly ChatMessage[], addGenerationPrompt: boolean, options: EncodeOptions = {}): Promise<number[]> {
     const { isWanted, param = 'messages', fitContext = true, tools, templateKwargs } = options;
     const inputs: TemplateInputs = { tools: tools as object[] | undefined, kwargs: templateKwargs };
     if (messages.length > MAX_INLINE_MESSAGES && model.chatTemplate !== null) {
@@ -60,6 +60,6 @@ export class PromptEncoder {
   }
 }
 
-function refOf(model: LoadedModel) {
+function refOf(model: RegisteredModel) {
   return { name: model.name, modelDir: model.modelDir, maxModelLen: model.maxModelLen };
 }

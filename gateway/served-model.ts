@@ -45,7 +45,7 @@ export function routerOf(model: ServedModel): ModelRouter<ServedWorker> {
   return model.router;
 }
 
-export interface LoadedModel extends ServedModel {
+export interface RegisteredModel extends ServedModel {
   router: ModelRouter<ServedWorker>;
   tokenizer: Tokenizer;
   /** Null when the checkpoint has none; chat requests are then refused. */
@@ -81,8 +81,8 @@ function readCheckpoint(model: ServedModel) {
 }
 
 export class ModelRegistry {
-  readonly models: readonly LoadedModel[];
-  private readonly modelsByName: Map<string, LoadedModel>;
+  readonly models: readonly RegisteredModel[];
+  private readonly modelsByName: Map<string, RegisteredModel>;
 
   /** Throws a CheckpointError for a model whose directory cannot be read. */
   constructor(models: readonly ServedModel[]) {
@@ -99,7 +99,7 @@ export class ModelRegistry {
     this.modelsByName = new Map(this.models.map((model) => [model.name, model]));
   }
 
-  get(name: string): LoadedModel {
+  get(name: string): RegisteredModel {
     const model = this.modelsByName.get(name);
     if (model === undefined) {
       throw new ApiError('model_not_found', `The model \`${name}\` does not exist.`, 'model');

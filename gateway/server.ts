@@ -6,14 +6,15 @@ import { AccessControl, installAdmission, type AccessOptions } from './admission
 import { installAuth, selectSubprotocol } from './auth.ts';
 import { capConnections, connectionOptions } from './connections.ts';
 import { chatPagePlugin } from './chat-page/chat-page.ts';
-import { ApiError, toOpenAIBody } from './errors.ts';
+import { ApiError, fromFastifyError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
 import { installBodyDecompression } from './body-decoding.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { echoRequestIdOnUpgrade, installAccessLog, loggerOptions, type LogSettings } from './logging.ts';
 import type { Logger } from 'pino';
 import { kservePlugin } from './kserve/index.ts';
-import type { ModelRepository } from '../engine/classic/index.ts';
+import type { ModelRepository } from '../triton/index.ts';
+import { KServeLlms } from './kserve/llm-models.ts';
 import type { KServeControl } from './kserve/control.ts';
 import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './limits.ts';
 import { OffloadPool } from './offload/pool.ts';
@@ -26,7 +27,8 @@ import { ModelRegistry, type ServedModel } from './served-model.ts';
 
 export { createMetricsServer, GatewayMetrics } from './metrics.ts';
 export type { ServedModel, ServedWorker } from './served-model.ts';
-export type { ResponsesSettings } from './openai/responses/index.ts';
+export { responsesSettingsOf, type ResponsesSettings } from './openai/responses/index.ts';
+export { gatewayLimitsOf } from './limits.ts';
 export { AccessControl, type AccessOptions } from './admission.ts';
 export type { ApiKeySpec } from './auth.ts';
 export type { LogSettings } from './logging.ts';
@@ -55,15 +57,9 @@ export interface GatewayOptions {
   drainTimeoutMs?: number;
 }
 
-/** Fastify's own errors (body parsing, limits) mapped onto the catalogue. */
 function toApiError(error: FastifyError, bodyLimitBytes: number): ApiError {
   if (error instanceof ApiError) return error;
-  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-    return new ApiError('body_too_large', `The request body is larger than the ${bodyLimitBytes}-byte limit.`);
-  }
-  const statusCode = error.statusCode ?? 500;
-  if (statusCode >= 400 && statusCode < 500) return new ApiError('invalid_request', error.message);
-  return new ApiError('internal_error', 'The server failed to handle the request.');
+  return fromFastifyError(error, bodyLimitBytes) ?? new ApiError('internal_error', 'The server failed to handle the request.');
 }
 
 export async function createGateway(options: GatewayOptions): Promise<FastifyInstance> {
@@ -80,6 +76,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   });
   capConnections(app, limits);
   const pool = new OffloadPool(limits.tokenizerThreads);
+  const prompts = new PromptEncoder(pool);
   app.addHook('onClose', () => pool.close());
   installBodyDecompression(app, options.bodyLimitBytes);
   installJsonBodyParser(app, pool);
@@ -115,14 +112,17 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
     registry,
     metrics,
     streamLimits: limits,
-    prompts: new PromptEncoder(pool),
+    prompts,
     responses: { ...DEFAULT_RESPONSES_SETTINGS, ...options.responses },
   });
   await app.register(healthPlugin, { models: options.models, readiness });
   await app.register(chatPagePlugin);
+  // The LLMs as v2 models: one set of statistics for /v2 and the gRPC service (bin/serve.ts hands it over).
+  const kserveLlms = new KServeLlms(registry, metrics, prompts);
+  app.decorate('kserveLlms', kserveLlms);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
-    control: options.classic?.control, pool, maxBufferedBytes: limits.sseBufferLimitBytes,
+    control: options.classic?.control, pool, prompts, maxBufferedBytes: limits.streamMaxBufferedBytes, llms: kserveLlms,
   });
   return app;
 }

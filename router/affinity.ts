@@ -1,16 +1,7 @@
-// Session affinity: the worker that served a conversation's previous turn, by a key the client
-// sends (the `x-session-id` header, or a Responses request's `previous_response_id`). Entries
-// expire after a quiet spell and the oldest go first past a bound, so the table stays small
-// whatever clients send.
-
-/** The request header that names a conversation (Dynamo's X-Dynamo-Session-ID, AIBrix's session key). */
-export const SESSION_HEADER = 'x-session-id';
-
-/** The affinity key of a request's headers: its session header, when it has exactly one. */
-export function affinityKeyOf(headers: Readonly<Record<string, string | string[] | undefined>>): string | undefined {
-  const value = headers[SESSION_HEADER];
-  return typeof value === 'string' && value !== '' ? value : undefined;
-}
+// Session affinity: the worker that served a conversation's previous turn, by a key the gateway
+// reads from the request (gateway/generation-request.ts: the `x-session-id` header, or a
+// Responses request's `previous_response_id`). Entries expire after a quiet spell and the oldest
+// go first past a bound, so the table stays small whatever clients send.
 
 interface Entry {
   address: string;

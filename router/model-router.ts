@@ -15,6 +15,7 @@
 // Load is what the worker last reported, or what this gateway has sent it since if that is
 // more: a report lags the requests routed since it was made, and a burst decided between two
 // reports must not all land on one worker (llm-d-router #2515, dynamo #589).
+import { pino, type Logger } from 'pino';
 import { BLOCK_HASH_WORDS, blockHashWords, chainBlockHashWords, HASH_SCHEME, rootHash } from '../engine/kv/block-hash.ts';
 import type { KvEvent, StepReport, WorkerLoad, WorkerModelInfo } from '../engine/types.ts';
 import { AffinityTable } from './affinity.ts';
@@ -170,7 +171,11 @@ export interface ModelRouterOptions {
   settings: RouterSettings;
   /** Draws in [0, 1) for tie-breaks and the random policy (seeded in tests). */
   random?: () => number;
+  /** The gateway's log (component `router`); silent when omitted. */
+  log?: Logger;
 }
+
+export const silentLogger: Logger = pino({ level: 'silent' });
 
 export type WorkerWatcher<W> = (worker: W) => (() => void) | void;
 
@@ -191,6 +196,7 @@ export class ModelRouter<W extends RoutableWorker> {
   /** Per cache salt: its root hash in numeric form. */
   private readonly rootsBySalt = new Map<string, Uint32Array>();
   private readonly random: () => number;
+  private readonly log: Logger;
   private nextRoundRobin = 0;
   private readonly scratchCandidates: WorkerState<W>[] = [];
   /** Per slot: leading prompt blocks the worker holds (reused by every lookup). */
@@ -201,6 +207,7 @@ export class ModelRouter<W extends RoutableWorker> {
     this.blockSizeTokens = options.blockSizeTokens;
     this.settings = options.settings;
     this.random = options.random ?? Math.random;
+    this.log = options.log ?? silentLogger;
     this.affinity = new AffinityTable(options.settings.sessionTtlMs, options.settings.maxSessions);
   }
 
@@ -508,7 +515,7 @@ export class ModelRouter<W extends RoutableWorker> {
     if (info.modelName !== this.modelName) problems.push(`serves ${info.modelName}, not ${this.modelName}`);
     state.hashesMatch = problems.length === 0;
     if (!state.hashesMatch) {
-      console.warn(`router: worker ${state.worker.address} ${problems.join('; ')}: routed by load only`);
+      this.log.warn({ worker: state.worker.address }, `worker ${state.worker.address} ${problems.join('; ')}: routed by load only`);
     }
   }
 }

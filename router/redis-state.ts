@@ -1,4 +1,4 @@
-// A gateway's side of the shared routing state (proto/redis-state.ts): it discovers the workers
+// A gateway's side of the shared routing state (engine/shared-state.ts): it discovers the workers
 // registered in Redis for the models it serves, adds them to their routers and drops them when
 // their heartbeat expires, and reads their KV event streams into the routers' prefix indexes.
 //
@@ -11,8 +11,9 @@ import { Redis } from 'ioredis';
 import {
   decodeKvEvents, isSnapshot, KV_ENTRY, kvStreamKey, MAX_RECONNECT_DELAY_MS, parseRegistration, REDIS_CLIENT_OPTIONS, workerKey, WORKERS_KEY,
   type WorkerRegistration,
-} from '../proto/redis-state.ts';
-import type { ModelRouter, RoutableWorker } from './model-router.ts';
+} from '../engine/shared-state.ts';
+import type { Logger } from 'pino';
+import { silentLogger, type ModelRouter, type RoutableWorker } from './model-router.ts';
 
 /** A worker the gateway can close once its requests are done. */
 export interface ClosableWorker extends RoutableWorker {
@@ -30,6 +31,8 @@ export interface SharedStateOptions<W extends ClosableWorker> {
   heartbeatIntervalMs: number;
   /** How long a registration lives without a heartbeat (the grace after Redis returns is this plus a reconnect's delay). */
   heartbeatTtlMs: number;
+  /** The gateway's log (component `router`); silent when omitted. */
+  log?: Logger;
 }
 
 interface Discovered<W extends ClosableWorker> {
@@ -47,6 +50,7 @@ const ENTRIES_PER_READ = 512;
 
 export class RedisSharedState<W extends ClosableWorker> {
   private readonly options: SharedStateOptions<W>;
+  private readonly log: Logger;
   private readonly commands: Redis;
   /** XREAD BLOCK holds its connection: it gets one of its own. */
   private readonly reader: Redis;
@@ -72,6 +76,7 @@ export class RedisSharedState<W extends ClosableWorker> {
 
   constructor(options: SharedStateOptions<W>) {
     this.options = options;
+    this.log = options.log ?? silentLogger;
     this.commands = new Redis(options.redisUrl, REDIS_CLIENT_OPTIONS);
     this.reader = new Redis(options.redisUrl, REDIS_CLIENT_OPTIONS);
     for (const client of [this.commands, this.reader]) client.on('error', () => {}); // they reconnect on their own
@@ -150,7 +155,7 @@ export class RedisSharedState<W extends ClosableWorker> {
         try {
           registration = parseRegistration(value);
         } catch (err) {
-          console.warn(`router: ${(err as Error).message}`);
+          this.log.warn({ err }, 'a worker registration in Redis is unreadable; skipped');
           continue;
         }
         if (this.options.routers.has(registration.model.modelName)) live.set(workerId, registration);
@@ -258,7 +263,7 @@ export class RedisSharedState<W extends ClosableWorker> {
     try {
       events = decodeKvEvents(values.get(KV_ENTRY.events) ?? '');
     } catch (err) {
-      console.warn(`router: worker ${entry.registration.address}: ${(err as Error).message}`);
+      this.log.warn({ worker: entry.registration.address, err }, 'unreadable KV events in Redis; skipped');
       entry.lastEntryId = entryId;
       return;
     }

@@ -1,8 +1,8 @@
-// What a model's router is told: its policy and the weights of its cost, with the defaults that
-// configs/schema.ts documents (configs/README.md shows them in YAML).
+// What a model's router is told: its policy and the weights of its cost, in the router's units;
+// the defaults are configs/schema.ts's (configs/README.md shows them in YAML).
+import { routerSchema, routingPolicySchema, type RouterConfig, type RoutingPolicy } from '../configs/schema.ts';
 
-export const ROUTING_POLICIES = ['kv-aware', 'least-load', 'round-robin', 'random'] as const;
-export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
+export type { RoutingPolicy };
 
 export interface RouterSettings {
   policy: RoutingPolicy;
@@ -30,12 +30,17 @@ export interface RouterSettings {
   maxSessions: number;
 }
 
-export const DEFAULT_ROUTER_SETTINGS: Readonly<RouterSettings> = {
-  policy: 'kv-aware',
-  loadWeight: 0.5,
-  requestLoadTokens: 32,
-  busyLoadFactor: 2,
-  busyKvUsage: 0.95,
-  sessionTtlMs: 600_000,
-  maxSessions: 100_000,
-};
+/** A model's routing_policy and the configuration's `router:` weights. */
+export function routerSettingsOf(policy: RoutingPolicy, router: RouterConfig): RouterSettings {
+  return {
+    policy,
+    loadWeight: router.load_weight,
+    requestLoadTokens: router.request_load_tokens,
+    busyLoadFactor: router.busy_load_factor,
+    busyKvUsage: router.busy_kv_usage,
+    sessionTtlMs: router.session_ttl_s * 1000,
+    maxSessions: router.max_sessions,
+  };
+}
+
+export const DEFAULT_ROUTER_SETTINGS: Readonly<RouterSettings> = routerSettingsOf(routingPolicySchema.parse(undefined), routerSchema.parse({}));

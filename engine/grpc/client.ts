@@ -5,7 +5,7 @@
 // every pending request at once with an 'engine_unavailable' error, never a hang.
 import * as grpc from '@grpc/grpc-js';
 import { errorOutput } from '../request-output.ts';
-import type { EngineClient, GenerateRequest, RequestOutput, StepReport, WorkerLoad, WorkerModelInfo } from '../types.ts';
+import type { EngineClient, GenerateRequest, ReportListener, RequestOutput, WorkerLoad, WorkerModelInfo } from '../types.ts';
 import {
   generateToWire,
   healthFromWire,
@@ -37,7 +37,6 @@ interface PendingRequest {
   numPromptTokens: number;
 }
 
-export type ReportListener = (report: StepReport) => void;
 
 export interface EngineClientOptions {
   /**

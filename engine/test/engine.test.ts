@@ -1,16 +1,18 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createEngine, type Engine } from '../engine.ts';
+import { createWorkerLogger, type Logger } from '../log.ts';
 import type { GenerateRequest, RequestOutput } from '../types.ts';
 import { FakeRunner, distinctPrompt } from './fake-runner.ts';
 
-function setup(numKvBlocks = 32) {
+function setup(numKvBlocks = 32, log?: Logger) {
   const runner = new FakeRunner({ numKvBlocks, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 64 });
   const engine = createEngine(runner, {
     servedName: 'fake',
     maxNumSeqs: 4,
     maxNumBatchedTokens: 16,
     generationDefaults: { eosTokenIds: [2] },
+    log,
   });
   return { runner, engine };
 }
@@ -130,12 +132,9 @@ test('close ends requests in flight with an error, refuses new ones and closes t
 });
 
 test('a listener that throws loses its own request and the engine serves on', async (t) => {
-  const { engine } = setup();
+  const lines: string[] = [];
+  const { engine } = setup(32, createWorkerLogger('warn', { write: (line: string) => lines.push(line) }));
   t.after(() => engine.close());
-  const warnings: string[] = [];
-  const onWarning = (warning: Error) => warnings.push(warning.message);
-  process.on('warning', onWarning);
-  t.after(() => process.off('warning', onWarning));
   let numCalls = 0;
   engine.generate(request('thrower', 10), () => {
     numCalls++;
@@ -146,6 +145,9 @@ test('a listener that throws loses its own request and the engine serves on', as
   assert.equal(numCalls, 1);
   // The thrower's prompt and the other's prompt and outputs fill one 4-token block each.
   assert.deepEqual(engine.health().load, { numRunning: 0, numWaiting: 0, numFreeBlocks: 32, numTotalBlocks: 32, numQueuedPrefillTokens: 0, numCachedBlocks: 2 });
-  await new Promise((resolve) => setImmediate(resolve));
-  assert.match(warnings.join('\n'), /request thrower threw: listener bug/);
+  // One line in the worker's log, naming the request and the error.
+  const warnings = lines.map((line) => JSON.parse(line)).filter((line) => line.level === 'warn');
+  assert.equal(warnings.length, 1);
+  assert.equal(warnings[0].engine_request_id, 'thrower');
+  assert.equal(warnings[0].err.message, 'listener bug');
 });

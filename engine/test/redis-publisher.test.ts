@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { decodeKvEvents, KV_ENTRY, kvStreamKey, parseRegistration, workerKey, WORKERS_KEY } from '../../proto/redis-state.ts';
+import { decodeKvEvents, KV_ENTRY, kvStreamKey, parseRegistration, workerKey, WORKERS_KEY } from '../shared-state.ts';
 import { startDroppingProxy } from '../../test/dropping-proxy.ts';
 import { startRedisServer } from '../../test/redis-server.ts';
 import { createEngine, type Engine } from '../engine.ts';

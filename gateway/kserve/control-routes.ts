@@ -3,19 +3,14 @@
 // (answered as a Triton built without GPU support), /[models/{m}/]trace/setting and /logging.
 // All of them are administrative: with API keys, only an admin key may call them (auth.ts).
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ClassicError, type ModelRepository } from '../../engine/classic/index.ts';
+import { ClassicError, type ModelRepository } from '../../triton/index.ts';
 import { adminOnly } from '../auth.ts';
+import { jsonBody, send } from './body.ts';
 import {
   CUDA_SHARED_MEMORY_SURFACE, LOGGING_SURFACE, SHARED_MEMORY_SURFACE, TRACE_SURFACE, type KServeControl,
 } from './control.ts';
 import { cudaRegisterError, cudaStatus } from './cuda-shared-memory.ts';
 import type { SettingValue } from './trace.ts';
-
-export interface ControlRouteHelpers {
-  /** The request body as a JSON object ({} when empty). */
-  jsonBody(request: FastifyRequest): Record<string, unknown>;
-  send(request: FastifyRequest, reply: FastifyReply, body: string, contentType: string): unknown;
-}
 
 type RegionParams = { region?: string };
 
@@ -27,8 +22,7 @@ function settingValue(name: string, value: unknown): SettingValue {
   throw new ClassicError('INVALID_ARG', `trace setting '${name}' must be a string, a list of strings or null`);
 }
 
-export function registerControlRoutes(app: FastifyInstance, control: KServeControl, repository: ModelRepository, helpers: ControlRouteHelpers) {
-  const { jsonBody, send } = helpers;
+export function registerControlRoutes(app: FastifyInstance, control: KServeControl, repository: ModelRepository) {
   const sendJson = (request: FastifyRequest, reply: FastifyReply, body: unknown) => send(request, reply, JSON.stringify(body), 'application/json');
   const { sharedMemory } = control;
   const sharedMemoryAdmin = { onRequest: adminOnly(SHARED_MEMORY_SURFACE) };

@@ -1,6 +1,6 @@
 // Triton's statuses onto the one error catalogue: INVALID_ARG and ALREADY_EXISTS 400, NOT_FOUND 404, UNAVAILABLE
 // 503, UNSUPPORTED 501, INTERNAL 500 (server src/http_server.cc HttpCodeFromError).
-import { ClassicError, ModelConfigError, TensorError, type ClassicStatus } from '../../engine/classic/index.ts';
+import { ClassicError, ModelConfigError, TensorError, type ClassicStatus } from '../../triton/index.ts';
 import { ApiError, type ErrorCode } from '../errors.ts';
 
 const CODES: Record<ClassicStatus, ErrorCode> = {
@@ -11,6 +11,11 @@ const CODES: Record<ClassicStatus, ErrorCode> = {
   UNSUPPORTED: 'not_implemented',
   INTERNAL: 'internal_error',
 };
+
+/** An error of ours (the catalogue's or Triton's core's), as opposed to fastify's own. */
+export function isKServeError(err: unknown): boolean {
+  return err instanceof ApiError || err instanceof ClassicError || err instanceof TensorError || err instanceof ModelConfigError;
+}
 
 export function toKServeError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;

@@ -6,12 +6,16 @@
 // the text unless it is true; streaming never echoes, and refuses it set to false.
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { SamplingParams } from '../../engine/types.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
 import { ranges } from '../openai/schemas.ts';
+import { jsonBody } from './body.ts';
 import { startGeneration, type GenerationFinish } from '../generation.ts';
+import { generationRequestOf, originOf, samplingOf, type RequestOrigin } from '../generation-request.ts';
+import type { IsWanted, PromptEncoder } from '../prompt-encoder.ts';
 import type { GatewayMetrics } from '../metrics.ts';
-import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import { clientIsConnected } from '../openai/respond.ts';
+import { endSlowStream, slowReaderError } from '../slow-reader.ts';
+import type { RegisteredModel, ModelRegistry } from '../served-model.ts';
 
 /** Fields are read at the top level or under `parameters`, as Triton maps either onto the model's inputs. */
 const fieldsSchema = z.object({
@@ -47,57 +51,62 @@ function parse(json: unknown): z.infer<typeof requestSchema> {
   return parsed.data;
 }
 
-function samplingOf(fields: Fields, maxTokens: number): SamplingParams {
-  const sampling: SamplingParams = { maxTokens };
-  if (fields.temperature !== undefined) sampling.temperature = fields.temperature;
-  if (fields.top_p !== undefined) sampling.topP = fields.top_p;
-  if (fields.top_k !== undefined) sampling.topK = Math.max(0, fields.top_k);
-  if (fields.seed !== undefined) sampling.seed = BigInt.asUintN(64, BigInt(fields.seed));
-  if (fields.ignore_eos !== undefined) sampling.ignoreEos = fields.ignore_eos;
-  return sampling;
+/**
+ * A generate request's GenerationRequest, the prompt it echoes and the head of each answer; the
+ * LLMs' v2 infer (llm-models.ts) reads its tensors into the same JSON and comes here too. The
+ * prompt is encoded by the gateway's PromptEncoder (a large one off the event loop).
+ */
+export async function prepareGenerate(
+  model: RegisteredModel, json: unknown, streamed: boolean, origin: RequestOrigin, prompts: PromptEncoder, isWanted?: IsWanted,
+) {
+  const body = parse(json);
+  const fields: Fields = { ...body, ...body.parameters };
+  if (streamed && fields.exclude_input_in_output === false) {
+    throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');
+  }
+  const echoedPrompt = !streamed && fields.exclude_input_in_output !== true ? body.text_input : '';
+  const promptTokenIds = await prompts.encodePrompt(model, body.text_input, true, { isWanted });
+  const maxTokens = Math.min(fields.max_tokens ?? model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
+  if (maxTokens < 1) {
+    throw new ApiError('context_length_exceeded', `the prompt has ${promptTokenIds.length} tokens; the model's context is ${model.maxModelLen}`);
+  }
+  const head = { ...(body.id === undefined ? {} : { id: body.id }), model_name: model.name, model_version: '1' };
+  const generationRequest = generationRequestOf(origin, fields, {
+    model, promptTokenIds, sampling: samplingOf(model, fields, maxTokens), wantsLogprobs: false,
+  });
+  return { generationRequest, echoedPrompt, head };
 }
 
 export interface GenerateRoutesOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
+  /** Tokenizes each prompt, a large one off the event loop (the /v1 routes' encoder). */
+  prompts: PromptEncoder;
   /** Unsent bytes a generate_stream reader may pile up before its request is cancelled (server.stream_max_buffered_bytes). */
   maxBufferedBytes: number;
-  /** The request's JSON object (parsed as every body is), {} for an empty body. */
-  jsonBody(request: FastifyRequest): Record<string, unknown>;
+  /** Whether the name is a model of the repository (which exists, but takes infer, not generate). */
+  isOrdinaryModel(name: string): boolean;
 }
 
 /** Registers generate and generate_stream for the LLMs of the registry. */
-/** A stream cut for a slow reader ends with its error event; a reader that has not taken it this long after is dropped. */
-const SLOW_READER_GRACE_MS = 10_000;
-
-export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, prompts, maxBufferedBytes, isOrdinaryModel }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
-    let model: LoadedModel;
+    let model: RegisteredModel;
     try {
       model = registry.get(request.params.model);
     } catch {
+      if (isOrdinaryModel(request.params.model)) {
+        throw new ApiError('invalid_request', `model '${request.params.model}' does not support generate: it is not an LLM (send it infer requests)`);
+      }
       throw new ApiError('model_not_found', `Request for unknown model: '${request.params.model}' is not found`);
     }
     if (request.params.version !== undefined && request.params.version !== '1') {
       throw new ApiError('model_not_found', `Request for unknown model: '${model.name}' version ${request.params.version} is not found`);
     }
-    const body = parse(jsonBody(request));
-    const fields: Fields = { ...body, ...body.parameters };
-    if (streamed && fields.exclude_input_in_output === false) {
-      throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');
-    }
-    const echoedPrompt = !streamed && fields.exclude_input_in_output !== true ? body.text_input : '';
-    const promptTokenIds = model.tokenizer.encode(body.text_input, { addSpecialTokens: true });
-    const maxTokens = Math.min(fields.max_tokens ?? model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
-    if (maxTokens < 1) {
-      throw new ApiError('context_length_exceeded', `the prompt has ${promptTokenIds.length} tokens; the model's context is ${model.maxModelLen}`);
-    }
-    const head = { ...(body.id === undefined ? {} : { id: body.id }), model_name: model.name, model_version: '1' };
-    const stopStrings = fields.stop === undefined ? [] : typeof fields.stop === 'string' ? [fields.stop] : fields.stop;
-    const generationRequest = {
-      model, promptTokenIds, sampling: samplingOf(fields, maxTokens), stopStrings, wantsLogprobs: false, arrivalMs, trace: request.trace,
-    };
+    const { generationRequest, echoedPrompt, head } = await prepareGenerate(
+      model, jsonBody(request), streamed, originOf(request, arrivalMs), prompts, clientIsConnected(request),
+    );
 
     if (!streamed) {
       let text = '';
@@ -127,15 +136,8 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
         if (numUnsentBytes <= maxBufferedBytes) return;
         isCut = true;
         generation.abort();
-        const error = new ApiError(
-          'client_too_slow',
-          `The client read the stream too slowly: ${numUnsentBytes} bytes were waiting to be sent, more than the ` +
-            `${maxBufferedBytes}-byte limit, so the request was cancelled.`,
-        );
         request.log.warn({ numUnsentBytes }, 'stream cancelled: the client reads too slowly');
-        raw.end(`data: ${JSON.stringify(toKServeBody(error))}\n\n`);
-        const destroyTimer = setTimeout(() => raw.destroy(), SLOW_READER_GRACE_MS).unref();
-        raw.once('close', () => clearTimeout(destroyTimer));
+        endSlowStream(raw, `data: ${JSON.stringify(toKServeBody(slowReaderError(numUnsentBytes, maxBufferedBytes)))}\n\n`);
         resolve();
       };
       const generation = startGeneration(generationRequest, {

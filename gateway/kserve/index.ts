@@ -2,22 +2,24 @@
 // health, server and model metadata, readiness, config, infer (JSON and binary), statistics and
 // the repository extension; shared memory, trace and logging settings (control-routes.ts). Errors
 // are Triton's `{"error": "..."}` with Triton's status codes.
-import { promisify } from 'node:util';
-import { gzip } from 'node:zlib';
-import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
-import { ApiError, toKServeBody } from '../errors.ts';
-import { parseJsonBytes } from '../json-body.ts';
+import type { FastifyError, FastifyPluginAsync, FastifyRequest } from 'fastify';
+import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../triton/index.ts';
+import { fromFastifyError, toKServeBody } from '../errors.ts';
 import type { OffloadPool } from '../offload/pool.ts';
+import type { PromptEncoder } from '../prompt-encoder.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { ModelRegistry } from '../served-model.ts';
 import { adminOnly } from '../auth.ts';
 import { KServeControl, REPOSITORY_SURFACE } from './control.ts';
 import { registerControlRoutes } from './control-routes.ts';
-import { toKServeError } from './errors.ts';
+import { isKServeError, toKServeError } from './errors.ts';
+import { originOf } from '../generation-request.ts';
 import { registerGenerateRoutes } from './generate.ts';
 import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
+import { bodyOf, jsonBody, parseKServeBody, send } from './body.ts';
 import { isLlmReady, isServerReady } from './readiness.ts';
+import { KServeLlms } from './llm-models.ts';
+import { EXTENSIONS, SERVER_NAME } from './server-metadata.ts';
 
 export interface KServePluginOptions {
   /** The ordinary models; null when the server has no model repository. */
@@ -30,67 +32,18 @@ export interface KServePluginOptions {
   control?: KServeControl;
   /** Where a large body's JSON is parsed, off the event loop (the /v1 bodies' pool). */
   pool: OffloadPool;
+  /** generate's prompts to token ids, a large one in the pool (the /v1 routes' encoder). */
+  prompts: PromptEncoder;
   /** generate_stream's bound on unsent bytes for a slow reader. */
   maxBufferedBytes: number;
+  /** The LLMs as v2 models, shared with the gRPC service; the plugin's own when omitted. */
+  llms?: KServeLlms;
 }
-
-/**
- * A /v2 body: its bytes (decompressed already, gateway/body-decoding.ts) and its JSON, parsed as
- * /v1's are (same bounds, off the loop when large): the whole body's, or with the binary
- * extension the header's (Inference-Header-Content-Length), or none for an empty body or a raw
- * binary request.
- */
-export interface KServeBody {
-  bytes: Buffer;
-  json: unknown;
-}
-
-const gzipAsync = promisify(gzip);
-
-export const SERVER_NAME = 'conduit';
-/** Triton's extensions that Conduit implements (not cuda_shared_memory: see cuda-shared-memory.ts). */
-export const EXTENSIONS = [
-  'model_repository', 'model_repository(unload_dependents)', 'schedule_policy', 'model_configuration', 'system_shared_memory',
-  'binary_tensor_data', 'parameters', 'statistics', 'trace', 'logging', 'generate',
-];
 
 type ModelParams = { model: string; version?: string };
 
 function versionOf(params: ModelParams): number | null {
   return params.version === undefined ? null : Number(params.version);
-}
-
-/** The binary extension's JSON length, when the request says one (checked by the infer route). */
-function headerLengthOf(request: FastifyRequest): number | null {
-  const value = request.headers['inference-header-content-length'];
-  return value !== undefined && /^\d+$/.test(String(value)) ? Number(value) : null;
-}
-
-async function parseKServeBody(request: FastifyRequest, bytes: Buffer, pool: OffloadPool): Promise<KServeBody> {
-  const headerLength = request.headers['inference-header-content-length'] === undefined ? bytes.byteLength : headerLengthOf(request);
-  // A raw binary request (0), a header length the infer route refuses, or nothing at all: no JSON.
-  if (headerLength === null || headerLength === 0 || headerLength > bytes.byteLength) return { bytes, json: undefined };
-  // The bytes stay the request's (the infer route reads them): a large JSON part moves to the thread as a copy.
-  return { bytes, json: await parseJsonBytes(bytes.subarray(0, headerLength), pool, request, false) };
-}
-
-function bodyOf(request: FastifyRequest): KServeBody {
-  return (request.body as KServeBody | undefined) ?? { bytes: Buffer.alloc(0), json: undefined };
-}
-
-function jsonBody(request: FastifyRequest): Record<string, unknown> {
-  const parsed = bodyOf(request).json;
-  if (parsed === undefined) return {};
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new ClassicError('INVALID_ARG', 'the request body must be a JSON object');
-  return parsed as Record<string, unknown>;
-}
-
-/** Sends JSON (or bytes), gzip-compressed (off the loop) when the client accepts it, as Triton does. */
-async function send(request: FastifyRequest, reply: FastifyReply, body: Buffer | string, contentType: string) {
-  const accept = request.headers['accept-encoding'] ?? '';
-  reply.header('content-type', contentType);
-  if (/\bgzip\b/.test(accept)) return reply.header('content-encoding', 'gzip').send(await gzipAsync(body));
-  return reply.send(body);
 }
 
 function metadataOf(repository: ModelRepository, served: ServedVersion) {
@@ -135,11 +88,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', { parseAs: 'buffer' }, async (request: FastifyRequest, body: Buffer) => parseKServeBody(request, body, options.pool));
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    let apiError = toKServeError(error);
-    if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') apiError = new ApiError('body_too_large', error.message);
-    else if (!(error instanceof ApiError) && !(error instanceof ClassicError) && error.statusCode !== undefined && error.statusCode < 500) {
-      apiError = new ApiError('invalid_request', error.message);
-    }
+    const apiError = isKServeError(error) ? toKServeError(error) : fromFastifyError(error, app.initialConfig.bodyLimit!) ?? toKServeError(error);
     if (apiError.httpStatus >= 500 && apiError.code === 'internal_error') request.log.error({ err: error }, 'kserve request failed');
     return reply.code(apiError.httpStatus).type('application/json').send(toKServeBody(apiError));
   });
@@ -149,12 +98,14 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   app.get('/health/live', async (_request, reply) => reply.code(200).send());
   app.get('/health/ready', async (_request, reply) => reply.code(isServerReady(repository, options.registry.models) ? 200 : 400).send());
 
-  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, jsonBody, maxBufferedBytes: options.maxBufferedBytes });
+  const llms = options.llms ?? new KServeLlms(options.registry, options.metrics, options.prompts);
+  const isOrdinaryModel = (name: string) => repository.index(false).some((entry) => entry.name === name);
+  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, prompts: options.prompts, maxBufferedBytes: options.maxBufferedBytes, isOrdinaryModel });
 
   const control = options.control ?? new KServeControl();
   if (options.control === undefined) app.addHook('onClose', async () => control.close());
   control.logging.attach(app.log);
-  registerControlRoutes(app, control, repository, { jsonBody, send });
+  registerControlRoutes(app, control, repository);
 
   app.get('', async (request, reply) => send(request, reply, JSON.stringify({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS }), 'application/json'));
 
@@ -167,12 +118,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   for (const url of versioned('')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
       const llm = llmOf(request.params);
-      // The LLMs take Triton's generate extension's tensors.
-      const metadata = llm === null ? metadataOf(repository, repository.get(request.params.model, versionOf(request.params))) : {
-        name: llm.name, versions: ['1'], platform: 'conduit_llm',
-        inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1] }],
-        outputs: [{ name: 'text_output', datatype: 'BYTES', shape: [-1] }],
-      };
+      const metadata = llm === null ? metadataOf(repository, repository.get(request.params.model, versionOf(request.params))) : llms.metadata(llm);
       return send(request, reply, JSON.stringify(metadata), 'application/json');
     });
   }
@@ -196,14 +142,18 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
 
   for (const url of versioned('/config')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
-      const served = repository.get(request.params.model, versionOf(request.params));
-      return send(request, reply, JSON.stringify(configJson(served)), 'application/json');
+      const llm = llmOf(request.params);
+      const config = llm === null ? configJson(repository.get(request.params.model, versionOf(request.params))) : llms.configJson(llm);
+      return send(request, reply, JSON.stringify(config), 'application/json');
     });
   }
 
   for (const url of versioned('/infer')) {
+    // As Triton: the route exists, for POST only.
+    app.get(url, async (_request, reply) => reply.code(405).header('allow', 'POST').type('application/json').send({ error: 'Method Not Allowed' }));
     app.post<{ Params: ModelParams }>(url, async (request, reply) => {
-      const served = repository.get(request.params.model, versionOf(request.params));
+      const llm = llmOf(request.params);
+      const served = llm === null ? repository.get(request.params.model, versionOf(request.params)) : { config: llms.config(llm), version: 1 };
       const headerValue = request.headers['inference-header-content-length'];
       let headerLength: number | null = null;
       if (headerValue !== undefined) {
@@ -213,7 +163,20 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
       const body = bodyOf(request);
       const decoded = decodeInferRequest(body.bytes, headerLength, body.json, served.config, control.sharedMemoryFor(request.apiKey));
       const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault, sharedMemory: null }));
-      const outputs = await control.infer(served, {
+      if (llm !== null) {
+        const aborted = new AbortController();
+        reply.raw.once('close', () => { if (!reply.raw.writableEnded) aborted.abort(); });
+        const parameters = (jsonBody(request).parameters ?? {}) as Record<string, unknown>;
+        const llmOutputs = await llms.infer(
+          llm, { id: decoded.id, inputs: decoded.inputs, parameters, requestedOutputs: order.map((o) => o.name) }, {}, aborted.signal,
+          originOf(request, performance.now()),
+        );
+        const encodedLlm = encodeInferResponse(llm.name, 1, decoded.id, llmOutputs, order);
+        if (encodedLlm.jsonLength === null) return send(request, reply, encodedLlm.body, 'application/json');
+        reply.header('inference-header-content-length', String(encodedLlm.jsonLength));
+        return send(request, reply, encodedLlm.body, 'application/octet-stream');
+      }
+      const outputs = await control.infer(served as ServedVersion, {
         inputs: decoded.inputs,
         requestedOutputs: order.map((output) => output.name),
         priority: decoded.priority,
@@ -227,12 +190,14 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   }
 
   app.get('/models/stats', async (request, reply) => {
-    const modelStats = repository.loadedVersions().map((served) => served.stats.stats);
+    const modelStats = [...repository.loadedVersions().map((served) => served.stats.stats), ...llms.stats(null)];
     return send(request, reply, JSON.stringify({ model_stats: modelStats }), 'application/json');
   });
   for (const url of versioned('/stats')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
       const version = versionOf(request.params);
+      const llm = llmOf(request.params);
+      if (llm !== null) return send(request, reply, JSON.stringify({ model_stats: llms.stats(llm.name) }), 'application/json');
       repository.get(request.params.model, version);
       const modelStats = repository.loadedVersions()
         .filter((served) => served.config.name === request.params.model && (version === null || served.version === version))
@@ -245,7 +210,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
     app.post(url, async (request, reply) => {
       const ready = jsonBody(request).ready;
       if (ready !== undefined && typeof ready !== 'boolean') throw new ClassicError('INVALID_ARG', "'ready' must be a boolean");
-      return send(request, reply, JSON.stringify(repository.index(ready === true)), 'application/json');
+      return send(request, reply, JSON.stringify([...repository.index(ready === true), ...llms.index(ready === true)]), 'application/json');
     });
   }
 

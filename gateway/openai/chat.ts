@@ -1,17 +1,17 @@
 // POST /v1/chat/completions.
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { affinityKeyOf } from '../../router/affinity.ts';
 import { ApiError } from '../errors.ts';
 import type { TokenLogprob } from '../generation.ts';
-import type { LoadedModel } from '../served-model.ts';
+import { generationRequestOf, originOf, samplingOf } from '../generation-request.ts';
+import type { RegisteredModel } from '../served-model.ts';
 import type { ChatMessage, ChatToolCall } from '../tokenizer/chat-template.ts';
 import { OutputParser, type OutputEvent, type ParsedToolCall } from '../tool-calls/output-parser.ts';
 import { planOutput, type OutputPlan } from '../tool-calls/plan.ts';
 import { argumentsValueOf, checkToolChoice, checkTools, promptWithTools, type ToolChoice, type ToolDefinition, type ToolPlan } from '../tool-calls/tools.ts';
 import type { OpenAIPluginOptions } from './index.ts';
 import { chatLogprobsOf, promptLogprobsOf } from './logprobs.ts';
-import { choiceRequestsOf, resolveMaxTokens, samplingOf, stopStringsOf, streamUsageOf } from './prepare.ts';
+import { choiceRequestsOf, resolveMaxTokens, streamUsageOf } from './prepare.ts';
 import { clientIsConnected, respond, unixSeconds, type ChunkUsage, type FinishReason, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { chatRequestSchema, parseRequest, type ChatMessageInput, type ChatRequest } from './schemas.ts';
@@ -88,7 +88,7 @@ function deltaOf(event: OutputEvent): object {
   }
 }
 
-function chatRenderer(model: LoadedModel, promptTokenIds: readonly number[], numPromptLogprobs: number, plan: OutputPlan, numChoices: number): ResponseRenderer {
+function chatRenderer(model: RegisteredModel, promptTokenIds: readonly number[], numPromptLogprobs: number, plan: OutputPlan, numChoices: number): ResponseRenderer {
   const id = `chatcmpl-${randomUUID().replaceAll('-', '')}`;
   const created = unixSeconds();
   const envelope = { id, object: 'chat.completion.chunk', created, model: model.name };
@@ -186,21 +186,13 @@ export function registerChatRoute(app: FastifyInstance, { registry, metrics, str
     );
     const wantsLogprobs = request.logprobs === true;
     const plan = planOutput(model, promptTokenIds, toolPlan, constraint, wantsLogprobs);
-    const generationRequest = {
+    const generationRequest = generationRequestOf(originOf(httpRequest, arrivalMs), request, {
       model,
       promptTokenIds,
       sampling: samplingOf(model, request, maxTokens, wantsLogprobs ? (request.top_logprobs ?? 0) : 0),
-      stopStrings: stopStringsOf(request.stop),
       wantsLogprobs,
-      priority: request.priority ?? undefined,
-      cacheSalt: request.cache_salt ?? undefined,
-      includeStopStrInOutput: request.include_stop_str_in_output === true,
       structuredOutput: plan.structuredOutput,
-      affinityKey: affinityKeyOf(httpRequest.headers),
-      arrivalMs,
-      account: httpRequest.account,
-      trace: httpRequest.trace,
-    };
+    });
     const numChoices = request.n ?? 1;
     return respond(
       reply,

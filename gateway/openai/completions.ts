@@ -1,24 +1,15 @@
 // POST /v1/completions.
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { affinityKeyOf } from '../../router/affinity.ts';
 import type { PromptTokenLogprobs } from '../../engine/types.ts';
 import { ApiError } from '../errors.ts';
 import type { GenerationRequest, TokenLogprob } from '../generation.ts';
+import { checkTokenIds, generationRequestOf, originOf, samplingOf } from '../generation-request.ts';
 import type { IsWanted, PromptEncoder } from '../prompt-encoder.ts';
-import type { LoadedModel } from '../served-model.ts';
+import type { RegisteredModel } from '../served-model.ts';
 import type { OpenAIPluginOptions } from './index.ts';
 import { CompletionLogprobsBuilder, concatCompletionLogprobs, promptLogprobsOf, type CompletionLogprobs } from './logprobs.ts';
-import {
-  DEFAULT_COMPLETION_MAX_TOKENS,
-  MAX_CHOICES_PER_REQUEST,
-  checkTokenIds,
-  choiceRequestsOf,
-  resolveMaxTokens,
-  samplingOf,
-  stopStringsOf,
-  streamUsageOf,
-} from './prepare.ts';
+import { DEFAULT_COMPLETION_MAX_TOKENS, MAX_CHOICES_PER_REQUEST, choiceRequestsOf, resolveMaxTokens, streamUsageOf } from './prepare.ts';
 import { clientIsConnected, respond, unixSeconds, type ResponseRenderer } from './respond.ts';
 import { sseChoiceFramer, sseEvent } from './sse.ts';
 import { completionRequestSchema, parseRequest, type CompletionRequest } from './schemas.ts';
@@ -35,7 +26,7 @@ interface CompletionPrompt {
 
 /** A string, token ids, or a list of either; token-id prompts echo as their decoded text. */
 async function promptsOf(
-  model: LoadedModel,
+  model: RegisteredModel,
   prompt: CompletionRequest['prompt'],
   echo: boolean,
   prompts: PromptEncoder,
@@ -86,7 +77,7 @@ interface CompletionRendering {
 }
 
 function completionRenderer(
-  model: LoadedModel,
+  model: RegisteredModel,
   prompts: readonly CompletionPrompt[],
   numChoicesPerPrompt: number,
   rendering: CompletionRendering,
@@ -153,6 +144,7 @@ export function registerCompletionsRoute(app: FastifyInstance, { registry, metri
     const echoesLogprobs = request.echo === true && request.logprobs != null;
     const constraint = constraintOf(request.response_format, request.structured_outputs);
     const structuredOutput = constraint === null ? undefined : { constraint, jumpForward: request.logprobs == null };
+    const origin = originOf(httpRequest, arrivalMs);
     const choiceRequests = prompts.flatMap((prompt): GenerationRequest[] => {
       const maxTokens = resolveMaxTokens(
         model,
@@ -162,21 +154,13 @@ export function registerCompletionsRoute(app: FastifyInstance, { registry, metri
         prompt.param,
         DEFAULT_COMPLETION_MAX_TOKENS,
       );
-      const generationRequest = {
+      const generationRequest = generationRequestOf(origin, request, {
         model,
         promptTokenIds: prompt.tokenIds,
         sampling: samplingOf(model, request, maxTokens, request.logprobs ?? 0, echoesLogprobs ? request.logprobs! : null),
-        stopStrings: stopStringsOf(request.stop),
         wantsLogprobs: request.logprobs != null,
-        priority: request.priority ?? undefined,
-        cacheSalt: request.cache_salt ?? undefined,
-        includeStopStrInOutput: request.include_stop_str_in_output === true,
         structuredOutput,
-        affinityKey: affinityKeyOf(httpRequest.headers),
-        arrivalMs,
-        account: httpRequest.account,
-        trace: httpRequest.trace,
-      };
+      });
       return choiceRequestsOf(generationRequest, numChoicesPerPrompt, echoesLogprobs && isStream);
     });
     return respond(

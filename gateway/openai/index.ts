@@ -24,5 +24,5 @@ export const openaiPlugin: FastifyPluginAsync<OpenAIPluginOptions> = async (app,
   registerCompletionsRoute(app, options);
   registerModelsRoute(app, options.registry);
   registerTokenizeRoutes(app, options.registry, options.prompts);
-  registerResponsesRoutes(app, options.registry, options.metrics, options.responses, options.prompts);
+  registerResponsesRoutes(app, options.registry, options.metrics, options.responses, options.streamLimits.streamMaxBufferedBytes, options.prompts);
 };

@@ -1,8 +1,8 @@
 // GET /v1/models in OpenAI's list format (with vLLM's max_model_len) and GET /v1/models/{model}.
 import type { FastifyInstance } from 'fastify';
-import type { LoadedModel, ModelRegistry } from '../served-model.ts';
+import type { RegisteredModel, ModelRegistry } from '../served-model.ts';
 
-function modelCard(model: LoadedModel) {
+function modelCard(model: RegisteredModel) {
   return { id: model.name, object: 'model', created: model.createdAtSec, owned_by: 'conduit', max_model_len: model.maxModelLen };
 }
 

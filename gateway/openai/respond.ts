@@ -15,16 +15,12 @@ import {
   type TokenLogprob,
   type Usage,
   usageOf,
+  type DraftUsage,
 } from '../generation.ts';
 import { DEFAULT_GATEWAY_LIMITS, type StreamLimits } from '../limits.ts';
 import type { GatewayMetrics } from '../metrics.ts';
+import { endSlowStream, slowReaderError } from '../slow-reader.ts';
 import { SSE_DONE, SSE_KEEP_ALIVE } from './sse.ts';
-
-/**
- * A stream cancelled for a slow reader ends with its error event, which waits behind the
- * backlog; a reader that has not taken it this long after is treated as gone.
- */
-const SLOW_READER_GRACE_MS = 10_000;
 
 export type FinishReason = GenerationFinish['finishReason'];
 
@@ -76,13 +72,19 @@ function totalUsage(choiceRequests: readonly GenerationRequest[], finishes: read
   let numPromptTokens = 0;
   let numCachedTokens = 0;
   let numCompletionTokens = 0;
+  const drafts: DraftUsage = { numDraftTokens: 0, numAcceptedDraftTokens: 0 };
   for (const [index, finish] of finishes.entries()) {
     numCompletionTokens += finish.usage.completion_tokens;
+    const details = finish.usage.completion_tokens_details;
+    if (details !== undefined) {
+      drafts.numAcceptedDraftTokens += details.accepted_prediction_tokens;
+      drafts.numDraftTokens += details.accepted_prediction_tokens + details.rejected_prediction_tokens;
+    }
     if (index % numChoicesPerPrompt !== 0) continue;
     numPromptTokens += choiceRequests[index].promptTokenIds.length;
     numCachedTokens += finish.usage.prompt_tokens_details.cached_tokens;
   }
-  return usageOf(numPromptTokens, numCachedTokens, numCompletionTokens);
+  return usageOf(numPromptTokens, numCachedTokens, numCompletionTokens, drafts);
 }
 
 /**
@@ -100,7 +102,7 @@ export function respond(
   const numChoices = choiceRequests.length;
   const numChoicesPerPrompt = options.numChoicesPerPrompt ?? numChoices;
   const continuousUsage = options.continuousUsage === true;
-  const { sseBufferLimitBytes, sseKeepAliveMs } = options.limits ?? DEFAULT_GATEWAY_LIMITS;
+  const { streamMaxBufferedBytes, sseKeepAliveMs } = options.limits ?? DEFAULT_GATEWAY_LIMITS;
   return new Promise((resolve, reject) => {
     const generations: Generation[] = [];
     const texts = choiceRequests.map(() => '');
@@ -123,7 +125,7 @@ export function respond(
     };
     const write = (chunk: string) => {
       raw.write(chunk);
-      if (raw.writableLength > sseBufferLimitBytes) cancelForSlowReader();
+      if (raw.writableLength > streamMaxBufferedBytes) cancelForSlowReader();
     };
     const cancelForSlowReader = () => {
       if (isDone) return;
@@ -132,16 +134,8 @@ export function respond(
       for (const generation of generations) generation.abort();
       const numUnsentBytes = raw.writableLength;
       reply.log.warn({ numUnsentBytes }, 'stream cancelled: the client reads too slowly');
-      const error = new ApiError(
-        'client_too_slow',
-        `The client read the stream too slowly: ${numUnsentBytes} bytes were waiting to be sent, more than the ` +
-          `${sseBufferLimitBytes}-byte limit, so the request was cancelled.`,
-      );
       // One more event past the bound, then nothing: the backlog drains or the socket goes.
-      raw.end(toSseEvent(error) + SSE_DONE);
-      const destroyTimer = setTimeout(() => raw.destroy(), SLOW_READER_GRACE_MS);
-      destroyTimer.unref();
-      raw.once('close', () => clearTimeout(destroyTimer));
+      endSlowStream(raw, toSseEvent(slowReaderError(numUnsentBytes, streamMaxBufferedBytes)) + SSE_DONE);
       resolve(undefined);
     };
 

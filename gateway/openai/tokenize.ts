@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import type { PromptEncoder } from '../prompt-encoder.ts';
 import type { ModelRegistry } from '../served-model.ts';
 import { chatMessagesOf } from './chat.ts';
-import { checkTokenIds } from './prepare.ts';
+import { checkTokenIds } from '../generation-request.ts';
 import { clientIsConnected } from './respond.ts';
 import { detokenizeRequestSchema, parseRequest, tokenizeRequestSchema } from './schemas.ts';
 

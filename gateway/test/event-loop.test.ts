@@ -147,13 +147,16 @@ function largeBody(body: object): Buffer {
   return Buffer.from(JSON.stringify(body));
 }
 
-test('5 MB prompts, several at once, are tokenized off the loop: /health stays fast and streams keep flowing', { timeout: 120_000 }, async () => {
+test('5 MB prompts, several at once (completions, chat, Responses, Triton generate), are tokenized off the loop: /health stays fast and streams keep flowing', { timeout: 120_000 }, async () => {
   const expectedTokenIds = gateway.tokens(largeText);
   const completion = largeBody({ model: LONG_MODEL_NAME, prompt: largeText, max_tokens: 1 });
   const chatBody = largeBody({ model: LONG_MODEL_NAME, messages: [{ role: 'user', content: largeText }], max_tokens: 1 });
   const responsesBody = largeBody({ model: LONG_MODEL_NAME, input: largeText, max_output_tokens: 1 });
+  // Triton's generate extension encodes its prompt as /v1 does.
+  const generateBody = largeBody({ text_input: largeText, max_tokens: 1, exclude_input_in_output: true });
   const { responses, elapsedMs } = await duringLargeWork([
-    ...Array.from({ length: NUM_LARGE_PROMPTS - 2 }, () => ({ route: '/v1/completions', body: completion })),
+    ...Array.from({ length: NUM_LARGE_PROMPTS - 3 }, () => ({ route: '/v1/completions', body: completion })),
+    { route: `/v2/models/${LONG_MODEL_NAME}/generate`, body: generateBody },
     { route: '/v1/chat/completions', body: chatBody },
     { route: '/v1/responses', body: responsesBody },
   ]);

@@ -99,6 +99,27 @@ test('requests per minute: a bucket of two, refilled one every 30 s', async () =
   assert.equal(recovered.response.headers.get('x-ratelimit-remaining-requests'), '0');
 });
 
+test("tokens per minute: Triton's generate settles its tokens against the key's quota as /v1 does", async () => {
+  const tokensPerMinute = 1000;
+  await startLimited({ apiKeys: [{ name: 'team-g', key: KEY, limits: { tokensPerMinute } }] });
+  script = { steps: [gateway.tokens(' a b c')], finishReason: 'length' };
+  const body = JSON.stringify({ text_input: 'Hello', parameters: { max_tokens: 10 } });
+  const first = await post(KEY, `/v2/models/${MODEL_NAME}/generate`, body);
+  assert.equal(first.status, 200);
+  const estimate = tokensPerMinute - Number(first.headers.get('x-ratelimit-remaining-tokens'));
+  const { usage } = await first.json();
+  assert.equal(usage.completion_tokens, 3);
+  assert.notEqual(usage.total_tokens, estimate, 'the test needs the usage to differ from the estimate');
+  // The first request's estimate was replaced by what it used; the second is charged its estimate.
+  const second = await post(KEY, `/v2/models/${MODEL_NAME}/generate_stream`, body);
+  assert.equal(second.status, 200);
+  assert.equal(second.headers.get('x-ratelimit-remaining-tokens'), String(tokensPerMinute - usage.total_tokens - estimate));
+  await second.text();
+  const third = await post(KEY, `/v2/models/${MODEL_NAME}/generate`, body);
+  assert.equal(third.headers.get('x-ratelimit-remaining-tokens'), String(tokensPerMinute - 2 * usage.total_tokens - estimate));
+  await third.text();
+});
+
 test('tokens per minute: the estimate is charged at admission and settled with the usage', async () => {
   const tokensPerMinute = 100;
   await startLimited({ apiKeys: [{ name: 'team-b', key: KEY, limits: { tokensPerMinute } }] });

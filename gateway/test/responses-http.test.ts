@@ -444,7 +444,7 @@ test("a slow SSE reader's response is cancelled at the buffer bound, ending with
   const maxBufferedBytes = 64 * 1024;
   // Far more than the socket buffers on both ends hold: about 30 MB of events.
   const flood: Script = { steps: Array<number[]>(40_000).fill(Array<number>(100).fill(15496)) };
-  const slowGateway = await startTestGateway(() => flood, { responses: { maxBufferedBytes } });
+  const slowGateway = await startTestGateway(() => flood, { limits: { streamMaxBufferedBytes: maxBufferedBytes } });
   try {
     const aborted = once(slowGateway.engine, 'abort');
     const request = http.request(`${slowGateway.baseUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' } });
@@ -476,7 +476,7 @@ test("an SSE reader that takes nothing while a finished response's closing event
   // Deltas of about 12 MB (20 alternatives per token) under a 16 MiB bound; the closing events repeat them four times.
   const maxBufferedBytes = 16 * 1024 * 1024;
   const longScript: Script = { steps: Array<number[]>(110).fill(Array<number>(100).fill(15496)), finishReason: 'length' };
-  const slowGateway = await startTestGateway(() => longScript, { responses: { maxBufferedBytes, slowReaderGraceMs: 1000 } });
+  const slowGateway = await startTestGateway(() => longScript, { limits: { streamMaxBufferedBytes: maxBufferedBytes }, responses: { slowReaderGraceMs: 1000 } });
   try {
     const request = http.request(`${slowGateway.baseUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' } });
     request.end(JSON.stringify({ model: MODEL_NAME, input: 'long', stream: true, include: ['message.output_text.logprobs'], top_logprobs: 20 }));

@@ -292,7 +292,7 @@ test("a slow reader's response is cancelled at the buffer bound while other conn
   let target!: TestGateway;
   await withGateway(
     (request) => (promptOf(request, target).includes('flood') ? flood : { steps: oneTokenPerStep(target.tokens('Hi there, you')), finishReason: 'stop' }),
-    { responses: { maxBufferedBytes } },
+    { limits: { streamMaxBufferedBytes: maxBufferedBytes } },
     async (started) => {
       target = started;
       const slow = new WebSocket(wsUrlOf(target));
@@ -323,7 +323,7 @@ test("a slow reader's response is cancelled at the buffer bound while other conn
       const error = JSON.parse(last) as ErrorEvent;
       assert.equal(error.type, 'error');
       assert.equal(error.code, 'client_too_slow');
-      assert.match(error.message, new RegExp(`over the ${maxBufferedBytes}-byte limit`));
+      assert.match(error.message, new RegExp(`more than the ${maxBufferedBytes}-byte limit`));
       // A small part of the script went out: the response stopped early.
       assert.ok(numBytes < 15_000_000, `bytes received: ${numBytes}`);
     },
@@ -336,7 +336,7 @@ test("a reader that takes nothing while a finished response's closing events wai
   const maxBufferedBytes = 16 * 1024 * 1024;
   const word = 15496; // 'Hello'
   const longScript: Script = { steps: Array<number[]>(110).fill(Array<number>(100).fill(word)), finishReason: 'length' };
-  await withGateway(() => longScript, { responses: { maxBufferedBytes, slowReaderGraceMs: 1000 } }, async (target) => {
+  await withGateway(() => longScript, { limits: { streamMaxBufferedBytes: maxBufferedBytes }, responses: { slowReaderGraceMs: 1000 } }, async (target) => {
     const slow = new WebSocket(wsUrlOf(target));
     await once(slow, 'open');
     slow.send(JSON.stringify({ type: 'response.create', model: MODEL_NAME, input: 'long', include: ['message.output_text.logprobs'], top_logprobs: 20 }));

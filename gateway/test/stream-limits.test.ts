@@ -19,7 +19,7 @@ let script: Script = { steps: [] };
 let flood: Script;
 before(async () => {
   gateway = await startTestGateway((request) => (isFlood(request) ? flood : script), {
-    limits: { sseKeepAliveMs: KEEP_ALIVE_MS, sseBufferLimitBytes: BUFFER_LIMIT_BYTES },
+    limits: { sseKeepAliveMs: KEEP_ALIVE_MS, streamMaxBufferedBytes: BUFFER_LIMIT_BYTES },
   });
   // Far more than the kernel's socket buffers hold: about 1 KB of text per step.
   flood = { steps: Array(20_000).fill(gateway.tokens(' lorem ipsum dolor'.repeat(60))), hang: true };

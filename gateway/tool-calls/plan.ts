@@ -2,7 +2,7 @@
 // worker holds it to (a response format, or forced tool calls, after any think section) and how
 // the gateway splits it (reasoning, content, calls). Shared by chat and the Responses API.
 import type { StructuredConstraint, StructuredOutput } from '../../engine/types.ts';
-import type { LoadedModel } from '../served-model.ts';
+import type { RegisteredModel } from '../served-model.ts';
 import { CALL_SYNTAX, reasoningStateOf } from './families.ts';
 import type { OutputParserOptions } from './output-parser.ts';
 import { toolCallConstraint, type ToolPlan } from './tools.ts';
@@ -18,7 +18,7 @@ export interface OutputPlan {
 const PROMPT_TAIL_TOKENS = 16;
 
 export function planOutput(
-  model: LoadedModel,
+  model: RegisteredModel,
   promptTokenIds: readonly number[],
   tools: ToolPlan,
   constraint: StructuredConstraint | null,

@@ -3,6 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ModelRouter, type RouterObserver } from '../model-router.ts';
+import { pino } from 'pino';
 import { DEFAULT_ROUTER_SETTINGS, type RouterSettings } from '../settings.ts';
 import { BLOCK_SIZE, MODEL, SyntheticWorker, hashesOf, prompt } from './synthetic-worker.ts';
 import { createRng } from '../../loadtest/random.ts';
@@ -310,21 +311,20 @@ test('a worker fed by a shared feed ignores its engine stream\'s events until th
 });
 
 test('a worker that hashes differently is routed by load only', async () => {
-  const router = new ModelRouter<SyntheticWorker>({ modelName: MODEL, blockSizeTokens: null, settings: DEFAULT_ROUTER_SETTINGS });
+  const lines: string[] = [];
+  const log = pino({ level: 'warn' }, { write: (line: string) => lines.push(line) });
+  const router = new ModelRouter<SyntheticWorker>({ modelName: MODEL, blockSizeTokens: null, settings: DEFAULT_ROUTER_SETTINGS, log });
   const good = new SyntheticWorker('good');
   const stranger = new SyntheticWorker('stranger', { blockHashScheme: 'another-hash-v9' });
-  const warnings: string[] = [];
-  const warn = console.warn;
-  console.warn = (message: string) => warnings.push(message);
-  try {
-    router.addWorker(good);
-    await new Promise((resolve) => setImmediate(resolve));
-    router.addWorker(stranger);
-    await new Promise((resolve) => setImmediate(resolve));
-  } finally {
-    console.warn = warn;
-  }
-  assert.match(warnings.join('\n'), /stranger hashes blocks by another-hash-v9/);
+  router.addWorker(good);
+  await new Promise((resolve) => setImmediate(resolve));
+  router.addWorker(stranger);
+  await new Promise((resolve) => setImmediate(resolve));
+  // One warning in the router's log, naming the worker.
+  const warnings = lines.map((line) => JSON.parse(line));
+  assert.equal(warnings.length, 1);
+  assert.equal(warnings[0].worker, 'stranger');
+  assert.match(warnings[0].msg, /stranger hashes blocks by another-hash-v9/);
   const tokens = prompt(40);
   stranger.stores(tokens, 9);
   good.report([], { numRunning: 1 });

@@ -9,7 +9,7 @@ import { extendBlockHashes, rootHash } from '../../engine/kv/block-hash.ts';
 import { RedisPublisher } from '../../engine/redis-publisher.ts';
 import { FakeRunner } from '../../engine/test/fake-runner.ts';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { kvStreamKey, workerKey, WORKERS_KEY, type WorkerRegistration } from '../../proto/redis-state.ts';
+import { kvStreamKey, workerKey, WORKERS_KEY, type WorkerRegistration } from '../../engine/shared-state.ts';
 import { startDroppingProxy } from '../../test/dropping-proxy.ts';
 import { startRedisServer } from '../../test/redis-server.ts';
 import { ModelRouter } from '../model-router.ts';

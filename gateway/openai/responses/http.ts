@@ -3,8 +3,9 @@
 // GET and DELETE /v1/responses/{id} on the store. A client that goes away aborts its response in
 // the worker at once.
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import type { ServerResponse } from 'node:http';
 import { ApiError } from '../../errors.ts';
+import { originOf } from '../../generation-request.ts';
+import { endSlowStream } from '../../slow-reader.ts';
 import { clientIsConnected } from '../respond.ts';
 import { SSE_HEADERS, sseNamedEvent } from '../sse.ts';
 import type { ResponsesContext } from './index.ts';
@@ -13,9 +14,6 @@ import { prepareTurn, previousNotFound } from './prepare.ts';
 import { parseResponseCreate } from './schema.ts';
 import { responseObjectOf } from './store.ts';
 import { startTurn } from './turn.ts';
-
-/** How long a cancelled slow stream may take to drain its last events before its connection is dropped. */
-const SLOW_STREAM_DRAIN_MS = 30_000;
 
 /** Headers go out with the first event, so an error before any output is still a plain HTTP status. */
 function sseSink(reply: FastifyReply): EventSink {
@@ -34,13 +32,6 @@ function sseSink(reply: FastifyReply): EventSink {
   };
 }
 
-/** The reader may never take what is queued: its connection goes rather than the bytes staying forever. */
-function endSlowStream(raw: ServerResponse) {
-  raw.end();
-  const timer = setTimeout(() => raw.destroy(), SLOW_STREAM_DRAIN_MS).unref();
-  raw.once('close', () => clearTimeout(timer));
-}
-
 function notFound(id: string): ApiError {
   return new ApiError('response_not_found', `Response with id '${id}' not found.`);
 }
@@ -54,11 +45,9 @@ export function registerResponsesHttpRoutes(app: FastifyInstance, context: Respo
     const previousId = request.previous_response_id;
     const previous = previousId == null ? null : store.get(previousId);
     if (previous === undefined) throw previousNotFound(previousId!);
-    const prepared = await prepareTurn(registry, context.prompts, request, previous, arrivalMs, clientIsConnected(httpRequest));
-    prepared.generation.account = httpRequest.account;
-    prepared.generation.trace = httpRequest.trace;
+    const prepared = await prepareTurn(registry, context.prompts, request, previous, originOf(httpRequest, arrivalMs), clientIsConnected(httpRequest));
     const sink = request.stream === true ? sseSink(reply) : null;
-    const turn = startTurn(prepared, { sink, maxBufferedBytes: settings.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
+    const turn = startTurn(prepared, { sink, maxBufferedBytes: context.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
 
     const raw = reply.raw;
     const onClientGone = () => {

@@ -1,15 +1,17 @@
 // The Responses API: POST /v1/responses (JSON or SSE), GET and DELETE /v1/responses/{id}, and
 // WebSocket mode on GET /v1/responses. One store serves them all.
 import type { FastifyInstance } from 'fastify';
+import { serverSchema, type ServerConfig } from '../../../configs/schema.ts';
 import type { GatewayMetrics } from '../../metrics.ts';
 import type { PromptEncoder } from '../../prompt-encoder.ts';
 import type { ModelRegistry } from '../../served-model.ts';
-import { registerResponsesHttpRoutes } from './http.ts';
+import { SLOW_READER_DRAIN_MS } from '../../slow-reader.ts';
 import os from 'node:os';
+import { registerResponsesHttpRoutes } from './http.ts';
 import { ResponseStore } from './store.ts';
 import { registerResponsesWebSocketRoute } from './websocket.ts';
 
-/** configs/schema.ts `server` keys, converted (defaults there; these are the same, for a gateway built without a config). */
+/** configs/schema.ts `server` keys in the gateway's units (its defaults are these defaults, for a gateway built without a config). */
 export interface ResponsesSettings {
   /** Most responses the store holds; past it, the least recently used leave first. */
   storeMaxResponses: number;
@@ -21,8 +23,6 @@ export interface ResponsesSettings {
   websocketMaxConnectionMs: number;
   /** A WebSocket is pinged this often, and closed when a ping goes unanswered until the next. */
   websocketPingIntervalMs: number;
-  /** Bytes a response stream (SSE or WebSocket) may have waiting for a slow reader before it is cancelled. */
-  maxBufferedBytes: number;
   /** How long a reader may take nothing while a finished response's closing events wait for room, before it is cut. */
   slowReaderGraceMs: number;
 }
@@ -32,21 +32,26 @@ export function defaultResponseStoreBytes(totalMemoryBytes = os.totalmem()): num
   return Math.floor(totalMemoryBytes / 32);
 }
 
-export const DEFAULT_RESPONSES_SETTINGS: ResponsesSettings = {
-  storeMaxResponses: 1000,
-  storeMaxBytes: defaultResponseStoreBytes(),
-  storeTtlMs: 3_600_000,
-  websocketMaxConnectionMs: 3_600_000,
-  websocketPingIntervalMs: 30_000,
-  maxBufferedBytes: 4 * 1024 * 1024,
-  slowReaderGraceMs: 10_000,
-};
+export function responsesSettingsOf(server: ServerConfig): ResponsesSettings {
+  return {
+    storeMaxResponses: server.response_store_max_responses,
+    storeMaxBytes: server.response_store_max_bytes ?? defaultResponseStoreBytes(),
+    storeTtlMs: server.response_store_ttl_s * 1000,
+    websocketMaxConnectionMs: server.websocket_max_connection_s * 1000,
+    websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
+    slowReaderGraceMs: SLOW_READER_DRAIN_MS,
+  };
+}
+
+export const DEFAULT_RESPONSES_SETTINGS: Readonly<ResponsesSettings> = responsesSettingsOf(serverSchema.parse({}));
 
 export interface ResponsesContext {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
   store: ResponseStore;
   settings: ResponsesSettings;
+  /** Unsent bytes a stream may pile up for a slow reader before it is cancelled (server.stream_max_buffered_bytes). */
+  maxBufferedBytes: number;
   /** Renders and tokenizes each turn's prompt, a large one off the event loop. */
   prompts: PromptEncoder;
 }
@@ -56,10 +61,11 @@ export function registerResponsesRoutes(
   registry: ModelRegistry,
   metrics: GatewayMetrics,
   settings: ResponsesSettings,
+  maxBufferedBytes: number,
   prompts: PromptEncoder,
 ) {
   const store = new ResponseStore({ maxResponses: settings.storeMaxResponses, maxBytes: settings.storeMaxBytes, ttlMs: settings.storeTtlMs });
-  const context = { registry, metrics, settings, prompts, store };
+  const context = { registry, metrics, settings, maxBufferedBytes, prompts, store };
   registerResponsesHttpRoutes(app, context);
   registerResponsesWebSocketRoute(app, context);
 }

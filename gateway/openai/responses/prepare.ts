@@ -4,12 +4,13 @@
 import { randomUUID } from 'node:crypto';
 import { ApiError } from '../../errors.ts';
 import type { GenerationRequest } from '../../generation.ts';
+import { generationRequestOf, samplingOf, type RequestOrigin } from '../../generation-request.ts';
 import type { IsWanted, PromptEncoder } from '../../prompt-encoder.ts';
-import type { LoadedModel, ModelRegistry } from '../../served-model.ts';
+import type { RegisteredModel, ModelRegistry } from '../../served-model.ts';
 import type { ChatMessage } from '../../tokenizer/chat-template.ts';
 import { planOutput, type OutputPlan } from '../../tool-calls/plan.ts';
 import { checkToolChoice, checkTools, promptWithTools, type ToolChoice, type ToolDefinition, type ToolPlan } from '../../tool-calls/tools.ts';
-import { resolveMaxTokens, samplingOf, stopStringsOf } from '../prepare.ts';
+import { resolveMaxTokens } from '../prepare.ts';
 import { jsonSchemaConstraint } from '../structured-outputs.ts';
 import { unixSeconds } from '../respond.ts';
 import { appendInput, promptMessages } from './conversation.ts';
@@ -20,7 +21,7 @@ import { fitConversation } from './truncation.ts';
 
 export interface PreparedTurn {
   echo: ResponseEcho;
-  model: LoadedModel;
+  model: RegisteredModel;
   /** The conversation before this turn's output: the previous response's, then this turn's input. */
   messages: readonly ChatMessage[];
   generation: GenerationRequest;
@@ -74,7 +75,7 @@ export async function prepareTurn(
   prompts: PromptEncoder,
   request: ResponseCreateRequest,
   previous: StoredResponse | null,
-  arrivalMs: number,
+  origin: RequestOrigin,
   isWanted: IsWanted,
 ): Promise<PreparedTurn> {
   const model = registry.get(request.model);
@@ -125,21 +126,17 @@ export async function prepareTurn(
     },
     model,
     messages,
-    generation: {
+    // A chained turn prefers the worker that served the one it continues (router/README.md, session affinity).
+    generation: generationRequestOf({ ...origin, affinityKey: request.previous_response_id ?? undefined }, request, {
       model,
       promptTokenIds,
       // A warm-up samples nothing that is kept: only its cache salt matters, for which prefixes it may share.
       sampling: isWarmUp ? { maxTokens } : samplingOf(model, request, maxTokens, numTopLogprobs),
-      stopStrings: isWarmUp ? [] : stopStringsOf(request.stop),
+      stopStrings: isWarmUp ? [] : undefined,
       wantsLogprobs: wantsLogprobs && !isWarmUp,
       structuredOutput: isWarmUp ? undefined : plan.structuredOutput,
-      priority: request.priority ?? undefined,
-      cacheSalt: request.cache_salt ?? undefined,
-      // A chained turn prefers the worker that served the one it continues (router/affinity.ts).
-      affinityKey: request.previous_response_id ?? undefined,
       nextTurnKey: id,
-      arrivalMs,
-    },
+    }),
     plan,
     isWarmUp,
   };

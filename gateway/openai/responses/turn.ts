@@ -15,6 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { ApiError } from '../../errors.ts';
 import { startGeneration, type Generation, type GenerationFinish, type TokenLogprob } from '../../generation.ts';
 import type { GatewayMetrics } from '../../metrics.ts';
+import { slowReaderError } from '../../slow-reader.ts';
 import { OutputParser, type OutputEvent } from '../../tool-calls/output-parser.ts';
 import { chatLogprobsOf } from '../logprobs.ts';
 import { LogprobsRecorder, logprobsJsonOf } from './compact-logprobs.ts';
@@ -87,11 +88,7 @@ export function startTurn(prepared: PreparedTurn, options: TurnOptions): Turn {
     isEnded = true;
     resolveOutcome(result);
   };
-  const tooSlow = (numBufferedBytes: number) => new ApiError(
-    'client_too_slow',
-    `The client read the stream too slowly: ${numBufferedBytes} bytes were waiting to be sent, over the ` +
-      `${maxBufferedBytes}-byte limit, so the response was cancelled.`,
-  );
+  const tooSlow = (numBufferedBytes: number) => slowReaderError(numBufferedBytes, maxBufferedBytes);
   /** Keeps new tokens' log-probabilities; their JSON for the delta event, or null without them. */
   const takeLogprobs = (entries: TokenLogprob[] | null): TokenLogprobJson[] | null => {
     if (logprobs === null || entries === null) return null;

@@ -8,7 +8,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { RawData, WebSocket } from 'ws';
 import type { TurnAdmission, TurnAdmitter } from '../../admission.ts';
 import { ApiError, toResponsesErrorEvent } from '../../errors.ts';
-import { checkJsonShape } from '../../json-body.ts';
+import { parseJsonBody } from '../../json-body.ts';
 import type { RequestTrace } from '../../logging.ts';
 import type { ResponsesContext } from './index.ts';
 import type { EventSink } from './objects.ts';
@@ -78,14 +78,8 @@ class ResponsesConnection {
     }
     let event: unknown;
     try {
-      event = JSON.parse(data.toString());
-    } catch (err) {
-      this.sendError(new ApiError('invalid_json', `The event is not valid JSON: ${(err as Error).message}`));
-      return;
-    }
-    try {
-      // The bounds an HTTP body has: nesting deep enough to overflow a recursive walk is refused here.
-      checkJsonShape(event);
+      // Read as an HTTP body is: its nesting, strict UTF-8, JSON, and the bounds every later walk needs.
+      event = parseJsonBody(data as Buffer, 'The event');
     } catch (err) {
       this.sendError(err as ApiError);
       return;
@@ -120,7 +114,8 @@ class ResponsesConnection {
       const request = parseResponseCreate(body);
       const { registry, prompts } = this.context;
       const isOpen = () => this.socket.readyState === this.socket.OPEN;
-      prepared = await prepareTurn(registry, prompts, request, this.previousOf(request.previous_response_id), arrivalMs, isOpen);
+      const origin = { arrivalMs, account: admission?.account, trace: this.trace, affinityKey: undefined };
+      prepared = await prepareTurn(registry, prompts, request, this.previousOf(request.previous_response_id), origin, isOpen);
     } catch (err) {
       admission?.end();
       this.sendError(this.asApiError(err));
@@ -133,10 +128,8 @@ class ResponsesConnection {
       admission?.end();
       return;
     }
-    prepared.generation.account = admission?.account;
-    prepared.generation.trace = this.trace;
-    const { settings, metrics } = this.context;
-    const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
+    const { settings, metrics, maxBufferedBytes } = this.context;
+    const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
     this.turn = turn;
     void turn.outcome.then((outcome) => {
       admission?.end();

@@ -1,6 +1,7 @@
 // The Redis layout of the routing state that engine workers share with gateways: what workers
-// write (engine/redis-publisher.ts) and gateways read (router/redis-state.ts), as engine.proto
-// is for the gRPC stream between them.
+// write (redis-publisher.ts) and gateways read (router/redis-state.ts), as engine.proto is for
+// the gRPC stream between them. The engine owns it because it writes it; the router imports it
+// as it imports block-hash.ts and types.ts.
 //
 //   conduit:workers         SET     the ids of registered workers
 //   conduit:worker:{id}     STRING  its registration (JSON), expiring heartbeatTtlMs after the
@@ -13,7 +14,7 @@
 // that starts at the beginning of a stream, or at any entry it has not missed since, holds the
 // worker's exact cache once it reaches the end.
 import type { RedisOptions } from 'ioredis';
-import type { KvEvent, WorkerModelInfo } from '../engine/types.ts';
+import type { KvEvent, WorkerModelInfo } from './types.ts';
 
 export const WORKERS_KEY = 'conduit:workers';
 
