@@ -25,7 +25,7 @@ const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:P
                       [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
                       [--performance-mode interactivity|throughput] [--max-num-partial-prefills N]
                       [--max-long-partial-prefills N] [--long-prefill-token-threshold N]
-                      [--kernel auto|amx|avx512|avx2|scalar] [--quantization none|int8] [--served-name NAME]
+                      [--kernel auto|amx|avx512|avx2|scalar] [--quantization none|int8|int4] [--served-name NAME]
                       [--tensor-parallel-size 1|2|4|8]
                       [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
                       [--speculative-config JSON]

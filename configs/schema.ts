@@ -54,8 +54,11 @@ export const modelSchema = z
     remote_workers: z.array(hostPort).default([]),
     /** Force a kernel path (tests, benchmarks). */
     kernel: z.enum(['auto', 'amx', 'avx512', 'avx2', 'scalar']).default('auto'),
-    /** Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like Q8_0). */
-    quantization: z.enum(['none', 'int8']).default('none'),
+    /**
+     * Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like
+     * Q8_0); `int4` 4-bit codes with a scale and min per 32 (like Q4_K's sub-blocks).
+     */
+    quantization: z.enum(['none', 'int8', 'int4']).default('none'),
     /**
      * Ranks one worker splits the model over (vLLM's --tensor-parallel-size): the worker is rank 0
      * and starts the others as `conduit rank` processes on this machine. 1, 2, 4 or 8; it must

@@ -1,7 +1,9 @@
 // A checkpoint's sampling defaults: generation_config.json, with config.json's eos_token_id as
-// the fallback end-of-sequence id, the way Hugging Face transformers resolves them.
+// the fallback end-of-sequence id, the way Hugging Face transformers resolves them; a GGUF
+// file's EOS and end-of-turn tokens.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { GgufMetadata, ggufFileOf, readGgufHeader } from '../native/gguf.ts';
 
 export interface GenerationDefaults {
   temperature?: number;
@@ -35,7 +37,16 @@ function tokenIdList(value: unknown): number[] | undefined {
   return undefined;
 }
 
+/** A GGUF file's end-of-sequence tokens: its EOS and end-of-turn ids (llama.cpp stops on both). */
+function ggufEosTokenIds(file: string): number[] {
+  const meta = new GgufMetadata(readGgufHeader(file));
+  const keys = ['tokenizer.ggml.eos_token_id', 'tokenizer.ggml.eot_token_id'].filter((key) => meta.has(key));
+  return [...new Set(keys.map((key) => meta.number(key)))];
+}
+
 export function readGenerationDefaults(modelDir: string): GenerationDefaults {
+  const ggufFile = ggufFileOf(modelDir);
+  if (ggufFile !== null) return { eosTokenIds: ggufEosTokenIds(ggufFile) };
   const generation = readJsonObject(path.join(modelDir, 'generation_config.json')) ?? {};
   const config = readJsonObject(path.join(modelDir, 'config.json')) ?? {};
   // do_sample: false is transformers' greedy switch; it overrides any temperature in the file.

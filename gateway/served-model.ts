@@ -67,11 +67,13 @@ export class CheckpointError extends Error {
 function readCheckpoint(model: ServedModel) {
   const stat = statSync(model.modelDir, { throwIfNoEntry: false });
   if (stat === undefined) throw new CheckpointError(`model ${model.name}: the directory ${model.modelDir} does not exist`);
-  if (!stat.isDirectory()) throw new CheckpointError(`model ${model.name}: ${model.modelDir} is not a directory`);
+  const ggufFile = stat.isFile() && model.modelDir.toLowerCase().endsWith('.gguf');
+  if (!stat.isDirectory() && !ggufFile) throw new CheckpointError(`model ${model.name}: ${model.modelDir} is not a directory`);
   try {
     const { tokenizer, config } = loadTokenizer(model.modelDir);
     return {
-      tokenizer, chatTemplate: loadChatTemplate(config), formats: formatsOf(config.chatTemplate), defaultMaxTokens: readDefaultMaxTokens(model.modelDir),
+      tokenizer, chatTemplate: loadChatTemplate(config), formats: formatsOf(config.chatTemplate),
+      defaultMaxTokens: ggufFile ? null : readDefaultMaxTokens(model.modelDir),
     };
   } catch (err) {
     throw new CheckpointError(`model ${model.name}: ${(err as Error).message}`);

@@ -7,8 +7,12 @@ export type WeightDtype = 'fp32' | 'bf16' | 'fp16';
 export type DtypeSetting = 'auto' | WeightDtype;
 /** Which SIMD kernels run. `auto` picks the best the CPU reports; the others force a path (tests). */
 export type KernelPath = 'auto' | 'amx' | 'avx512' | 'avx2' | 'scalar';
-/** `int8`: matrices quantized at load, Q8_0-style (int8 with one fp16 scale per 32 weights). */
-export type Quantization = 'none' | 'int8';
+/**
+ * `int8`: matrices quantized at load, Q8_0-style (int8 with one fp16 scale per 32 weights);
+ * `int4`: 4-bit codes with an fp32 scale and min per 32 weights (GGUF's Q4_K and Q4_0 load so
+ * whatever the setting).
+ */
+export type Quantization = 'none' | 'int8' | 'int4';
 /** Where the weights and KV cache live and passes run: `cpu`, or `cuda` (a plugin opened on demand). */
 export type Device = 'cpu' | 'cuda';
 

@@ -14,14 +14,27 @@ export interface TensorRef {
   /** The bytes the weight spans (0 marks an absent optional tensor). */
   sizeBytes: number;
   dtype: WeightDtype;
-  encoding?: 'plain' | 'mxfp4';
+  encoding?: Encoding;
   /** Elements between rows and between a row's elements; absent: row-major. */
   rowStride?: number;
   colStride?: number;
   scalesFileIndex?: number;
   scalesOffsetBytes?: number;
   scalesSizeBytes?: number;
+  /** Rows stored in llama.cpp's rotary order, per head of this many rows (GGUF's Llama q and k). */
+  rotaryPermutedHeadDim?: number;
 }
+
+/** How elements are stored: plain dtype, gpt-oss's MXFP4, or one of ggml's block types (GGUF). */
+export type Encoding = 'plain' | 'mxfp4' | GgmlEncoding;
+export type GgmlEncoding = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
+
+export function isBlockEncoding(ref: TensorRef): boolean {
+  return ref.encoding !== undefined && ref.encoding !== 'plain';
+}
+
+/** A tensor of a checkpoint; GGUF's may be ggml blocks and q/k rows in rotary order. */
+export type CatalogueTensor = CheckpointTensor & { encoding?: GgmlEncoding; rotaryPermutedHeadDim?: number };
 
 const STORED_DTYPES: Partial<Readonly<Record<SafetensorsDtype, WeightDtype>>> = { F32: 'fp32', BF16: 'bf16', F16: 'fp16' };
 const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, fp16: 2 };
@@ -118,7 +131,7 @@ export class TensorCatalogue {
   private readonly fileIndices = new Map<string, number>();
 
   constructor(
-    private readonly tensors: Map<string, CheckpointTensor>,
+    private readonly tensors: Map<string, CatalogueTensor>,
     /** Named in "missing tensor" errors: the index file or the single safetensors file. */
     private readonly listing: string,
   ) {}
@@ -138,7 +151,10 @@ export class TensorCatalogue {
     if (dtype === undefined) {
       throw new Error(`${tensor.file}: tensor ${JSON.stringify(name)} has dtype ${tensor.dtype}; expected F32, BF16 or F16`);
     }
-    return { fileIndex: this.fileIndexOf(tensor.file), offsetBytes: tensor.dataBegin, sizeBytes: tensor.dataEnd - tensor.dataBegin, dtype };
+    const ref: TensorRef = { fileIndex: this.fileIndexOf(tensor.file), offsetBytes: tensor.dataBegin, sizeBytes: tensor.dataEnd - tensor.dataBegin, dtype };
+    if (tensor.encoding !== undefined) ref.encoding = tensor.encoding;
+    if (tensor.rotaryPermutedHeadDim !== undefined) ref.rotaryPermutedHeadDim = tensor.rotaryPermutedHeadDim;
+    return ref;
   }
 
   optional(name: string, shape: readonly number[]): TensorRef | null {
@@ -165,7 +181,7 @@ export class TensorCatalogue {
     };
   }
 
-  private lookup(name: string, shape: readonly number[], dtype?: SafetensorsDtype): CheckpointTensor {
+  private lookup(name: string, shape: readonly number[], dtype?: SafetensorsDtype): CatalogueTensor {
     const tensor = this.tensors.get(name);
     if (tensor === undefined) throw new Error(`${this.listing}: missing tensor ${JSON.stringify(name)}`);
     if (dtype !== undefined && tensor.dtype !== dtype) {

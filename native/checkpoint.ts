@@ -9,6 +9,8 @@ import path from 'node:path';
 import type { Architecture, WeightDtype } from './api.ts';
 import { ConfigReader, TensorCatalogue, type TensorRef } from './checkpoint-reader.ts';
 import { FAMILIES, type FamilyModel } from './families/index.ts';
+import { ggufFileOf } from './gguf.ts';
+import { readGgufCheckpoint } from './gguf-checkpoint.ts';
 import { planKvGroups, type KvGroupPlan } from './kv-groups.ts';
 import { INDEX_FILE_NAME, SINGLE_FILE_NAME, readCheckpointTensors, type CheckpointTensor } from './safetensors.ts';
 
@@ -152,10 +154,23 @@ function listingFile(modelDir: string, tensors: Map<string, CheckpointTensor>): 
 }
 
 export function readCheckpoint(modelDir: string, options: CheckpointOptions = {}): Checkpoint {
+  const ggufFile = ggufFileOf(modelDir);
+  if (ggufFile !== null) return readGgufCheckpoint(ggufFile, options);
   const config = readConfig(modelDir);
   const architecture = readArchitecture(config);
   const { tensors } = readCheckpointTensors(modelDir);
   const catalogue = new TensorCatalogue(tensors, listingFile(modelDir, tensors));
+  return assembleCheckpoint(architecture, config, catalogue, options, (model) => readStoredDtype(model.config, model.embedTokens));
+}
+
+/** The spec of a family's model: KV-cache groups planned, every tensor and dimension in place. */
+export function assembleCheckpoint(
+  architecture: Architecture,
+  config: ConfigReader,
+  catalogue: TensorCatalogue,
+  options: CheckpointOptions,
+  storedDtypeOf: (model: FamilyModel) => WeightDtype,
+): Checkpoint {
   const model: FamilyModel = FAMILIES[architecture](config, catalogue, options);
   const kvGroups = planKvGroups(model.layers.map((layer) => layer.slidingWindowTokens));
   const layers: LayerRefs[] = model.layers.map((layer, i) => ({ ...layer, kvGroup: kvGroups.layerGroups[i], kvSlot: kvGroups.layerSlots[i] }));
@@ -177,7 +192,7 @@ export function readCheckpoint(modelDir: string, options: CheckpointOptions = {}
     architecture,
     maxPositionEmbeddings: model.maxPositionEmbeddings,
     tieWordEmbeddings: model.tieWordEmbeddings,
-    storedDtype: readStoredDtype(model.config, model.embedTokens),
+    storedDtype: storedDtypeOf(model),
     kvGroups,
     spec,
   };

@@ -72,7 +72,7 @@ const binding = createRequire(import.meta.url)(path.join(packageRoot, 'native', 
 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'amx', 'avx512', 'avx2', 'scalar'];
-const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8'];
+const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8', 'int4'];
 const DEVICES: readonly Device[] = ['cpu', 'cuda'];
 const TP_SIZES: readonly number[] = [1, 2, 4, 8];
 const DEFAULT_CONNECT_TIMEOUT_MS = 600_000;

@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import type { Quantization, WeightDtype } from './api.ts';
 import type { ModelSpec, TensorRef } from './checkpoint.ts';
+import { isBlockEncoding } from './checkpoint-reader.ts';
 
 const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, fp16: 2 };
 const PANEL_COLUMNS = 64;
@@ -37,17 +38,27 @@ function q8PanelBytes(numRows: number, k: number): number {
   return Math.ceil(numRows / PANEL_COLUMNS) * Math.ceil(k / 32) * Q8_PANEL_BLOCK_BYTES;
 }
 
+/** kQ4Panels: per 64 columns and 32 inputs, 1 KiB of codes and 64 fp32 scales and mins. */
+function q4PanelBytes(numRows: number, k: number): number {
+  return Math.ceil(numRows / PANEL_COLUMNS) * Math.ceil(k / 32) * (PANEL_COLUMNS * 16 + PANEL_COLUMNS * 8);
+}
+
 /** native/src/model.cc's choices, weight by weight. */
 export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization: Quantization, kvCacheBytes: number): LoadFootprint {
   let packed = 0;
   let borrowed = 0;
   const matrix = (ref: TensorRef, numRows: number, k: number) => {
-    const int8 = quantization === 'int8' || (ref.encoding === 'mxfp4' && dtype !== 'fp32');
+    const ggml4Bit = ref.encoding === 'q4_0' || ref.encoding === 'q4_k';
+    if (quantization === 'int4' || (ggml4Bit && dtype !== 'fp32')) {
+      packed += q4PanelBytes(numRows, k);
+      return;
+    }
+    const int8 = quantization === 'int8' || (isBlockEncoding(ref) && dtype !== 'fp32');
     packed += int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype);
   };
   const vector = (ref: TensorRef | null, n: number) => {
     if (ref === null || ref.sizeBytes === 0) return;
-    const inPlace = ref.dtype === 'fp32' && (ref.encoding ?? 'plain') === 'plain' && (ref.rowStride ?? 1) === 1;
+    const inPlace = ref.dtype === 'fp32' && !isBlockEncoding(ref) && (ref.rowStride ?? 1) === 1 && ref.rotaryPermutedHeadDim === undefined;
     if (inPlace) borrowed += n * 4;
     else packed += n * 4;
   };
@@ -55,7 +66,7 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
   const qSize = numHeads * headDim;
   const kvSize = numKvHeads * headDim;
   const embeddingBytes = vocabSize * hidden * DTYPE_BYTES[dtype];
-  if (spec.embedTokens.dtype === dtype) borrowed += embeddingBytes;
+  if (spec.embedTokens.dtype === dtype && !isBlockEncoding(spec.embedTokens)) borrowed += embeddingBytes;
   else packed += embeddingBytes;
   matrix(spec.lmHead, vocabSize, hidden);
   vector(spec.finalNorm, hidden);
@@ -149,7 +160,7 @@ export function memoryShortfall(
   formats: { dtype: WeightDtype; quantization: Quantization },
 ): string | null {
   if (footprint.neededBytes <= available.bytes) return null;
-  const weights = formats.quantization === 'int8' ? 'int8 blocks' : `${formats.dtype} panels`;
+  const weights = formats.quantization === 'none' ? `${formats.dtype} panels` : `${formats.quantization} blocks`;
   return (
     `${modelDir}: loading needs about ${gib(footprint.neededBytes)} of memory ` +
     `(weights ${gib(footprint.packedBytes)} as ${weights}, KV cache ${gib(footprint.kvCacheBytes)}; ` +

@@ -3,13 +3,16 @@
 // AMX TDPBF16PS peak for amx, the AVX512_BF16 dot-product peak for avx512, the AVX2 fp32 FMA peak for avx2) and the thread
 // pool's hand-off (the wake-up latency it measures at start, one call between polling threads).
 // A thread-scaling row follows: batch-1 decode on 1 thread against all threads, for conduit-tiny
-// and the 125 M model. Then for bf16, fp32 and int8 weights on each kernel path the CPU has:
+// and the 125 M model. Then for bf16, fp32 and int8 weights (and with --modes, int4, and the
+// model as Q8_0 and Q4_K GGUF files with llama.cpp's llama-bench on the same files) on each
+// kernel path the CPU has:
 // matmul GFLOP/s at decode and prefill shapes, decode tok/s at batch 1, 8 and 32 (128-token
 // prompts + 128 new tokens each) and 512-token prefill tok/s, each as a fraction of its path's
 // ceiling measured in the same run. Absolute speeds on shared machines drift from run to run;
 // the fractions are what compare.
 //
-//   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels amx,avx512,avx2 --modes bf16,fp32,int8 --rounds 3]
+//   npm run bench:native [-- --threads 2 --new-tokens 128 --kernels amx,avx512,avx2 --modes bf16,fp32,int8,int4,Q8_0,Q4_K --rounds 3
+//                          --llama-bench PATH]
 //
 // amx differs from avx512 in its bf16 and int8 matmuls alone, so it runs those modes, and a line
 // per mode compares it with avx512 from the same run (prefill, batch-32 and batch-1 decode). On a
@@ -18,7 +21,9 @@
 // Decode and prefill run in rounds, the modes taking turns; the table shows medians.
 //
 // The 125 M-parameter checkpoint (tools/bench-model.ts) is written under .bench/ on first use.
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { KernelPath, NativeModel, Quantization, WeightDtype } from '../native/api.ts';
@@ -27,7 +32,8 @@ import { kernelSupported, loadModel, probes } from '../native/index.ts';
 import { buildBatch } from '../native/test/helpers.ts';
 import { relativeError } from '../test/reference/llama-reference.ts';
 import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
-import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
+import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
+import { writeLlamaGguf } from './llama-gguf.ts';
 
 const HEAD_DIM = BENCH_SHAPE.hiddenSize / BENCH_SHAPE.numHeads;
 const BLOCK_SIZE_TOKENS = 16;
@@ -40,15 +46,53 @@ interface Mode {
   label: string;
   dtype: WeightDtype;
   quantization: Quantization;
+  /** Bytes a matmul reads per weight, in the runtime's layout. */
   bytesPerWeight: number;
+  /** The matmul probe's format for this mode. */
+  probeQuantization: Quantization;
+  /** A GGUF of the 125 M model with its matrices of this type (tools/llama-gguf.ts), and that type's bytes per weight. */
+  gguf?: { type: 'Q8_0' | 'Q4_K'; fileBytesPerWeight: number };
 }
 
 const MODES: readonly Mode[] = [
-  { label: 'bf16', dtype: 'bf16', quantization: 'none', bytesPerWeight: 2 },
-  { label: 'fp32', dtype: 'fp32', quantization: 'none', bytesPerWeight: 4 },
+  { label: 'bf16', dtype: 'bf16', quantization: 'none', bytesPerWeight: 2, probeQuantization: 'none' },
+  { label: 'fp32', dtype: 'fp32', quantization: 'none', bytesPerWeight: 4, probeQuantization: 'none' },
   // 32 int8 values and one fp16 scale per block.
-  { label: 'int8', dtype: 'bf16', quantization: 'int8', bytesPerWeight: 34 / 32 },
+  { label: 'int8', dtype: 'bf16', quantization: 'int8', bytesPerWeight: 34 / 32, probeQuantization: 'int8' },
+  // 32 4-bit codes, an fp32 scale and an fp32 min per block.
+  { label: 'int4', dtype: 'bf16', quantization: 'int4', bytesPerWeight: 24 / 32, probeQuantization: 'int4' },
+  // Q8_0 blocks load as int8 panels, Q4_K blocks as 4-bit panels (native/README.md).
+  { label: 'Q8_0', dtype: 'bf16', quantization: 'none', bytesPerWeight: 34 / 32, probeQuantization: 'int8', gguf: { type: 'Q8_0', fileBytesPerWeight: 34 / 32 } },
+  { label: 'Q4_K', dtype: 'bf16', quantization: 'none', bytesPerWeight: 24 / 32, probeQuantization: 'int4', gguf: { type: 'Q4_K', fileBytesPerWeight: 144 / 256 } },
 ];
+
+/** The 125 M model as a GGUF of type under .bench/ (with conduit-tiny's tokenizer, for llama.cpp), written on first use. */
+function ensureBenchGguf(type: 'Q8_0' | 'Q4_K'): string {
+  const file = path.resolve('.bench', `llama-125m-${type}.gguf`);
+  if (existsSync(file)) return file;
+  const scratch = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-gguf-'));
+  try {
+    writeLlamaGguf(writeServableBenchModel(scratch, 'llama-125m'), `${file}.partial`, { matrixType: type });
+    renameSync(`${file}.partial`, file);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+  return file;
+}
+
+interface LlamaBenchFigures {
+  pp512: number;
+  tg128: number;
+}
+
+/** llama-bench's pp512 and tg128 on file, tok/s (the mean of its repetitions). */
+function llamaBench(llamaBin: string, file: string, numThreads: number, numRounds: number): LlamaBenchFigures {
+  const output = execFileSync(llamaBin, ['-m', file, '-p', String(PREFILL_TOKENS), '-n', '128', '-t', String(numThreads), '-r', String(numRounds), '-o', 'json'], {
+    encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 1 << 26,
+  });
+  const rows = JSON.parse(output) as Array<{ n_prompt: number; n_gen: number; avg_ts: number }>;
+  return { pp512: rows.find((row) => row.n_prompt > 0)!.avg_ts, tg128: rows.find((row) => row.n_gen > 0)!.avg_ts };
+}
 
 /** Weights every decoded token multiplies: the layers' matrices and the LM head (not the embedding table). */
 function matmulWeightsPerToken(): number {
@@ -216,6 +260,7 @@ async function main(): Promise<void> {
       kernels: { type: 'string', default: 'amx,avx512,avx2' },
       modes: { type: 'string', default: MODES.map((mode) => mode.label).join(',') },
       rounds: { type: 'string', default: '3' },
+      'llama-bench': { type: 'string', default: '/tmp/llamacpp-36/build/bin/llama-bench' },
     },
   });
   const kernelNames = values.kernels.split(',');
@@ -276,14 +321,14 @@ async function main(): Promise<void> {
     // models resident, they read about half as fast.
     const matmulProbes = new Map(modes.map((mode) => {
       const seconds = (numRows: number) =>
-        probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.quantization, numRows, k: BENCH_SHAPE.hiddenSize, n: BENCH_SHAPE.intermediateSize, numThreads, numRepeats: 5 });
+        probes.matmulSeconds({ kernel, dtype: mode.dtype, quantization: mode.probeQuantization, numRows, k: BENCH_SHAPE.hiddenSize, n: BENCH_SHAPE.intermediateSize, numThreads, numRepeats: 5 });
       return [mode, { gemvSeconds: seconds(1), gemmSeconds: seconds(PREFILL_TOKENS) }];
     }));
     const models = new Map<Mode, NativeModel>();
     try {
       for (const mode of modes) {
         models.set(mode, await loadModel({
-          modelDir, dtype: mode.dtype, quantization: mode.quantization, kvCacheDtype: 'bf16',
+          modelDir: mode.gguf ? ensureBenchGguf(mode.gguf.type) : modelDir, dtype: mode.dtype, quantization: mode.quantization, kvCacheDtype: 'bf16',
           numKvBlocks: PROMPT_TOKENS / BLOCK_SIZE_TOKENS + 32 * Math.ceil(newTokens / BLOCK_SIZE_TOKENS) + PREFILL_TOKENS / BLOCK_SIZE_TOKENS,
           blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel,
         }));
@@ -339,6 +384,27 @@ async function main(): Promise<void> {
     console.log('WARNING: a ceiling moved by more than 15% during the run; its measurements straddle two machine states');
   }
   const bestBandwidth = Math.max(bandwidth, bandwidthAfter);
+
+  // llama.cpp on the very GGUF files, same run (its own build: --llama-bench PATH).
+  const llamaBin = values['llama-bench'];
+  const ggufModes = allModes.filter((mode) => mode.gguf !== undefined);
+  if (ggufModes.length > 0 && existsSync(llamaBin)) {
+    console.log(`\nllama.cpp: ${llamaBin}, ${numThreads} threads, the same GGUF files`);
+    for (const mode of ggufModes) {
+      const file = ensureBenchGguf(mode.gguf!.type);
+      const llama = llamaBench(llamaBin, file, numThreads, numRounds);
+      const fileBound = bestBandwidth / (weightsPerToken * mode.gguf!.fileBytesPerWeight);
+      console.log(`llama.cpp ${mode.label}: pp${PREFILL_TOKENS} ${fmt(llama.pp512)} tok/s, tg128 ${fmt(llama.tg128)} tok/s (${pct(llama.tg128 / fileBound)} of the bound of the file's ${fmt(mode.gguf!.fileBytesPerWeight * 8, 2)} bits per weight)`);
+      for (const result of results.filter((r) => r.mode === mode)) {
+        const b1 = result.decode[0];
+        console.log(`  conduit ${result.kernel} ${mode.label}: b1 decode ${fmt(b1)} tok/s = ${fmt(b1 / llama.tg128, 2)}x llama.cpp tg128, ` +
+          `${pct(b1 / fileBound)} of the file's bound (${pct(b1 / (bestBandwidth / (weightsPerToken * mode.bytesPerWeight)))} of the bound of the ${fmt(mode.bytesPerWeight * 8, 2)} bits read); ` +
+          `prefill ${fmt(result.prefill)} tok/s = ${fmt(result.prefill / llama.pp512, 2)}x llama.cpp pp${PREFILL_TOKENS}`);
+      }
+    }
+  } else if (ggufModes.length > 0) {
+    console.log(`\nllama.cpp: not run (no llama-bench at ${llamaBin}; build llama.cpp in a scratch folder and pass --llama-bench PATH)`);
+  }
 
   const header = ['path', 'mode', 'gemv GF/s', '(GB/s, of BW)', 'gemm GF/s', '(of peak)', 'b1 tok/s', '(of bound)', 'b8 tok/s', 'b32 tok/s', '(of peak)', 'b32/b1', 'prefill tok/s', '(of peak)'];
   const rows = results.map(({ kernel, mode, gemvSeconds, gemmSeconds, decode: [b1, b8, b32], prefill }) => {

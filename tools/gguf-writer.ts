@@ -2,6 +2,7 @@
 // key-value pairs, the tensor infos, then each tensor's data at an offset aligned to 32 bytes.
 // Tensors are read one at a time as they are written, so memory stays near the largest one.
 import { closeSync, openSync, writeSync } from 'node:fs';
+import { GGML_TYPES, type GgmlTypeName } from '../native/gguf.ts';
 
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian uint32
 const GGUF_VERSION = 3;
@@ -15,19 +16,17 @@ export type GgufValue =
   | { type: 'bool'; value: boolean }
   | { type: 'string'; value: string }
   | { type: 'string[]'; value: readonly string[] }
-  | { type: 'int32[]'; value: readonly number[] };
+  | { type: 'int32[]'; value: readonly number[] }
+  | { type: 'float32[]'; value: readonly number[] };
 
-/** ggml_type of the element types written here. */
-export const GgmlType = { F32: 0, F16: 1, BF16: 30 } as const;
-export type GgmlTypeName = keyof typeof GgmlType;
-const ELEMENT_BYTES: Readonly<Record<GgmlTypeName, number>> = { F32: 4, F16: 2, BF16: 2 };
+export type { GgmlTypeName } from '../native/gguf.ts';
 
 export interface GgufTensor {
   name: string;
   /** As PyTorch and safetensors order them, outermost first (GGUF stores them innermost first). */
   shape: readonly number[];
   type: GgmlTypeName;
-  /** The tensor's bytes in row-major order; called once, when the tensor is written. */
+  /** The tensor's bytes in row-major order (rows of whole blocks); called once, when the tensor is written. */
   data(): Uint8Array;
 }
 
@@ -116,6 +115,12 @@ function writeValue(out: ByteWriter, value: GgufValue): void {
       out.u64(value.value.length);
       for (const item of value.value) out.i32(item);
       return;
+    case 'float32[]':
+      out.u32(ValueType.array);
+      out.u32(ValueType.float32);
+      out.u64(value.value.length);
+      for (const item of value.value) out.f32(item);
+      return;
   }
 }
 
@@ -124,7 +129,8 @@ function writeAll(fd: number, bytes: Uint8Array): void {
 }
 
 function numBytesOf(tensor: GgufTensor): number {
-  return tensor.shape.reduce((product, dim) => product * dim, 1) * ELEMENT_BYTES[tensor.type];
+  const { blockElements, blockBytes } = GGML_TYPES[tensor.type];
+  return (tensor.shape.reduce((product, dim) => product * dim, 1) / blockElements) * blockBytes;
 }
 
 /** Writes metadata (in the given order) and tensors to file. */
@@ -144,7 +150,7 @@ export function writeGguf(file: string, metadata: ReadonlyArray<readonly [string
     header.string(tensor.name);
     header.u32(tensor.shape.length);
     for (let dim = tensor.shape.length - 1; dim >= 0; dim--) header.u64(tensor.shape[dim]);
-    header.u32(GgmlType[tensor.type]);
+    header.u32(GGML_TYPES[tensor.type].id);
     header.u64(offset);
     offsets.push(offset);
     offset += numBytesOf(tensor);

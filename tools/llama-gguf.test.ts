@@ -99,8 +99,8 @@ test('a Llama checkpoint becomes a GGUF with llama.cpp names, types, tokenizer a
 test('a tied checkpoint has no output matrix; other architectures and tokenizers are refused by name', (t) => {
   const tied = checkpoint(t, { tieWordEmbeddings: true });
   writeLlamaGguf(tied, path.join(tied, 'model.gguf'));
-  const qwen = checkpoint(t, { arch: 'qwen2' });
-  assert.throws(() => writeLlamaGguf(qwen, path.join(qwen, 'model.gguf')), /only LlamaForCausalLM/);
+  const gemma = checkpoint(t, { arch: 'gemma3' });
+  assert.throws(() => writeLlamaGguf(gemma, path.join(gemma, 'model.gguf')), /only LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM .* not Gemma3ForCausalLM/);
   const wordLevel = checkpoint(t);
   const tokenizerFile = path.join(wordLevel, 'tokenizer.json');
   const tokenizer = JSON.parse(readFileSync(tokenizerFile, 'utf8'));

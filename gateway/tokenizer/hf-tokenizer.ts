@@ -141,6 +141,10 @@ class HuggingFaceTokenizer implements Tokenizer {
 }
 
 export function loadHuggingFaceTokenizer(file: string, config: TokenizerConfig): Tokenizer {
-  const json = JSON.parse(readFileSync(file, 'utf8'));
+  return huggingFaceTokenizerFromJson(JSON.parse(readFileSync(file, 'utf8')), config);
+}
+
+/** A tokenizer.json already parsed (or built: a GGUF file's embedded tokenizer). */
+export function huggingFaceTokenizerFromJson(json: Record<string, unknown>, config: TokenizerConfig): Tokenizer {
   return new HuggingFaceTokenizer(new HfTokenizer(json, config.raw), config, json as TokenizerJson);
 }

@@ -1,6 +1,8 @@
 // Picks a tokenizer backend from what a checkpoint directory holds.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
+import { GgufMetadata, ggufFileOf, readGgufHeader } from '../../native/gguf.ts';
+import { loadGgufTokenizer } from './gguf-tokenizer.ts';
 import { loadHuggingFaceTokenizer } from './hf-tokenizer.ts';
 import { isBundledEncoding, loadBundledTiktoken, loadTiktokenRanksFile } from './tiktoken-tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
@@ -12,10 +14,13 @@ export interface LoadedTokenizer {
 }
 
 /**
- * In order: tokenizer.json (Hugging Face); the tiktoken encoding that tokenizer_config.json
+ * A GGUF file (or a directory holding one and no config.json): its embedded tokenizer. Else, in
+ * order: tokenizer.json (Hugging Face); the tiktoken encoding that tokenizer_config.json
  * names; a tiktoken ranks file in tokenizer.model.
  */
 export function loadTokenizer(modelDir: string): LoadedTokenizer {
+  const ggufFile = ggufFileOf(modelDir);
+  if (ggufFile !== null) return loadGgufTokenizer(new GgufMetadata(readGgufHeader(ggufFile)));
   const config = readTokenizerConfig(modelDir);
   const tokenizerJson = path.join(modelDir, 'tokenizer.json');
   if (existsSync(tokenizerJson)) return { tokenizer: loadHuggingFaceTokenizer(tokenizerJson, config), config };

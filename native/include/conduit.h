@@ -51,7 +51,14 @@ typedef enum cd_encoding {
   /* OCP MXFP4 (gpt-oss's experts): per 32 elements of a row, 16 bytes of E2M1 values at the ref
      (element 2i in the low nibble of byte i, 2i + 1 in the high one) and one E8M0 scale byte,
      2^(byte - 127), at the scales' ref. Rows are [k / 2] bytes of blocks and [k / 32] scales. */
-  CD_ENCODING_MXFP4 = 1
+  CD_ENCODING_MXFP4 = 1,
+  /* ggml's blocks as GGUF stores them (ggml-common.h), each row whole blocks: Q8_0 and Q4_0 per
+     32 elements, Q4_K, Q5_K and Q6_K per 256. Elements are the fp32 values ggml dequantizes. */
+  CD_ENCODING_GGML_Q8_0 = 2,
+  CD_ENCODING_GGML_Q4_0 = 3,
+  CD_ENCODING_GGML_Q4_K = 4,
+  CD_ENCODING_GGML_Q5_K = 5,
+  CD_ENCODING_GGML_Q6_K = 6
 } cd_encoding;
 
 /*
@@ -74,6 +81,12 @@ typedef struct cd_tensor_ref {
   int32_t scales_file_index;
   uint64_t scales_offset_bytes;
   uint64_t scales_size_bytes;
+  /* Non-zero: the rows of each head of this many rows are stored in llama.cpp's rotary order
+     (adjacent pairs) and are read back in Hugging Face's rotate-half order. */
+  int32_t rotary_permuted_head_dim;
+  /* Block encodings: the weight's element (row, i) is the stored row's element first_column + i
+     (a row-parallel segment of ggml blocks, which byte offsets cannot address). */
+  int32_t first_column;
 } cd_tensor_ref;
 
 /* The gated activation between an MLP's gate and up projections and its down projection. */
@@ -191,7 +204,10 @@ typedef struct cd_model_spec {
 typedef enum cd_quantization {
   CD_QUANTIZATION_NONE = 0,
   /* Matrices (not the embedding table) become int8 with one fp16 scale per 32 weights, Q8_0-style. */
-  CD_QUANTIZATION_INT8 = 1
+  CD_QUANTIZATION_INT8 = 1,
+  /* 4-bit per 32 weights with an fp32 scale and min (MatrixFormat::kQ4Panels), min-max rounded;
+     GGUF's Q4_K and Q4_0 blocks take this form exactly whatever the setting. */
+  CD_QUANTIZATION_INT4 = 2
 } cd_quantization;
 
 typedef struct cd_load_options {

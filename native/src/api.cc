@@ -198,7 +198,8 @@ cd_status cd_probe_matmul(const cd_matmul_probe* probe, double* out_seconds, cha
   return guarded(error, error_capacity, [&] {
     const conduit::KernelTable& kernels = select_kernels(probe->kernel);
     const conduit::MatrixFormat format =
-        probe->quantization == CD_QUANTIZATION_INT8 ? conduit::MatrixFormat::kQ8Panels
+        probe->quantization == CD_QUANTIZATION_INT8   ? conduit::MatrixFormat::kQ8Panels
+        : probe->quantization == CD_QUANTIZATION_INT4 ? conduit::MatrixFormat::kQ4Panels
         : probe->dtype == CD_DTYPE_BF16             ? conduit::MatrixFormat::kBf16Panels
         : probe->dtype == CD_DTYPE_F16              ? conduit::MatrixFormat::kF16Panels
                                                     : conduit::MatrixFormat::kF32Panels;

@@ -74,6 +74,24 @@ int64_t int64_or_zero(const Napi::Object& object, const char* key) {
 
 double double_of(const Napi::Object& object, const char* key) { return object.Get(key).As<Napi::Number>().DoubleValue(); }
 
+cd_quantization quantization_from(const std::string& name) {
+  if (name == "int8") return CD_QUANTIZATION_INT8;
+  if (name == "int4") return CD_QUANTIZATION_INT4;
+  return CD_QUANTIZATION_NONE;
+}
+
+cd_encoding encoding_from(const Napi::Value& value) {
+  if (!value.IsString()) return CD_ENCODING_PLAIN;
+  const std::string name = value.As<Napi::String>().Utf8Value();
+  if (name == "mxfp4") return CD_ENCODING_MXFP4;
+  if (name == "q8_0") return CD_ENCODING_GGML_Q8_0;
+  if (name == "q4_0") return CD_ENCODING_GGML_Q4_0;
+  if (name == "q4_k") return CD_ENCODING_GGML_Q4_K;
+  if (name == "q5_k") return CD_ENCODING_GGML_Q5_K;
+  if (name == "q6_k") return CD_ENCODING_GGML_Q6_K;
+  return CD_ENCODING_PLAIN;
+}
+
 // A TensorRef (native/checkpoint.ts); absent (undefined or null) is an empty ref.
 cd_tensor_ref tensor_ref_from(const Napi::Value& value) {
   cd_tensor_ref ref{};
@@ -83,14 +101,13 @@ cd_tensor_ref tensor_ref_from(const Napi::Value& value) {
   ref.offset_bytes = uint64_t(int64_or_zero(object, "offsetBytes"));
   ref.size_bytes = uint64_t(int64_or_zero(object, "sizeBytes"));
   ref.dtype = dtype_from(object.Get("dtype"));
-  ref.encoding = object.Get("encoding").IsString() && object.Get("encoding").As<Napi::String>().Utf8Value() == "mxfp4"
-                     ? CD_ENCODING_MXFP4
-                     : CD_ENCODING_PLAIN;
+  ref.encoding = encoding_from(object.Get("encoding"));
   ref.row_stride = int64_or_zero(object, "rowStride");
   ref.col_stride = int64_or_zero(object, "colStride");
   ref.scales_file_index = int32_t(int64_or_zero(object, "scalesFileIndex"));
   ref.scales_offset_bytes = uint64_t(int64_or_zero(object, "scalesOffsetBytes"));
   ref.scales_size_bytes = uint64_t(int64_or_zero(object, "scalesSizeBytes"));
+  ref.rotary_permuted_head_dim = int32_t(int64_or_zero(object, "rotaryPermutedHeadDim"));
   return ref;
 }
 
@@ -213,9 +230,7 @@ class LoadWorker : public Napi::AsyncWorker {
     spec_.lm_head = tensor_ref_from(spec.Get("lmHead"));
     spec_.layers = layers_.data();
     options_ = cd_load_options{dtype_from(options.Get("weightDtype")),
-                               options.Get("quantization").As<Napi::String>().Utf8Value() == "int8"
-                                   ? CD_QUANTIZATION_INT8
-                                   : CD_QUANTIZATION_NONE,
+                               quantization_from(options.Get("quantization").As<Napi::String>().Utf8Value()),
                                dtype_from(options.Get("kvCacheDtype")),
                                int_of(options, "numKvBlocks"),
                                int_of(options, "blockSizeTokens"),
@@ -536,8 +551,7 @@ Napi::Value ProbeMatmul(const Napi::CallbackInfo& info) {
   const cd_matmul_probe probe{
       kernel_from(options.Get("kernel")),
       dtype_from(options.Get("dtype")),
-      options.Get("quantization").As<Napi::String>().Utf8Value() == "int8" ? CD_QUANTIZATION_INT8
-                                                                          : CD_QUANTIZATION_NONE,
+      quantization_from(options.Get("quantization").As<Napi::String>().Utf8Value()),
       int_of(options, "numRows"),
       int_of(options, "k"),
       int_of(options, "n"),

@@ -24,7 +24,11 @@ namespace conduit {
 // int8 round(w / s) with s = max|w| / 127 in fp16) in 64-column panels: per panel and 32-block of
 // inputs, int8 [16 input pairs][64][2] then the 64 columns' fp16 scales, so a panel is one
 // stream. Padding is zero.
-enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8Panels };
+// kQ4Panels (kernels_q4.inc) is 4-bit affine quantization per 32-block of a row, w = scale * q -
+// min with q in [0, 15] and fp32 scale and min (so GGUF's Q4_K and Q4_0 blocks convert exactly):
+// per panel and 32-block, [16 input pairs][64] bytes (input 2p's code in the low nibble, 2p + 1's
+// in the high one), then the 64 columns' scales and their negated mins.
+enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8Panels, kQ4Panels };
 
 constexpr int32_t kPanelColumns = 64;
 
@@ -39,6 +43,12 @@ constexpr size_t kQ8PanelBlockBytes = kPanelColumns * 32 + kPanelColumns * sizeo
 
 inline size_t q8_panels_bytes(int32_t n, int32_t k) {
   return size_t(num_panels(n)) * size_t((k + 31) / 32) * kQ8PanelBlockBytes;
+}
+
+constexpr size_t kQ4PanelBlockBytes = kPanelColumns * 16 + kPanelColumns * 2 * sizeof(float);
+
+inline size_t q4_panels_bytes(int32_t n, int32_t k) {
+  return size_t(num_panels(n)) * size_t((k + 31) / 32) * kQ4PanelBlockBytes;
 }
 
 // A weight matrix [num_rows, k] (Hugging Face [out, in] layout).

@@ -79,7 +79,16 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }
 
+// 8 bytes of codes, byte i two codes: zero-extended to 32 bits, the low code to the lane's low
+// int16 and the high one to its high int16.
+inline Q8Pairs vload_q4_pairs(const uint8_t* p) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_or_si256(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)),
+                         _mm256_and_si256(_mm256_slli_epi32(bytes, 12), _mm256_set1_epi32(0x000f0000)));
+}
+
 #include "kernels_body.inc"
+#include "kernels_q4.inc"
 #include "kernels_widened.inc"
 
 }  // namespace

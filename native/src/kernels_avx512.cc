@@ -66,7 +66,16 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }
 
+// 16 bytes of codes, byte i two codes: zero-extended to 32 bits, the low code to the lane's low
+// int16 and the high one to its high int16.
+inline Q8Pairs vload_q4_pairs(const uint8_t* p) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_or_si512(_mm512_and_si512(bytes, _mm512_set1_epi32(0x0f)),
+                         _mm512_and_si512(_mm512_slli_epi32(bytes, 12), _mm512_set1_epi32(0x000f0000)));
+}
+
 #include "kernels_body.inc"
+#include "kernels_q4.inc"
 
 constexpr int32_t kBf16Chunk = 32;
 
@@ -346,6 +355,7 @@ size_t no_panel_scratch(MatrixFormat, int32_t, int32_t) { return 0; }
 
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
   if (format == MatrixFormat::kQ8Panels) return q8_packed_row_bytes(k);
+  if (format == MatrixFormat::kQ4Panels) return q4_packed_row_bytes(k);
   if (format == MatrixFormat::kBf16Panels) return size_t(bf16_padded_k(k)) * 2;
   return 0;
 }
@@ -356,6 +366,7 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
     const float* row = x + size_t(m) * x_stride;
     uint8_t* out = packed + size_t(m) * packed_stride;
     if (format == MatrixFormat::kQ8Panels) pack_q8_row(row, k, out);
+    if (format == MatrixFormat::kQ4Panels) pack_q4_row(row, k, out);
     if (format == MatrixFormat::kBf16Panels) pack_bf16_row(row, k, out);
   }
 }
@@ -367,6 +378,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
     case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kBf16Panels: matmul_bf16_dot_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ4Panels: matmul_q4_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
   }
 }
 

@@ -124,7 +124,17 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return acc + a * b; }
 
+inline Q8Pairs vload_q4_pairs(const uint8_t* p) {
+  Q8Pairs w;
+  for (int32_t i = 0; i < kLanes; ++i) {
+    w.lane[2 * i] = int16_t(p[i] & 0x0f);
+    w.lane[2 * i + 1] = int16_t(p[i] >> 4);
+  }
+  return w;
+}
+
 #include "kernels_body.inc"
+#include "kernels_q4.inc"
 #include "kernels_widened.inc"
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "ggml_blocks.h"
 
 namespace conduit {
 
@@ -138,8 +139,13 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   // meet them, closer than bf16 activations would), except with fp32 weights, which keep every
   // matmul exact in fp32.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
-    const bool mxfp4_to_int8 = ref.encoding == CD_ENCODING_MXFP4 && options.weight_dtype != CD_DTYPE_F32;
-    if (options.quantization == CD_QUANTIZATION_INT8 || mxfp4_to_int8) {
+    const bool ggml_4bit = ref.encoding == CD_ENCODING_GGML_Q4_0 || ref.encoding == CD_ENCODING_GGML_Q4_K;
+    if (options.quantization == CD_QUANTIZATION_INT4 || (ggml_4bit && options.weight_dtype != CD_DTYPE_F32)) {
+      return Matrix{weights.quantize_q4_panels(ref, num_rows, k, options.weight_dtype, pool), MatrixFormat::kQ4Panels};
+    }
+    const bool blocks_to_int8 = (ref.encoding == CD_ENCODING_MXFP4 || is_ggml_encoding(ref.encoding)) &&
+                                options.weight_dtype != CD_DTYPE_F32;
+    if (options.quantization == CD_QUANTIZATION_INT8 || blocks_to_int8) {
       return Matrix{weights.quantize_q8_panels(ref, num_rows, k, options.weight_dtype, pool), MatrixFormat::kQ8Panels};
     }
     return Matrix{weights.pack_panels(ref, num_rows, k, panel_format_of(options.weight_dtype), pool),
@@ -148,7 +154,8 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   // A row-parallel matrix as kReductionSegments column ranges of the stored one, each packed as a
   // matrix of its own.
   const auto segmented = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
-    if (ref.encoding != CD_ENCODING_PLAIN) throw Error(CD_ERR_INVALID_ARGUMENT, "a row-parallel matrix must be stored plain");
+    const bool blocks = is_ggml_encoding(ref.encoding);
+    if (ref.encoding != CD_ENCODING_PLAIN && !blocks) throw Error(CD_ERR_INVALID_ARGUMENT, "a row-parallel matrix must be stored plain");
     SegmentedMatrix w;
     const int64_t row_stride = ref.row_stride != 0 ? ref.row_stride : k;
     const int64_t col_stride = ref.col_stride != 0 ? ref.col_stride : 1;
@@ -158,6 +165,12 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       const int32_t segment_k = w.k_begin[size_t(s) + 1] - w.k_begin[size_t(s)];
       if (segment_k == 0) continue;
       cd_tensor_ref part = ref;
+      if (blocks) {  // ggml blocks are addressed by element, from the tensor's start
+        part.row_stride = row_stride;
+        part.first_column = ref.first_column + w.k_begin[size_t(s)];
+        w.segments[size_t(s)] = matrix(part, num_rows, segment_k);
+        continue;
+      }
       part.offset_bytes = ref.offset_bytes + uint64_t(int64_t(w.k_begin[size_t(s)]) * col_stride) * element_bytes;
       part.row_stride = row_stride;
       part.col_stride = col_stride;

@@ -89,6 +89,16 @@ double measure_matmul(const KernelTable& kernels, MatrixFormat format, int32_t n
       uint16_t* scales = reinterpret_cast<uint16_t*>(values + kPanelColumns * 32);
       for (int32_t i = 0; i < kPanelColumns; ++i) scales[i] = f32_to_f16(0.01f);
     }
+  } else if (format == MatrixFormat::kQ4Panels) {
+    const size_t size_bytes = q4_panels_bytes(n, k);
+    data = allocate_aligned(size_bytes);
+    uint8_t* bytes = static_cast<uint8_t*>(data.get());
+    for (size_t block = 0; block < size_bytes / kQ4PanelBlockBytes; ++block) {
+      uint8_t* codes = bytes + block * kQ4PanelBlockBytes;
+      for (int32_t i = 0; i < kPanelColumns * 16; ++i) codes[i] = uint8_t(next_random(state));
+      float* scales = reinterpret_cast<float*>(codes + kPanelColumns * 16);
+      for (int32_t i = 0; i < kPanelColumns; ++i) scales[i] = 0.01f, scales[kPanelColumns + i] = -0.08f;
+    }
   } else {
     const cd_dtype dtype = format == MatrixFormat::kBf16Panels  ? CD_DTYPE_BF16
                            : format == MatrixFormat::kF16Panels ? CD_DTYPE_F16

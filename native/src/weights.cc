@@ -13,6 +13,7 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "ggml_blocks.h"
 #include "kernels.h"
 
 namespace conduit {
@@ -41,22 +42,28 @@ int8_t round_to_q8(float value, float scale) {
 // E2M1 values doubled, so every one is an integer: index by the nibble.
 constexpr int8_t kMxfp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// Element (row, i) of a weight as its cd_tensor_ref describes it (strides, dtype, encoding).
+// Element (row, i) of a weight as its cd_tensor_ref describes it (strides, dtype, encoding, rows
+// in llama.cpp's rotary order).
 class ElementReader {
  public:
   ElementReader(const cd_tensor_ref& ref, const uint8_t* data, const uint8_t* scales, int32_t k)
       : data_(data),
         scales_(scales),
         dtype_(ref.dtype),
+        encoding_(ref.encoding),
         mxfp4_(ref.encoding == CD_ENCODING_MXFP4),
         row_stride_(ref.row_stride != 0 ? ref.row_stride : k),
-        col_stride_(ref.col_stride != 0 ? ref.col_stride : 1) {}
+        col_stride_(ref.col_stride != 0 ? ref.col_stride : 1),
+        rotary_head_dim_(ref.rotary_permuted_head_dim),
+        first_column_(ref.first_column) {}
 
   bool mxfp4() const { return mxfp4_; }
+  cd_encoding encoding() const { return encoding_; }
 
   float at(int32_t row, int32_t i) const {
-    const int64_t index = int64_t(row) * row_stride_ + int64_t(i) * col_stride_;
-    if (!mxfp4_) return load_as_f32(data_, dtype_, size_t(index));
+    const int64_t index = index_of(row, i);
+    if (encoding_ == CD_ENCODING_PLAIN) return load_as_f32(data_, dtype_, size_t(index));
+    if (!mxfp4_) return ggml_element(encoding_, data_, index);
     return float(doubled(index)) * std::ldexp(1.0f, int(scales_[index / 32]) - 128);
   }
 
@@ -68,15 +75,28 @@ class ElementReader {
   uint8_t scale_byte(int32_t row, int32_t i) const {
     return scales_[(int64_t(row) * row_stride_ + int64_t(i)) / 32];
   }
-  int64_t index_of(int32_t row, int32_t i) const { return int64_t(row) * row_stride_ + int64_t(i) * col_stride_; }
+  // Hugging Face's row r of a head (r < half pairs with r + half) is llama.cpp's row 2r, and
+  // row half + r its row 2r + 1.
+  int64_t stored_row(int32_t row) const {
+    if (rotary_head_dim_ == 0) return row;
+    const int32_t half = rotary_head_dim_ / 2, within = row % rotary_head_dim_;
+    return int64_t(row - within) + 2 * (within % half) + within / half;
+  }
+  int64_t index_of(int32_t row, int32_t i) const {
+    return stored_row(row) * row_stride_ + int64_t(first_column_ + i) * col_stride_;
+  }
+  const uint8_t* data() const { return data_; }
 
  private:
   const uint8_t* data_;
   const uint8_t* scales_;
   cd_dtype dtype_;
+  cd_encoding encoding_;
   bool mxfp4_;
   int64_t row_stride_;
   int64_t col_stride_;
+  int32_t rotary_head_dim_;
+  int32_t first_column_;
 };
 
 }  // namespace
@@ -129,7 +149,8 @@ const uint8_t* WeightStore::base_of(int32_t file_index, uint64_t offset_bytes) c
 
 const float* WeightStore::resolve_vector(const cd_tensor_ref& ref, int32_t n, cd_dtype precision, ThreadPool& pool) {
   if (ref.size_bytes == 0) return nullptr;
-  const bool contiguous = ref.encoding == CD_ENCODING_PLAIN && (ref.row_stride == 0 || ref.row_stride == 1);
+  const bool contiguous = ref.encoding == CD_ENCODING_PLAIN && (ref.row_stride == 0 || ref.row_stride == 1) &&
+                          ref.rotary_permuted_head_dim == 0;
   if (contiguous) return static_cast<const float*>(resolve(ref, CD_DTYPE_F32, precision, pool));
   const ElementReader reader(ref, base_of(ref.file_index, ref.offset_bytes),
                              ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, 1);
@@ -150,7 +171,22 @@ const void* WeightStore::resolve(const cd_tensor_ref& ref, cd_dtype dtype, cd_dt
   const uint8_t* source = static_cast<const uint8_t*>(file.base) + ref.offset_bytes;
   const bool keeps_values = precision == CD_DTYPE_F32 || precision == ref.dtype;
   const void* result;
-  if (ref.dtype == dtype && keeps_values) {
+  if (is_ggml_encoding(ref.encoding)) {
+    // A row-gathered table (the embedding) of ggml blocks: dequantized once into dtype.
+    const size_t num_elements = ref.size_bytes / size_t(ggml_block_bytes(ref.encoding)) * size_t(ggml_block_elements(ref.encoding));
+    AlignedBuffer buffer = allocate_aligned(num_elements * dtype_bytes(dtype));
+    void* target = buffer.get();
+    const int32_t num_chunks = int32_t((num_elements + kConversionChunkElements - 1) / kConversionChunkElements);
+    pool.parallel_for(num_chunks, 1, [&](int32_t, int32_t chunk_begin, int32_t chunk_end) {
+      const size_t last = std::min(num_elements, size_t(chunk_end) * kConversionChunkElements);
+      for (size_t i = size_t(chunk_begin) * kConversionChunkElements; i < last; ++i) {
+        store_from_f32(target, dtype, i, round_to(precision, ggml_element(ref.encoding, source, int64_t(i))));
+      }
+    });
+    release_pages(source, ref.size_bytes);
+    result = target;
+    converted_.push_back(std::move(buffer));
+  } else if (ref.dtype == dtype && keeps_values) {
     ++file.num_borrowed_tensors;
     result = source;
   } else {
@@ -203,6 +239,18 @@ bool mxfp4_block_to_q8(const ElementReader& reader, int32_t row, int32_t first_i
   return true;
 }
 
+// A Q8_0 or Q4_0 block as an int8 block with the same values: its codes (Q4_0's nibbles less 8)
+// and its fp16 scale, as stored.
+void ggml_block_to_q8(const ElementReader& reader, int32_t row, int32_t first_input, uint16_t* scale_bits, int8_t* out) {
+  const int64_t first = reader.index_of(row, first_input);
+  const uint8_t* block = reader.data() + first / 32 * ggml_block_bytes(reader.encoding());
+  *scale_bits = uint16_t(block[0] | (block[1] << 8));
+  for (int32_t i = 0; i < 32; ++i) {
+    out[i] = reader.encoding() == CD_ENCODING_GGML_Q8_0 ? int8_t(block[2 + i])
+                                                         : int8_t(((i < 16 ? block[2 + i] & 0x0f : block[2 + i - 16] >> 4)) - 8);
+  }
+}
+
 }  // namespace
 
 const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
@@ -211,6 +259,9 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
   // MXFP4 blocks line up with int8 blocks when every row starts a block.
   const bool exact_blocks = reader.mxfp4() && k % 32 == 0;
+  // ggml's 32-blocks are int8 blocks already (GGUF rows are whole blocks).
+  const bool ggml_blocks_of_32 = (ref.encoding == CD_ENCODING_GGML_Q8_0 || ref.encoding == CD_ENCODING_GGML_Q4_0) &&
+                                 ref.first_column % 32 == 0 && k % 32 == 0;
   const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
   const int32_t num_blocks = (k + 31) / 32;
   AlignedBuffer buffer = allocate_aligned(q8_panels_bytes(num_rows, k));
@@ -224,7 +275,9 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
         for (int32_t column = 0; column < kPanelColumns; ++column) {
           const int32_t row = panel * kPanelColumns + column;
           if (row < num_rows) {
-            if (!(exact_blocks && mxfp4_block_to_q8(reader, row, block * 32, &scales[column], values))) {
+            if (ggml_blocks_of_32) {
+              ggml_block_to_q8(reader, row, block * 32, &scales[column], values);
+            } else if (!(exact_blocks && mxfp4_block_to_q8(reader, row, block * 32, &scales[column], values))) {
               scales[column] = quantize_block(reader, precision, row, block * 32, k, values);
             }
           } else {
@@ -232,6 +285,70 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
             std::fill(values, values + 32, int8_t(0));
           }
           for (int32_t i = 0; i < 32; ++i) out[(size_t(i / 2) * kPanelColumns + size_t(column)) * 2 + size_t(i % 2)] = uint8_t(values[i]);
+        }
+      }
+    }
+  });
+  release_pages(source, ref.size_bytes);
+  if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
+  converted_.push_back(std::move(buffer));
+  return panels;
+}
+
+namespace {
+
+// One 32-block of a row (inputs past k are zeros) as 4-bit codes, w = scale * q - min.
+void quantize_q4_block(const ElementReader& reader, cd_dtype precision, int32_t row, int32_t first_input, int32_t k,
+                       uint8_t* codes, float* scale, float* min) {
+  // A whole ggml 32-block (a row-parallel segment may start or end inside one: then from values).
+  const bool whole_block = first_input + 32 <= k && reader.index_of(row, first_input) % 32 == 0;
+  if ((reader.encoding() == CD_ENCODING_GGML_Q4_0 || reader.encoding() == CD_ENCODING_GGML_Q4_K) && whole_block) {
+    ggml_q4_block(reader.encoding(), reader.data(), reader.index_of(row, first_input), codes, scale, min);
+    return;
+  }
+  float block[32];
+  float low = 0.0f, high = 0.0f;
+  for (int32_t i = 0; i < 32; ++i) {
+    const int32_t input = first_input + i;
+    block[i] = input < k ? round_to(precision, reader.at(row, input)) : 0.0f;
+    low = std::min(low, block[i]);
+    high = std::max(high, block[i]);
+  }
+  *scale = (high - low) / 15.0f;
+  *min = -low;
+  for (int32_t i = 0; i < 32; ++i) {
+    const float q = *scale == 0.0f ? 0.0f : std::nearbyint((block[i] - low) / *scale);
+    codes[i] = uint8_t(std::min(15.0f, std::max(0.0f, q)));
+  }
+}
+
+}  // namespace
+
+const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
+                                               ThreadPool& pool) {
+  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
+  const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
+  const int32_t num_blocks = (k + 31) / 32;
+  AlignedBuffer buffer = allocate_aligned(q4_panels_bytes(num_rows, k));
+  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+    uint8_t codes[32];
+    for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
+      for (int32_t block = 0; block < num_blocks; ++block) {
+        uint8_t* out = panels + (size_t(panel) * size_t(num_blocks) + size_t(block)) * kQ4PanelBlockBytes;
+        float* scales = reinterpret_cast<float*>(out + kPanelColumns * 16);
+        float* negated_mins = scales + kPanelColumns;
+        for (int32_t column = 0; column < kPanelColumns; ++column) {
+          const int32_t row = panel * kPanelColumns + column;
+          float scale = 0.0f, min = 0.0f;
+          if (row < num_rows) {
+            quantize_q4_block(reader, precision, row, block * 32, k, codes, &scale, &min);
+          } else {
+            std::fill(codes, codes + 32, uint8_t(0));
+          }
+          scales[column] = scale;
+          negated_mins[column] = -min;
+          for (int32_t p = 0; p < 16; ++p) out[p * kPanelColumns + column] = uint8_t(codes[2 * p] | (codes[2 * p + 1] << 4));
         }
       }
     }

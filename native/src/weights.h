@@ -47,6 +47,12 @@ class WeightStore {
   const uint8_t* quantize_q8_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
                                     ThreadPool& pool);
 
+  // A [num_rows, k] matrix in MatrixFormat::kQ4Panels (kernels.h): GGUF's Q4_0 and Q4_K blocks
+  // exactly; other weights (first rounded to precision) per 32 from their min and max, scale
+  // (max - min) / 15 and codes round((w - min) / scale).
+  const uint8_t* quantize_q4_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
+                                    ThreadPool& pool);
+
   // A [num_rows, k] matrix in a float panel format (kernels.h: kF32Panels, kF16Panels,
   // kBf16Panels), its values converted as resolve() would.
   const void* pack_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, MatrixFormat format, ThreadPool& pool);

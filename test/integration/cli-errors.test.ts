@@ -12,7 +12,7 @@ import { groupEmptied, startCli } from './cli-process.ts';
 
 test('--help on every command prints its usage on stdout with exit code 0; --version prints the version', async (t) => {
   const commands: [args: string[], usage: RegExp][] = [
-    [['--help'], /^usage: conduit serve\|worker\|loadtest/],
+    [['--help'], /^usage: conduit serve\|worker\|rank\|loadtest/],
     [['serve', '--help'], /^usage: conduit serve \[--config FILE\]/],
     [['worker', '-h'], /^usage: conduit worker --model DIR --listen/],
     [['loadtest', '--help'], /^usage:\n {2}conduit loadtest --url URL/],

@@ -1,0 +1,306 @@
+// GGUF checkpoints: a GGUF written from a safetensors checkpoint (tools/llama-gguf.ts) computes the
+// very logits of that checkpoint for F32 and BF16 (Llama's permuted q/k rows read back in place);
+// each ggml block type, as random blocks, computes with fp32 weights bitwise what the safetensors
+// of its fp64 reference dequantization computes, and within stated bounds as quantized panels;
+// `quantization: int4` computes within a stated bound what its 4-bit weights compute; every type
+// keeps batch invariance bitwise.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { copyFileSync, closeSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
+import path from 'node:path';
+import { writeLlamaGguf } from '../../tools/llama-gguf.ts';
+import type { BlockTypeName } from '../../tools/ggml-quantize.ts';
+import { writeSafetensors } from '../../tools/safetensors-writer.ts';
+import type { LoadOptions, WeightDtype } from '../api.ts';
+import { readCheckpoint } from '../checkpoint.ts';
+import { huggingFaceName } from '../gguf-checkpoint.ts';
+import { GGML_TYPES, readGgufHeader, type GgufTensorInfo } from '../gguf.ts';
+import { readSafetensorsHeader, readTensorBytes, readTensorF64 } from '../safetensors.ts';
+import { dequantize, randomBlocks } from './ggml-reference.ts';
+import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, uniformSource, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
+import {
+  BLOCKS_PER_GROUP,
+  BLOCK_SIZE_TOKENS,
+  MAX_BLOCKS_PER_SEQ,
+  NUM_COMPANIONS,
+  assertBitwiseEqual,
+  companionSettings,
+  makeSequence,
+  runTarget,
+  targetSettings,
+  type Trace,
+} from './invariance-harness.ts';
+
+const VOCAB_SIZE = 300;
+const PROMPT_TOKENS = 40;
+/** Rows of 256 inputs: every K-quant's block. */
+const SHAPES: Readonly<Record<string, ShapeOptions>> = {
+  llama: { arch: 'llama', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 512, vocabSize: VOCAB_SIZE, tieWordEmbeddings: false },
+  qwen2: { arch: 'qwen2', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 512, vocabSize: VOCAB_SIZE, tieWordEmbeddings: true },
+  qwen3: { arch: 'qwen3', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 64, intermediateSize: 512, vocabSize: VOCAB_SIZE, tieWordEmbeddings: false },
+};
+const BLOCK_TYPES: readonly BlockTypeName[] = ['Q8_0', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K'];
+
+async function trace(options: LoadOptions, prompt: number[], seed: number): Promise<Trace> {
+  const sampling = targetSettings(seed, prompt)['plain sampling'];
+  return withModel(options, (model) => runTarget(model, makeSequence(prompt, 16, 0, sampling), [], 0));
+}
+
+test('the header: metadata, tensor names and shapes, and byte ranges inside the file', (t) => {
+  using temp = makeTempDir('gguf-header');
+  const dir = writeCheckpoint(temp.dir, 'llama', { ...SHAPES.llama, dtype: 'bf16', seed: freshSeed(t) });
+  const file = path.join(temp.dir, 'model.gguf');
+  writeLlamaGguf(dir, file, { matrixType: 'Q4_K' });
+  const header = readGgufHeader(file);
+  assert.equal(header.version, 3);
+  assert.equal(header.metadata.get('general.architecture'), 'llama');
+  assert.equal(header.metadata.get('llama.embedding_length'), 256);
+  const q = header.tensors.get('blk.1.attn_q.weight')!;
+  assert.deepEqual([q.type, q.shape], ['Q4_K', [256, 256]]);
+  assert.equal(q.dataEnd - q.dataBegin, 256 * (256 / 256) * 144);
+  assert.deepEqual(header.tensors.get('blk.0.attn_norm.weight')!.type, 'F32');
+  // A truncated file names the tensor whose data run past its end.
+  const bytes = readFileSync(file);
+  writeFileSync(file, bytes.subarray(0, bytes.length - 100));
+  assert.throws(() => readGgufHeader(file), /tensor "output\.weight": its data end at byte \d+, past the end of the file/);
+  writeFileSync(file, Buffer.from('GGML0000'));
+  assert.throws(() => readGgufHeader(file), /not a GGUF file/);
+});
+
+test('a directory holding one GGUF file loads as that file; unknown architectures are named', (t) => {
+  using temp = makeTempDir('gguf-dir');
+  const dir = writeCheckpoint(temp.dir, 'qwen3', { ...SHAPES.qwen3, dtype: 'bf16', seed: freshSeed(t) });
+  const ggufDir = path.join(temp.dir, 'gguf');
+  writeLlamaGguf(dir, path.join(temp.dir, 'model.gguf'));
+  mkdirSync(ggufDir);
+  copyFileSync(path.join(temp.dir, 'model.gguf'), path.join(ggufDir, 'qwen3.gguf'));
+  const fromDir = readCheckpoint(ggufDir);
+  assert.equal(fromDir.architecture, 'Qwen3ForCausalLM');
+  assert.equal(fromDir.storedDtype, 'bf16');
+  assert.equal(fromDir.spec.headDim, 64);
+  assert.equal(fromDir.spec.layers[0].qNorm!.dtype, 'fp32');
+});
+
+for (const [family, shape] of Object.entries(SHAPES)) {
+  for (const dtype of ['fp32', 'bf16'] as const satisfies readonly WeightDtype[]) {
+    test(`${family}: a ${dtype} GGUF computes bitwise the logits of the safetensors it was written from`, async (t) => {
+      using temp = makeTempDir('gguf-float');
+      const seed = freshSeed(t);
+      const dir = writeCheckpoint(temp.dir, family, { ...shape, dtype, seed });
+      const file = path.join(temp.dir, 'model.gguf');
+      writeLlamaGguf(dir, file);
+      const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
+      for (const kernel of KERNELS) {
+        await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
+          const expected = await trace(loadOptions(dir, { kernel }), prompt, seed);
+          const actual = await trace(loadOptions(file, { kernel }), prompt, seed);
+          assertBitwiseEqual(actual, expected, `seed ${seed}, ${family}, ${dtype}, ${kernel}`);
+        });
+      }
+    });
+  }
+}
+
+/**
+ * A GGUF of family whose matrices are random blocks of type, and a safetensors checkpoint of their
+ * fp64 dequantization (Llama's q/k rows back in rotate-half order), rounded to fp32.
+ */
+function randomBlockCheckpoints(parentDir: string, family: string, type: BlockTypeName, seed: number): { gguf: string; reference: string } {
+  const dir = writeCheckpoint(parentDir, `${family}-${type}`, { ...SHAPES[family], dtype: 'fp32', seed });
+  const gguf = path.join(parentDir, `${family}-${type}.gguf`);
+  writeLlamaGguf(dir, gguf, { matrixType: type });
+  const random = uniformSource(seed);
+  const header = readGgufHeader(gguf);
+  const dequantized = new Map<string, Float64Array>();
+  const fd = openSync(gguf, 'r+');
+  try {
+    for (const info of header.tensors.values()) {
+      if (info.type !== type) continue;
+      const blocks = randomBlocks(type, (info.dataEnd - info.dataBegin) / blockBytesOf(info), random);
+      writeSync(fd, blocks, 0, blocks.length, info.dataBegin);
+      dequantized.set(huggingFaceName(info.name)!, unpermute(family, info, dequantize(type, blocks), SHAPES[family]));
+    }
+  } finally {
+    closeSync(fd);
+  }
+  const reference = path.join(parentDir, `${family}-${type}-reference`);
+  mkdirSync(reference);
+  copyFileSync(path.join(dir, 'config.json'), path.join(reference, 'config.json'));
+  const source = path.join(dir, 'model.safetensors');
+  const sourceHeader = readSafetensorsHeader(source);
+  const specs = [...sourceHeader.tensors].map(([name, info]) => ({ name, dtype: 'F32' as const, shape: info.shape }));
+  writeSafetensors(path.join(reference, 'model.safetensors'), specs, (spec) => {
+    const values = dequantized.get(spec.name);
+    if (values !== undefined) return Float32Array.from(values);
+    const bytes = readTensorBytes(source, sourceHeader.tensors.get(spec.name)!);
+    return new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
+  });
+  return { gguf, reference };
+}
+
+function blockBytesOf(info: GgufTensorInfo): number {
+  return GGML_TYPES[info.type].blockBytes;
+}
+
+/** llama.cpp's Llama rows 2i + j of a head are Hugging Face's rows j·half + i. */
+function unpermute(family: string, info: GgufTensorInfo, values: Float64Array, shape: ShapeOptions): Float64Array {
+  if (family !== 'llama' || !/^blk\.\d+\.attn_[qk]\.weight$/.test(info.name)) return values;
+  const [numRows, k] = info.shape;
+  const headDim = shape.headDim ?? shape.hiddenSize! / shape.numHeads!;
+  const half = headDim / 2;
+  const out = new Float64Array(values.length);
+  for (let row = 0; row < numRows; row++) {
+    const within = row % headDim;
+    const stored = row - within + 2 * (within % half) + Math.floor(within / half);
+    out.set(values.subarray(stored * k, (stored + 1) * k), row * k);
+  }
+  return out;
+}
+
+/**
+ * Largest |a − b| over the logits after the prompt, relative to the largest |b| (later outputs
+ * follow tokens sampled from different logits, so they are not compared).
+ */
+function relativeLogitError(actual: Trace, expected: Trace): number {
+  let maxError = 0;
+  let maxAbs = 0;
+  expected.logits[0].forEach((value, i) => {
+    maxError = Math.max(maxError, Math.abs(actual.logits[0][i] - value));
+    maxAbs = Math.max(maxAbs, Math.abs(value));
+  });
+  return maxError / maxAbs;
+}
+
+/**
+ * Quantized panels (the default bf16 load) against the fp32 weights' logits. Q8_0 blocks are int8
+ * blocks exactly and Q4_0 / Q4_K blocks 4-bit panel blocks exactly, so only the int16 activations
+ * and the bf16 embedding and cache differ (the bound int8 quantization meets on the 125 M
+ * model); Q5_K and Q6_K blocks are re-rounded to int8 per 32, up to 1/254 of the 32's largest
+ * weight, which random blocks make the worst case: every 16 or 32 of them has an independent
+ * scale of random size and sign (5.4e-2 seen on Q6_K).
+ */
+const PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 3e-2, Q4_K: 3e-2, Q5_K: 1e-1, Q6_K: 1e-1 };
+
+for (const type of BLOCK_TYPES) {
+  test(`${type}: random blocks compute bitwise what their fp64 dequantization computes, and within ${PANEL_BOUNDS[type]} as quantized panels`, async (t) => {
+    using temp = makeTempDir('gguf-blocks');
+    const seed = freshSeed(t);
+    const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
+    for (const family of ['llama', 'qwen3']) {
+      const { gguf, reference } = randomBlockCheckpoints(temp.dir, family, type, seed);
+      for (const kernel of KERNELS) {
+        await t.test(`${family}, ${kernel}`, { skip: kernelSkip(kernel) }, async () => {
+          const label = `seed ${seed}, ${family}, ${type}, ${kernel}`;
+          const expected = await trace(loadOptions(reference, { kernel }), prompt, seed);
+          assertBitwiseEqual(await trace(loadOptions(gguf, { kernel, dtype: 'fp32' }), prompt, seed), expected, `${label}, fp32 weights`);
+          const quantized = await trace(loadOptions(gguf, { kernel }), prompt, seed);
+          const error = relativeLogitError(quantized, expected);
+          t.diagnostic(`${label}: quantized panels ${error.toExponential(2)} off`);
+          assert.ok(error <= PANEL_BOUNDS[type], `${label}: quantized panels' logits are ${error.toExponential(2)} off (relative), over ${PANEL_BOUNDS[type]}`);
+        });
+      }
+    }
+  });
+}
+
+for (const type of BLOCK_TYPES) {
+  test(`${type}: logits and samples are bitwise identical alone, chunked, among 15 others and on 3 threads`, async (t) => {
+    using temp = makeTempDir('gguf-invariance');
+    const seed = freshSeed(t);
+    const dir = writeCheckpoint(temp.dir, 'qwen3', { ...SHAPES.qwen3, dtype: 'bf16', seed });
+    const gguf = path.join(temp.dir, 'model.gguf');
+    writeLlamaGguf(dir, gguf, { matrixType: type });
+    const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
+    const sampling = targetSettings(seed, prompt)['plain sampling'];
+    const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
+    const companions = () =>
+      Array.from({ length: NUM_COMPANIONS }, (_, i) =>
+        makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
+      );
+    for (const kernel of KERNELS) {
+      await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
+        const label = (scenario: string) => `seed ${seed}, ${type}, ${kernel}, ${scenario}`;
+        const options = loadOptions(gguf, { kernel, blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
+        const alone = await withModel(options, async (model) => {
+          const reference = await runTarget(model, makeSequence(prompt, PROMPT_TOKENS, 0, sampling), [], 0);
+          assertBitwiseEqual(await runTarget(model, makeSequence(prompt, 7, 0, sampling), [], 0), reference, label('chunks of 7'));
+          const batched = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling), companions(), 7);
+          assertBitwiseEqual(batched, reference, label(`among ${NUM_COMPANIONS} others`));
+          return reference;
+        });
+        await withModel({ ...options, numThreads: 3 }, async (model) => {
+          const threads = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling), companions(), 3);
+          assertBitwiseEqual(threads, alone, label(`among ${NUM_COMPANIONS} others on 3 threads`));
+        });
+      });
+    }
+  });
+}
+
+/**
+ * A checkpoint's matrices (not the embedding) as `quantization: int4` rounds them, in fp32 as
+ * native/src/weights.cc does: per 32 of a row, low = min(0, w), high = max(0, w), scale =
+ * (high - low) / 15, q = round-half-even((w - low) / scale) in [0, 15]; written as fp32 values
+ * scale·q + low.
+ */
+function int4Reference(parentDir: string, source: string): string {
+  const reference = path.join(parentDir, 'int4-reference');
+  mkdirSync(reference);
+  const config = JSON.parse(readFileSync(path.join(source, 'config.json'), 'utf8'));
+  writeFileSync(path.join(reference, 'config.json'), JSON.stringify({ ...config, torch_dtype: 'float32' }));
+  const file = path.join(source, 'model.safetensors');
+  const header = readSafetensorsHeader(file);
+  const specs = [...header.tensors].map(([name, info]) => ({ name, dtype: 'F32' as const, shape: info.shape }));
+  const f = Math.fround;
+  const roundHalfEven = (x: number) => {
+    const floor = Math.floor(x);
+    const diff = x - floor;
+    return diff > 0.5 || (diff === 0.5 && floor % 2 !== 0) ? floor + 1 : floor;
+  };
+  writeSafetensors(path.join(reference, 'model.safetensors'), specs, (spec) => {
+    const values = Float32Array.from(readTensorF64(file, header, spec.name));
+    if (spec.shape.length !== 2 || spec.name.endsWith('embed_tokens.weight')) return values;
+    for (let at = 0; at < values.length; at += 32) {
+      let low = 0;
+      let high = 0;
+      for (let i = at; i < at + 32; i++) {
+        low = Math.min(low, values[i]);
+        high = Math.max(high, values[i]);
+      }
+      const scale = f(f(high - low) / 15);
+      for (let i = at; i < at + 32; i++) {
+        const q = scale === 0 ? 0 : Math.min(15, Math.max(0, roundHalfEven(f(f(values[i] - low) / scale))));
+        values[i] = scale * q + low;
+      }
+    }
+    return values;
+  });
+  return reference;
+}
+
+test('quantization int4: a bf16 checkpoint computes within 3e-2 what its 4-bit weights compute, and batch invariant bitwise', async (t) => {
+  using temp = makeTempDir('int4');
+  const seed = freshSeed(t);
+  const dir = writeCheckpoint(temp.dir, 'llama', { ...SHAPES.llama, dtype: 'bf16', seed });
+  const reference = int4Reference(temp.dir, dir);
+  const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
+  const sampling = targetSettings(seed, prompt)['plain sampling'];
+  for (const kernel of KERNELS) {
+    await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
+      const label = `seed ${seed}, int4, ${kernel}`;
+      const expected = await trace(loadOptions(reference, { kernel }), prompt, seed);
+      const options = loadOptions(dir, { kernel, quantization: 'int4', blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
+      const alone = await withModel(options, (model) => runTarget(model, makeSequence(prompt, 16, 0, sampling), [], 0));
+      const error = relativeLogitError(alone, expected);
+      t.diagnostic(`${label}: ${error.toExponential(2)} off`);
+      assert.ok(error <= 3e-2, `${label}: logits ${error.toExponential(2)} off (relative), over 3e-2`);
+      const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
+      const companions = Array.from({ length: NUM_COMPANIONS }, (_, i) =>
+        makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
+      );
+      await withModel({ ...options, numThreads: 3 }, async (model) => {
+        assertBitwiseEqual(await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling), companions, 3), alone, `${label}, among ${NUM_COMPANIONS} others on 3 threads`);
+      });
+    });
+  }
+});
