@@ -23,7 +23,9 @@ typedef enum cd_status {
   /* A checkpoint file could not be opened or mapped. */
   CD_ERR_IO = 3,
   CD_ERR_OUT_OF_MEMORY = 4,
-  CD_ERR_INTERNAL = 5
+  CD_ERR_INTERNAL = 5,
+  /* The device asked for cannot run here (no CUDA plugin, driver or GPU); the message says why. */
+  CD_ERR_UNSUPPORTED_DEVICE = 6
 } cd_status;
 
 typedef enum cd_dtype { CD_DTYPE_F32 = 0, CD_DTYPE_BF16 = 1, CD_DTYPE_F16 = 2 } cd_dtype;
@@ -185,6 +187,13 @@ typedef enum cd_quantization {
   CD_QUANTIZATION_INT8 = 1
 } cd_quantization;
 
+/* Where a model's weights, KV cache and forward passes live. */
+typedef enum cd_device {
+  CD_DEVICE_CPU = 0,
+  /* The CUDA plugin (libconduit_cuda.so beside the runtime), opened on first use. */
+  CD_DEVICE_CUDA = 1
+} cd_device;
+
 typedef struct cd_load_options {
   cd_dtype weight_dtype;   /* matrices stored otherwise are converted at load */
   cd_quantization quantization;
@@ -193,6 +202,8 @@ typedef struct cd_load_options {
   int32_t block_size_tokens;
   int32_t num_threads;
   cd_kernel kernel;        /* CD_KERNEL_AUTO picks the best the CPU supports */
+  cd_device device;        /* zero: CD_DEVICE_CPU */
+  int32_t device_index;    /* CD_DEVICE_CUDA: which GPU */
 } cd_load_options;
 
 typedef struct cd_model cd_model;
@@ -202,6 +213,7 @@ typedef struct cd_model_info {
   cd_kernel kernel;
   /* K and V of one block: layers_per_kv_block layers of one group. */
   uint64_t kv_bytes_per_block;
+  cd_device device;
 } cd_model_info;
 
 /* Bits of cd_batch.seq_flags. */
@@ -342,6 +354,37 @@ typedef struct cd_matmul_probe {
 /* Best seconds of one call over num_repeats (after one warm-up). */
 cd_status cd_probe_matmul(const cd_matmul_probe* probe, double* out_seconds, char* error,
                           size_t error_capacity);
+
+/* CUDA devices, through the plugin (opened here on first use; nothing CUDA is loaded before). */
+
+typedef struct cd_device_info {
+  char name[256];
+  int32_t compute_capability_major;
+  int32_t compute_capability_minor;
+  int32_t num_sms;
+  uint64_t memory_bytes;
+  int32_t driver_version;  /* cudaDriverGetVersion, e.g. 13000 */
+  int32_t runtime_version; /* the cudart linked into the plugin */
+} cd_device_info;
+
+/* The number of CUDA devices, or -1 when CUDA cannot run here, with the reason in why (the
+   plugin missing or failing to open, cudaErrorInsufficientDriver, cudaErrorNoDevice, ...). */
+int32_t cd_cuda_device_count(char* why, size_t why_capacity);
+
+/* Loads a model on a CUDA device (options->device) with weights drawn from seed on the device
+   instead of read from the spec's files, which may be absent: the GPU check program's
+   benchmark models. An optional tensor is present where its ref's size_bytes > 0. */
+cd_status cd_model_load_synthetic(const cd_model_spec* spec, const cd_load_options* options, uint64_t seed,
+                                  cd_model** out_model, char* error, size_t error_capacity);
+
+cd_status cd_cuda_device_info(int32_t device_index, cd_device_info* out_info, char* error, size_t error_capacity);
+
+/* The GPU's ceilings (tools: the GPU check program): the best streaming-read bandwidth over a
+   size_bytes buffer, and the bf16 tensor-core (mma.sync) multiply-add peak in flops per second. */
+cd_status cd_cuda_probe_read_bandwidth(int32_t device_index, size_t size_bytes, int32_t num_repeats,
+                                       double* out_bytes_per_second, char* error, size_t error_capacity);
+cd_status cd_cuda_probe_mma_peak(int32_t device_index, double* out_flops_per_second, char* error,
+                                 size_t error_capacity);
 
 #ifdef __cplusplus
 }
