@@ -37,3 +37,10 @@ test('--log-level over CONDUIT_LOG_LEVEL over server.log_level (info by default)
   assert.throws(() => resolveServeConfig(['--log-level', 'loud']), /^ConfigError: command line: --log-level loud: Invalid option/);
   assert.throws(() => logLevelOverride(undefined, { CONDUIT_LOG_LEVEL: 'INFO' }), /CONDUIT_LOG_LEVEL INFO: Invalid option/);
 });
+
+test('--device cuda puts every model on the GPU; a bad device names the field', () => {
+  const config = resolveServeConfig(['--model', 'models/conduit-tiny', '--device', 'cuda']);
+  assert.deepEqual(config.models.map((model) => model.device), ['cuda']);
+  assert.equal(resolveServeConfig(['--model', 'models/conduit-tiny']).models[0].device, 'cpu');
+  assert.throws(() => resolveServeConfig(['--model', 'models/conduit-tiny', '--device', 'tpu']), /models\.0\.device: /);
+});

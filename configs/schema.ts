@@ -51,6 +51,8 @@ export const modelSchema = z
     remote_workers: z.array(hostPort).default([]),
     /** Force a kernel path (tests, benchmarks). */
     kernel: z.enum(['auto', 'avx512', 'avx2', 'scalar']).default('auto'),
+    /** Where the weights, KV cache and passes live: `cuda` opens the CUDA plugin (bf16 or int8 weights). */
+    device: z.enum(['cpu', 'cuda']).default('cpu'),
     /** Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like Q8_0). */
     quantization: z.enum(['none', 'int8']).default('none'),
     /** Reuse the KV of cached prompt prefixes (hashed per block, shared by reference count). */

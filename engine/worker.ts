@@ -1,7 +1,7 @@
 // One engine worker process: loads the model into the native runtime, runs the engine loop
 // over it, and serves proto/engine.proto on one address.
 import type { LevelWithSilent } from 'pino';
-import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
+import type { Device, DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { describeKvCache, loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
 import { GrammarService } from './grammar/service.ts';
@@ -31,6 +31,8 @@ export interface WorkerSettings {
   prefillLimits: PrefillLimits;
   numThreads: number;
   kernel: KernelPath;
+  /** `cpu` unless the configuration asks for `cuda`. */
+  device?: Device;
   /** Weight-only quantization made at load time (`int8`: Q8_0-style block scales). */
   quantization: Quantization;
   enablePrefixCaching: boolean;
@@ -84,6 +86,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     blockSizeTokens: settings.blockSizeTokens,
     numThreads: settings.numThreads,
     kernel: settings.kernel,
+    ...(settings.device === undefined ? {} : { device: settings.device }),
     quantization: settings.quantization,
     ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
   });

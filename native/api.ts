@@ -9,6 +9,8 @@ export type DtypeSetting = 'auto' | WeightDtype;
 export type KernelPath = 'auto' | 'avx512' | 'avx2' | 'scalar';
 /** `int8`: matrices quantized at load, Q8_0-style (int8 with one fp16 scale per 32 weights). */
 export type Quantization = 'none' | 'int8';
+/** Where the weights and KV cache live and passes run: `cpu`, or `cuda` (a plugin opened on demand). */
+export type Device = 'cpu' | 'cuda';
 
 export interface LoadOptions {
   /** A Hugging Face checkpoint directory: config.json and *.safetensors. */
@@ -19,6 +21,15 @@ export interface LoadOptions {
   blockSizeTokens: number;
   numThreads: number;
   kernel: KernelPath;
+  /**
+   * This process's place in a tensor-parallel group (absent: the whole model). Rank 0 serves
+   * forward(); ranks > 0 run serveRank() (native/index.ts).
+   */
+  tensorParallel?: TensorParallelOptions;
+  /** Default `cpu`. A device this build or machine cannot use rejects with CD_ERR_UNSUPPORTED_DEVICE, saying why. */
+  device?: Device;
+  /** With device `cuda`: which GPU (default 0). */
+  deviceIndex?: number;
   /**
    * Default `none`. The embedding table, norms and KV cache keep `dtype`; MoE routers stay fp32.
    * MXFP4 experts (gpt-oss as shipped) become int8 blocks either way, exactly.
@@ -35,6 +46,22 @@ export interface LoadOptions {
    * anything is allocated, with code CD_ERR_OUT_OF_MEMORY and both figures in its message.
    */
   memoryLimitBytes?: number;
+}
+
+/**
+ * Megatron-style tensor parallelism over ranks joined through a shared-memory segment: each rank
+ * holds 1/size of the heads, KV heads, MLP columns (column-parallel q/k/v and gate/up,
+ * row-parallel o_proj and down_proj) and vocabulary (the LM head); rank 0 samples. Logits are
+ * bitwise the same at every size (native/README.md, "Tensor parallelism").
+ */
+export interface TensorParallelOptions {
+  /** 1, 2, 4 or 8; must divide the heads, the KV heads and the intermediate size. */
+  size: number;
+  rank: number;
+  /** The group's name: its segment is /dev/shm/<group> ([A-Za-z0-9._-]+). */
+  group: string;
+  /** How long a rank waits for rank 0's segment, and rank 0 for every rank to load (default 600 000). */
+  connectTimeoutMs?: number;
 }
 
 export type Architecture =

@@ -5,6 +5,7 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { packageRoot } from '../package-root.ts';
 import type {
+  Device,
   DtypeSetting,
   ForwardBatch,
   ForwardResult,
@@ -13,6 +14,7 @@ import type {
   ModelInfo,
   NativeModel,
   Quantization,
+  TensorParallelOptions,
   WeightDtype,
 } from './api.ts';
 import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS } from './api.ts';
@@ -38,11 +40,17 @@ interface Binding {
       blockSizeTokens: number;
       numThreads: number;
       kernel: KernelPath;
+      device: Device;
+      deviceIndex: number;
+      tensorParallel?: Required<TensorParallelOptions>;
     },
   ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number }>;
   forward(handle: ModelHandle, batch: ForwardBatch, outputs: ForwardResult): Promise<void>;
   freeModel(handle: ModelHandle): void;
+  serveRank(handle: ModelHandle): Promise<void>;
+  collectiveNs(handle: ModelHandle): number;
   kernelSupported(kernel: KernelPath): boolean;
+  cudaDeviceCount(): { count: number; reason: string };
   probeStreamRead(sizeBytes: number, numThreads: number, numRepeats: number): number;
   probePeak(kernel: KernelPath, numThreads: number): number;
   probeThreadHandoff(numThreads: number, numCalls: number): ThreadHandoff;
@@ -67,6 +75,9 @@ const binding = createRequire(import.meta.url)(path.join(packageRoot, 'native', 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'avx512', 'avx2', 'scalar'];
 const QUANTIZATIONS: readonly Quantization[] = ['none', 'int8'];
+const DEVICES: readonly Device[] = ['cpu', 'cuda'];
+const TP_SIZES: readonly number[] = [1, 2, 4, 8];
+const DEFAULT_CONNECT_TIMEOUT_MS = 600_000;
 const MAX_THREADS = 1024;
 
 /** Bytes of one block hash (engine/kv/block-hash.ts): SHA-256 truncated to 128 bits. */
@@ -101,6 +112,15 @@ export function chainBlockHashes(
 /** Whether this CPU (and build) can run a kernel path; `auto` always can. */
 export function kernelSupported(kernel: KernelPath): boolean {
   return binding.kernelSupported(kernel);
+}
+
+/**
+ * The CUDA devices this build and machine can use, opening the CUDA plugin on first call: their
+ * number, or 0 with the reason (no plugin in this build, cudaErrorInsufficientDriver, no device).
+ */
+export function cudaDevices(): { count: number; reason: string | null } {
+  const { count, reason } = binding.cudaDeviceCount();
+  return count > 0 ? { count, reason: null } : { count: 0, reason };
 }
 
 /** A thread pool's hand-off costs: its wake-up latency measured at start, and one call between polling threads. */
@@ -143,6 +163,19 @@ function validateLoadOptions(options: LoadOptions): void {
   checkOption('dtype', DTYPE_SETTINGS.includes(options.dtype), DTYPE_SETTINGS.join(' | '), options.dtype);
   checkOption('kvCacheDtype', DTYPE_SETTINGS.includes(options.kvCacheDtype), DTYPE_SETTINGS.join(' | '), options.kvCacheDtype);
   checkOption('kernel', KERNEL_PATHS.includes(options.kernel), KERNEL_PATHS.join(' | '), options.kernel);
+  const tp = options.tensorParallel;
+  if (tp !== undefined) {
+    checkOption('tensorParallel.size', TP_SIZES.includes(tp.size), TP_SIZES.join(' | '), tp.size);
+    checkOption('tensorParallel.rank', Number.isSafeInteger(tp.rank) && tp.rank >= 0 && tp.rank < tp.size, `an integer in [0, ${tp.size})`, tp.rank);
+    checkOption('tensorParallel.group', typeof tp.group === 'string' && /^[A-Za-z0-9._-]{1,200}$/.test(tp.group), 'a name of [A-Za-z0-9._-]', tp.group);
+    if (tp.connectTimeoutMs !== undefined) {
+      checkOption('tensorParallel.connectTimeoutMs', Number.isSafeInteger(tp.connectTimeoutMs) && tp.connectTimeoutMs >= 1 && tp.connectTimeoutMs <= 2 ** 31 - 1, 'a positive integer', tp.connectTimeoutMs);
+    }
+  }
+  checkOption('device', DEVICES.includes(options.device ?? 'cpu'), DEVICES.join(' | '), options.device);
+  if (options.deviceIndex !== undefined) {
+    checkOption('deviceIndex', Number.isSafeInteger(options.deviceIndex) && options.deviceIndex >= 0 && options.deviceIndex <= 2 ** 31 - 1, 'a device index', options.deviceIndex);
+  }
   const quantization = options.quantization ?? 'none';
   checkOption('quantization', QUANTIZATIONS.includes(quantization), QUANTIZATIONS.join(' | '), options.quantization);
   if (options.maxModelLen !== undefined) {
@@ -193,14 +226,18 @@ export function describeKvCache(
  * Loads a Hugging Face checkpoint directory. Rejects, naming the file and field, on an
  * unsupported architecture, a missing or misshapen tensor, a truncated file or a bad index.
  */
-export async function loadModel(options: LoadOptions): Promise<NativeModel> {
+export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
   const callSite = new Error();
   validateLoadOptions(options);
   const checkpoint = readCheckpoint(options.modelDir, { maxModelLen: options.maxModelLen });
-  const dtype = options.dtype === 'auto' ? checkpoint.storedDtype : options.dtype;
+  if (options.tensorParallel !== undefined) checkTensorParallelShape(options.tensorParallel.size, checkpoint.spec);
+  // The CUDA backend runs bf16 (and int8) weights: `auto` means bf16 there.
+  const onGpu = options.device === 'cuda';
+  const dtype = options.dtype === 'auto' ? (onGpu ? 'bf16' : checkpoint.storedDtype) : options.dtype;
   const kvCacheDtype = options.kvCacheDtype === 'auto' ? dtype : options.kvCacheDtype;
   const quantization = options.quantization ?? 'none';
-  checkMemory(options, checkpoint.spec, dtype, kvCacheDtype, quantization);
+  // Weights on the GPU are checked by the device's allocations (CD_ERR_OUT_OF_MEMORY naming them).
+  if (!onGpu) checkMemory(options, checkpoint.spec, dtype, kvCacheDtype, quantization);
   const loaded = await binding
     .loadModel(checkpoint.spec, {
       weightDtype: dtype,
@@ -210,6 +247,11 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
       blockSizeTokens: options.blockSizeTokens,
       numThreads: options.numThreads,
       kernel: options.kernel,
+      device: options.device ?? 'cpu',
+      deviceIndex: options.deviceIndex ?? 0,
+      ...(options.tensorParallel === undefined
+        ? {}
+        : { tensorParallel: { connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS, ...options.tensorParallel } }),
     })
     .catch((err: unknown) => rethrowWithStack(err, callSite));
   const { spec } = checkpoint;
@@ -242,6 +284,20 @@ export async function loadModel(options: LoadOptions): Promise<NativeModel> {
     numThreads: options.numThreads,
   };
   return new LoadedModel(loaded.handle, Object.freeze(info));
+}
+
+/** A model splits over size ranks only along whole heads, KV heads and MLP columns. */
+function checkTensorParallelShape(size: number, spec: ModelSpec): void {
+  const parts: [string, number][] = [
+    ['num_attention_heads', spec.numHeads],
+    ['num_key_value_heads', spec.numKvHeads],
+    ['intermediate_size', spec.intermediateSize],
+  ];
+  for (const [field, value] of parts) {
+    if (value % size !== 0) {
+      throw new RangeError(`LoadOptions.tensorParallel.size: ${size} does not divide the checkpoint's ${field} (${value})`);
+    }
+  }
 }
 
 /** Refuses, before C++ allocates anything, a load that needs more memory than it may take. */
@@ -289,7 +345,7 @@ function allocateOutputs(batch: ForwardBatch, vocabSize: number): ForwardResult 
  * One forward at a time: a second call while one is in flight is rejected rather than queued,
  * since the engine loop never overlaps steps and an overlap means a bug upstream.
  */
-class LoadedModel implements NativeModel {
+export class LoadedModel implements NativeModel {
   private inFlight: Promise<unknown> | null = null;
   private closed = false;
 
@@ -315,6 +371,28 @@ class LoadedModel implements NativeModel {
       if (this.closed) binding.freeModel(this.handle);
     }
     return outputs;
+  }
+
+  /** A tensor-parallel rank > 0: runs rank 0's passes until rank 0 closes (resolves) or the group fails (rejects). */
+  async serveRank(): Promise<void> {
+    const callSite = new Error();
+    if (this.closed) throw new Error('serveRank() after close()');
+    if (this.inFlight !== null) throw new Error('serveRank() while another call is in flight');
+    const call = binding.serveRank(this.handle);
+    this.inFlight = call;
+    try {
+      await call;
+    } catch (err) {
+      rethrowWithStack(err, callSite);
+    } finally {
+      this.inFlight = null;
+      if (this.closed) binding.freeModel(this.handle);
+    }
+  }
+
+  /** Seconds this rank has spent in collectives since it loaded (waiting for peers included). */
+  collectiveSeconds(): number {
+    return this.closed ? 0 : binding.collectiveNs(this.handle) / 1e9;
   }
 
   /** Frees at once, or as soon as the forward in flight settles. */

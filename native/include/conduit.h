@@ -24,11 +24,16 @@ typedef enum cd_status {
   CD_ERR_IO = 3,
   CD_ERR_OUT_OF_MEMORY = 4,
   CD_ERR_INTERNAL = 5,
-  /* The device asked for cannot run here (no CUDA plugin, driver or GPU); the message says why. */
-  CD_ERR_UNSUPPORTED_DEVICE = 6
+  /* The device asked for cannot be used here (no plugin, no driver, no such device). */
+  CD_ERR_UNSUPPORTED_DEVICE = 6,
+  /* A tensor-parallel rank could not be reached, or has died: the group must restart as one. */
+  CD_ERR_RANK_UNAVAILABLE = 7
 } cd_status;
 
 typedef enum cd_dtype { CD_DTYPE_F32 = 0, CD_DTYPE_BF16 = 1, CD_DTYPE_F16 = 2 } cd_dtype;
+
+/* Where a model's weights and KV cache live and its forward passes run (native/src/device.h). */
+typedef enum cd_device { CD_DEVICE_CPU = 0, CD_DEVICE_CUDA = 1 } cd_device;
 
 typedef enum cd_kernel {
   CD_KERNEL_AUTO = 0,
@@ -187,13 +192,6 @@ typedef enum cd_quantization {
   CD_QUANTIZATION_INT8 = 1
 } cd_quantization;
 
-/* Where a model's weights, KV cache and forward passes live. */
-typedef enum cd_device {
-  CD_DEVICE_CPU = 0,
-  /* The CUDA plugin (libconduit_cuda.so beside the runtime), opened on first use. */
-  CD_DEVICE_CUDA = 1
-} cd_device;
-
 typedef struct cd_load_options {
   cd_dtype weight_dtype;   /* matrices stored otherwise are converted at load */
   cd_quantization quantization;
@@ -202,7 +200,17 @@ typedef struct cd_load_options {
   int32_t block_size_tokens;
   int32_t num_threads;
   cd_kernel kernel;        /* CD_KERNEL_AUTO picks the best the CPU supports */
-  cd_device device;        /* zero: CD_DEVICE_CPU */
+  cd_device device;
+  /*
+   * Tensor parallelism (Megatron): tp_size ranks (1, 2, 4 or 8) each hold tp_rank's share of the
+   * heads, KV heads, MLP columns and vocabulary, joined through the shared-memory segment named
+   * tp_group. Rank 0 runs cd_model_forward; the others run cd_model_serve_rank. A rank > 0 waits
+   * up to tp_connect_timeout_ms for rank 0's segment; rank 0 waits as long for every rank to load.
+   */
+  int32_t tp_size;
+  int32_t tp_rank;
+  const char* tp_group;
+  int32_t tp_connect_timeout_ms;
   int32_t device_index;    /* CD_DEVICE_CUDA: which GPU */
 } cd_load_options;
 
@@ -318,6 +326,13 @@ typedef void (*cd_forward_done)(void* user_data, cd_status status, const char* e
    One pass at a time: the next only after done has been called. */
 void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output, cd_forward_done done,
                       void* user_data);
+
+/* A tensor-parallel rank > 0: runs every pass rank 0 starts, on the model's own threads, until
+   rank 0 frees its model (done gets CD_OK) or the group fails (CD_ERR_RANK_UNAVAILABLE). Returns at once. */
+void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data);
+
+/* Nanoseconds this rank has spent in collectives since load (0 without tensor parallelism). */
+uint64_t cd_model_collective_ns(const cd_model* model);
 
 /* Only while no pass is running. */
 void cd_model_free(cd_model* model);

@@ -4,6 +4,9 @@
 
 #include "conduit.h"
 #include "cuda_loader.h"
+#include "batch_broadcast.h"
+#include "comm.h"
+#include "device.h"
 #include "error.h"
 #include "kernels.h"
 #include "model.h"
@@ -15,22 +18,7 @@ void write_error(char* error, size_t error_capacity, const char* message) {
   if (error != nullptr && error_capacity > 0) std::snprintf(error, error_capacity, "%s", message);
 }
 
-const conduit::KernelTable& select_kernels(cd_kernel requested) {
-  cd_kernel kernel = requested;
-  if (kernel == CD_KERNEL_AUTO) {
-    kernel = cd_kernel_supported(CD_KERNEL_AVX512) ? CD_KERNEL_AVX512
-             : cd_kernel_supported(CD_KERNEL_AVX2) ? CD_KERNEL_AVX2
-                                                   : CD_KERNEL_SCALAR;
-  } else if (!cd_kernel_supported(kernel)) {
-    throw conduit::Error(CD_ERR_UNSUPPORTED_KERNEL,
-                         std::string("kernel '") + cd_kernel_name(kernel) + "' is not supported by this CPU");
-  }
-#ifdef CONDUIT_X86_KERNELS
-  if (kernel == CD_KERNEL_AVX512) return conduit::kernels_avx512();
-  if (kernel == CD_KERNEL_AVX2) return conduit::kernels_avx2();
-#endif
-  return conduit::kernels_scalar();
-}
+const conduit::KernelTable& select_kernels(cd_kernel requested) { return conduit::cpu_backend().kernels(requested); }
 
 template <typename Body>
 cd_status guarded(char* error, size_t error_capacity, Body body) {
@@ -73,7 +61,7 @@ void run_device_forward(void* context) {
 const cdc_plugin& require_cuda() {
   std::string why;
   const cdc_plugin* plugin = conduit::cuda_plugin(why);
-  if (plugin == nullptr) throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, "device cuda: " + why);
+  if (plugin == nullptr) throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, "device 'cuda' is not available: " + why);
   return *plugin;
 }
 
@@ -82,9 +70,9 @@ cd_model* load_on_device(const cd_model_spec& spec, const cd_load_options& optio
   const cdc_plugin& plugin = require_cuda();
   char why[512] = {};
   const int32_t count = plugin.device_count(why, sizeof why);
-  if (count < 0) throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, std::string("device cuda: ") + why);
+  if (count < 0) throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, std::string("device 'cuda' is not available: ") + why);
   if (options.device_index < 0 || options.device_index >= count) {
-    throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, "device cuda: index " + std::to_string(options.device_index) +
+    throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, "device 'cuda' is not available: index " + std::to_string(options.device_index) +
                                                         " asked for, but this machine has " + std::to_string(count) +
                                                         " CUDA device(s)");
   }
@@ -95,10 +83,18 @@ cd_model* load_on_device(const cd_model_spec& spec, const cd_load_options& optio
                                     sizeof error)
                 : plugin.model_load_synthetic(&spec, &options, seed, &model->device_model,
                                               &model->device_kv_bytes_per_block, error, sizeof error);
-  if (status != CD_OK) throw conduit::Error(status, std::string("device cuda: ") + error);
+  if (status != CD_OK) throw conduit::Error(status, std::string("device 'cuda': ") + error);
   model->plugin = &plugin;
   model->device_driver = std::make_unique<conduit::ThreadPool>(1);
   return model.release();
+}
+
+// The driver thread's task on a rank > 0.
+void run_rank(void* context) {
+  cd_model* model = static_cast<cd_model*>(context);
+  char error[kForwardErrorCapacity] = {};
+  const cd_status status = guarded(error, sizeof error, [&] { model->model->serve_rank(); });
+  model->done(model->user_data, status, status == CD_OK ? nullptr : error);
 }
 
 }  // namespace
@@ -136,18 +132,35 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
                         cd_model** out_model, char* error, size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
     if (options->device == CD_DEVICE_CUDA) {
+      if (options->tp_size > 1) {
+        throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "device cuda: tensor parallelism is not on the CUDA backend yet");
+      }
       *out_model = load_on_device(*spec, *options, 0);
       return;
     }
-    const conduit::KernelTable& kernels = select_kernels(options->kernel);
-    auto model = std::make_unique<conduit::Model>(*spec, *options, kernels);
+    const conduit::KernelTable& kernels = conduit::device_backend(options->device).kernels(options->kernel);
+    // A rank reaches its group before loading, so an unreachable group fails at once.
+    std::unique_ptr<conduit::Communicator> comm;
+    if (options->tp_size > 1) {
+      comm = conduit::open_shm_communicator(options->tp_group, options->tp_rank, options->tp_size,
+                                            options->tp_connect_timeout_ms);
+    }
+    auto model = std::make_unique<conduit::Model>(*spec, *options, kernels, std::move(comm));
+    if (model->tp.comm != nullptr) {
+      if (model->tp.rank == 0) {
+        conduit::wait_for_ranks(*model->tp.comm, options->tp_connect_timeout_ms);
+      } else {
+        conduit::mark_ready(*model->tp.comm);
+      }
+    }
     *out_model = new cd_model{std::move(model)};
   });
 }
 
 void cd_model_get_info(const cd_model* model, cd_model_info* out_info) {
   if (model->device_model != nullptr) {
-    out_info->kernel = CD_KERNEL_AUTO;
+    // The host's share of a GPU pass (sampling the device sampler leaves to it) runs these.
+    out_info->kernel = CD_KERNEL_SCALAR;
     out_info->kv_bytes_per_block = model->device_kv_bytes_per_block;
     out_info->device = CD_DEVICE_CUDA;
     return;
@@ -168,14 +181,6 @@ void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output*
     return;
   }
   model->model->pool.submit(run_forward, model);
-}
-
-void cd_model_free(cd_model* model) {
-  if (model->device_model != nullptr) {
-    model->device_driver.reset();  // no pass runs once its thread has joined
-    model->plugin->model_free(model->device_model);
-  }
-  delete model;
 }
 
 cd_status cd_model_load_synthetic(const cd_model_spec* spec, const cd_load_options* options, uint64_t seed,
@@ -220,6 +225,34 @@ cd_status cd_cuda_probe_mma_peak(int32_t device_index, double* out_flops_per_sec
     const cd_status status = require_cuda().probe_mma_peak(device_index, out_flops_per_second, error, error_capacity);
     if (status != CD_OK) throw conduit::Error(status, error);
   });
+}
+void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data) {
+  model->done = done;
+  model->user_data = user_data;
+  model->model->pool.submit(run_rank, model);
+}
+
+uint64_t cd_model_collective_ns(const cd_model* model) {
+  if (model->model == nullptr) return 0;
+  const auto& comm = model->model->tp.comm;
+  return comm == nullptr ? 0 : comm->collective_ns();
+}
+
+void cd_model_free(cd_model* model) {
+  if (model == nullptr) return;
+  if (model->device_model != nullptr) {
+    model->device_driver.reset();  // no pass runs once its thread has joined
+    model->plugin->model_free(model->device_model);
+    delete model;
+    return;
+  }
+  // Rank 0 stops its group's serving loops; a group already failed has no one to tell.
+  auto& tp = model->model->tp;
+  if (tp.comm != nullptr && tp.rank == 0) {
+    char error[kForwardErrorCapacity] = {};
+    guarded(error, sizeof error, [&] { conduit::send_stop(*tp.comm); });
+  }
+  delete model;
 }
 
 cd_status cd_probe_stream_read(size_t size_bytes, int32_t num_threads, int32_t num_repeats,

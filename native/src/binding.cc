@@ -42,6 +42,8 @@ const char* status_code(cd_status status) {
     case CD_ERR_UNSUPPORTED_KERNEL: return "CD_ERR_UNSUPPORTED_KERNEL";
     case CD_ERR_IO: return "CD_ERR_IO";
     case CD_ERR_OUT_OF_MEMORY: return "CD_ERR_OUT_OF_MEMORY";
+    case CD_ERR_UNSUPPORTED_DEVICE: return "CD_ERR_UNSUPPORTED_DEVICE";
+    case CD_ERR_RANK_UNAVAILABLE: return "CD_ERR_RANK_UNAVAILABLE";
     default: return "CD_ERR_INTERNAL";
   }
 }
@@ -218,7 +220,20 @@ class LoadWorker : public Napi::AsyncWorker {
                                int_of(options, "numKvBlocks"),
                                int_of(options, "blockSizeTokens"),
                                int_of(options, "numThreads"),
-                               kernel_from(options.Get("kernel"))};
+                               kernel_from(options.Get("kernel")),
+                               options.Get("device").As<Napi::String>().Utf8Value() == "cuda" ? CD_DEVICE_CUDA
+                                                                                               : CD_DEVICE_CPU,
+                               1, 0, nullptr, 0,
+                               int_of(options, "deviceIndex")};
+    const Napi::Value tensor_parallel = options.Get("tensorParallel");
+    if (tensor_parallel.IsObject()) {
+      const Napi::Object tp = tensor_parallel.As<Napi::Object>();
+      tp_group_ = tp.Get("group").As<Napi::String>().Utf8Value();
+      options_.tp_size = int_of(tp, "size");
+      options_.tp_rank = int_of(tp, "rank");
+      options_.tp_group = tp_group_.c_str();
+      options_.tp_connect_timeout_ms = int_of(tp, "connectTimeoutMs");
+    }
   }
 
   Napi::Promise promise() const { return deferred_.Promise(); }
@@ -263,6 +278,7 @@ class LoadWorker : public Napi::AsyncWorker {
   std::vector<cd_layer_spec> layers_;
   cd_model_spec spec_{};
   cd_load_options options_{};
+  std::string tp_group_;
   cd_model* model_ = nullptr;
   cd_status status_ = CD_OK;
   char error_[kErrorCapacity] = {};
@@ -288,6 +304,10 @@ struct ForwardRequest {
     outputs = Napi::Persistent(outputs_object);
     point_batch_at_bitmasks(batch_object);
   }
+
+  // A tensor-parallel rank's serving loop: settles like a pass, with no batch of its own.
+  ForwardRequest(Napi::Env env, ModelHandle* model_handle)
+      : handle(model_handle), deferred(Napi::Promise::Deferred::New(env)) {}
 
   // The bitmask rows and their counter are read in place, not copied: other threads may still be
   // writing them while the pass runs. They stay referenced until the promise settles.
@@ -422,12 +442,37 @@ Napi::Value Forward(const Napi::CallbackInfo& info) {
   return promise;
 }
 
+// serveRank(handle) -> Promise<void>: a tensor-parallel rank > 0 runs rank 0's passes until it stops.
+Napi::Value ServeRank(const Napi::CallbackInfo& info) {
+  ModelHandle* handle = handle_of(info[0]);
+  auto* request = new ForwardRequest(info.Env(), handle);
+  const Napi::Promise promise = request->deferred.Promise();
+  handle->forward_done.Ref(info.Env());
+  cd_model_serve_rank(handle->model, on_forward_done, request);
+  return promise;
+}
+
+// collectiveNs(handle) -> number: nanoseconds this rank has spent in collectives.
+Napi::Value CollectiveNs(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), double(cd_model_collective_ns(handle_of(info[0])->model)));
+}
+
 // freeModel(handle): idempotent; the caller guarantees no forward is in flight.
 Napi::Value FreeModel(const Napi::CallbackInfo& info) {
   ModelHandle* handle = handle_of(info[0]);
   cd_model_free(handle->model);
   handle->model = nullptr;
   return info.Env().Undefined();
+}
+
+// cudaDeviceCount() -> { count, reason }: count -1 with the reason when CUDA cannot run here.
+Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) {
+  char why[512] = {};
+  const int32_t count = cd_cuda_device_count(why, sizeof why);
+  Napi::Object result = Napi::Object::New(info.Env());
+  result.Set("count", Napi::Number::New(info.Env(), count));
+  result.Set("reason", Napi::String::New(info.Env(), why));
+  return result;
 }
 
 // kernelSupported(name) -> boolean
@@ -516,7 +561,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("loadModel", Napi::Function::New(env, LoadModel));
   exports.Set("forward", Napi::Function::New(env, Forward));
   exports.Set("freeModel", Napi::Function::New(env, FreeModel));
+  exports.Set("serveRank", Napi::Function::New(env, ServeRank));
+  exports.Set("collectiveNs", Napi::Function::New(env, CollectiveNs));
   exports.Set("kernelSupported", Napi::Function::New(env, KernelSupported));
+  exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   return exports;
 }
 

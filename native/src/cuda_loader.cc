@@ -10,7 +10,9 @@ namespace conduit {
 namespace {
 
 std::string plugin_path() {
-  if (const char* path = std::getenv("CONDUIT_CUDA_PLUGIN"); path != nullptr && *path != '\0') return path;
+  if (const char* dir = std::getenv("CONDUIT_DEVICE_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
+    return std::string(dir) + "/" CONDUIT_CUDA_PLUGIN_FILE;
+  }
   Dl_info info{};
   // The folder of whichever binary this function was linked into.
   if (dladdr(reinterpret_cast<const void*>(&plugin_path), &info) == 0 || info.dli_fname == nullptr) {
@@ -33,8 +35,8 @@ Opened open_plugin() {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* error = dlerror();
-    return {nullptr, "the CUDA plugin could not be opened (" + std::string(error != nullptr ? error : path) +
-                         "); this build has no CUDA backend unless nvcc was found when it was built"};
+    return {nullptr, std::string(error != nullptr ? error : "cannot open " + path) +
+                         " (the CUDA plugin is built only where nvcc is found at build time)"};
   }
   auto entry = reinterpret_cast<cdc_plugin_entry>(dlsym(handle, CONDUIT_CUDA_PLUGIN_SYMBOL));
   if (entry == nullptr) return {nullptr, path + " has no " CONDUIT_CUDA_PLUGIN_SYMBOL " symbol"};
@@ -49,11 +51,16 @@ Opened open_plugin() {
 }  // namespace
 
 const cdc_plugin* cuda_plugin(std::string& why) {
-  static std::once_flag once;
-  static Opened opened;
-  std::call_once(once, [] { opened = open_plugin(); });
-  why = opened.why;
-  return opened.plugin;
+  static std::mutex mutex;
+  static const cdc_plugin* plugin = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  // A failure is not remembered: the plugin may be built or pointed at later in the process.
+  if (plugin == nullptr) {
+    Opened opened = open_plugin();
+    plugin = opened.plugin;
+    why = opened.why;
+  }
+  return plugin;
 }
 
 }  // namespace conduit

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <thread>
 
+#include "batch_broadcast.h"
 #include "dtype.h"
 #include "error.h"
 #include "logprobs.h"
@@ -241,6 +242,25 @@ class ForwardPass {
                      dims_.hidden_size, jobs, ws_.packed);
   }
 
+  // y (+)= input · W^T, the segments' partials summed in the fixed tree (row_parallel.h).
+  void row_parallel_matmul(const MatmulInput& input, int32_t k, const SegmentedMatrix& w, float* y, bool accumulate) {
+    const int32_t num_rows = batch_.num_tokens;
+    const int32_t n = dims_.hidden_size;
+    const TensorParallel& tp = model_.tp;
+    const size_t partial_size = size_t(num_rows) * size_t(n);
+    grow(ws_.partials, size_t(kReductionSegments) * partial_size);
+    segment_matmuls(model_.pool, model_.kernels, input, num_rows, tp.rank * k, k, w, tp.first_segment(), tp.end_segment(), n,
+                    ws_.partials.data(), ws_.segments);
+    // Every rank gets every segment's partial and sums them in the same tree: an all-reduce whose
+    // order no library decides.
+    if (tp.comm != nullptr) {
+      const size_t segments_per_rank = size_t(kReductionSegments / tp.size);
+      tp.comm->all_gather(ws_.partials.data() + size_t(tp.first_segment()) * partial_size,
+                          segments_per_rank * partial_size * sizeof(float), ws_.partials.data());
+    }
+    combine_segments(model_.pool, ws_.partials.data(), num_rows, n, y, size_t(n), accumulate);
+  }
+
   // Biases, per-head norms, rotary embedding, then K and V into the paged cache at each token's slot.
   void position_and_cache(int32_t layer_index) {
     const Layer& layer = model_.layers[size_t(layer_index)];
@@ -416,10 +436,9 @@ class ForwardPass {
     position_and_cache(layer_index);
     attend(layer_index);
     if (layer.attn_out_norm == nullptr && layer.o_bias == nullptr) {
-      matmuls(ws_.attention.data(), num_tokens, dims_.q_size(),
-              {{layer.o_proj, dims_.hidden_size, ws_.hidden.data(), true}});
+      row_parallel_matmul(MatmulInput{ws_.attention.data()}, dims_.q_size(), layer.o_proj, ws_.hidden.data(), true);
     } else {
-      matmuls(ws_.attention.data(), num_tokens, dims_.q_size(), {{layer.o_proj, dims_.hidden_size, ws_.layer_out.data()}});
+      row_parallel_matmul(MatmulInput{ws_.attention.data()}, dims_.q_size(), layer.o_proj, ws_.layer_out.data(), false);
       add_to_residual(layer.o_bias, layer.attn_out_norm);
     }
     if (layer.is_moe()) {
@@ -448,10 +467,8 @@ class ForwardPass {
       }
     };
     const bool adds_directly = layer.ffn_out_norm == nullptr;
-    parallel_matmuls(model_.pool, model_.kernels, MatmulInput{ws_.gate.data(), activate, this}, num_tokens,
-                     dims_.intermediate_size,
-                     {{layer.down_proj, dims_.hidden_size, adds_directly ? ws_.hidden.data() : ws_.layer_out.data(), adds_directly}},
-                     ws_.packed);
+    row_parallel_matmul(MatmulInput{ws_.gate.data(), activate, this}, dims_.intermediate_size, layer.down_proj,
+                        adds_directly ? ws_.hidden.data() : ws_.layer_out.data(), adds_directly);
     if (!adds_directly) add_to_residual(nullptr, layer.ffn_out_norm);
   }
 
@@ -481,6 +498,10 @@ class ForwardPass {
   }
 
   void produce_outputs(cd_forward_output& output) {
+    if (model_.tp.rank != 0) {
+      produce_rank_logits();
+      return;
+    }
     clear_sequence_outputs(output);
     const int32_t num_outputs = int32_t(ws_.output_tokens.size());
     if (num_outputs > 0) {
@@ -490,6 +511,17 @@ class ForwardPass {
       sample_sequences(output);
     }
     produce_prompt_logprobs(output);
+  }
+
+  // A rank > 0 takes its part in every LM head rank 0 runs (the sampled rows, then the prompt
+  // logprobs' slabs) and reports nothing itself.
+  void produce_rank_logits() {
+    if (!ws_.output_tokens.empty()) final_logits(ws_.output_tokens.data(), int32_t(ws_.output_tokens.size()));
+    const int32_t num_rows = int32_t(ws_.prompt_tokens.size());
+    const int32_t rows_per_slab = int32_t(std::max<size_t>(1, kPromptLogitsBudget / size_t(dims_.vocab_size)));
+    for (int32_t first = 0; first < num_rows; first += rows_per_slab) {
+      final_logits(&ws_.prompt_tokens[size_t(first)], std::min(rows_per_slab, num_rows - first));
+    }
   }
 
   // What a sequence reports when it does not sample.
@@ -514,15 +546,42 @@ class ForwardPass {
                  dims_.rms_norm_eps, &ws_.output_hidden[size_t(i) * hidden_size]);
       }
     });
-    matmuls(ws_.output_hidden.data(), num_rows, dims_.hidden_size,
-            {{model_.lm_head, dims_.vocab_size, ws_.output_logits.data()}});
+    const TensorParallel& tp = model_.tp;
+    if (tp.comm == nullptr) {
+      matmuls(ws_.output_hidden.data(), num_rows, dims_.hidden_size,
+              {{model_.lm_head, dims_.vocab_size, ws_.output_logits.data()}});
+    } else {
+      gather_vocabulary_logits(num_rows);
+    }
     const float cap = model_.numerics.final_softcap;
-    if (cap == 0.0f) return;
+    if (cap == 0.0f || tp.rank != 0) return;
     parallel_tasks(num_rows, [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
         model_.kernels.softcap(&ws_.output_logits[size_t(i) * size_t(dims_.vocab_size)], dims_.vocab_size, 1.0f, cap);
       }
     });
+  }
+
+  // The vocabulary-parallel LM head: this rank's slice of every row, then every rank's slices
+  // gathered into whole rows (exact: no sum crosses ranks).
+  void gather_vocabulary_logits(int32_t num_rows) {
+    const TensorParallel& tp = model_.tp;
+    const int32_t vocab_size = dims_.vocab_size;
+    const int32_t widest = (vocab_size + tp.size - 1) / tp.size;
+    const size_t rank_floats = size_t(num_rows) * size_t(widest);
+    grow(ws_.rank_logits, rank_floats * size_t(tp.size + 1));
+    float* mine = ws_.rank_logits.data() + rank_floats * size_t(tp.size);
+    matmuls(ws_.output_hidden.data(), num_rows, dims_.hidden_size, {{model_.lm_head, tp.vocab_end - tp.vocab_begin, mine}});
+    tp.comm->all_gather(mine, rank_floats * sizeof(float), ws_.rank_logits.data());
+    if (tp.rank != 0) return;  // only rank 0 samples and reports
+    for (int32_t r = 0; r < tp.size; ++r) {
+      const int32_t begin = tp.vocab_of(r, vocab_size);
+      const int32_t width = tp.vocab_of(r + 1, vocab_size) - begin;
+      const float* slices = ws_.rank_logits.data() + rank_floats * size_t(r);
+      for (int32_t i = 0; i < num_rows; ++i) {
+        std::copy_n(slices + size_t(i) * size_t(width), width, &ws_.output_logits[size_t(i) * size_t(vocab_size) + size_t(begin)]);
+      }
+    }
   }
 
   void copy_returned_logits(cd_forward_output& output) const {
@@ -628,7 +687,14 @@ class ForwardPass {
 };
 
 void Model::forward(const cd_batch& batch, cd_forward_output& output) {
+  if (tp.comm != nullptr) send_batch(*tp.comm, batch, num_kv_groups);
   ForwardPass(*this, batch).run(output);
+}
+
+void Model::serve_rank() {
+  ReceivedBatch received;
+  cd_forward_output no_output{};
+  while (receive_batch(*tp.comm, num_kv_groups, received)) ForwardPass(*this, received.batch).run(no_output);
 }
 
 }  // namespace conduit

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include "dtype.h"
+#include "error.h"
 
 namespace conduit {
 
@@ -83,8 +84,47 @@ void KvCache::store(int32_t layer_slot, int32_t kv, int32_t slot, int32_t kv_hea
   for (int32_t d = 0; d < head_dim_; ++d) pair[size_t(d) * 2] = f32_to_bf16(values[d]);
 }
 
-Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels)
-    : dims(dimensions_of(spec)),
+namespace {
+
+// This rank's share of the model's dimensions.
+Dimensions shard_of(Dimensions dims, int32_t tp_size) {
+  dims.num_heads /= tp_size;
+  dims.num_kv_heads /= tp_size;
+  dims.intermediate_size /= tp_size;
+  return dims;
+}
+
+// Rows [row_begin, row_begin + num_rows) of a [rows, k] weight (a column-parallel shard).
+cd_tensor_ref row_range(const cd_tensor_ref& ref, int32_t row_begin, int32_t num_rows, int32_t k) {
+  if (ref.size_bytes == 0 || (row_begin == 0 && ref.row_stride == 0)) return ref;
+  if (ref.encoding != CD_ENCODING_PLAIN) throw Error(CD_ERR_INVALID_ARGUMENT, "a tensor-parallel shard must be stored plain");
+  const int64_t row_stride = ref.row_stride != 0 ? ref.row_stride : k;
+  const int64_t col_stride = ref.col_stride != 0 ? ref.col_stride : 1;
+  const uint64_t element_bytes = dtype_bytes(ref.dtype);
+  cd_tensor_ref part = ref;
+  part.offset_bytes = ref.offset_bytes + uint64_t(int64_t(row_begin) * row_stride) * element_bytes;
+  part.row_stride = row_stride;
+  part.size_bytes = uint64_t(int64_t(num_rows - 1) * row_stride + int64_t(k - 1) * col_stride + 1) * element_bytes;
+  return part;
+}
+
+// Elements [begin, begin + n) of a vector (a bias, the sinks).
+cd_tensor_ref vector_range(const cd_tensor_ref& ref, int32_t begin, int32_t n) {
+  if (ref.size_bytes == 0) return ref;
+  cd_tensor_ref part = row_range(ref, begin, n, 1);
+  part.row_stride = ref.row_stride;  // a vector's element stride (0: contiguous)
+  const int64_t stride = ref.row_stride != 0 ? ref.row_stride : 1;
+  part.offset_bytes = ref.offset_bytes + uint64_t(int64_t(begin) * stride) * dtype_bytes(ref.dtype);
+  part.size_bytes = uint64_t(int64_t(n - 1) * stride + 1) * dtype_bytes(ref.dtype);
+  return part;
+}
+
+}  // namespace
+
+Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels,
+             std::unique_ptr<Communicator> comm)
+    : tp{options.tp_rank, options.tp_size < 1 ? 1 : options.tp_size, std::move(comm), 0, 0},
+      dims(shard_of(dimensions_of(spec), tp.size)),
       numerics(numerics_of(spec, options.weight_dtype)),
       ropes(ropes_of(spec)),
       num_kv_groups(spec.num_kv_groups),
@@ -105,6 +145,27 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
     return Matrix{weights.pack_panels(ref, num_rows, k, panel_format_of(options.weight_dtype), pool),
                   panel_format_of(options.weight_dtype)};
   };
+  // A row-parallel matrix as kReductionSegments column ranges of the stored one, each packed as a
+  // matrix of its own.
+  const auto segmented = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
+    if (ref.encoding != CD_ENCODING_PLAIN) throw Error(CD_ERR_INVALID_ARGUMENT, "a row-parallel matrix must be stored plain");
+    SegmentedMatrix w;
+    const int64_t row_stride = ref.row_stride != 0 ? ref.row_stride : k;
+    const int64_t col_stride = ref.col_stride != 0 ? ref.col_stride : 1;
+    const uint64_t element_bytes = dtype_bytes(ref.dtype);
+    for (int32_t s = 0; s <= kReductionSegments; ++s) w.k_begin[size_t(s)] = segment_begin(k, s);
+    for (int32_t s = tp.first_segment(); s < tp.end_segment(); ++s) {
+      const int32_t segment_k = w.k_begin[size_t(s) + 1] - w.k_begin[size_t(s)];
+      if (segment_k == 0) continue;
+      cd_tensor_ref part = ref;
+      part.offset_bytes = ref.offset_bytes + uint64_t(int64_t(w.k_begin[size_t(s)]) * col_stride) * element_bytes;
+      part.row_stride = row_stride;
+      part.col_stride = col_stride;
+      part.size_bytes = uint64_t(int64_t(num_rows - 1) * row_stride + int64_t(segment_k - 1) * col_stride + 1) * element_bytes;
+      w.segments[size_t(s)] = matrix(part, num_rows, segment_k);
+    }
+    return w;
+  };
   // Norm weights and biases are tiny and held in fp32, with the values of the weight dtype.
   const auto vector = [&](const cd_tensor_ref& ref, int32_t n) {
     return weights.resolve_vector(ref, n, options.weight_dtype, pool);
@@ -120,23 +181,29 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   const int32_t hidden = dims.hidden_size;
   embed_tokens = Embedding{weights.resolve(spec.embed_tokens, options.weight_dtype, options.weight_dtype, pool),
                            options.weight_dtype};
-  lm_head = matrix(spec.lm_head, dims.vocab_size, hidden);
+  tp.vocab_begin = tp.vocab_of(tp.rank, dims.vocab_size);
+  tp.vocab_end = tp.vocab_of(tp.rank + 1, dims.vocab_size);
+  lm_head = matrix(row_range(spec.lm_head, tp.vocab_begin, tp.vocab_end - tp.vocab_begin, hidden), tp.vocab_end - tp.vocab_begin,
+                   hidden);
+  // Column-parallel rows and row-parallel inputs of this rank (the whole model at tp.size 1).
+  const int32_t q_begin = tp.rank * dims.q_size(), kv_begin = tp.rank * dims.kv_size();
+  const int32_t mlp_begin = tp.rank * dims.intermediate_size;
   final_norm = norm(spec.final_norm, hidden);
   layers.reserve(size_t(dims.num_layers));
   for (int32_t i = 0; i < dims.num_layers; ++i) {
     const cd_layer_spec& source = spec.layers[i];
     Layer layer{};
     layer.input_norm = norm(source.input_norm, hidden);
-    layer.q_proj = matrix(source.q_proj, dims.q_size(), hidden);
-    layer.k_proj = matrix(source.k_proj, dims.kv_size(), hidden);
-    layer.v_proj = matrix(source.v_proj, dims.kv_size(), hidden);
-    layer.q_bias = vector(source.q_bias, dims.q_size());
-    layer.k_bias = vector(source.k_bias, dims.kv_size());
-    layer.v_bias = vector(source.v_bias, dims.kv_size());
+    layer.q_proj = matrix(row_range(source.q_proj, q_begin, dims.q_size(), hidden), dims.q_size(), hidden);
+    layer.k_proj = matrix(row_range(source.k_proj, kv_begin, dims.kv_size(), hidden), dims.kv_size(), hidden);
+    layer.v_proj = matrix(row_range(source.v_proj, kv_begin, dims.kv_size(), hidden), dims.kv_size(), hidden);
+    layer.q_bias = vector(vector_range(source.q_bias, q_begin, dims.q_size()), dims.q_size());
+    layer.k_bias = vector(vector_range(source.k_bias, kv_begin, dims.kv_size()), dims.kv_size());
+    layer.v_bias = vector(vector_range(source.v_bias, kv_begin, dims.kv_size()), dims.kv_size());
     layer.q_norm = norm(source.q_norm, dims.head_dim);
     layer.k_norm = norm(source.k_norm, dims.head_dim);
-    layer.sinks = vector(source.sinks, dims.num_heads);
-    layer.o_proj = matrix(source.o_proj, hidden, dims.q_size());
+    layer.sinks = vector(vector_range(source.sinks, tp.rank * dims.num_heads, dims.num_heads), dims.num_heads);
+    layer.o_proj = segmented(source.o_proj, hidden, dims.q_size() * tp.size);
     layer.o_bias = vector(source.o_bias, hidden);
     layer.attn_out_norm = norm(source.attn_out_norm, hidden);
     layer.ffn_norm = norm(source.ffn_norm, hidden);
@@ -146,9 +213,9 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
     layer.kv_group = source.kv_group;
     layer.kv_slot = source.kv_slot;
     if (source.num_experts == 0) {
-      layer.gate_proj = matrix(source.gate_proj, dims.intermediate_size, hidden);
-      layer.up_proj = matrix(source.up_proj, dims.intermediate_size, hidden);
-      layer.down_proj = matrix(source.down_proj, hidden, dims.intermediate_size);
+      layer.gate_proj = matrix(row_range(source.gate_proj, mlp_begin, dims.intermediate_size, hidden), dims.intermediate_size, hidden);
+      layer.up_proj = matrix(row_range(source.up_proj, mlp_begin, dims.intermediate_size, hidden), dims.intermediate_size, hidden);
+      layer.down_proj = segmented(source.down_proj, hidden, dims.intermediate_size * tp.size);
     } else {
       // The router stays fp32: its top-k is a discontinuous choice.
       layer.router = Matrix{weights.pack_panels(source.router, source.num_experts, hidden, MatrixFormat::kF32Panels, pool),

@@ -6,10 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "comm.h"
 #include "conduit.h"
 #include "kernels.h"
 #include "matmul.h"
 #include "moe.h"
+#include "row_parallel.h"
 #include "sampler.h"
 #include "thread_pool.h"
 #include "weights.h"
@@ -74,7 +76,7 @@ struct Layer {
   const float* q_norm;  // [head_dim], or nullptr
   const float* k_norm;
   const float* sinks;   // [num_heads], or nullptr
-  Matrix o_proj;
+  SegmentedMatrix o_proj;  // row-parallel: a sum in a fixed order at every TP size (row_parallel.h)
   const float* o_bias;
   const float* attn_out_norm;  // nullptr: o_proj adds straight into the residual stream
   const float* ffn_norm;
@@ -83,7 +85,8 @@ struct Layer {
   int32_t rope;
   int32_t kv_group;
   int32_t kv_slot;
-  Matrix gate_proj, up_proj, down_proj;  // dense MLP
+  Matrix gate_proj, up_proj;             // dense MLP
+  SegmentedMatrix down_proj;
   Matrix router;                         // MoE: [num_experts, hidden], fp32 panels
   const float* router_bias;
   std::vector<Expert> experts;           // empty for a dense MLP
@@ -154,6 +157,9 @@ struct Workspace {
   std::vector<float> output_hidden; // [output or prompt rows, hidden]
   std::vector<float> output_logits; // [output or prompt rows, vocab]
   MatmulScratch packed;             // a matmul's activations as its kernel reads them
+  std::vector<float> partials;      // [kReductionSegments][tokens, hidden] a row-parallel matmul's segments
+  std::vector<float> rank_logits;   // [rows, ceil(vocab / tp)] this rank's vocabulary, then every rank's
+  SegmentScratch segments;
   std::vector<std::vector<float>> scores;  // [threads][heads per kv head][scores_stride] attention scores
   size_t scores_stride = 0;                // the context one head's scores hold
   std::vector<std::vector<float>> softmax_sums;  // [threads][heads per kv head]
@@ -164,12 +170,31 @@ struct Workspace {
   MoeScratch moe;
 };
 
+// This rank's place in a tensor-parallel group (size 1: the whole model). A rank holds heads,
+// KV heads and MLP columns [rank, rank + 1) / size of the model's, whole row-parallel segments,
+// and the vocabulary rows [vocab_begin, vocab_end) of the LM head.
+struct TensorParallel {
+  int32_t rank = 0;
+  int32_t size = 1;
+  std::unique_ptr<Communicator> comm;  // null at size 1
+  int32_t vocab_begin = 0;
+  int32_t vocab_end = 0;
+
+  int32_t first_segment() const { return rank * kReductionSegments / size; }
+  int32_t end_segment() const { return (rank + 1) * kReductionSegments / size; }
+  int32_t vocab_of(int32_t r, int32_t vocab_size) const { return int32_t(int64_t(vocab_size) * r / size); }
+};
+
 struct Model {
-  Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels);
+  Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels,
+        std::unique_ptr<Communicator> comm);
 
   void forward(const cd_batch& batch, cd_forward_output& output);
+  // Rank > 0: runs the passes rank 0 broadcasts until it stops the group.
+  void serve_rank();
 
-  Dimensions dims;
+  TensorParallel tp;
+  Dimensions dims;  // this rank's share: heads, KV heads and intermediate size divided by tp.size
   Numerics numerics;
   std::vector<RopeTable> ropes;
   int32_t num_kv_groups;

@@ -447,7 +447,9 @@ void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
     slots_.reserve(t * num_kv_groups_);
     moved = true;
   }
-  const int32_t logit_rows = std::max({tokens, kPromptSlabRows, 1});
+  // Logits for the output rows (every padded token of a graphed decode step), or a prompt slab.
+  const int32_t output_rows = plan.decode_only ? tokens : int32_t(plan.output_tokens.size());
+  const int32_t logit_rows = std::max({output_rows, kPromptSlabRows, 1});
   moved |= logits_.reserve(size_t(logit_rows) * vocab_);
   moved |= output_normed_.reserve(size_t(logit_rows) * hidden_padded_);
   // Split-K partials of the largest matrix at few rows (the LM head's rows included).

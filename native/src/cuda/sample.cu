@@ -19,16 +19,6 @@ namespace {
 
 constexpr int kThreads = 1024;
 
-__device__ __forceinline__ uint32_t orderable(float value) {
-  const uint32_t bits = __float_as_uint(value);
-  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
-}
-
-// Ascending keys put larger logits first, then lower ids.
-__device__ __forceinline__ uint64_t sort_key(float logit, int32_t id) {
-  return (uint64_t(~orderable(logit)) << 32) | uint32_t(id);
-}
-
 struct Best {
   float value;
   int32_t index;
@@ -110,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       uint64_t* keys = scratch.keys + size_t(blockIdx.x) * key_stride;
       int32_t size = 1;
       while (size < num_candidates) size <<= 1;
-      for (int32_t i = tid; i < size; i += kThreads) keys[i] = i < num_candidates ? sort_key(x[ids[i]], ids[i]) : ~0ull;
+      for (int32_t i = tid; i < size; i += kThreads) keys[i] = i < num_candidates ? conduit::sampling::candidate_key(x[ids[i]], ids[i]) : ~0ull;
       __syncthreads();
       for (int32_t k = 2; k <= size; k <<= 1) {
         for (int32_t j = k >> 1; j > 0; j >>= 1) {

@@ -34,6 +34,20 @@ CONDUIT_HD bool ranks_before(float logit_a, int32_t id_a, float logit_b, int32_t
   return logit_a > logit_b || (logit_a == logit_b && id_a < id_b);
 }
 
+// A key whose ascending order is ranks_before's order: the logit's bits mapped to an unsigned
+// order and inverted (larger first), then the id (lower first). -0 is 0, as == has it.
+CONDUIT_HD uint64_t candidate_key(float logit, int32_t id) {
+  uint32_t bits;
+  if (logit == 0.0f) logit = 0.0f;
+#if defined(__CUDA_ARCH__)
+  bits = __float_as_uint(logit);
+#else
+  __builtin_memcpy(&bits, &logit, sizeof bits);
+#endif
+  const uint32_t ordered = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  return (uint64_t(~ordered) << 32) | uint32_t(id);
+}
+
 // min-p keeps a logit at least max + T ln(min_p): a probability at least min_p times the largest.
 // ln_min_p is log(double(min_p)), computed by the caller (std::log and CUDA's log agree to 1 ulp).
 CONDUIT_HD double min_p_threshold(float max_logit, float temperature, double ln_min_p) {

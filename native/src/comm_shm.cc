@@ -1,0 +1,237 @@
+// Shared-memory collectives for the ranks of one machine. The segment holds a header (per-rank
+// sequence counters on their own cache lines, each rank's pid) and one slot per rank. A
+// collective moves data through the slots in rounds of at most kSlotBytes: a rank waits until
+// every rank has finished reading the previous round, writes its slot, raises its "written"
+// counter, waits for everyone's, copies what it needs, and raises its "read" counter.
+#include <fcntl.h>
+#include <signal.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "comm.h"
+#include "error.h"
+
+namespace conduit {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x636f6e647569742dULL;  // "conduit-"
+constexpr int32_t kMaxRanks = 8;
+constexpr size_t kSlotBytes = size_t(4) << 20;
+// A rank that has not moved for this long inside a collective is taken for lost even if its
+// process lives (stopped, or looping): a forward pass never waits this long on a peer.
+constexpr int64_t kCollectiveTimeoutMs = 120000;
+
+struct alignas(64) Counter {
+  std::atomic<uint64_t> value;
+};
+
+struct Header {
+  std::atomic<uint64_t> magic;  // written last by rank 0: the segment is ready
+  int32_t size;
+  std::atomic<int32_t> pids[kMaxRanks];
+  std::atomic<int32_t> ready[kMaxRanks];
+  Counter written[kMaxRanks];
+  Counter read[kMaxRanks];
+};
+
+size_t segment_bytes(int32_t size) { return sizeof(Header) + size_t(size) * kSlotBytes; }
+
+std::string segment_path(const std::string& name) { return "/dev/shm/" + name; }
+
+bool process_alive(int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+class ShmCommunicator final : public Communicator {
+ public:
+  ShmCommunicator(std::string name, int32_t rank, int32_t size, void* base)
+      : name_(std::move(name)), rank_(rank), size_(size), header_(static_cast<Header*>(base)),
+        slots_(static_cast<uint8_t*>(base) + sizeof(Header)) {}
+
+  ~ShmCommunicator() override {
+    munmap(header_, segment_bytes(size_));
+    if (rank_ == 0) shm_unlink(name_.c_str());
+  }
+
+  int32_t rank() const override { return rank_; }
+  int32_t size() const override { return size_; }
+  uint64_t collective_ns() const override { return collective_ns_; }
+
+  void all_gather(const void* mine, size_t bytes, void* all) override {
+    const auto start = std::chrono::steady_clock::now();
+    const uint8_t* source = static_cast<const uint8_t*>(mine);
+    uint8_t* target = static_cast<uint8_t*>(all);
+    for (size_t offset = 0; offset == 0 || offset < bytes; offset += kSlotBytes) {
+      const size_t piece = std::min(kSlotBytes, bytes - offset);
+      round([&] { std::memcpy(slot(rank_), source + offset, piece); },
+            [&] {
+              for (int32_t r = 0; r < size_; ++r) {
+                uint8_t* destination = target + size_t(r) * bytes + offset;
+                if (r == rank_ && destination == source + offset) continue;
+                std::memcpy(destination, slot(r), piece);
+              }
+            });
+      if (bytes == 0) break;
+    }
+    collective_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  }
+
+  void broadcast(void* data, size_t bytes, int32_t root) override {
+    const auto start = std::chrono::steady_clock::now();
+    uint8_t* bytes_of = static_cast<uint8_t*>(data);
+    for (size_t offset = 0; offset == 0 || offset < bytes; offset += kSlotBytes) {
+      const size_t piece = std::min(kSlotBytes, bytes - offset);
+      round([&] { if (rank_ == root) std::memcpy(slot(root), bytes_of + offset, piece); },
+            [&] { if (rank_ != root) std::memcpy(bytes_of + offset, slot(root), piece); });
+      if (bytes == 0) break;
+    }
+    collective_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  }
+
+  Header& header() { return *header_; }
+
+  // Waits until condition(r) holds for every rank, checking that the ranks it waits on live.
+  template <typename Condition>
+  void wait_all(const Condition& condition, int64_t timeout_ms, const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (int32_t r = 0; r < size_; ++r) {
+      for (uint32_t spin = 0; !condition(r); ++spin) {
+        // Poll briefly, then yield: ranks may outnumber cores (TP = 4 on 2 cores).
+        if (spin < 256) continue;
+        sched_yield();
+        if (spin % 1024 != 0) continue;
+        if (!process_alive(header_->pids[r].load(std::memory_order_acquire))) {
+          throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(r) + " of group " + name_ +
+                                                   " has exited (" + what + ")");
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+          throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(r) + " of group " + name_ +
+                                                   " did not respond within " + std::to_string(timeout_ms) + " ms (" + what + ")");
+        }
+        if (spin > (1u << 16)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+
+ private:
+  uint8_t* slot(int32_t r) const { return slots_ + size_t(r) * kSlotBytes; }
+
+  template <typename Write, typename Read>
+  void round(const Write& write, const Read& read) {
+    const uint64_t sequence = ++sequence_;
+    // Every rank has read the previous round's slots.
+    wait_all([&](int32_t r) { return header_->read[r].value.load(std::memory_order_acquire) >= sequence - 1; },
+             kCollectiveTimeoutMs, "collective");
+    write();
+    header_->written[rank_].value.store(sequence, std::memory_order_release);
+    wait_all([&](int32_t r) { return header_->written[r].value.load(std::memory_order_acquire) >= sequence; },
+             kCollectiveTimeoutMs, "collective");
+    read();
+    header_->read[rank_].value.store(sequence, std::memory_order_release);
+  }
+
+  std::string name_;
+  int32_t rank_;
+  int32_t size_;
+  Header* header_;
+  uint8_t* slots_;
+  uint64_t sequence_ = 0;
+  uint64_t collective_ns_ = 0;
+};
+
+void* map_segment(int fd, int32_t size) {
+  void* base = mmap(nullptr, segment_bytes(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) throw Error(CD_ERR_RANK_UNAVAILABLE, std::string("cannot map the tensor-parallel segment: ") + std::strerror(errno));
+  return base;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> open_shm_communicator(const std::string& name, int32_t rank, int32_t size,
+                                                    int32_t connect_timeout_ms) {
+  if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
+    throw Error(CD_ERR_INVALID_ARGUMENT, "tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(size));
+  }
+  const std::string shm_name = "/" + name;
+  if (rank == 0) {
+    shm_unlink(shm_name.c_str());
+    const int fd = shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, off_t(segment_bytes(size))) != 0) {
+      const std::string reason = std::strerror(errno);
+      if (fd >= 0) close(fd);
+      throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank 0 cannot create " + segment_path(name) + ": " + reason);
+    }
+    auto comm = std::make_unique<ShmCommunicator>(name, rank, size, map_segment(fd, size));
+    Header& header = comm->header();
+    header.size = size;
+    header.pids[0].store(int32_t(getpid()), std::memory_order_relaxed);
+    header.magic.store(kMagic, std::memory_order_release);
+    return comm;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(connect_timeout_ms);
+  for (;;) {
+    const int fd = shm_open(shm_name.c_str(), O_RDWR, 0600);
+    struct stat info {};
+    if (fd >= 0 && fstat(fd, &info) == 0 && size_t(info.st_size) == segment_bytes(size)) {
+      auto comm = std::make_unique<ShmCommunicator>(name, rank, size, map_segment(fd, size));
+      Header& header = comm->header();
+      while (header.magic.load(std::memory_order_acquire) != kMagic && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (header.magic.load(std::memory_order_acquire) == kMagic && header.size == size) {
+        if (header.pids[rank].load() != 0 && process_alive(header.pids[rank].load())) {
+          throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(rank) + " of group " + name +
+                                                   " is taken by process " + std::to_string(header.pids[rank].load()));
+        }
+        header.pids[rank].store(int32_t(getpid()), std::memory_order_release);
+        return comm;
+      }
+    } else if (fd >= 0) {
+      close(fd);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(rank) + " could not reach rank 0 of group " +
+                                               name + " (" + segment_path(name) + ") within " + std::to_string(connect_timeout_ms) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void mark_ready(Communicator& comm) {
+  static_cast<ShmCommunicator&>(comm).header().ready[comm.rank()].store(1, std::memory_order_release);
+}
+
+void wait_for_ranks(Communicator& comm, int32_t timeout_ms) {
+  ShmCommunicator& shm = static_cast<ShmCommunicator&>(comm);
+  Header& header = shm.header();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    std::string missing;
+    for (int32_t r = 1; r < comm.size(); ++r) {
+      const int32_t pid = header.pids[r].load(std::memory_order_acquire);
+      const bool ready = header.ready[r].load(std::memory_order_acquire) != 0;
+      if (ready && process_alive(pid)) continue;
+      if (pid != 0 && !process_alive(pid)) {
+        throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(r) + " (process " + std::to_string(pid) +
+                                                 ") exited before it was ready");
+      }
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r) + (pid == 0 ? " (never connected)" : " (still loading)");
+    }
+    if (missing.empty()) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel group: rank(s) " + missing + " did not join within " +
+                                               std::to_string(timeout_ms) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace conduit

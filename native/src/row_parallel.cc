@@ -1,0 +1,121 @@
+#include "row_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace conduit {
+
+namespace {
+
+constexpr int32_t kColumnTile = kPanelColumns;
+// As parallel_matmuls: a decode's few rows are prepared (one or two) and packed (up to 8) by every
+// thread for itself, which costs less than one more hand-off.
+constexpr int32_t kMaxRowsPackedPerThread = 8;
+constexpr int32_t kMaxRowsPreparedPerThread = 2;
+
+template <typename T>
+void grow_each(std::vector<std::vector<T>>& buffers, size_t count, size_t size) {
+  buffers.resize(count);
+  for (std::vector<T>& buffer : buffers) {
+    if (buffer.size() < size) buffer.resize(size);
+  }
+}
+
+int32_t segment_k(const SegmentedMatrix& w, int32_t s) { return w.k_begin[size_t(s) + 1] - w.k_begin[size_t(s)]; }
+
+}  // namespace
+
+void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input, int32_t num_rows,
+                     int32_t input_k_begin, int32_t input_k, const SegmentedMatrix& w, int32_t first_segment,
+                     int32_t end_segment, int32_t n, float* partials, SegmentScratch& scratch) {
+  const size_t partial_size = size_t(num_rows) * size_t(n);
+  const MatrixFormat format = w.segments[size_t(first_segment)].format;
+  int32_t widest_k = 0;
+  for (int32_t s = first_segment; s < end_segment; ++s) {
+    widest_k = std::max(widest_k, segment_k(w, s));
+    // A model narrower than kReductionSegments inputs leaves some segments empty: their partial is 0.
+    if (segment_k(w, s) == 0) std::fill_n(partials + size_t(s) * partial_size, partial_size, 0.0f);
+  }
+  const size_t packed_stride = kernels.packed_row_bytes(format, widest_k);
+  const size_t packed_segment_bytes = size_t(num_rows) * packed_stride;
+  const size_t num_segments = size_t(end_segment - first_segment);
+  const size_t num_threads = size_t(pool.num_threads());
+  const bool prepares_per_thread = input.prepare != nullptr && num_rows <= kMaxRowsPreparedPerThread;
+  const bool packs_per_thread = packed_stride > 0 && num_rows <= kMaxRowsPackedPerThread;
+  if (prepares_per_thread) grow_each(scratch.prepared_per_thread, num_threads, size_t(num_rows) * size_t(input_k));
+  if (packs_per_thread) grow_each(scratch.packed_per_thread, num_threads, num_segments * packed_segment_bytes);
+  const size_t panel_scratch_bytes = kernels.panel_scratch_bytes(format, widest_k, num_rows);
+  if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
+  if (input.prepare != nullptr && !prepares_per_thread) {
+    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(input_k));
+    });
+  }
+  // Each segment's slice of the rows is packed as a matrix of its own k, so its bytes are the same
+  // whichever rank packs it.
+  const auto pack_segment = [&](const float* x, int32_t s, int32_t row_begin, int32_t row_end, uint8_t* packed) {
+    const int32_t k = segment_k(w, s);
+    if (k == 0) return;
+    kernels.pack_rows(x + size_t(row_begin) * size_t(input_k) + size_t(w.k_begin[size_t(s)] - input_k_begin),
+                      size_t(input_k), row_end - row_begin, k, format,
+                      packed + size_t(s - first_segment) * packed_segment_bytes + size_t(row_begin) * packed_stride,
+                      packed_stride);
+  };
+  if (packed_stride > 0 && !packs_per_thread) {
+    if (scratch.packed_shared.size() < num_segments * packed_segment_bytes) scratch.packed_shared.resize(num_segments * packed_segment_bytes);
+    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+      for (int32_t s = first_segment; s < end_segment; ++s) pack_segment(input.x, s, begin, end, scratch.packed_shared.data());
+    });
+  }
+  const int32_t tiles_per_segment = (n + kColumnTile - 1) / kColumnTile;
+  scratch.ready_per_thread.assign(num_threads, 0);
+  pool.parallel_for(int32_t(num_segments) * tiles_per_segment, 1, [&](int32_t thread_index, int32_t task_begin, int32_t task_end) {
+    float* own_x = prepares_per_thread ? scratch.prepared_per_thread[size_t(thread_index)].data() : nullptr;
+    uint8_t* own_packed = packs_per_thread ? scratch.packed_per_thread[size_t(thread_index)].data() : nullptr;
+    const float* x = own_x != nullptr ? own_x : input.x;
+    const uint8_t* packed = own_packed != nullptr ? own_packed : scratch.packed_shared.data();
+    if (!scratch.ready_per_thread[size_t(thread_index)]) {
+      scratch.ready_per_thread[size_t(thread_index)] = 1;
+      if (own_x != nullptr) {
+        for (int32_t row = 0; row < num_rows; ++row) input.prepare(input.context, row, own_x + size_t(row) * size_t(input_k));
+      }
+      if (own_packed != nullptr) {
+        for (int32_t s = first_segment; s < end_segment; ++s) pack_segment(x, s, 0, num_rows, own_packed);
+      }
+    }
+    uint8_t* panel_scratch = panel_scratch_bytes > 0 ? scratch.panel_per_thread[size_t(thread_index)].data() : nullptr;
+    // Consecutive tiles of one segment go to the kernel in one call.
+    for (int32_t task = task_begin; task < task_end;) {
+      const int32_t s = first_segment + task / tiles_per_segment;
+      const int32_t tile_begin = task % tiles_per_segment;
+      const int32_t tile_end = std::min(tiles_per_segment, tile_begin + (task_end - task));
+      task += tile_end - tile_begin;
+      const int32_t k = segment_k(w, s);
+      if (k == 0) continue;
+      const Activations activations{x + size_t(w.k_begin[size_t(s)] - input_k_begin), size_t(input_k),
+                                    packed + size_t(s - first_segment) * packed_segment_bytes, packed_stride, panel_scratch};
+      kernels.matmul(activations, num_rows, k, w.segments[size_t(s)], tile_begin * kColumnTile,
+                     std::min(tile_end * kColumnTile, n), partials + size_t(s) * partial_size, size_t(n), false);
+    }
+  });
+}
+
+void combine_segments(ThreadPool& pool, const float* partials, int32_t num_rows, int32_t n, float* y, size_t y_stride,
+                      bool accumulate) {
+  static_assert(kReductionSegments == 8, "the tree below combines eight segments");
+  const size_t partial_size = size_t(num_rows) * size_t(n);
+  pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    for (int32_t row = begin; row < end; ++row) {
+      const float* p = partials + size_t(row) * size_t(n);
+      float* out = y + size_t(row) * y_stride;
+      for (int32_t i = 0; i < n; ++i) {
+        const float* e = p + i;
+        const float sum = ((e[0] + e[partial_size]) + (e[2 * partial_size] + e[3 * partial_size])) +
+                          ((e[4 * partial_size] + e[5 * partial_size]) + (e[6 * partial_size] + e[7 * partial_size]));
+        out[i] = accumulate ? out[i] + sum : sum;
+      }
+    }
+  });
+}
+
+}  // namespace conduit
