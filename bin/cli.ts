@@ -6,9 +6,9 @@ import { FatalError } from './fatal-error.ts';
 import { createLifecycleLog } from './lifecycle-log.ts';
 import { createGatewayLogger } from '../gateway/logging.ts';
 import { parseWorkerArgs } from './worker-flags.ts';
-import type { WorkerStartFailure } from './local-workers.ts';
 import { packageRoot } from '../package-root.ts';
 import { CONDUIT_VERSION } from './version.ts';
+import { SUPERVISED_WORKER_ENV, type WorkerStartFailure } from './local-workers.ts';
 
 const defaultConfigFile = path.join(packageRoot, 'configs', 'default.yaml');
 
@@ -161,42 +161,56 @@ async function runServe(argv: string[]): Promise<number> {
 
 async function runWorker(argv: string[]): Promise<number> {
   const settings = parseWorkerArgs(argv);
+  // Spawned by a gateway (`conduit serve`, bin/local-workers.ts: an IPC channel and
+  // CONDUIT_WORKER_SUPERVISED), its end is the gateway's: it stops when the gateway says so over
+  // the channel or when the channel closes (the gateway died). Signals sent to the whole process
+  // group (a terminal's Ctrl-C, a process manager's SIGTERM) are not its to act on: the gateway
+  // drains its streams first, then stops it. Any other worker stops on SIGTERM or SIGINT, and
+  // when an IPC channel it was given as a lifeline closes.
+  const isSupervised = process.send !== undefined && process.env[SUPERVISED_WORKER_ENV] === '1';
+  let stopRequested: () => void = () => {};
+  const whenStopRequested = new Promise<void>((resolve) => {
+    stopRequested = resolve;
+  });
+  if (isSupervised) {
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => {});
+    process.on('message', (message: { type?: string }) => {
+      if (message?.type === 'stop') stopRequested();
+    });
+  } else {
+    process.once('SIGTERM', () => stopRequested());
+    process.once('SIGINT', () => stopRequested());
+  }
+  if (process.send !== undefined) process.once('disconnect', () => stopRequested());
   const { startWorker } = await import('../engine/worker.ts');
   const { createWorkerLogger } = await import('../engine/log.ts');
   const log = createWorkerLogger(settings.logLevel ?? 'info');
-  let worker;
   try {
-    worker = await startWorker({ ...settings, log });
-  } catch (err) {
-    // A checkpoint that does not load, a setting it cannot honour: one line saying what, no
-    // stack (at debug level, for a bug). Spawned by a gateway, the gateway's fatal line says it.
-    const { message } = err as Error;
-    log.debug({ err }, 'worker start failed');
-    if (process.send) {
-      const failure: WorkerStartFailure = { type: 'start_failed', message };
-      await new Promise((resolve) => process.send!(failure, resolve));
-      process.disconnect();
-    } else {
-      log.fatal({ event: 'fatal', exit_code: 1 }, `worker cannot start: ${message}`);
+    let worker;
+    try {
+      // Told to stop while the model loads: nothing runs yet, so nothing to drain.
+      worker = await Promise.race([startWorker({ ...settings, log }), whenStopRequested.then(() => null)]);
+    } catch (err) {
+      // A checkpoint that does not load, a setting it cannot honour: one line saying what, no
+      // stack (at debug level, for a bug). Spawned by a gateway, the gateway's fatal line says it.
+      const { message } = err as Error;
+      log.debug({ err }, 'worker start failed');
+      if (process.send) {
+        const failure: WorkerStartFailure = { type: 'start_failed', message };
+        await new Promise((resolve) => process.send!(failure, resolve));
+      } else {
+        log.fatal({ event: 'fatal', exit_code: 1 }, `worker cannot start: ${message}`);
+      }
+      return 1;
     }
-    return 1;
+    if (worker === null) process.exit(0);
+    await whenStopRequested;
+    await worker.close();
+    return 0;
+  } finally {
+    // The lifeline to a spawning gateway would keep the event loop, and so the process, alive.
+    if (process.connected) process.disconnect();
   }
-  await new Promise<void>((resolve) => {
-    process.once('SIGTERM', () => resolve());
-    if (process.send) {
-      // Spawned by a gateway (`conduit serve`): its end is ours. Ctrl-C in a terminal reaches the
-      // whole process group; the gateway drains its streams first and then stops us, so the
-      // signal is not ours to act on (acting on it cut streams and made the gateway respawn us).
-      process.once('disconnect', () => resolve());
-      process.on('SIGINT', () => {});
-    } else {
-      process.once('SIGINT', () => resolve());
-    }
-  });
-  await worker.close();
-  // The lifeline to a spawning gateway would keep the event loop, and so the process, alive.
-  if (process.connected) process.disconnect();
-  return 0;
 }
 
 function printUsage(text: string): number {

@@ -13,11 +13,13 @@ import { FatalError } from './fatal-error.ts';
 import type { LifecycleLog } from './lifecycle-log.ts';
 
 const conduitBin = path.join(packageRoot, 'bin', 'conduit.js');
+/** Set (to 1) in the environment of the workers a gateway spawns: they stop when it says so, not on a signal. */
+export const SUPERVISED_WORKER_ENV = 'CONDUIT_WORKER_SUPERVISED';
 const firstRestartDelayMs = 500;
 const maxRestartDelayMs = 30_000;
 /** A worker up this long before it died was healthy: its restart starts the backoff over. */
 const healthyUptimeMs = 60_000;
-/** stop() sends SIGTERM, then SIGKILL after this long. */
+/** stop() tells the worker to stop (over its IPC channel), then sends SIGKILL after this long. */
 const stopGraceMs = 5_000;
 
 /** The delay before each restart of one worker, from how long each run lasted. */
@@ -97,9 +99,12 @@ export class LocalWorker {
   start(): void {
     rmSync(this.address.slice('unix:'.length), { force: true });
     const child = spawn(process.execPath, [conduitBin, ...this.options.args(this.address)], {
-      // The IPC channel is only a lifeline: the worker exits when it closes, so a gateway
-      // that dies without cleaning up (SIGKILL, a crash) leaves no orphan workers behind.
+      // The IPC channel carries the stop and is the lifeline: the worker exits when it closes, so
+      // a gateway that dies without cleaning up (SIGKILL, a crash) leaves no orphan workers
+      // behind. The worker ignores SIGTERM and SIGINT, which a process group's signal (Ctrl-C, a
+      // process manager's stop) sends it beside the gateway: the gateway drains first, then stops it.
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      env: { ...process.env, [SUPERVISED_WORKER_ENV]: '1' },
     });
     this.child = child;
     this.spawnedAtMs = performance.now();
@@ -195,6 +200,9 @@ export class LocalWorker {
     const child = this.child;
     if (!child) return;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    // A worker that lost its channel already exits on its own. SIGTERM too, for a worker still
+    // starting (not yet listening for the message), which it ends; a running one ignores it.
+    if (child.connected) child.send({ type: 'stop' }, () => {});
     child.kill('SIGTERM');
     const killTimer = setTimeout(() => {
       this.options.log.workerStopKilled(this.name, stopGraceMs);

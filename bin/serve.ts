@@ -13,7 +13,7 @@ import { KServeControl } from '../gateway/kserve/control.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
 import { registerTritonMetrics } from '../gateway/kserve/metrics.ts';
 import { registerWorkerRestarts, registerWorkerUnresponsive } from '../gateway/metrics.ts';
-import { createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
+import { AccessControl, createGateway, createMetricsServer, GatewayMetrics, Readiness, type ServedModel, type ServedWorker } from '../gateway/server.ts';
 import { FatalError } from './fatal-error.ts';
 import { CONDUIT_VERSION } from './version.ts';
 import { gatewayLimitsOf } from './gateway-limits.ts';
@@ -168,6 +168,8 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     pollIntervalMs: config.model_repository.repository_poll_s * 1000,
     startupModels: config.model_repository.load_models,
     responseCacheBytes: config.model_repository.response_cache_bytes,
+    maxInstancesPerModel: config.model_repository.max_instances_per_model,
+    maxInstances: config.model_repository.max_instances,
     logger: logger.child({ component: 'model_repository' }),
   });
   const gatewayMetrics = new GatewayMetrics(models);
@@ -197,6 +199,12 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     if (sharedState !== null) gatewayMetrics.routing.watchSharedState(sharedState);
     if (repository !== null) registerTritonMetrics(gatewayMetrics.registry, repository);
     const readiness = new Readiness('starting');
+    // One set of keys and quotas for HTTP, WebSocket and gRPC alike.
+    const access = new AccessControl({
+      apiKeys,
+      anonymousLimits: keyLimitsOf(server.key_limits),
+      maxConcurrentRequests: server.max_concurrent_requests,
+    });
     const app = await createGateway({
       models,
       bodyLimitBytes: server.body_limit_bytes,
@@ -204,6 +212,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       limits: gatewayLimitsOf(server),
       responses: {
         storeMaxResponses: server.response_store_max_responses,
+        ...(server.response_store_max_bytes === undefined ? {} : { storeMaxBytes: server.response_store_max_bytes }),
         storeTtlMs: server.response_store_ttl_s * 1000,
         websocketMaxConnectionMs: server.websocket_max_connection_s * 1000,
         websocketPingIntervalMs: server.websocket_ping_interval_s * 1000,
@@ -213,11 +222,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
       readiness,
       drainTimeoutMs: server.drain_timeout_s * 1000,
       logger,
-      access: {
-        apiKeys,
-        anonymousLimits: keyLimitsOf(server.key_limits),
-        maxConcurrentRequests: server.max_concurrent_requests,
-      },
+      access,
     });
     gateway = app;
     const metricsApp = await createMetricsServer({ metrics: gatewayMetrics });
@@ -227,7 +232,10 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     const metricsAddress = await listenOrExplain(host, server.metrics_port, 'server.metrics_port / --metrics-port', (port) => metricsApp.listen({ host, port }));
     if (repository !== null) {
       grpcServer = await listenOrExplain(host, server.grpc_port, 'server.grpc_port / --grpc-port', (port) =>
-        startKServeGrpc({ repository, llms: models, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log }));
+        startKServeGrpc({
+          repository, llms: models, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log, access,
+          maxMessageBytes: server.body_limit_bytes,
+        }));
     }
     const addresses = { httpAddress, metricsAddress, grpcAddress: grpcServer === null ? null : `${host}:${grpcServer.port}` };
     options.onListening?.(addresses);

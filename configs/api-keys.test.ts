@@ -23,7 +23,7 @@ test('keys from the list, the file and the environment, each with its limits', (
     const { server } = validateConfig(
       {
         server: {
-          api_keys: ['sk-bare', { key: 'sk-named', name: 'ci', requests_per_minute: 5 }],
+          api_keys: ['sk-bare', { key: 'sk-named', name: 'ci', requests_per_minute: 5 }, { key: 'sk-ops', name: 'ops', role: 'admin' }],
           api_keys_file: 'keys.txt',
           key_limits: { requests_per_minute: 60, tokens_per_minute: 10_000, max_concurrent_requests: 4 },
         },
@@ -35,12 +35,13 @@ test('keys from the list, the file and the environment, each with its limits', (
     const keys = resolveApiKeys(server, { CONDUIT_API_KEYS: 'sk-env-a, sk-env-b' });
     const defaults = { requestsPerMinute: 60, tokensPerMinute: 10_000, maxConcurrentRequests: 4 };
     assert.deepEqual(keys, [
-      { name: 'api_keys[0]', key: 'sk-bare', limits: defaults },
-      { name: 'ci', key: 'sk-named', limits: { ...defaults, requestsPerMinute: 5 } },
-      { name: 'keys.txt:3', key: 'sk-file-one', limits: defaults },
-      { name: 'keys.txt:4', key: 'sk-file-two', limits: defaults },
-      { name: 'CONDUIT_API_KEYS[0]', key: 'sk-env-a', limits: defaults },
-      { name: 'CONDUIT_API_KEYS[1]', key: 'sk-env-b', limits: defaults },
+      { name: 'api_keys[0]', key: 'sk-bare', role: 'user', limits: defaults },
+      { name: 'ci', key: 'sk-named', role: 'user', limits: { ...defaults, requestsPerMinute: 5 } },
+      { name: 'ops', key: 'sk-ops', role: 'admin', limits: defaults },
+      { name: 'keys.txt:3', key: 'sk-file-one', role: 'user', limits: defaults },
+      { name: 'keys.txt:4', key: 'sk-file-two', role: 'user', limits: defaults },
+      { name: 'CONDUIT_API_KEYS[0]', key: 'sk-env-a', role: 'user', limits: defaults },
+      { name: 'CONDUIT_API_KEYS[1]', key: 'sk-env-b', role: 'user', limits: defaults },
     ]);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -51,6 +52,7 @@ test('bad keys are refused, named by where they are and never quoted', () => {
   assert.throws(() => validateConfig({ server: { api_keys: ['has space'] }, models: [{ path: 'm' }] }, 'a.yaml'), /a\.yaml: server\.api_keys\.0\.key/);
   assert.throws(() => validateConfig({ server: { api_keys: [{ key: 'sk', bogus: 1 }] }, models: [{ path: 'm' }] }, 'b.yaml'), /b\.yaml: server\.api_keys\.0/);
   assert.throws(() => validateConfig({ server: { key_limits: { requests_per_minute: 0 } }, models: [{ path: 'm' }] }, 'c.yaml'), /requests_per_minute/);
+  assert.throws(() => validateConfig({ server: { api_keys: [{ key: 'sk', role: 'root' }] }, models: [{ path: 'm' }] }, 'r.yaml'), /r\.yaml: server\.api_keys\.0\.role/);
 
   const { server } = validateConfig({ server: { api_keys: ['sk-same'] }, models: [{ path: 'm' }] }, 'd.yaml');
   const isQuiet = (pattern: RegExp) => (err: unknown) => err instanceof ConfigError && pattern.test(err.message) && !err.message.includes('sk-same');

@@ -4,7 +4,7 @@
 // the key came from, never the key.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { apiKeyString, ConfigError, type KeyLimitsConfig, type ServerConfig } from './schema.ts';
+import { apiKeyString, ConfigError, type KeyLimitsConfig, type KeyRole, type ServerConfig } from './schema.ts';
 
 export const API_KEYS_ENV = 'CONDUIT_API_KEYS';
 
@@ -18,6 +18,8 @@ export interface ApiKey {
   /** Where the key came from (`api_keys[0]`, `keys.txt:3`, `CONDUIT_API_KEYS[1]`) unless named; clients see it in 429s. */
   name: string;
   key: string;
+  /** `admin` may use the administrative surfaces too; keys of the file and the environment are `user`. */
+  role: KeyRole;
   limits: KeyLimits;
 }
 
@@ -63,6 +65,7 @@ export function resolveApiKeys(server: ServerConfig, env: Record<string, string 
   const keys: ApiKey[] = server.api_keys.map((entry, index) => ({
     name: entry.name ?? `api_keys[${index}]`,
     key: entry.key,
+    role: entry.role,
     limits: {
       requestsPerMinute: entry.requests_per_minute ?? defaults.requestsPerMinute,
       tokensPerMinute: entry.tokens_per_minute ?? defaults.tokensPerMinute,
@@ -71,7 +74,7 @@ export function resolveApiKeys(server: ServerConfig, env: Record<string, string 
   }));
   const fileKeys = server.api_keys_file === undefined ? [] : keysOfFile(server.api_keys_file);
   for (const { source, key } of [...fileKeys, ...keysOfEnv(env[API_KEYS_ENV])]) {
-    keys.push({ name: source, key, limits: defaults });
+    keys.push({ name: source, key, role: 'user', limits: defaults });
   }
   const nameByKey = new Map<string, string>();
   const names = new Set<string>();

@@ -121,10 +121,15 @@ const keyLimitsShape = {
 };
 /** What a Bearer header can carry; the browser form (a WebSocket subprotocol) also needs no separators. */
 export const apiKeyString = z.string().regex(/^[\x21-\x7e]+$/, 'an API key is printable ASCII without spaces');
-/** A bare key is short for {key}: a key with the default limits, named by its place in the list. */
+/**
+ * What a key may do: `user` (the default) calls the APIs; `admin` also the administrative
+ * surfaces (repository load/unload, shared memory, trace and log settings), over HTTP and gRPC.
+ */
+export const keyRoleSchema = z.enum(['user', 'admin']);
+/** A bare key is short for {key}: a user key with the default limits, named by its place in the list. */
 const apiKeyEntrySchema = z.preprocess(
   (entry) => (typeof entry === 'string' ? { key: entry } : entry),
-  z.object({ key: apiKeyString, name: z.string().min(1).optional(), ...keyLimitsShape }).strict(),
+  z.object({ key: apiKeyString, name: z.string().min(1).optional(), role: keyRoleSchema.default('user'), ...keyLimitsShape }).strict(),
 );
 
 export const serverSchema = z
@@ -136,8 +141,9 @@ export const serverSchema = z
     /** Largest request body in bytes (and largest WebSocket message). */
     body_limit_bytes: z.number().int().positive().default(8 * 1024 * 1024),
     /**
-     * Keys clients must present: a key, or {key, name, limits}. With none here, in api_keys_file
-     * or in the CONDUIT_API_KEYS environment variable, the server needs no key.
+     * Keys clients must present: a key, or {key, name, role, limits}. With none here, in
+     * api_keys_file or in the CONDUIT_API_KEYS environment variable, the server needs no key.
+     * Keys of the file and the environment are user keys; only a list entry may be admin.
      */
     api_keys: z.array(apiKeyEntrySchema).default([]),
     /** A file of keys, one per line (blank lines and `#` comments skipped); relative to the config file. */
@@ -172,8 +178,13 @@ export const serverSchema = z
     /** Threads that parse large bodies and render and tokenize large prompts off the event loop. */
     tokenizer_threads: z.number().int().positive().default(2),
     // The Responses API (/v1/responses).
-    /** Most responses the in-memory store holds (store: true); past it, the oldest leave first. */
+    /** Most responses the in-memory store holds (store: true); past it, the least recently used leave first. */
     response_store_max_responses: z.number().int().positive().default(1000),
+    /**
+     * Bytes the stored responses may take (their text, conversation and log-probabilities, counted
+     * high); past it, the least recently used leave first. Unset: 1/32 of the machine's memory.
+     */
+    response_store_max_bytes: z.number().int().positive().optional(),
     /** Seconds a stored response stays retrievable and continuable with previous_response_id. */
     response_store_ttl_s: z.number().positive().default(3600),
     /** Seconds a Responses WebSocket may stay open; then the server closes it (OpenAI: 60 minutes). */
@@ -206,6 +217,10 @@ export const modelRepositorySchema = z
     trace_file: z.string().min(1).optional(),
     /** The response cache's size in bytes, for models with `response_cache { enable: true }`; unset or 0: no cache. */
     response_cache_bytes: z.number().int().nonnegative().optional(),
+    /** Instances one model may have over its versions (a load asking for more is a 400); default max(4, 2 × cores). */
+    max_instances_per_model: z.number().int().positive().optional(),
+    /** Instances of all models together; default max(64, 16 × cores). */
+    max_instances: z.number().int().positive().optional(),
   })
   .strict();
 
@@ -232,6 +247,7 @@ export const configSchema = z
 export type ModelConfig = z.infer<typeof modelSchema>;
 export type ServerConfig = z.infer<typeof serverSchema>;
 export type KeyLimitsConfig = ServerConfig['key_limits'];
+export type KeyRole = z.infer<typeof keyRoleSchema>;
 export type RouterConfig = z.infer<typeof routerSchema>;
 export type ModelRepositoryConfig = z.infer<typeof modelRepositorySchema>;
 export type Config = z.infer<typeof configSchema>;

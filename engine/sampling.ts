@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import type { EngineError } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
-import type { SamplingParams } from './types.ts';
+import { INT32_MAX, type SamplingParams } from './types.ts';
 
 /** The most alternatives a token's logprobs report (OpenAI's top_logprobs limit). */
 export const MAX_TOP_LOGPROBS = 20;
@@ -72,7 +72,7 @@ export function resolveSampling(
   const topP = params.topP ?? defaults.topP ?? 1;
   if (!(topP > 0 && topP <= 1)) return invalid('topP', 'a number in (0, 1]', topP);
   const topK = params.topK ?? defaults.topK ?? 0;
-  if (!(Number.isInteger(topK) && topK >= 0)) return invalid('topK', 'an integer >= 0', topK);
+  if (!(Number.isInteger(topK) && topK >= 0 && topK <= INT32_MAX)) return invalid('topK', `an integer in [0, ${INT32_MAX}]`, topK);
   const minP = params.minP ?? 0;
   if (!inRange(minP, 0, 1)) return invalid('minP', 'a number in [0, 1]', minP);
   const presencePenalty = params.presencePenalty ?? 0;
@@ -80,8 +80,9 @@ export function resolveSampling(
   const frequencyPenalty = params.frequencyPenalty ?? 0;
   if (!inRange(frequencyPenalty, -2, 2)) return invalid('frequencyPenalty', 'a number in [-2, 2]', frequencyPenalty);
   const repetitionPenalty = params.repetitionPenalty ?? 1;
-  if (!(Number.isFinite(repetitionPenalty) && repetitionPenalty > 0)) {
-    return invalid('repetitionPenalty', 'a finite number > 0', repetitionPenalty);
+  // The runtime takes it as a float: 1e308 became Infinity there, and a logit of 0 times it NaN.
+  if (!(repetitionPenalty > 0 && Number.isFinite(Math.fround(repetitionPenalty)))) {
+    return invalid('repetitionPenalty', 'a number > 0, finite as a float', repetitionPenalty);
   }
   const logitBias = params.logitBias ?? NO_BIAS;
   for (const [tokenId, bias] of logitBias) {

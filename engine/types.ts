@@ -2,6 +2,18 @@
 import type { BlockHash } from './kv/block-hash.ts';
 import type { EngineError } from './errors.ts';
 
+/**
+ * Bounds of the numeric sampling parameters that the engine's wire narrows (int32 fields, float
+ * logits): the gateway checks each request against them before anything is narrowed (top_k
+ * 2147483648 would arrive as -2147483648), and the engine again.
+ */
+export const INT32_MAX = 2 ** 31 - 1;
+export const INT32_MIN = -(2 ** 31);
+/**
+ * vLLM's bound (0, 2]: a penalty of 1e308 is Infinity as a float, and a logit of 0 times it NaN.
+ */
+export const MAX_REPETITION_PENALTY = 2;
+
 /** Unset fields take the checkpoint's generation_config.json defaults, then the engine's. */
 export interface SamplingParams {
   temperature?: number;

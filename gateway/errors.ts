@@ -12,6 +12,7 @@ const GRPC = {
   DEADLINE_EXCEEDED: 4,
   NOT_FOUND: 5,
   ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
   RESOURCE_EXHAUSTED: 8,
   FAILED_PRECONDITION: 9,
   UNIMPLEMENTED: 12,
@@ -40,6 +41,8 @@ const catalogue = {
   invalid_json: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   invalid_utf8: { httpStatus: 400, type: 'invalid_request_error', grpcStatus: GRPC.INVALID_ARGUMENT },
   body_too_large: { httpStatus: 413, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
+  /** A Content-Encoding other than gzip, deflate or identity. */
+  unsupported_content_encoding: { httpStatus: 415, type: 'invalid_request_error', grpcStatus: GRPC.UNIMPLEMENTED },
   /** The request (headers, then body) did not arrive within the receive timeout: the connection is closed. */
   receive_timeout: { httpStatus: 408, type: 'invalid_request_error', grpcStatus: GRPC.DEADLINE_EXCEEDED },
   headers_too_large: { httpStatus: 431, type: 'invalid_request_error', grpcStatus: GRPC.RESOURCE_EXHAUSTED },
@@ -95,6 +98,8 @@ const catalogue = {
   // of these carries Retry-After.
   /** No API key, or one the server does not know. */
   invalid_api_key: { httpStatus: 401, type: 'invalid_request_error', grpcStatus: GRPC.UNAUTHENTICATED },
+  /** An administrative surface (repository load/unload, shared memory, trace and log settings) called with a key that is not admin. */
+  permission_denied: { httpStatus: 403, type: 'invalid_request_error', grpcStatus: GRPC.PERMISSION_DENIED },
   /** The key's requests per minute, or its concurrent requests, are used up. */
   rate_limit_requests: { httpStatus: 429, type: 'requests', grpcStatus: GRPC.RESOURCE_EXHAUSTED, openaiCode: 'rate_limit_exceeded' },
   /** The key's tokens per minute are used up. */

@@ -2,12 +2,13 @@
 // from the catalogue. Metrics are served by a separate instance (createMetricsServer).
 import websocketPlugin from '@fastify/websocket';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
-import { installAdmission, type AccessOptions } from './admission.ts';
-import { ApiKeyRing, installAuth, selectSubprotocol } from './auth.ts';
+import { AccessControl, installAdmission, type AccessOptions } from './admission.ts';
+import { installAuth, selectSubprotocol } from './auth.ts';
 import { capConnections, connectionOptions } from './connections.ts';
 import { chatPagePlugin } from './chat-page/chat-page.ts';
 import { ApiError, toOpenAIBody } from './errors.ts';
 import { healthPlugin } from './health.ts';
+import { installBodyDecompression } from './body-decoding.ts';
 import { installJsonBodyParser } from './json-body.ts';
 import { echoRequestIdOnUpgrade, installAccessLog, loggerOptions, type LogSettings } from './logging.ts';
 import type { Logger } from 'pino';
@@ -26,7 +27,7 @@ import { ModelRegistry, type ServedModel } from './served-model.ts';
 export { createMetricsServer, GatewayMetrics } from './metrics.ts';
 export type { ServedModel, ServedWorker } from './served-model.ts';
 export type { ResponsesSettings } from './openai/responses/index.ts';
-export type { AccessOptions } from './admission.ts';
+export { AccessControl, type AccessOptions } from './admission.ts';
 export type { ApiKeySpec } from './auth.ts';
 export type { LogSettings } from './logging.ts';
 export { Readiness } from './readiness.ts';
@@ -46,8 +47,8 @@ export interface GatewayOptions {
   responses?: Partial<ResponsesSettings>;
   /** Ordinary models, served over KServe v2 at /v2 (where the LLMs answer Triton's generate too). */
   classic?: { repository: ModelRepository; version: string; control?: KServeControl };
-  /** API keys and limits; none of either when omitted. */
-  access?: AccessOptions;
+  /** API keys and limits (an AccessControl to share them with the KServe gRPC service); none of either when omitted. */
+  access?: AccessOptions | AccessControl;
   /** The lifecycle state the caller drives (markReady) and close() ends; ready from the start when omitted. */
   readiness?: Readiness;
   /** How long close() lets in-flight requests finish before cutting them; 30 s by default. */
@@ -80,6 +81,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   capConnections(app, limits);
   const pool = new OffloadPool(limits.tokenizerThreads);
   app.addHook('onClose', () => pool.close());
+  installBodyDecompression(app, options.bodyLimitBytes);
   installJsonBodyParser(app, pool);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -102,8 +104,9 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
 
   // Lifecycle, keys and limits, in this order: 503 unless ready, 401 without a key, 429 over a limit.
   installReadinessGate(app, readiness, options.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
-  installAuth(app, new ApiKeyRing(options.access?.apiKeys ?? []));
-  installAdmission(app, options.access ?? { apiKeys: [] }, readiness);
+  const access = options.access instanceof AccessControl ? options.access : new AccessControl(options.access ?? { apiKeys: [] });
+  installAuth(app, access.ring);
+  installAdmission(app, access, readiness);
 
   // Before the routes: it wraps each route that has a wsHandler. A response.create frame has the body's size limit.
   await app.register(websocketPlugin, { options: { maxPayload: options.bodyLimitBytes, handleProtocols: selectSubprotocol } });
@@ -119,7 +122,7 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   await app.register(chatPagePlugin);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
-    control: options.classic?.control,
+    control: options.classic?.control, pool, maxBufferedBytes: limits.sseBufferLimitBytes,
   });
   return app;
 }

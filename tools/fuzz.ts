@@ -11,14 +11,23 @@
 //   tokenize, detokenize bodies.
 // - kserve-http: KServe v2 over HTTP on models/ (digits, fraud, digits_pipeline): JSON infer
 //   bodies, binary-tensor bodies with a mutated Inference-Header-Content-Length, repository calls.
-// - kserve-grpc: KServe v2 over gRPC on models/: ModelInfer messages with mutated fields, and raw
-//   damaged protobuf bytes, both sent through a generic client call, alone (5 in 8), as 1-3
-//   requests on a ModelStreamInfer stream (2 in 8; half with triton_grpc_error), or the messages
-//   of the RPCs naming a model (1 in 8: ModelReady, ModelMetadata, ModelConfig, ModelStatistics,
-//   RepositoryIndex, RepositoryModelLoad). A stream must answer each of its requests.
+// - kserve-grpc: KServe v2 over gRPC on models/, with API keys: ModelInfer messages with mutated
+//   fields, and raw damaged protobuf bytes, both sent through a generic client call, alone (5 in
+//   8), as 1-3 requests on a ModelStreamInfer stream (2 in 8; half with triton_grpc_error), or the
+//   messages of the RPCs naming a model or administering the server (1 in 8: ModelReady,
+//   ModelMetadata, ModelConfig, ModelStatistics, RepositoryIndex, RepositoryModelLoad,
+//   LogSettings, TraceSetting, SystemSharedMemoryRegister). A stream must answer each of its requests.
+// Over HTTP, 1 case in 6 sends its body with Content-Encoding (gzip or deflate, sometimes damaged,
+// sometimes a bomb: a small body that decompresses far past the limit, which must be a 413). Over
+// gRPC, each case's `authorization` metadata is picked among none, malformed, a wrong key, a user
+// key and an admin key: a call answered OK without a valid key, or an administrative RPC answered
+// OK without an admin key, fails the run as a 5xx does; 1 case in 8 goes gzip-compressed, and
+// 1 in 64 is a message that decompresses past the message limit (RESOURCE_EXHAUSTED).
 import os from 'node:os';
 import { parseArgs } from 'node:util';
+import { deflateSync, gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
+import { AccessControl } from '../gateway/admission.ts';
 import { ModelRepository } from '../engine/classic/index.ts';
 import { loadInferenceService, startKServeGrpc } from '../gateway/kserve/grpc.ts';
 import { MODELS_DIR, startKServeServer, binaryBody } from '../gateway/kserve/test/harness.ts';
@@ -34,6 +43,14 @@ const FUZZ_BODY_LIMIT_BYTES = 1024 * 1024;
 /** gRPC statuses that are the server's fault, as a 5xx is over HTTP. */
 const GRPC_FAILURES = new Set([grpc.status.INTERNAL, grpc.status.UNKNOWN, grpc.status.DATA_LOSS, grpc.status.UNAVAILABLE]);
 const MAX_REPORTED_KINDS = 20;
+/** Decompressed, far past FUZZ_BODY_LIMIT_BYTES (and the gRPC message limit); compressed, a few kilobytes. */
+const BOMB_BYTES = 16 * FUZZ_BODY_LIMIT_BYTES;
+const HTTP_BOMB = gzipSync(Buffer.alloc(BOMB_BYTES, 0x20), { level: 9 });
+/** The kserve-grpc target's keys: calls carry one of them, a wrong one, or none. */
+const USER_KEY = 'fuzz-user-key';
+const ADMIN_KEY = 'fuzz-admin-key';
+/** RPCs that only an admin key may call (gateway/kserve/grpc-access.ts). */
+const ADMIN_RPCS = new Set(['RepositoryModelLoad', 'RepositoryModelUnload', 'LogSettings', 'TraceSetting', 'SystemSharedMemoryRegister']);
 
 const { values } = parseArgs({
   options: {
@@ -132,6 +149,28 @@ async function httpOutcome(url: string, init: RequestInit): Promise<Outcome> {
   }
 }
 
+/**
+ * A body as sent, with its Content-Encoding header when compressed (1 case in 6): gzip or
+ * deflate, sometimes damaged after compressing, sometimes the bomb, which must be a 413.
+ */
+function encodedBody(mutator: Mutator, bytes: Buffer, headers: Record<string, string>): { bytes: Buffer; isBomb: boolean } {
+  if (mutator.int(6) !== 0) return { bytes, isBomb: false };
+  const kind = mutator.int(8);
+  if (kind === 0) {
+    headers['content-encoding'] = 'gzip';
+    return { bytes: HTTP_BOMB, isBomb: true };
+  }
+  headers['content-encoding'] = kind % 2 === 0 ? 'gzip' : 'deflate';
+  const compressed = kind % 2 === 0 ? gzipSync(bytes) : deflateSync(bytes);
+  return { bytes: kind === 1 || kind === 2 ? mutator.damage(compressed) : compressed, isBomb: false };
+}
+
+/** A bomb must be refused at the limit: anything but a 413 fails the case. */
+function bombOutcome(outcome: Outcome, isBomb: boolean): Outcome {
+  if (!isBomb || outcome.label === '413') return outcome;
+  return { ...outcome, failed: true, detail: `a gzip bomb answered ${outcome.label}: ${outcome.detail}` };
+}
+
 // ---- openai -------------------------------------------------------------------------------
 
 const openaiBases: { route: string; body: Json }[] = [
@@ -175,10 +214,11 @@ async function openaiTarget(mutator: Mutator): Promise<FuzzTarget> {
     const { route, body } = mutator.pick(openaiBases);
     let tree = body;
     tree = mutated(mutator, tree, 1 + mutator.int(3));
-    const bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    const { bytes, isBomb } = encodedBody(mutator, mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree), headers);
     return async () => {
-      const outcome = await httpOutcome(`${gateway.baseUrl}${route}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array(bytes) });
-      return { ...outcome, request: `POST ${route} ${bytes.subarray(0, 300).toString('utf8')}` };
+      const outcome = await httpOutcome(`${gateway.baseUrl}${route}`, { method: 'POST', headers, body: new Uint8Array(bytes) });
+      return { ...bombOutcome(outcome, isBomb), request: `POST ${route} ${JSON.stringify(headers)} ${bytes.subarray(0, 300).toString('utf8')}` };
     };
   };
   return { nextCase, close: () => gateway.close() };
@@ -252,9 +292,10 @@ async function kserveHttpTarget(mutator: Mutator): Promise<FuzzTarget> {
       tree = mutated(mutator, tree, 1 + mutator.int(3));
       bytes = mutator.int(5) === 0 ? mutator.damage(serialize(tree)) : serialize(tree);
     }
+    const encoded = encodedBody(mutator, bytes, headers);
     return async () => {
-      const outcome = await httpOutcome(`${server.baseUrl}${route}`, { method: 'POST', headers, body: new Uint8Array(bytes) });
-      return { ...outcome, request: `POST ${route} ${JSON.stringify(headers)} ${bytes.subarray(0, 300).toString('utf8')}` };
+      const outcome = await httpOutcome(`${server.baseUrl}${route}`, { method: 'POST', headers, body: new Uint8Array(encoded.bytes) });
+      return { ...bombOutcome(outcome, encoded.isBomb), request: `POST ${route} ${JSON.stringify(headers)} ${encoded.bytes.subarray(0, 300).toString('utf8')}` };
     };
   };
   return { nextCase, close: () => server.close() };
@@ -309,7 +350,43 @@ const grpcControlBases: [string, Json][] = [
   ['ModelStatistics', { name: 'fraud', version: '1' }],
   ['RepositoryIndex', { repository_name: '', ready: true }],
   ['RepositoryModelLoad', { model_name: 'absent', parameters: { config: { string_param: '{"max_batch_size": 8}' } } }],
+  // Administrative: a key that is not admin must be refused, whatever the message holds.
+  ['LogSettings', { settings: { log_verbose_level: { uint32_param: 0 } } }],
+  ['TraceSetting', { model_name: '', settings: {} }],
+  ['SystemSharedMemoryRegister', { name: 'fuzz', key: '/fuzz_absent', offset: '0', byte_size: '8' }],
 ];
+
+/** Who a call says it is: its authorization metadata, and what that allows. */
+interface Caller { metadata: grpc.Metadata; describe: string; isKnown: boolean; isAdmin: boolean }
+
+function callerFor(mutator: Mutator): Caller {
+  const metadata = new grpc.Metadata();
+  const [value, describe, isKnown, isAdmin] = mutator.pick([
+    [null, 'no key', false, false],
+    // Most calls carry a valid key, so that most reach the parsers behind the check.
+    [`Bearer ${USER_KEY}`, 'a user key', true, false],
+    [`Bearer ${USER_KEY}`, 'a user key', true, false],
+    [`Bearer ${USER_KEY}`, 'a user key', true, false],
+    [`Bearer ${ADMIN_KEY}`, 'an admin key', true, true],
+    [`Bearer ${ADMIN_KEY}`, 'an admin key', true, true],
+    [`bearer   ${ADMIN_KEY}`, 'an admin key, its scheme in lower case', true, true],
+    ['Bearer wrong-key', 'a wrong key', false, false],
+    [`Basic ${ADMIN_KEY}`, 'Basic auth', false, false],
+    ['Bearer', 'an empty Bearer', false, false],
+    [`Bearer ${ADMIN_KEY} ${ADMIN_KEY}`, 'a malformed Bearer', false, false],
+  ] as const);
+  // One value only: HTTP/2 refuses to send two (the client's session fails, every call on it with it).
+  if (value !== null) metadata.set('authorization', value);
+  return { metadata, describe, isKnown, isAdmin };
+}
+
+/** An OK the caller's key does not allow is an access-control failure, as a 5xx is a crash. */
+function checkAccess(outcome: Outcome, rpc: string, caller: Caller): Outcome {
+  if (outcome.label !== 'OK' && outcome.label !== 'stream OK') return outcome;
+  if (!caller.isKnown) return { ...outcome, failed: true, detail: `${rpc} answered OK with ${caller.describe}` };
+  if (ADMIN_RPCS.has(rpc) && !caller.isAdmin) return { ...outcome, failed: true, detail: `administrative ${rpc} answered OK with ${caller.describe}` };
+  return outcome;
+}
 
 /** A ModelInfer request's bytes: a base with an odd field and mutations, sometimes damaged; and the tree it came from. */
 function grpcInferBytes(mutator: Mutator, requestSerialize: (value: Json) => Buffer): { tree: Json; bytes: Buffer } {
@@ -338,9 +415,22 @@ async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
   // Explicit mode, every model loaded: load requests are parsed rather than refused outright.
   const repository = new ModelRepository({ repoDir: MODELS_DIR, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['*'] });
   await repository.start();
-  const server = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
+  const access = new AccessControl({
+    apiKeys: [{ name: 'fuzz-user', key: USER_KEY, limits: {} }, { name: 'fuzz-admin', key: ADMIN_KEY, role: 'admin', limits: {} }],
+  });
+  const server = await startKServeGrpc({
+    repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0, access, maxMessageBytes: FUZZ_BODY_LIMIT_BYTES,
+  });
   const Service = loadInferenceService();
   const client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
+  // A second channel whose messages go gzip-compressed.
+  const gzipClient = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure(), {
+    'grpc.max_receive_message_length': -1, 'grpc.default_compression_algorithm': grpc.compressionAlgorithms.gzip,
+  });
+  // A ModelInfer message of BOMB_BYTES zeros: a few hundred kilobytes once gzip-compressed.
+  const grpcBomb = Service.service.ModelInfer.requestSerialize({
+    model_name: 'fraud', inputs: [{ name: 'features', datatype: 'FP32', shape: ['1', '8'] }], raw_input_contents: [Buffer.alloc(BOMB_BYTES)],
+  });
   const inferSerialize = Service.service.ModelInfer.requestSerialize;
   const identity = (bytes: Buffer) => bytes;
   const statusOutcome = (code: grpc.status, details: string, prefix = ''): Outcome => {
@@ -348,23 +438,26 @@ async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
     const hung = code === grpc.status.DEADLINE_EXCEEDED;
     return { label: hung ? 'no answer' : `${prefix}${name}`, failed: GRPC_FAILURES.has(code) || hung, detail: `${prefix}${name}: ${details}` };
   };
-  const send = (rpc: string, bytes: Buffer): Promise<Outcome> => new Promise((resolve) => {
-    client.makeUnaryRequest(`/inference.GRPCInferenceService/${rpc}`, identity, identity, bytes, { deadline: Date.now() + HANG_MS }, (err) => {
-      resolve(err === null ? { label: 'OK', failed: false, detail: '' } : statusOutcome(err.code, err.details));
+  const send = (rpc: string, bytes: Buffer, caller: Caller, channel: grpc.Client): Promise<Outcome> => new Promise((resolve) => {
+    channel.makeUnaryRequest(`/inference.GRPCInferenceService/${rpc}`, identity, identity, bytes, caller.metadata, { deadline: Date.now() + HANG_MS }, (err) => {
+      const outcome = err === null ? { label: 'OK', failed: false, detail: '' } : statusOutcome(err.code, err.details);
+      resolve(checkAccess(outcome, rpc, caller));
     });
   });
   // A stream answers each request once (unless triton_grpc_error ends it on the first error).
-  const sendStream = (messages: Buffer[], statusOnError: boolean): Promise<Outcome> => new Promise((resolve) => {
-    const metadata = new grpc.Metadata();
+  const sendStream = (messages: Buffer[], statusOnError: boolean, caller: Caller, channel: grpc.Client): Promise<Outcome> => new Promise((resolve) => {
+    const metadata = caller.metadata.clone();
     if (statusOnError) metadata.set('triton_grpc_error', 'true');
-    const call = client.makeBidiStreamRequest('/inference.GRPCInferenceService/ModelStreamInfer', identity, identity, metadata, { deadline: Date.now() + HANG_MS });
+    const call = channel.makeBidiStreamRequest('/inference.GRPCInferenceService/ModelStreamInfer', identity, identity, metadata, { deadline: Date.now() + HANG_MS });
     let numResponses = 0;
     call.on('data', () => { numResponses++; });
     // Its status says it all.
     call.on('error', () => {});
     call.on('status', ({ code, details }: grpc.StatusObject) => {
       const outcome = statusOutcome(code, details, 'stream ');
-      if (code === grpc.status.OK && numResponses !== messages.length) {
+      if (code === grpc.status.OK && !caller.isKnown) {
+        resolve({ label: outcome.label, failed: true, detail: `stream OK with ${caller.describe}` });
+      } else if (code === grpc.status.OK && numResponses !== messages.length) {
         resolve({ label: outcome.label, failed: true, detail: `stream OK with ${numResponses} responses to ${messages.length} requests` });
       } else resolve(outcome);
     });
@@ -372,6 +465,18 @@ async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
     call.end();
   });
   const nextCase = (): Case => {
+    const caller = callerFor(mutator);
+    // 1 in 8 compressed.
+    const channel = mutator.int(8) === 0 ? gzipClient : client;
+    if (mutator.int(64) === 0) {
+      return async () => {
+        const outcome = await send('ModelInfer', grpcBomb, caller, gzipClient);
+        // A known caller's bomb stops at the limit; an unknown caller's is refused first, or at the limit.
+        const isRefused = outcome.label === 'RESOURCE_EXHAUSTED' || (!caller.isKnown && outcome.label === 'UNAUTHENTICATED');
+        return { ...outcome, failed: outcome.failed || !isRefused, detail: isRefused ? outcome.detail : `a gzip bomb answered ${outcome.label}: ${outcome.detail}`,
+          request: `ModelInfer gzip bomb (${grpcBomb.byteLength} bytes decompressed) with ${caller.describe}` };
+      };
+    }
     const kind = mutator.int(8);
     if (kind === 0) {
       const [rpc, base] = mutator.pick(grpcControlBases);
@@ -385,23 +490,24 @@ async function kserveGrpcTarget(mutator: Mutator): Promise<FuzzTarget> {
         bytes = mutator.damage(requestSerialize(base));
       }
       if (mutator.int(3) === 0) bytes = mutator.damage(bytes);
-      return async () => ({ ...(await send(rpc, bytes)), request: `${rpc} ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
+      return async () => ({ ...(await send(rpc, bytes, caller, channel)), request: `${rpc} with ${caller.describe} ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
     }
     if (kind <= 2) {
       const requests = Array.from({ length: 1 + mutator.int(3) }, () => grpcInferBytes(mutator, inferSerialize));
       const statusOnError = mutator.int(2) === 0;
       return async () => ({
-        ...(await sendStream(requests.map(({ bytes }) => bytes), statusOnError)),
-        request: `ModelStreamInfer${statusOnError ? ' (triton_grpc_error)' : ''} ${requests.map(({ tree, bytes }) => `${JSON.stringify(tree).slice(0, 150)} (${describeBytes(bytes)})`).join('; ')}`,
+        ...(await sendStream(requests.map(({ bytes }) => bytes), statusOnError, caller, channel)),
+        request: `ModelStreamInfer with ${caller.describe}${statusOnError ? ' (triton_grpc_error)' : ''} ${requests.map(({ tree, bytes }) => `${JSON.stringify(tree).slice(0, 150)} (${describeBytes(bytes)})`).join('; ')}`,
       });
     }
     const { tree, bytes } = grpcInferBytes(mutator, inferSerialize);
-    return async () => ({ ...(await send('ModelInfer', bytes)), request: `ModelInfer ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
+    return async () => ({ ...(await send('ModelInfer', bytes, caller, channel)), request: `ModelInfer with ${caller.describe} ${JSON.stringify(tree).slice(0, 300)} (${describeBytes(bytes)})` });
   };
   return {
     nextCase,
     async close() {
       client.close();
+      gzipClient.close();
       await server.close();
       await repository.close();
     },

@@ -105,7 +105,8 @@ export const modelConfigSchema = z.object({
   name: z.string().min(1).optional(),
   platform: z.string().optional(),
   backend: z.string().optional(),
-  max_batch_size: int.nonnegative().default(0),
+  // Triton's field is an int32; a batch that large could never be formed anyway.
+  max_batch_size: int.nonnegative().max(2 ** 31 - 1).default(0),
   input: z.array(inputSchema).default([]),
   output: z.array(outputSchema).default([]),
   instance_group: z.array(instanceGroupSchema).default([]),
@@ -270,13 +271,14 @@ export function parseConfigText(text: string, file: string, dirName: string): Mo
 
 export const CONFIG_FILES = ['config.pbtxt', 'config.yaml'] as const;
 
-/** Reads <modelDir>/config.pbtxt or config.yaml (exactly one of them). */
-export function readModelConfig(modelDir: string, configFile: string): ModelConfig {
+/** Reads <modelDir>/config.pbtxt or config.yaml (exactly one of them); errors name it as shownFile (the path itself by default). */
+export function readModelConfig(modelDir: string, configFile: string, shownFile = configFile): ModelConfig {
   let text: string;
   try {
     text = readFileSync(configFile, 'utf8');
   } catch (err) {
-    throw new ModelConfigError(`${configFile}: cannot read: ${(err as Error).message}`);
+    throw new ModelConfigError(`${shownFile}: cannot read: ${(err as NodeJS.ErrnoException).code ?? 'error'}`);
   }
-  return parseConfigText(text, configFile, path.basename(modelDir));
+  // The name's extension picks the parser (shownFile keeps it); the shown name is what errors say.
+  return parseConfigText(text, shownFile, path.basename(modelDir));
 }

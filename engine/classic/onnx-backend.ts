@@ -6,6 +6,7 @@ import { Worker } from 'node:worker_threads';
 import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
 import { fromConfigDataType, type DataType } from './datatype.ts';
 import { ClassicError } from './errors.ts';
+import { fileInRepository, shownPath, withShownPaths } from './repository-paths.ts';
 import type { Tensor } from './tensor.ts';
 
 const ORT_TYPES: Partial<Record<DataType, string>> = {
@@ -85,18 +86,38 @@ class OnnxInstance implements ModelInstance {
   }
 }
 
+/**
+ * What the config says that the model does not (Triton's ONNX backend checks the same): an input
+ * or output it does not have, or an input it needs that neither the requests nor the batcher
+ * (batch_input) give. Null when they agree.
+ */
+function configMismatch(config: InstanceSpec['config'], inputNames: readonly string[], outputNames: readonly string[]): string | null {
+  const given = new Set([...config.input.map((input) => input.name), ...config.batch_input.flatMap((spec) => spec.target_name)]);
+  for (const name of given) if (!inputNames.includes(name)) return `the configuration has input '${name}', which the model does not (it has ${inputNames.join(', ')})`;
+  for (const name of inputNames) if (!given.has(name)) return `the model needs input '${name}', which the configuration does not give`;
+  for (const { name } of config.output) if (!outputNames.includes(name)) return `the configuration has output '${name}', which the model does not (it has ${outputNames.join(', ')})`;
+  return null;
+}
+
 export async function createOnnxInstance(spec: InstanceSpec): Promise<ModelInstance> {
-  const file = path.join(spec.modelDir, String(spec.version), spec.config.default_model_filename ?? 'model.onnx');
-  if (!existsSync(file)) throw new ClassicError('NOT_FOUND', `${file}: no such model file`);
+  const parts = [String(spec.version), spec.config.default_model_filename ?? 'model.onnx'];
+  const file = fileInRepository(spec.modelDir, ...parts);
+  const shownFile = shownPath(spec.modelDir, ...parts);
+  if (!existsSync(file)) throw new ClassicError('NOT_FOUND', `${shownFile}: no such model file`);
   const numThreads = Number(spec.config.parameters.intra_op_thread_count?.string_value ?? 1);
   const worker = new Worker(new URL('./onnx-worker.js', import.meta.url), { workerData: { file, numThreads }, execArgv: [] });
-  await new Promise<void>((resolve, reject) => {
-    const onError = (err: Error) => reject(new ClassicError('INTERNAL', `${file}: cannot load: ${err.message}`));
+  const names = await new Promise<{ inputNames: string[]; outputNames: string[] }>((resolve, reject) => {
+    const onError = (err: Error) => reject(new ClassicError('INTERNAL', `${shownFile}: cannot load: ${withShownPaths(err.message, path.dirname(spec.modelDir))}`));
     worker.once('error', onError);
-    worker.once('message', (message: { type: string }) => {
+    worker.once('message', (message: { type: string; inputNames: string[]; outputNames: string[] }) => {
       worker.off('error', onError);
-      if (message.type === 'ready') resolve();
+      if (message.type === 'ready') resolve(message);
     });
   });
+  const mismatch = configMismatch(spec.config, names.inputNames, names.outputNames);
+  if (mismatch !== null) {
+    await new OnnxInstance(worker, spec).close();
+    throw new ClassicError('INVALID_ARG', `unable to load model '${spec.config.name}': ${mismatch}`);
+  }
   return new OnnxInstance(worker, spec);
 }

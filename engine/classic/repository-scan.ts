@@ -3,6 +3,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { CONFIG_FILES, ModelConfigError, readModelConfig, type ModelConfig } from './model-config.ts';
+import { fileInRepository, shownPath } from './repository-paths.ts';
 
 export interface ModelSource {
   name: string;
@@ -54,18 +55,19 @@ export function listModelNames(repoDir: string): string[] {
     .sort();
 }
 
+/** Errors name the model's files relative to the repository (`digits/config.pbtxt`). */
 export function readModelSource(repoDir: string, name: string): ModelSource {
   const dir = path.join(repoDir, name);
-  const configFiles = CONFIG_FILES.map((file) => path.join(dir, file)).filter((file) => existsSync(file));
-  if (configFiles.length === 0) throw new ModelConfigError(`${dir}: no config.pbtxt or config.yaml`);
-  if (configFiles.length > 1) throw new ModelConfigError(`${dir}: both config.pbtxt and config.yaml; keep one`);
-  const configFile = configFiles[0];
-  const config = readModelConfig(dir, configFile);
+  const configNames = CONFIG_FILES.filter((file) => existsSync(path.join(dir, file)));
+  if (configNames.length === 0) throw new ModelConfigError(`${name}: no config.pbtxt or config.yaml`);
+  if (configNames.length > 1) throw new ModelConfigError(`${name}: both config.pbtxt and config.yaml; keep one`);
+  const configFile = fileInRepository(dir, configNames[0]);
+  const config = readModelConfig(dir, configFile, shownPath(dir, configNames[0]));
   const available = listVersions(dir);
-  if (available.length === 0) throw new ModelConfigError(`${dir}: no version folders (1/, 2/, ...)`);
+  if (available.length === 0) throw new ModelConfigError(`${name}: no version folders (1/, 2/, ...)`);
   const versions = selectVersions(config, available);
   if (versions.length === 0) {
-    throw new ModelConfigError(`${configFile}: version_policy serves none of the versions present (${available.join(', ')})`);
+    throw new ModelConfigError(`${shownPath(dir, configNames[0])}: version_policy serves none of the versions present (${available.join(', ')})`);
   }
   return { name, dir, configFile, config, versions, fingerprint: treeFingerprint(dir) };
 }

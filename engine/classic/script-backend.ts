@@ -7,6 +7,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
 import { ClassicError } from './errors.ts';
+import { fileInRepository, shownPath } from './repository-paths.ts';
 import type { ModelConfig } from './model-config.ts';
 
 export interface ScriptInitializeArgs {
@@ -40,22 +41,23 @@ class ScriptInstance implements ModelInstance {
   }
 }
 
-/** The configured file, else model.ts, else model.js. */
-function scriptFile(versionDir: string, configuredName: string | undefined): string {
-  if (configuredName !== undefined) return path.join(versionDir, configuredName);
-  const tsFile = path.join(versionDir, 'model.ts');
-  return existsSync(tsFile) || !existsSync(path.join(versionDir, 'model.js')) ? tsFile : path.join(versionDir, 'model.js');
+/** The configured file's name, else model.ts, else model.js. */
+function scriptName(versionDir: string, configuredName: string | undefined): string {
+  if (configuredName !== undefined) return configuredName;
+  return existsSync(path.join(versionDir, 'model.ts')) || !existsSync(path.join(versionDir, 'model.js')) ? 'model.ts' : 'model.js';
 }
 
 export async function createScriptInstance(spec: InstanceSpec): Promise<ModelInstance> {
-  const file = scriptFile(path.join(spec.modelDir, String(spec.version)), spec.config.default_model_filename);
-  if (!existsSync(file)) throw new ClassicError('NOT_FOUND', `${file}: no such script`);
+  const parts = [String(spec.version), scriptName(path.join(spec.modelDir, String(spec.version)), spec.config.default_model_filename)];
+  const file = fileInRepository(spec.modelDir, ...parts);
+  const shownFile = shownPath(spec.modelDir, ...parts);
+  if (!existsSync(file)) throw new ClassicError('NOT_FOUND', `${shownFile}: no such script`);
   // Imported here, not at the top: a server without script models never starts tsx's esbuild.
   const { tsImport } = await import('tsx/esm/api');
   // tsImport loads the file afresh in a namespace of its own: each instance has its own module
   // state, and a reload reads the new file (a plain import() would return the cached module).
   const module = (await tsImport(pathToFileURL(file).href, { parentURL: import.meta.url })) as Partial<ScriptModule>;
-  if (typeof module.execute !== 'function') throw new ClassicError('INVALID_ARG', `${file}: exports no execute function`);
+  if (typeof module.execute !== 'function') throw new ClassicError('INVALID_ARG', `${shownFile}: exports no execute function`);
   await module.initialize?.({ modelConfig: spec.config, modelDir: spec.modelDir, modelVersion: spec.version, instanceIndex: spec.instanceIndex });
   return new ScriptInstance(module as ScriptModule, file);
 }

@@ -159,15 +159,27 @@ class EnsembleVersion implements ServedVersion {
   }
 }
 
-/** `cache`: the server's response cache, or null when it has none. */
-export async function loadVersion(spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner, cache: ResponseCache | null): Promise<ServedVersion> {
+/**
+ * `cache`: the server's response cache, or null when it has none. An abort (the repository
+ * closing) stops the load before its next instance; the ones made are closed.
+ */
+export async function loadVersion(
+  spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner, cache: ResponseCache | null, signal?: AbortSignal,
+): Promise<ServedVersion> {
   const { config } = spec;
   if (config.backend === 'ensemble') return new EnsembleVersion(config, spec.version, runStep);
   const create = config.backend === 'onnxruntime' ? createOnnxInstance : createScriptInstance;
   const numInstances = config.instance_group.reduce((sum, group) => sum + group.count, 0);
   const instances: ModelInstance[] = [];
   try {
-    for (let i = 0; i < numInstances; i++) instances.push(await create({ ...spec, instanceIndex: i }));
+    const checkAborted = () => {
+      if (signal?.aborted) throw new ClassicError('UNAVAILABLE', `model '${config.name}': the load was stopped (the server is shutting down)`);
+    };
+    for (let i = 0; i < numInstances; i++) {
+      checkAborted();
+      instances.push(await create({ ...spec, instanceIndex: i }));
+    }
+    checkAborted();
     // Not serving (not READY) until every instance has run the samples.
     await warmUp(config, spec.modelDir, instances);
   } catch (err) {

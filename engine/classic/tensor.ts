@@ -135,6 +135,9 @@ function describe(value: unknown): string {
   return Array.isArray(value) ? 'an array' : 'an object';
 }
 
+/** The largest finite float32. */
+const FP32_MAX = 3.4028234663852886e38;
+
 const INTEGER_RANGES: Partial<Record<DataType, [number, number]>> = {
   UINT8: [0, 0xff], UINT16: [0, 0xffff], UINT32: [0, 0xffffffff],
   INT8: [-0x80, 0x7f], INT16: [-0x8000, 0x7fff], INT32: [-0x80000000, 0x7fffffff],
@@ -178,9 +181,12 @@ export function fromJson(datatype: DataType, shape: number[], data: unknown, wha
       (out as BigInt64Array)[i] = BigInt(value);
     }
   } else if (datatype === 'FP32' || datatype === 'FP64') {
+    // JSON has no infinities: 1e400 parses as one, and a number past FP32's largest becomes one as FP32.
+    const maxMagnitude = datatype === 'FP32' ? FP32_MAX : Number.MAX_VALUE;
     for (let i = 0; i < numElements; i++) {
-      if (typeof values[i] !== 'number') throw bad(i, 'a number');
-      out[i] = values[i] as number;
+      const value = values[i];
+      if (typeof value !== 'number' || !(Math.abs(value) <= maxMagnitude)) throw bad(i, `a finite number within ±${maxMagnitude}`);
+      out[i] = value;
     }
   } else {
     const [min, max] = INTEGER_RANGES[datatype]!;

@@ -6,11 +6,11 @@
 // (0 means once). Warmup requests go straight to the instances: they are not in the statistics.
 // A sample that fails validation or execution fails the load, naming the sample.
 import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import type { ModelInstance, TensorMap } from './backend.ts';
 import { batchInputsOf } from './batch-input.ts';
 import { fromConfigDataType, type DataType } from './datatype.ts';
 import { ClassicError } from './errors.ts';
+import { fileInRepository, shownPath } from './repository-paths.ts';
 import type { ModelConfig } from './model-config.ts';
 import { allocate, concatBatch, elementCount, fromRaw, TensorError, type Tensor } from './tensor.ts';
 import { validateRequest } from './validate.ts';
@@ -54,12 +54,13 @@ function sampleTensor(config: ModelConfig, modelDir: string, sample: WarmupSampl
   if (input.zero_data === true) return { datatype, shape, data: allocate(datatype, elementCount(shape)) };
   // Random text is no more useful than empty text: BYTES get empty elements, as in Triton.
   if (input.random_data === true) return randomTensor(datatype, shape, randomFiller(seed));
-  const file = path.join(modelDir, 'warmup', input.input_data_file!);
+  const parts = ['warmup', input.input_data_file!];
   let bytes: Buffer;
   try {
-    bytes = readFileSync(file);
+    bytes = readFileSync(fileInRepository(modelDir, ...parts));
   } catch (err) {
-    throw new ClassicError('INVALID_ARG', `input '${name}': cannot read ${file}: ${(err as Error).message}`);
+    if (err instanceof ClassicError) throw err;
+    throw new ClassicError('INVALID_ARG', `input '${name}': cannot read ${shownPath(modelDir, ...parts)}: ${(err as NodeJS.ErrnoException).code ?? 'error'}`);
   }
   // The file holds one batch item, repeated batch_size times, as Triton does.
   const item = fromRaw(datatype, [...input.dims], bytes, `input '${name}' (${input.input_data_file})`);

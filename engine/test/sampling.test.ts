@@ -85,6 +85,8 @@ test('penalties, min-p, logit bias, min_tokens and logprob counts are checked ag
     { presencePenalty: 2.5 },
     { frequencyPenalty: Number.NaN },
     { repetitionPenalty: 0 },
+    { repetitionPenalty: 1e308 },
+    { topK: 2 ** 31 },
     { logitBias: new Map([[VOCAB_SIZE, 1]]) },
     { logitBias: new Map([[1, Number.NaN]]) },
     { logitBias: new Map([[1, Infinity]]) },

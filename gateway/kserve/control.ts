@@ -3,7 +3,8 @@
 // other). Whoever creates it closes it, after both servers have closed.
 import type { InferRequest, ServedVersion, TensorMap } from '../../engine/classic/index.ts';
 import { LogSettings } from './log-settings.ts';
-import { SystemSharedMemory, writeSharedMemoryOutput, type SharedMemoryLease } from './shared-memory.ts';
+import { adminRefusal, type ApiKeySpec } from '../auth.ts';
+import { refusedSharedMemory, SystemSharedMemory, writeSharedMemoryOutput, type SharedMemoryAccess, type SharedMemoryLease } from './shared-memory.ts';
 import { TraceManager } from './trace.ts';
 
 /** A requested output, and the region it goes into when the request named one. */
@@ -11,6 +12,13 @@ export interface OutputTarget {
   readonly name: string;
   readonly sharedMemory: SharedMemoryLease | null;
 }
+
+/** How refusals name the administrative surfaces, over HTTP and gRPC. */
+export const SHARED_MEMORY_SURFACE = 'system shared memory';
+export const CUDA_SHARED_MEMORY_SURFACE = 'CUDA shared memory';
+export const REPOSITORY_SURFACE = 'the model repository API (load and unload)';
+export const TRACE_SURFACE = 'the trace settings';
+export const LOGGING_SURFACE = 'the log settings';
 
 export interface KServeControlOptions {
   /** The trace file (a start-up setting, as Triton's `--trace-config triton,file=`); null for none. */
@@ -24,6 +32,15 @@ export class KServeControl {
 
   constructor(options: KServeControlOptions = {}) {
     this.trace = new TraceManager({ traceFile: options.traceFile ?? null });
+  }
+
+  /**
+   * The regions a caller's infer requests may read and write: all of them for an admin key (or
+   * on a server without keys), none for another key, since a region can be any /dev/shm object.
+   */
+  sharedMemoryFor(apiKey: ApiKeySpec | null): SharedMemoryAccess {
+    const refusal = adminRefusal(apiKey, SHARED_MEMORY_SURFACE);
+    return refusal === null ? this.sharedMemory : refusedSharedMemory(refusal);
   }
 
   /**

@@ -8,17 +8,19 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { SamplingParams } from '../../engine/types.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
+import { ranges } from '../openai/schemas.ts';
 import { startGeneration, type GenerationFinish } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 
 /** Fields are read at the top level or under `parameters`, as Triton maps either onto the model's inputs. */
 const fieldsSchema = z.object({
-  max_tokens: z.number().int().positive().optional(),
-  temperature: z.number().min(0).max(2).optional(),
-  top_p: z.number().gt(0).max(1).optional(),
-  top_k: z.number().int().min(-1).optional(),
-  seed: z.number().int().optional(),
+  // The OpenAI routes' ranges (openai/schemas.ts), checked before the engine's wire narrows them.
+  max_tokens: ranges.maxTokens.optional(),
+  temperature: ranges.temperature.optional(),
+  top_p: ranges.topP.optional(),
+  top_k: ranges.topK.optional(),
+  seed: ranges.seed.optional(),
   stop: z.union([z.string(), z.array(z.string()).max(4)]).optional(),
   ignore_eos: z.boolean().optional(),
   stream: z.boolean().optional(),
@@ -33,18 +35,10 @@ const requestSchema = fieldsSchema.extend({
 
 type Fields = z.infer<typeof fieldsSchema>;
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 /** Without max_tokens, and without a default in the checkpoint, as vLLM's Triton backend. */
 const DEFAULT_MAX_TOKENS = 16;
 
-function parse(request: FastifyRequest): z.infer<typeof requestSchema> {
-  const body = request.body as Buffer | undefined;
-  let json: unknown;
-  try {
-    json = JSON.parse(strictUtf8.decode(body ?? Buffer.alloc(0)));
-  } catch (err) {
-    throw new ApiError('invalid_request', `failed to parse the request JSON buffer: ${(err as Error).message}`);
-  }
+function parse(json: unknown): z.infer<typeof requestSchema> {
   const parsed = requestSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -66,10 +60,17 @@ function samplingOf(fields: Fields, maxTokens: number): SamplingParams {
 export interface GenerateRoutesOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
+  /** Unsent bytes a generate_stream reader may pile up before its request is cancelled (server.stream_max_buffered_bytes). */
+  maxBufferedBytes: number;
+  /** The request's JSON object (parsed as every body is), {} for an empty body. */
+  jsonBody(request: FastifyRequest): Record<string, unknown>;
 }
 
 /** Registers generate and generate_stream for the LLMs of the registry. */
-export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics }: GenerateRoutesOptions) {
+/** A stream cut for a slow reader ends with its error event; a reader that has not taken it this long after is dropped. */
+const SLOW_READER_GRACE_MS = 10_000;
+
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
     let model: LoadedModel;
@@ -81,7 +82,7 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
     if (request.params.version !== undefined && request.params.version !== '1') {
       throw new ApiError('model_not_found', `Request for unknown model: '${model.name}' version ${request.params.version} is not found`);
     }
-    const body = parse(request);
+    const body = parse(jsonBody(request));
     const fields: Fields = { ...body, ...body.parameters };
     if (streamed && fields.exclude_input_in_output === false) {
       throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');
@@ -117,19 +118,42 @@ export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics
         reply.hijack();
         reply.raw.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
       };
-      const write = (event: unknown) => reply.raw.write(`data: ${JSON.stringify(event)}\n\n`);
+      const raw = reply.raw;
+      let isCut = false;
+      const write = (event: unknown) => raw.write(`data: ${JSON.stringify(event)}\n\n`);
+      // As every stream: past the bound of unsent bytes the request is cancelled in its worker and the reader cut.
+      const cutIfTooSlow = () => {
+        const numUnsentBytes = raw.writableLength;
+        if (numUnsentBytes <= maxBufferedBytes) return;
+        isCut = true;
+        generation.abort();
+        const error = new ApiError(
+          'client_too_slow',
+          `The client read the stream too slowly: ${numUnsentBytes} bytes were waiting to be sent, more than the ` +
+            `${maxBufferedBytes}-byte limit, so the request was cancelled.`,
+        );
+        request.log.warn({ numUnsentBytes }, 'stream cancelled: the client reads too slowly');
+        raw.end(`data: ${JSON.stringify(toKServeBody(error))}\n\n`);
+        const destroyTimer = setTimeout(() => raw.destroy(), SLOW_READER_GRACE_MS).unref();
+        raw.once('close', () => clearTimeout(destroyTimer));
+        resolve();
+      };
       const generation = startGeneration(generationRequest, {
         onText: (delta) => {
+          if (isCut) return;
           start();
           write({ ...head, text_output: delta });
+          cutIfTooSlow();
         },
         onFinish: (finish) => {
+          if (isCut) return;
           start();
           write({ ...head, text_output: '', finish_reason: finish.finishReason, usage: finish.usage });
           reply.raw.end();
           resolve();
         },
         onError: (error) => {
+          if (isCut) return;
           if (!started) { reject(error); return; }
           write(toKServeBody(error));
           reply.raw.end();

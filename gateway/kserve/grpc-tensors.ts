@@ -3,7 +3,7 @@
 // `raw_output_contents` entry per output, which is what Triton's clients read. An input may name
 // a system shared-memory region instead; raw_input_contents then holds the other inputs' bytes.
 import { ClassicError, elementCount, fromRaw, isDataType, type DataType, type Tensor } from '../../engine/classic/index.ts';
-import { readSharedMemoryInput, sharedMemoryRefOf, type SystemSharedMemory } from './shared-memory.ts';
+import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryAccess } from './shared-memory.ts';
 
 /** InferParameter as @grpc/proto-loader decodes it (oneofs: the set field's name in parameter_choice). */
 export type WireParameter = { parameter_choice?: string; bool_param?: boolean; int64_param?: string; string_param?: string; double_param?: number; uint64_param?: string };
@@ -27,7 +27,7 @@ export interface WireContents {
   uint64_contents: string[];
   fp32_contents: number[];
   fp64_contents: number[];
-  bytes_contents: Buffer[];
+  bytes_contents: Uint8Array[];
 }
 
 export interface WireInputTensor {
@@ -72,7 +72,7 @@ function hasContents(contents: WireContents | null): boolean {
   return Object.values(contents).some((list) => Array.isArray(list) && list.length > 0);
 }
 
-export function decodeInputs(inputs: WireInputTensor[], raw: Buffer[], sharedMemory: SystemSharedMemory): Record<string, Tensor> {
+export function decodeInputs(inputs: WireInputTensor[], raw: Uint8Array[], sharedMemory: SharedMemoryAccess): Record<string, Tensor> {
   const refs = inputs.map((input) => sharedMemoryRefOf(plainParameters(input.parameters ?? {}), `input '${input.name}'`));
   const numRawInputs = refs.filter((ref) => ref === null).length;
   if (raw.length > 0 && raw.length !== numRawInputs) {

@@ -2,14 +2,18 @@
 // own port (8001), for the model repository's models. Unary errors are gRPC statuses from the
 // error catalogue; ModelStreamInfer reports a request's error in `error_message` and keeps going.
 // Shared memory, trace and log settings share their state with the HTTP routes (KServeControl).
-// Every call gets a request id and access lines as HTTP requests do (grpc-access-log.ts).
+// Every call gets a request id and access lines as HTTP requests do (grpc-access-log.ts), and
+// passes the same keys and limits (grpc-access.ts).
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { pino } from 'pino';
 import { packageRoot } from '../../package-root.ts';
 import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { AccessControl } from '../admission.ts';
+import type { ApiKeySpec } from '../auth.ts';
 import { KServeControl, type OutputTarget } from './control.ts';
+import { admitRequest, callerOf, checkRpcRole } from './grpc-access.ts';
 import { toKServeError } from './errors.ts';
 import { CallLog, clip, goneStatus, type GrpcLogger, type ModelRef } from './grpc-access-log.ts';
 import { controlHandlers } from './grpc-control.ts';
@@ -38,7 +42,7 @@ interface WireInferRequest {
   parameters: Record<string, Parameter>;
   inputs: WireInputTensor[];
   outputs: Array<{ name: string; parameters: Record<string, Parameter> }>;
-  raw_input_contents: Buffer[];
+  raw_input_contents: Uint8Array[];
 }
 
 function parameterNumber(parameter: Parameter | undefined, name: string): number {
@@ -57,12 +61,13 @@ function versionOf(version: string): number | null {
   return Number(version);
 }
 
-async function runInfer(repository: ModelRepository, control: KServeControl, request: WireInferRequest) {
+async function runInfer(repository: ModelRepository, control: KServeControl, request: WireInferRequest, apiKey: ApiKeySpec | null) {
   const served = repository.get(request.model_name, versionOf(request.model_version));
   for (const name of ['sequence_id', 'sequence_start', 'sequence_end']) {
     if (request.parameters[name] !== undefined) throw new ClassicError('UNSUPPORTED', `sequence batching is not supported ('${name}')`);
   }
-  const inputs = decodeInputs(request.inputs, request.raw_input_contents, control.sharedMemory);
+  const sharedMemory = control.sharedMemoryFor(apiKey);
+  const inputs = decodeInputs(request.inputs, request.raw_input_contents, sharedMemory);
   const requested = request.outputs.length > 0
     ? request.outputs
     : served.config.output.map((output) => ({ name: output.name, parameters: {} as Record<string, Parameter> }));
@@ -74,7 +79,7 @@ async function runInfer(repository: ModelRepository, control: KServeControl, req
   try {
     for (const output of requested) {
       const ref = sharedMemoryRefOf(plainParameters(output.parameters), `output '${output.name}'`);
-      targets.push({ name: output.name, sharedMemory: ref === null ? null : control.sharedMemory.lease(ref) });
+      targets.push({ name: output.name, sharedMemory: ref === null ? null : sharedMemory.lease(ref) });
     }
   } catch (err) {
     for (const target of targets) target.sharedMemory?.release();
@@ -136,13 +141,25 @@ function decoded<Req>(request: Req | MalformedMessage): Req {
   return request;
 }
 
+/** Each decoded request message's size in bytes, for the estimate its admission charges. */
+const messageBytes = new WeakMap<object, number>();
+
+function messageBytesOf(request: unknown): number {
+  return typeof request === 'object' && request !== null ? messageBytes.get(request) ?? 0 : 0;
+}
+
 /** The service with each request decoder's failure handed to the handler, so it is answered INVALID_ARGUMENT. */
 function tolerantDecoding(service: grpc.ServiceDefinition): grpc.ServiceDefinition {
   return Object.fromEntries(Object.entries(service).map(([name, method]) => [name, {
     ...method,
     requestDeserialize: (bytes: Buffer) => {
       try {
-        return method.requestDeserialize(bytes);
+        // As a plain Uint8Array, protobufjs reads it with its checked reader: from a Buffer, a
+        // string whose length runs past the end was cut short and decoded anyway. Bytes fields
+        // come out as Uint8Array views of the message.
+        const request = method.requestDeserialize(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) as Buffer);
+        messageBytes.set(request, bytes.byteLength);
+        return request;
       } catch (err) {
         return new MalformedMessage((err as Error).message);
       }
@@ -205,8 +222,13 @@ function failureOf(err: unknown, callLog: CallLog) {
 const isInferResponse = (response: unknown): response is { model_name: string; model_version: string } =>
   typeof (response as { model_version?: unknown } | null)?.model_version === 'string';
 
-/** Wraps a handler so every failure is a gRPC status from the catalogue, and every call leaves an access line. */
-function unary(rpc: string, handler: (request: any) => unknown, logger: GrpcLogger): Unary {
+type Handler = (request: any, apiKey: ApiKeySpec | null) => unknown;
+
+/**
+ * Wraps a handler so every call is authenticated and admitted first, every failure is a gRPC
+ * status from the catalogue, and every call leaves an access line.
+ */
+function unary(rpc: string, handler: Handler, logger: GrpcLogger, access: AccessControl): Unary {
   return (call, callback) => {
     const startMs = performance.now();
     const callLog = new CallLog(call, logger);
@@ -215,8 +237,15 @@ function unary(rpc: string, handler: (request: any) => unknown, logger: GrpcLogg
       const clientGone = call.cancelled;
       callLog.complete({ method: rpc, model, code: clientGone ? goneStatus(call) : code, inferId, clientGone }, startMs);
     };
+    let endAdmission = () => {};
     Promise.resolve()
-      .then(() => handler(decoded(call.request)))
+      .then(() => {
+        const apiKey = callerOf(access, call.metadata);
+        checkRpcRole(rpc, apiKey);
+        const request = decoded(call.request);
+        endAdmission = admitRequest(access, apiKey, messageBytesOf(call.request));
+        return handler(request, apiKey);
+      })
       .then((response) => {
         callback(null, response);
         complete(grpc.status.OK, isInferResponse(response) ? { model: response.model_name, version: response.model_version } : modelOf(rpc, call.request));
@@ -224,9 +253,12 @@ function unary(rpc: string, handler: (request: any) => unknown, logger: GrpcLogg
         const error = failureOf(err, callLog);
         callback(statusOf(error));
         complete(error.grpcStatus, modelOf(rpc, call.request));
-      });
+      })
+      .finally(() => endAdmission());
   };
 }
+
+const DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024;
 
 export interface KServeGrpcServer {
   port: number;
@@ -242,6 +274,13 @@ export interface KServeGrpcOptions {
   port: number;
   /** Shared memory, trace and log settings, shared with the HTTP routes; the service's own (closed with it) when omitted. */
   control?: KServeControl;
+  /** API keys and limits, shared with the HTTP gateway; without it, no key is needed and nothing is limited. */
+  access?: AccessControl;
+  /**
+   * The largest request message in bytes, compressed and decompressed alike (`server.body_limit_bytes`,
+   * as an HTTP body): a larger one is RESOURCE_EXHAUSTED; 8 MiB when omitted.
+   */
+  maxMessageBytes?: number;
   /** The gateway's life: ServerReady is false unless it is ready (while starting and draining). Ready when omitted. */
   readiness?: { readonly state: string };
   /**
@@ -254,12 +293,17 @@ export interface KServeGrpcOptions {
 export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServeGrpcServer> {
   const { repository, llms } = options;
   const control = options.control ?? new KServeControl();
-  const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
+  // grpc-js applies the receive limit to a compressed message's decompressed size too, and stops
+  // inflating it there (its zlib streams run off the event loop): a small message that would
+  // decompress to gigabytes costs no more than the limit.
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': maxMessageBytes, 'grpc.max_send_message_length': -1 });
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
   const logger = options.logger ?? pino({ level: 'silent' });
+  const access = options.access ?? new AccessControl({ apiKeys: [] });
   // Triton's LogSettings move this logger's level, as /v2/logging moves the HTTP side's.
   if (options.logger !== undefined) control.logging.attach(options.logger);
-  const unaryHandlers: Record<string, (request: any) => unknown> = {
+  const unaryHandlers: Record<string, Handler> = {
     ServerLive: () => ({ live: true }),
     ServerReady: () => ({ ready: (options.readiness?.state ?? 'ready') === 'ready' && isServerReady(repository, llms) }),
     ModelReady: (request: { name: string; version: string }) => {
@@ -307,11 +351,11 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       await repository.unload(request.model_name, parameter?.bool_param === true);
       return {};
     },
-    ModelInfer: (request: WireInferRequest) => runInfer(repository, control, request),
+    ModelInfer: (request: WireInferRequest, apiKey) => runInfer(repository, control, request, apiKey),
     ...controlHandlers(control, repository),
   };
   server.addService(tolerantDecoding(loadInferenceService().service), {
-    ...Object.fromEntries(Object.entries(unaryHandlers).map(([rpc, handler]) => [rpc, unary(rpc, handler, logger)])),
+    ...Object.fromEntries(Object.entries(unaryHandlers).map(([rpc, handler]) => [rpc, unary(rpc, handler, logger, access)])),
     // One access line per request message, as each finishes: a stream carries many independent
     // requests (each with its own model, `id` and outcome, most often in `error_message` under a
     // stream that stays OK) and may stay open for the client's whole life, so a line per stream
@@ -319,6 +363,16 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
     ModelStreamInfer: (call: grpc.ServerDuplexStream<WireInferRequest | MalformedMessage, unknown>) => {
       const callLog = new CallLog(call, logger);
       const statusOnError = call.metadata.get('triton_grpc_error')[0] === 'true';
+      // The key is the stream's, checked once as it opens; each request message is admitted on its own.
+      let apiKey: ApiKeySpec | null;
+      try {
+        apiKey = callerOf(access, call.metadata);
+      } catch (err) {
+        const error = failureOf(err, callLog);
+        callLog.complete({ method: 'ModelStreamInfer', model: null, code: error.grpcStatus }, performance.now());
+        call.emit('error', statusOf(error));
+        return;
+      }
       let numInFlight = 0;
       let ended = false;
       let failed = false;
@@ -334,7 +388,12 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
           callLog.complete({ method: 'ModelStreamInfer', model, code: finalCode, inferId, clientGone }, startMs);
         };
         numInFlight++;
-        Promise.resolve().then(() => runInfer(repository, control, decoded(request))).then(
+        let endAdmission = () => {};
+        Promise.resolve().then(() => {
+          const message = decoded(request);
+          endAdmission = admitRequest(access, apiKey, messageBytesOf(request));
+          return runInfer(repository, control, message, apiKey);
+        }).then(
           (response) => {
             complete(grpc.status.OK, { model: response.model_name, version: response.model_version });
             if (!failed) call.write({ error_message: '', infer_response: response });
@@ -350,7 +409,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
             failed = true;
             call.emit('error', statusOf(error));
           },
-        ).finally(() => { numInFlight--; maybeEnd(); });
+        ).finally(() => { endAdmission(); numInFlight--; maybeEnd(); });
       });
       call.on('end', () => { ended = true; maybeEnd(); });
     },

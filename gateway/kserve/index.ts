@@ -2,13 +2,17 @@
 // health, server and model metadata, readiness, config, infer (JSON and binary), statistics and
 // the repository extension; shared memory, trace and logging settings (control-routes.ts). Errors
 // are Triton's `{"error": "..."}` with Triton's status codes.
-import { gunzipSync, gzipSync, inflateSync } from 'node:zlib';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
+import { parseJsonBytes } from '../json-body.ts';
+import type { OffloadPool } from '../offload/pool.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { ModelRegistry } from '../served-model.ts';
-import { KServeControl } from './control.ts';
+import { adminOnly } from '../auth.ts';
+import { KServeControl, REPOSITORY_SURFACE } from './control.ts';
 import { registerControlRoutes } from './control-routes.ts';
 import { toKServeError } from './errors.ts';
 import { registerGenerateRoutes } from './generate.ts';
@@ -24,7 +28,24 @@ export interface KServePluginOptions {
   version: string;
   /** Shared memory, trace and log settings, shared with the gRPC service; the plugin's own (closed with it) when omitted. */
   control?: KServeControl;
+  /** Where a large body's JSON is parsed, off the event loop (the /v1 bodies' pool). */
+  pool: OffloadPool;
+  /** generate_stream's bound on unsent bytes for a slow reader. */
+  maxBufferedBytes: number;
 }
+
+/**
+ * A /v2 body: its bytes (decompressed already, gateway/body-decoding.ts) and its JSON, parsed as
+ * /v1's are (same bounds, off the loop when large): the whole body's, or with the binary
+ * extension the header's (Inference-Header-Content-Length), or none for an empty body or a raw
+ * binary request.
+ */
+export interface KServeBody {
+  bytes: Buffer;
+  json: unknown;
+}
+
+const gzipAsync = promisify(gzip);
 
 export const SERVER_NAME = 'conduit';
 /** Triton's extensions that Conduit implements (not cuda_shared_memory: see cuda-shared-memory.ts). */
@@ -33,45 +54,42 @@ export const EXTENSIONS = [
   'binary_tensor_data', 'parameters', 'statistics', 'trace', 'logging', 'generate',
 ];
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
-
 type ModelParams = { model: string; version?: string };
 
 function versionOf(params: ModelParams): number | null {
   return params.version === undefined ? null : Number(params.version);
 }
 
-function decompress(request: FastifyRequest, body: Buffer): Buffer {
-  const encoding = request.headers['content-encoding'];
-  if (encoding === undefined || encoding === 'identity') return body;
-  try {
-    if (encoding === 'gzip') return gunzipSync(body);
-    if (encoding === 'deflate') return inflateSync(body);
-  } catch (err) {
-    throw new ClassicError('INVALID_ARG', `cannot decompress the ${encoding} body: ${(err as Error).message}`);
-  }
-  throw new ClassicError('UNSUPPORTED', `unsupported Content-Encoding '${encoding}'`);
+/** The binary extension's JSON length, when the request says one (checked by the infer route). */
+function headerLengthOf(request: FastifyRequest): number | null {
+  const value = request.headers['inference-header-content-length'];
+  return value !== undefined && /^\d+$/.test(String(value)) ? Number(value) : null;
+}
+
+async function parseKServeBody(request: FastifyRequest, bytes: Buffer, pool: OffloadPool): Promise<KServeBody> {
+  const headerLength = request.headers['inference-header-content-length'] === undefined ? bytes.byteLength : headerLengthOf(request);
+  // A raw binary request (0), a header length the infer route refuses, or nothing at all: no JSON.
+  if (headerLength === null || headerLength === 0 || headerLength > bytes.byteLength) return { bytes, json: undefined };
+  // The bytes stay the request's (the infer route reads them): a large JSON part moves to the thread as a copy.
+  return { bytes, json: await parseJsonBytes(bytes.subarray(0, headerLength), pool, request, false) };
+}
+
+function bodyOf(request: FastifyRequest): KServeBody {
+  return (request.body as KServeBody | undefined) ?? { bytes: Buffer.alloc(0), json: undefined };
 }
 
 function jsonBody(request: FastifyRequest): Record<string, unknown> {
-  const body = request.body as Buffer | undefined;
-  if (body === undefined || body.byteLength === 0) return {};
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(strictUtf8.decode(decompress(request, body)));
-  } catch (err) {
-    if (err instanceof ClassicError) throw err;
-    throw new ClassicError('INVALID_ARG', `failed to parse the request JSON buffer: ${(err as Error).message}`);
-  }
+  const parsed = bodyOf(request).json;
+  if (parsed === undefined) return {};
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new ClassicError('INVALID_ARG', 'the request body must be a JSON object');
   return parsed as Record<string, unknown>;
 }
 
-/** Sends JSON (or bytes), gzip- or deflate-compressed when the client accepts it, as Triton does. */
-function send(request: FastifyRequest, reply: FastifyReply, body: Buffer | string, contentType: string) {
+/** Sends JSON (or bytes), gzip-compressed (off the loop) when the client accepts it, as Triton does. */
+async function send(request: FastifyRequest, reply: FastifyReply, body: Buffer | string, contentType: string) {
   const accept = request.headers['accept-encoding'] ?? '';
   reply.header('content-type', contentType);
-  if (/\bgzip\b/.test(accept)) return reply.header('content-encoding', 'gzip').send(gzipSync(body));
+  if (/\bgzip\b/.test(accept)) return reply.header('content-encoding', 'gzip').send(await gzipAsync(body));
   return reply.send(body);
 }
 
@@ -115,7 +133,7 @@ const NO_REPOSITORY = {
 export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app, options) => {
   const repository = options.repository ?? NO_REPOSITORY;
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, async (request: FastifyRequest, body: Buffer) => parseKServeBody(request, body, options.pool));
   app.setErrorHandler((error: FastifyError, request, reply) => {
     let apiError = toKServeError(error);
     if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') apiError = new ApiError('body_too_large', error.message);
@@ -131,7 +149,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   app.get('/health/live', async (_request, reply) => reply.code(200).send());
   app.get('/health/ready', async (_request, reply) => reply.code(isServerReady(repository, options.registry.models) ? 200 : 400).send());
 
-  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics });
+  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, jsonBody, maxBufferedBytes: options.maxBufferedBytes });
 
   const control = options.control ?? new KServeControl();
   if (options.control === undefined) app.addHook('onClose', async () => control.close());
@@ -192,8 +210,8 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
         headerLength = Number(headerValue);
         if (!/^\d+$/.test(String(headerValue))) throw new ClassicError('INVALID_ARG', `Inference-Header-Content-Length '${String(headerValue)}' is not a byte count`);
       }
-      const body = decompress(request, (request.body as Buffer | undefined) ?? Buffer.alloc(0));
-      const decoded = decodeInferRequest(body, headerLength, served.config, control.sharedMemory);
+      const body = bodyOf(request);
+      const decoded = decodeInferRequest(body.bytes, headerLength, body.json, served.config, control.sharedMemoryFor(request.apiKey));
       const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault, sharedMemory: null }));
       const outputs = await control.infer(served, {
         inputs: decoded.inputs,
@@ -237,7 +255,8 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
     return parameters as Record<string, unknown>;
   };
 
-  app.post<{ Params: { model: string } }>('/repository/models/:model/load', async (request, reply) => {
+  const repositoryAdmin = { onRequest: adminOnly(REPOSITORY_SURFACE) };
+  app.post<{ Params: { model: string } }>('/repository/models/:model/load', repositoryAdmin, async (request, reply) => {
     const parameters = parametersOf(request);
     if (Object.keys(parameters).some((key) => key.startsWith('file:'))) {
       throw new ClassicError('UNSUPPORTED', "loading model files through 'file:' parameters is not supported; put them in the repository");
@@ -248,7 +267,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
     return reply.code(200).send();
   });
 
-  app.post<{ Params: { model: string } }>('/repository/models/:model/unload', async (request, reply) => {
+  app.post<{ Params: { model: string } }>('/repository/models/:model/unload', repositoryAdmin, async (request, reply) => {
     const unloadDependents = parametersOf(request).unload_dependents;
     if (unloadDependents !== undefined && typeof unloadDependents !== 'boolean') throw new ClassicError('INVALID_ARG', "'unload_dependents' must be a boolean");
     await repository.unload(request.params.model, unloadDependents === true);

@@ -7,7 +7,7 @@ import {
   bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
   type ModelConfig, type Tensor, type TensorMap,
 } from '../../engine/classic/index.ts';
-import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SystemSharedMemory } from './shared-memory.ts';
+import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SharedMemoryAccess } from './shared-memory.ts';
 
 const parameterValue = z.union([z.string(), z.number(), z.boolean()]);
 const parameters = z.record(z.string(), parameterValue);
@@ -42,23 +42,7 @@ export interface DecodedInferRequest {
   timeoutUs: number;
 }
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
-
 const invalid = (message: string) => new ClassicError('INVALID_ARG', message);
-
-function parseJsonHeader(bytes: Uint8Array): unknown {
-  let text: string;
-  try {
-    text = strictUtf8.decode(bytes);
-  } catch {
-    throw invalid('the request JSON is not valid UTF-8');
-  }
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw invalid(`failed to parse the request JSON buffer: ${(err as Error).message}`);
-  }
-}
 
 function zodMessage(error: z.ZodError): string {
   const issue = error.issues[0];
@@ -95,13 +79,16 @@ function releaseOutputs(outputs: RequestedOutput[] | null): void {
   for (const output of outputs ?? []) output.sharedMemory?.release();
 }
 
-export function decodeInferRequest(body: Uint8Array, headerLength: number | null, config: ModelConfig, sharedMemory: SystemSharedMemory): DecodedInferRequest {
+/** header: the JSON before the binary tensors (or the whole body), already parsed (gateway/json-body.ts). */
+export function decodeInferRequest(
+  body: Uint8Array, headerLength: number | null, header: unknown, config: ModelConfig, sharedMemory: SharedMemoryAccess,
+): DecodedInferRequest {
   if (headerLength === 0) return decodeRawRequest(body, config);
   const jsonLength = headerLength ?? body.byteLength;
   if (jsonLength > body.byteLength) {
     throw invalid(`Inference-Header-Content-Length ${jsonLength} is larger than the body (${body.byteLength} bytes)`);
   }
-  const parsed = requestSchema.safeParse(parseJsonHeader(body.subarray(0, jsonLength)));
+  const parsed = requestSchema.safeParse(header);
   if (!parsed.success) throw invalid(`invalid inference request: ${zodMessage(parsed.error)}`);
   const request = parsed.data;
   const params = request.parameters ?? {};

@@ -42,6 +42,20 @@ export interface SharedMemoryLease {
 
 const invalid = (message: string) => new ClassicError('INVALID_ARG', message);
 
+/** What decoding a request needs of shared memory: a hold on part of a region. */
+export interface SharedMemoryAccess {
+  lease(ref: SharedMemoryRef): SharedMemoryLease;
+}
+
+/** For a caller who may not use shared memory: any request naming a region is answered with error. */
+export function refusedSharedMemory(error: Error): SharedMemoryAccess {
+  return {
+    lease() {
+      throw error;
+    },
+  };
+}
+
 /** A key names an object directly under /dev/shm: an optional leading '/', then one path component. */
 function pathOfKey(key: string): string {
   const name = key.startsWith('/') ? key.slice(1) : key;
@@ -57,7 +71,7 @@ function nonNegativeInteger(value: unknown, what: string): number {
   return number;
 }
 
-export class SystemSharedMemory {
+export class SystemSharedMemory implements SharedMemoryAccess {
   private readonly regions = new Map<string, Region>();
 
   register(name: string, key: string, offsetValue: unknown, byteSizeValue: unknown): void {
@@ -72,7 +86,8 @@ export class SystemSharedMemory {
       // O_NOFOLLOW: a key names the object itself, never a link out of /dev/shm.
       fd = openSync(file, constants.O_RDWR | constants.O_NOFOLLOW);
     } catch {
-      throw new ClassicError('INTERNAL', `Unable to open shared memory region: '${key}'`);
+      // Triton's message; but a key naming no object (or a link) is the client's mistake, not the server's: 400, not Triton's 500.
+      throw invalid(`Unable to open shared memory region: '${key}'`);
     }
     try {
       const stat = fstatSync(fd);
@@ -117,19 +132,28 @@ export class SystemSharedMemory {
     region.numLeases++;
     const position = region.offset + ref.offset;
     let released = false;
+    // The client owns the object and may shrink it at any time: the bytes asked for must still be there.
+    const checkInObject = (numBytes: number) => {
+      const objectBytes = fstatSync(region.fd).size;
+      if (position + numBytes <= objectBytes) return;
+      throw invalid(`shared memory region '${ref.region}' runs past the end of its object ('${region.key}', now ${objectBytes} bytes): it was truncated after it was registered`);
+    };
     return {
       byteSize: ref.byteSize,
       read() {
+        checkInObject(ref.byteSize);
         const bytes = new Uint8Array(ref.byteSize);
         let numRead = 0;
         while (numRead < bytes.byteLength) {
           const n = readSync(region.fd, bytes, numRead, bytes.byteLength - numRead, position + numRead);
-          if (n === 0) throw new ClassicError('INTERNAL', `shared memory region '${ref.region}' is shorter than registered`);
+          if (n === 0) checkInObject(ref.byteSize);
           numRead += n;
         }
         return bytes;
       },
       write(bytes: Uint8Array) {
+        // Writing past the end would grow the client's object back, silently.
+        checkInObject(bytes.byteLength);
         let numWritten = 0;
         while (numWritten < bytes.byteLength) {
           numWritten += writeSync(region.fd, bytes, numWritten, bytes.byteLength - numWritten, position + numWritten);
@@ -169,7 +193,7 @@ export function sharedMemoryRefOf(parameters: Record<string, unknown> | undefine
 }
 
 /** An input's tensor read out of its region; the region's bytes are Triton's raw layout. */
-export function readSharedMemoryInput(memory: SystemSharedMemory, ref: SharedMemoryRef, datatype: DataType, shape: number[], what: string): Tensor {
+export function readSharedMemoryInput(memory: SharedMemoryAccess, ref: SharedMemoryRef, datatype: DataType, shape: number[], what: string): Tensor {
   const lease = memory.lease(ref);
   try {
     return fromRaw(datatype, shape, lease.read(), what);

@@ -1,6 +1,7 @@
 // Wire types of the OpenAI surface, validated with zod. Unknown fields are dropped, as OpenAI
 // does; known fields with the wrong type or range name themselves in a 400.
 import { z } from 'zod';
+import { INT32_MAX, INT32_MIN, MAX_REPETITION_PENALTY } from '../../engine/types.ts';
 import { ApiError } from '../errors.ts';
 import { responseFormatSchema, structuredOutputsSchema } from './structured-outputs.ts';
 
@@ -16,17 +17,32 @@ const stop = z.union([z.string(), z.array(z.string()).max(MAX_STOP_STRINGS)], {
   error: `expected a string or an array of at most ${MAX_STOP_STRINGS} strings`,
 });
 
-const tokenId = z.number().int().min(0);
+const tokenId = z.number().int().min(0).max(INT32_MAX);
+
+/**
+ * Every numeric parameter's range, checked here, before anything narrows it (the engine's wire
+ * has int32 and float fields): out of range is a 400 naming the parameter (gateway/README.md).
+ */
+export const ranges = {
+  /** Output tokens: also at most the context left after the prompt (prepare.ts). */
+  maxTokens: z.number().int().min(1).max(INT32_MAX),
+  temperature: z.number().min(0).max(2),
+  topP: z.number().gt(0).max(1),
+  /** Extension: -1 or 0 disables; at least the vocabulary's size keeps every token. */
+  topK: z.number().int().min(-1).max(INT32_MAX),
+  /** zod's int() is a safe integer (|seed| < 2^53, what JSON numbers hold exactly); the engine's are unsigned 64-bit, so a negative one wraps. */
+  seed: z.number().int(),
+};
 
 /** Fields shared by chat and text completions (the Responses API picks from them); nullish because clients send explicit nulls. */
 export const generationFields = {
   model: z.string(),
-  max_tokens: z.number().int().min(1).nullish(),
-  temperature: z.number().min(0).max(2).nullish(),
-  top_p: z.number().gt(0).max(1).nullish(),
+  max_tokens: ranges.maxTokens.nullish(),
+  temperature: ranges.temperature.nullish(),
+  top_p: ranges.topP.nullish(),
   /** Extension: -1 or 0 disables. */
-  top_k: z.number().int().min(-1).nullish(),
-  seed: z.number().int().nullish(),
+  top_k: ranges.topK.nullish(),
+  seed: ranges.seed.nullish(),
   stop: stop.nullish(),
   /** Extension. */
   stop_token_ids: z.array(tokenId).nullish(),
@@ -52,16 +68,16 @@ export const generationFields = {
     .nullish(),
   /** Extension (vLLM). */
   min_p: z.number().min(0).max(1).nullish(),
-  /** Extension (vLLM): > 1 discourages tokens already in the prompt or output. */
-  repetition_penalty: z.number().gt(0).nullish(),
-  /** Extension (vLLM). */
-  min_tokens: z.number().int().min(0).nullish(),
+  /** Extension (vLLM): > 1 discourages tokens already in the prompt or output; (0, 2] as vLLM's. */
+  repetition_penalty: z.number().gt(0).max(MAX_REPETITION_PENALTY).nullish(),
+  /** Extension (vLLM): at most max_tokens (prepare.ts). */
+  min_tokens: z.number().int().min(0).max(INT32_MAX).nullish(),
   /** Extension (vLLM): alternatives reported with each prompt token; not with stream. */
   prompt_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
   /** Extension (vLLM): only requests with the same salt share cached prefixes. */
   cache_salt: z.string().min(1).nullish(),
   /** Extension (vLLM): lower runs first when the model is served with scheduling_policy: priority. */
-  priority: z.number().int().nullish(),
+  priority: z.number().int().min(INT32_MIN).max(INT32_MAX).nullish(),
 };
 
 const contentPart = z.object({
@@ -110,7 +126,7 @@ const chatToolChoice = z.union(
 export const chatRequestSchema = z.object({
   ...generationFields,
   messages: z.array(message).min(1),
-  max_completion_tokens: z.number().int().min(1).nullish(),
+  max_completion_tokens: ranges.maxTokens.nullish(),
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().min(0).max(MAX_TOP_LOGPROBS).nullish(),
   tools: z.array(chatTool).max(MAX_TOOLS).nullish(),

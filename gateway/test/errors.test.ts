@@ -2,6 +2,7 @@
 // keeps serving everyone else.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { deflateSync, gzipSync } from 'node:zlib';
 import type { EngineErrorCode } from '../../engine/errors.ts';
 import { BODY_LIMIT_BYTES, MAX_MODEL_LEN, MODEL_NAME, oneTokenPerStep, sseEvents, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
@@ -40,6 +41,27 @@ test('invalid UTF-8 in the body is a 400', async () => {
 test('a body over the limit is a 413', async () => {
   const prompt = 'x'.repeat(BODY_LIMIT_BYTES);
   await expectError(await gateway.post('/v1/completions', { model: MODEL_NAME, prompt }), 413, 'body_too_large', null);
+});
+
+test('a gzip or deflate body is read decompressed; one that decompresses past the limit is a 413, a broken one a 400, another encoding a 415', async () => {
+  script = { steps: oneTokenPerStep(gateway.tokens('Hi')), finishReason: 'stop' };
+  const post = (body: Buffer, encoding: string) =>
+    fetch(`${gateway.baseUrl}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': encoding }, body: new Uint8Array(body) });
+  const json = JSON.stringify({ model: MODEL_NAME, prompt: 'Hello', max_tokens: 2 });
+  for (const [encoding, compress] of [['gzip', gzipSync], ['deflate', deflateSync]] as const) {
+    const response = await post(compress(json), encoding);
+    assert.equal(response.status, 200, encoding);
+    assert.equal(((await response.json()) as { choices: { text: string }[] }).choices[0].text, 'Hi');
+  }
+  // Under the limit as sent, 512 times it decompressed: stopped at the limit, after decompression.
+  const bomb = gzipSync(Buffer.alloc(BODY_LIMIT_BYTES * 512, 0x20), { level: 9 });
+  assert.ok(bomb.byteLength < BODY_LIMIT_BYTES, `${bomb.byteLength} bytes`);
+  const error = await expectError(await post(bomb, 'gzip'), 413, 'body_too_large', null);
+  assert.match(error.message, /larger than the \d+-byte limit once decompressed/);
+  await expectError(await post(Buffer.from('not gzip at all'), 'gzip'), 400, 'invalid_request', null);
+  await expectError(await post(Buffer.from(json), 'br'), 415, 'unsupported_content_encoding', null);
+  // And the server serves on.
+  assert.equal((await post(gzipSync(json), 'gzip')).status, 200);
 });
 
 test('a wrong type names the parameter', async () => {

@@ -242,3 +242,59 @@ test('every field checks its type and range; combinations that would be ignored 
   ];
   for (const [route, fields, param] of cases) await expectBadRequest(route, fields, 'invalid_request', param);
 });
+
+test('every numeric parameter is checked against its documented range at the edge, on chat, completions, Responses and KServe generate, before the wire narrows it', async () => {
+  const requests = gateway.engine.requests.length;
+  const surfaces: [string, Record<string, unknown>][] = [
+    ['/v1/chat/completions', { messages }],
+    ['/v1/completions', { prompt: 'x' }],
+    ['/v1/responses', { input: 'x' }],
+  ];
+  const outOfRange: [Record<string, unknown>, string, RegExp][] = [
+    // int32 on the engine's wire: 2147483648 arrived as -2147483648.
+    [{ top_k: 2 ** 31 }, 'top_k', /<=2147483647/],
+    [{ repetition_penalty: 1e308 }, 'repetition_penalty', /<=2\b/],
+    [{ repetition_penalty: 0 }, 'repetition_penalty', />0/],
+    [{ priority: 2 ** 31 }, 'priority', /<=2147483647/],
+    [{ priority: -(2 ** 31) - 1 }, 'priority', />=-2147483648/],
+    [{ min_tokens: 2 ** 31 }, 'min_tokens', /<=2147483647/],
+    [{ seed: 2 ** 53 }, 'seed', /int/],
+    [{ stop_token_ids: [2 ** 31] }, 'stop_token_ids[0]', /<=2147483647/],
+    [{ presence_penalty: 2.5 }, 'presence_penalty', /<=2\b/],
+    [{ min_p: 1.5 }, 'min_p', /<=1\b/],
+    [{ logit_bias: { 5: 101 } }, 'logit_bias.5', /<=100/],
+  ];
+  for (const [route, base] of surfaces) {
+    for (const [fields, param, message] of outOfRange) {
+      const response = await gateway.post(route, { model: MODEL_NAME, ...base, ...fields });
+      assert.equal(response.status, 400, `${route} ${JSON.stringify(fields)}`);
+      const { error } = await response.json();
+      assert.deepEqual([error.code, error.param], ['invalid_request', param], `${route} ${JSON.stringify(fields)}`);
+      assert.match(error.message, message);
+      if (param !== 'priority') assert.doesNotMatch(error.message, /-2147483648/);
+    }
+  }
+  for (const [route, fields, param] of [
+    ['/v1/chat/completions', { messages, max_completion_tokens: 2 ** 31 }, 'max_completion_tokens'],
+    ['/v1/completions', { prompt: 'x', max_tokens: 2 ** 31 }, 'max_tokens'],
+    ['/v1/responses', { input: 'x', max_output_tokens: 2 ** 31 }, 'max_output_tokens'],
+  ] as const) {
+    await expectBadRequest(route, fields, 'invalid_request', param);
+  }
+  // KServe generate, with Triton's error body.
+  for (const fields of [{ top_k: 2 ** 31 }, { max_tokens: 2 ** 31 }, { temperature: 1e308 }, { seed: 2 ** 60 }]) {
+    for (const where of ['top', 'parameters']) {
+      const body = where === 'top' ? { text_input: 'x', ...fields } : { text_input: 'x', parameters: fields };
+      const response = await gateway.post('/v2/models/tiny/generate', body);
+      assert.equal(response.status, 400, JSON.stringify(body));
+      const { error } = await response.json() as { error: string };
+      assert.match(error, new RegExp(`^(parameters\\.)?${Object.keys(fields)[0]}: `), error);
+    }
+  }
+  assert.equal(gateway.engine.requests.length, requests, 'none reached a worker');
+  // The bounds themselves are accepted.
+  script = { steps: [gateway.tokens('ok')], finishReason: 'stop' };
+  const atBounds = await gateway.post('/v1/completions', { model: MODEL_NAME, prompt: 'x', max_tokens: 2, top_k: 2 ** 31 - 1, repetition_penalty: 2, priority: -(2 ** 31), seed: -(2 ** 53 - 1) });
+  assert.equal(atBounds.status, 200, await atBounds.clone().text());
+  assert.equal(gateway.engine.requests.at(-1)!.sampling.topK, 2 ** 31 - 1);
+});

@@ -6,6 +6,7 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 import type { ResponseStreamEvent } from 'openai/resources/responses/responses';
+import { within } from '../../test/wait.ts';
 import { MODEL_NAME, oneTokenPerStep, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
 
@@ -341,6 +342,11 @@ test('include message.output_text.logprobs: each delta carries its tokens, the t
   const part = (completed!.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText;
   assert.deepEqual(part.logprobs, deltas.flatMap((delta) => delta.logprobs));
   assert.equal(completed!.top_logprobs, 2);
+  // Stored with them as typed arrays: GET gives back the same object, log-probabilities included.
+  const retrieved = await client.responses.retrieve(completed!.id);
+  assert.deepEqual({ ...retrieved, output_text: undefined }, { ...completed!, output_text: undefined });
+  const nonStreamed = await client.responses.create({ model: MODEL_NAME, input: 'hi', include: ['message.output_text.logprobs'], top_logprobs: 2 });
+  assert.deepEqual((nonStreamed.output[0] as OpenAI.Responses.ResponseOutputMessage).content, completed!.output[0].type === 'message' ? completed!.output[0].content : []);
 });
 
 test('a client that disconnects mid-stream aborts its response in the worker', { timeout: 10_000 }, async () => {
@@ -461,6 +467,34 @@ test("a slow SSE reader's response is cancelled at the buffer bound, ending with
     const lastEvent = tail.slice(tail.lastIndexOf('event: '));
     assert.match(lastEvent, /^event: error\ndata: \{"type":"error","sequence_number":\d+,"status":408,"code":"client_too_slow"/);
     assert.ok(numBytes < 15_000_000, `bytes received: ${numBytes}`);
+  } finally {
+    await slowGateway.close();
+  }
+});
+
+test("an SSE reader that takes nothing while a finished response's closing events wait is cut with client_too_slow", { timeout: 60_000 }, async () => {
+  // Deltas of about 12 MB (20 alternatives per token) under a 16 MiB bound; the closing events repeat them four times.
+  const maxBufferedBytes = 16 * 1024 * 1024;
+  const longScript: Script = { steps: Array<number[]>(110).fill(Array<number>(100).fill(15496)), finishReason: 'length' };
+  const slowGateway = await startTestGateway(() => longScript, { responses: { maxBufferedBytes, slowReaderGraceMs: 1000 } });
+  try {
+    const request = http.request(`${slowGateway.baseUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    request.end(JSON.stringify({ model: MODEL_NAME, input: 'long', stream: true, include: ['message.output_text.logprobs'], top_logprobs: 20 }));
+    const [response] = (await once(request, 'response')) as [http.IncomingMessage];
+    await once(response, 'data');
+    response.pause();
+    await new Promise((resolve) => setTimeout(resolve, 4000));
+    let tail = '';
+    const types = new Set<string>();
+    response.on('data', (chunk: Buffer) => {
+      tail = (tail + chunk.toString()).slice(-4000);
+      for (const match of tail.matchAll(/^event: ([a-z_.]+)$/gm)) types.add(match[1]);
+    });
+    response.resume();
+    await within(once(response, 'end'), 'the end of the stream', 20_000);
+    const lastEvent = tail.slice(tail.lastIndexOf('event: '));
+    assert.match(lastEvent, /^event: error\ndata: \{"type":"error","sequence_number":\d+,"status":408,"code":"client_too_slow"/);
+    assert.ok(!types.has('response.completed') && !types.has('response.incomplete'), [...types].join(', '));
   } finally {
     await slowGateway.close();
   }

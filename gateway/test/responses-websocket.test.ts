@@ -9,6 +9,7 @@ import type { ResponsesClientEvent, ResponsesServerEvent } from 'openai/resource
 import { ResponsesWS } from 'openai/resources/responses/ws';
 import { WebSocket } from 'ws';
 import type { GenerateRequest } from '../../engine/types.ts';
+import { within } from '../../test/wait.ts';
 import { MODEL_NAME, oneTokenPerStep, startTestGateway, type TestGateway, type TestGatewayOptions } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
 
@@ -327,6 +328,36 @@ test("a slow reader's response is cancelled at the buffer bound while other conn
       assert.ok(numBytes < 15_000_000, `bytes received: ${numBytes}`);
     },
   );
+});
+
+test("a reader that takes nothing while a finished response's closing events wait is cut: client_too_slow, 1008", { timeout: 60_000 }, async () => {
+  // Deltas of about 12 MB (with 20 alternatives per token) stay under a 16 MiB bound, the
+  // socket buffers taking some of them; the closing events repeat all of it four times over.
+  const maxBufferedBytes = 16 * 1024 * 1024;
+  const word = 15496; // 'Hello'
+  const longScript: Script = { steps: Array<number[]>(110).fill(Array<number>(100).fill(word)), finishReason: 'length' };
+  await withGateway(() => longScript, { responses: { maxBufferedBytes, slowReaderGraceMs: 1000 } }, async (target) => {
+    const slow = new WebSocket(wsUrlOf(target));
+    await once(slow, 'open');
+    slow.send(JSON.stringify({ type: 'response.create', model: MODEL_NAME, input: 'long', include: ['message.output_text.logprobs'], top_logprobs: 20 }));
+    await once(slow, 'message');
+    slow.pause();
+    // The generation ends at once (a scripted worker); then the reader takes nothing past the grace.
+    await new Promise((resolve) => setTimeout(resolve, 4000));
+    const types: string[] = [];
+    let last = '';
+    slow.on('message', (data: Buffer) => {
+      last = data.toString();
+      types.push((JSON.parse(last) as { type: string }).type);
+    });
+    const whenClosed = once(slow, 'close');
+    slow.resume();
+    const [code] = await within(whenClosed, `the server's close (the events read: ${types.filter((type) => !type.endsWith('.delta')).join(', ')})`, 20_000);
+    assert.equal(code, 1008);
+    const error = JSON.parse(last) as ErrorEvent;
+    assert.equal(error.code, 'client_too_slow');
+    assert.ok(!types.includes('response.completed') && !types.includes('response.incomplete'), `closing events: ${types.filter((type) => !type.endsWith('.delta')).join(', ')}`);
+  });
 });
 
 test('the agents SDK runs an Agent over its Responses WebSocket model', { timeout: 20_000 }, async () => {

@@ -147,7 +147,11 @@ export class ScriptedEngine extends EventEmitter implements EngineClient {
     for (const listener of this.reportListeners) listener({ events: [], load: this.currentLoad(), stats });
   }
 
+  /** Set to act as a stopped worker (SIGSTOP): health() never answers. */
+  isHealthHung = false;
+
   async health() {
+    if (this.isHealthHung) await new Promise<never>(() => {});
     return { serving: this.serving, model: this.modelInfo, load: this.currentLoad() };
   }
 

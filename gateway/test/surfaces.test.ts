@@ -87,13 +87,14 @@ test('/health is 200 while every model has a serving worker, 503 otherwise', asy
       { name: 'plain', numServingWorkers: 1, numWorkers: 1 },
     ],
   });
-  gateway.engine.serving = false;
+  // A worker serves while its engine stream is up (what routing counts too).
+  gateway.engine.isStreamDown = true;
   try {
     const unhealthy = await fetch(`${gateway.baseUrl}/health`);
     assert.equal(unhealthy.status, 503);
     assert.equal((await unhealthy.json()).status, 'unavailable');
   } finally {
-    gateway.engine.serving = true;
+    gateway.engine.isStreamDown = false;
   }
 });
 

@@ -307,3 +307,35 @@ test('a stream read in flight when the connection dropped is not applied after t
   const routed = gateway.router.route({ promptTokenIds: prompt(40, 9) })!;
   assert.equal(routed.numPredictedCachedTokens, 0);
 });
+
+test('a worker restarted on the same address (a new id, a later start) replaces the old registration at once, long before it expires; an older one never displaces it', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedisServer();
+  t.after(() => redis.close());
+  const admin = new Redis(redis.url, { protocol: 2 });
+  t.after(() => admin.disconnect());
+  const gateway = startGateway(redis.url);
+  t.after(() => gateway.shared.close());
+  const address = '10.0.0.11:7000';
+  /** Registered as a worker does, with a minute to live: only the rule under test can end it early. */
+  const register = (registration: WorkerRegistration) =>
+    admin.multi().set(workerKey(registration.workerId), JSON.stringify(registration), 'PX', 60_000).sadd(WORKERS_KEY, registration.workerId).exec();
+  const startedAtMs = Date.now();
+  await register({ ...registrationOf('before-restart', address), startedAtMs });
+  await gateway.shared.waitForWorker('fake', 5_000);
+  const oldClient = gateway.clients[0];
+  assert.deepEqual(gateway.router.workers, [oldClient]);
+
+  // The restarted process on the same address: its old registration is still alive in Redis.
+  await register({ ...registrationOf('after-restart', address), startedAtMs: startedAtMs + 1000 });
+  const replacedAfterMs = await until(() => gateway.router.workers[0] !== oldClient, 'the restarted process is routed', 2_000);
+  assert.ok(replacedAfterMs < 10 * HEARTBEAT_INTERVAL_MS, `replaced after ${replacedAfterMs} ms`);
+  assert.equal(gateway.clients.length, 2);
+  assert.deepEqual(gateway.router.workers, [gateway.clients[1]], 'one worker at the address: the new process');
+  await until(() => oldClient.numCloses === 1, 'the old process\'s client closed');
+
+  // A registration older than the one routed (a stale process's, read late) is not taken.
+  await register({ ...registrationOf('stale', address), startedAtMs: startedAtMs - 1000 });
+  await new Promise((resolve) => setTimeout(resolve, 5 * HEARTBEAT_INTERVAL_MS));
+  assert.deepEqual(gateway.router.workers, [gateway.clients[1]]);
+  assert.equal(gateway.clients.length, 2);
+});

@@ -11,7 +11,7 @@ import OpenAI from 'openai';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
 import { defaultModelDir, openaiClient, within } from './harness.ts';
 import { freePort } from '../../tools/free-port.ts';
-import { groupEmptied, startCli } from './cli-process.ts';
+import { childProcesses, groupEmptied, startCli } from './cli-process.ts';
 
 test('conduit serve --model DIR serves a sharded Qwen2 checkpoint under its folder name', { timeout: 120_000 }, async (t) => {
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-cli-'));
@@ -98,6 +98,31 @@ test('Ctrl-C to the process group stops the server and its worker, with no respa
   assert.equal(server.logEntries().find((entry) => entry.event === 'draining')?.cause, 'SIGINT');
   assert.equal(server.logEntries().find((entry) => entry.event === 'stopped')?.exit_code, 0);
   // Nothing of the group is left: signalling it finds no process.
+  await within(groupEmptied(server.pid), 'the process group to empty');
+});
+
+test('SIGTERM to the process group (a process manager stopping the group) drains: the streams in flight finish, exit 0, nothing left', { timeout: 120_000 }, async (t) => {
+  const server = startCli(t, ['serve', '--model', defaultModelDir, '--http-port', '0', '--metrics-port', '0']);
+  const client = openaiClient(`${(await server.serving()).http}/v1`);
+  const workerIds = childProcesses(server.pid).map((child) => child.pid);
+  assert.equal(workerIds.length, 1, 'one worker');
+  // Four streams in flight, each past its first chunk, when the group gets SIGTERM.
+  const iterators = await Promise.all(Array.from({ length: 4 }, async (_, i) => {
+    const stream = await client.completions.create({ model: 'conduit-tiny', prompt: `Once ${i}`, max_tokens: 48, ignore_eos: true, stream: true } as OpenAI.Completions.CompletionCreateParamsStreaming);
+    const iterator = stream[Symbol.asyncIterator]();
+    await iterator.next();
+    return iterator;
+  }));
+  process.kill(-server.pid, 'SIGTERM');
+  const finishReasons = await Promise.all(iterators.map(async (iterator) => {
+    let finishReason: string | null = null;
+    for (let chunk = await iterator.next(); !chunk.done; chunk = await iterator.next()) finishReason = chunk.value.choices[0]?.finish_reason ?? finishReason;
+    return finishReason;
+  }));
+  assert.deepEqual(finishReasons, ['length', 'length', 'length', 'length'], 'every stream in flight finished');
+  assert.equal(await within(server.exited, 'exit after SIGTERM to the group'), 0);
+  assert.deepEqual(server.events(), ['listening', 'serving', 'draining', 'stopped'], 'no worker restarted or killed during the drain');
+  assert.equal(server.logEntries().find((entry) => entry.event === 'draining')?.cause, 'SIGTERM');
   await within(groupEmptied(server.pid), 'the process group to empty');
 });
 

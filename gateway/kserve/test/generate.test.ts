@@ -1,6 +1,9 @@
 // Triton's generate extension for the LLMs, over a real gateway and a scripted engine worker.
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import http from 'node:http';
 import { after, before, test } from 'node:test';
+import { within } from '../../../test/wait.ts';
 import { oneTokenPerStep, sseEvents, startTestGateway, type TestGateway } from '../../test/harness.ts';
 import type { Script } from '../../test/scripted-engine.ts';
 
@@ -102,4 +105,32 @@ test('an LLM whose workers have no live engine stream is not ready, nor is the s
   gateway.engine.isStreamDown = false;
   assert.equal((await fetch(`${gateway.baseUrl}/v2/models/tiny/ready`)).status, 200);
   assert.equal((await fetch(`${gateway.baseUrl}/v2/health/ready`)).status, 200);
+});
+
+test('a generate_stream reader that lets more than the bound pile up is cut: the request aborted in its worker, an error event last', { timeout: 60_000 }, async () => {
+  // Far more than the socket buffers on both ends hold: about 30 MB of events.
+  const flood: Script = { steps: Array<number[]>(40_000).fill(Array<number>(100).fill(15496)) };
+  const slowGateway = await startTestGateway(() => flood, { limits: { sseBufferLimitBytes: 64 * 1024 } });
+  try {
+    const aborted = once(slowGateway.engine, 'abort');
+    const request = http.request(`${slowGateway.baseUrl}/v2/models/tiny/generate_stream`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    request.end(JSON.stringify({ text_input: 'flood' }));
+    const [response] = (await once(request, 'response')) as [http.IncomingMessage];
+    await once(response, 'data');
+    response.pause();
+    const [requestId] = await within(aborted, 'the abort in the worker', 20_000);
+    assert.equal(requestId, slowGateway.engine.requests[0].requestId);
+    let numBytes = 0;
+    let tail = '';
+    response.on('data', (chunk: Buffer) => {
+      numBytes += chunk.length;
+      tail = (tail + chunk.toString()).slice(-1000);
+    });
+    response.resume();
+    await within(once(response, 'end'), 'the end of the stream', 20_000);
+    assert.match(tail.slice(tail.lastIndexOf('data: ')), /^data: \{"error":"The client read the stream too slowly: \d+ bytes were waiting to be sent, more than the 65536-byte limit/);
+    assert.ok(numBytes < 15_000_000, `bytes received: ${numBytes}`);
+  } finally {
+    await slowGateway.close();
+  }
 });

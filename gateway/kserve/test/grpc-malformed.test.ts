@@ -14,6 +14,10 @@ import { MODELS_DIR } from './harness.ts';
 const TRUNCATED = Buffer.from([0x0a]);
 /** Field 5, a length-delimited message claiming 2 bytes where 1 follows. */
 const SHORT_MESSAGE = Buffer.from([0x2a, 0x02, 0xff]);
+/** Field 1, a string claiming 5 bytes where 3 follow: protobufjs's Buffer reader cut it short and decoded "abc". */
+const SHORT_STRING = Buffer.from([0x0a, 0x05, 0x61, 0x62, 0x63]);
+/** Field 5, a message of 3 bytes holding field 1, a string claiming 5. */
+const SHORT_NESTED_STRING = Buffer.from([0x2a, 0x03, 0x0a, 0x05, 0x61]);
 
 let repository: ModelRepository;
 let server: KServeGrpcServer;
@@ -40,7 +44,7 @@ function unary(method: string, bytes: Buffer): Promise<grpc.ServiceError | null>
 
 test('a unary request that does not decode is INVALID_ARGUMENT, and a valid one after it is served', async () => {
   for (const method of ['ModelInfer', 'ModelReady', 'ModelMetadata', 'RepositoryModelLoad']) {
-    for (const bytes of [TRUNCATED, SHORT_MESSAGE]) {
+    for (const bytes of [TRUNCATED, SHORT_MESSAGE, SHORT_STRING, ...(method === 'ModelInfer' ? [SHORT_NESTED_STRING] : [])]) {
       const err = await unary(method, bytes);
       assert.equal(err?.code, grpc.status.INVALID_ARGUMENT, `${method} ${bytes.toString('hex')}: ${err?.code} ${err?.details}`);
       assert.match(err!.details, /malformed request message/);

@@ -167,7 +167,7 @@ describe('KServe v2 HTTP on the shipped models', () => {
 
   test("bad requests get Triton's error bodies and status codes, and the server keeps serving", async () => {
     const infer = (body: unknown, headers?: Record<string, string>) => post(`${v2}/models/digits/infer`, body, headers);
-    await expectError(await infer('{not json'), 400, /^failed to parse the request JSON buffer: /);
+    await expectError(await infer('{not json'), 400, /^The request body is not valid JSON: /);
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [64], datatype: 'FP32', data: new Array(64).fill(0) }] }), 400,
       /^unexpected shape for input 'pixels' for model 'digits'\. Expected \[-1,64\], got \[64\]\./);
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', data: [1, 2] }] }), 400,
@@ -175,6 +175,11 @@ describe('KServe v2 HTTP on the shipped models', () => {
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP16', data: new Array(64).fill(0) }] }), 400,
       "input 'pixels': FP16 data must use the binary tensor extension, not JSON");
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FLOAT', data: [] }] }), 400, "input 'pixels': invalid datatype 'FLOAT'");
+    // JSON.parse reads 1e400 as Infinity; 1e39 is finite but past FP32's range: neither may turn into nulls.
+    for (const huge of ['1e400', '-1e400', '1e39']) {
+      await expectError(await infer(`{"inputs":[{"name":"pixels","shape":[1,64],"datatype":"FP32","data":[${huge}${',0'.repeat(63)}]}]}`), 400,
+        /^input 'pixels': element 0 is (-?Infinity|null|1e\+39); expected a finite number within ±3\.4028234663852886e\+38 for FP32$/);
+    }
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', parameters: { binary_data_size: 256 } }] }, { 'inference-header-content-length': '9999' }), 400,
       /^Inference-Header-Content-Length 9999 is larger than the body/);
     await expectError(await infer({ inputs: [] }), 400, /^invalid inference request: inputs: /);

@@ -4,21 +4,29 @@ import assert from 'node:assert/strict';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { loadInferenceService, startKServeGrpc } from '../grpc.ts';
+import { call, expectStatus, type Client } from './grpc-client.ts';
 import { makeTestRepo, startKServeServer, type KServeTestServer } from './harness.ts';
 
-// 400 ms per batch: long enough that every request of a test arrives before the first finish, on a loaded machine too.
-const SLOW_TS = `export async function execute(inputs) {
-  await new Promise((resolve) => setTimeout(resolve, 400));
+const scriptTakingMs = (durationMs: number) => `export async function execute(inputs) {
+  await new Promise((resolve) => setTimeout(resolve, ${durationMs}));
   return { OUTPUT: inputs.INPUT };
 }
 `;
+// 400 ms per batch: long enough that every request of a test arrives before the first finish.
+const SLOW_TS = scriptTakingMs(400);
+// For the one test that needs all its requests queued at once: 2 s, which 12 requests reach on a
+// machine whose cores are shared many times over (400 ms was missed at a load average of 20).
+const HELD_TS = scriptTakingMs(2000);
 const slowConfig = (maxBatchSize: number) =>
   `backend: "script"\nmax_batch_size: ${maxBatchSize}\ninput [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\ninstance_group [ { count: 4 } ]\n`;
 const ENSEMBLE = `platform: "ensemble"\nmax_batch_size: 8\ninput [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
 ensemble_scheduling { step [ { model_name: "slow" input_map { key: "INPUT" value: "X" } output_map { key: "OUTPUT" value: "Y" } } ] }\n`;
 
 const post = (url: string, body: unknown = {}) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-const inferSlow = (base: string, value: number) => post(`${base}/v2/models/slow/infer`, { inputs: [{ name: 'INPUT', shape: [1, 1], datatype: 'INT32', data: [value] }] });
+const infer = (base: string, model: string, value: number) => post(`${base}/v2/models/${model}/infer`, { inputs: [{ name: 'INPUT', shape: [1, 1], datatype: 'INT32', data: [value] }] });
+const inferSlow = (base: string, value: number) => infer(base, 'slow', value);
 
 async function until(check: () => Promise<boolean>, what: string) {
   const deadlineMs = Date.now() + 10_000;
@@ -33,7 +41,7 @@ describe('explicit model control', () => {
   let server: KServeTestServer;
   let repo: ReturnType<typeof makeTestRepo>;
   before(async () => {
-    repo = makeTestRepo({ slow: { config: slowConfig(8), script: SLOW_TS }, pipeline: { config: ENSEMBLE } });
+    repo = makeTestRepo({ slow: { config: slowConfig(8), script: SLOW_TS }, held: { config: slowConfig(8), script: HELD_TS }, pipeline: { config: ENSEMBLE } });
     server = await startKServeServer(repo.dir, 'explicit', ['identity_fp32']);
   });
   after(async () => {
@@ -51,21 +59,21 @@ describe('explicit model control', () => {
   });
 
   test('load, serve, unload under traffic: requests in flight finish, later ones are refused', async () => {
-    assert.equal((await post(`${server.baseUrl}/v2/repository/models/slow/load`)).status, 200);
-    assert.equal((await fetch(`${server.baseUrl}/v2/models/slow/ready`)).status, 200);
-    const inFlight = Array.from({ length: 12 }, (_, i) => inferSlow(server.baseUrl, i));
+    assert.equal((await post(`${server.baseUrl}/v2/repository/models/held/load`)).status, 200);
+    assert.equal((await fetch(`${server.baseUrl}/v2/models/held/ready`)).status, 200);
+    const inFlight = Array.from({ length: 12 }, (_, i) => infer(server.baseUrl, 'held', i));
     // 4 instances run 4 requests; the other 8 wait in the queue.
-    const served = server.repository.get('slow', null);
+    const served = server.repository.get('held', null);
     await until(async () => served.stats.numPending === 8, 'the requests to arrive');
-    const unloaded = await post(`${server.baseUrl}/v2/repository/models/slow/unload`);
+    const unloaded = await post(`${server.baseUrl}/v2/repository/models/held/unload`);
     assert.equal(unloaded.status, 200);
     const responses = await Promise.all(inFlight);
     assert.deepEqual(responses.map((r) => r.status), new Array(12).fill(200));
     const values = await Promise.all(responses.map(async (r) => (await r.json() as any).outputs[0].data[0]));
     assert.deepEqual(values, Array.from({ length: 12 }, (_, i) => i));
-    const after = await inferSlow(server.baseUrl, 1);
+    const after = await infer(server.baseUrl, 'held', 1);
     assert.equal(after.status, 404);
-    assert.equal((await fetch(`${server.baseUrl}/v2/models/slow/ready`)).status, 400);
+    assert.equal((await fetch(`${server.baseUrl}/v2/models/held/ready`)).status, 400);
   });
 
   test('loading an ensemble loads its models; unload_dependents unloads the ensemble too', async () => {
@@ -88,6 +96,28 @@ describe('explicit model control', () => {
     const unknown = await post(`${server.baseUrl}/v2/repository/models/nope/load`);
     assert.equal(unknown.status, 400);
     assert.equal((await unknown.json() as any).error, "failed to load 'nope', failed to poll from model repository");
+  });
+
+  test('a refused load (a model that does not exist) leaves /v2/health/ready 200 and gRPC ServerReady true, and so does unloading that name', async () => {
+    const grpcServer = await startKServeGrpc({ repository: server.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
+    const client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+    try {
+      const isReady = async () => {
+        const http = (await fetch(`${server.baseUrl}/v2/health/ready`)).status;
+        const grpcReady = (await call(client, 'ServerReady', {})).ready as boolean;
+        return { http, grpc: grpcReady };
+      };
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+      assert.equal((await post(`${server.baseUrl}/v2/repository/models/does_not_exist/load`)).status, 400);
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+      await expectStatus(call(client, 'RepositoryModelLoad', { model_name: 'neither_does_this' }), grpc.status.INVALID_ARGUMENT, /failed to load/);
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+      await post(`${server.baseUrl}/v2/repository/models/does_not_exist/unload`);
+      assert.deepEqual(await isReady(), { http: 200, grpc: true });
+    } finally {
+      client.close();
+      await grpcServer.close();
+    }
   });
 });
 

@@ -3,7 +3,7 @@
 // Triton's Python client does (shm_open + ftruncate + mmap writes land in /dev/shm/<key>): the
 // file is created at the region's full size and the input bytes written at their offset.
 import assert from 'node:assert/strict';
-import { readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import { access } from 'node:fs/promises';
 import path from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
@@ -157,7 +157,7 @@ describe('system shared memory over HTTP and gRPC', () => {
     await expectError(await post(`${v2}/systemsharedmemory/region/dup/register`, { key, offset: 0, byte_size: 8 }), 400, "shared memory region 'dup' already in manager");
     await expectStatus(call(client, 'SystemSharedMemoryRegister', { name: 'dup', key, offset: 0, byte_size: 8 }), grpc.status.ALREADY_EXISTS, "shared memory region 'dup' already in manager");
     await expectError(await post(`${v2}/systemsharedmemory/region/big/register`, { key, offset: 32, byte_size: 64 }), 400, "failed to register shared memory region 'big': invalid args");
-    await expectError(await post(`${v2}/systemsharedmemory/region/none/register`, { key: `/conduit_test_${process.pid}_absent`, offset: 0, byte_size: 8 }), 500,
+    await expectError(await post(`${v2}/systemsharedmemory/region/none/register`, { key: `/conduit_test_${process.pid}_absent`, offset: 0, byte_size: 8 }), 400,
       `Unable to open shared memory region: '/conduit_test_${process.pid}_absent'`);
     for (const badKey of ['/../etc/passwd', '..', 'a/b']) {
       await expectError(await post(`${v2}/systemsharedmemory/region/bad/register`, { key: badKey, offset: 0, byte_size: 8 }), 400, /invalid shared memory key/);
@@ -166,7 +166,7 @@ describe('system shared memory over HTTP and gRPC', () => {
     const linkKey = `conduit_test_${process.pid}_link`;
     symlinkSync('/etc/hostname', path.join(SHM_DIR, linkKey));
     keys.push(`/${linkKey}`);
-    await expectError(await post(`${v2}/systemsharedmemory/region/link/register`, { key: linkKey, offset: 0, byte_size: 1 }), 500, /Unable to open shared memory region/);
+    await expectError(await post(`${v2}/systemsharedmemory/region/link/register`, { key: linkKey, offset: 0, byte_size: 1 }), 400, /Unable to open shared memory region/);
     await expectError(await post(`${v2}/systemsharedmemory/region/neg/register`, { key, offset: -1, byte_size: 8 }), 400, "'offset' must be a non-negative integer");
     assert.deepEqual((await (await fetch(`${v2}/systemsharedmemory/status`)).json() as any[]).map((r) => r.name), ['dup']);
   });
@@ -198,6 +198,30 @@ describe('system shared memory over HTTP and gRPC', () => {
     assert.equal(ok.status, 200);
     const written = readObject(key).subarray(INPUT_BYTES);
     assertClose(new Float32Array(written.buffer.slice(written.byteOffset, written.byteOffset + OUTPUT_BYTES)), await jsonProbabilities(pixels));
+  });
+
+  test('an object truncated after its regions were registered is a 400 naming the region, for inputs and outputs, over HTTP and gRPC', async (t) => {
+    const { bytes, pixels } = pixelBytes(testSeed(t));
+    const key = makeObject(INPUT_BYTES + OUTPUT_BYTES, bytes);
+    assert.equal((await post(`${v2}/systemsharedmemory/region/cut_in/register`, { key, offset: 0, byte_size: INPUT_BYTES })).status, 200);
+    assert.equal((await post(`${v2}/systemsharedmemory/region/cut_out/register`, { key, offset: INPUT_BYTES, byte_size: OUTPUT_BYTES })).status, 200);
+    // The client shrinks its object: both regions now run past its end.
+    truncateSync(path.join(SHM_DIR, key.slice(1)), 16);
+    const input = { shared_memory_region: 'cut_in', shared_memory_byte_size: INPUT_BYTES };
+    const infer = (inputParameters: object, data?: number[], outputParameters?: object) => post(`${v2}/models/digits/infer`, {
+      inputs: [{ name: 'pixels', shape: [NUM_IMAGES, 64], datatype: 'FP32', ...(data === undefined ? { parameters: inputParameters } : { data }) }],
+      ...(outputParameters === undefined ? {} : { outputs: [{ name: 'probabilities', parameters: outputParameters }] }),
+    });
+    await expectError(await infer(input), 400, /^shared memory region 'cut_in' runs past the end of its object \('\/conduit_test_\d+_\d+', now 16 bytes\): it was truncated after it was registered$/);
+    await expectError(await infer({}, pixels, { shared_memory_region: 'cut_out', shared_memory_byte_size: OUTPUT_BYTES }), 400,
+      /^shared memory region 'cut_out' runs past the end of its object/);
+    assert.equal(readFileSync(path.join(SHM_DIR, key.slice(1))).byteLength, 16, 'an output never grows the object back');
+    await expectStatus(call(client, 'ModelInfer', {
+      model_name: 'digits',
+      inputs: [{ name: 'pixels', datatype: 'FP32', shape: [NUM_IMAGES, 64], parameters: { shared_memory_region: { string_param: 'cut_in' }, shared_memory_byte_size: { int64_param: INPUT_BYTES } } }],
+    }), grpc.status.INVALID_ARGUMENT, /^shared memory region 'cut_in' runs past the end of its object/);
+    // The server serves on.
+    assert.equal((await infer({}, pixels)).status, 200);
   });
 
   test('CUDA shared memory answers as a Triton without GPUs: no regions, register refused, unregister a no-op', async () => {

@@ -11,6 +11,7 @@ import type { ResponsesContext } from './index.ts';
 import type { EventSink } from './objects.ts';
 import { prepareTurn, previousNotFound } from './prepare.ts';
 import { parseResponseCreate } from './schema.ts';
+import { responseObjectOf } from './store.ts';
 import { startTurn } from './turn.ts';
 
 /** How long a cancelled slow stream may take to drain its last events before its connection is dropped. */
@@ -21,13 +22,13 @@ function sseSink(reply: FastifyReply): EventSink {
   const raw = reply.raw;
   let isStarted = false;
   return {
-    send(type, json) {
+    send(type, json, onFlushed) {
       if (!isStarted) {
         isStarted = true;
         reply.hijack();
         raw.writeHead(200, SSE_HEADERS);
       }
-      raw.write(sseNamedEvent(type, json));
+      raw.write(sseNamedEvent(type, json), onFlushed);
     },
     numBufferedBytes: () => raw.writableLength,
   };
@@ -57,7 +58,7 @@ export function registerResponsesHttpRoutes(app: FastifyInstance, context: Respo
     prepared.generation.account = httpRequest.account;
     prepared.generation.trace = httpRequest.trace;
     const sink = request.stream === true ? sseSink(reply) : null;
-    const turn = startTurn(prepared, { sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
+    const turn = startTurn(prepared, { sink, maxBufferedBytes: settings.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
 
     const raw = reply.raw;
     const onClientGone = () => {
@@ -76,7 +77,7 @@ export function registerResponsesHttpRoutes(app: FastifyInstance, context: Respo
       return undefined;
     }
     if (prepared.echo.store) store.put(outcome.stored);
-    if (sink === null) return outcome.stored.response;
+    if (sink === null) return responseObjectOf(outcome.stored);
     raw.end();
     return undefined;
   });
@@ -85,7 +86,7 @@ export function registerResponsesHttpRoutes(app: FastifyInstance, context: Respo
     const { id } = httpRequest.params as { id: string };
     const stored = store.get(id);
     if (stored === undefined) throw notFound(id);
-    return stored.response;
+    return responseObjectOf(stored);
   });
 
   app.delete('/v1/responses/:id', async (httpRequest) => {

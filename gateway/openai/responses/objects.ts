@@ -178,8 +178,12 @@ export function reasoningItem(id: string, status: ItemStatus, text: string | nul
 
 /** Where a streamed response's events go: an SSE body or a WebSocket. */
 export interface EventSink {
-  /** One event: type is its `type` (SSE's event line), json its whole serialized body. */
-  send(type: string, json: string): void;
+  /**
+   * One event: type is its `type` (SSE's event line), json its whole serialized body. onFlushed,
+   * when given, is called once the event has left the process's buffers (for the kernel), or
+   * with an error if the connection went first.
+   */
+  send(type: string, json: string, onFlushed?: (error?: Error | null) => void): void;
   /** Bytes sent but not yet taken by the client; a slow reader grows this. */
   numBufferedBytes(): number;
 }
@@ -198,9 +202,9 @@ export class ResponseEventWriter {
     this.sink = sink;
   }
 
-  /** body: the event's fields besides type and sequence_number. */
-  event(type: string, body: object) {
-    this.sink.send(type, JSON.stringify({ type, sequence_number: this.sequenceNumber++, ...body }));
+  /** body: the event's fields besides type and sequence_number; onFlushed as EventSink.send's. */
+  event(type: string, body: object, onFlushed?: (error?: Error | null) => void) {
+    this.sink.send(type, JSON.stringify({ type, sequence_number: this.sequenceNumber++, ...body }), onFlushed);
   }
 
   /** The message whose text the next delta() events extend. */

@@ -4,7 +4,7 @@
 // gets; those that only tune OpenAI's own service (service_tier, prompt_cache_key, ...) are ignored.
 import { z } from 'zod';
 import { ApiError } from '../../errors.ts';
-import { FUNCTION_NAME, functionParameters, generationFields, MAX_TOP_LOGPROBS, parseRequest } from '../schemas.ts';
+import { FUNCTION_NAME, functionParameters, generationFields, MAX_TOP_LOGPROBS, parseRequest, ranges } from '../schemas.ts';
 import { jsonSchemaFormat } from '../structured-outputs.ts';
 
 /** The include value that asks for output log-probabilities; others name items Conduit never produces. */
@@ -83,7 +83,7 @@ export const responseCreateSchema = z.object({
   model,
   input: z.union([z.string(), z.array(z.unknown())], { error: 'expected a string or an array of input items' }).nullish(),
   instructions: z.string().nullish(),
-  max_output_tokens: z.number().int().min(1).nullish(),
+  max_output_tokens: ranges.maxTokens.nullish(),
   store: z.boolean().nullish(),
   previous_response_id: z.string().min(1).nullish(),
   metadata: metadata.nullish(),

@@ -54,8 +54,9 @@ class ResponsesConnection {
     this.context = context;
     this.log = log;
     this.sink = {
-      send: (_type, json) => {
-        if (socket.readyState === socket.OPEN) socket.send(json);
+      send: (_type, json, onFlushed) => {
+        if (socket.readyState === socket.OPEN) socket.send(json, onFlushed);
+        else onFlushed?.(new Error('the WebSocket is closed'));
       },
       numBufferedBytes: () => socket.bufferedAmount,
     };
@@ -135,7 +136,7 @@ class ResponsesConnection {
     prepared.generation.account = admission?.account;
     prepared.generation.trace = this.trace;
     const { settings, metrics } = this.context;
-    const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, metrics });
+    const turn = startTurn(prepared, { sink: this.sink, maxBufferedBytes: settings.maxBufferedBytes, slowReaderGraceMs: settings.slowReaderGraceMs, metrics });
     this.turn = turn;
     void turn.outcome.then((outcome) => {
       admission?.end();
