@@ -26,13 +26,14 @@ const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:P
                       [--performance-mode interactivity|throughput] [--max-num-partial-prefills N]
                       [--max-long-partial-prefills N] [--long-prefill-token-threshold N]
                       [--kernel auto|avx512|avx2|scalar] [--device cpu|cuda] [--quantization none|int8] [--served-name NAME]
+                      [--tensor-parallel-size 1|2|4|8]
                       [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
                       [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]
                        [--heartbeat-interval-s S] [--heartbeat-ttl-s S]]
   One engine worker serving a checkpoint over engine.proto, for gateways elsewhere (configs/README.md,
   remote_workers; router/README.md for Redis).`;
 
-const usage = `usage: conduit serve|worker|loadtest [options]   (conduit COMMAND --help for each)
+const usage = `usage: conduit serve|worker|rank|loadtest [options]   (conduit COMMAND --help for each)
        conduit --version
 
 ${serveUsage}
@@ -204,9 +205,11 @@ async function runWorker(argv: string[]): Promise<number> {
       return 1;
     }
     if (worker === null) process.exit(0);
-    await whenStopRequested;
+    // A tensor-parallel rank died: this worker exits non-zero, and its supervisor restarts the group as one.
+    const lost = await Promise.race([whenStopRequested.then(() => null), worker.failed]);
+    if (lost !== null) log.error({ event: 'rank_lost' }, `worker: ${lost.message}`);
     await worker.close();
-    return 0;
+    return lost === null ? 0 : 1;
   } finally {
     // The lifeline to a spawning gateway would keep the event loop, and so the process, alive.
     if (process.connected) process.disconnect();
@@ -228,6 +231,11 @@ export async function main(argv: string[]): Promise<number> {
       case 'worker':
         if (asksForHelp(rest)) return printUsage(workerUsage);
         return await runWorker(rest);
+      case 'rank': {
+        const { rankUsage, runRank } = await import('./rank.ts');
+        if (asksForHelp(rest)) return printUsage(rankUsage);
+        return await runRank(rest);
+      }
       case 'loadtest': {
         const loadtest = await import('../loadtest/cli.ts');
         return await loadtest.main(rest);

@@ -31,6 +31,7 @@ export const workerFlagOptions = {
   kernel: { type: 'string' },
   device: { type: 'string' },
   quantization: { type: 'string' },
+  'tensor-parallel-size': { type: 'string' },
   'enable-prefix-caching': { type: 'string' },
   'scheduling-policy': { type: 'string' },
   // Shared state for gateways elsewhere (not model settings: a spawned local worker has none).
@@ -60,12 +61,14 @@ const flagToField: Record<string, keyof ModelConfig> = {
   kernel: 'kernel',
   device: 'device',
   quantization: 'quantization',
+  'tensor-parallel-size': 'tensor_parallel_size',
   'enable-prefix-caching': 'enable_prefix_caching',
   'scheduling-policy': 'scheduling_policy',
 };
 const numericFields = new Set<keyof ModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
   'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'threads_per_worker',
+  'tensor_parallel_size',
 ]);
 const booleanFields = new Set<keyof ModelConfig>(['enable_prefix_caching']);
 
@@ -115,6 +118,7 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
     kernel: model.kernel,
     device: model.device,
     quantization: model.quantization,
+    tensorParallelSize: model.tensor_parallel_size,
     enablePrefixCaching: model.enable_prefix_caching,
     schedulingPolicy: model.scheduling_policy,
     listen,

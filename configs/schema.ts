@@ -55,6 +55,12 @@ export const modelSchema = z
     device: z.enum(['cpu', 'cuda']).default('cpu'),
     /** Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like Q8_0). */
     quantization: z.enum(['none', 'int8']).default('none'),
+    /**
+     * Ranks one worker splits the model over (vLLM's --tensor-parallel-size): the worker is rank 0
+     * and starts the others as `conduit rank` processes on this machine. 1, 2, 4 or 8; it must
+     * divide the heads, KV heads and intermediate size. threads_per_worker is per rank.
+     */
+    tensor_parallel_size: z.union([z.literal(1), z.literal(2), z.literal(4), z.literal(8)]).default(1),
     /** Reuse the KV of cached prompt prefixes (hashed per block, shared by reference count). */
     enable_prefix_caching: z.boolean().default(true),
     /** `fcfs`, or `priority`: lower `priority` values first, then arrival order. */

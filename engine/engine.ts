@@ -277,7 +277,11 @@ export class Engine {
     } catch (err) {
       if (bitmasks !== null) await grammars!.stepDone();
       forwardMs = performance.now() - forwardStart;
-      outputs = this.scheduler.failStep(output, { code: 'internal_error', message: (err as Error).message });
+      // A tensor-parallel rank lost: no step can run any more, and the worker restarts with its group.
+      const groupLost = (err as { code?: string }).code === 'CD_ERR_RANK_UNAVAILABLE';
+      const error = { code: groupLost ? 'engine_unavailable' : 'internal_error', message: (err as Error).message } as const;
+      if (groupLost) this.stopError = error;
+      outputs = this.scheduler.failStep(output, error);
     }
     for (const news of outputs) this.emit(news);
     const counters = this.scheduler.takeCounters();

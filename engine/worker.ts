@@ -4,6 +4,7 @@ import type { LevelWithSilent } from 'pino';
 import type { Device, DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { describeKvCache, loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
+import { startRanks } from './tensor-parallel.ts';
 import { GrammarService } from './grammar/service.ts';
 import type { PrefillLimits, SchedulingPolicy } from './scheduler.ts';
 import { readGenerationDefaults } from './generation-config.ts';
@@ -35,6 +36,8 @@ export interface WorkerSettings {
   device?: Device;
   /** Weight-only quantization made at load time (`int8`: Q8_0-style block scales). */
   quantization: Quantization;
+  /** Ranks the model is split over (1 when absent): this worker is rank 0 and starts the others (tensor-parallel.ts). */
+  tensorParallelSize?: number;
   enablePrefixCaching: boolean;
   schedulingPolicy: SchedulingPolicy;
   /** Threads that compile structured outputs' grammars and fill their masks (2 by default; started on first use). */
@@ -61,6 +64,12 @@ export interface RunningWorker {
   readonly address: string;
   /** Ends the requests in flight with an error, stops serving and frees the model. */
   close(): Promise<void>;
+  /**
+   * Settles, with why, if the worker can no longer serve on its own account (a tensor-parallel
+   * rank died): its requests have failed with engine_unavailable, and it should exit so that its
+   * supervisor restarts the group as one. Never settles otherwise.
+   */
+  readonly failed: Promise<Error>;
 }
 
 function numKvBlocksOf(settings: WorkerSettings): number {
@@ -78,18 +87,33 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
   const log = settings.log ?? createWorkerLogger(settings.logLevel ?? 'info');
   const numKvBlocks = numKvBlocksOf(settings);
   const generationDefaults = readGenerationDefaults(settings.modelDir);
-  const model = await loadModel({
-    modelDir: settings.modelDir,
-    dtype: settings.dtype,
-    kvCacheDtype: settings.kvCacheDtype,
-    numKvBlocks,
-    blockSizeTokens: settings.blockSizeTokens,
-    numThreads: settings.numThreads,
-    kernel: settings.kernel,
-    ...(settings.device === undefined ? {} : { device: settings.device }),
-    quantization: settings.quantization,
-    ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
-  });
+  const tensorParallelSize = settings.tensorParallelSize ?? 1;
+  const ranks =
+    tensorParallelSize > 1
+      ? startRanks({ ...settings, numKvBlocks, tensorParallelSize })
+      : null;
+  let model;
+  try {
+    model = await loadModel({
+      modelDir: settings.modelDir,
+      dtype: settings.dtype,
+      kvCacheDtype: settings.kvCacheDtype,
+      numKvBlocks,
+      blockSizeTokens: settings.blockSizeTokens,
+      numThreads: settings.numThreads,
+      kernel: settings.kernel,
+      ...(settings.device === undefined ? {} : { device: settings.device }),
+      quantization: settings.quantization,
+      ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
+      ...(ranks === null ? {} : { tensorParallel: { size: tensorParallelSize, rank: 0, group: ranks.group, rankPids: ranks.pids } }),
+    });
+  } catch (err) {
+    await ranks?.stop();
+    throw err;
+  }
+  if (ranks !== null) {
+    log.info({ tensor_parallel_size: tensorParallelSize, group: ranks.group, numa_node: model.numaNode }, 'tensor-parallel group joined');
+  }
   const { maxPositionEmbeddings, kvCacheGroups } = model.info;
   const cacheTokens = maxTokensWithin(numKvBlocks, settings.blockSizeTokens, kvCacheGroups, settings.maxNumBatchedTokens);
   const maxModelLen = settings.maxModelLen ?? Math.min(maxPositionEmbeddings, cacheTokens);
@@ -153,6 +177,9 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       // The engine next, so that clients read why their requests ended before the stream closes.
       await engine.close();
       await server.close();
+      // Their model's close stopped the ranks' serving; they exit on their own.
+      await ranks?.stop();
     },
+    failed: ranks?.lost ?? new Promise<Error>(() => {}),
   };
 }

@@ -62,6 +62,8 @@ export interface TensorParallelOptions {
   group: string;
   /** How long a rank waits for rank 0's segment, and rank 0 for every rank to load (default 600 000). */
   connectTimeoutMs?: number;
+  /** Rank 0: the processes started as ranks 1.., so that one dying before it connects fails the load at once. */
+  rankPids?: number[];
 }
 
 export type Architecture =

@@ -42,9 +42,9 @@ interface Binding {
       kernel: KernelPath;
       device: Device;
       deviceIndex: number;
-      tensorParallel?: Required<TensorParallelOptions>;
+      tensorParallel?: TensorParallelOptions & { connectTimeoutMs: number };
     },
-  ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number }>;
+  ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number; numaNode: number }>;
   forward(handle: ModelHandle, batch: ForwardBatch, outputs: ForwardResult): Promise<void>;
   freeModel(handle: ModelHandle): void;
   serveRank(handle: ModelHandle): Promise<void>;
@@ -168,6 +168,9 @@ function validateLoadOptions(options: LoadOptions): void {
     checkOption('tensorParallel.size', TP_SIZES.includes(tp.size), TP_SIZES.join(' | '), tp.size);
     checkOption('tensorParallel.rank', Number.isSafeInteger(tp.rank) && tp.rank >= 0 && tp.rank < tp.size, `an integer in [0, ${tp.size})`, tp.rank);
     checkOption('tensorParallel.group', typeof tp.group === 'string' && /^[A-Za-z0-9._-]{1,200}$/.test(tp.group), 'a name of [A-Za-z0-9._-]', tp.group);
+    if (tp.rankPids !== undefined) {
+      checkOption('tensorParallel.rankPids', tp.rank === 0 && tp.rankPids.length === tp.size - 1 && tp.rankPids.every((pid) => Number.isSafeInteger(pid) && pid > 0), `rank 0's ${tp.size - 1} rank pids`, tp.rankPids);
+    }
     if (tp.connectTimeoutMs !== undefined) {
       checkOption('tensorParallel.connectTimeoutMs', Number.isSafeInteger(tp.connectTimeoutMs) && tp.connectTimeoutMs >= 1 && tp.connectTimeoutMs <= 2 ** 31 - 1, 'a positive integer', tp.connectTimeoutMs);
     }
@@ -283,7 +286,7 @@ export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
     kvBytesPerBlock: loaded.kvBytesPerBlock,
     numThreads: options.numThreads,
   };
-  return new LoadedModel(loaded.handle, Object.freeze(info));
+  return new LoadedModel(loaded.handle, Object.freeze(info), loaded.numaNode);
 }
 
 /** A model splits over size ranks only along whole heads, KV heads and MLP columns. */
@@ -352,6 +355,7 @@ export class LoadedModel implements NativeModel {
   constructor(
     private readonly handle: ModelHandle,
     readonly info: ModelInfo,
+    private readonly loadedNumaNode = -1,
   ) {}
 
   async forward(batch: ForwardBatch): Promise<ForwardResult> {
@@ -388,6 +392,11 @@ export class LoadedModel implements NativeModel {
       this.inFlight = null;
       if (this.closed) binding.freeModel(this.handle);
     }
+  }
+
+  /** The NUMA node this tensor-parallel rank's threads are pinned to; null when not pinned (one node). */
+  get numaNode(): number | null {
+    return this.loadedNumaNode < 0 ? null : this.loadedNumaNode;
   }
 
   /** Seconds this rank has spent in collectives since it loaded (waiting for peers included). */

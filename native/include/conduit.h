@@ -211,6 +211,9 @@ typedef struct cd_load_options {
   int32_t tp_rank;
   const char* tp_group;
   int32_t tp_connect_timeout_ms;
+  /* Rank 0: the processes it started as ranks 1.. (tp_size - 1 pids), so that one that dies before
+     it connects fails the load at once; NULL when they were started elsewhere. */
+  const int32_t* tp_rank_pids;
   int32_t device_index;    /* CD_DEVICE_CUDA: which GPU */
 } cd_load_options;
 
@@ -221,6 +224,8 @@ typedef struct cd_model_info {
   cd_kernel kernel;
   /* K and V of one block: layers_per_kv_block layers of one group. */
   uint64_t kv_bytes_per_block;
+  /* The NUMA node a tensor-parallel rank's threads are pinned to; -1 when not pinned (one node). */
+  int32_t numa_node;
   cd_device device;
 } cd_model_info;
 

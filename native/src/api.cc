@@ -7,6 +7,7 @@
 #include "batch_broadcast.h"
 #include "comm.h"
 #include "device.h"
+#include "numa.h"
 #include "error.h"
 #include "kernels.h"
 #include "model.h"
@@ -145,10 +146,17 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
       comm = conduit::open_shm_communicator(options->tp_group, options->tp_rank, options->tp_size,
                                             options->tp_connect_timeout_ms);
     }
-    auto model = std::make_unique<conduit::Model>(*spec, *options, kernels, std::move(comm));
+    // A rank's threads start pinned to its NUMA node, where its shard's pages are then first touched.
+    const int32_t numa_node = options->tp_size > 1 ? conduit::numa_node_for_rank(options->tp_rank) : -1;
+    std::unique_ptr<conduit::Model> model;
+    {
+      const conduit::NodeAffinity affinity(numa_node);
+      model = std::make_unique<conduit::Model>(*spec, *options, kernels, std::move(comm));
+    }
+    model->numa_node = numa_node;
     if (model->tp.comm != nullptr) {
       if (model->tp.rank == 0) {
-        conduit::wait_for_ranks(*model->tp.comm, options->tp_connect_timeout_ms);
+        conduit::wait_for_ranks(*model->tp.comm, options->tp_connect_timeout_ms, options->tp_rank_pids);
       } else {
         conduit::mark_ready(*model->tp.comm);
       }
@@ -163,11 +171,13 @@ void cd_model_get_info(const cd_model* model, cd_model_info* out_info) {
     out_info->kernel = CD_KERNEL_SCALAR;
     out_info->kv_bytes_per_block = model->device_kv_bytes_per_block;
     out_info->device = CD_DEVICE_CUDA;
+    out_info->numa_node = -1;
     return;
   }
   out_info->device = CD_DEVICE_CPU;
   out_info->kernel = model->model->kernels.kernel;
   out_info->kv_bytes_per_block = model->model->kv_cache.bytes_per_block();
+  out_info->numa_node = model->model->numa_node;
 }
 
 void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output* output, cd_forward_done done,

@@ -223,7 +223,7 @@ class LoadWorker : public Napi::AsyncWorker {
                                kernel_from(options.Get("kernel")),
                                options.Get("device").As<Napi::String>().Utf8Value() == "cuda" ? CD_DEVICE_CUDA
                                                                                                : CD_DEVICE_CPU,
-                               1, 0, nullptr, 0,
+                               1, 0, nullptr, 0, nullptr,
                                int_of(options, "deviceIndex")};
     const Napi::Value tensor_parallel = options.Get("tensorParallel");
     if (tensor_parallel.IsObject()) {
@@ -233,6 +233,12 @@ class LoadWorker : public Napi::AsyncWorker {
       options_.tp_rank = int_of(tp, "rank");
       options_.tp_group = tp_group_.c_str();
       options_.tp_connect_timeout_ms = int_of(tp, "connectTimeoutMs");
+      const Napi::Value pids = tp.Get("rankPids");
+      if (pids.IsArray()) {
+        const Napi::Array list = pids.As<Napi::Array>();
+        for (uint32_t i = 0; i < list.Length(); ++i) tp_rank_pids_.push_back(list.Get(i).As<Napi::Number>().Int32Value());
+        options_.tp_rank_pids = tp_rank_pids_.data();
+      }
     }
   }
 
@@ -265,6 +271,7 @@ class LoadWorker : public Napi::AsyncWorker {
                }));
     result.Set("kernel", Napi::String::New(env, cd_kernel_name(info.kernel)));
     result.Set("kvBytesPerBlock", Napi::Number::New(env, double(info.kv_bytes_per_block)));
+    result.Set("numaNode", Napi::Number::New(env, info.numa_node));
     deferred_.Resolve(result);
   }
 
@@ -279,6 +286,7 @@ class LoadWorker : public Napi::AsyncWorker {
   cd_model_spec spec_{};
   cd_load_options options_{};
   std::string tp_group_;
+  std::vector<int32_t> tp_rank_pids_;
   cd_model* model_ = nullptr;
   cd_status status_ = CD_OK;
   char error_[kErrorCapacity] = {};

@@ -33,9 +33,10 @@ class Communicator {
 std::unique_ptr<Communicator> open_shm_communicator(const std::string& name, int32_t rank, int32_t size,
                                                     int32_t connect_timeout_ms);
 
-// Rank 0: waits until every rank has called ready() (its shard loaded), up to timeout_ms, or
-// throws naming the ranks missing.
-void wait_for_ranks(Communicator& comm, int32_t timeout_ms);
+// Rank 0: waits until every rank has called mark_ready() (its shard loaded), up to timeout_ms, or
+// throws naming the ranks missing. rank_pids (or null): the processes started as ranks 1.., whose
+// death before they connect fails the wait at once.
+void wait_for_ranks(Communicator& comm, int32_t timeout_ms, const int32_t* rank_pids);
 void mark_ready(Communicator& comm);
 
 }  // namespace conduit

@@ -29,6 +29,7 @@ constexpr size_t kSlotBytes = size_t(4) << 20;
 // A rank that has not moved for this long inside a collective is taken for lost even if its
 // process lives (stopped, or looping): a forward pass never waits this long on a peer.
 constexpr int64_t kCollectiveTimeoutMs = 120000;
+constexpr int64_t kNoTimeoutMs = int64_t(1) << 50;
 
 struct alignas(64) Counter {
   std::atomic<uint64_t> value;
@@ -70,7 +71,7 @@ class ShmCommunicator final : public Communicator {
     uint8_t* target = static_cast<uint8_t*>(all);
     for (size_t offset = 0; offset == 0 || offset < bytes; offset += kSlotBytes) {
       const size_t piece = std::min(kSlotBytes, bytes - offset);
-      round([&] { std::memcpy(slot(rank_), source + offset, piece); },
+      round(-1, [&] { std::memcpy(slot(rank_), source + offset, piece); },
             [&] {
               for (int32_t r = 0; r < size_; ++r) {
                 uint8_t* destination = target + size_t(r) * bytes + offset;
@@ -88,7 +89,7 @@ class ShmCommunicator final : public Communicator {
     uint8_t* bytes_of = static_cast<uint8_t*>(data);
     for (size_t offset = 0; offset == 0 || offset < bytes; offset += kSlotBytes) {
       const size_t piece = std::min(kSlotBytes, bytes - offset);
-      round([&] { if (rank_ == root) std::memcpy(slot(root), bytes_of + offset, piece); },
+      round(root, [&] { if (rank_ == root) std::memcpy(slot(root), bytes_of + offset, piece); },
             [&] { if (rank_ != root) std::memcpy(bytes_of + offset, slot(root), piece); });
       if (bytes == 0) break;
     }
@@ -102,12 +103,18 @@ class ShmCommunicator final : public Communicator {
   void wait_all(const Condition& condition, int64_t timeout_ms, const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (int32_t r = 0; r < size_; ++r) {
-      for (uint32_t spin = 0; !condition(r); ++spin) {
-        // Poll briefly, then yield: ranks may outnumber cores (TP = 4 on 2 cores).
+      for (uint64_t spin = 0; !condition(r); ++spin) {
+        // Poll briefly, then yield (ranks may outnumber cores: TP = 4 on 2 cores), then nap: long
+        // waits (an idle server's ranks) cost no core.
         if (spin < 256) continue;
-        sched_yield();
+        if (spin < (1u << 16)) {
+          sched_yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(spin < (1u << 18) ? 50 : 500));
+        }
         if (spin % 1024 != 0) continue;
-        if (!process_alive(header_->pids[r].load(std::memory_order_acquire))) {
+        const int32_t pid = header_->pids[r].load(std::memory_order_acquire);
+        if (pid != 0 && !process_alive(pid)) {  // 0: not connected yet
           throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(r) + " of group " + name_ +
                                                    " has exited (" + what + ")");
         }
@@ -115,7 +122,6 @@ class ShmCommunicator final : public Communicator {
           throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel rank " + std::to_string(r) + " of group " + name_ +
                                                    " did not respond within " + std::to_string(timeout_ms) + " ms (" + what + ")");
         }
-        if (spin > (1u << 16)) std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     }
   }
@@ -123,16 +129,31 @@ class ShmCommunicator final : public Communicator {
  private:
   uint8_t* slot(int32_t r) const { return slots_ + size_t(r) * kSlotBytes; }
 
+  // One round: root -1 when every rank writes (an all-gather), else the one writer (a broadcast).
+  // Ranks waiting for a broadcast wait as long as its root lives: between steps rank 0 may idle
+  // for hours.
   template <typename Write, typename Read>
-  void round(const Write& write, const Read& read) {
+  void round(int32_t root, const Write& write, const Read& read) {
+    // A group that lost a rank stays lost: the counters no longer line up.
+    if (!failure_.empty()) throw Error(CD_ERR_RANK_UNAVAILABLE, failure_);
+    try {
+      exchange(root, write, read);
+    } catch (const Error& error) {
+      failure_ = error.what();
+      throw;
+    }
+  }
+
+  template <typename Write, typename Read>
+  void exchange(int32_t root, const Write& write, const Read& read) {
     const uint64_t sequence = ++sequence_;
     // Every rank has read the previous round's slots.
     wait_all([&](int32_t r) { return header_->read[r].value.load(std::memory_order_acquire) >= sequence - 1; },
              kCollectiveTimeoutMs, "collective");
     write();
     header_->written[rank_].value.store(sequence, std::memory_order_release);
-    wait_all([&](int32_t r) { return header_->written[r].value.load(std::memory_order_acquire) >= sequence; },
-             kCollectiveTimeoutMs, "collective");
+    wait_all([&](int32_t r) { return (root >= 0 && r != root) || header_->written[r].value.load(std::memory_order_acquire) >= sequence; },
+             root >= 0 ? kNoTimeoutMs : kCollectiveTimeoutMs, root >= 0 ? "waiting for the next step" : "collective");
     read();
     header_->read[rank_].value.store(sequence, std::memory_order_release);
   }
@@ -144,6 +165,7 @@ class ShmCommunicator final : public Communicator {
   uint8_t* slots_;
   uint64_t sequence_ = 0;
   uint64_t collective_ns_ = 0;
+  std::string failure_;
 };
 
 void* map_segment(int fd, int32_t size) {
@@ -209,14 +231,15 @@ void mark_ready(Communicator& comm) {
   static_cast<ShmCommunicator&>(comm).header().ready[comm.rank()].store(1, std::memory_order_release);
 }
 
-void wait_for_ranks(Communicator& comm, int32_t timeout_ms) {
+void wait_for_ranks(Communicator& comm, int32_t timeout_ms, const int32_t* rank_pids) {
   ShmCommunicator& shm = static_cast<ShmCommunicator&>(comm);
   Header& header = shm.header();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     std::string missing;
     for (int32_t r = 1; r < comm.size(); ++r) {
-      const int32_t pid = header.pids[r].load(std::memory_order_acquire);
+      int32_t pid = header.pids[r].load(std::memory_order_acquire);
+      if (pid == 0 && rank_pids != nullptr && !process_alive(rank_pids[r - 1])) pid = rank_pids[r - 1];
       const bool ready = header.ready[r].load(std::memory_order_acquire) != 0;
       if (ready && process_alive(pid)) continue;
       if (pid != 0 && !process_alive(pid)) {

@@ -194,6 +194,7 @@ struct Model {
   void serve_rank();
 
   TensorParallel tp;
+  int32_t numa_node = -1;  // where this rank's threads run; -1: not pinned
   Dimensions dims;  // this rank's share: heads, KV heads and intermediate size divided by tp.size
   Numerics numerics;
   std::vector<RopeTable> ropes;

@@ -1,35 +1,20 @@
 // `conduit serve`'s own life, started as a process: it listens before its models load (503
-// `starting` meanwhile), a start that cannot succeed ends with exit code 1 and one line, and a
-// worker that hangs is killed and restarted, which the metrics and the log show.
+// `starting` meanwhile), a start that cannot succeed ends with exit code 1 and one line, and an
+// error caught nowhere drains and exits 1. Workers that hang: hung-workers.test.ts.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { once } from 'node:events';
-import os from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import OpenAI from 'openai';
 import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
 import { freePort } from '../../tools/free-port.ts';
-import { childProcesses, groupEmptied, startCli } from './cli-process.ts';
+import { groupEmptied, startCli } from './cli-process.ts';
 import { boundedFetch, defaultModelDir, openaiClient, repoRoot, within } from './harness.ts';
-import { pollUntil } from '../wait.ts';
-import { startWorkerProcess } from './worker-process.ts';
-
-function tempDir(t: { after(fn: () => void): void }): string {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-lifecycle-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-/** A configuration file (JSON is YAML) in dir. */
-function writeConfig(dir: string, config: object): string {
-  const file = path.join(dir, 'conduit.yaml');
-  writeFileSync(file, JSON.stringify(config));
-  return file;
-}
+import { tempDir, writeConfig } from './config-files.ts';
 
 function serverReady(grpcAddress: string): Promise<boolean> {
   const client = new (loadInferenceService())(grpcAddress, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
@@ -172,183 +157,6 @@ test('a taken gRPC port is one line naming the flag, before any worker starts', 
   assert.equal(fatal.err, undefined, 'no stack');
   assert.deepEqual(server.events(), ['fatal'], 'one line, before listening');
   assert.ok(!server.logEntries().some((entry) => entry.role === 'worker'), 'no worker started');
-});
-
-test('a hung worker (SIGSTOP) is killed and restarted: its stream ends with an error, the server serves again, each restart is counted by reason', { timeout: 120_000 }, async (t) => {
-  const dir = tempDir(t);
-  const configFile = writeConfig(dir, {
-    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3 },
-    models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
-  });
-  const server = startCli(t, ['serve', '--config', configFile]);
-  const { http: httpAddress, metrics: metricsAddress } = await server.serving();
-  const [worker] = childProcesses(server.pid).filter((child) => / worker /.test(child.commandLine));
-  assert.ok(worker !== undefined, 'the worker is a child of the gateway');
-
-  // A long stream in flight when the worker hangs.
-  const stream = await boundedFetch(`${httpAddress}/v1/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 500, ignore_eos: true, stream: true }),
-  });
-  const reader = stream.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = decoder.decode((await reader.read()).value);
-  process.kill(worker.pid, 'SIGSTOP');
-  for (let chunk = await within(reader.read(), 'the stream to end'); !chunk.done; chunk = await within(reader.read(), 'the stream to end')) {
-    text += decoder.decode(chunk.value, { stream: true });
-  }
-  assert.match(text, /"code":"engine_unavailable"/, 'the client of the hung worker got a clean error');
-  const hung = await server.waitFor('worker_hung');
-  assert.equal(hung.level, 'warn');
-  assert.equal(hung.worker, '0-0');
-  assert.ok((hung.silent_ms as number) > 3_000, 'silent past the timeout');
-  assert.match(hung.msg as string, /^worker 0-0 sent nothing on its engine stream for \d+\.\d s; killing it as hung$/);
-  const restart = await server.waitFor('worker_restarting', 'the restart');
-  assert.deepEqual([restart.level, restart.worker, restart.reason, typeof restart.delay_ms], ['warn', '0-0', 'hung', 'number']);
-  assert.match(restart.msg as string, /^worker 0-0 exited \(hung\); restarting in \d+ ms$/);
-
-  const client = openaiClient(`${httpAddress}/v1`);
-  await pollUntil(async () => {
-    const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 }).catch(() => null);
-    if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
-    return completion !== null;
-  }, 'a completion from the restarted worker');
-  const [restarted] = childProcesses(server.pid).filter((child) => / worker /.test(child.commandLine));
-  assert.notEqual(restarted?.pid, worker.pid, 'a new worker process');
-  // A crash, beside the hang, counts under its signal.
-  process.kill(restarted.pid, 'SIGKILL');
-  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'SIGKILL', 'the restart after a crash');
-  const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
-  assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="hung"\} 1/);
-  assert.match(metrics, /conduit_worker_restarts_total\{model_name="conduit-tiny",worker="unix:[^"]+",reason="SIGKILL"\} 1/);
-
-  server.child.kill('SIGTERM');
-  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
-});
-
-test('a restarted worker that hangs (SIGSTOP) right after it is ready, before its engine stream carries anything, is killed as hung too', { timeout: 120_000 }, async (t) => {
-  const dir = tempDir(t);
-  const configFile = writeConfig(dir, {
-    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3 },
-    models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
-  });
-  const server = startCli(t, ['serve', '--config', configFile]);
-  const { http: httpAddress } = await server.serving();
-  const workerPid = () => childProcesses(server.pid).find((child) => / worker /.test(child.commandLine))?.pid;
-  const first = workerPid()!;
-  process.kill(first, 'SIGKILL');
-  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'SIGKILL', 'the restart after a crash');
-  // The restarted worker logs that it serves (its model loaded); the gateway's stream to it
-  // reopens with a backoff, so the stop lands before the worker's first message on it.
-  await server.waitFor((entry) => entry.msg === 'worker serving' && entry.pid !== first, 'the restarted worker to listen');
-  const restarted = workerPid();
-  assert.ok(restarted !== undefined && restarted !== first, 'a new worker process');
-  process.kill(restarted, 'SIGSTOP');
-  const hung = await server.waitFor('worker_hung', 'the silent restarted worker killed as hung');
-  assert.equal(hung.worker, '0-0');
-  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'hung', 'its restart');
-  const client = openaiClient(`${httpAddress}/v1`);
-  await pollUntil(async () => {
-    const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 }).catch(() => null);
-    if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
-    return completion !== null;
-  }, 'a completion from the worker restarted after the hang');
-  server.child.kill('SIGTERM');
-  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
-});
-
-test('a restarted worker whose load hangs (SIGSTOP before it listens) is killed once server.worker_ready_timeout_s passes, and restarted', { timeout: 120_000 }, async (t) => {
-  const dir = tempDir(t);
-  const configFile = writeConfig(dir, {
-    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 3, worker_ready_timeout_s: 20 },
-    models: [{ path: defaultModelDir, num_workers: 1, max_num_seqs: 4, kv_cache_bytes: 64 * 1024 * 1024 }],
-  });
-  const server = startCli(t, ['serve', '--config', configFile]);
-  const { http: httpAddress } = await server.serving();
-  const workerPid = () => childProcesses(server.pid).find((child) => / worker /.test(child.commandLine))?.pid;
-  const socketPath = path.join(os.tmpdir(), `conduit-${server.pid}-0-0.sock`);
-  const first = workerPid()!;
-  process.kill(first, 'SIGKILL');
-  // Stopped as soon as it exists: node takes far longer to start than this poll to find it.
-  let restarted: number | undefined;
-  await pollUntil(async () => {
-    await new Promise((resolve) => setTimeout(resolve, 5));
-    restarted = workerPid();
-    return restarted !== undefined && restarted !== first;
-  }, 'the restarted worker process');
-  process.kill(restarted!, 'SIGSTOP');
-  assert.equal(existsSync(socketPath), false, 'stopped before it listens (its model not loaded)');
-  const notReady = await server.waitFor('worker_not_ready', 'the restarted worker killed for not loading in time');
-  assert.equal(notReady.worker, '0-0');
-  assert.ok((notReady.loading_ms as number) >= 20_000);
-  await server.waitFor((entry) => entry.event === 'worker_restarting' && entry.reason === 'not ready', 'its restart');
-  const client = openaiClient(`${httpAddress}/v1`);
-  await pollUntil(async () => {
-    const completion = await client.completions.create({ model: 'conduit-tiny', prompt: 'Hi', max_tokens: 2 }).catch(() => null);
-    if (completion === null) await new Promise((resolve) => setTimeout(resolve, 200));
-    return completion !== null;
-  }, 'a completion from the worker restarted after the hung load');
-  server.child.kill('SIGTERM');
-  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
-});
-
-test('a remote worker silent past the heartbeat timeout is out of routing: its stream ends with a clean error, others serve on, and it is used again once it answers', { timeout: 120_000 }, async (t) => {
-  const [silent, steady] = await Promise.all([startWorkerProcess(['--kv-cache-blocks', '256']), startWorkerProcess(['--kv-cache-blocks', '256'])]);
-  t.after(() => Promise.all([silent.stop('SIGKILL'), steady.stop('SIGKILL')]));
-  const dir = tempDir(t);
-  const configFile = writeConfig(dir, {
-    server: { host: '127.0.0.1', http_port: 0, metrics_port: 0, worker_heartbeat_timeout_s: 2 },
-    // Round robin: the two streams below go one to each worker.
-    models: [{ path: defaultModelDir, num_workers: 0, remote_workers: [silent.address, steady.address], routing_policy: 'round-robin' }],
-  });
-  const server = startCli(t, ['serve', '--config', configFile]);
-  const { http: httpAddress, metrics: metricsAddress } = await server.serving();
-  const openStream = async () => {
-    const response = await boundedFetch(`${httpAddress}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'conduit-tiny', prompt: 'Once', max_tokens: 400, ignore_eos: true, stream: true }),
-    });
-    const reader = response.body!.getReader();
-    const decoder = new TextDecoder();
-    let text = decoder.decode((await within(reader.read(), 'the first chunk')).value);
-    return async () => {
-      for (let chunk = await within(reader.read(), 'the stream to end'); !chunk.done; chunk = await within(reader.read(), 'the stream to end')) {
-        text += decoder.decode(chunk.value, { stream: true });
-      }
-      return text;
-    };
-  };
-  const streams = [await openStream(), await openStream()];
-  process.kill(silent.child.pid!, 'SIGSTOP');
-  const texts = await Promise.all(streams.map((readRest) => readRest()));
-  const failed = texts.filter((text) => text.includes('"code":"engine_unavailable"'));
-  assert.equal(failed.length, 1, 'the silent worker\'s stream ended with a clean error');
-  assert.match(texts.find((text) => !failed.includes(text))!, /"finish_reason":"length"/, 'the other worker\'s stream finished');
-  const down = await server.waitFor('worker_unresponsive');
-  assert.deepEqual([down.level, down.worker], ['warn', silent.address]);
-  assert.ok((down.silent_ms as number) > 2_000);
-
-  // While it is silent, every request goes to the other worker.
-  const client = openaiClient(`${httpAddress}/v1`);
-  for (let i = 0; i < 4; i++) assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: `Hi ${i}`, max_tokens: 2 })).usage?.completion_tokens, 2);
-  const metrics = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
-  assert.match(metrics, new RegExp(`conduit_worker_unresponsive_total\\{model_name="conduit-tiny",worker="${silent.address}"\\} 1`));
-
-  process.kill(silent.child.pid!, 'SIGCONT');
-  const back = await server.waitFor('worker_answered', 'the worker answering again');
-  assert.equal(back.worker, silent.address);
-  // Round robin again: of two requests now, one is the answering worker's (its admissions count prompt tokens).
-  const queriedTokens = async () => {
-    const text = await (await boundedFetch(`${metricsAddress}/metrics`)).text();
-    return Number(new RegExp(`conduit_prefix_cache_queries_total\\{model_name="conduit-tiny",worker="${silent.address}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
-  };
-  const queriedBefore = await queriedTokens();
-  for (let i = 0; i < 2; i++) assert.equal((await client.completions.create({ model: 'conduit-tiny', prompt: `Again ${i}`, max_tokens: 2 })).usage?.completion_tokens, 2);
-  await pollUntil(async () => (await queriedTokens()) > queriedBefore, 'a request served by the worker that answered again');
-  server.child.kill('SIGTERM');
-  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
 });
 
 test('an error thrown and caught nowhere, once serving, is one line, a drain (the stream in flight finishes) and exit code 1', { timeout: 120_000 }, async (t) => {
