@@ -13,6 +13,7 @@ COPY native ./native
 COPY bin ./bin
 COPY configs ./configs
 COPY engine ./engine
+COPY triton ./triton
 COPY gateway ./gateway
 COPY loadtest ./loadtest
 COPY proto ./proto

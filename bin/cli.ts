@@ -5,7 +5,7 @@ import { loadConfigFile, logLevelSchema, serverSchema, validateConfig, ConfigErr
 import { FatalError } from './fatal-error.ts';
 import { createLifecycleLog } from './lifecycle-log.ts';
 import { createGatewayLogger } from '../gateway/logging.ts';
-import { parseWorkerArgs } from './worker-flags.ts';
+import { parseJsonFlag, parseWorkerArgs } from './worker-flags.ts';
 import { packageRoot } from '../package-root.ts';
 import { CONDUIT_VERSION } from './version.ts';
 import { SUPERVISED_WORKER_ENV, type WorkerStartFailure } from './local-workers.ts';
@@ -15,6 +15,7 @@ const defaultConfigFile = path.join(packageRoot, 'configs', 'default.yaml');
 const serveUsage = `usage: conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--grpc-port N] [--metrics-port N]
                      [--model-repository DIR] [--model-control-mode none|poll|explicit] [--load-model NAME ...]
                      [--log-level trace|debug|info|warn|error|fatal|silent] [--device cpu|cuda]
+                     [--speculative-config '{"method": "ngram", "num_speculative_tokens": 4}']
   Serves the configuration's models (configs/default.yaml without --config or --model; configs/README.md
   lists every setting): the OpenAI API, the chat page and KServe v2 over HTTP on :8000, KServe v2 gRPC
   on :8001 with a model repository, Prometheus metrics on :8002. --device cuda runs every model on the
@@ -28,6 +29,7 @@ const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:P
                       [--kernel auto|avx512|avx2|scalar] [--device cpu|cuda] [--quantization none|int8] [--served-name NAME]
                       [--tensor-parallel-size 1|2|4|8]
                       [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
+                      [--speculative-config JSON]
                       [--redis-url redis://HOST:PORT [--advertise-address HOST:PORT]
                        [--heartbeat-interval-s S] [--heartbeat-ttl-s S]]
   One engine worker serving a checkpoint over engine.proto, for gateways elsewhere (configs/README.md,
@@ -81,6 +83,8 @@ export function resolveServeConfig(argv: string[]): Config {
       'load-model': { type: 'string', multiple: true },
       'log-level': { type: 'string' },
       device: { type: 'string' },
+      // vLLM's flag: JSON, for every model served.
+      'speculative-config': { type: 'string' },
     },
   });
   const logLevel = logLevelOverride(values['log-level']);
@@ -94,7 +98,8 @@ export function resolveServeConfig(argv: string[]): Config {
     server: { ...base.server },
     router: base.router,
     models: [...(configFile ? base.models : []), ...modelDirs.map((dir) => ({ path: path.resolve(dir) }))].map((model) =>
-      values.device === undefined ? model : { ...model, device: values.device as 'cpu' }),
+      values['speculative-config'] === undefined ? model : { ...model, speculative_config: parseJsonFlag(values['speculative-config']) },
+    ).map((model) => (values.device === undefined ? model : { ...model, device: values.device as 'cpu' })),
     model_repository: values['model-repository'] === undefined ? base.model_repository : { ...base.model_repository, path: path.resolve(values['model-repository']) },
   };
   if (grpcPort !== undefined) raw.server.grpc_port = grpcPort;

@@ -44,3 +44,13 @@ test('--device cuda puts every model on the GPU; a bad device names the field', 
   assert.equal(resolveServeConfig(['--model', 'models/conduit-tiny']).models[0].device, 'cpu');
   assert.throws(() => resolveServeConfig(['--model', 'models/conduit-tiny', '--device', 'tpu']), /models\.0\.device: /);
 });
+
+test('--speculative-config (vLLM\'s JSON) applies to every model served', () => {
+  const config = resolveServeConfig(['--model', 'a', '--model', 'b', '--speculative-config', '{"method": "ngram", "num_speculative_tokens": 4}']);
+  assert.deepEqual(config.models.map((model) => model.speculative_config), [
+    { method: 'ngram', num_speculative_tokens: 4, adaptive: true },
+    { method: 'ngram', num_speculative_tokens: 4, adaptive: true },
+  ]);
+  assert.equal(resolveServeConfig(['--model', 'a']).models[0].speculative_config, undefined);
+  assert.throws(() => resolveServeConfig(['--model', 'a', '--speculative-config', '{"method": "medusa", "num_speculative_tokens": 4}']), /speculative_config/);
+});

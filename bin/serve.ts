@@ -7,7 +7,7 @@
 import { keyLimitsOf, resolveApiKeys } from '../configs/api-keys.ts';
 import type { Config } from '../configs/schema.ts';
 import { servedName, threadsPerWorker } from '../configs/schema.ts';
-import { ModelRepository } from '../engine/classic/index.ts';
+import { ModelRepository } from '../triton/index.ts';
 import { GrpcEngineClient, type EngineClientOptions } from '../engine/grpc/client.ts';
 import { KServeControl } from '../gateway/kserve/control.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../gateway/kserve/grpc.ts';
@@ -233,7 +233,7 @@ export async function serve(config: Config, options: ServeOptions = {}): Promise
     if (repository !== null) {
       grpcServer = await listenOrExplain(host, server.grpc_port, 'server.grpc_port / --grpc-port', (port) =>
         startKServeGrpc({
-          repository, llms: models, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log, access,
+          repository, llms: models, llmModels: app.kserveLlms, version: CONDUIT_VERSION, host, port, readiness, control: kserveControl ?? undefined, logger: app.log, access,
           maxMessageBytes: server.body_limit_bytes,
         }));
     }

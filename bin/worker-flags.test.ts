@@ -34,8 +34,23 @@ test('a spawned worker gets exactly the settings its model configuration names',
     tensorParallelSize: 2,
     enablePrefixCaching: false,
     schedulingPolicy: 'priority',
+    speculative: null,
     listen: 'unix:/tmp/w.sock',
   });
+});
+
+test('speculative_config travels to the worker in vLLM\'s spelling, with vLLM\'s lookup defaults', () => {
+  const model = (speculative_config: unknown) => validateConfig({ models: [{ path: '/m/x', speculative_config }] }, 'c.yaml').models[0];
+  const spawned = (speculative_config: unknown) => parseWorkerArgs(workerArgs(model(speculative_config), 1, 'h:1').slice(1)).speculative;
+  assert.deepEqual(spawned({ method: 'ngram', num_speculative_tokens: 4 }), { method: 'ngram', numSpeculativeTokens: 4, promptLookupMin: 5, promptLookupMax: 5, adaptive: true });
+  assert.deepEqual(spawned({ method: 'ngram', num_speculative_tokens: 3, prompt_lookup_max: 4, adaptive: false }), { method: 'ngram', numSpeculativeTokens: 3, promptLookupMin: 4, promptLookupMax: 4, adaptive: false });
+  assert.deepEqual(spawned({ method: 'ngram', num_speculative_tokens: 8, prompt_lookup_min: 2, prompt_lookup_max: 6 }), { method: 'ngram', numSpeculativeTokens: 8, promptLookupMin: 2, promptLookupMax: 6, adaptive: true });
+  const flag = (value: string) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--speculative-config', value]).speculative;
+  assert.equal(flag('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"prompt_lookup_max":3}')?.promptLookupMax, 3);
+  for (const bad of ['{"method":"eagle","num_speculative_tokens":2}', '{"method":"ngram"}', '{"method":"ngram","num_speculative_tokens":0}',
+    '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":4,"prompt_lookup_max":2}', '{"method":"ngram","num_speculative_tokens":2,"typo":1}', 'ngram']) {
+    assert.throws(() => flag(bad), /--speculative-config/, bad);
+  }
 });
 
 test('a worker without a KV size gets the default bytes; bad flags name the flag', () => {

@@ -6,6 +6,7 @@ import os from 'node:os';
 import type { ModelConfig } from '../configs/schema.ts';
 import { logLevelSchema, modelSchema, routerSchema, servedName, type LogLevel } from '../configs/schema.ts';
 import { prefillLimitsFor, type PrefillLimits } from '../engine/scheduler.ts';
+import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
 import type { SharedStateSettings, WorkerSettings } from '../engine/worker.ts';
 
 /** The KV-cache size of a worker whose configuration names none. */
@@ -34,6 +35,7 @@ export const workerFlagOptions = {
   'tensor-parallel-size': { type: 'string' },
   'enable-prefix-caching': { type: 'string' },
   'scheduling-policy': { type: 'string' },
+  'speculative-config': { type: 'string' },
   // Shared state for gateways elsewhere (not model settings: a spawned local worker has none).
   'redis-url': { type: 'string' },
   'advertise-address': { type: 'string' },
@@ -64,6 +66,7 @@ const flagToField: Record<string, keyof ModelConfig> = {
   'tensor-parallel-size': 'tensor_parallel_size',
   'enable-prefix-caching': 'enable_prefix_caching',
   'scheduling-policy': 'scheduling_policy',
+  'speculative-config': 'speculative_config',
 };
 const numericFields = new Set<keyof ModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
@@ -71,12 +74,23 @@ const numericFields = new Set<keyof ModelConfig>([
   'tensor_parallel_size',
 ]);
 const booleanFields = new Set<keyof ModelConfig>(['enable_prefix_caching']);
+const jsonFields = new Set<keyof ModelConfig>(['speculative_config']);
 
 /** A boolean flag reads `true` or `false`; anything else reaches the schema unchanged and fails there. */
 function parseFlagValue(field: keyof ModelConfig, value: string): unknown {
   if (numericFields.has(field)) return Number(value);
   if (booleanFields.has(field)) return value === 'true' ? true : value === 'false' ? false : value;
+  if (jsonFields.has(field)) return parseJsonFlag(value);
   return value;
+}
+
+/** A JSON flag's value, or the text itself when it is not JSON (the schema then says what it expected). */
+export function parseJsonFlag(value: string): unknown {
+  try {
+    return JSON.parse(value);
+  } catch {
+    return value;
+  }
 }
 
 /** Flags that make `conduit worker` run `model` with `numThreads` threads on `listen`. */
@@ -84,7 +98,7 @@ export function workerArgs(model: ModelConfig, numThreads: number, listen: strin
   const args = ['worker', '--model', model.path, '--listen', listen];
   for (const [flag, field] of Object.entries(flagToField)) {
     const value = field === 'threads_per_worker' ? numThreads : model[field];
-    if (value !== undefined) args.push(`--${flag}`, String(value));
+    if (value !== undefined) args.push(`--${flag}`, typeof value === 'object' ? JSON.stringify(value) : String(value));
   }
   return args;
 }
@@ -121,7 +135,22 @@ export function workerSettings(model: ModelConfig, listen: string): WorkerSettin
     tensorParallelSize: model.tensor_parallel_size,
     enablePrefixCaching: model.enable_prefix_caching,
     schedulingPolicy: model.scheduling_policy,
+    speculative: speculativeConfigOf(model),
     listen,
+  };
+}
+
+/** The model's speculative_config in the engine's terms (vLLM's defaults for the lookup lengths); null without one. */
+export function speculativeConfigOf(model: ModelConfig): SpeculativeConfig | null {
+  const spec = model.speculative_config;
+  if (spec === undefined) return null;
+  const promptLookupMin = spec.prompt_lookup_min ?? spec.prompt_lookup_max ?? 5;
+  return {
+    method: spec.method,
+    numSpeculativeTokens: spec.num_speculative_tokens,
+    promptLookupMin,
+    promptLookupMax: spec.prompt_lookup_max ?? promptLookupMin,
+    adaptive: spec.adaptive,
   };
 }
 

@@ -70,6 +70,26 @@ export const modelSchema = z
     /** A request not finished this long after it arrived ends with `request_timeout` (504). */
     request_timeout_s: z.number().positive().optional(),
     /**
+     * Speculative decoding, in vLLM's spelling (`--speculative-config` on the command line): `ngram`
+     * proposes the tokens that followed the latest earlier occurrence of the sequence's last
+     * n tokens (n from prompt_lookup_max down to prompt_lookup_min; both 5 when neither is set,
+     * the other one's value when one is); the step verifies up to num_speculative_tokens of them
+     * per sequence, as many as pay (`adaptive`), and the output is exactly plain decoding's.
+     */
+    speculative_config: z
+      .object({
+        method: z.literal('ngram'),
+        num_speculative_tokens: z.number().int().min(1).max(16),
+        prompt_lookup_min: z.number().int().positive().optional(),
+        prompt_lookup_max: z.number().int().positive().optional(),
+        adaptive: z.boolean().default(true),
+      })
+      .strict()
+      .refine((s) => (s.prompt_lookup_min ?? s.prompt_lookup_max ?? 5) <= (s.prompt_lookup_max ?? s.prompt_lookup_min ?? 5), {
+        message: 'prompt_lookup_min must not exceed prompt_lookup_max',
+      })
+      .optional(),
+    /**
      * How the gateway picks a worker: `kv-aware` (the longest cached prefix against load),
      * `least-load`, `round-robin` or `random`. With one worker there is nothing to pick.
      */
@@ -208,7 +228,7 @@ export const serverSchema = z
     path: ['headers_timeout_s'],
   });
 
-/** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see engine/classic/README.md. */
+/** Ordinary models (classifiers, scorers) served the Triton way over KServe v2; see triton/README.md. */
 export const modelRepositorySchema = z
   .object({
     /** A Triton-layout model repository; relative paths resolve against the config file. */

@@ -9,8 +9,11 @@ import type { GenerationDefaults } from './generation-config.ts';
 import { prepareStructuredOutput, type GrammarService } from './grammar/service.ts';
 import { HASH_SCHEME } from './kv/block-hash.ts';
 import type { ModelRunner } from './runner.ts';
+import type { RunnerResult, ScheduledSequence } from './scheduler-output.ts';
 import { errorOutput } from './request-output.ts';
 import { Scheduler, prefillLimitsFor, type PrefillLimits, type SchedulingPolicy } from './scheduler.ts';
+import type { Proposer, SpeculativeConfig } from './spec/proposer.ts';
+import { Speculator } from './spec/speculator.ts';
 import type { GenerateRequest, RequestOutput, StepReport, StepStats, WorkerLoad, WorkerModelInfo } from './types.ts';
 
 export interface EngineSettings {
@@ -29,6 +32,10 @@ export interface EngineSettings {
   prefillLimits?: PrefillLimits;
   /** Structured outputs' grammars (engine/grammar/); without it such requests are refused. */
   grammars?: GrammarService;
+  /** Speculative decoding (spec/): the model's speculative_config; none when absent or null. */
+  speculative?: SpeculativeConfig | null;
+  /** The proposer to use instead of the config's method (a proposer of one's own; tests). */
+  proposer?: Proposer;
 }
 
 /** How long the loop naps when every request in flight waits on its grammar. */
@@ -54,6 +61,7 @@ export class Engine {
   private readonly runner: ModelRunner;
   private readonly scheduler: Scheduler;
   private readonly grammars: GrammarService | null;
+  private readonly speculator: Speculator | null;
   private readonly eosTokenIds: readonly number[];
   private readonly listeners = new Map<string, OutputListener>();
   private readonly reportListeners = new Set<ReportListener>();
@@ -70,6 +78,7 @@ export class Engine {
   constructor(runner: ModelRunner, settings: EngineSettings) {
     const { numKvBlocks, blockSizeTokens, kvCacheGroups, maxModelLen, vocabSize } = runner.info;
     this.runner = runner;
+    this.speculator = settings.speculative == null ? null : new Speculator(settings.speculative, settings.proposer);
     this.scheduler = new Scheduler({
       numKvBlocks,
       blockSizeTokens,
@@ -83,6 +92,7 @@ export class Engine {
       modelName: settings.servedName,
       enablePrefixCaching: settings.enablePrefixCaching ?? true,
       policy: settings.policy ?? 'fcfs',
+      speculator: this.speculator,
     });
     this.grammars = settings.grammars ?? null;
     this.eosTokenIds = settings.generationDefaults.eosTokenIds;
@@ -272,7 +282,7 @@ export class Engine {
       // Both settle before the next step: the threads' rows, and what they found to force.
       const [result] = await Promise.all([pass, bitmasks === null ? null : grammars!.stepDone()]);
       forwardMs = performance.now() - forwardStart;
-      const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, result.sampledTokenIds);
+      const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, firstSamplesOf(result, output.scheduled.length));
       outputs = this.scheduler.update(output, result, forced);
     } catch (err) {
       if (bitmasks !== null) await grammars!.stepDone();
@@ -284,6 +294,9 @@ export class Engine {
       outputs = this.scheduler.failStep(output, error);
     }
     for (const news of outputs) this.emit(news);
+    // The whole step's time: the loop's work per step is a fixed cost that each proposal accepted
+    // saves too.
+    if (this.speculator !== null && output.scheduled.every(isDecode)) this.speculator.observeStep(output.numScheduledTokens, performance.now() - scheduleStart);
     const counters = this.scheduler.takeCounters();
     return {
       numScheduledTokens: output.numScheduledTokens,
@@ -293,6 +306,7 @@ export class Engine {
       forwardMs,
       numPrefixQueriedTokens: counters.numPrefixQueriedTokens,
       numPrefixHitTokens: counters.numPrefixHitTokens,
+      ...(counters.specDecode === null ? {} : { specDecode: counters.specDecode }),
       kvUsage: this.scheduler.kvUsage,
       residentMemoryBytes: this.sampleResidentMemory(),
     };
@@ -336,6 +350,18 @@ export class Engine {
       this.grammars?.close(requestId);
     }
   }
+}
+
+/** A decode's chunk: its last known token and its proposals (a prompt chunk costs differently per token). */
+function isDecode(entry: ScheduledSequence): boolean {
+  return entry.sample && entry.numScheduledTokens === 1 + entry.draftTokenIds.length;
+}
+
+/** Each sequence's first sample (a structured output's one: those never speculate). */
+function firstSamplesOf(result: RunnerResult, numSeqs: number): Int32Array {
+  const stride = result.sampleStride ?? 1;
+  if (stride === 1) return result.sampledTokenIds;
+  return Int32Array.from({ length: numSeqs }, (_, seq) => result.sampledTokenIds[seq * stride]);
 }
 
 export function createEngine(runner: ModelRunner, settings: EngineSettings): Engine {

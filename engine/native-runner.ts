@@ -3,7 +3,7 @@
 // (maxNumSeqs sequences, maxNumBatchedTokens tokens) and refilled in place every step; the
 // penalty and bias entries, whose count varies, live in arrays that only grow.
 import type { ForwardBatch, NativeModel } from '../native/api.ts';
-import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
+import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_SAMPLE, neutralSamplingExtensions, sampleStrideOf } from '../native/api.ts';
 import type { StepBitmasks } from './grammar/service.ts';
 import type { ModelRunner, RunnerInfo } from './runner.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
@@ -23,6 +23,8 @@ export class NativeRunner implements ModelRunner {
   private readonly numKvGroups: number;
   /** biasSlots[tokenId]: a sequence's bias entry for the token while its entries are written, else NO_BIAS. */
   private readonly biasSlots: Int32Array;
+  /** [maxNumSeqs]: each sequence's proposals this step; handed to the batch only in steps that have some. */
+  private readonly numDraftTokens: Int32Array;
 
   constructor(model: NativeModel, limits: NativeRunnerLimits) {
     if (MAX_TOP_LOGPROBS !== TOP_LOGPROBS_STRIDE) {
@@ -34,6 +36,7 @@ export class NativeRunner implements ModelRunner {
     this.numKvGroups = kvCacheGroups.length;
     this.info = { numKvBlocks, blockSizeTokens, kvCacheGroups, vocabSize, maxModelLen };
     this.biasSlots = new Int32Array(vocabSize).fill(NO_BIAS);
+    this.numDraftTokens = new Int32Array(maxNumSeqs);
     const maxBlocksPerSeq = Math.ceil(maxModelLen / blockSizeTokens);
     this.batch = {
       numSeqs: 0,
@@ -61,7 +64,8 @@ export class NativeRunner implements ModelRunner {
     batch.bitmaskWords = bitmasks?.bitmaskWords;
     batch.bitmaskReady = bitmasks?.bitmaskReady ?? null;
     batch.bitmaskReadyTarget = bitmasks?.bitmaskReadyTarget;
-    return this.model.forward(batch);
+    const sampleStride = sampleStrideOf(batch);
+    return this.model.forward(batch).then((result) => Object.assign(result, { sampleStride }));
   }
 
   close(): void {
@@ -80,16 +84,25 @@ export class NativeRunner implements ModelRunner {
     batch.blockTables.fill(-1, 0, this.numKvGroups * scheduled.length * maxBlocksPerSeq);
 
     let tokenIndex = 0;
+    let speculates = false;
     let numPenaltyEntries = 0;
     let numBiasEntries = 0;
     for (let seq = 0; seq < scheduled.length; seq++) {
       const entry = scheduled[seq];
       batch.queryStarts[seq] = tokenIndex;
-      const end = entry.startPosition + entry.numScheduledTokens;
+      const drafts = entry.draftTokenIds;
+      const end = entry.startPosition + entry.numScheduledTokens - drafts.length;
       for (let position = entry.startPosition; position < end; position++, tokenIndex++) {
         batch.tokenIds[tokenIndex] = entry.tokenIds[position];
         batch.positions[tokenIndex] = position;
       }
+      // Proposals follow the known tokens, at the positions they would take if accepted.
+      for (let draft = 0; draft < drafts.length; draft++, tokenIndex++) {
+        batch.tokenIds[tokenIndex] = drafts[draft];
+        batch.positions[tokenIndex] = end + draft;
+      }
+      this.numDraftTokens[seq] = drafts.length;
+      speculates ||= drafts.length > 0;
       // Group g's tables follow group g - 1's: [group][seq][block].
       for (let group = 0; group < this.numKvGroups; group++) {
         const table = entry.blockTables[group];
@@ -117,6 +130,7 @@ export class NativeRunner implements ModelRunner {
       numBiasEntries = this.fillBias(entry, numBiasEntries);
     }
     batch.queryStarts[scheduled.length] = tokenIndex;
+    batch.numDraftTokens = speculates ? this.numDraftTokens : null;
     batch.penaltyStarts[scheduled.length] = numPenaltyEntries;
     batch.biasStarts[scheduled.length] = numBiasEntries;
   }

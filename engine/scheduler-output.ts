@@ -36,6 +36,13 @@ export interface ScheduledSequence {
   scoresPrompt: boolean;
   /** A structured output's grammar (borrowed like tokenIds); null for free text. */
   grammar: GrammarGate | null;
+  /**
+   * Speculative decoding: proposed continuations of tokenIds (borrowed like tokenIds), the last
+   * draftTokenIds.length of the numScheduledTokens query tokens, after the last known token (so
+   * the chunk reaches it and samples). The runner samples each position as plain decoding would
+   * and stops at the first sample that differs from the proposal. Empty for most sequences.
+   */
+  draftTokenIds: readonly number[];
 }
 
 export interface SchedulerOutput {
@@ -56,10 +63,15 @@ export { MAX_TOP_LOGPROBS as TOP_LOGPROBS_STRIDE } from './sampling.ts';
  * another in scheduled order. Log-probabilities are under the raw logits.
  */
 export interface RunnerResult {
-  /** -1 where the sequence was not sampled. */
+  /**
+   * Rows of samples per sequence (1 + the most proposals a sequence of the step verifies; 1 when
+   * absent): sequence i's j-th sample is row i × sampleStride + j, -1 where it did not sample.
+   */
+  sampleStride?: number;
+  /** [sequences × sampleStride]: -1 where the sequence was not sampled. */
   sampledTokenIds: Int32Array;
   sampledLogprobs: Float32Array;
-  /** [sequences × TOP_LOGPROBS_STRIDE]: a sampled row's first sampling.numTopLogprobs entries are its likeliest tokens. */
+  /** [sequences × sampleStride × TOP_LOGPROBS_STRIDE]: a sampled row's first sampling.numTopLogprobs entries are its likeliest tokens. */
   topTokenIds: Int32Array;
   topLogprobs: Float32Array;
   /**

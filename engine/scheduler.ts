@@ -14,7 +14,9 @@ import { FcfsQueue, PriorityQueue, SequenceList, type WaitingQueue } from './que
 import { resolveSampling } from './sampling.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
 import { Sequence, type GrammarGate } from './sequence.ts';
-import type { FinishReason, GenerateRequest, KvEvent, RequestOutput, TokenLogprobs, WorkerLoad } from './types.ts';
+import { MAX_SPECULATIVE_TOKENS } from './spec/proposer.ts';
+import type { Speculator } from './spec/speculator.ts';
+import type { FinishReason, GenerateRequest, KvEvent, SpecDecodeCounters, RequestOutput, TokenLogprobs, WorkerLoad } from './types.ts';
 
 export type SchedulingPolicy = 'fcfs' | 'priority';
 
@@ -61,6 +63,8 @@ export interface SchedulerConfig {
   modelName: string;
   enablePrefixCaching: boolean;
   policy: SchedulingPolicy;
+  /** Speculative decoding (spec/): proposals verified with the decodes; null or absent: none. */
+  speculator?: Speculator | null;
   /** Milliseconds on a monotonic clock; performance.now() unless a test brings its own. */
   now?: () => number;
 }
@@ -70,6 +74,8 @@ export interface SchedulerCounters {
   numPreempted: number;
   numPrefixQueriedTokens: number;
   numPrefixHitTokens: number;
+  /** Speculative decoding's counters; null without speculation. */
+  specDecode: SpecDecodeCounters | null;
 }
 
 const NO_TOKENS: readonly number[] = [];
@@ -94,6 +100,9 @@ export class Scheduler {
   /** Reused every step: the running list's order, and the prompts it holds that are still being computed. */
   private readonly stepOrder: Sequence[] = [];
   private readonly prefilling: Sequence[] = [];
+  /** Reused every step: the decodes that may verify proposals, and their entries in the step. */
+  private readonly speculating: Sequence[] = [];
+  private readonly speculatingEntries: ScheduledSequence[] = [];
   private numArrivals = 0;
   private numQueuedPrefillTokens = 0;
   private numPreempted = 0;
@@ -156,6 +165,7 @@ export class Scheduler {
       numPreempted: this.numPreempted,
       numPrefixQueriedTokens: this.kv.stats.numQueriedTokens,
       numPrefixHitTokens: this.kv.stats.numHitTokens,
+      specDecode: this.config.speculator?.takeCounters() ?? null,
     };
     this.numPreempted = 0;
     this.kv.stats.numQueriedTokens = 0;
@@ -195,6 +205,10 @@ export class Scheduler {
         return { code: 'invalid_request', message: `Expected a positive number of milliseconds for ${field} but received ${value}` };
       }
     }
+    const numSpeculativeTokens = request.numSpeculativeTokens;
+    if (numSpeculativeTokens !== undefined && !(Number.isInteger(numSpeculativeTokens) && numSpeculativeTokens >= 0 && numSpeculativeTokens <= MAX_SPECULATIVE_TOKENS)) {
+      return { code: 'invalid_request', message: `Expected num_speculative_tokens in [0, ${MAX_SPECULATIVE_TOKENS}] but received ${numSpeculativeTokens}` };
+    }
     const numPromptTokens = promptTokenIds.length;
     if (numPromptTokens >= maxModelLen) {
       return {
@@ -222,6 +236,9 @@ export class Scheduler {
     // Prompt logprobs need the logits of every prompt position: such a request computes its
     // whole prompt, and so neither reuses nor offers cached blocks.
     const cached = this.config.enablePrefixCaching && sampling.numPromptLogprobs === null;
+    // A constrained output proposes nothing: its grammar decides each token after the one before.
+    const speculator = this.config.speculator ?? null;
+    const speculationLimit = speculator === null || grammar !== null ? 0 : (numSpeculativeTokens ?? speculator.config.numSpeculativeTokens);
     const sequence = new Sequence({
       requestId,
       promptTokenIds,
@@ -231,6 +248,8 @@ export class Scheduler {
       arrivalMs,
       cacheRoot: cached ? rootHash({ model: this.config.modelName, cacheSalt: request.cacheSalt }) : null,
       grammar,
+      speculationLimit,
+      acceptance: speculationLimit > 0 ? speculator!.newAcceptanceStats() : null,
     });
     this.sequences.set(requestId, sequence);
     this.pushWaiting(sequence, false);
@@ -314,11 +333,17 @@ export class Scheduler {
       if (numSchedulableTokens > 1) {
         prefilling.push(sequence);
       } else if (this.allocateOrPreempt(sequence, 1, step, preemptedRequestIds)) {
-        scheduled.push(this.scheduleChunk(sequence, 1, step));
+        const entry = this.scheduleChunk(sequence, 1, step);
+        scheduled.push(entry);
         tokenBudget -= 1;
+        if (sequence.speculationLimit > 0) {
+          this.speculating.push(sequence);
+          this.speculatingEntries.push(entry);
+        }
       }
     }
     order.length = 0;
+    tokenBudget -= this.addProposals(scheduled.length, tokenBudget);
 
     // Then prompts, in policy order (arrival, or priority then arrival): those partly computed
     // and those waiting, at most maxNumPartialPrefills of them, of which maxLongPartialPrefills
@@ -379,34 +404,50 @@ export class Scheduler {
    * the news for every request that has some.
    */
   update(output: SchedulerOutput, result: RunnerResult, forced: ReadonlyArray<readonly number[] | undefined> | null = null): RequestOutput[] {
-    this.kv.commitStep();
     const outputs: RequestOutput[] = [];
+    const sampleStride = result.sampleStride ?? 1;
     let firstTokenIndex = 0;
     for (let index = 0; index < output.scheduled.length; index++) {
       const entry = output.scheduled[index];
       const sequence = this.sequences.get(entry.requestId)!;
       if (entry.scoresPrompt) collectPromptLogprobs(sequence, entry, result, firstTokenIndex);
       firstTokenIndex += entry.numScheduledTokens;
-      sequence.numComputedTokens += entry.numScheduledTokens;
+      const drafts = entry.draftTokenIds;
+      sequence.numComputedTokens += entry.numScheduledTokens - drafts.length;
       if (sequence.numComputedTokens === sequence.numTokens) sequence.isRecomputing = false;
       if (!entry.sample) continue;
-      const tokenId = result.sampledTokenIds[index];
-      sequence.appendOutputToken(tokenId);
-      const finishReason = this.finishReasonOf(sequence, tokenId);
-      if (finishReason !== null) this.finish(sequence);
-      const news = this.outputOf(sequence, finishReason);
-      news.newTokenIds.push(tokenId);
-      news.newLogprobs.push(result.sampledLogprobs[index]);
+      // The samples in order, each accepting the proposal it equals, up to the first that
+      // differs (or the one after the last proposal), or the first that finishes the request.
+      const news = this.outputOf(sequence, null);
       const { numTopLogprobs } = sequence.sampling;
-      if (numTopLogprobs > 0) {
-        const row = index * TOP_LOGPROBS_STRIDE;
-        news.newTopLogprobs = [topRowOf(result.sampledLogprobs[index], result.topTokenIds, result.topLogprobs, row, numTopLogprobs)];
+      if (numTopLogprobs > 0) news.newTopLogprobs = [];
+      let finishReason: FinishReason | null = null;
+      let numAccepted = 0;
+      for (let row = index * sampleStride; ; row++) {
+        const tokenId = result.sampledTokenIds[row];
+        sequence.appendOutputToken(tokenId);
+        news.newTokenIds.push(tokenId);
+        news.newLogprobs.push(result.sampledLogprobs[row]);
+        if (numTopLogprobs > 0) {
+          news.newTopLogprobs!.push(topRowOf(result.sampledLogprobs[row], result.topTokenIds, result.topLogprobs, row * TOP_LOGPROBS_STRIDE, numTopLogprobs));
+        }
+        finishReason = this.finishReasonOf(sequence, tokenId);
+        if (finishReason === 'stop') news.stopTokenId = tokenId;
+        if (finishReason !== null || numAccepted === drafts.length || tokenId !== drafts[numAccepted]) break;
+        numAccepted++;
+      }
+      this.settleProposals(sequence, entry, numAccepted, finishReason === null);
+      if (finishReason !== null) this.finish(sequence);
+      news.finishReason = finishReason;
+      news.numOutputTokens = sequence.numOutputTokens;
+      if (sequence.numDraftTokens > 0) {
+        news.numDraftTokens = sequence.numDraftTokens;
+        news.numAcceptedDraftTokens = sequence.numAcceptedDraftTokens;
       }
       if (sequence.promptLogprobs !== null && !sequence.hasSentPromptLogprobs) {
         news.promptLogprobs = sequence.promptLogprobs;
         sequence.hasSentPromptLogprobs = true;
       }
-      if (finishReason === 'stop') news.stopTokenId = tokenId;
       const forcedTokenIds = forced?.[index];
       if (finishReason === null && forcedTokenIds !== undefined) this.appendForcedTokens(sequence, forcedTokenIds, news);
       if (!sequence.hasSampled) {
@@ -416,7 +457,32 @@ export class Scheduler {
       }
       outputs.push(news);
     }
+    // Named after the steps' accepted proposals: a failed step never reaches here.
+    this.kv.commitStep();
     return outputs;
+  }
+
+  /**
+   * After a speculating sequence's samples: the accepted proposals' KV is what plain decoding
+   * would have computed, so it counts as computed and its full blocks join the prefix cache;
+   * the rejected proposals' slots are given back at once (their blocks were never named). Its
+   * acceptance is recorded, or, when it had a proposal it did not verify, how that guess fared.
+   */
+  private settleProposals(sequence: Sequence, entry: ScheduledSequence, numAccepted: number, goesOn: boolean): void {
+    const numDrafts = entry.draftTokenIds.length;
+    const speculator = this.config.speculator;
+    if (speculator == null || sequence.acceptance === null) return;
+    if (numDrafts > 0) {
+      speculator.recordVerification(sequence.acceptance, numDrafts, numAccepted);
+      sequence.numDraftTokens += numDrafts;
+      sequence.numAcceptedDraftTokens += numAccepted;
+      this.kv.cacheScheduledBlocks(sequence, sequence.numComputedTokens + numAccepted);
+      sequence.numComputedTokens += numAccepted;
+      if (goesOn) this.kv.trimSlots(sequence, sequence.numTokens);
+    } else if (sequence.proposal.length > 0 && entry.numOutputTokens + 1 <= sequence.numOutputTokens) {
+      speculator.recordUnverifiedGuess(sequence.acceptance, sequence.proposal[0], sequence.tokenIds[sequence.numPromptTokens + entry.numOutputTokens]);
+    }
+    sequence.proposal.length = 0;
   }
 
   /** Forced tokens up to the output's limits; the last one may finish the request by length. */
@@ -501,7 +567,43 @@ export class Scheduler {
       bannedTokenIds: sequence.numOutputTokens < sequence.sampling.minTokens ? this.stopTokenIdsOf(sequence) : NO_TOKENS,
       scoresPrompt: scoresPrompt(sequence, numNewTokens),
       grammar: sequence.grammar,
+      draftTokenIds: NO_TOKENS,
     };
+  }
+
+  /**
+   * Extends the step's decodes that speculate with the proposals the speculator picks, each
+   * within the blocks free now (a proposal never preempts anyone); returns the tokens they take.
+   * A sequence's limit keeps every sample it might emit within max_tokens and the context, and
+   * on one side of min_tokens (the sampler applies one set of bans to all its rows).
+   */
+  private addProposals(numScheduledSeqs: number, tokenBudget: number): number {
+    const sequences = this.speculating;
+    const entries = this.speculatingEntries;
+    const speculator = this.config.speculator;
+    if (sequences.length === 0 || speculator == null) return 0;
+    for (const sequence of sequences) {
+      const { maxTokens, minTokens } = sequence.sampling;
+      const numOutputTokens = sequence.numOutputTokens;
+      let limit = Math.min(sequence.speculationLimit, maxTokens - numOutputTokens - 1, this.config.maxModelLen - sequence.numTokens - 1);
+      if (numOutputTokens < minTokens) limit = Math.min(limit, minTokens - numOutputTokens - 1);
+      sequence.maxDraftTokens = Math.max(0, limit);
+      sequence.draftTokenIds.length = 0;
+    }
+    const numChosen = speculator.choose(sequences, numScheduledSeqs, tokenBudget);
+    let numDraftTokens = 0;
+    for (let i = 0; i < sequences.length; i++) {
+      const sequence = sequences[i];
+      const numDrafts = numChosen[i];
+      if (numDrafts === 0 || !this.kv.allocateSlots(sequence, 1 + numDrafts)) continue;
+      for (let d = 0; d < numDrafts; d++) sequence.draftTokenIds.push(sequence.proposal[d]);
+      entries[i].numScheduledTokens = 1 + numDrafts;
+      entries[i].draftTokenIds = sequence.draftTokenIds;
+      numDraftTokens += numDrafts;
+    }
+    sequences.length = 0;
+    entries.length = 0;
+    return numDraftTokens;
   }
 
   /**

@@ -5,6 +5,7 @@ import type { BlockHash } from './kv/block-hash.ts';
 import type { KvSequence } from './kv/kv-cache-manager.ts';
 import type { Queued } from './queues.ts';
 import type { ResolvedSampling } from './sampling.ts';
+import type { AcceptanceStats } from './spec/adaptive.ts';
 import type { PromptTokenLogprobs } from './types.ts';
 
 /** The distinct tokens the penalties weigh: the prompt's, and each output token's count. */
@@ -32,6 +33,9 @@ export interface SequenceInit {
   cacheRoot: BlockHash | null;
   /** A structured output's grammar; null for free text. */
   grammar: GrammarGate | null;
+  /** Most proposals it verifies per step (0: it never speculates); acceptance stats when it may. */
+  speculationLimit?: number;
+  acceptance?: AcceptanceStats | null;
 }
 
 export class Sequence implements KvSequence, Queued {
@@ -80,6 +84,18 @@ export class Sequence implements KvSequence, Queued {
   hasSentPromptLogprobs = false;
   /** A token has been sampled (the first one's output reports the queue and prefill times). */
   hasSampled = false;
+  /** Most proposals it verifies in one step, whatever else limits it; 0 when it never speculates. */
+  readonly speculationLimit: number;
+  /** How its proposals fared (spec/adaptive.ts); null when it never speculates. */
+  readonly acceptance: AcceptanceStats | null;
+  /** This step's limit on its proposals (speculationLimit, cut by max_tokens, min_tokens, the context). */
+  maxDraftTokens = 0;
+  /** This step's proposal, and the part of it the step verifies (its last query tokens). */
+  readonly proposal: number[] = [];
+  readonly draftTokenIds: number[] = [];
+  /** Over the request: proposals verified, and of them accepted. */
+  numDraftTokens = 0;
+  numAcceptedDraftTokens = 0;
   prev: Sequence | null = null;
   next: Sequence | null = null;
   heapIndex = -1;
@@ -94,6 +110,8 @@ export class Sequence implements KvSequence, Queued {
     this.arrivalMs = init.arrivalMs;
     this.cacheRoot = init.cacheRoot;
     this.grammar = init.grammar;
+    this.speculationLimit = init.speculationLimit ?? 0;
+    this.acceptance = init.acceptance ?? null;
     const { presencePenalty, frequencyPenalty, repetitionPenalty } = init.sampling;
     const penalized = presencePenalty !== 0 || frequencyPenalty !== 0 || repetitionPenalty !== 1;
     this.penaltyHistory = penalized ? { promptTokenIds: new Set(init.promptTokenIds), outputCounts: new Map() } : null;

@@ -91,6 +91,11 @@ export interface GenerateRequest {
   queueTimeoutMs?: number;
   /** Ends the request with 'request_timeout' if it has not finished this long after it arrived. */
   timeoutMs?: number;
+  /**
+   * Speculative decoding: the most tokens proposed for it per step, 0 for none; the model's
+   * speculative_config's num_speculative_tokens when absent (and nothing without one).
+   */
+  numSpeculativeTokens?: number;
   /** The client request's id (the gateway's x-request-id) for the worker's log lines; choices share it. */
   externalRequestId?: string;
 }
@@ -142,6 +147,13 @@ export interface RequestOutput {
    */
   queueTimeMs?: number;
   prefillTimeMs?: number;
+  /**
+   * Speculative decoding, so far in the request: tokens proposed and verified, and of them
+   * accepted (usage's completion_tokens_details: accepted and rejected prediction tokens).
+   * Absent while none was verified.
+   */
+  numDraftTokens?: number;
+  numAcceptedDraftTokens?: number;
 }
 
 /** A worker's load, as routers weigh it: pushed with every step. */
@@ -178,6 +190,18 @@ export interface StepStats {
   kvUsage: number;
   /** The worker process's resident set size, sampled at most once a second. */
   residentMemoryBytes: number;
+  /** Speculative decoding's proposals this step (vLLM's spec_decode counters); absent without speculation. */
+  specDecode?: SpecDecodeCounters;
+}
+
+/** Speculative decoding's counters over some steps (vLLM's spec_decode metrics). */
+export interface SpecDecodeCounters {
+  /** Verifications of at least one proposal. */
+  numDrafts: number;
+  numDraftTokens: number;
+  numAcceptedTokens: number;
+  /** [position]: proposals accepted at each position (0-based) of their draft. */
+  numAcceptedTokensPerPosition: number[];
 }
 
 /** Everything a worker reports between two steps: each listener gets it once per step. */

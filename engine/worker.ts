@@ -1,5 +1,6 @@
 // One engine worker process: loads the model into the native runtime, runs the engine loop
 // over it, and serves proto/engine.proto on one address.
+import type { SpeculativeConfig } from './spec/proposer.ts';
 import type { LevelWithSilent } from 'pino';
 import type { Device, DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { describeKvCache, loadModel } from '../native/index.ts';
@@ -40,6 +41,8 @@ export interface WorkerSettings {
   tensorParallelSize?: number;
   enablePrefixCaching: boolean;
   schedulingPolicy: SchedulingPolicy;
+  /** Speculative decoding (engine/spec/); none when absent or null. */
+  speculative?: SpeculativeConfig | null;
   /** Threads that compile structured outputs' grammars and fill their masks (2 by default; started on first use). */
   grammarThreads?: number;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
@@ -136,6 +139,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       generationDefaults,
       enablePrefixCaching: settings.enablePrefixCaching,
       policy: settings.schedulingPolicy,
+      speculative: settings.speculative,
       grammars: new GrammarService({
         modelDir: settings.modelDir,
         vocabSize: model.info.vocabSize,

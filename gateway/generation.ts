@@ -22,6 +22,8 @@ export interface GenerationRequest {
   priority?: number;
   /** Only requests with the same salt share cached prefixes. */
   cacheSalt?: string;
+  /** Speculative decoding: most tokens proposed per step (0: none); the model's setting when absent. */
+  numSpeculativeTokens?: number;
   /** vLLM's include_stop_str_in_output: a matched stop string, or a stop token's text, ends the text. */
   includeStopStrInOutput?: boolean;
   /** What the output must match (a JSON schema, a regex, forced tool calls, ...); compiled by the worker. */
@@ -51,6 +53,17 @@ export interface Usage {
   completion_tokens: number;
   total_tokens: number;
   prompt_tokens_details: { cached_tokens: number };
+  /**
+   * With speculative decoding (OpenAI's Predicted Outputs fields): proposed tokens the model
+   * accepted and rejected. Absent when none was proposed.
+   */
+  completion_tokens_details?: { accepted_prediction_tokens: number; rejected_prediction_tokens: number };
+}
+
+/** Speculative decoding's proposals over a generation: verified, and of them accepted. */
+export interface DraftUsage {
+  numDraftTokens: number;
+  numAcceptedDraftTokens: number;
 }
 
 /** An output token's log-probability and its likeliest alternatives (empty unless asked for). */
@@ -73,13 +86,20 @@ export interface GenerationFinish {
 const noAlternatives: readonly number[] = [];
 
 /** Usage of one prompt; choices that share it count it once. */
-export function usageOf(numPromptTokens: number, numCachedTokens: number, numCompletionTokens: number): Usage {
-  return {
+export function usageOf(numPromptTokens: number, numCachedTokens: number, numCompletionTokens: number, drafts?: DraftUsage): Usage {
+  const usage: Usage = {
     prompt_tokens: numPromptTokens,
     completion_tokens: numCompletionTokens,
     total_tokens: numPromptTokens + numCompletionTokens,
     prompt_tokens_details: { cached_tokens: numCachedTokens },
   };
+  if (drafts !== undefined && drafts.numDraftTokens > 0) {
+    usage.completion_tokens_details = {
+      accepted_prediction_tokens: drafts.numAcceptedDraftTokens,
+      rejected_prediction_tokens: drafts.numDraftTokens - drafts.numAcceptedDraftTokens,
+    };
+  }
+  return usage;
 }
 
 export interface GenerationHandlers {
@@ -130,6 +150,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
   let firstTokenMs = 0;
   let lastTokenMs = 0;
   let numCachedTokens = 0;
+  const drafts: DraftUsage = { numDraftTokens: 0, numAcceptedDraftTokens: 0 };
   let promptLogprobs: PromptTokenLogprobs[] | null = null;
   let isFinished = false;
   let isStarted = false;
@@ -160,7 +181,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     observed.finished((performance.now() - request.arrivalMs) / 1000, decodeSeconds, promptTokenIds.length, numOutputTokens);
     handlers.onFinish({
       finishReason,
-      usage: usageOf(promptTokenIds.length, numCachedTokens, numOutputTokens),
+      usage: usageOf(promptTokenIds.length, numCachedTokens, numOutputTokens, drafts),
       tokenLogprobs: takeLogprobs(),
       promptLogprobs,
     });
@@ -212,6 +233,10 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
     observeTokens(output);
     numOutputTokens += output.newTokenIds.length;
     numCachedTokens = output.numCachedTokens;
+    if (output.numDraftTokens !== undefined) {
+      drafts.numDraftTokens = output.numDraftTokens;
+      drafts.numAcceptedDraftTokens = output.numAcceptedDraftTokens ?? 0;
+    }
     if (output.promptLogprobs !== undefined && promptLogprobs === null) {
       promptLogprobs = output.promptLogprobs;
       handlers.onPromptLogprobs?.(promptLogprobs);
@@ -263,6 +288,7 @@ export function startGeneration(request: GenerationRequest, handlers: Generation
           sampling: request.sampling,
           priority: request.priority,
           cacheSalt: request.cacheSalt,
+          numSpeculativeTokens: request.numSpeculativeTokens,
           queueTimeoutMs: model.queueTimeoutMs,
           timeoutMs: model.requestTimeoutMs,
           externalRequestId: trace?.requestId,

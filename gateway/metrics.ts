@@ -120,6 +120,10 @@ export class GatewayMetrics {
   private readonly numPrefixQueriedTokens: Counter<WorkerLabel>;
   private readonly numPrefixHitTokens: Counter<WorkerLabel>;
   private readonly stepTime: Histogram<WorkerLabel>;
+  private readonly numSpecDrafts: Counter<WorkerLabel>;
+  private readonly numSpecDraftTokens: Counter<WorkerLabel>;
+  private readonly numSpecAcceptedTokens: Counter<WorkerLabel>;
+  private readonly numSpecAcceptedTokensPerPosition: Counter<WorkerLabel | 'position'>;
   private readonly schedulingTime: Histogram<WorkerLabel>;
   private readonly tokensPerStep: Histogram<WorkerLabel>;
 
@@ -201,6 +205,17 @@ export class GatewayMetrics {
       'Prompt tokens looked up in the prefix cache at admission.',
     );
     this.numPrefixHitTokens = workerCounter('conduit_prefix_cache_hits_total', 'Prompt tokens found in the prefix cache at admission.');
+    // vLLM's spec_decode counters, under our prefix: acceptance rate = accepted / draft tokens,
+    // and per position, accepted_per_pos / drafts.
+    this.numSpecDrafts = workerCounter('conduit_spec_decode_num_drafts_total', 'Speculative decoding: verifications of at least one proposed token.');
+    this.numSpecDraftTokens = workerCounter('conduit_spec_decode_num_draft_tokens_total', 'Speculative decoding: proposed tokens verified.');
+    this.numSpecAcceptedTokens = workerCounter('conduit_spec_decode_num_accepted_tokens_total', 'Speculative decoding: proposed tokens accepted.');
+    this.numSpecAcceptedTokensPerPosition = new Counter({
+      name: 'conduit_spec_decode_num_accepted_tokens_per_pos_total',
+      help: 'Speculative decoding: proposed tokens accepted at each position (0-based) of their draft.',
+      labelNames: [...labelNames, 'position'],
+      registers,
+    });
     this.stepTime = workerHistogram('conduit_engine_step_duration_seconds', 'One engine step: scheduling plus the forward pass.', STEP_BUCKETS_SEC);
     this.schedulingTime = workerHistogram(
       'conduit_engine_scheduling_duration_seconds',
@@ -223,6 +238,9 @@ export class GatewayMetrics {
           stepTime: this.stepTime.labels(labels),
           schedulingTime: this.schedulingTime.labels(labels),
           tokensPerStep: this.tokensPerStep.labels(labels),
+          numSpecDrafts: this.numSpecDrafts.labels(labels),
+          numSpecDraftTokens: this.numSpecDraftTokens.labels(labels),
+          numSpecAcceptedTokens: this.numSpecAcceptedTokens.labels(labels),
         };
         const residentMemory = this.workerResidentMemory.labels(labels);
         const stopWatching = worker.onReport(({ stats }) => {
@@ -234,6 +252,15 @@ export class GatewayMetrics {
           step.stepTime.observe((stats.scheduleMs + stats.forwardMs) / 1000);
           step.schedulingTime.observe(stats.scheduleMs / 1000);
           step.tokensPerStep.observe(stats.numScheduledTokens);
+          const spec = stats.specDecode;
+          if (spec !== undefined && spec.numDrafts > 0) {
+            step.numSpecDrafts.inc(spec.numDrafts);
+            step.numSpecDraftTokens.inc(spec.numDraftTokens);
+            step.numSpecAcceptedTokens.inc(spec.numAcceptedTokens);
+            spec.numAcceptedTokensPerPosition.forEach((count, position) => {
+              if (count > 0) this.numSpecAcceptedTokensPerPosition.inc({ ...labels, position: String(position) }, count);
+            });
+          }
         });
         return () => {
           stopWatching();

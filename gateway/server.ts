@@ -13,7 +13,8 @@ import { installJsonBodyParser } from './json-body.ts';
 import { echoRequestIdOnUpgrade, installAccessLog, loggerOptions, type LogSettings } from './logging.ts';
 import type { Logger } from 'pino';
 import { kservePlugin } from './kserve/index.ts';
-import type { ModelRepository } from '../engine/classic/index.ts';
+import type { ModelRepository } from '../triton/index.ts';
+import { KServeLlms } from './kserve/llm-models.ts';
 import type { KServeControl } from './kserve/control.ts';
 import { DEFAULT_GATEWAY_LIMITS, type GatewayLimits } from './limits.ts';
 import { OffloadPool } from './offload/pool.ts';
@@ -120,9 +121,12 @@ export async function createGateway(options: GatewayOptions): Promise<FastifyIns
   });
   await app.register(healthPlugin, { models: options.models, readiness });
   await app.register(chatPagePlugin);
+  // The LLMs as v2 models: one set of statistics for /v2 and the gRPC service (bin/serve.ts hands it over).
+  const kserveLlms = new KServeLlms(registry, metrics);
+  app.decorate('kserveLlms', kserveLlms);
   await app.register(kservePlugin, {
     prefix: '/v2', repository: options.classic?.repository ?? null, registry, metrics, version: options.classic?.version ?? '0.1.0',
-    control: options.classic?.control, pool, maxBufferedBytes: limits.sseBufferLimitBytes,
+    control: options.classic?.control, pool, maxBufferedBytes: limits.sseBufferLimitBytes, llms: kserveLlms,
   });
   return app;
 }

@@ -142,8 +142,9 @@ export const MAX_TOP_LOGPROBS = 20;
  * before attention reads it, so a token attends to positions [0, pos] of its sequence
  * (or the last slidingWindowTokens of them) wherever they were computed. A group's table may hold
  * -1 for blocks its window no longer reaches.
- * Sampling, logits and top logprobs refer to the last token of each sequence; prompt logprobs
- * to every token of a flagged sequence's chunk.
+ * Sampling, logits and top logprobs refer to the last token of each sequence (its last k + 1
+ * with k proposals, see numDraftTokens); prompt logprobs to every token of a flagged sequence's
+ * chunk.
  *
  * Sampling a sequence (vLLM v1's order): raw logits → the structured output's token bitmask
  * (when the sequence has one) → logit bias → repetition penalty →
@@ -231,6 +232,27 @@ export interface ForwardBatch {
    */
   bitmaskReady?: Int32Array | null;
   bitmaskReadyTarget?: number;
+  /**
+   * Speculative decoding (optional; absent or null when no sequence carries proposals). [numSeqs]:
+   * the last numDraftTokens[i] = k tokens of sequence i's chunk are proposed continuations, on a
+   * sequence flagged SEQ_SAMPLE alone (no SEQ_RETURN_LOGITS or SEQ_PROMPT_LOGPROBS), without a
+   * bitmask row. It samples at each of its last k + 1 tokens in turn, the j-th (from 0) exactly as
+   * plain decoding samples output index outputIndices[i] + j once the proposals before it are
+   * output (same logits, same counter; the penalties count those proposals among the output),
+   * accepting a proposal when the sample before it equals it; the first sample that differs, or
+   * the one after the last proposal, is the last. The bias (bans included) is the sequence's for
+   * every row, so the caller keeps a sequence's rows on one side of its min_tokens.
+   */
+  numDraftTokens?: Int32Array | null;
+}
+
+/** Rows per sequence of the sampled outputs: 1 + the most proposals a sequence of the batch carries. */
+export function sampleStrideOf(batch: Pick<ForwardBatch, 'numSeqs' | 'numDraftTokens'>): number {
+  let stride = 1;
+  const drafts = batch.numDraftTokens;
+  if (drafts === undefined || drafts === null) return stride;
+  for (let seq = 0; seq < batch.numSeqs; seq++) stride = Math.max(stride, drafts[seq] + 1);
+  return stride;
 }
 
 /** The ForwardBatch fields a caller that uses none of min-p, penalties, bias or logprobs fills with neutral values. */
@@ -272,21 +294,31 @@ export function neutralSamplingExtensions(maxNumSeqs: number): SamplingExtension
   };
 }
 
+/**
+ * The sampled outputs hold sampleStrideOf(batch) rows per sequence (1 without proposals): row
+ * seq * stride + j is sequence seq's j-th sample, at output index outputIndices[seq] + j.
+ */
 export interface ForwardResult {
-  /** [numSeqs]; -1 where the sequence was not sampled. */
+  /** [numSeqs * stride]; -1 where the sequence did not sample. */
   sampledTokenIds: Int32Array;
-  /** [numSeqs] log-probability of the sampled token under the unmodified distribution. */
+  /** [numSeqs * stride] log-probability of the sampled token under the unmodified distribution. */
   sampledLogprobs: Float32Array;
   /** [numLogitSeqs * vocabSize] raw (unprocessed) logits of the sequences flagged SEQ_RETURN_LOGITS, in batch order. */
   logits: Float32Array;
   /**
-   * [numSeqs * MAX_TOP_LOGPROBS]: row seq of a sampled sequence starts with its numTopLogprobs[seq]
-   * most likely tokens under the raw logits, descending, ties to the lower id; the rest of every
-   * row is -1.
+   * [numSeqs * stride * MAX_TOP_LOGPROBS]: a sampled row starts with its sequence's
+   * numTopLogprobs[seq] most likely tokens under the raw logits, descending, ties to the lower id;
+   * the rest of every row is -1.
    */
   topTokenIds: Int32Array;
-  /** [numSeqs * MAX_TOP_LOGPROBS] the raw log-softmax at topTokenIds; NaN where the id is -1. */
+  /** [numSeqs * stride * MAX_TOP_LOGPROBS] the raw log-softmax at topTokenIds; NaN where the id is -1. */
   topLogprobs: Float32Array;
+  /**
+   * [numSeqs] with numDraftTokens, else empty: the proposals each sequence accepted. Its rows 0 ..
+   * that count are sampled (the accepted proposals, then the sample that ended it): the tokens it
+   * outputs.
+   */
+  numAcceptedTokens: Int32Array;
   /**
    * [numTokens] when some sequence is flagged SEQ_PROMPT_LOGPROBS, else empty. At a flagged
    * sequence's token, the raw log-probability of the next known token (the chunk's next token, or

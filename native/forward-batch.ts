@@ -80,6 +80,26 @@ export function validateForwardBatch(batch: ForwardBatch, info: ModelInfo): void
   ]);
   for (let seq = 0; seq < numSeqs; seq++) validateSequence(batch, info, seq);
   validateBitmasks(batch, info);
+  validateDrafts(batch);
+}
+
+/** Proposals end a sampled, unconstrained chunk that holds at least one token before them. */
+function validateDrafts(batch: ForwardBatch): void {
+  const drafts = batch.numDraftTokens;
+  if (drafts === undefined || drafts === null) return;
+  requireLength('numDraftTokens', drafts, batch.numSeqs);
+  for (let seq = 0; seq < batch.numSeqs; seq++) {
+    const numDrafts = drafts[seq];
+    if (numDrafts === 0) continue;
+    const numTokens = batch.queryStarts[seq + 1] - batch.queryStarts[seq];
+    if (!(Number.isInteger(numDrafts) && numDrafts > 0 && numDrafts < numTokens)) {
+      fail('numDraftTokens', `sequence ${seq} has ${numDrafts} in a chunk of ${numTokens} tokens; expected 0 .. ${numTokens - 1}`);
+    }
+    if (batch.seqFlags[seq] !== SEQ_SAMPLE) {
+      fail('numDraftTokens', `sequence ${seq} carries proposals with seqFlags ${batch.seqFlags[seq]}; only a sampled sequence (${SEQ_SAMPLE}) may`);
+    }
+    if ((batch.bitmaskRows?.[seq] ?? -1) >= 0) fail('numDraftTokens', `sequence ${seq} carries proposals and a bitmask row; a constrained sequence proposes none`);
+  }
 }
 
 /** Rows of -1 or within tokenBitmask, rows as wide as the vocabulary, a one-entry counter. */

@@ -17,7 +17,7 @@ import type {
   TensorParallelOptions,
   WeightDtype,
 } from './api.ts';
-import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS } from './api.ts';
+import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS, sampleStrideOf } from './api.ts';
 import { readCheckpoint, type ModelSpec } from './checkpoint.ts';
 import { validateForwardBatch } from './forward-batch.ts';
 import { availableMemory, loadFootprint, memoryShortfall } from './memory.ts';
@@ -331,12 +331,15 @@ function allocateOutputs(batch: ForwardBatch, vocabSize: number): ForwardResult 
     promptLogprobTokens = numTokens;
     if (batch.numPromptTopLogprobs[seq] > 0) promptTopTokens = numTokens;
   }
+  const numSampleRows = numSeqs * sampleStrideOf(batch);
+  const speculates = batch.numDraftTokens !== undefined && batch.numDraftTokens !== null;
   return {
-    sampledTokenIds: new Int32Array(numSeqs),
-    sampledLogprobs: new Float32Array(numSeqs),
+    sampledTokenIds: new Int32Array(numSampleRows),
+    sampledLogprobs: new Float32Array(numSampleRows),
     logits: new Float32Array(numLogitSeqs * vocabSize),
-    topTokenIds: new Int32Array(numSeqs * MAX_TOP_LOGPROBS),
-    topLogprobs: new Float32Array(numSeqs * MAX_TOP_LOGPROBS),
+    topTokenIds: new Int32Array(numSampleRows * MAX_TOP_LOGPROBS),
+    topLogprobs: new Float32Array(numSampleRows * MAX_TOP_LOGPROBS),
+    numAcceptedTokens: new Int32Array(speculates ? numSeqs : 0),
     promptLogprobs: new Float32Array(promptLogprobTokens),
     promptTopTokenIds: new Int32Array(promptTopTokens * MAX_TOP_LOGPROBS),
     promptTopLogprobs: new Float32Array(promptTopTokens * MAX_TOP_LOGPROBS),

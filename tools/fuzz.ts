@@ -28,7 +28,7 @@ import { parseArgs } from 'node:util';
 import { deflateSync, gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import { AccessControl } from '../gateway/admission.ts';
-import { ModelRepository } from '../engine/classic/index.ts';
+import { ModelRepository } from '../triton/index.ts';
 import { loadInferenceService, startKServeGrpc } from '../gateway/kserve/grpc.ts';
 import { MODELS_DIR, startKServeServer, binaryBody } from '../gateway/kserve/test/harness.ts';
 import { Mutator, rng, serialize, type Json } from '../gateway/test/fuzz-mutator.ts';

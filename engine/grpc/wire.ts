@@ -107,6 +107,7 @@ export function generateToWire(request: GenerateRequest): WireGenerateRequest {
     timeoutMs: request.timeoutMs,
     externalRequestId: request.externalRequestId,
     structuredOutput: request.structuredOutput === undefined ? undefined : structuredToWire(request.structuredOutput),
+    numSpeculativeTokens: request.numSpeculativeTokens,
   };
 }
 
@@ -181,6 +182,7 @@ export function generateFromWire(wire: WireGenerateRequestOutput): GenerateReque
     timeoutMs: wire.timeoutMs,
     externalRequestId: wire.externalRequestId,
     structuredOutput: structuredFromWire(wire.structuredOutput),
+    numSpeculativeTokens: wire.numSpeculativeTokens,
   };
 }
 
@@ -214,6 +216,8 @@ export function outputToWire(output: RequestOutput, requestId: string): WireRequ
     promptLogprobs: output.promptLogprobs,
     queueTimeMs: output.queueTimeMs,
     prefillTimeMs: output.prefillTimeMs,
+    numDraftTokens: output.numDraftTokens ?? 0,
+    numAcceptedDraftTokens: output.numAcceptedDraftTokens ?? 0,
   };
 }
 
@@ -233,6 +237,10 @@ export function outputFromWire(wire: WireRequestOutputOutput): RequestOutput {
   if (wire.promptLogprobs.length > 0) output.promptLogprobs = wire.promptLogprobs.map(promptLogprobsFromWire);
   if (wire.queueTimeMs !== undefined) output.queueTimeMs = wire.queueTimeMs;
   if (wire.prefillTimeMs !== undefined) output.prefillTimeMs = wire.prefillTimeMs;
+  if (wire.numDraftTokens > 0) {
+    output.numDraftTokens = wire.numDraftTokens;
+    output.numAcceptedDraftTokens = wire.numAcceptedDraftTokens;
+  }
   return output;
 }
 
@@ -263,12 +271,25 @@ function loadFromWire(wire: WireWorkerLoad): WorkerLoad {
 }
 
 function statsFromWire(wire: WireStepStats): StepStats {
-  return { ...wire };
+  const { specDecode, ...stats } = wire;
+  if (specDecode === null) return stats;
+  return {
+    ...stats,
+    specDecode: {
+      numDrafts: specDecode.numDrafts,
+      numDraftTokens: specDecode.numDraftTokens,
+      numAcceptedTokens: specDecode.numAcceptedTokens,
+      numAcceptedTokensPerPosition: specDecode.numAcceptedTokensPerPos,
+    },
+  };
 }
 
 /** One message for a stream: its outputs of the step, and the step's report. */
 export function stepToWire(outputs: readonly WireRequestOutput[], report: StepReport): StepOutput {
-  return { outputs: [...outputs], kvEvents: report.events.map(kvEventToWire), load: report.load, stats: report.stats };
+  const { stats } = report;
+  const specDecode = stats?.specDecode;
+  const wireStats = stats === null || specDecode === undefined ? stats : { ...stats, specDecode: { ...specDecode, numAcceptedTokensPerPos: specDecode.numAcceptedTokensPerPosition } };
+  return { outputs: [...outputs], kvEvents: report.events.map(kvEventToWire), load: report.load, stats: wireStats };
 }
 
 /** Throws on a message without load: the worker always sends one. */

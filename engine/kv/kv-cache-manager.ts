@@ -276,6 +276,19 @@ export class KvCacheManager {
     });
   }
 
+  /**
+   * Returns to the pool each group's blocks past the first numTokens positions (speculative
+   * decoding's rejected proposals, never named, so they are reused first).
+   */
+  trimSlots(sequence: KvSequence, numTokens: number): void {
+    const numBlocksKept = Math.ceil(numTokens / this.blockSizeTokens);
+    for (const table of sequence.blockTables) {
+      if (table.length <= numBlocksKept) continue;
+      this.pool.free(table.slice(numBlocksKept));
+      table.length = numBlocksKept;
+    }
+  }
+
   /** The step ran: what it named holds real KV. */
   commitStep(): void {
     this.stepCachedBlocks.length = 0;

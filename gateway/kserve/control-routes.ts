@@ -3,7 +3,7 @@
 // (answered as a Triton built without GPU support), /[models/{m}/]trace/setting and /logging.
 // All of them are administrative: with API keys, only an admin key may call them (auth.ts).
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ClassicError, type ModelRepository } from '../../engine/classic/index.ts';
+import { ClassicError, type ModelRepository } from '../../triton/index.ts';
 import { adminOnly } from '../auth.ts';
 import {
   CUDA_SHARED_MEMORY_SURFACE, LOGGING_SURFACE, SHARED_MEMORY_SURFACE, TRACE_SURFACE, type KServeControl,

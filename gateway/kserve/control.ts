@@ -1,7 +1,7 @@
 // The server-wide state behind Triton's shared-memory, trace and logging extensions, one object
 // shared by the HTTP routes and the gRPC service (a region registered over one is used over the
 // other). Whoever creates it closes it, after both servers have closed.
-import type { InferRequest, ServedVersion, TensorMap } from '../../engine/classic/index.ts';
+import { classify, type InferRequest, type ServedVersion, type TensorMap } from '../../triton/index.ts';
 import { LogSettings } from './log-settings.ts';
 import { adminRefusal, type ApiKeySpec } from '../auth.ts';
 import { refusedSharedMemory, SystemSharedMemory, writeSharedMemoryOutput, type SharedMemoryAccess, type SharedMemoryLease } from './shared-memory.ts';
@@ -11,6 +11,8 @@ import { TraceManager } from './trace.ts';
 export interface OutputTarget {
   readonly name: string;
   readonly sharedMemory: SharedMemoryLease | null;
+  /** The classification extension: the top this many classes as BYTES; 0 or absent: the tensor itself. */
+  readonly classification?: number;
 }
 
 /** How refusals name the administrative surfaces, over HTTP and gRPC. */
@@ -52,8 +54,14 @@ export class KServeControl {
     const trace = this.trace.sample(served.config.name);
     try {
       if (trace !== null) this.trace.recordTensors(trace, 'TENSOR_QUEUE_INPUT', request.inputs);
-      const outputs = await served.infer({ ...request, timestamps: trace?.timestamps });
+      // A copy: the classification replaces tensors, and a cached result is shared.
+      const outputs = { ...await served.infer({ ...request, timestamps: trace?.timestamps }) };
       if (trace !== null) this.trace.recordTensors(trace, 'TENSOR_BACKEND_OUTPUT', outputs);
+      for (const { name, classification } of targets) {
+        if (classification !== undefined && classification > 0) {
+          outputs[name] = classify(outputs[name], name, classification, served.config.max_batch_size > 0, served.labels.get(name));
+        }
+      }
       for (const { name, sharedMemory } of targets) if (sharedMemory !== null) writeSharedMemoryOutput(sharedMemory, outputs[name], name);
       return outputs;
     } finally {

@@ -2,7 +2,7 @@
 // Conduit's ordinary models run on CPU, so no CUDA IPC handle can be opened. Status lists no
 // regions, registering is refused with UNSUPPORTED, and unregistering (nothing) succeeds; the
 // server metadata does not claim `cuda_shared_memory`.
-import { ClassicError } from '../../engine/classic/index.ts';
+import { ClassicError } from '../../triton/index.ts';
 
 /** Every registered CUDA region (none), or NOT_FOUND for a named one. */
 export function cudaStatus(name: string | null): never[] {

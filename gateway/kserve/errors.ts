@@ -1,6 +1,6 @@
 // Triton's statuses onto the one error catalogue: INVALID_ARG and ALREADY_EXISTS 400, NOT_FOUND 404, UNAVAILABLE
 // 503, UNSUPPORTED 501, INTERNAL 500 (server src/http_server.cc HttpCodeFromError).
-import { ClassicError, ModelConfigError, TensorError, type ClassicStatus } from '../../engine/classic/index.ts';
+import { ClassicError, ModelConfigError, TensorError, type ClassicStatus } from '../../triton/index.ts';
 import { ApiError, type ErrorCode } from '../errors.ts';
 
 const CODES: Record<ClassicStatus, ErrorCode> = {

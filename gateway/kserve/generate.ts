@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { SamplingParams } from '../../engine/types.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
 import { ranges } from '../openai/schemas.ts';
-import { startGeneration, type GenerationFinish } from '../generation.ts';
+import { startGeneration, type GenerationFinish, type GenerationRequest } from '../generation.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { LoadedModel, ModelRegistry } from '../served-model.ts';
 
@@ -57,6 +57,30 @@ function samplingOf(fields: Fields, maxTokens: number): SamplingParams {
   return sampling;
 }
 
+/**
+ * A generate request's GenerationRequest, the prompt it echoes and the head of each answer; the
+ * LLMs' v2 infer (llm-models.ts) reads its tensors into the same JSON and comes here too.
+ */
+export function prepareGenerate(model: LoadedModel, json: unknown, streamed: boolean, arrivalMs: number, trace?: GenerationRequest['trace']) {
+  const body = parse(json);
+  const fields: Fields = { ...body, ...body.parameters };
+  if (streamed && fields.exclude_input_in_output === false) {
+    throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');
+  }
+  const echoedPrompt = !streamed && fields.exclude_input_in_output !== true ? body.text_input : '';
+  const promptTokenIds = model.tokenizer.encode(body.text_input, { addSpecialTokens: true });
+  const maxTokens = Math.min(fields.max_tokens ?? model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
+  if (maxTokens < 1) {
+    throw new ApiError('context_length_exceeded', `the prompt has ${promptTokenIds.length} tokens; the model's context is ${model.maxModelLen}`);
+  }
+  const head = { ...(body.id === undefined ? {} : { id: body.id }), model_name: model.name, model_version: '1' };
+  const stopStrings = fields.stop === undefined ? [] : typeof fields.stop === 'string' ? [fields.stop] : fields.stop;
+  const generationRequest = {
+    model, promptTokenIds, sampling: samplingOf(fields, maxTokens), stopStrings, wantsLogprobs: false, arrivalMs, trace,
+  };
+  return { generationRequest, echoedPrompt, head };
+}
+
 export interface GenerateRoutesOptions {
   registry: ModelRegistry;
   metrics: GatewayMetrics;
@@ -64,40 +88,30 @@ export interface GenerateRoutesOptions {
   maxBufferedBytes: number;
   /** The request's JSON object (parsed as every body is), {} for an empty body. */
   jsonBody(request: FastifyRequest): Record<string, unknown>;
+  /** Whether the name is a model of the repository (which exists, but takes infer, not generate). */
+  isOrdinaryModel(name: string): boolean;
 }
 
 /** Registers generate and generate_stream for the LLMs of the registry. */
 /** A stream cut for a slow reader ends with its error event; a reader that has not taken it this long after is dropped. */
 const SLOW_READER_GRACE_MS = 10_000;
 
-export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody, maxBufferedBytes }: GenerateRoutesOptions) {
+export function registerGenerateRoutes(app: FastifyInstance, { registry, metrics, jsonBody, maxBufferedBytes, isOrdinaryModel }: GenerateRoutesOptions) {
   const handle = async (request: FastifyRequest<{ Params: { model: string; version?: string } }>, reply: FastifyReply, streamed: boolean) => {
     const arrivalMs = performance.now();
     let model: LoadedModel;
     try {
       model = registry.get(request.params.model);
     } catch {
+      if (isOrdinaryModel(request.params.model)) {
+        throw new ApiError('invalid_request', `model '${request.params.model}' does not support generate: it is not an LLM (send it infer requests)`);
+      }
       throw new ApiError('model_not_found', `Request for unknown model: '${request.params.model}' is not found`);
     }
     if (request.params.version !== undefined && request.params.version !== '1') {
       throw new ApiError('model_not_found', `Request for unknown model: '${model.name}' version ${request.params.version} is not found`);
     }
-    const body = parse(jsonBody(request));
-    const fields: Fields = { ...body, ...body.parameters };
-    if (streamed && fields.exclude_input_in_output === false) {
-      throw new ApiError('invalid_request', 'When streaming, `exclude_input_in_output` = False is not allowed.');
-    }
-    const echoedPrompt = !streamed && fields.exclude_input_in_output !== true ? body.text_input : '';
-    const promptTokenIds = model.tokenizer.encode(body.text_input, { addSpecialTokens: true });
-    const maxTokens = Math.min(fields.max_tokens ?? model.defaultMaxTokens ?? DEFAULT_MAX_TOKENS, model.maxModelLen - promptTokenIds.length);
-    if (maxTokens < 1) {
-      throw new ApiError('context_length_exceeded', `the prompt has ${promptTokenIds.length} tokens; the model's context is ${model.maxModelLen}`);
-    }
-    const head = { ...(body.id === undefined ? {} : { id: body.id }), model_name: model.name, model_version: '1' };
-    const stopStrings = fields.stop === undefined ? [] : typeof fields.stop === 'string' ? [fields.stop] : fields.stop;
-    const generationRequest = {
-      model, promptTokenIds, sampling: samplingOf(fields, maxTokens), stopStrings, wantsLogprobs: false, arrivalMs, trace: request.trace,
-    };
+    const { generationRequest, echoedPrompt, head } = prepareGenerate(model, jsonBody(request), streamed, arrivalMs, request.trace);
 
     if (!streamed) {
       let text = '';

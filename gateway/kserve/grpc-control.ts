@@ -1,6 +1,6 @@
 // The gRPC side of Triton's shared-memory, trace and logging extensions: the same state as the
 // HTTP routes (KServeControl), in the messages of proto/grpc_service.proto.
-import type { ModelRepository } from '../../engine/classic/index.ts';
+import type { ModelRepository } from '../../triton/index.ts';
 import type { KServeControl } from './control.ts';
 import { cudaRegisterError, cudaStatus } from './cuda-shared-memory.ts';
 import type { LogSettingsState } from './log-settings.ts';

@@ -2,7 +2,7 @@
 // HTTP binary extension) or the typed `contents` fields, never both; outputs always raw, one
 // `raw_output_contents` entry per output, which is what Triton's clients read. An input may name
 // a system shared-memory region instead; raw_input_contents then holds the other inputs' bytes.
-import { ClassicError, elementCount, fromRaw, isDataType, type DataType, type Tensor } from '../../engine/classic/index.ts';
+import { ClassicError, elementCount, fromRaw, isDataType, type DataType, type Tensor } from '../../triton/index.ts';
 import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryAccess } from './shared-memory.ts';
 
 /** InferParameter as @grpc/proto-loader decodes it (oneofs: the set field's name in parameter_choice). */

@@ -9,7 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { pino } from 'pino';
 import { packageRoot } from '../../package-root.ts';
-import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../triton/index.ts';
 import { AccessControl } from '../admission.ts';
 import type { ApiKeySpec } from '../auth.ts';
 import { KServeControl, type OutputTarget } from './control.ts';
@@ -21,6 +21,9 @@ import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter
 import { EXTENSIONS, SERVER_NAME } from './index.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
 import { sharedMemoryRefOf } from './shared-memory.ts';
+import { runLlmInfer } from './grpc-llm.ts';
+import { addHealthService } from './grpc-health.ts';
+import type { KServeLlms } from './llm-models.ts';
 
 const PROTO_DIR = path.join(packageRoot, 'proto');
 
@@ -79,7 +82,8 @@ async function runInfer(repository: ModelRepository, control: KServeControl, req
   try {
     for (const output of requested) {
       const ref = sharedMemoryRefOf(plainParameters(output.parameters), `output '${output.name}'`);
-      targets.push({ name: output.name, sharedMemory: ref === null ? null : sharedMemory.lease(ref) });
+      const classification = output.parameters.classification === undefined ? 0 : parameterNumber(output.parameters.classification, 'classification');
+      targets.push({ name: output.name, sharedMemory: ref === null ? null : sharedMemory.lease(ref), classification });
     }
   } catch (err) {
     for (const target of targets) target.sharedMemory?.release();
@@ -269,6 +273,8 @@ export interface KServeGrpcOptions {
   repository: ModelRepository;
   /** The LLMs served beside the repository: they count for ServerReady and answer ModelReady. */
   llms: readonly LlmWorkers[];
+  /** The LLMs as v2 models (the gateway's `kserveLlms`): metadata, config, infer, statistics. Without it they answer ModelReady only. */
+  llmModels?: KServeLlms;
   version: string;
   host: string;
   port: number;
@@ -299,6 +305,13 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const server = new grpc.Server({ 'grpc.max_receive_message_length': maxMessageBytes, 'grpc.max_send_message_length': -1 });
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
+  const llmOf = (name: string, version: string) => options.llmModels?.find(name, versionOf(version)) ?? null;
+  /** One infer request for a repository model or an LLM; onResponse takes a streamed LLM's chunks. */
+  const inferAny = (request: WireInferRequest, apiKey: ApiKeySpec | null, signal: AbortSignal, onResponse?: (response: unknown) => void) => {
+    const llm = llmOf(request.model_name, request.model_version);
+    if (llm === null) return runInfer(repository, control, request, apiKey);
+    return runLlmInfer(options.llmModels!, llm, request, control.sharedMemoryFor(apiKey), signal, onResponse);
+  };
   const logger = options.logger ?? pino({ level: 'silent' });
   const access = options.access ?? new AccessControl({ apiKeys: [] });
   // Triton's LogSettings move this logger's level, as /v2/logging moves the HTTP side's.
@@ -319,6 +332,8 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
     },
     ServerMetadata: () => ({ name: SERVER_NAME, version: options.version, extensions: EXTENSIONS }),
     ModelMetadata: (request: { name: string; version: string }) => {
+      const llm = llmOf(request.name, request.version);
+      if (llm !== null) return options.llmModels!.metadata(llm);
       const { config } = served(request.name, request.version);
       return {
         name: config.name,
@@ -328,16 +343,22 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
         outputs: tensorMetadata(config, config.output),
       };
     },
-    ModelConfig: (request: { name: string; version: string }) => ({ config: configMessage(served(request.name, request.version).config) }),
+    ModelConfig: (request: { name: string; version: string }) => {
+      const llm = llmOf(request.name, request.version);
+      if (llm === null) return { config: configMessage(served(request.name, request.version).config) };
+      return { config: { ...configMessage(options.llmModels!.config(llm)), model_transaction_policy: { decoupled: true } } };
+    },
     ModelStatistics: (request: { name: string; version: string }) => {
+      const llm = llmOf(request.name, request.version);
+      if (llm !== null) return { model_stats: options.llmModels!.stats(llm.name) };
       const version = versionOf(request.version);
       if (request.name !== '') served(request.name, request.version);
       const modelStats = repository.loadedVersions()
         .filter((v) => request.name === '' || (v.config.name === request.name && (version === null || v.version === version)))
         .map((v) => v.stats.stats);
-      return { model_stats: modelStats };
+      return { model_stats: request.name === '' ? [...modelStats, ...options.llmModels?.stats(null) ?? []] : modelStats };
     },
-    RepositoryIndex: (request: { ready: boolean }) => ({ models: repository.index(request.ready) }),
+    RepositoryIndex: (request: { ready: boolean }) => ({ models: [...repository.index(request.ready), ...options.llmModels?.index(request.ready) ?? []] }),
     RepositoryModelLoad: async (request: { model_name: string; parameters: Record<string, Parameter> }) => {
       if (Object.keys(request.parameters).some((key) => key.startsWith('file:'))) {
         throw new ClassicError('UNSUPPORTED', "loading model files through 'file:' parameters is not supported; put them in the repository");
@@ -351,7 +372,8 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       await repository.unload(request.model_name, parameter?.bool_param === true);
       return {};
     },
-    ModelInfer: (request: WireInferRequest, apiKey) => runInfer(repository, control, request, apiKey),
+    // A unary call has no cancellation hook here: an LLM request runs to its end (bounded by max_tokens).
+    ModelInfer: (request: WireInferRequest, apiKey) => inferAny(request, apiKey, new AbortController().signal),
     ...controlHandlers(control, repository),
   };
   server.addService(tolerantDecoding(loadInferenceService().service), {
@@ -374,6 +396,10 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
         return;
       }
       let numInFlight = 0;
+      // Cancels the LLM generations still running when the client leaves.
+      const streamGone = new AbortController();
+      call.once('cancelled', () => streamGone.abort());
+      call.once('close', () => streamGone.abort());
       let ended = false;
       let failed = false;
       const maybeEnd = () => { if (ended && numInFlight === 0 && !failed) call.end(); };
@@ -392,7 +418,7 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
         Promise.resolve().then(() => {
           const message = decoded(request);
           endAdmission = admitRequest(access, apiKey, messageBytesOf(request));
-          return runInfer(repository, control, message, apiKey);
+          return inferAny(message, apiKey, streamGone.signal, (chunk) => { if (!failed) call.write({ error_message: '', infer_response: chunk }); });
         }).then(
           (response) => {
             complete(grpc.status.OK, { model: response.model_name, version: response.model_version });
@@ -414,12 +440,26 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       call.on('end', () => { ended = true; maybeEnd(); });
     },
   });
+  const isReady = () => (options.readiness?.state ?? 'ready') === 'ready';
+  const endWatches = addHealthService(server, (service) => {
+    if (service === '' || service === 'inference.GRPCInferenceService') return isReady() && isServerReady(repository, llms) ? 'SERVING' : 'NOT_SERVING';
+    const llm = llms.find((model) => model.name === service);
+    if (llm !== undefined) return isReady() && isLlmReady(llm) ? 'SERVING' : 'NOT_SERVING';
+    if (!repository.index(false).some((entry) => entry.name === service)) return 'SERVICE_UNKNOWN';
+    try {
+      served(service, '');
+      return isReady() ? 'SERVING' : 'NOT_SERVING';
+    } catch {
+      return 'NOT_SERVING';
+    }
+  });
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(`${options.host}:${options.port}`, grpc.ServerCredentials.createInsecure(), (err, boundPort) => (err ? reject(err) : resolve(boundPort)));
   });
   return {
     port,
     async close() {
+      endWatches();
       await new Promise<void>((resolve) => server.tryShutdown(() => resolve()));
       if (options.control === undefined) control.close();
     },

@@ -5,7 +5,7 @@
 import { promisify } from 'node:util';
 import { gzip } from 'node:zlib';
 import type { FastifyError, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { ClassicError, fromConfigDataType, type ModelRepository, type ServedVersion } from '../../triton/index.ts';
 import { ApiError, toKServeBody } from '../errors.ts';
 import { parseJsonBytes } from '../json-body.ts';
 import type { OffloadPool } from '../offload/pool.ts';
@@ -18,6 +18,7 @@ import { toKServeError } from './errors.ts';
 import { registerGenerateRoutes } from './generate.ts';
 import { decodeInferRequest, encodeInferResponse } from './infer-codec.ts';
 import { isLlmReady, isServerReady } from './readiness.ts';
+import { KServeLlms } from './llm-models.ts';
 
 export interface KServePluginOptions {
   /** The ordinary models; null when the server has no model repository. */
@@ -32,6 +33,8 @@ export interface KServePluginOptions {
   pool: OffloadPool;
   /** generate_stream's bound on unsent bytes for a slow reader. */
   maxBufferedBytes: number;
+  /** The LLMs as v2 models, shared with the gRPC service; the plugin's own when omitted. */
+  llms?: KServeLlms;
 }
 
 /**
@@ -51,7 +54,7 @@ export const SERVER_NAME = 'conduit';
 /** Triton's extensions that Conduit implements (not cuda_shared_memory: see cuda-shared-memory.ts). */
 export const EXTENSIONS = [
   'model_repository', 'model_repository(unload_dependents)', 'schedule_policy', 'model_configuration', 'system_shared_memory',
-  'binary_tensor_data', 'parameters', 'statistics', 'trace', 'logging', 'generate',
+  'binary_tensor_data', 'classification', 'parameters', 'statistics', 'trace', 'logging', 'generate',
 ];
 
 type ModelParams = { model: string; version?: string };
@@ -149,7 +152,9 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   app.get('/health/live', async (_request, reply) => reply.code(200).send());
   app.get('/health/ready', async (_request, reply) => reply.code(isServerReady(repository, options.registry.models) ? 200 : 400).send());
 
-  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, jsonBody, maxBufferedBytes: options.maxBufferedBytes });
+  const llms = options.llms ?? new KServeLlms(options.registry, options.metrics);
+  const isOrdinaryModel = (name: string) => repository.index(false).some((entry) => entry.name === name);
+  registerGenerateRoutes(app, { registry: options.registry, metrics: options.metrics, jsonBody, maxBufferedBytes: options.maxBufferedBytes, isOrdinaryModel });
 
   const control = options.control ?? new KServeControl();
   if (options.control === undefined) app.addHook('onClose', async () => control.close());
@@ -167,12 +172,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   for (const url of versioned('')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
       const llm = llmOf(request.params);
-      // The LLMs take Triton's generate extension's tensors.
-      const metadata = llm === null ? metadataOf(repository, repository.get(request.params.model, versionOf(request.params))) : {
-        name: llm.name, versions: ['1'], platform: 'conduit_llm',
-        inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1] }],
-        outputs: [{ name: 'text_output', datatype: 'BYTES', shape: [-1] }],
-      };
+      const metadata = llm === null ? metadataOf(repository, repository.get(request.params.model, versionOf(request.params))) : llms.metadata(llm);
       return send(request, reply, JSON.stringify(metadata), 'application/json');
     });
   }
@@ -196,14 +196,18 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
 
   for (const url of versioned('/config')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
-      const served = repository.get(request.params.model, versionOf(request.params));
-      return send(request, reply, JSON.stringify(configJson(served)), 'application/json');
+      const llm = llmOf(request.params);
+      const config = llm === null ? configJson(repository.get(request.params.model, versionOf(request.params))) : llms.configJson(llm);
+      return send(request, reply, JSON.stringify(config), 'application/json');
     });
   }
 
   for (const url of versioned('/infer')) {
+    // As Triton: the route exists, for POST only.
+    app.get(url, async (_request, reply) => reply.code(405).header('allow', 'POST').type('application/json').send({ error: 'Method Not Allowed' }));
     app.post<{ Params: ModelParams }>(url, async (request, reply) => {
-      const served = repository.get(request.params.model, versionOf(request.params));
+      const llm = llmOf(request.params);
+      const served = llm === null ? repository.get(request.params.model, versionOf(request.params)) : { config: llms.config(llm), version: 1 };
       const headerValue = request.headers['inference-header-content-length'];
       let headerLength: number | null = null;
       if (headerValue !== undefined) {
@@ -213,7 +217,17 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
       const body = bodyOf(request);
       const decoded = decodeInferRequest(body.bytes, headerLength, body.json, served.config, control.sharedMemoryFor(request.apiKey));
       const order = decoded.outputs ?? served.config.output.map((output) => ({ name: output.name, binary: decoded.binaryByDefault, sharedMemory: null }));
-      const outputs = await control.infer(served, {
+      if (llm !== null) {
+        const aborted = new AbortController();
+        reply.raw.once('close', () => { if (!reply.raw.writableEnded) aborted.abort(); });
+        const parameters = (jsonBody(request).parameters ?? {}) as Record<string, unknown>;
+        const llmOutputs = await llms.infer(llm, { id: decoded.id, inputs: decoded.inputs, parameters, requestedOutputs: order.map((o) => o.name) }, {}, aborted.signal);
+        const encodedLlm = encodeInferResponse(llm.name, 1, decoded.id, llmOutputs, order);
+        if (encodedLlm.jsonLength === null) return send(request, reply, encodedLlm.body, 'application/json');
+        reply.header('inference-header-content-length', String(encodedLlm.jsonLength));
+        return send(request, reply, encodedLlm.body, 'application/octet-stream');
+      }
+      const outputs = await control.infer(served as ServedVersion, {
         inputs: decoded.inputs,
         requestedOutputs: order.map((output) => output.name),
         priority: decoded.priority,
@@ -227,12 +241,14 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
   }
 
   app.get('/models/stats', async (request, reply) => {
-    const modelStats = repository.loadedVersions().map((served) => served.stats.stats);
+    const modelStats = [...repository.loadedVersions().map((served) => served.stats.stats), ...llms.stats(null)];
     return send(request, reply, JSON.stringify({ model_stats: modelStats }), 'application/json');
   });
   for (const url of versioned('/stats')) {
     app.get<{ Params: ModelParams }>(url, async (request, reply) => {
       const version = versionOf(request.params);
+      const llm = llmOf(request.params);
+      if (llm !== null) return send(request, reply, JSON.stringify({ model_stats: llms.stats(llm.name) }), 'application/json');
       repository.get(request.params.model, version);
       const modelStats = repository.loadedVersions()
         .filter((served) => served.config.name === request.params.model && (version === null || served.version === version))
@@ -245,7 +261,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
     app.post(url, async (request, reply) => {
       const ready = jsonBody(request).ready;
       if (ready !== undefined && typeof ready !== 'boolean') throw new ClassicError('INVALID_ARG', "'ready' must be a boolean");
-      return send(request, reply, JSON.stringify(repository.index(ready === true)), 'application/json');
+      return send(request, reply, JSON.stringify([...repository.index(ready === true), ...llms.index(ready === true)]), 'application/json');
     });
   }
 

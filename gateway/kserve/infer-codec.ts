@@ -6,7 +6,7 @@ import { z } from 'zod';
 import {
   bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
   type ModelConfig, type Tensor, type TensorMap,
-} from '../../engine/classic/index.ts';
+} from '../../triton/index.ts';
 import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SharedMemoryAccess } from './shared-memory.ts';
 
 const parameterValue = z.union([z.string(), z.number(), z.boolean()]);
@@ -30,6 +30,8 @@ export interface RequestedOutput {
   binary: boolean;
   /** Set when the output goes into a shared-memory region: the response carries no data for it. */
   sharedMemory: SharedMemoryLease | null;
+  /** The classification extension's class count; 0: the tensor itself. */
+  classification?: number;
 }
 
 export interface DecodedInferRequest {
@@ -129,10 +131,15 @@ export function decodeInferRequest(
     for (const output of request.outputs ?? []) {
       const binary = output.parameters?.binary_data;
       if (binary !== undefined && typeof binary !== 'boolean') throw invalid(`output '${output.name}': binary_data must be a boolean`);
-      if (output.parameters?.classification !== undefined) throw new ClassicError('UNSUPPORTED', 'the classification extension is not supported');
+      const classification = output.parameters?.classification;
+      if (classification !== undefined && (typeof classification !== 'number' || !Number.isSafeInteger(classification) || classification < 1)) {
+        throw invalid(`output '${output.name}': classification must be a positive integer (the number of classes)`);
+      }
       const shmRef = sharedMemoryRefOf(output.parameters, `output '${output.name}'`);
       // Held from now on, so an unregister while the model runs cannot pull the region away.
-      outputs!.push({ name: output.name, binary: binary ?? binaryByDefault, sharedMemory: shmRef === null ? null : sharedMemory.lease(shmRef) });
+      outputs!.push({
+        name: output.name, binary: binary ?? binaryByDefault, sharedMemory: shmRef === null ? null : sharedMemory.lease(shmRef), classification: classification ?? 0,
+      });
     }
   } catch (err) {
     releaseOutputs(outputs);

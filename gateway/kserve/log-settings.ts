@@ -4,7 +4,7 @@
 // verbose ⊂ info ⊂ warning ⊂ error; a combination a threshold cannot express is refused rather
 // than half applied. As in Triton, the log file cannot be changed over the network, and the
 // format is the server's own (JSON lines), reported as "default".
-import { ClassicError } from '../../engine/classic/index.ts';
+import { ClassicError } from '../../triton/index.ts';
 
 /** What the settings need of a logger: pino's and fastify's both have a writable `level`. */
 export interface LevelledLogger {

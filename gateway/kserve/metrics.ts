@@ -2,7 +2,7 @@
 // repository, read from each loaded version's statistics at scrape time: nothing is counted
 // twice and nothing runs per request. Labels `model` and `version`, as Triton's.
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { FAILURE_REASONS, type ModelRepository, type ServedVersion } from '../../engine/classic/index.ts';
+import { FAILURE_REASONS, type ModelRepository, type ServedVersion } from '../../triton/index.ts';
 
 type Read = (served: ServedVersion) => number;
 

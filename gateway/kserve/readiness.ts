@@ -1,7 +1,7 @@
 // Triton's readiness for the LLMs served beside the repository's models: a model is ready while
 // one of its workers has a live engine stream (it has reported a load), and the server is ready
 // when every model is, the repository's and the LLMs alike.
-import type { ModelRepository } from '../../engine/classic/index.ts';
+import type { ModelRepository } from '../../triton/index.ts';
 
 export interface LlmWorkers {
   readonly name: string;

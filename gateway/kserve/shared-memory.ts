@@ -6,7 +6,7 @@
 // copies are memcpy-sized and synchronous, like the JSON and binary decoders.
 import { closeSync, constants, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import path from 'node:path';
-import { ClassicError, fromRaw, rawByteLength, toRaw, type DataType, type Tensor } from '../../engine/classic/index.ts';
+import { ClassicError, fromRaw, rawByteLength, toRaw, type DataType, type Tensor } from '../../triton/index.ts';
 
 /** Where POSIX shared-memory objects live on Linux (glibc's shm_open). */
 export const SHM_DIR = '/dev/shm';

@@ -1,11 +1,11 @@
 // Triton's trace extension (trace mode `triton`): settings global and per model, sampling every
 // trace_rate-th request while trace_count lasts, and the trace file. A traced request collects
-// its timestamps as it goes (engine/classic/trace.ts); once it ends, its trace is buffered and
+// its timestamps as it goes (triton/trace.ts); once it ends, its trace is buffered and
 // written as a JSON array: every log_frequency traces to `<trace_file>.<n>` (n from 0), or, with
 // log_frequency 0, all of them to `<trace_file>` when the server closes. As in Triton, the trace
 // file is a start-up setting: a client cannot point the server at a file of its choosing.
 import { writeFileSync } from 'node:fs';
-import { ClassicError, toJson, type Tensor, type TensorMap, type TraceTimestamp } from '../../engine/classic/index.ts';
+import { ClassicError, toJson, type Tensor, type TensorMap, type TraceTimestamp } from '../../triton/index.ts';
 
 export type TraceLevel = 'TIMESTAMPS' | 'TENSORS';
 

@@ -194,6 +194,7 @@ export function registerChatRoute(app: FastifyInstance, { registry, metrics, str
       wantsLogprobs,
       priority: request.priority ?? undefined,
       cacheSalt: request.cache_salt ?? undefined,
+      numSpeculativeTokens: request.num_speculative_tokens ?? undefined,
       includeStopStrInOutput: request.include_stop_str_in_output === true,
       structuredOutput: plan.structuredOutput,
       affinityKey: affinityKeyOf(httpRequest.headers),

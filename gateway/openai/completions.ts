@@ -170,6 +170,7 @@ export function registerCompletionsRoute(app: FastifyInstance, { registry, metri
         wantsLogprobs: request.logprobs != null,
         priority: request.priority ?? undefined,
         cacheSalt: request.cache_salt ?? undefined,
+        numSpeculativeTokens: request.num_speculative_tokens ?? undefined,
         includeStopStrInOutput: request.include_stop_str_in_output === true,
         structuredOutput,
         affinityKey: affinityKeyOf(httpRequest.headers),

@@ -15,6 +15,7 @@ import {
   type TokenLogprob,
   type Usage,
   usageOf,
+  type DraftUsage,
 } from '../generation.ts';
 import { DEFAULT_GATEWAY_LIMITS, type StreamLimits } from '../limits.ts';
 import type { GatewayMetrics } from '../metrics.ts';
@@ -76,13 +77,19 @@ function totalUsage(choiceRequests: readonly GenerationRequest[], finishes: read
   let numPromptTokens = 0;
   let numCachedTokens = 0;
   let numCompletionTokens = 0;
+  const drafts: DraftUsage = { numDraftTokens: 0, numAcceptedDraftTokens: 0 };
   for (const [index, finish] of finishes.entries()) {
     numCompletionTokens += finish.usage.completion_tokens;
+    const details = finish.usage.completion_tokens_details;
+    if (details !== undefined) {
+      drafts.numAcceptedDraftTokens += details.accepted_prediction_tokens;
+      drafts.numDraftTokens += details.accepted_prediction_tokens + details.rejected_prediction_tokens;
+    }
     if (index % numChoicesPerPrompt !== 0) continue;
     numPromptTokens += choiceRequests[index].promptTokenIds.length;
     numCachedTokens += finish.usage.prompt_tokens_details.cached_tokens;
   }
-  return usageOf(numPromptTokens, numCachedTokens, numCompletionTokens);
+  return usageOf(numPromptTokens, numCachedTokens, numCompletionTokens, drafts);
 }
 
 /**

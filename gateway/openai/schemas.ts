@@ -78,6 +78,8 @@ export const generationFields = {
   cache_salt: z.string().min(1).nullish(),
   /** Extension (vLLM): lower runs first when the model is served with scheduling_policy: priority. */
   priority: z.number().int().min(INT32_MIN).max(INT32_MAX).nullish(),
+  /** Extension: speculative decoding's most proposals per step for this request (0: none); at most the model's. */
+  num_speculative_tokens: z.number().int().min(0).max(16).nullish(),
 };
 
 const contentPart = z.object({

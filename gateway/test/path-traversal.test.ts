@@ -8,7 +8,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { ModelRepository } from '../../engine/classic/index.ts';
+import { ModelRepository } from '../../triton/index.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../kserve/grpc.ts';
 import { makeTestRepo, startKServeServer, type KServeTestServer } from '../kserve/test/harness.ts';
 import { MODEL_NAME, oneTokenPerStep, startTestGateway, type TestGateway } from './harness.ts';

@@ -288,18 +288,36 @@ typedef struct cd_batch {
   int32_t bitmask_words;          /* (vocab_size + 31) / 32 */
   const int32_t* bitmask_ready;   /* NULL when the rows are complete already */
   int32_t bitmask_ready_target;
+  /*
+   * Speculative decoding. NULL: no sequence carries proposals, and every sampled sequence samples
+   * at its last token only. Otherwise the last num_draft_tokens[i] tokens of sequence i's chunk
+   * are proposed continuations (k of them; the sequence is flagged CD_SEQ_SAMPLE, unconstrained,
+   * without CD_SEQ_RETURN_LOGITS or CD_SEQ_PROMPT_LOGPROBS). It samples at each of its last k + 1
+   * tokens in turn, the j-th (from 0) exactly as plain decoding samples output index
+   * output_indices[i] + j once the proposals before it are output: same logits, same counter,
+   * the penalties counting those proposals among the output. A sample equal to the next proposal
+   * accepts it and sampling goes on; the first that differs, or the one after the last proposal,
+   * is the sequence's last. The bias and bans are the sequence's for every row: the caller keeps
+   * a sequence's rows on one side of its min_tokens.
+   */
+  const int32_t* num_draft_tokens; /* [num_seqs] or NULL */
 } cd_batch;
 
 /* How long a pass waits for its token bitmasks before it fails. */
 #define CD_BITMASK_WAIT_MS 30000
 
-/* Caller-owned outputs, every entry written by the pass. */
+/*
+ * Caller-owned outputs, every entry written by the pass. The sampled outputs hold sample_stride
+ * rows per sequence, sample_stride = 1 + the largest num_draft_tokens (1 without proposals): row
+ * j of sequence i, at i * sample_stride + j, is its j-th sample (the one at output index
+ * output_indices[i] + j).
+ */
 typedef struct cd_forward_output {
-  int32_t* sampled_token_ids; /* [num_seqs]; -1 where not sampled */
-  float* sampled_logprobs;    /* [num_seqs]; 0 where not sampled */
+  int32_t* sampled_token_ids; /* [num_seqs * sample_stride]; -1 where not sampled */
+  float* sampled_logprobs;    /* [num_seqs * sample_stride]; 0 where not sampled */
   float* logits;              /* [num_logit_seqs * vocab_size], flagged sequences in batch order */
-  int32_t* top_token_ids;     /* [num_seqs * CD_MAX_TOP_LOGPROBS]; -1 past a row's numTopLogprobs */
-  float* top_logprobs;        /* [num_seqs * CD_MAX_TOP_LOGPROBS]; NaN where the id is -1 */
+  int32_t* top_token_ids;     /* [num_seqs * sample_stride * CD_MAX_TOP_LOGPROBS]; -1 past a row's numTopLogprobs */
+  float* top_logprobs;        /* [num_seqs * sample_stride * CD_MAX_TOP_LOGPROBS]; NaN where the id is -1 */
   /* [num_tokens] when a sequence has CD_SEQ_PROMPT_LOGPROBS, else NULL; NaN where not reported. */
   float* prompt_logprobs;
   /* [num_tokens * CD_MAX_TOP_LOGPROBS] when a flagged sequence has num_prompt_top_logprobs > 0,
@@ -309,6 +327,9 @@ typedef struct cd_forward_output {
   /* [num_tokens] with prompt_logprobs: the next token's rank, 1 + the tokens before it in the
      order of top ids (a larger logit, or an equal one with a lower id); 0 where not reported. */
   int32_t* prompt_ranks;
+  /* [num_seqs] with num_draft_tokens, else NULL: the proposals each sequence accepted. Its rows
+     0 .. that count are sampled, and are the tokens it outputs; the rest are -1. */
+  int32_t* num_accepted_tokens;
 } cd_forward_output;
 
 /* Returns nonzero when this build and CPU can run the kernel path. */

@@ -10,9 +10,10 @@ namespace {
 constexpr int32_t kHeaderValues = 4;
 
 size_t payload_values(int32_t num_seqs, int32_t num_tokens, int32_t max_blocks, int32_t num_kv_groups) {
-  // token ids, positions, query starts, block tables, seq flags, prompt next token ids
+  // token ids, positions, query starts, block tables, seq flags, prompt next token ids, draft
+  // token counts (which rows the LM head computes, so every rank takes part in the same ones)
   return size_t(num_tokens) * 2 + size_t(num_seqs + 1) + size_t(num_kv_groups) * size_t(num_seqs) * size_t(max_blocks) +
-         size_t(num_seqs) * 2;
+         size_t(num_seqs) * 3;
 }
 
 }  // namespace
@@ -30,6 +31,9 @@ void send_batch(Communicator& comm, const cd_batch& batch, int32_t num_kv_groups
   values.insert(values.end(), batch.seq_flags, batch.seq_flags + batch.num_seqs);
   for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
     values.push_back(batch.prompt_next_token_ids != nullptr ? batch.prompt_next_token_ids[seq] : -1);
+  }
+  for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
+    values.push_back(batch.num_draft_tokens != nullptr ? batch.num_draft_tokens[seq] : 0);
   }
   comm.broadcast(values.data(), values.size() * sizeof(int32_t), 0);
 }
@@ -65,6 +69,7 @@ bool receive_batch(Communicator& comm, int32_t num_kv_groups, ReceivedBatch& rec
   received.seq_flags.assign(flags, flags + num_seqs);
   batch.seq_flags = received.seq_flags.data();
   batch.prompt_next_token_ids = take(size_t(num_seqs));
+  batch.num_draft_tokens = take(size_t(num_seqs));
   return true;
 }
 

@@ -308,9 +308,20 @@ struct ForwardRequest {
                                data_of<float>(outputs_object, "promptLogprobs"),
                                data_of<int32_t>(outputs_object, "promptTopTokenIds"),
                                data_of<float>(outputs_object, "promptTopLogprobs"),
-                               data_of<int32_t>(outputs_object, "promptRanks")};
+                               data_of<int32_t>(outputs_object, "promptRanks"),
+                               nullptr};
     outputs = Napi::Persistent(outputs_object);
     point_batch_at_bitmasks(batch_object);
+    point_batch_at_drafts(batch_object, outputs_object);
+  }
+
+  // Proposals ride only in batches that carry them (numDraftTokens absent or null: none).
+  void point_batch_at_drafts(const Napi::Object& batch_object, const Napi::Object& outputs_object) {
+    const Napi::Value drafts = batch_object.Get("numDraftTokens");
+    if (drafts.IsUndefined() || drafts.IsNull()) return;
+    num_draft_tokens = copy_of<int32_t>(drafts);
+    batch.num_draft_tokens = num_draft_tokens.data();
+    output.num_accepted_tokens = data_of<int32_t>(outputs_object, "numAcceptedTokens");
   }
 
   // A tensor-parallel rank's serving loop: settles like a pass, with no batch of its own.
@@ -397,7 +408,7 @@ struct ForwardRequest {
   Napi::Promise::Deferred deferred;
   Napi::ObjectReference outputs;
   Napi::Reference<Napi::TypedArrayOf<int32_t>> bitmask_reference, ready_reference;
-  std::vector<int32_t> bitmask_rows;
+  std::vector<int32_t> bitmask_rows, num_draft_tokens;
   std::vector<int32_t> token_ids, positions, query_starts, block_tables, top_ks, output_indices, penalty_starts,
       penalty_token_ids, penalty_output_counts, bias_starts, bias_token_ids, num_top_logprobs, num_prompt_top_logprobs,
       prompt_next_token_ids;

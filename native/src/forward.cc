@@ -149,7 +149,10 @@ class ForwardPass {
     }
     ws_.token_seqs.resize(num_tokens);
     ws_.output_tokens.clear();
+    ws_.sampling_seqs.clear();
+    ws_.first_output_rows.resize(size_t(batch_.num_seqs));
     ws_.prompt_tokens.clear();
+    sample_stride_ = 1;
     // The longest span a query reads: unlimited when some layer is, else the widest window.
     int32_t widest_window = 0;
     for (const Layer& layer : model_.layers) {
@@ -168,7 +171,13 @@ class ForwardPass {
         const int32_t position = batch_.positions[t];
         max_context = std::max(max_context, position - first_visible_position(position, widest_window) + 1);
       }
-      if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) ws_.output_tokens.push_back(end - 1);
+      ws_.first_output_rows[size_t(seq)] = int32_t(ws_.output_tokens.size());
+      if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) {
+        const int32_t num_drafts = num_draft_tokens(seq);
+        sample_stride_ = std::max(sample_stride_, num_drafts + 1);
+        for (int32_t t = end - 1 - num_drafts; t < end; ++t) ws_.output_tokens.push_back(t);
+      }
+      if (batch_.seq_flags[seq] & CD_SEQ_SAMPLE) ws_.sampling_seqs.push_back(seq);
       if (batch_.seq_flags[seq] & CD_SEQ_PROMPT_LOGPROBS) {
         const int32_t reported_end = batch_.prompt_next_token_ids[seq] >= 0 ? end : end - 1;
         for (int32_t t = begin; t < reported_end; ++t) ws_.prompt_tokens.push_back(t);
@@ -390,8 +399,9 @@ class ForwardPass {
         }
         // A decode token's keys and values were written steps ago and the weights streamed since
         // have evicted them: fetch them all at once rather than a cache miss at a time. (A
-        // prompt's were written just now, in this pass.)
-        if (batch_.query_starts[seq + 1] - batch_.query_starts[seq] == 1) {
+        // prompt's were written just now, in this pass.) A decode with proposals reads its
+        // history the same way.
+        if (batch_.query_starts[seq + 1] - batch_.query_starts[seq] == 1 + num_draft_tokens(seq)) {
           prefetch_groups(key_groups, value_groups, num_groups, key_pair_stride, head_dim);
         }
         const int32_t skip = first - base;
@@ -524,15 +534,18 @@ class ForwardPass {
     }
   }
 
-  // What a sequence reports when it does not sample.
+  // What a sequence reports where it does not sample.
   void clear_sequence_outputs(cd_forward_output& output) const {
-    for (int32_t seq = 0; seq < batch_.num_seqs; ++seq) {
-      output.sampled_token_ids[seq] = -1;
-      output.sampled_logprobs[seq] = 0.0f;
-    }
-    const size_t num_top_entries = size_t(batch_.num_seqs) * CD_MAX_TOP_LOGPROBS;
-    std::fill_n(output.top_token_ids, num_top_entries, -1);
-    std::fill_n(output.top_logprobs, num_top_entries, kNaN);
+    const size_t num_rows = size_t(batch_.num_seqs) * size_t(sample_stride_);
+    std::fill_n(output.sampled_token_ids, num_rows, -1);
+    std::fill_n(output.sampled_logprobs, num_rows, 0.0f);
+    std::fill_n(output.top_token_ids, num_rows * CD_MAX_TOP_LOGPROBS, -1);
+    std::fill_n(output.top_logprobs, num_rows * CD_MAX_TOP_LOGPROBS, kNaN);
+    if (output.num_accepted_tokens != nullptr) std::fill_n(output.num_accepted_tokens, batch_.num_seqs, 0);
+  }
+
+  int32_t num_draft_tokens(int32_t seq) const {
+    return batch_.num_draft_tokens == nullptr ? 0 : batch_.num_draft_tokens[seq];
   }
 
   // Final norm and LM head for num_rows tokens, into the first num_rows rows of ws_.output_logits.
@@ -595,29 +608,39 @@ class ForwardPass {
     }
   }
 
-  // Each sampled sequence on one thread, with that thread's scratch.
+  // Each sampled sequence on one thread, with that thread's scratch. A sequence with proposals
+  // samples its rows in order and stops at the first sample that is not the next proposal: its
+  // rows after that would sample an output that will never be.
   void sample_sequences(cd_forward_output& output) {
     const size_t vocab_size = size_t(dims_.vocab_size);
-    parallel_tasks(int32_t(ws_.output_tokens.size()), [&](int32_t thread_index, int32_t begin, int32_t end) {
+    parallel_tasks(int32_t(ws_.sampling_seqs.size()), [&](int32_t thread_index, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
-        const int32_t seq = ws_.token_seqs[size_t(ws_.output_tokens[size_t(i)])];
-        if (!(batch_.seq_flags[seq] & CD_SEQ_SAMPLE)) continue;
-        const float* logits = &ws_.output_logits[size_t(i) * vocab_size];
-        const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
-        const int32_t token_id = sample_token(model_.kernels, logits, dims_.vocab_size, raw.best, sampling_params(seq),
-                                              logit_adjustments(seq), allowed_bits(seq), ws_.samplers[size_t(thread_index)]);
-        output.sampled_token_ids[seq] = token_id;
-        output.sampled_logprobs[seq] = raw.at(logits, token_id);
-        const size_t row = size_t(seq) * CD_MAX_TOP_LOGPROBS;
-        top_logprobs(logits, dims_.vocab_size, raw, batch_.num_top_logprobs[seq], output.top_token_ids + row,
-                     output.top_logprobs + row);
+        const int32_t seq = ws_.sampling_seqs[size_t(i)];
+        const int32_t num_drafts = num_draft_tokens(seq);
+        const int32_t* drafts = batch_.token_ids + batch_.query_starts[seq + 1] - num_drafts;
+        for (int32_t j = 0; j <= num_drafts; ++j) {
+          const size_t logits_row = size_t(ws_.first_output_rows[size_t(seq)] + j);
+          const float* logits = &ws_.output_logits[logits_row * vocab_size];
+          const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
+          const int32_t token_id = sample_token(model_.kernels, logits, dims_.vocab_size, raw.best, sampling_params(seq, j),
+                                                logit_adjustments(seq, drafts, j), allowed_bits(seq),
+                                                ws_.samplers[size_t(thread_index)]);
+          const size_t row = size_t(seq) * size_t(sample_stride_) + size_t(j);
+          output.sampled_token_ids[row] = token_id;
+          output.sampled_logprobs[row] = raw.at(logits, token_id);
+          top_logprobs(logits, dims_.vocab_size, raw, batch_.num_top_logprobs[seq], output.top_token_ids + row * CD_MAX_TOP_LOGPROBS,
+                       output.top_logprobs + row * CD_MAX_TOP_LOGPROBS);
+          if (j == num_drafts || token_id != drafts[j]) break;
+          output.num_accepted_tokens[seq] = j + 1;
+        }
       }
     });
   }
 
-  SamplingParams sampling_params(int32_t seq) const {
+  // The j-th sample of a sequence is output index output_indices[seq] + j.
+  SamplingParams sampling_params(int32_t seq, int32_t j) const {
     return SamplingParams{batch_.temperatures[seq], batch_.top_ps[seq],  batch_.top_ks[seq],
-                          batch_.min_ps[seq],       batch_.seeds[seq],   batch_.output_indices[seq]};
+                          batch_.min_ps[seq],       batch_.seeds[seq],   batch_.output_indices[seq] + j};
   }
 
   // The sequence's row of the structured-output bitmask; null when it is unconstrained.
@@ -627,7 +650,8 @@ class ForwardPass {
     return row < 0 ? nullptr : batch_.token_bitmask + size_t(row) * size_t(batch_.bitmask_words);
   }
 
-  LogitAdjustments logit_adjustments(int32_t seq) const {
+  // The sequence's bias and penalties for a sample after its first num_preceding_drafts proposals.
+  LogitAdjustments logit_adjustments(int32_t seq, const int32_t* drafts, int32_t num_preceding_drafts) const {
     const int32_t bias_begin = batch_.bias_starts[seq];
     const int32_t penalty_begin = batch_.penalty_starts[seq];
     return LogitAdjustments{batch_.bias_token_ids + bias_begin,
@@ -639,7 +663,9 @@ class ForwardPass {
                             batch_.penalty_token_ids + penalty_begin,
                             batch_.penalty_output_counts + penalty_begin,
                             batch_.penalty_in_prompt + penalty_begin,
-                            batch_.penalty_starts[seq + 1] - penalty_begin};
+                            batch_.penalty_starts[seq + 1] - penalty_begin,
+                            drafts,
+                            num_preceding_drafts};
   }
 
   // At each token of a SEQ_PROMPT_LOGPROBS sequence whose next token is known: the raw log-softmax
@@ -684,6 +710,8 @@ class ForwardPass {
   const Dimensions& dims_;
   const cd_batch& batch_;
   Workspace& ws_;
+  // Rows of the sampled outputs per sequence: 1 + the most proposals a sequence carries.
+  int32_t sample_stride_ = 1;
 };
 
 void Model::forward(const cd_batch& batch, cd_forward_output& output) {

@@ -152,7 +152,9 @@ struct Workspace {
   std::vector<float> gate, up;      // [tokens, intermediate]
   std::vector<std::vector<float>> rope_cos, rope_sin;  // [rope tables][tokens, rotary_dim / 2]
   std::vector<int32_t> token_seqs;  // [tokens] the sequence owning each token
-  std::vector<int32_t> output_tokens; // last tokens of the sequences needing logits, batch order
+  std::vector<int32_t> output_tokens; // tokens whose logits a sequence needs (its last, or its last k + 1 with k proposals), batch order
+  std::vector<int32_t> sampling_seqs; // the sequences that sample, batch order
+  std::vector<int32_t> first_output_rows; // [seqs] each sequence's first row of output_tokens
   std::vector<int32_t> prompt_tokens; // tokens reporting the next token's prompt logprob, batch order
   std::vector<float> output_hidden; // [output or prompt rows, hidden]
   std::vector<float> output_logits; // [output or prompt rows, vocab]

@@ -22,10 +22,32 @@ const float* mask_logits(const float* logits, int32_t vocab_size, const uint32_t
   return masked.data();
 }
 
+int32_t count_of(const int32_t* ids, int32_t num_ids, int32_t id) {
+  int32_t count = 0;
+  for (int32_t i = 0; i < num_ids; ++i) count += ids[i] == id ? 1 : 0;
+  return count;
+}
+
+// One token's penalties, given its occurrences in the output so far.
+void penalize(float& logit, const LogitAdjustments& adjustments, int32_t output_count, bool in_prompt) {
+  if (output_count > 0 || in_prompt) {
+    const float repetition = adjustments.repetition_penalty;
+    logit = logit > 0.0f ? logit / repetition : logit * repetition;
+  }
+  if (output_count > 0) {
+    logit -= adjustments.frequency_penalty * float(output_count);
+    logit -= adjustments.presence_penalty;
+  }
+}
+
 // The logits with the bias added, then the penalties applied, each an fp32 operation as vLLM
-// does it: in a copy, unless they are the scratch already (a masked row).
+// does it: in a copy, unless they are the scratch already (a masked row). Each token's penalty is
+// one sequence of operations on its own logit, so the order of the entries does not matter, and
+// a token counted with the proposals before this sample gets exactly the operations plain
+// decoding gives it once those proposals are output.
 const float* adjust_logits(const float* logits, int32_t vocab_size, const LogitAdjustments& adjustments,
-                           std::vector<float>& adjusted) {
+                           SamplerScratch& scratch) {
+  std::vector<float>& adjusted = scratch.adjusted_logits;
   if (logits != adjusted.data()) {
     adjusted.resize(size_t(vocab_size));
     std::copy_n(logits, vocab_size, adjusted.begin());
@@ -33,17 +55,24 @@ const float* adjust_logits(const float* logits, int32_t vocab_size, const LogitA
   for (int32_t i = 0; i < adjustments.num_bias_tokens; ++i) {
     adjusted[size_t(adjustments.bias_token_ids[i])] += adjustments.bias_values[i];
   }
-  const float repetition = adjustments.repetition_penalty;
+  const bool penalized = adjustments.repetition_penalty != 1.0f || adjustments.frequency_penalty != 0.0f ||
+                         adjustments.presence_penalty != 0.0f;
+  const int32_t* drafts = adjustments.preceding_draft_ids;
+  const int32_t num_drafts = penalized ? adjustments.num_preceding_drafts : 0;
+  scratch.draft_is_new.assign(size_t(num_drafts), 1);
   for (int32_t i = 0; i < adjustments.num_penalty_tokens; ++i) {
-    float& logit = adjusted[size_t(adjustments.penalty_token_ids[i])];
-    const int32_t output_count = adjustments.penalty_output_counts[i];
-    if (output_count > 0 || adjustments.penalty_in_prompt[i] != 0) {
-      logit = logit > 0.0f ? logit / repetition : logit * repetition;
+    const int32_t token_id = adjustments.penalty_token_ids[i];
+    int32_t output_count = adjustments.penalty_output_counts[i];
+    for (int32_t d = 0; d < num_drafts; ++d) {
+      if (drafts[d] != token_id) continue;
+      ++output_count;
+      scratch.draft_is_new[size_t(d)] = 0;
     }
-    if (output_count > 0) {
-      logit -= adjustments.frequency_penalty * float(output_count);
-      logit -= adjustments.presence_penalty;
-    }
+    penalize(adjusted[size_t(token_id)], adjustments, output_count, adjustments.penalty_in_prompt[i] != 0);
+  }
+  for (int32_t d = 0; d < num_drafts; ++d) {
+    if (scratch.draft_is_new[size_t(d)] == 0 || count_of(drafts, d, drafts[d]) > 0) continue;
+    penalize(adjusted[size_t(drafts[d])], adjustments, count_of(drafts, num_drafts, drafts[d]), false);
   }
   return adjusted.data();
 }
@@ -115,7 +144,7 @@ int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vo
     fallback = best;
   }
   if (adjustments.any()) {
-    logits = adjust_logits(logits, vocab_size, adjustments, scratch.adjusted_logits);
+    logits = adjust_logits(logits, vocab_size, adjustments, scratch);
     best = kernels.argmax(logits, vocab_size);
     // Every token banned (by bias or min_tokens, among what the grammar allows) leaves nothing to
     // sample from: fall back, deterministically, as above; the grammar outranks a ban.

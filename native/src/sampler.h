@@ -32,17 +32,24 @@ struct LogitAdjustments {
   const int32_t* penalty_output_counts;
   const uint8_t* penalty_in_prompt;
   int32_t num_penalty_tokens;
+  // Proposals accepted before this sample (speculative decoding): output tokens the history above
+  // does not count yet. A token among them that the history lacks is not in the prompt, since the
+  // history lists every prompt token whenever the repetition penalty (the one use of that) is on.
+  const int32_t* preceding_draft_ids;
+  int32_t num_preceding_drafts;
 
   // Neutral adjustments leave the logits as they are, so the sampler reads the raw row.
   bool any() const {
     const bool penalized = repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
-    return num_bias_tokens > 0 || (penalized && num_penalty_tokens > 0);
+    return num_bias_tokens > 0 || (penalized && (num_penalty_tokens > 0 || num_preceding_drafts > 0));
   }
 };
 
 // One thread's scratch: each vector grows to the vocabulary once and is reused.
 struct SamplerScratch {
   std::vector<float> adjusted_logits;
+  // Per preceding proposal: it is the first of its token among them and the history lacks it.
+  std::vector<uint8_t> draft_is_new;
   std::vector<int32_t> ids;
   std::vector<double> probs;
 };

@@ -3,9 +3,10 @@
 // in chunks among 15 companions (batches mixing prefill chunks and decode tokens, prompt
 // logprobs across LM-head rows), and with its first 64 tokens' KV cache written by an earlier
 // sequence (a prefix-cache hit). Ranks > 0 run in this process, each its own model and threads.
+import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { Quantization, WeightDtype } from '../api.ts';
-import { freshSeed, loadOptions, makeTempDir, randomTokens, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
+import { SEQ_SAMPLE, type ForwardResult, type NativeModel, type Quantization, type WeightDtype } from '../api.ts';
+import { buildBatch, consecutiveBlocks, freshSeed, loadOptions, makeTempDir, randomTokens, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
 import {
   BLOCKS_PER_GROUP,
   BLOCK_SIZE_TOKENS,
@@ -85,3 +86,47 @@ for (const [family, shape] of Object.entries(TP_SHAPES)) {
     }
   });
 }
+
+// Speculative decoding's verification rows (a decode chunk carrying proposals) at TP = 2: every
+// rank must compute the LM head over the same rows, so the step's draft counts travel with the
+// broadcast batch. The samples, their logprobs and the accepted counts are those of TP = 1.
+test('speculative verification at TP = 2: samples, logprobs and accepted counts bitwise those of TP = 1', async (t) => {
+  using temp = makeTempDir('tensor-parallel-spec');
+  const seed = freshSeed(t);
+  const modelDir = writeCheckpoint(temp.dir, 'spec', { ...TP_SHAPES.llama, dtype: 'bf16', seed });
+  const options = loadOptions(modelDir, { blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: 64 });
+  const prompts = [randomTokens(21, VOCAB_SIZE, seed), randomTokens(9, VOCAB_SIZE, seed + 1)];
+  const blocksOf = (seq: number) => consecutiveBlocks(seq * 8, 8 * BLOCK_SIZE_TOKENS, BLOCK_SIZE_TOKENS);
+  const chunkOf = (seq: number, tokenIds: number[], startPosition: number, outputIndex: number) => ({
+    tokenIds, startPosition, blockIds: blocksOf(seq), flags: SEQ_SAMPLE,
+    temperature: seq === 0 ? 0 : 0.8, seed: BigInt(seed + seq), outputIndex, numTopLogprobs: 3,
+  });
+  /** The prompts, then four plain decode steps: seq 0 greedy, seq 1 seeded. */
+  const run = async (model: NativeModel) => {
+    const first = await model.forward(buildBatch([0, 1].map((seq) => chunkOf(seq, prompts[seq], 0, 0))));
+    const outputs = [0, 1].map((seq) => [first.sampledTokenIds[seq]]);
+    for (let i = 0; i < 4; i++) {
+      const result = await model.forward(buildBatch([0, 1].map((seq) =>
+        chunkOf(seq, [outputs[seq].at(-1)!], prompts[seq].length + outputs[seq].length - 1, outputs[seq].length))));
+      for (const seq of [0, 1]) outputs[seq].push(result.sampledTokenIds[seq]);
+    }
+    return outputs;
+  };
+  const plain = await withModel({ ...options, numThreads: 2 }, run);
+  /** From the state after the prompts: one step carrying 3 proposals per sequence (two right for seq 0, then one wrong). */
+  const verify = async (model: NativeModel): Promise<ForwardResult> => {
+    const first = await model.forward(buildBatch([0, 1].map((seq) => chunkOf(seq, prompts[seq], 0, 0))));
+    const proposals = [[plain[0][1], plain[0][2], (plain[0][3] + 1) % VOCAB_SIZE], [plain[1][1], 7, 8]];
+    const batch = buildBatch([0, 1].map((seq) => chunkOf(seq, [first.sampledTokenIds[seq], ...proposals[seq]], prompts[seq].length, 1)));
+    batch.numDraftTokens = new Int32Array([3, 3]);
+    return model.forward(batch);
+  };
+  const reference = await withModel({ ...options, numThreads: 2 }, verify);
+  assert.ok(reference.numAcceptedTokens[0] >= 2, `seed ${seed}: greedy accepts the two right proposals (accepted ${reference.numAcceptedTokens[0]})`);
+  assert.deepEqual(Array.from(reference.sampledTokenIds.subarray(0, 3)), plain[0].slice(1, 4), `seed ${seed}: verification samples what plain decoding did`);
+  const split = await withGroup(options, 2, async ({ model }) => verify(model));
+  for (const field of ['sampledTokenIds', 'sampledLogprobs', 'topTokenIds', 'topLogprobs', 'numAcceptedTokens'] as const) {
+    assert.deepEqual(Buffer.from(split[field].buffer, split[field].byteOffset, split[field].byteLength),
+      Buffer.from(reference[field].buffer, reference[field].byteOffset, reference[field].byteLength), `seed ${seed}: ${field} at TP 2`);
+  }
+});

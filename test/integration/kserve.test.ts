@@ -45,7 +45,7 @@ test('conduit-tiny, digits and fraud answer at once on one server, over HTTP and
     assert.equal(completion.choices[0].finish_reason, 'length');
     const probs: number[] = digits.outputs[0].data;
     const predicted = [0, 1].map((i) => probs.indexOf(Math.max(...probs.slice(i * 10, i * 10 + 10))) - i * 10);
-    // Accuracy is engine/classic's test (97.8 % held out); here, that each path answers, and agrees.
+    // Accuracy is triton's test (97.8 % held out); here, that each path answers, and agrees.
     assert.equal(predicted.length, labels.length);
     assert.ok(fraud.outputs[0].data[0] > 0.5);
     assert.equal(label.raw_output_contents[0].subarray(4).toString(), String(predicted[0]), "the pipeline's label is the classifier's answer");

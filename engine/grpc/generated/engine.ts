@@ -11,6 +11,7 @@ import type { HealthResponse as _conduit_engine_v1_HealthResponse, HealthRespons
 import type { KvEvent as _conduit_engine_v1_KvEvent, KvEvent__Output as _conduit_engine_v1_KvEvent__Output } from './conduit/engine/v1/KvEvent.ts';
 import type { RequestOutput as _conduit_engine_v1_RequestOutput, RequestOutput__Output as _conduit_engine_v1_RequestOutput__Output } from './conduit/engine/v1/RequestOutput.ts';
 import type { SamplingParams as _conduit_engine_v1_SamplingParams, SamplingParams__Output as _conduit_engine_v1_SamplingParams__Output } from './conduit/engine/v1/SamplingParams.ts';
+import type { SpecDecodeStats as _conduit_engine_v1_SpecDecodeStats, SpecDecodeStats__Output as _conduit_engine_v1_SpecDecodeStats__Output } from './conduit/engine/v1/SpecDecodeStats.ts';
 import type { StepOutput as _conduit_engine_v1_StepOutput, StepOutput__Output as _conduit_engine_v1_StepOutput__Output } from './conduit/engine/v1/StepOutput.ts';
 import type { StepStats as _conduit_engine_v1_StepStats, StepStats__Output as _conduit_engine_v1_StepStats__Output } from './conduit/engine/v1/StepStats.ts';
 import type { StructuredOutput as _conduit_engine_v1_StructuredOutput, StructuredOutput__Output as _conduit_engine_v1_StructuredOutput__Output } from './conduit/engine/v1/StructuredOutput.ts';
@@ -37,6 +38,7 @@ export interface ProtoGrpcType {
         KvEvent: MessageTypeDefinition<_conduit_engine_v1_KvEvent, _conduit_engine_v1_KvEvent__Output>
         RequestOutput: MessageTypeDefinition<_conduit_engine_v1_RequestOutput, _conduit_engine_v1_RequestOutput__Output>
         SamplingParams: MessageTypeDefinition<_conduit_engine_v1_SamplingParams, _conduit_engine_v1_SamplingParams__Output>
+        SpecDecodeStats: MessageTypeDefinition<_conduit_engine_v1_SpecDecodeStats, _conduit_engine_v1_SpecDecodeStats__Output>
         StepOutput: MessageTypeDefinition<_conduit_engine_v1_StepOutput, _conduit_engine_v1_StepOutput__Output>
         StepStats: MessageTypeDefinition<_conduit_engine_v1_StepStats, _conduit_engine_v1_StepStats__Output>
         StructuredOutput: MessageTypeDefinition<_conduit_engine_v1_StructuredOutput, _conduit_engine_v1_StructuredOutput__Output>

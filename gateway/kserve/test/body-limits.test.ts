@@ -8,7 +8,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { deflateSync, gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
-import { ModelRepository } from '../../../engine/classic/index.ts';
+import { ModelRepository } from '../../../triton/index.ts';
 import { createGateway } from '../../server.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { call, type Client } from './grpc-client.ts';

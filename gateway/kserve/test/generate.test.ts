@@ -85,7 +85,9 @@ test("errors are Triton's bodies: unknown model, bad body, a worker error before
 });
 
 test('an LLM has metadata and readiness under /v2 too', async () => {
-  assert.deepEqual(await (await fetch(`${gateway.baseUrl}/v2/models/tiny`)).json(), {
+  // Every input and output of the v2 model (llm-models.test.ts); the first of each here.
+  const metadata = await (await fetch(`${gateway.baseUrl}/v2/models/tiny`)).json() as Record<string, unknown[]>;
+  assert.deepEqual({ ...metadata, inputs: metadata.inputs.slice(0, 1), outputs: metadata.outputs.slice(0, 1) }, {
     name: 'tiny', versions: ['1'], platform: 'conduit_llm',
     inputs: [{ name: 'text_input', datatype: 'BYTES', shape: [1] }],
     outputs: [{ name: 'text_output', datatype: 'BYTES', shape: [-1] }],

@@ -8,7 +8,7 @@ import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { pino, type Logger } from 'pino';
-import { ModelRepository } from '../../../engine/classic/index.ts';
+import { ModelRepository } from '../../../triton/index.ts';
 import { within } from '../../../test/wait.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { call, callWithMetadata, type Client } from './grpc-client.ts';

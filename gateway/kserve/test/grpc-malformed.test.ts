@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { ModelRepository } from '../../../engine/classic/index.ts';
+import { ModelRepository } from '../../../triton/index.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { call, type Client } from './grpc-client.ts';
 import { MODELS_DIR } from './harness.ts';

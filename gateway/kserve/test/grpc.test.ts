@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { ModelRepository } from '../../../engine/classic/index.ts';
+import { ModelRepository } from '../../../triton/index.ts';
 import { heldOutDigits } from '../../../tools/make-classic-models.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { SAMPLES } from './datatypes.ts';

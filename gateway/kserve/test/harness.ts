@@ -8,7 +8,7 @@ import type { FastifyInstance } from 'fastify';
 import { CONFIG_DATATYPE_NAMES } from './datatypes.ts';
 
 export { serializeBytes } from './datatypes.ts';
-import { ModelRepository, type ModelControlMode } from '../../../engine/classic/index.ts';
+import { ModelRepository, type ModelControlMode } from '../../../triton/index.ts';
 import { createGateway, type GatewayOptions } from '../../server.ts';
 import type { KServeControl } from '../control.ts';
 

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
-import { ModelRepository } from '../../../engine/classic/index.ts';
+import { ModelRepository } from '../../../triton/index.ts';
 import { AccessControl, createGateway } from '../../server.ts';
 import { KServeControl } from '../control.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import { ModelRepository } from '../../../engine/classic/index.ts';
+import { ModelRepository } from '../../../triton/index.ts';
 import { createGateway, createMetricsServer, GatewayMetrics } from '../../server.ts';
 import { registerTritonMetrics } from '../metrics.ts';
 import { makeTestRepo, MODELS_DIR } from './harness.ts';

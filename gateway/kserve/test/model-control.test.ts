@@ -41,7 +41,7 @@ describe('explicit model control', () => {
   let server: KServeTestServer;
   let repo: ReturnType<typeof makeTestRepo>;
   before(async () => {
-    repo = makeTestRepo({ slow: { config: slowConfig(8), script: SLOW_TS }, held: { config: slowConfig(8), script: HELD_TS }, pipeline: { config: ENSEMBLE } });
+    repo = makeTestRepo({ slow: { config: slowConfig(8), script: SLOW_TS }, held: { config: slowConfig(8), script: HELD_TS }, pipeline: { config: ENSEMBLE }, pipeline2: { config: ENSEMBLE } });
     server = await startKServeServer(repo.dir, 'explicit', ['identity_fp32']);
   });
   after(async () => {
@@ -83,6 +83,20 @@ describe('explicit model control', () => {
     assert.deepEqual(result.outputs, [{ name: 'Y', datatype: 'INT32', shape: [1, 1], data: [42] }]);
     assert.equal((await post(`${server.baseUrl}/v2/repository/models/slow/unload`, { parameters: { unload_dependents: true } })).status, 200);
     assert.equal((await fetch(`${server.baseUrl}/v2/models/pipeline/ready`)).status, 400);
+  });
+
+  test('unload_dependents on an ensemble unloads its composing models, unless another loaded model still uses them', async () => {
+    const ready = async (name: string) => (await fetch(`${server.baseUrl}/v2/models/${name}/ready`)).status === 200;
+    for (const name of ['pipeline', 'pipeline2']) assert.equal((await post(`${server.baseUrl}/v2/repository/models/${name}/load`)).status, 200);
+    const unloadDependents = { parameters: { unload_dependents: true } };
+    assert.equal((await post(`${server.baseUrl}/v2/repository/models/pipeline/unload`, unloadDependents)).status, 200);
+    assert.deepEqual([await ready('pipeline'), await ready('pipeline2'), await ready('slow')], [false, true, true], 'pipeline2 still uses slow');
+    assert.equal((await post(`${server.baseUrl}/v2/repository/models/pipeline2/unload`, unloadDependents)).status, 200);
+    assert.deepEqual([await ready('pipeline2'), await ready('slow')], [false, false], 'nothing loaded uses slow any more');
+    // Without the flag, the composing model stays.
+    assert.equal((await post(`${server.baseUrl}/v2/repository/models/pipeline/load`)).status, 200);
+    assert.equal((await post(`${server.baseUrl}/v2/repository/models/pipeline/unload`)).status, 200);
+    assert.deepEqual([await ready('pipeline'), await ready('slow')], [false, true]);
   });
 
   test('load with a config override; a bad override or unknown model is refused and changes nothing', async () => {

@@ -1,5 +1,5 @@
 // FP32 [N, 10] probabilities -> BYTES [N, 1]: the argmax digit as text ("0" ... "9").
-import type { TensorMap } from '../../../engine/classic/backend.ts';
+import type { TensorMap } from '../../../triton/backend.ts';
 
 const LABELS = Array.from({ length: 10 }, (_, digit) => new TextEncoder().encode(String(digit)));
 

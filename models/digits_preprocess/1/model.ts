@@ -1,5 +1,5 @@
 // UINT8 [N, 64] pixels (0-255) -> FP32 [N, 64] in [0, 1], the input `digits` was trained on.
-import type { TensorMap } from '../../../engine/classic/backend.ts';
+import type { TensorMap } from '../../../triton/backend.ts';
 
 export function execute(inputs: TensorMap): TensorMap {
   const raw = inputs.RAW_PIXELS;

@@ -13,10 +13,12 @@ export interface GenerateRequest {
   'timeoutMs'?: (number | string);
   'externalRequestId'?: (string);
   'structuredOutput'?: (_conduit_engine_v1_StructuredOutput | null);
+  'numSpeculativeTokens'?: (number);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";
   '_externalRequestId'?: "externalRequestId";
+  '_numSpeculativeTokens'?: "numSpeculativeTokens";
 }
 
 export interface GenerateRequest__Output {
@@ -29,8 +31,10 @@ export interface GenerateRequest__Output {
   'timeoutMs'?: (number);
   'externalRequestId'?: (string);
   'structuredOutput': (_conduit_engine_v1_StructuredOutput__Output | null);
+  'numSpeculativeTokens'?: (number);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";
   '_externalRequestId'?: "externalRequestId";
+  '_numSpeculativeTokens'?: "numSpeculativeTokens";
 }

@@ -18,6 +18,8 @@ export interface RequestOutput {
   'promptLogprobs'?: (_conduit_engine_v1_TokenLogprobs)[];
   'queueTimeMs'?: (number | string);
   'prefillTimeMs'?: (number | string);
+  'numDraftTokens'?: (number);
+  'numAcceptedDraftTokens'?: (number);
   '_stopTokenId'?: "stopTokenId";
   '_queueTimeMs'?: "queueTimeMs";
   '_prefillTimeMs'?: "prefillTimeMs";
@@ -37,6 +39,8 @@ export interface RequestOutput__Output {
   'promptLogprobs': (_conduit_engine_v1_TokenLogprobs__Output)[];
   'queueTimeMs'?: (number);
   'prefillTimeMs'?: (number);
+  'numDraftTokens': (number);
+  'numAcceptedDraftTokens': (number);
   '_stopTokenId'?: "stopTokenId";
   '_queueTimeMs'?: "queueTimeMs";
   '_prefillTimeMs'?: "prefillTimeMs";

@@ -1,5 +1,6 @@
 // Original file: proto/engine.proto
 
+import type { SpecDecodeStats as _conduit_engine_v1_SpecDecodeStats, SpecDecodeStats__Output as _conduit_engine_v1_SpecDecodeStats__Output } from '../../../conduit/engine/v1/SpecDecodeStats.ts';
 
 export interface StepStats {
   'numScheduledTokens'?: (number);
@@ -11,6 +12,7 @@ export interface StepStats {
   'numPrefixHitTokens'?: (number);
   'kvUsage'?: (number | string);
   'residentMemoryBytes'?: (number | string);
+  'specDecode'?: (_conduit_engine_v1_SpecDecodeStats | null);
 }
 
 export interface StepStats__Output {
@@ -23,4 +25,5 @@ export interface StepStats__Output {
   'numPrefixHitTokens': (number);
   'kvUsage': (number);
   'residentMemoryBytes': (number);
+  'specDecode': (_conduit_engine_v1_SpecDecodeStats__Output | null);
 }

@@ -1,6 +1,7 @@
 // One loaded version of a model: its instances behind a batcher, or an ensemble's DAG, with
 // request validation and statistics. Requests in flight hold the version they started on, so a
 // reload or unload lets them finish there.
+import { readLabels } from './classification.ts';
 import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
 import { Batcher } from './batcher.ts';
 import { runEnsemble, type StepRunner } from './ensemble.ts';
@@ -30,6 +31,8 @@ export interface ServedVersion {
   readonly config: ModelConfig;
   readonly version: number;
   readonly stats: StatsRecorder;
+  /** Each output's labels (its label_filename), for the classification extension. */
+  readonly labels: ReadonlyMap<string, readonly string[]>;
   infer(request: InferRequest): Promise<TensorMap>;
   /** Resolves when nothing is queued or running. */
   drain(): Promise<void>;
@@ -58,6 +61,7 @@ class BatchedVersion implements ServedVersion {
     readonly config: ModelConfig, readonly version: number, private readonly instances: ModelInstance[],
     /** Set when the model enables response_cache and the server has a cache. */
     private readonly cache: ResponseCache | null,
+    readonly labels: ReadonlyMap<string, readonly string[]>,
   ) {
     this.stats = new StatsRecorder(config.name, version);
     this.batcher = new Batcher(config, instances, {
@@ -121,7 +125,9 @@ class EnsembleVersion implements ServedVersion {
   private numRunning = 0;
   private idleWaiters: Array<() => void> = [];
 
-  constructor(readonly config: ModelConfig, readonly version: number, private readonly runStep: StepRunner) {
+  constructor(
+    readonly config: ModelConfig, readonly version: number, private readonly runStep: StepRunner, readonly labels: ReadonlyMap<string, readonly string[]>,
+  ) {
     this.stats = new StatsRecorder(config.name, version);
   }
 
@@ -167,7 +173,8 @@ export async function loadVersion(
   spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner, cache: ResponseCache | null, signal?: AbortSignal,
 ): Promise<ServedVersion> {
   const { config } = spec;
-  if (config.backend === 'ensemble') return new EnsembleVersion(config, spec.version, runStep);
+  const labels = readLabels(config, spec.modelDir);
+  if (config.backend === 'ensemble') return new EnsembleVersion(config, spec.version, runStep, labels);
   const create = config.backend === 'onnxruntime' ? createOnnxInstance : createScriptInstance;
   const numInstances = config.instance_group.reduce((sum, group) => sum + group.count, 0);
   const instances: ModelInstance[] = [];
@@ -186,5 +193,5 @@ export async function loadVersion(
     await Promise.all(instances.map((instance) => instance.close()));
     throw err;
   }
-  return new BatchedVersion(config, spec.version, instances, config.response_cache?.enable === true ? cache : null);
+  return new BatchedVersion(config, spec.version, instances, config.response_cache?.enable === true ? cache : null, labels);
 }

@@ -9,11 +9,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, test } from 'node:test';
-import { within } from '../../../test/wait.ts';
+import { within } from '../../test/wait.ts';
 import { ClassicError } from '../errors.ts';
 import { ModelRepository, type RepositoryOptions } from '../repository.ts';
 
-const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../models');
+const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../models');
 
 const ECHO_TS = 'export function execute(inputs) { return { OUTPUT: inputs.INPUT }; }\n';
 /** Each instance takes 100 ms to start: a load of many is long enough to close() during it. */
@@ -134,6 +134,7 @@ test('a config sent with a load request is checked as a file is, and against the
   mkdirSync(path.join(dir, 'digits', '1'), { recursive: true });
   copyFileSync(path.join(MODELS_DIR, 'digits', '1', 'model.onnx'), path.join(dir, 'digits', '1', 'model.onnx'));
   copyFileSync(path.join(MODELS_DIR, 'digits', 'config.pbtxt'), path.join(dir, 'digits', 'config.pbtxt'));
+  copyFileSync(path.join(MODELS_DIR, 'digits', 'labels.txt'), path.join(dir, 'digits', 'labels.txt'));
   const repo = await start({ startupModels: ['digits'] });
   const served = repo.get('digits', null);
   const digits = (overrides: object) => JSON.stringify({
@@ -147,6 +148,17 @@ test('a config sent with a load request is checked as a file is, and against the
   await rejectsWith(repo.load('digits', digits({ version_policy: { specific: { versions: [7] } } })), 'INVALID_ARG', /version_policy serves none of the versions present \(1\)/);
   assert.equal(repo.get('digits', null), served, 'every refused override left the served version');
   assert.equal(repo.isReady(), true);
+});
+
+test("an output's label_filename is read at load: a missing one fails the load, naming it; a present one gives the labels", async () => {
+  const labelled = (file: string) => `backend: "script"\nmax_batch_size: 4\ninput [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] label_filename: "${file}" } ]\n`;
+  writeModel('labelled', labelled('labels.txt'));
+  const repo = await start();
+  await rejectsWith(repo.load('labelled', null), 'INVALID_ARG', /cannot read label_filename labelled\/labels.txt/);
+  writeFileSync(path.join(dir, 'labelled', 'labels.txt'), 'cat\ndog\n');
+  await repo.load('labelled', null);
+  assert.deepEqual(repo.get('labelled', null).labels.get('OUTPUT'), ['cat', 'dog']);
 });
 
 test('a symlink out of the repository is refused (a model file, a model folder); errors name files relative to the repository', async () => {

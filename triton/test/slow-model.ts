@@ -4,6 +4,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { within } from '../../test/wait.ts';
 import { ModelRepository } from '../repository.ts';
 import type { Tensor } from '../tensor.ts';
 
@@ -20,6 +21,13 @@ export async function execute(inputs) {
   return { BATCH_ROWS: column('INT32', rows), INSTANCE: column('INT32', instanceIndex), START_MS: column('FP64', startMs), END_MS: column('FP64', endMs) };
 }
 `;
+
+/**
+ * The longest one request may take, queue and run: every delay these tests configure is under a
+ * second, so a batcher that holds a request (ignoring its queue delay, losing a wake-up) fails the
+ * test that sent it, by name, instead of stalling the file until the runner's timeout.
+ */
+export const INFER_BOUND_MS = 10_000;
 
 export interface SlowRepo {
   repo: ModelRepository;
@@ -49,18 +57,21 @@ output [
 ${body}`);
   }
   const repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
-  await repo.start();
+  await within(repo.start(), 'the slow models did not load');
   return {
     repo,
     async infer(model, { delayMs = 0, rows = 1, width, priority = 0, timeoutUs = 0 } = {}) {
       const inputs: Record<string, Tensor> = { DELAY_MS: { datatype: 'INT32', shape: [rows, 1], data: new Int32Array(rows).fill(delayMs) } };
       if (width !== undefined) inputs.X = { datatype: 'FP32', shape: [rows, width], data: new Float32Array(rows * width) };
-      const outputs = await repo.infer(model, null, { inputs, requestedOutputs: null, priority, timeoutUs });
+      const outputs = await within(
+        repo.infer(model, null, { inputs, requestedOutputs: null, priority, timeoutUs }),
+        `a request to '${model}' (${rows} rows, priority ${priority}, timeout ${timeoutUs} µs) was not answered`, INFER_BOUND_MS,
+      );
       const first = (name: string) => Number((outputs[name].data as Int32Array | Float64Array)[0]);
       return { batchRows: first('BATCH_ROWS'), instance: first('INSTANCE'), startMs: first('START_MS'), endMs: first('END_MS') };
     },
     async close() {
-      await repo.close();
+      await within(repo.close(), 'the slow models did not unload');
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -5,16 +5,20 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { heldOutDigits, makeFraud, NUM_CLASSES } from '../../../tools/make-classic-models.ts';
-import { writeModel } from '../../../tools/onnx/writer.ts';
+import { heldOutDigits, makeFraud, NUM_CLASSES } from '../../tools/make-classic-models.ts';
+import { writeModel } from '../../tools/onnx/writer.ts';
+import { within } from '../../test/wait.ts';
 import { ClassicError } from '../errors.ts';
 import { ModelRepository } from '../repository.ts';
 import type { Tensor } from '../tensor.ts';
 
-const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../models');
+const MODELS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../models');
+
+/** The longest one request may take: a batcher holding one (its queue delay ignored) fails the test that sent it, by name. */
+const INFER_BOUND_MS = 20_000;
 
 function infer(repo: ModelRepository, model: string, inputs: Record<string, Tensor>, requestedOutputs: string[] | null = null) {
-  return repo.infer(model, null, { inputs, requestedOutputs, priority: 0, timeoutUs: 0 });
+  return within(repo.infer(model, null, { inputs, requestedOutputs, priority: 0, timeoutUs: 0 }), `a request to '${model}' was not answered`, INFER_BOUND_MS);
 }
 
 function argmaxRows(probs: Float32Array, numClasses: number): number[] {
@@ -30,9 +34,9 @@ describe('the models in models/', () => {
   let repo: ModelRepository;
   before(async () => {
     repo = new ModelRepository({ repoDir: MODELS_DIR, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
-    await repo.start();
+    await within(repo.start(), 'the repository did not load');
   });
-  after(() => repo.close());
+  after(() => within(repo.close(), 'the repository did not close'));
 
   test('every model loads; the LLM checkpoint beside them is not a repository model', () => {
     assert.deepEqual(repo.index(false).map((e) => `${e.name}:${e.version}:${e.state}`),
@@ -116,10 +120,10 @@ describe('ONNX Runtime off the event loop', () => {
     writeFileSync(path.join(dir, 'heavy', 'config.pbtxt'), `platform: "onnxruntime_onnx"\nmax_batch_size: 1024
 input [ { name: "x" data_type: TYPE_FP32 dims: [ ${width} ] } ]\noutput [ { name: "y" data_type: TYPE_FP32 dims: [ ${width} ] } ]`);
     repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
-    await repo.start();
+    await within(repo.start(), 'the repository did not load');
   });
   after(async () => {
-    await repo.close();
+    await within(repo.close(), 'the repository did not close');
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -152,10 +156,10 @@ describe('a script model in plain JavaScript', () => {
     writeFileSync(path.join(dir, 'double', 'config.pbtxt'), `backend: "script"\nmax_batch_size: 8
 input [ { name: "X" data_type: TYPE_FP32 dims: [ 2 ] } ]\noutput [ { name: "Y" data_type: TYPE_FP32 dims: [ 2 ] } ]`);
     repo = new ModelRepository({ repoDir: dir, mode: 'none', pollIntervalMs: 1000, startupModels: [] });
-    await repo.start();
+    await within(repo.start(), 'the repository did not load');
   });
   after(async () => {
-    await repo.close();
+    await within(repo.close(), 'the repository did not close');
     rmSync(dir, { recursive: true, force: true });
   });
 

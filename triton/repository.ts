@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { silentLogger, type Logger } from '../log.ts';
+import { silentLogger, type Logger } from '../engine/log.ts';
 import type { TensorMap } from './backend.ts';
 import { checkEnsemble } from './ensemble.ts';
 import { ClassicError } from './errors.ts';
@@ -70,6 +70,11 @@ interface ModelEntry {
   fingerprint: string;
   /** Serializes loads and unloads of this model. */
   busy: Promise<void>;
+}
+
+/** The models an ensemble's steps run (none for any other model). */
+function composingModelsOf(config: ModelConfig | null): string[] {
+  return [...new Set(config?.ensemble_scheduling?.step.map((step) => step.model_name) ?? [])];
 }
 
 /** Instances one loaded version of the config runs (an ensemble's steps run on their own models). */
@@ -182,12 +187,31 @@ export class ModelRepository {
     const model = this.models.get(name);
     if (model === undefined) throw new ClassicError('INVALID_ARG', `failed to unload '${name}', no version is available`);
     model.required = false;
+    const composing = composingModelsOf(model.config);
     await this.unloadModel(model);
     if (!unloadDependents) return;
     for (const other of this.models.values()) {
-      if (!other.config?.ensemble_scheduling?.step.some((step) => step.model_name === name)) continue;
+      if (!composingModelsOf(other.config).includes(name)) continue;
       other.required = false;
       await this.unloadModel(other);
+    }
+    await this.unloadUnused(composing);
+  }
+
+  /**
+   * An unloaded ensemble's composing models (and theirs, for nested ensembles), each unless a
+   * model still loaded uses it, as Triton's unload_dependents does.
+   */
+  private async unloadUnused(names: readonly string[]): Promise<void> {
+    for (const name of names) {
+      const model = this.models.get(name);
+      if (model === undefined || model.versions.size === 0) continue;
+      const isUsed = [...this.models.values()].some((other) => other.versions.size > 0 && composingModelsOf(other.config).includes(name));
+      if (isUsed) continue;
+      const ownComposing = composingModelsOf(model.config);
+      model.required = false;
+      await this.unloadModel(model);
+      await this.unloadUnused(ownComposing);
     }
   }
 

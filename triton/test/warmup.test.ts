@@ -8,7 +8,7 @@ import { access } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
-import { pollUntil } from '../../../test/wait.ts';
+import { pollUntil } from '../../test/wait.ts';
 import { ClassicError } from '../errors.ts';
 import { ModelRepository } from '../repository.ts';
 

@@ -7,9 +7,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, test } from 'node:test';
-import { createRng } from '../../../loadtest/random.ts';
-import { testSeed } from '../../../test/seed.ts';
-import { createWorkerLogger } from '../../log.ts';
+import { createRng } from '../../loadtest/random.ts';
+import { testSeed } from '../../test/seed.ts';
+import { createWorkerLogger } from '../../engine/log.ts';
 import { ModelRepository } from '../repository.ts';
 import type { Tensor } from '../tensor.ts';
 

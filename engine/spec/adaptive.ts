@@ -1,0 +1,118 @@
+// How many proposals each sequence verifies this step. A proposal costs its step one more query
+// token; it pays off with the probability that it and every proposal before it are accepted.
+// With the step's time modelled as a line in its tokens (weights read once, then work per
+// token: memory-bound at batch 1, compute-bound at large batches), a proposal is worth its
+// token while it adds more expected output per millisecond than the step already yields. The
+// line is fitted online to the decode steps' measured times, and each sequence's
+// acceptance is an exponentially decaying ratio of accepted to verified proposals, so nothing
+// is tuned to one machine.
+
+/** Each sequence's acceptance of its proposals, position by position. */
+export interface AcceptanceStats {
+  /** Decaying counts: proposals accepted, and proposals verified (each that had all before it accepted). */
+  numAccepted: number;
+  numVerified: number;
+}
+
+/** Weight of the past against one new verification. */
+const ACCEPTANCE_DECAY = 0.9;
+/** A new sequence's prior: one accepted of two verified. */
+export function newAcceptanceStats(): AcceptanceStats {
+  return { numAccepted: 1, numVerified: 2 };
+}
+
+export function acceptanceRate(stats: AcceptanceStats): number {
+  return stats.numAccepted / stats.numVerified;
+}
+
+/** Records one verification: numProposed tokens proposed, numAccepted of them accepted in order. */
+export function recordVerification(stats: AcceptanceStats, numProposed: number, numAccepted: number): void {
+  if (numProposed === 0) return;
+  const numVerified = Math.min(numAccepted + 1, numProposed);
+  stats.numAccepted = stats.numAccepted * ACCEPTANCE_DECAY + numAccepted;
+  stats.numVerified = stats.numVerified * ACCEPTANCE_DECAY + numVerified;
+}
+
+/** A step's cost as the model predicts it: the time of the step as it stands, and of each token more. */
+export interface StepCost {
+  baseMs: number;
+  perTokenMs: number;
+}
+
+/**
+ * Step time against tokens per step: a least-squares line over recent decode steps (older ones
+ * weigh less; prompt chunks, whose tokens cost differently, are not observed). It is read near
+ * the step at hand, as the predicted time of that step and the slope there.
+ */
+export class StepCostModel {
+  private sumWeights = 0;
+  private sumTokens = 0;
+  private sumMs = 0;
+  private sumTokensSquared = 0;
+  private sumTokensMs = 0;
+  /** Before the steps spread enough to fit a slope: this many tokens more cost a step's time again. */
+  private static readonly PRIOR_TOKENS_PER_STEP = 16;
+  private static readonly DECAY = 0.98;
+
+  observe(numTokens: number, forwardMs: number): void {
+    const decay = StepCostModel.DECAY;
+    this.sumWeights = this.sumWeights * decay + 1;
+    this.sumTokens = this.sumTokens * decay + numTokens;
+    this.sumMs = this.sumMs * decay + forwardMs;
+    this.sumTokensSquared = this.sumTokensSquared * decay + numTokens * numTokens;
+    this.sumTokensMs = this.sumTokensMs * decay + numTokens * forwardMs;
+  }
+
+  /** The predicted cost of a step of numTokens tokens, in milliseconds (in prior units before any step). */
+  costAt(numTokens: number): StepCost {
+    const prior = StepCostModel.PRIOR_TOKENS_PER_STEP;
+    if (this.sumWeights === 0) return { baseMs: 1, perTokenMs: 1 / (prior + numTokens) };
+    const meanTokens = this.sumTokens / this.sumWeights;
+    const meanMs = this.sumMs / this.sumWeights;
+    const variance = this.sumTokensSquared / this.sumWeights - meanTokens * meanTokens;
+    // Steps all alike say nothing of the slope: the prior's, scaled to the steps seen.
+    const perTokenMs = variance < 0.5 ? meanMs / (prior + meanTokens) : Math.max(0, (this.sumTokensMs / this.sumWeights - meanTokens * meanMs) / variance);
+    // A line through noise may cross zero: a step costs at least its tokens' share.
+    const baseMs = Math.max(meanMs + perTokenMs * (numTokens - meanTokens), perTokenMs * numTokens, 1e-9);
+    return { baseMs, perTokenMs };
+  }
+}
+
+/** One decoding sequence's candidates: its acceptance rate and how many proposals it has. */
+export interface DraftCandidate {
+  acceptanceRate: number;
+  numAvailable: number;
+}
+
+/** What the model's errors may cost: a proposal must promise this much more than it costs. */
+const MARGIN = 1.1;
+
+/**
+ * Fills numChosen[i] with the proposals candidate i verifies: greedily, the proposal with the
+ * best chance of acceptance (acceptance^position) next, while its expected tokens per unit of
+ * cost beat the step's (with a margin), up to budget tokens.
+ */
+export function chooseDraftCounts(candidates: readonly DraftCandidate[], stepCost: StepCost, budget: number, numChosen: Int32Array): void {
+  numChosen.fill(0, 0, candidates.length);
+  let expectedTokens = candidates.length;
+  let cost = stepCost.baseMs;
+  const perTokenRatio = stepCost.perTokenMs;
+  for (let remaining = budget; remaining > 0; remaining--) {
+    let best = -1;
+    let bestGain = 0;
+    for (let i = 0; i < candidates.length; i++) {
+      const { acceptanceRate, numAvailable } = candidates[i];
+      if (numChosen[i] >= numAvailable) continue;
+      const gain = acceptanceRate ** (numChosen[i] + 1);
+      if (gain > bestGain) {
+        best = i;
+        bestGain = gain;
+      }
+    }
+    // Worth it when (E + g) / (C + c) > E / C, i.e. g × C > c × E.
+    if (best < 0 || bestGain * cost <= MARGIN * perTokenRatio * expectedTokens) return;
+    numChosen[best]++;
+    expectedTokens += bestGain;
+    cost += perTokenRatio;
+  }
+}

@@ -1,0 +1,53 @@
+// Speculative decoding's proposers: each guesses how a sequence goes on, and the step verifies
+// the guesses in the same forward pass as everything else (scheduler.ts, native sampler). A
+// guess costs a query token; a wrong one costs nothing else, since the sampler emits what plain
+// decoding would have emitted whatever was proposed.
+import { NgramProposer } from './ngram.ts';
+
+/** vLLM's speculative_config, camel-cased: the method and its limits. */
+export interface SpeculativeConfig {
+  method: 'ngram';
+  /** Most tokens proposed for a sequence in one step; adaptivity picks 0 .. this per step. */
+  numSpeculativeTokens: number;
+  /** ngram: the shortest and longest suffix of the sequence looked up in its own tokens. */
+  promptLookupMin: number;
+  promptLookupMax: number;
+  /** Choose each sequence's count per step from its acceptance and the step's cost (default on). */
+  adaptive?: boolean;
+}
+
+/** What a proposer reads of a sequence: its known tokens (prompt, then output). */
+export interface ProposerInput {
+  readonly tokenIds: readonly number[];
+  readonly numPromptTokens: number;
+}
+
+export interface Proposer {
+  /** Writes up to maxNumTokens guessed next tokens into out (its length set to their count). */
+  propose(sequence: ProposerInput, maxNumTokens: number, out: number[]): void;
+}
+
+export function createProposer(config: SpeculativeConfig): Proposer {
+  switch (config.method) {
+    case 'ngram':
+      return new NgramProposer(config.promptLookupMin, config.promptLookupMax);
+  }
+}
+
+/** The config's problems, one message each; empty when it is valid. */
+export function speculativeConfigErrors(config: SpeculativeConfig): string[] {
+  const errors: string[] = [];
+  const { numSpeculativeTokens, promptLookupMin, promptLookupMax } = config;
+  if (config.method !== 'ngram') errors.push(`method must be 'ngram', not ${JSON.stringify(config.method)}`);
+  if (!(Number.isInteger(numSpeculativeTokens) && numSpeculativeTokens >= 1 && numSpeculativeTokens <= MAX_SPECULATIVE_TOKENS)) {
+    errors.push(`num_speculative_tokens must be an integer in [1, ${MAX_SPECULATIVE_TOKENS}], not ${numSpeculativeTokens}`);
+  }
+  if (!(Number.isInteger(promptLookupMin) && promptLookupMin >= 1)) errors.push(`prompt_lookup_min must be an integer >= 1, not ${promptLookupMin}`);
+  if (!(Number.isInteger(promptLookupMax) && promptLookupMax >= promptLookupMin)) {
+    errors.push(`prompt_lookup_max must be an integer >= prompt_lookup_min (${promptLookupMin}), not ${promptLookupMax}`);
+  }
+  return errors;
+}
+
+/** Most proposals per sequence per step: each is a row of logits and a sample in the pass. */
+export const MAX_SPECULATIVE_TOKENS = 16;

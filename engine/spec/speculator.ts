@@ -1,0 +1,94 @@
+// The scheduler's side of speculative decoding: per step, which decoding sequences verify how
+// many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
+// counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
+import { chooseDraftCounts, StepCostModel, acceptanceRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import type { SpecDecodeCounters } from '../types.ts';
+import { createProposer, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
+
+/** A decoding sequence as the speculator sees it. */
+export interface SpeculatingSequence extends ProposerInput {
+  /** Most proposals it may verify this step (its request's limit, max_tokens, min_tokens, the context). */
+  readonly maxDraftTokens: number;
+  /** This step's proposals; what it verifies is the first numChosen of them. */
+  readonly proposal: number[];
+  /** Null: it never speculates. */
+  readonly acceptance: AcceptanceStats | null;
+}
+
+export class Speculator {
+  readonly config: SpeculativeConfig;
+  private readonly proposer: Proposer;
+  private readonly costModel = new StepCostModel();
+  private readonly candidates: DraftCandidate[] = [];
+  private numChosen = new Int32Array(0);
+  private counters: SpecDecodeCounters;
+
+  constructor(config: SpeculativeConfig, proposer: Proposer = createProposer(config)) {
+    this.config = config;
+    this.proposer = proposer;
+    this.counters = emptyCounters(config.numSpeculativeTokens);
+  }
+
+  newAcceptanceStats(): AcceptanceStats {
+    return newAcceptanceStats();
+  }
+
+  /**
+   * Fills each sequence's proposal and returns, in numChosen[i], how many of them sequence i
+   * verifies (0 included), within budget tokens; the step already holds baseTokens tokens.
+   */
+  choose(sequences: readonly SpeculatingSequence[], baseTokens: number, budget: number): Int32Array {
+    if (this.numChosen.length < sequences.length) this.numChosen = new Int32Array(Math.max(sequences.length, 2 * this.numChosen.length));
+    const candidates = this.candidates;
+    candidates.length = 0;
+    for (const sequence of sequences) {
+      this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
+      const { acceptance } = sequence;
+      candidates.push({ acceptanceRate: acceptance === null ? 0 : acceptanceRate(acceptance), numAvailable: acceptance === null ? 0 : sequence.proposal.length });
+    }
+    if (this.config.adaptive === false) {
+      let remaining = budget;
+      candidates.forEach((candidate, i) => {
+        this.numChosen[i] = Math.min(candidate.numAvailable, remaining);
+        remaining -= this.numChosen[i];
+      });
+    } else {
+      chooseDraftCounts(candidates, this.costModel.costAt(baseTokens), budget, this.numChosen);
+    }
+    return this.numChosen;
+  }
+
+  /** A verification's outcome: numProposed proposals, of which the first numAccepted were accepted. */
+  recordVerification(acceptance: AcceptanceStats, numProposed: number, numAccepted: number): void {
+    recordVerification(acceptance, numProposed, numAccepted);
+    const counters = this.counters;
+    counters.numDrafts++;
+    counters.numDraftTokens += numProposed;
+    counters.numAcceptedTokens += numAccepted;
+    for (let position = 0; position < numAccepted; position++) counters.numAcceptedTokensPerPosition[position]++;
+  }
+
+  /**
+   * A proposal that was not verified (adaptivity chose 0), checked against the token plain
+   * decoding emitted: acceptance keeps being measured, so a sequence that starts to repeat
+   * itself is noticed without paying for it.
+   */
+  recordUnverifiedGuess(acceptance: AcceptanceStats, guessTokenId: number, emittedTokenId: number): void {
+    recordVerification(acceptance, 1, guessTokenId === emittedTokenId ? 1 : 0);
+  }
+
+  /** A decode step's measured time, scheduling to outputs (its tokens are decodes and proposals only), for the cost model. */
+  observeStep(numTokens: number, forwardMs: number): void {
+    this.costModel.observe(numTokens, forwardMs);
+  }
+
+  takeCounters(): SpecDecodeCounters {
+    const counters = this.counters;
+    this.counters = emptyCounters(this.config.numSpeculativeTokens);
+    return counters;
+  }
+}
+
+function emptyCounters(numPositions: number): SpecDecodeCounters {
+  return { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0, numAcceptedTokensPerPosition: new Array<number>(numPositions).fill(0) };
+}

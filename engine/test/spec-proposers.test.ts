@@ -1,0 +1,111 @@
+// The ngram proposer and the adaptive choice of draft counts, against slow obvious versions.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { NgramProposer } from '../spec/ngram.ts';
+import { StepCostModel, acceptanceRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
+
+const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+
+function mulberry32(state: number): () => number {
+  return () => {
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** The longest suffix of n in [min, max] that occurs earlier, its latest occurrence, what followed. */
+function referenceLookup(tokens: number[], min: number, max: number, k: number): number[] {
+  for (let n = max; n >= min; n--) {
+    if (n >= tokens.length) continue;
+    const suffix = tokens.slice(-n).join(',');
+    for (let start = tokens.length - n - 1; start >= 0; start--) {
+      if (tokens.slice(start, start + n).join(',') === suffix) return tokens.slice(start + n, start + n + k);
+    }
+  }
+  return [];
+}
+
+test('ngram proposes what followed the latest earlier occurrence of the longest matching suffix', () => {
+  const proposer = new NgramProposer(2, 4);
+  const out: number[] = [];
+  proposer.propose({ tokenIds: [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3], numPromptTokens: 4 }, 3, out);
+  assert.deepEqual(out, [7, 8, 5]);
+  // Nothing matches: nothing proposed.
+  proposer.propose({ tokenIds: [1, 2, 3, 4, 5], numPromptTokens: 5 }, 3, out);
+  assert.deepEqual(out, []);
+  // A period shorter than the suffix: the match overlaps it, and the proposal runs to the end.
+  proposer.propose({ tokenIds: [6, 6, 6, 6], numPromptTokens: 1 }, 5, out);
+  assert.deepEqual(out, [6]);
+
+  const random = mulberry32(seed);
+  for (let trial = 0; trial < 500; trial++) {
+    const alphabet = 2 + Math.floor(random() * 6);
+    const tokens = Array.from({ length: 1 + Math.floor(random() * 60) }, () => Math.floor(random() * alphabet));
+    const min = 1 + Math.floor(random() * 3);
+    const max = min + Math.floor(random() * 4);
+    const k = 1 + Math.floor(random() * 8);
+    new NgramProposer(min, max).propose({ tokenIds: tokens, numPromptTokens: 1 }, k, out);
+    assert.deepEqual(out, referenceLookup(tokens, min, max, k), `seed ${seed}: ${JSON.stringify({ tokens, min, max, k })}`);
+  }
+});
+
+test('acceptance is a decaying ratio of accepted to verified proposals', () => {
+  const stats = newAcceptanceStats();
+  assert.equal(acceptanceRate(stats), 0.5);
+  for (let i = 0; i < 100; i++) recordVerification(stats, 4, 4);
+  assert.ok(acceptanceRate(stats) > 0.99);
+  // The first rejected of four ends the verification: one verified, none accepted.
+  for (let i = 0; i < 100; i++) recordVerification(stats, 4, 0);
+  assert.ok(acceptanceRate(stats) < 0.01);
+});
+
+test('the cost model fits a line to decode steps, read at the step at hand', () => {
+  const model = new StepCostModel();
+  assert.deepEqual(model.costAt(0), { baseMs: 1, perTokenMs: 1 / 16 }, 'the prior before any step');
+  model.observe(4, 20);
+  assert.deepEqual(model.costAt(4), { baseMs: 20, perTokenMs: 1 }, 'one step: the prior, scaled to it');
+  const random = mulberry32(seed);
+  for (let i = 0; i < 200; i++) {
+    const numTokens = 1 + Math.floor(random() * 9);
+    model.observe(numTokens, 10 + 0.5 * numTokens);
+  }
+  const cost = model.costAt(32);
+  // The first step (4 tokens, 20 ms) has all but decayed away.
+  assert.ok(Math.abs(cost.perTokenMs - 0.5) < 0.01 && Math.abs(cost.baseMs - 26) < 0.1, JSON.stringify(cost));
+});
+
+/** The expected tokens per millisecond of a choice. */
+function throughput(candidates: DraftCandidate[], counts: number[], cost: StepCost): number {
+  let expected = 0;
+  candidates.forEach(({ acceptanceRate: a }, i) => {
+    for (let j = 0; j <= counts[i]; j++) expected += a ** j;
+  });
+  return expected / (cost.baseMs + cost.perTokenMs * counts.reduce((sum, c) => sum + c, 0));
+}
+
+test('draft counts: every proposal chosen raises the expected tokens per millisecond, and the next would not', () => {
+  const random = mulberry32(seed);
+  const chosen = new Int32Array(64);
+  for (let trial = 0; trial < 300; trial++) {
+    const numSeqs = 1 + Math.floor(random() * 32);
+    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, numAvailable: Math.floor(random() * 9) }));
+    const cost = { baseMs: 1 + random() * 50, perTokenMs: random() < 0.5 ? random() * 0.5 : random() * 5 };
+    chooseDraftCounts(candidates, cost, 1000, chosen);
+    const counts = Array.from(chosen.subarray(0, numSeqs));
+    counts.forEach((count, i) => assert.ok(count >= 0 && count <= candidates[i].numAvailable));
+    const context = `seed ${seed}: ${JSON.stringify({ candidates, cost, counts })}`;
+    assert.ok(throughput(candidates, counts, cost) >= throughput(candidates, new Array<number>(numSeqs).fill(0), cost) - 1e-12, context);
+    if (numSeqs !== 1) continue;
+    // One sequence: throughput rises with each proposal chosen, and the next one would not pay.
+    for (let k = 1; k <= counts[0]; k++) assert.ok(throughput(candidates, [k], cost) > throughput(candidates, [k - 1], cost), context);
+    if (counts[0] < candidates[0].numAvailable) assert.ok(throughput(candidates, [counts[0] + 1], cost) < 1.1 * throughput(candidates, counts, cost), context);
+  }
+  // A budget caps the proposals.
+  chooseDraftCounts([{ acceptanceRate: 1, numAvailable: 8 }, { acceptanceRate: 1, numAvailable: 8 }], { baseMs: 10, perTokenMs: 0.1 }, 3, chosen);
+  assert.equal(chosen[0] + chosen[1], 3);
+  // Compute-bound (a token costs as much as the step): nothing pays.
+  chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
+  assert.equal(chosen[0], 0);
+});

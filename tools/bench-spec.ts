@@ -1,0 +1,253 @@
+// Speculative decoding's benchmark: every figure a ratio to plain decoding measured in the same
+// run, on the kernel path the CPU has, and every speculative run's tokens checked equal to the
+// plain run's.
+//
+// 1. Verify cost on the 125 M benchmark model (tools/bench-model.ts) at batch 1: one decode step
+//    carrying k = 1..8 proposals against a plain decode step (median of rounds). Target: at most
+//    1.3 x for k = 4 (decode is memory-bound: the weights are read once for all k + 1 rows).
+// 2. conduit-tiny, greedy, 512-token continuations of verses of its corpus (it repeats itself:
+//    prompt lookup's home ground), batch 1. Target: at least 2 x plain decode tokens/s.
+// 3. Input-grounded: a passage of the model's own greedy output in the prompt, then the prompt
+//    that produced it, so that the continuation copies spans of the passage. Target: at least 2 x.
+// 4. Random prompts (uniform token ids: nothing to look up), batch 1. Target: at least 0.97 x.
+// 5. 32 concurrent streams of corpus continuations. Target: at least 1.0 x plain throughput.
+// Each engine workload prints the proposer's acceptance (accepted / verified proposals) and
+// output tokens per step; ngram runs adaptive (its default) and, for reference, fixed k.
+//
+// Engine workloads run in --engine-rounds rounds that interleave the modes; each mode's time is
+// the median of its rounds.
+//
+//   npm run bench:spec [-- --threads N --tokens 512 --rounds 20 --engine-rounds 3]
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import type { ForwardBatch, NativeModel } from '../native/api.ts';
+import { SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
+import { loadModel } from '../native/index.ts';
+import { createEngine } from '../engine/engine.ts';
+import { NativeRunner } from '../engine/native-runner.ts';
+import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
+import type { GenerateRequest, SpecDecodeCounters } from '../engine/types.ts';
+import { loadTokenizer } from '../gateway/tokenizer/load.ts';
+import { createRng } from '../loadtest/random.ts';
+import { packageRoot } from '../package-root.ts';
+import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
+
+const { values } = parseArgs({
+  options: {
+    threads: { type: 'string' },
+    tokens: { type: 'string', default: '512' },
+    rounds: { type: 'string', default: '20' },
+    'engine-rounds': { type: 'string', default: '3' },
+  },
+});
+const numThreads = Number(values.threads ?? Math.min(os.availableParallelism(), 16));
+const numOutputTokens = Number(values.tokens);
+const numRounds = Number(values.rounds);
+const numEngineRounds = Number(values['engine-rounds']);
+const BLOCK_SIZE_TOKENS = 16;
+const TINY_DIR = path.join(packageRoot, 'models', 'conduit-tiny');
+
+/** Openings of chapters of the King James Bible, conduit-tiny's corpus (tools/train/corpus.py). */
+const CORPUS_PROMPTS = [
+  'In the beginning God created the heaven and the earth.\nAnd the earth was without form, and void;',
+  'Now the serpent was more subtil than any beast of the field which the LORD God had made.',
+  'And the LORD spake unto Moses, saying,\nSpeak unto the children of Israel, and say unto them,',
+  'The LORD is my shepherd; I shall not want.\nHe maketh me to lie down in green pastures:',
+  'And it came to pass after these things, that God did tempt Abraham, and said unto him,',
+  'Blessed is the man that walketh not in the counsel of the ungodly,',
+  'Then Jesus answered and said unto them, Verily, verily, I say unto you,',
+  'And the word of the LORD came unto me, saying,\nSon of man,',
+];
+
+const ngram: SpeculativeConfig = { method: 'ngram', numSpeculativeTokens: 4, promptLookupMin: 2, promptLookupMax: 5, adaptive: true };
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+/** One sequence's step at position `position`: its last token, then numDrafts proposals. */
+function decodeBatch(position: number, numDrafts: number, maxBlocksPerSeq: number): ForwardBatch {
+  const numTokens = 1 + numDrafts;
+  return {
+    numSeqs: 1,
+    numTokens,
+    tokenIds: Int32Array.from({ length: numTokens }, (_, i) => 100 + i),
+    positions: Int32Array.from({ length: numTokens }, (_, i) => position + i),
+    queryStarts: Int32Array.of(0, numTokens),
+    maxBlocksPerSeq,
+    blockTables: Int32Array.from({ length: maxBlocksPerSeq }, (_, i) => i),
+    seqFlags: Uint8Array.of(SEQ_SAMPLE),
+    temperatures: Float32Array.of(0),
+    topPs: Float32Array.of(1),
+    topKs: Int32Array.of(0),
+    seeds: BigUint64Array.of(0n),
+    outputIndices: Int32Array.of(0),
+    ...neutralSamplingExtensions(1),
+    numDraftTokens: numDrafts === 0 ? null : Int32Array.of(numDrafts),
+  };
+}
+
+async function verifyCost(): Promise<void> {
+  const modelDir = ensureBenchCheckpoint();
+  const maxBlocksPerSeq = 16;
+  const model = await loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: maxBlocksPerSeq, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
+  try {
+    // A 128-token history to attend to.
+    const prompt = decodeBatch(0, 0, maxBlocksPerSeq);
+    prompt.numTokens = 128;
+    prompt.tokenIds = Int32Array.from({ length: 128 }, (_, i) => 7 + i);
+    prompt.positions = Int32Array.from({ length: 128 }, (_, i) => i);
+    prompt.queryStarts = Int32Array.of(0, 128);
+    await model.forward(prompt);
+    const batches = Array.from({ length: 9 }, (_, k) => decodeBatch(128, k, maxBlocksPerSeq));
+    for (const batch of batches) await model.forward(batch);
+    const times: number[][] = batches.map(() => []);
+    // Interleaved, so that load from elsewhere spreads over every k alike.
+    for (let round = 0; round < numRounds; round++) {
+      for (const [k, batch] of batches.entries()) {
+        const start = performance.now();
+        await model.forward(batch);
+        times[k].push(performance.now() - start);
+      }
+    }
+    const plainMs = median(times[0]);
+    console.log(`\n1. verify cost, 125 M model (hidden ${BENCH_SHAPE.hiddenSize}, ${BENCH_SHAPE.numLayers} layers), batch 1, ${numThreads} threads, median of ${numRounds}`);
+    console.log(`   plain decode step: ${plainMs.toFixed(2)} ms`);
+    for (let k = 1; k <= 8; k++) {
+      const ms = median(times[k]);
+      console.log(`   k = ${k}: ${ms.toFixed(2)} ms = ${(ms / plainMs).toFixed(2)} x a decode step${k === 4 ? '   (target <= 1.3 x)' : ''}`);
+    }
+  } finally {
+    model.close();
+  }
+}
+
+interface WorkloadResult {
+  outputs: number[][];
+  seconds: number;
+  numSteps: number;
+  spec: SpecDecodeCounters;
+}
+
+async function runWorkload(model: NativeModel, prompts: number[][], maxTokens: number, speculative: SpeculativeConfig | null, maxNumSeqs: number): Promise<WorkloadResult> {
+  const maxModelLen = Math.max(...prompts.map((p) => p.length)) + maxTokens + 1;
+  // The engine closes its runner, and the runner its model: this one outlives every run.
+  const shared: NativeModel = { info: model.info, forward: (batch) => model.forward(batch), close: () => {} };
+  const runner = new NativeRunner(shared, { maxModelLen, maxNumSeqs, maxNumBatchedTokens: 2048 });
+  const engine = createEngine(runner, {
+    servedName: 'bench',
+    maxNumSeqs,
+    maxNumBatchedTokens: 2048,
+    generationDefaults: { eosTokenIds: [] },
+    enablePrefixCaching: false,
+    speculative,
+  });
+  let numSteps = 0;
+  const spec: SpecDecodeCounters = { numDrafts: 0, numDraftTokens: 0, numAcceptedTokens: 0, numAcceptedTokensPerPosition: [] };
+  engine.onReport(({ stats }) => {
+    if (stats === null) return;
+    numSteps++;
+    if (stats.specDecode === undefined) return;
+    spec.numDrafts += stats.specDecode.numDrafts;
+    spec.numDraftTokens += stats.specDecode.numDraftTokens;
+    spec.numAcceptedTokens += stats.specDecode.numAcceptedTokens;
+  });
+  const start = performance.now();
+  const outputs = await Promise.all(
+    prompts.map(
+      (promptTokenIds, index) =>
+        new Promise<number[]>((resolve, reject) => {
+          const tokens: number[] = [];
+          const request: GenerateRequest = { requestId: `r${index}`, promptTokenIds, sampling: { temperature: 0, maxTokens, ignoreEos: true } };
+          engine.generate(request, (output) => {
+            tokens.push(...output.newTokenIds);
+            if (output.finishReason === 'length') resolve(tokens);
+            else if (output.finishReason !== null) reject(new Error(`${output.finishReason}: ${output.error?.message}`));
+          });
+        }),
+    ),
+  );
+  const seconds = (performance.now() - start) / 1000;
+  await engine.close();
+  return { outputs, seconds, numSteps, spec };
+}
+
+async function engineWorkloads(): Promise<void> {
+  const tokenizer = loadTokenizer(TINY_DIR).tokenizer;
+  const model = await loadModel({ modelDir: TINY_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 4096, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
+  try {
+    const corpus = CORPUS_PROMPTS.map((text) => tokenizer.encode(text, { addSpecialTokens: false }));
+    console.log(`\n2. conduit-tiny, greedy ${numOutputTokens}-token continuations of ${corpus.length} corpus verses, one at a time (batch 1)`);
+    const continuations = await compareModes(model, corpus, numOutputTokens, false, 'target >= 2 x');
+
+    console.log(`\n3. input-grounded: the model's own ${Math.min(256, numOutputTokens)}-token continuation as a passage, then its prompt again, batch 1`);
+    const grounded = corpus.map((prompt, i) => [...prompt, ...continuations[i].slice(0, 256), ...tokenizer.encode('\n\n', { addSpecialTokens: false }), ...prompt]);
+    await compareModes(model, grounded, numOutputTokens, false, 'target >= 2 x');
+
+    console.log(`\n4. random prompts (uniform token ids, 64 each), ${numOutputTokens}-token continuations, batch 1`);
+    const rng = createRng(38);
+    const random = Array.from({ length: 4 }, () => Array.from({ length: 64 }, () => 8 + Math.floor(rng() * 4000)));
+    await compareModes(model, random, numOutputTokens, false, 'target >= 0.97 x');
+
+    console.log(`\n5. 32 concurrent streams of ${Math.min(128, numOutputTokens)}-token corpus continuations`);
+    const streams = Array.from({ length: 32 }, (_, i) => [...corpus[i % corpus.length], ...tokenizer.encode(` ${i}`, { addSpecialTokens: false })]);
+    await compareModes(model, streams, Math.min(128, numOutputTokens), true, 'target >= 1.0 x');
+  } finally {
+    model.close();
+  }
+}
+
+interface ModeTotals {
+  seconds: number[];
+  steps: number;
+  drafts: number;
+  accepted: number;
+  outputs: number[][];
+}
+
+/**
+ * Each mode over every prompt, one at a time (batch 1) or all at once (batched), in rounds that
+ * interleave the modes so that load from elsewhere falls on all of them alike; a mode's time is
+ * the median of its rounds.
+ */
+async function compareModes(model: NativeModel, prompts: number[][], maxTokens: number, batched: boolean, target: string): Promise<number[][]> {
+  const modes: Array<[string, SpeculativeConfig | null]> = [['plain decode', null], ['ngram adaptive', ngram], ['ngram k = 4', { ...ngram, adaptive: false }]];
+  const totals = new Map<string, ModeTotals>(modes.map(([name]) => [name, { seconds: [], steps: 0, drafts: 0, accepted: 0, outputs: [] }]));
+  for (let round = 0; round < numEngineRounds; round++) {
+    for (const [name, config] of modes) {
+      const total = totals.get(name)!;
+      const runs = batched ? [await runWorkload(model, prompts, maxTokens, config, prompts.length)] : [];
+      if (!batched) for (const prompt of prompts) runs.push(await runWorkload(model, [prompt], maxTokens, config, 1));
+      total.seconds.push(runs.reduce((sum, run) => sum + run.seconds, 0));
+      if (round > 0) continue;
+      for (const run of runs) {
+        total.steps += run.numSteps;
+        total.drafts += run.spec.numDraftTokens;
+        total.accepted += run.spec.numAcceptedTokens;
+        total.outputs.push(...run.outputs);
+      }
+    }
+  }
+  const numTokens = prompts.length * maxTokens;
+  const plain = totals.get('plain decode')!;
+  const plainRate = numTokens / median(plain.seconds);
+  console.log(`   plain decode:   ${plainRate.toFixed(0)} tok/s, ${(numTokens / plain.steps).toFixed(2)} tokens/step`);
+  for (const [name] of modes.slice(1)) {
+    const run = totals.get(name)!;
+    const same = run.outputs.every((tokens, i) => tokens.length === plain.outputs[i].length && tokens.every((t, j) => t === plain.outputs[i][j]));
+    if (!same) throw new Error(`${name} changed an output`);
+    const rate = numTokens / median(run.seconds);
+    const acceptance = run.drafts === 0 ? 0 : run.accepted / run.drafts;
+    console.log(
+      `   ${name.padEnd(15)} ${rate.toFixed(0)} tok/s = ${(rate / plainRate).toFixed(2)} x plain${name === 'ngram adaptive' ? `   (${target})` : ''}; ` +
+        `acceptance ${(100 * acceptance).toFixed(1)} % of ${run.drafts} proposed, ${(numTokens / run.steps).toFixed(2)} tokens/step; outputs identical`,
+    );
+  }
+  return plain.outputs;
+}
+
+console.log(`bench:spec on ${describeCpu()}, ${numThreads} threads`);
+await verifyCost();
+await engineWorkloads();
