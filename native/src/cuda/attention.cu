@@ -160,12 +160,8 @@ void launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   }
   const size_t shared_bytes = size_t(group_size) * (size_t(args.head_dim) + kKvChunkTokens) * sizeof(float);
   const auto kernel = attention_chunk_kernel;
-  static bool configured = false;
-  if (!configured) {
-    CDC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   int(kMaxGroup * (256 + kKvChunkTokens) * sizeof(float))));
-    configured = true;
-  }
+  static std::atomic<uint32_t> configured{0};
+  allow_shared_memory(kernel, int(kMaxGroup * (256 + kKvChunkTokens) * sizeof(float)), configured);
   const dim3 grid(unsigned(args.num_tokens * args.num_kv_heads), unsigned(args.num_chunks));
   kernel<<<grid, kThreads, shared_bytes, stream>>>(args);
   CDC_CHECK_LAUNCH();

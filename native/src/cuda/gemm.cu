@@ -277,11 +277,8 @@ void launch_tile(const __nv_bfloat16* x, int32_t x_stride, int32_t num_rows, con
   using T = Tile<WM, WN, MT, NT, Q8>;
   const auto kernel = gemm_kernel<WM, WN, MT, NT, Q8, IN_BLOCK>;
   const int shared_bytes = kStages * T::kStageBytes;
-  static bool configured = false;  // per instantiation; set before the first launch
-  if (!configured) {
-    CDC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
-    configured = true;
-  }
+  static std::atomic<uint32_t> configured{0};  // per instantiation
+  allow_shared_memory(kernel, shared_bytes, configured);
   const dim3 grid(w.n_padded / T::BN, ceil_div(num_rows, T::BM), IN_BLOCK ? 1 : splits);
   kernel<<<grid, kThreads, shared_bytes, stream>>>(x, x_stride, num_rows, w.values, w.scales, w.n, w.n_padded,
                                                    w.k_padded, splits, y, y_stride, accumulate, partials);
