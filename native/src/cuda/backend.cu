@@ -573,6 +573,13 @@ void CudaModel::run_layers(const BatchPlan& plan, int32_t num_logit_rows) {
 }
 
 void CudaModel::forward(const cd_batch& batch, cd_forward_output& output) {
+  if (batch.num_draft_tokens != nullptr) {
+    for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
+      if (batch.num_draft_tokens[seq] > 0) {
+        throw Error(CD_ERR_INVALID_ARGUMENT, "speculative decoding is not on the CUDA backend yet");
+      }
+    }
+  }
   CDC_CHECK(cudaSetDevice(device_));
   const BatchPlan plan = plan_batch(batch, num_kv_groups_, block_size_, kKvChunkTokens, graphs_enabled_);
   ensure_capacity(plan, batch.num_seqs);
