@@ -14,18 +14,19 @@ const defaultConfigFile = path.join(packageRoot, 'configs', 'default.yaml');
 
 const serveUsage = `usage: conduit serve [--config FILE] [--model DIR ...] [--http-port N] [--grpc-port N] [--metrics-port N]
                      [--model-repository DIR] [--model-control-mode none|poll|explicit] [--load-model NAME ...]
-                     [--log-level trace|debug|info|warn|error|fatal|silent]
+                     [--log-level trace|debug|info|warn|error|fatal|silent] [--device cpu|cuda]
                      [--speculative-config '{"method": "ngram", "num_speculative_tokens": 4}']
   Serves the configuration's models (configs/default.yaml without --config or --model; configs/README.md
   lists every setting): the OpenAI API, the chat page and KServe v2 over HTTP on :8000, KServe v2 gRPC
-  on :8001 with a model repository, Prometheus metrics on :8002.`;
+  on :8001 with a model repository, Prometheus metrics on :8002. --device cuda runs every model on the
+  GPU (the CUDA plugin, built where nvcc is found).`;
 
 const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
                       [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                       [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
                       [--performance-mode interactivity|throughput] [--max-num-partial-prefills N]
                       [--max-long-partial-prefills N] [--long-prefill-token-threshold N]
-                      [--kernel auto|amx|avx512|avx2|scalar] [--quantization none|int8|int4] [--served-name NAME]
+                      [--kernel auto|amx|avx512|avx2|scalar] [--device cpu|cuda] [--quantization none|int8|int4] [--served-name NAME]
                       [--tensor-parallel-size 1|2|4|8]
                       [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]
                       [--speculative-config JSON]
@@ -81,6 +82,7 @@ export function resolveServeConfig(argv: string[]): Config {
       'model-control-mode': { type: 'string' },
       'load-model': { type: 'string', multiple: true },
       'log-level': { type: 'string' },
+      device: { type: 'string' },
       // vLLM's flag: JSON, for every model served.
       'speculative-config': { type: 'string' },
     },
@@ -97,7 +99,7 @@ export function resolveServeConfig(argv: string[]): Config {
     router: base.router,
     models: [...(configFile ? base.models : []), ...modelDirs.map((dir) => ({ path: path.resolve(dir) }))].map((model) =>
       values['speculative-config'] === undefined ? model : { ...model, speculative_config: parseJsonFlag(values['speculative-config']) },
-    ),
+    ).map((model) => (values.device === undefined ? model : { ...model, device: values.device as 'cpu' })),
     model_repository: values['model-repository'] === undefined ? base.model_repository : { ...base.model_repository, path: path.resolve(values['model-repository']) },
   };
   if (grpcPort !== undefined) raw.server.grpc_port = grpcPort;

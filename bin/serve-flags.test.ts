@@ -38,6 +38,13 @@ test('--log-level over CONDUIT_LOG_LEVEL over server.log_level (info by default)
   assert.throws(() => logLevelOverride(undefined, { CONDUIT_LOG_LEVEL: 'INFO' }), /CONDUIT_LOG_LEVEL INFO: Invalid option/);
 });
 
+test('--device cuda puts every model on the GPU; a bad device names the field', () => {
+  const config = resolveServeConfig(['--model', 'models/conduit-tiny', '--device', 'cuda']);
+  assert.deepEqual(config.models.map((model) => model.device), ['cuda']);
+  assert.equal(resolveServeConfig(['--model', 'models/conduit-tiny']).models[0].device, 'cpu');
+  assert.throws(() => resolveServeConfig(['--model', 'models/conduit-tiny', '--device', 'tpu']), /models\.0\.device: /);
+});
+
 test('--speculative-config (vLLM\'s JSON) applies to every model served', () => {
   const config = resolveServeConfig(['--model', 'a', '--model', 'b', '--speculative-config', '{"method": "ngram", "num_speculative_tokens": 4}']);
   assert.deepEqual(config.models.map((model) => model.speculative_config), [

@@ -54,6 +54,8 @@ export const modelSchema = z
     remote_workers: z.array(hostPort).default([]),
     /** Force a kernel path (tests, benchmarks). */
     kernel: z.enum(['auto', 'amx', 'avx512', 'avx2', 'scalar']).default('auto'),
+    /** Where the weights, KV cache and passes live: `cuda` opens the CUDA plugin (bf16 or int8 weights). */
+    device: z.enum(['cpu', 'cuda']).default('cpu'),
     /**
      * Weight-only quantization made at load time: `int8` keeps one scale per 32 weights (like
      * Q8_0); `int4` 4-bit codes with a scale and min per 32 (like Q4_K's sub-blocks).

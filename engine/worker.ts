@@ -2,7 +2,7 @@
 // over it, and serves proto/engine.proto on one address.
 import type { SpeculativeConfig } from './spec/proposer.ts';
 import type { LevelWithSilent } from 'pino';
-import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
+import type { Device, DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { describeKvCache, loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
 import { startRanks } from './tensor-parallel.ts';
@@ -33,6 +33,8 @@ export interface WorkerSettings {
   prefillLimits: PrefillLimits;
   numThreads: number;
   kernel: KernelPath;
+  /** `cpu` unless the configuration asks for `cuda`. */
+  device?: Device;
   /** Weight-only quantization made at load time (`int8`: Q8_0-style block scales). */
   quantization: Quantization;
   /** Ranks the model is split over (1 when absent): this worker is rank 0 and starts the others (tensor-parallel.ts). */
@@ -103,6 +105,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       blockSizeTokens: settings.blockSizeTokens,
       numThreads: settings.numThreads,
       kernel: settings.kernel,
+      ...(settings.device === undefined ? {} : { device: settings.device }),
       quantization: settings.quantization,
       ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
       ...(ranks === null ? {} : { tensorParallel: { size: tensorParallelSize, rank: 0, group: ranks.group, rankPids: ranks.pids } }),

@@ -32,6 +32,8 @@ export interface LoadOptions {
   tensorParallel?: TensorParallelOptions;
   /** Default `cpu`. A device this build or machine cannot use rejects with CD_ERR_UNSUPPORTED_DEVICE, saying why. */
   device?: Device;
+  /** With device `cuda`: which GPU (default 0). */
+  deviceIndex?: number;
   /**
    * Default `none`. The embedding table, norms and KV cache keep `dtype`; MoE routers stay fp32.
    * MXFP4 experts (gpt-oss as shipped) become int8 blocks either way, exactly.

@@ -41,6 +41,7 @@ interface Binding {
       numThreads: number;
       kernel: KernelPath;
       device: Device;
+      deviceIndex: number;
       tensorParallel?: TensorParallelOptions & { connectTimeoutMs: number };
     },
   ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number; numaNode: number }>;
@@ -49,6 +50,7 @@ interface Binding {
   serveRank(handle: ModelHandle): Promise<void>;
   collectiveNs(handle: ModelHandle): number;
   kernelSupported(kernel: KernelPath): boolean;
+  cudaDeviceCount(): { count: number; reason: string };
   probeStreamRead(sizeBytes: number, numThreads: number, numRepeats: number): number;
   probePeak(kernel: KernelPath, numThreads: number): number;
   probeThreadHandoff(numThreads: number, numCalls: number): ThreadHandoff;
@@ -112,6 +114,15 @@ export function kernelSupported(kernel: KernelPath): boolean {
   return binding.kernelSupported(kernel);
 }
 
+/**
+ * The CUDA devices this build and machine can use, opening the CUDA plugin on first call: their
+ * number, or 0 with the reason (no plugin in this build, cudaErrorInsufficientDriver, no device).
+ */
+export function cudaDevices(): { count: number; reason: string | null } {
+  const { count, reason } = binding.cudaDeviceCount();
+  return count > 0 ? { count, reason: null } : { count: 0, reason };
+}
+
 /** A thread pool's hand-off costs: its wake-up latency measured at start, and one call between polling threads. */
 export interface ThreadHandoff {
   wakeLatencyNs: number;
@@ -165,6 +176,9 @@ function validateLoadOptions(options: LoadOptions): void {
     }
   }
   checkOption('device', DEVICES.includes(options.device ?? 'cpu'), DEVICES.join(' | '), options.device);
+  if (options.deviceIndex !== undefined) {
+    checkOption('deviceIndex', Number.isSafeInteger(options.deviceIndex) && options.deviceIndex >= 0 && options.deviceIndex <= 2 ** 31 - 1, 'a device index', options.deviceIndex);
+  }
   const quantization = options.quantization ?? 'none';
   checkOption('quantization', QUANTIZATIONS.includes(quantization), QUANTIZATIONS.join(' | '), options.quantization);
   if (options.maxModelLen !== undefined) {
@@ -221,10 +235,13 @@ export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
   validateLoadOptions(options);
   const checkpoint = readCheckpoint(options.modelDir, { maxModelLen: options.maxModelLen });
   if (options.tensorParallel !== undefined) checkTensorParallelShape(options.tensorParallel.size, checkpoint.spec);
-  const dtype = options.dtype === 'auto' ? checkpoint.storedDtype : options.dtype;
+  // The CUDA backend runs bf16 (and int8) weights: `auto` means bf16 there.
+  const onGpu = options.device === 'cuda';
+  const dtype = options.dtype === 'auto' ? (onGpu ? 'bf16' : checkpoint.storedDtype) : options.dtype;
   const kvCacheDtype = options.kvCacheDtype === 'auto' ? dtype : options.kvCacheDtype;
   const quantization = options.quantization ?? 'none';
-  checkMemory(options, checkpoint.spec, dtype, kvCacheDtype, quantization);
+  // Weights on the GPU are checked by the device's allocations (CD_ERR_OUT_OF_MEMORY naming them).
+  if (!onGpu) checkMemory(options, checkpoint.spec, dtype, kvCacheDtype, quantization);
   const loaded = await binding
     .loadModel(checkpoint.spec, {
       weightDtype: dtype,
@@ -235,6 +252,7 @@ export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
       numThreads: options.numThreads,
       kernel: options.kernel,
       device: options.device ?? 'cpu',
+      deviceIndex: options.deviceIndex ?? 0,
       ...(options.tensorParallel === undefined
         ? {}
         : { tensorParallel: { connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS, ...options.tensorParallel } }),

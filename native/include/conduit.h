@@ -232,6 +232,7 @@ typedef struct cd_load_options {
   /* Rank 0: the processes it started as ranks 1.. (tp_size - 1 pids), so that one that dies before
      it connects fails the load at once; NULL when they were started elsewhere. */
   const int32_t* tp_rank_pids;
+  int32_t device_index;    /* CD_DEVICE_CUDA: which GPU */
 } cd_load_options;
 
 typedef struct cd_model cd_model;
@@ -243,6 +244,7 @@ typedef struct cd_model_info {
   uint64_t kv_bytes_per_block;
   /* The NUMA node a tensor-parallel rank's threads are pinned to; -1 when not pinned (one node). */
   int32_t numa_node;
+  cd_device device;
 } cd_model_info;
 
 /* Bits of cd_batch.seq_flags. */
@@ -411,6 +413,37 @@ typedef struct cd_matmul_probe {
 /* Best seconds of one call over num_repeats (after one warm-up). */
 cd_status cd_probe_matmul(const cd_matmul_probe* probe, double* out_seconds, char* error,
                           size_t error_capacity);
+
+/* CUDA devices, through the plugin (opened here on first use; nothing CUDA is loaded before). */
+
+typedef struct cd_device_info {
+  char name[256];
+  int32_t compute_capability_major;
+  int32_t compute_capability_minor;
+  int32_t num_sms;
+  uint64_t memory_bytes;
+  int32_t driver_version;  /* cudaDriverGetVersion, e.g. 13000 */
+  int32_t runtime_version; /* the cudart linked into the plugin */
+} cd_device_info;
+
+/* The number of CUDA devices, or -1 when CUDA cannot run here, with the reason in why (the
+   plugin missing or failing to open, cudaErrorInsufficientDriver, cudaErrorNoDevice, ...). */
+int32_t cd_cuda_device_count(char* why, size_t why_capacity);
+
+/* Loads a model on a CUDA device (options->device) with weights drawn from seed on the device
+   instead of read from the spec's files, which may be absent: the GPU check program's
+   benchmark models. An optional tensor is present where its ref's size_bytes > 0. */
+cd_status cd_model_load_synthetic(const cd_model_spec* spec, const cd_load_options* options, uint64_t seed,
+                                  cd_model** out_model, char* error, size_t error_capacity);
+
+cd_status cd_cuda_device_info(int32_t device_index, cd_device_info* out_info, char* error, size_t error_capacity);
+
+/* The GPU's ceilings (tools: the GPU check program): the best streaming-read bandwidth over a
+   size_bytes buffer, and the bf16 tensor-core (mma.sync) multiply-add peak in flops per second. */
+cd_status cd_cuda_probe_read_bandwidth(int32_t device_index, size_t size_bytes, int32_t num_repeats,
+                                       double* out_bytes_per_second, char* error, size_t error_capacity);
+cd_status cd_cuda_probe_mma_peak(int32_t device_index, double* out_flops_per_second, char* error,
+                                 size_t error_capacity);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 
 #include "amx.h"
 #include "conduit.h"
+#include "cuda_loader.h"
 #include "batch_broadcast.h"
 #include "comm.h"
 #include "device.h"
@@ -51,6 +52,45 @@ void run_forward(void* context) {
   model->done(model->user_data, status, status == CD_OK ? nullptr : error);
 }
 
+void run_device_forward(void* context) {
+  cd_model* model = static_cast<cd_model*>(context);
+  char error[kForwardErrorCapacity] = {};
+  const cd_status status = model->plugin->model_forward(model->device_model, model->batch, model->output, error,
+                                                         sizeof error);
+  model->done(model->user_data, status, status == CD_OK ? nullptr : error);
+}
+
+const cdc_plugin& require_cuda() {
+  std::string why;
+  const cdc_plugin* plugin = conduit::cuda_plugin(why);
+  if (plugin == nullptr) throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, "device 'cuda' is not available: " + why);
+  return *plugin;
+}
+
+// seed 0: the weights come from the spec's files; else they are drawn on the device.
+cd_model* load_on_device(const cd_model_spec& spec, const cd_load_options& options, uint64_t seed) {
+  const cdc_plugin& plugin = require_cuda();
+  char why[512] = {};
+  const int32_t count = plugin.device_count(why, sizeof why);
+  if (count < 0) throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, std::string("device 'cuda' is not available: ") + why);
+  if (options.device_index < 0 || options.device_index >= count) {
+    throw conduit::Error(CD_ERR_UNSUPPORTED_DEVICE, "device 'cuda' is not available: index " + std::to_string(options.device_index) +
+                                                        " asked for, but this machine has " + std::to_string(count) +
+                                                        " CUDA device(s)");
+  }
+  auto model = std::make_unique<cd_model>();
+  char error[1024] = {};
+  const cd_status status =
+      seed == 0 ? plugin.model_load(&spec, &options, &model->device_model, &model->device_kv_bytes_per_block, error,
+                                    sizeof error)
+                : plugin.model_load_synthetic(&spec, &options, seed, &model->device_model,
+                                              &model->device_kv_bytes_per_block, error, sizeof error);
+  if (status != CD_OK) throw conduit::Error(status, std::string("device 'cuda': ") + error);
+  model->plugin = &plugin;
+  model->device_driver = std::make_unique<conduit::ThreadPool>(1);
+  return model.release();
+}
+
 // The driver thread's task on a rank > 0.
 void run_rank(void* context) {
   cd_model* model = static_cast<cd_model*>(context);
@@ -95,6 +135,13 @@ const char* cd_kernel_name(cd_kernel kernel) {
 cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* options,
                         cd_model** out_model, char* error, size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
+    if (options->device == CD_DEVICE_CUDA) {
+      if (options->tp_size > 1) {
+        throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "device cuda: tensor parallelism is not on the CUDA backend yet");
+      }
+      *out_model = load_on_device(*spec, *options, 0);
+      return;
+    }
     const conduit::KernelTable& kernels = conduit::device_backend(options->device).kernels(options->kernel);
     // A rank reaches its group before loading, so an unreachable group fails at once.
     std::unique_ptr<conduit::Communicator> comm;
@@ -122,6 +169,15 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
 }
 
 void cd_model_get_info(const cd_model* model, cd_model_info* out_info) {
+  if (model->device_model != nullptr) {
+    // The host's share of a GPU pass (sampling the device sampler leaves to it) runs these.
+    out_info->kernel = CD_KERNEL_SCALAR;
+    out_info->kv_bytes_per_block = model->device_kv_bytes_per_block;
+    out_info->device = CD_DEVICE_CUDA;
+    out_info->numa_node = -1;
+    return;
+  }
+  out_info->device = CD_DEVICE_CPU;
   out_info->kernel = model->model->kernels.kernel;
   out_info->kv_bytes_per_block = model->model->kv_cache.bytes_per_block();
   out_info->numa_node = model->model->numa_node;
@@ -133,9 +189,56 @@ void cd_model_forward(cd_model* model, const cd_batch* batch, cd_forward_output*
   model->output = output;
   model->done = done;
   model->user_data = user_data;
+  if (model->device_model != nullptr) {
+    model->device_driver->submit(run_device_forward, model);
+    return;
+  }
   model->model->pool.submit(run_forward, model);
 }
 
+cd_status cd_model_load_synthetic(const cd_model_spec* spec, const cd_load_options* options, uint64_t seed,
+                                  cd_model** out_model, char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    if (options->device != CD_DEVICE_CUDA || seed == 0) {
+      throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "synthetic models load on device cuda with a nonzero seed");
+    }
+    *out_model = load_on_device(*spec, *options, seed);
+  });
+}
+
+int32_t cd_cuda_device_count(char* why, size_t why_capacity) {
+  std::string reason;
+  const cdc_plugin* plugin = conduit::cuda_plugin(reason);
+  if (plugin == nullptr) {
+    write_error(why, why_capacity, reason.c_str());
+    return -1;
+  }
+  return plugin->device_count(why, why_capacity);
+}
+
+cd_status cd_cuda_device_info(int32_t device_index, cd_device_info* out_info, char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    const cd_status status = require_cuda().device_info(device_index, out_info, error, error_capacity);
+    if (status != CD_OK) throw conduit::Error(status, error);
+  });
+}
+
+cd_status cd_cuda_probe_read_bandwidth(int32_t device_index, size_t size_bytes, int32_t num_repeats,
+                                       double* out_bytes_per_second, char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    const cd_status status = require_cuda().probe_read_bandwidth(device_index, size_bytes, num_repeats,
+                                                                 out_bytes_per_second, error, error_capacity);
+    if (status != CD_OK) throw conduit::Error(status, error);
+  });
+}
+
+cd_status cd_cuda_probe_mma_peak(int32_t device_index, double* out_flops_per_second, char* error,
+                                 size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    const cd_status status = require_cuda().probe_mma_peak(device_index, out_flops_per_second, error, error_capacity);
+    if (status != CD_OK) throw conduit::Error(status, error);
+  });
+}
 void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data) {
   model->done = done;
   model->user_data = user_data;
@@ -143,12 +246,19 @@ void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data)
 }
 
 uint64_t cd_model_collective_ns(const cd_model* model) {
+  if (model->model == nullptr) return 0;
   const auto& comm = model->model->tp.comm;
   return comm == nullptr ? 0 : comm->collective_ns();
 }
 
 void cd_model_free(cd_model* model) {
   if (model == nullptr) return;
+  if (model->device_model != nullptr) {
+    model->device_driver.reset();  // no pass runs once its thread has joined
+    model->plugin->model_free(model->device_model);
+    delete model;
+    return;
+  }
   // Rank 0 stops its group's serving loops; a group already failed has no one to tell.
   auto& tp = model->model->tp;
   if (tp.comm != nullptr && tp.rank == 0) {

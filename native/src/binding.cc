@@ -238,7 +238,8 @@ class LoadWorker : public Napi::AsyncWorker {
                                kernel_from(options.Get("kernel")),
                                options.Get("device").As<Napi::String>().Utf8Value() == "cuda" ? CD_DEVICE_CUDA
                                                                                                : CD_DEVICE_CPU,
-                               1, 0, nullptr, 0, nullptr};
+                               1, 0, nullptr, 0, nullptr,
+                               int_of(options, "deviceIndex")};
     const Napi::Value tensor_parallel = options.Get("tensorParallel");
     if (tensor_parallel.IsObject()) {
       const Napi::Object tp = tensor_parallel.As<Napi::Object>();
@@ -498,6 +499,16 @@ Napi::Value FreeModel(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// cudaDeviceCount() -> { count, reason }: count -1 with the reason when CUDA cannot run here.
+Napi::Value CudaDeviceCount(const Napi::CallbackInfo& info) {
+  char why[512] = {};
+  const int32_t count = cd_cuda_device_count(why, sizeof why);
+  Napi::Object result = Napi::Object::New(info.Env());
+  result.Set("count", Napi::Number::New(info.Env(), count));
+  result.Set("reason", Napi::String::New(info.Env(), why));
+  return result;
+}
+
 // kernelSupported(name) -> boolean
 Napi::Value KernelSupported(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), cd_kernel_supported(kernel_from(info[0])) != 0);
@@ -586,6 +597,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("serveRank", Napi::Function::New(env, ServeRank));
   exports.Set("collectiveNs", Napi::Function::New(env, CollectiveNs));
   exports.Set("kernelSupported", Napi::Function::New(env, KernelSupported));
+  exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));
   return exports;
 }
 

@@ -215,7 +215,12 @@ struct Model {
 }  // namespace conduit
 
 struct cd_model {
-  std::unique_ptr<conduit::Model> model;
+  std::unique_ptr<conduit::Model> model;  // null on a device
+  // CD_DEVICE_CUDA: the plugin's model, whose passes a one-thread pool of its own drives.
+  const struct cdc_plugin* plugin = nullptr;
+  void* device_model = nullptr;
+  std::unique_ptr<conduit::ThreadPool> device_driver;
+  uint64_t device_kv_bytes_per_block = 0;
   // The pass in flight: what cd_model_forward handed over, read by the driver thread's task.
   const cd_batch* batch = nullptr;
   cd_forward_output* output = nullptr;

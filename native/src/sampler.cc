@@ -4,16 +4,11 @@
 #include <cmath>
 #include <limits>
 
+#include "shared/sampling_math.h"
+
 namespace conduit {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
 
@@ -87,7 +82,7 @@ const float* adjust_logits(const float* logits, int32_t vocab_size, const LogitA
 // number; the largest is always among them.
 int32_t keep_min_p(const float* logits, int32_t vocab_size, float max_logit, const SamplingParams& params,
                    std::vector<int32_t>& ids) {
-  const double threshold = double(max_logit) + double(params.temperature) * std::log(double(params.min_p));
+  const double threshold = sampling::min_p_threshold(max_logit, params.temperature, std::log(double(params.min_p)));
   int32_t kept = 0;
   for (int32_t id = 0; id < vocab_size; ++id) {
     if (double(logits[id]) >= threshold) ids[size_t(kept++)] = id;
@@ -107,9 +102,7 @@ int32_t sample_stochastic(const float* logits, int32_t vocab_size, float max_log
   } else {
     for (int32_t id = 0; id < vocab_size; ++id) ids[size_t(id)] = id;
   }
-  const auto by_logit = [logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  const auto by_logit = [logits](int32_t a, int32_t b) { return sampling::ranks_before(logits[a], a, logits[b], b); };
   const bool top_p_active = params.top_p < 1.0f;
   if (params.top_k > 0 && params.top_k < num_candidates) {
     std::partial_sort(ids.begin(), ids.begin() + params.top_k, ids.begin() + num_candidates, by_logit);
@@ -126,35 +119,14 @@ int32_t sample_stochastic(const float* logits, int32_t vocab_size, float max_log
     probs[size_t(i)] = p;
     total += p;
   }
-  if (top_p_active) {
-    const double threshold = double(params.top_p) * total;
-    double cumulative = 0;
-    int32_t kept = 0;
-    while (kept < num_candidates) {
-      cumulative += probs[size_t(kept)];
-      ++kept;
-      if (cumulative >= threshold) break;
-    }
-    num_candidates = kept;
-    total = cumulative;
-  }
-  const double target = uniform_from_counter(params.seed, uint64_t(uint32_t(params.output_index))) * total;
-  double cumulative = 0;
-  int32_t last_possible = 0;
-  for (int32_t i = 0; i < num_candidates; ++i) {
-    if (probs[size_t(i)] > 0) last_possible = i;
-    cumulative += probs[size_t(i)];
-    if (target < cumulative) return ids[size_t(i)];
-  }
-  // u * total may round up to total itself; a banned (probability 0) token is still never drawn.
-  return ids[size_t(last_possible)];
+  const double u = uniform_from_counter(params.seed, uint64_t(uint32_t(params.output_index)));
+  return ids[size_t(sampling::cut_and_draw(probs.data(), num_candidates, total, params.top_p, u))];
 }
 
 }  // namespace
 
 double uniform_from_counter(uint64_t seed, uint64_t counter) {
-  const uint64_t bits = splitmix64(splitmix64(seed) ^ counter);
-  return double(bits >> 11) * 0x1.0p-53;
+  return sampling::uniform_from_counter(seed, counter);
 }
 
 int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size, ArgMax raw_best,

@@ -1,0 +1,778 @@
+#include "backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cmath>
+#include <limits>
+#include <sched.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batch_plan.h"
+#include "common.cuh"
+#include "host_weights.h"
+#include "kernels.cuh"
+#include "logprobs.h"
+#include "sampler.h"
+#include "shared/sampling_math.h"
+
+namespace conduit {
+namespace cuda {
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Prompt logprobs run the LM head over slabs of at most this many rows.
+constexpr int32_t kPromptSlabRows = 64;
+// Rows the device sampler's scratch holds at once.
+constexpr int32_t kSamplerRows = 64;
+constexpr size_t kGraphCapacity = 32;
+
+int32_t round_up(int32_t value, int32_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Deterministic uniform values in [-scale, scale) by index: the synthetic models.
+__global__ void random_bf16_kernel(__nv_bfloat16* out, size_t count, uint64_t seed, float scale) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const double u = conduit::sampling::uniform_from_counter(seed, i);
+    out[i] = __float2bfloat16_rn(float((2.0 * u - 1.0) * scale));
+  }
+}
+
+__global__ void random_int8_kernel(int8_t* out, size_t count, uint64_t seed) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    out[i] = int8_t(int32_t(conduit::sampling::uniform_from_counter(seed, i) * 255.0) - 127);
+  }
+}
+
+__global__ void fill_half_kernel(__half* out, size_t count, float value) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    out[i] = __float2half_rn(value);
+  }
+}
+
+// Waits for the token bitmasks' writers (see cd_batch.bitmask_ready), as the CPU pass does.
+void wait_for_bitmasks(const cd_batch& batch) {
+  if (batch.bitmask_rows == nullptr || batch.bitmask_ready == nullptr) return;
+  const auto ready = [&batch] {
+    return __atomic_load_n(batch.bitmask_ready, __ATOMIC_ACQUIRE) >= batch.bitmask_ready_target;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(CD_BITMASK_WAIT_MS);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw Error(CD_ERR_INTERNAL, "the token bitmasks of a structured output were not written within " +
+                                       std::to_string(CD_BITMASK_WAIT_MS) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+// A device allocation that frees itself.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), count_(other.count_) {
+    other.data_ = nullptr;
+    other.count_ = 0;
+  }
+  // Grows to at least count elements (contents lost, new memory zeroed); true when it moved.
+  bool reserve(size_t count) {
+    if (count <= count_) return false;
+    release();
+    CDC_CHECK(cudaMalloc(&data_, std::max<size_t>(count, 1) * sizeof(T)));
+    CDC_CHECK(cudaMemset(data_, 0, std::max<size_t>(count, 1) * sizeof(T)));
+    count_ = count;
+    return true;
+  }
+  T* get() const { return data_; }
+  size_t size() const { return count_; }
+
+ private:
+  void release() {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    count_ = 0;
+  }
+  T* data_ = nullptr;
+  size_t count_ = 0;
+};
+
+struct DeviceLayer {
+  const float* input_norm = nullptr;
+  DeviceMatrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;
+  const float *q_norm = nullptr, *k_norm = nullptr, *sinks = nullptr;
+  const float *o_bias = nullptr, *attn_out_norm = nullptr, *ffn_norm = nullptr, *ffn_out_norm = nullptr;
+  int32_t window = 0, rope = 0, kv_group = 0, kv_slot = 0;
+};
+
+struct DeviceRope {
+  const double* inv_freq;
+  int32_t rotary_dim;
+  double attention_scaling;
+};
+
+}  // namespace
+
+class CudaModel {
+ public:
+  CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed);
+  ~CudaModel();
+  void forward(const cd_batch& batch, cd_forward_output& output);
+  uint64_t kv_bytes_per_block() const { return kv_bytes_per_block_; }
+
+ private:
+  // ---- load ----
+  template <typename T>
+  T* upload(const std::vector<T>& values);
+  const float* upload_vector(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, bool is_norm);
+  DeviceMatrix upload_matrix(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, int32_t k);
+
+  // ---- forward ----
+  void ensure_capacity(const BatchPlan& plan, int32_t num_seqs);
+  void upload_plan(const BatchPlan& plan);
+  void run_layers(const BatchPlan& plan, int32_t num_logit_rows);
+  void final_logits(const int32_t* device_rows, int32_t num_rows);
+  void produce_outputs(const cd_batch& batch, const BatchPlan& plan, bool logits_by_token, cd_forward_output& output);
+  void produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& plan, cd_forward_output& output);
+  int32_t logits_row(const BatchPlan& plan, int32_t output_row, bool by_token) const {
+    return by_token ? plan.output_tokens[size_t(output_row)] : output_row;
+  }
+
+  int32_t device_;
+  cudaStream_t stream_ = nullptr;
+  bool q8_;
+  // Shapes.
+  int32_t num_layers_, hidden_, intermediate_, num_heads_, num_kv_heads_, head_dim_, vocab_;
+  int32_t q_size_, kv_size_;
+  int32_t hidden_padded_, q_padded_, intermediate_padded_;
+  double eps_;
+  bool norm_adds_one_;
+  float embedding_scale_, attention_scale_, attention_softcap_, final_softcap_;
+  cd_activation activation_;
+  float swiglu_alpha_, swiglu_limit_;
+  int32_t num_kv_groups_, layers_per_block_, block_size_, num_blocks_;
+  uint64_t kv_bytes_per_block_;
+  // Weights.
+  std::vector<void*> allocations_;
+  __nv_bfloat16* embed_ = nullptr;
+  DeviceMatrix lm_head_;
+  const float* final_norm_ = nullptr;
+  std::vector<DeviceLayer> layers_;
+  std::vector<DeviceRope> ropes_;
+  __nv_bfloat16* kv_cache_ = nullptr;
+  // Workspace, grown to the largest batch seen.
+  int32_t token_capacity_ = 0;
+  DeviceBuffer<float> residual_, layer_out_, q_, k_, v_, gate_, up_, gemm_partials_, attention_partials_;
+  DeviceBuffer<__nv_bfloat16> normed_, attention_out_, activated_, output_normed_;
+  DeviceBuffer<float> logits_, output_hidden_;
+  DeviceBuffer<int32_t> token_ids_, positions_, token_seqs_, slots_, block_tables_, output_tokens_;
+  DeviceBuffer<DeviceSamplingRow> sampling_rows_;
+  DeviceBuffer<int32_t> sampled_tokens_;
+  DeviceBuffer<float> sampled_logprobs_;
+  DeviceBuffer<int32_t> sampler_ids_;
+  DeviceBuffer<uint64_t> sampler_keys_;
+  DeviceBuffer<double> sampler_probs_;
+  // Host side.
+  std::vector<float> host_logits_;
+  std::vector<SamplerScratch> host_sampler_;
+  const KernelTable& host_kernels_;
+  GraphCache<cudaGraphExec_t> graphs_;
+  bool graphs_enabled_;
+};
+
+CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed)
+    : device_(options.device_index),
+      q8_(options.quantization == CD_QUANTIZATION_INT8),
+      host_kernels_(kernels_scalar()),
+      graphs_(kGraphCapacity, [](cudaGraphExec_t exec) { cudaGraphExecDestroy(exec); }) {
+  if (options.weight_dtype != CD_DTYPE_BF16 || options.kv_cache_dtype != CD_DTYPE_BF16) {
+    throw Error(CD_ERR_INVALID_ARGUMENT,
+                "the CUDA backend runs bf16 weights (or int8 with quantization) and a bf16 KV cache; load with "
+                "dtype bf16 and kvCacheDtype bf16");
+  }
+  if (options.quantization != CD_QUANTIZATION_NONE && options.quantization != CD_QUANTIZATION_INT8) {
+    throw Error(CD_ERR_INVALID_ARGUMENT, "the CUDA backend quantizes to int8 only; load with quantization none or int8");
+  }
+  for (int32_t i = 0; i < spec.num_layers; ++i) {
+    if (spec.layers[i].num_experts > 0) {
+      throw Error(CD_ERR_INVALID_ARGUMENT, "mixture-of-experts layers are not on the CUDA backend yet; run this "
+                                           "model with device cpu");
+    }
+  }
+  if (spec.num_heads / spec.num_kv_heads > 16) {
+    throw Error(CD_ERR_INVALID_ARGUMENT, "the CUDA attention kernel takes at most 16 query heads per kv head");
+  }
+  const char* graphs_setting = std::getenv("CONDUIT_CUDA_GRAPHS");
+  graphs_enabled_ = graphs_setting == nullptr || std::string(graphs_setting) != "0";
+  CDC_CHECK(cudaSetDevice(device_));
+  CDC_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  num_layers_ = spec.num_layers;
+  hidden_ = spec.hidden_size;
+  intermediate_ = spec.intermediate_size;
+  num_heads_ = spec.num_heads;
+  num_kv_heads_ = spec.num_kv_heads;
+  head_dim_ = spec.head_dim;
+  vocab_ = spec.vocab_size;
+  q_size_ = num_heads_ * head_dim_;
+  kv_size_ = num_kv_heads_ * head_dim_;
+  hidden_padded_ = round_up(hidden_, kGemmKStep);
+  q_padded_ = round_up(q_size_, kGemmKStep);
+  intermediate_padded_ = round_up(intermediate_, kGemmKStep);
+  eps_ = spec.rms_norm_eps;
+  norm_adds_one_ = spec.norm_adds_one != 0;
+  embedding_scale_ = round_to_bf16(float(spec.embedding_scale));
+  attention_scale_ = float(spec.attention_scale);
+  attention_softcap_ = float(spec.attention_softcap);
+  final_softcap_ = float(spec.final_softcap);
+  activation_ = spec.activation;
+  swiglu_alpha_ = float(spec.swiglu_alpha);
+  swiglu_limit_ = float(spec.swiglu_limit);
+  num_kv_groups_ = spec.num_kv_groups;
+  layers_per_block_ = spec.layers_per_kv_block;
+  block_size_ = options.block_size_tokens;
+  num_blocks_ = options.num_kv_blocks;
+  kv_bytes_per_block_ = uint64_t(2) * layers_per_block_ * num_kv_heads_ * block_size_ * head_dim_ * sizeof(__nv_bfloat16);
+
+  std::unique_ptr<HostCheckpoint> checkpoint;
+  if (random_seed == 0) checkpoint = std::make_unique<HostCheckpoint>(spec);
+  uint64_t next_seed = random_seed;
+  // Synthetic weights: each tensor its own seed.
+  const auto synthetic = [&]() -> uint64_t { return random_seed == 0 ? 0 : ++next_seed; };
+
+  // Embedding table: bf16 rows.
+  {
+    const size_t count = size_t(vocab_) * hidden_;
+    void* table = nullptr;
+    CDC_CHECK(cudaMalloc(&table, count * sizeof(__nv_bfloat16)));
+    allocations_.push_back(table);
+    embed_ = static_cast<__nv_bfloat16*>(table);
+    if (checkpoint == nullptr) {
+      random_bf16_kernel<<<1024, 256, 0, stream_>>>(embed_, count, synthetic(), 1.0f);
+      CDC_CHECK_LAUNCH();
+    } else {
+      std::vector<float> rows(size_t(1024) * hidden_);
+      std::vector<uint16_t> bits(rows.size());
+      for (int32_t first = 0; first < vocab_; first += 1024) {
+        const int32_t last = std::min(vocab_, first + 1024);
+        checkpoint->read_rows(spec.embed_tokens, hidden_, first, last, rows.data());
+        const size_t n = size_t(last - first) * hidden_;
+        for (size_t i = 0; i < n; ++i) bits[i] = to_bf16_bits(rows[i]);
+        CDC_CHECK(cudaMemcpy(embed_ + size_t(first) * hidden_, bits.data(), n * 2, cudaMemcpyHostToDevice));
+      }
+    }
+  }
+  const auto matrix = [&](const cd_tensor_ref& ref, int32_t n, int32_t k) {
+    if (checkpoint != nullptr) return upload_matrix(checkpoint.get(), ref, n, k);
+    DeviceMatrix m;
+    m.n = n;
+    m.k = k;
+    m.n_padded = round_up(n, kGemmRowPad);
+    m.k_padded = round_up(k, kGemmKStep);
+    m.q8 = q8_;
+    const size_t count = size_t(m.n_padded) * m.k_padded;
+    CDC_CHECK(cudaMalloc(&m.values, count * (q8_ ? 1 : 2)));
+    allocations_.push_back(m.values);
+    if (q8_) {
+      random_int8_kernel<<<1024, 256, 0, stream_>>>(static_cast<int8_t*>(m.values), count, synthetic());
+      const size_t scales = size_t(m.k_padded / 32) * m.n_padded;
+      CDC_CHECK(cudaMalloc(&m.scales, scales * sizeof(__half)));
+      allocations_.push_back(m.scales);
+      fill_half_kernel<<<256, 256, 0, stream_>>>(m.scales, scales, float(1.0 / (127.0 * std::sqrt(double(k)))));
+    } else {
+      random_bf16_kernel<<<1024, 256, 0, stream_>>>(static_cast<__nv_bfloat16*>(m.values), count, synthetic(),
+                                                    float(1.0 / std::sqrt(double(k))));
+    }
+    CDC_CHECK_LAUNCH();
+    return m;
+  };
+  const auto vector = [&](const cd_tensor_ref& ref, int32_t n, bool is_norm) -> const float* {
+    if (checkpoint != nullptr) return upload_vector(checkpoint.get(), ref, n, is_norm);
+    return is_norm ? upload(std::vector<float>(size_t(n), 1.0f)) : nullptr;
+  };
+  lm_head_ = matrix(spec.lm_head, vocab_, hidden_);
+  final_norm_ = vector(spec.final_norm, hidden_, true);
+  for (int32_t r = 0; r < spec.num_ropes; ++r) {
+    const cd_rope_spec& rope = spec.ropes[r];
+    ropes_.push_back(DeviceRope{upload(std::vector<double>(rope.inv_freq, rope.inv_freq + rope.rotary_dim / 2)),
+                                rope.rotary_dim, rope.attention_scaling});
+  }
+  layers_.resize(size_t(num_layers_));
+  for (int32_t i = 0; i < num_layers_; ++i) {
+    const cd_layer_spec& source = spec.layers[i];
+    DeviceLayer& layer = layers_[size_t(i)];
+    layer.input_norm = vector(source.input_norm, hidden_, true);
+    layer.q_proj = matrix(source.q_proj, q_size_, hidden_);
+    layer.k_proj = matrix(source.k_proj, kv_size_, hidden_);
+    layer.v_proj = matrix(source.v_proj, kv_size_, hidden_);
+    layer.q_bias = vector(source.q_bias, q_size_, false);
+    layer.k_bias = vector(source.k_bias, kv_size_, false);
+    layer.v_bias = vector(source.v_bias, kv_size_, false);
+    layer.q_norm = vector(source.q_norm, head_dim_, true);
+    layer.k_norm = vector(source.k_norm, head_dim_, true);
+    layer.sinks = checkpoint != nullptr ? upload_vector(checkpoint.get(), source.sinks, num_heads_, false) : nullptr;
+    layer.o_proj = matrix(source.o_proj, hidden_, q_size_);
+    layer.o_bias = vector(source.o_bias, hidden_, false);
+    layer.attn_out_norm = vector(source.attn_out_norm, hidden_, true);
+    layer.ffn_norm = vector(source.ffn_norm, hidden_, true);
+    layer.ffn_out_norm = vector(source.ffn_out_norm, hidden_, true);
+    layer.gate_proj = matrix(source.gate_proj, intermediate_, hidden_);
+    layer.up_proj = matrix(source.up_proj, intermediate_, hidden_);
+    layer.down_proj = matrix(source.down_proj, hidden_, intermediate_);
+    layer.window = source.sliding_window_tokens;
+    layer.rope = source.rope_index;
+    layer.kv_group = source.kv_group;
+    layer.kv_slot = source.kv_slot;
+  }
+  if (checkpoint == nullptr) {
+    // Synthetic models have the optional norms only where the spec names them (size_bytes > 0).
+    for (int32_t i = 0; i < num_layers_; ++i) {
+      const cd_layer_spec& source = spec.layers[i];
+      DeviceLayer& layer = layers_[size_t(i)];
+      if (source.q_norm.size_bytes == 0) layer.q_norm = nullptr;
+      if (source.k_norm.size_bytes == 0) layer.k_norm = nullptr;
+      if (source.attn_out_norm.size_bytes == 0) layer.attn_out_norm = nullptr;
+      if (source.ffn_out_norm.size_bytes == 0) layer.ffn_out_norm = nullptr;
+    }
+  }
+  const size_t cache_bytes = size_t(num_blocks_) * kv_bytes_per_block_;
+  void* cache = nullptr;
+  CDC_CHECK(cudaMalloc(&cache, cache_bytes));
+  allocations_.push_back(cache);
+  // Stale slots are never read into a sum, but zeros keep a bug from reading NaN.
+  CDC_CHECK(cudaMemset(cache, 0, cache_bytes));
+  kv_cache_ = static_cast<__nv_bfloat16*>(cache);
+  CDC_CHECK(cudaStreamSynchronize(stream_));
+  host_sampler_.resize(1);
+}
+
+CudaModel::~CudaModel() {
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  graphs_.clear();
+  for (void* allocation : allocations_) cudaFree(allocation);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+template <typename T>
+T* CudaModel::upload(const std::vector<T>& values) {
+  void* device = nullptr;
+  CDC_CHECK(cudaMalloc(&device, std::max<size_t>(values.size(), 1) * sizeof(T)));
+  allocations_.push_back(device);
+  CDC_CHECK(cudaMemcpy(device, values.data(), values.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return static_cast<T*>(device);
+}
+
+const float* CudaModel::upload_vector(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n,
+                                      bool is_norm) {
+  std::vector<float> values = checkpoint->vector(ref, n);
+  if (values.empty()) return nullptr;
+  // Gemma's norms multiply by (1 + w), computed in fp32 as the CPU runtime does.
+  if (is_norm && norm_adds_one_) {
+    for (float& value : values) value = 1.0f + value;
+  }
+  return upload(values);
+}
+
+DeviceMatrix CudaModel::upload_matrix(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, int32_t k) {
+  DeviceMatrix m;
+  m.n = n;
+  m.k = k;
+  m.n_padded = round_up(n, kGemmRowPad);
+  m.k_padded = round_up(k, kGemmKStep);
+  m.q8 = q8_;
+  const size_t count = size_t(m.n_padded) * m.k_padded;
+  CDC_CHECK(cudaMalloc(&m.values, count * (q8_ ? 1 : 2)));
+  allocations_.push_back(m.values);
+  CDC_CHECK(cudaMemset(m.values, 0, count * (q8_ ? 1 : 2)));
+  std::vector<float> scales_by_row;  // [n][k_padded / 32] as fp16 bits, transposed at the end
+  std::vector<uint16_t> scale_bits;
+  if (q8_) scale_bits.assign(size_t(m.k_padded / 32) * m.n_padded, 0);
+  constexpr int32_t kSlabRows = 256;
+  std::vector<float> rows(size_t(kSlabRows) * k);
+  std::vector<float> padded_row(size_t(m.k_padded));
+  std::vector<uint16_t> bf16(size_t(kSlabRows) * m.k_padded);
+  std::vector<int8_t> int8(size_t(kSlabRows) * m.k_padded);
+  std::vector<uint16_t> row_scales(size_t(m.k_padded / 32));
+  for (int32_t first = 0; first < n; first += kSlabRows) {
+    const int32_t last = std::min(n, first + kSlabRows);
+    checkpoint->read_rows(ref, k, first, last, rows.data());
+    for (int32_t r = first; r < last; ++r) {
+      const float* row = rows.data() + size_t(r - first) * k;
+      std::fill(padded_row.begin(), padded_row.end(), 0.0f);
+      std::copy_n(row, k, padded_row.begin());
+      if (q8_) {
+        quantize_row_q8(padded_row.data(), m.k_padded, int8.data() + size_t(r - first) * m.k_padded, row_scales.data());
+        for (int32_t b = 0; b < m.k_padded / 32; ++b) scale_bits[size_t(b) * m.n_padded + r] = row_scales[size_t(b)];
+      } else {
+        for (int32_t i = 0; i < m.k_padded; ++i) bf16[size_t(r - first) * m.k_padded + i] = to_bf16_bits(padded_row[size_t(i)]);
+      }
+    }
+    const size_t bytes = size_t(last - first) * m.k_padded * (q8_ ? 1 : 2);
+    const size_t offset = size_t(first) * m.k_padded * (q8_ ? 1 : 2);
+    CDC_CHECK(cudaMemcpy(static_cast<uint8_t*>(m.values) + offset, q8_ ? static_cast<const void*>(int8.data()) : bf16.data(),
+                         bytes, cudaMemcpyHostToDevice));
+  }
+  if (q8_) {
+    CDC_CHECK(cudaMalloc(&m.scales, scale_bits.size() * sizeof(__half)));
+    allocations_.push_back(m.scales);
+    CDC_CHECK(cudaMemcpy(m.scales, scale_bits.data(), scale_bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  }
+  return m;
+}
+
+void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
+  bool moved = false;
+  const int32_t tokens = std::max(plan.padded_tokens, 1);
+  if (tokens > token_capacity_) {
+    // Grow with headroom so a prefill does not reallocate (and drop the graphs) every step.
+    token_capacity_ = std::max(tokens, std::min(token_capacity_ * 2, 8192));
+    const size_t t = size_t(token_capacity_);
+    residual_.reserve(t * hidden_);
+    layer_out_.reserve(t * hidden_);
+    q_.reserve(t * q_size_);
+    k_.reserve(t * kv_size_);
+    v_.reserve(t * kv_size_);
+    gate_.reserve(t * intermediate_);
+    up_.reserve(t * intermediate_);
+    normed_.reserve(t * hidden_padded_);
+    attention_out_.reserve(t * q_padded_);
+    activated_.reserve(t * intermediate_padded_);
+    token_ids_.reserve(t);
+    positions_.reserve(t);
+    token_seqs_.reserve(t);
+    output_tokens_.reserve(t);
+    slots_.reserve(t * num_kv_groups_);
+    moved = true;
+  }
+  // Logits for the output rows (every padded token of a graphed decode step), or a prompt slab.
+  const int32_t output_rows = plan.decode_only ? tokens : int32_t(plan.output_tokens.size());
+  const int32_t logit_rows = std::max({output_rows, kPromptSlabRows, 1});
+  moved |= logits_.reserve(size_t(logit_rows) * vocab_);
+  moved |= output_normed_.reserve(size_t(logit_rows) * hidden_padded_);
+  // Split-K partials of the largest matrix at few rows (the LM head's rows included).
+  size_t partials = 0;
+  const int32_t few_rows = std::min(logit_rows, 32);
+  for (const DeviceLayer& layer : layers_) {
+    for (const DeviceMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
+                                  &layer.up_proj, &layer.down_proj}) {
+      partials = std::max(partials, gemm_partials_floats(few_rows, *m));
+    }
+  }
+  partials = std::max(partials, gemm_partials_floats(few_rows, lm_head_));
+  moved |= gemm_partials_.reserve(partials);
+  // Attention partials for a slab of tokens (run_layers attends in slabs).
+  const int32_t slab = std::min(tokens, 256);
+  moved |= attention_partials_.reserve(attention_partials_floats(slab, num_heads_, head_dim_, plan.num_chunks));
+  moved |= block_tables_.reserve(plan.block_tables.size());
+  (void)num_seqs;
+  moved |= sampling_rows_.reserve(size_t(kSamplerRows));
+  moved |= sampled_tokens_.reserve(size_t(kSamplerRows));
+  moved |= sampled_logprobs_.reserve(size_t(kSamplerRows));
+  if (sampler_ids_.size() == 0) {
+    sampler_ids_.reserve(size_t(kSamplerRows) * vocab_);
+    sampler_probs_.reserve(size_t(kSamplerRows) * vocab_);
+    sampler_keys_.reserve(size_t(kSamplerRows) * sampler_key_stride(vocab_));
+  }
+  if (moved) graphs_.clear();
+}
+
+void CudaModel::upload_plan(const BatchPlan& plan) {
+  const auto copy = [this](auto& buffer, const std::vector<int32_t>& values) {
+    if (values.empty()) return;
+    CDC_CHECK(cudaMemcpyAsync(buffer.get(), values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                              stream_));
+  };
+  copy(token_ids_, plan.token_ids);
+  copy(positions_, plan.positions);
+  copy(token_seqs_, plan.token_seqs);
+  copy(slots_, plan.slots);
+  copy(block_tables_, plan.block_tables);
+  copy(output_tokens_, plan.output_tokens);
+}
+
+// Final norm of the rows' hidden states, the LM head, the soft-cap: logits_[0, num_rows).
+void CudaModel::final_logits(const int32_t* device_rows, int32_t num_rows) {
+  if (num_rows == 0) return;
+  launch_gather_rows(residual_.get(), hidden_, device_rows, num_rows, layer_out_.get(), stream_);
+  launch_rms_norm_bf16(layer_out_.get(), hidden_, final_norm_, hidden_, eps_, num_rows, output_normed_.get(),
+                       hidden_padded_, stream_);
+  launch_gemm(output_normed_.get(), hidden_padded_, num_rows, lm_head_, logits_.get(), vocab_, false,
+              gemm_partials_.get(), stream_);
+  if (final_softcap_ != 0.0f) launch_softcap(logits_.get(), size_t(num_rows) * vocab_, final_softcap_, stream_);
+}
+
+// Embedding, every layer, then the logits of num_logit_rows rows listed in output_tokens_.
+void CudaModel::run_layers(const BatchPlan& plan, int32_t num_logit_rows) {
+  const int32_t tokens = plan.padded_tokens;
+  launch_embed(embed_, hidden_, token_ids_.get(), tokens, embedding_scale_, residual_.get(), stream_);
+  float* partials = gemm_partials_.get();
+  for (const DeviceLayer& layer : layers_) {
+    launch_rms_norm_bf16(residual_.get(), hidden_, layer.input_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
+                         stream_);
+    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.q_proj, q_.get(), q_size_, false, partials, stream_);
+    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.k_proj, k_.get(), kv_size_, false, partials, stream_);
+    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.v_proj, v_.get(), kv_size_, false, partials, stream_);
+    const DeviceRope& rope = ropes_[size_t(layer.rope)];
+    RopeKvArgs rope_args{q_.get(), k_.get(), v_.get(), layer.q_bias, layer.k_bias, layer.v_bias, layer.q_norm,
+                         layer.k_norm, eps_, positions_.get(), slots_.get() + size_t(layer.kv_group) * tokens,
+                         rope.inv_freq, rope.rotary_dim, rope.attention_scaling, num_heads_, num_kv_heads_, head_dim_,
+                         kv_cache_, layers_per_block_, layer.kv_slot, block_size_, tokens};
+    launch_rope_kv(rope_args, stream_);
+    // Attention in slabs of tokens, so its partials stay bounded for long prompts.
+    constexpr int32_t kSlab = 256;
+    for (int32_t first = 0; first < tokens; first += kSlab) {
+      const int32_t count = std::min(kSlab, tokens - first);
+      AttentionArgs attention{q_.get() + size_t(first) * q_size_,
+                              kv_cache_,
+                              block_tables_.get() + size_t(layer.kv_group) * plan.table_rows * plan.block_table_stride,
+                              plan.block_table_stride,
+                              token_seqs_.get() + first,
+                              positions_.get() + first,
+                              layer.sinks,
+                              num_heads_,
+                              num_kv_heads_,
+                              head_dim_,
+                              layers_per_block_,
+                              layer.kv_slot,
+                              block_size_,
+                              layer.window,
+                              attention_scale_,
+                              attention_softcap_,
+                              count,
+                              plan.num_chunks,
+                              attention_partials_.get(),
+                              attention_out_.get() + size_t(first) * q_padded_,
+                              q_padded_};
+      launch_attention(attention, stream_);
+    }
+    const bool attention_adds = layer.attn_out_norm == nullptr && layer.o_bias == nullptr;
+    launch_gemm(attention_out_.get(), q_padded_, tokens, layer.o_proj, attention_adds ? residual_.get() : layer_out_.get(),
+                hidden_, attention_adds, partials, stream_);
+    if (!attention_adds) {
+      launch_add_to_residual(residual_.get(), layer_out_.get(), layer.o_bias, layer.attn_out_norm, hidden_, eps_, tokens,
+                             stream_);
+    }
+    launch_rms_norm_bf16(residual_.get(), hidden_, layer.ffn_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
+                         stream_);
+    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.gate_proj, gate_.get(), intermediate_, false, partials,
+                stream_);
+    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.up_proj, up_.get(), intermediate_, false, partials, stream_);
+    launch_gated_activation(gate_.get(), up_.get(), intermediate_, tokens, activation_, swiglu_alpha_, swiglu_limit_,
+                            activated_.get(), intermediate_padded_, stream_);
+    const bool mlp_adds = layer.ffn_out_norm == nullptr;
+    launch_gemm(activated_.get(), intermediate_padded_, tokens, layer.down_proj, mlp_adds ? residual_.get() : layer_out_.get(),
+                hidden_, mlp_adds, partials, stream_);
+    if (!mlp_adds) {
+      launch_add_to_residual(residual_.get(), layer_out_.get(), nullptr, layer.ffn_out_norm, hidden_, eps_, tokens, stream_);
+    }
+  }
+  final_logits(output_tokens_.get(), num_logit_rows);
+}
+
+void CudaModel::forward(const cd_batch& batch, cd_forward_output& output) {
+  if (batch.num_draft_tokens != nullptr) {
+    for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
+      if (batch.num_draft_tokens[seq] > 0) {
+        throw Error(CD_ERR_INVALID_ARGUMENT, "speculative decoding is not on the CUDA backend yet");
+      }
+    }
+  }
+  CDC_CHECK(cudaSetDevice(device_));
+  const BatchPlan plan = plan_batch(batch, num_kv_groups_, block_size_, kKvChunkTokens, graphs_enabled_);
+  ensure_capacity(plan, batch.num_seqs);
+  const bool graphed = graphs_enabled_ && plan.decode_only && graph_bucket(plan.num_tokens) > 0;
+  if (graphed) {
+    // A decode step's logits are computed for every padded token (row = token), so the captured
+    // graph does not depend on which sequences ask for them.
+    std::vector<int32_t> every_token(size_t(plan.padded_tokens));
+    for (int32_t t = 0; t < plan.padded_tokens; ++t) every_token[size_t(t)] = t;
+    BatchPlan graph_plan = plan;
+    graph_plan.output_tokens = every_token;
+    upload_plan(graph_plan);
+    const GraphCache<cudaGraphExec_t>::Key key{plan.padded_tokens, plan.num_chunks};
+    cudaGraphExec_t exec = graphs_.find(key);
+    if (exec == nullptr) {
+      cudaGraph_t graph = nullptr;
+      CDC_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        run_layers(plan, plan.padded_tokens);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        throw;
+      }
+      CDC_CHECK(cudaStreamEndCapture(stream_, &graph));
+      const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      CDC_CHECK(instantiated);
+      graphs_.insert(key, exec);
+    }
+    CDC_CHECK(cudaGraphLaunch(exec, stream_));
+  } else {
+    upload_plan(plan);
+    run_layers(plan, int32_t(plan.output_tokens.size()));
+  }
+  produce_outputs(batch, plan, graphed, output);
+  produce_prompt_logprobs(batch, plan, output);
+  CDC_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaModel::produce_outputs(const cd_batch& batch, const BatchPlan& plan, bool logits_by_token,
+                                cd_forward_output& output) {
+  for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
+    output.sampled_token_ids[seq] = -1;
+    output.sampled_logprobs[seq] = 0.0f;
+  }
+  const size_t num_top_entries = size_t(batch.num_seqs) * CD_MAX_TOP_LOGPROBS;
+  std::fill_n(output.top_token_ids, num_top_entries, -1);
+  std::fill_n(output.top_logprobs, num_top_entries, kNaN);
+  // Device sampling, kSamplerRows rows at a time.
+  const size_t vocab = size_t(vocab_);
+  std::vector<DeviceSamplingRow> rows;
+  std::vector<int32_t> tokens(static_cast<size_t>(kSamplerRows));
+  std::vector<float> logprobs(static_cast<size_t>(kSamplerRows));
+  for (size_t first = 0; first < plan.device_sampled_rows.size(); first += kSamplerRows) {
+    const size_t count = std::min(plan.device_sampled_rows.size() - first, size_t(kSamplerRows));
+    rows.clear();
+    for (size_t i = first; i < first + count; ++i) {
+      const int32_t row = plan.device_sampled_rows[i];
+      const int32_t seq = plan.output_seqs[size_t(row)];
+      rows.push_back(DeviceSamplingRow{batch.temperatures[seq], batch.top_ps[seq], batch.min_ps[seq], batch.top_ks[seq],
+                                       batch.seeds[seq], batch.output_indices[seq],
+                                       logits_row(plan, row, logits_by_token)});
+    }
+    CDC_CHECK(cudaMemcpyAsync(sampling_rows_.get(), rows.data(), count * sizeof(DeviceSamplingRow),
+                              cudaMemcpyHostToDevice, stream_));
+    SamplerScratchDevice scratch{sampler_ids_.get(), sampler_keys_.get(), sampler_probs_.get(), kSamplerRows};
+    launch_sample(logits_.get(), vocab_, sampling_rows_.get(), int32_t(count), scratch, sampled_tokens_.get(),
+                  sampled_logprobs_.get(), stream_);
+    CDC_CHECK(cudaMemcpyAsync(tokens.data(), sampled_tokens_.get(), count * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                              stream_));
+    CDC_CHECK(cudaMemcpyAsync(logprobs.data(), sampled_logprobs_.get(), count * sizeof(float), cudaMemcpyDeviceToHost,
+                              stream_));
+    CDC_CHECK(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < count; ++i) {
+      const int32_t seq = plan.output_seqs[size_t(plan.device_sampled_rows[first + i])];
+      output.sampled_token_ids[seq] = tokens[i];
+      output.sampled_logprobs[seq] = logprobs[i];
+    }
+  }
+  if (plan.host_rows.empty()) return;
+  // Rows the host needs: returned logits, and sampling the device sampler does not cover.
+  host_logits_.resize(plan.host_rows.size() * vocab);
+  for (size_t i = 0; i < plan.host_rows.size(); ++i) {
+    const int32_t row = logits_row(plan, plan.host_rows[i], logits_by_token);
+    CDC_CHECK(cudaMemcpyAsync(host_logits_.data() + i * vocab, logits_.get() + size_t(row) * vocab, vocab * sizeof(float),
+                              cudaMemcpyDeviceToHost, stream_));
+  }
+  CDC_CHECK(cudaStreamSynchronize(stream_));
+  int32_t num_logit_rows = 0;
+  bool waited = false;
+  for (size_t i = 0; i < plan.host_rows.size(); ++i) {
+    const int32_t row = plan.host_rows[i];
+    const int32_t seq = plan.output_seqs[size_t(row)];
+    const float* logits = host_logits_.data() + i * vocab;
+    // Returned logits keep the batch order of the flagged sequences.
+    if (batch.seq_flags[seq] & CD_SEQ_RETURN_LOGITS) {
+      int32_t logit_index = 0;
+      for (int32_t r = 0; r < row; ++r) {
+        if (batch.seq_flags[plan.output_seqs[size_t(r)]] & CD_SEQ_RETURN_LOGITS) ++logit_index;
+      }
+      std::copy_n(logits, vocab, output.logits + size_t(logit_index) * vocab);
+      ++num_logit_rows;
+    }
+    if (!(batch.seq_flags[seq] & CD_SEQ_SAMPLE) || samples_on_device(batch, seq)) continue;
+    if (!waited) {
+      wait_for_bitmasks(batch);
+      waited = true;
+    }
+    const LogSoftmax raw = log_softmax_of(host_kernels_, logits, vocab_);
+    const SamplingParams params{batch.temperatures[seq], batch.top_ps[seq], batch.top_ks[seq],
+                                batch.min_ps[seq],       batch.seeds[seq],  batch.output_indices[seq]};
+    const int32_t bias_begin = batch.bias_starts[seq];
+    const int32_t penalty_begin = batch.penalty_starts[seq];
+    const LogitAdjustments adjustments{batch.bias_token_ids + bias_begin,
+                                       batch.bias_values + bias_begin,
+                                       batch.bias_starts[seq + 1] - bias_begin,
+                                       batch.repetition_penalties[seq],
+                                       batch.frequency_penalties[seq],
+                                       batch.presence_penalties[seq],
+                                       batch.penalty_token_ids + penalty_begin,
+                                       batch.penalty_output_counts + penalty_begin,
+                                       batch.penalty_in_prompt + penalty_begin,
+                                       batch.penalty_starts[seq + 1] - penalty_begin};
+    const uint32_t* allowed = nullptr;
+    if (batch.bitmask_rows != nullptr && batch.bitmask_rows[seq] >= 0) {
+      allowed = batch.token_bitmask + size_t(batch.bitmask_rows[seq]) * size_t(batch.bitmask_words);
+    }
+    const int32_t token = sample_token(host_kernels_, logits, vocab_, raw.best, params, adjustments, allowed,
+                                       host_sampler_[0]);
+    output.sampled_token_ids[seq] = token;
+    output.sampled_logprobs[seq] = raw.at(logits, token);
+    const size_t top_row = size_t(seq) * CD_MAX_TOP_LOGPROBS;
+    top_logprobs(logits, vocab_, raw, batch.num_top_logprobs[seq], output.top_token_ids + top_row,
+                 output.top_logprobs + top_row);
+  }
+  (void)num_logit_rows;
+}
+
+void CudaModel::produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& plan, cd_forward_output& output) {
+  if (output.prompt_logprobs == nullptr) return;
+  const size_t num_tokens = size_t(batch.num_tokens);
+  std::fill_n(output.prompt_logprobs, num_tokens, kNaN);
+  std::fill_n(output.prompt_ranks, num_tokens, 0);
+  if (output.prompt_top_token_ids != nullptr) {
+    std::fill_n(output.prompt_top_token_ids, num_tokens * CD_MAX_TOP_LOGPROBS, -1);
+    std::fill_n(output.prompt_top_logprobs, num_tokens * CD_MAX_TOP_LOGPROBS, kNaN);
+  }
+  const size_t vocab = size_t(vocab_);
+  const int32_t num_rows = int32_t(plan.prompt_tokens.size());
+  for (int32_t first = 0; first < num_rows; first += kPromptSlabRows) {
+    const int32_t count = std::min(kPromptSlabRows, num_rows - first);
+    CDC_CHECK(cudaMemcpyAsync(output_tokens_.get(), plan.prompt_tokens.data() + first, size_t(count) * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, stream_));
+    final_logits(output_tokens_.get(), count);
+    host_logits_.resize(size_t(count) * vocab);
+    CDC_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.get(), size_t(count) * vocab * sizeof(float),
+                              cudaMemcpyDeviceToHost, stream_));
+    CDC_CHECK(cudaStreamSynchronize(stream_));
+    for (int32_t i = 0; i < count; ++i) {
+      const int32_t token = plan.prompt_tokens[size_t(first + i)];
+      const int32_t seq = plan.token_seqs[size_t(token)];
+      const bool last_of_chunk = token + 1 == batch.query_starts[seq + 1];
+      const int32_t next = last_of_chunk ? batch.prompt_next_token_ids[seq] : batch.token_ids[token + 1];
+      const float* logits = host_logits_.data() + size_t(i) * vocab;
+      const LogSoftmax raw = log_softmax_of(host_kernels_, logits, vocab_);
+      output.prompt_logprobs[token] = raw.at(logits, next);
+      output.prompt_ranks[token] = rank_of(logits, vocab_, next);
+      const int32_t num_top = batch.num_prompt_top_logprobs[seq];
+      if (num_top == 0) continue;
+      const size_t top_row = size_t(token) * CD_MAX_TOP_LOGPROBS;
+      top_logprobs(logits, vocab_, raw, num_top, output.prompt_top_token_ids + top_row,
+                   output.prompt_top_logprobs + top_row);
+    }
+  }
+}
+
+CudaModelHandle* load_model(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed) {
+  auto handle = std::make_unique<CudaModelHandle>();
+  handle->model = std::make_unique<CudaModel>(spec, options, random_seed);
+  return handle.release();
+}
+
+uint64_t kv_bytes_per_block(const CudaModelHandle& handle) { return handle.model->kv_bytes_per_block(); }
+
+void forward(CudaModelHandle& handle, const cd_batch& batch, cd_forward_output& output) {
+  handle.model->forward(batch, output);
+}
+
+void free_model(CudaModelHandle* handle) { delete handle; }
+
+}  // namespace cuda
+}  // namespace conduit

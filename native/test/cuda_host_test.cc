@@ -1,0 +1,324 @@
+// The host-side parts of the CUDA backend, tested on any machine (native/test/cuda-host.test.ts
+// runs it): the shared sampling arithmetic against the CPU sampler, the batch plan a cd_batch
+// becomes on the device, and the captured-graph cache. Prints one line per failure and exits
+// nonzero on any; the seed comes from argv[1].
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cuda/batch_plan.h"
+#include "kernels.h"
+#include "sampler.h"
+#include "shared/sampling_math.h"
+
+using namespace conduit;
+
+namespace {
+
+int failures = 0;
+
+#define EXPECT(condition, ...)                 \
+  do {                                         \
+    if (!(condition)) {                        \
+      ++failures;                              \
+      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      std::printf(__VA_ARGS__);                \
+      std::printf("\n");                       \
+    }                                          \
+  } while (0)
+
+// The device sampler's algorithm (src/cuda/sample.cu) step for step on one thread, through the
+// same shared functions: raw argmax ties to the lowest id; min-p survivors in id order; sorted by
+// candidate_key when top-k or top-p needs an order; probabilities in double; cut and draw.
+int32_t device_algorithm(const std::vector<float>& x, const SamplingParams& p) {
+  const int32_t vocab = int32_t(x.size());
+  float max_logit = -std::numeric_limits<float>::infinity();
+  int32_t argmax = vocab;
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (argmax == vocab || sampling::ranks_before(x[size_t(id)], id, max_logit, argmax)) {
+      max_logit = x[size_t(id)];
+      argmax = id;
+    }
+  }
+  if (p.temperature <= 0.0f || p.top_k == 1 || max_logit == std::numeric_limits<float>::infinity()) return argmax;
+  const double threshold = p.min_p > 0.0f ? sampling::min_p_threshold(max_logit, p.temperature, std::log(double(p.min_p)))
+                                          : -std::numeric_limits<double>::infinity();
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab; ++id) {
+    if (double(x[size_t(id)]) >= threshold) ids.push_back(id);
+  }
+  int32_t n = int32_t(ids.size());
+  const bool top_k_active = p.top_k > 0 && p.top_k < n;
+  if (top_k_active || p.top_p < 1.0f) {
+    std::vector<uint64_t> keys;
+    for (int32_t id : ids) keys.push_back(sampling::candidate_key(x[size_t(id)], id));
+    std::sort(keys.begin(), keys.end());
+    if (top_k_active) n = p.top_k;
+    for (int32_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t(uint32_t(keys[size_t(i)]));
+  }
+  std::vector<double> probs(static_cast<size_t>(n));
+  double total = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    probs[size_t(i)] = std::exp((double(x[size_t(ids[size_t(i)])]) - max_logit) * (1.0 / double(p.temperature)));
+  }
+  for (int32_t i = 0; i < n; ++i) total += probs[size_t(i)];
+  const double u = sampling::uniform_from_counter(p.seed, uint64_t(uint32_t(p.output_index)));
+  return ids[size_t(sampling::cut_and_draw(probs.data(), n, total, p.top_p, u))];
+}
+
+void test_sampler_agreement(std::mt19937_64& rng) {
+  const KernelTable& kernels = kernels_scalar();
+  SamplerScratch scratch;
+  const LogitAdjustments none{nullptr, nullptr, 0, 1.0f, 0.0f, 0.0f, nullptr, nullptr, nullptr, 0};
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  int32_t draws = 0;
+  for (int32_t trial = 0; trial < 3000; ++trial) {
+    const int32_t vocab = 1 + int32_t(rng() % 300);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    // Coarse values make ties common; some rows carry -inf bans, -0 and +0 side by side.
+    const bool coarse = trial % 3 == 0;
+    for (float& logit : logits) {
+      logit = coarse ? float(int32_t(rng() % 7) - 3) : 8.0f * uniform(rng) - 4.0f;
+      if (rng() % 29 == 0) logit = -std::numeric_limits<float>::infinity();
+      if (coarse && logit == 0.0f && rng() % 2 == 0) logit = -0.0f;
+    }
+    SamplingParams params{};
+    params.temperature = trial % 11 == 0 ? 0.0f : 0.2f + 1.8f * uniform(rng);
+    params.top_p = trial % 2 == 0 ? 1.0f : 0.05f + 0.9f * uniform(rng);
+    params.top_k = trial % 3 == 1 ? 1 + int32_t(rng() % 20) : 0;
+    params.min_p = trial % 4 == 2 ? 0.3f * uniform(rng) : 0.0f;
+    params.seed = rng();
+    params.output_index = int32_t(rng() % 1000);
+    const ArgMax raw = kernels.argmax(logits.data(), vocab);
+    const int32_t cpu = sample_token(kernels, logits.data(), vocab, raw, params, none, nullptr, scratch);
+    const int32_t device = device_algorithm(logits, params);
+    EXPECT(cpu == device, "trial %d (vocab %d, T %g, top_p %g, top_k %d, min_p %g): cpu %d, device algorithm %d", trial,
+           vocab, double(params.temperature), double(params.top_p), params.top_k, double(params.min_p), cpu, device);
+    ++draws;
+  }
+  std::printf("sampler agreement: %d draws\n", draws);
+}
+
+void test_candidate_key(std::mt19937_64& rng) {
+  const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(), 3.0e38f, -3.0e38f};
+  std::uniform_int_distribution<int32_t> pick(0, 9);
+  for (int32_t i = 0; i < 20000; ++i) {
+    const float a = i % 2 == 0 ? specials[pick(rng)] : std::ldexp(float(int32_t(rng() % 2001) - 1000), int32_t(rng() % 40) - 20);
+    const float b = i % 3 == 0 ? specials[pick(rng)] : std::ldexp(float(int32_t(rng() % 2001) - 1000), int32_t(rng() % 40) - 20);
+    const int32_t ia = int32_t(rng() % 50);
+    const int32_t ib = int32_t(rng() % 50);
+    if (ia == ib) continue;
+    const bool by_rule = sampling::ranks_before(a, ia, b, ib);
+    const bool by_key = sampling::candidate_key(a, ia) < sampling::candidate_key(b, ib);
+    EXPECT(by_rule == by_key, "(%g, %d) vs (%g, %d): ranks_before %d, keys %d", double(a), ia, double(b), ib, by_rule, by_key);
+  }
+}
+
+// A random batch over a random block pool: prefills, chunks and decode tokens.
+struct RandomBatch {
+  std::vector<int32_t> token_ids, positions, query_starts, block_tables;
+  std::vector<uint8_t> flags;
+  std::vector<float> temperatures, top_ps, min_ps, presence, frequency, repetition, bias_values;
+  std::vector<int32_t> top_ks, output_indices, penalty_starts, bias_starts, bias_ids, penalty_ids, penalty_counts,
+      num_top, num_prompt_top, next_ids, bitmask_rows;
+  std::vector<uint8_t> in_prompt;
+  std::vector<uint64_t> seeds;
+  int32_t max_blocks = 0;
+  cd_batch batch{};
+};
+
+RandomBatch random_batch(std::mt19937_64& rng, int32_t num_groups, int32_t block_size, bool decode_only) {
+  RandomBatch r;
+  const int32_t num_seqs = 1 + int32_t(rng() % 40);
+  r.max_blocks = 1 + int32_t(rng() % 70);
+  r.query_starts.push_back(0);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t context = 1 + int32_t(rng() % (r.max_blocks * block_size));
+    const int32_t count = decode_only ? 1 : 1 + int32_t(rng() % std::min(context, 40));
+    for (int32_t i = 0; i < count; ++i) {
+      r.token_ids.push_back(int32_t(rng() % 1000));
+      r.positions.push_back(context - count + i);
+    }
+    r.query_starts.push_back(int32_t(r.token_ids.size()));
+    r.flags.push_back(uint8_t(rng() % 8));
+    r.temperatures.push_back(float(rng() % 3) * 0.5f);
+    r.top_ps.push_back(1.0f);
+    r.top_ks.push_back(0);
+    r.min_ps.push_back(0.0f);
+    r.seeds.push_back(rng());
+    r.output_indices.push_back(int32_t(rng() % 10));
+    r.presence.push_back(0.0f);
+    r.frequency.push_back(0.0f);
+    r.repetition.push_back(rng() % 5 == 0 ? 1.2f : 1.0f);
+    r.num_top.push_back(rng() % 6 == 0 ? 3 : 0);
+    r.num_prompt_top.push_back(0);
+    r.next_ids.push_back(rng() % 2 == 0 ? -1 : 7);
+    r.bitmask_rows.push_back(rng() % 7 == 0 ? 0 : -1);
+  }
+  r.penalty_starts.push_back(0);
+  r.bias_starts.push_back(0);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    if (rng() % 4 == 0) {
+      r.penalty_ids.push_back(5);
+      r.penalty_counts.push_back(1);
+      r.in_prompt.push_back(1);
+    }
+    r.penalty_starts.push_back(int32_t(r.penalty_ids.size()));
+    if (rng() % 6 == 0) {
+      r.bias_ids.push_back(3);
+      r.bias_values.push_back(1.5f);
+    }
+    r.bias_starts.push_back(int32_t(r.bias_ids.size()));
+  }
+  for (int32_t g = 0; g < num_groups; ++g) {
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      for (int32_t b = 0; b < r.max_blocks; ++b) r.block_tables.push_back(int32_t(rng() % 100000));
+    }
+  }
+  cd_batch& b = r.batch;
+  b.num_seqs = num_seqs;
+  b.num_tokens = int32_t(r.token_ids.size());
+  b.token_ids = r.token_ids.data();
+  b.positions = r.positions.data();
+  b.query_starts = r.query_starts.data();
+  b.max_blocks_per_seq = r.max_blocks;
+  b.block_tables = r.block_tables.data();
+  b.seq_flags = r.flags.data();
+  b.temperatures = r.temperatures.data();
+  b.top_ps = r.top_ps.data();
+  b.top_ks = r.top_ks.data();
+  b.seeds = r.seeds.data();
+  b.output_indices = r.output_indices.data();
+  b.min_ps = r.min_ps.data();
+  b.presence_penalties = r.presence.data();
+  b.frequency_penalties = r.frequency.data();
+  b.repetition_penalties = r.repetition.data();
+  b.penalty_starts = r.penalty_starts.data();
+  b.penalty_token_ids = r.penalty_ids.data();
+  b.penalty_output_counts = r.penalty_counts.data();
+  b.penalty_in_prompt = r.in_prompt.data();
+  b.bias_starts = r.bias_starts.data();
+  b.bias_token_ids = r.bias_ids.data();
+  b.bias_values = r.bias_values.data();
+  b.num_top_logprobs = r.num_top.data();
+  b.num_prompt_top_logprobs = r.num_prompt_top.data();
+  b.prompt_next_token_ids = r.next_ids.data();
+  b.bitmask_rows = rng() % 2 == 0 ? r.bitmask_rows.data() : nullptr;
+  return r;
+}
+
+void test_batch_plan(std::mt19937_64& rng) {
+  for (int32_t trial = 0; trial < 400; ++trial) {
+    const int32_t num_groups = 1 + int32_t(rng() % 3);
+    const int32_t block_size = trial % 2 == 0 ? 16 : 32;
+    const bool decode_only = trial % 3 == 0;
+    const bool pad = trial % 4 != 1;
+    const RandomBatch r = random_batch(rng, num_groups, block_size, decode_only);
+    const cd_batch& b = r.batch;
+    const cuda::BatchPlan plan = cuda::plan_batch(b, num_groups, block_size, 256, pad);
+    // A mixed batch whose chunks all happen to be one token long is a decode step too.
+    const bool one_token_each = b.num_tokens == b.num_seqs;
+    EXPECT(one_token_each || !decode_only, "trial %d: a decode batch with longer chunks", trial);
+    EXPECT(plan.decode_only == one_token_each, "trial %d: decode_only %d", trial, plan.decode_only);
+    const int32_t bucket = cuda::graph_bucket(b.num_tokens);
+    const int32_t expected_padded = pad && one_token_each && bucket > 0 ? bucket : b.num_tokens;
+    EXPECT(plan.padded_tokens == expected_padded, "trial %d: padded %d, expected %d", trial, plan.padded_tokens,
+           expected_padded);
+    EXPECT(plan.padded_tokens >= b.num_tokens, "trial %d: padding dropped tokens", trial);
+    int32_t max_position = 0;
+    for (int32_t s = 0; s < b.num_seqs; ++s) {
+      for (int32_t t = b.query_starts[s]; t < b.query_starts[s + 1]; ++t) {
+        EXPECT(plan.token_seqs[size_t(t)] == s && plan.positions[size_t(t)] == b.positions[t] &&
+                   plan.token_ids[size_t(t)] == b.token_ids[t],
+               "trial %d token %d: seq/position/id", trial, t);
+        max_position = std::max(max_position, b.positions[t]);
+        for (int32_t g = 0; g < num_groups; ++g) {
+          const int32_t* table = b.block_tables + (size_t(g) * b.num_seqs + s) * b.max_blocks_per_seq;
+          const int32_t position = b.positions[t];
+          const int32_t slot = table[position / block_size] * block_size + position % block_size;
+          EXPECT(plan.slots[size_t(g) * plan.padded_tokens + t] == slot, "trial %d token %d group %d: slot", trial, t, g);
+          // The widened table holds the same entries where the attention kernel reads them.
+          const int32_t* widened = plan.block_tables.data() + (size_t(g) * plan.table_rows + s) * plan.block_table_stride;
+          EXPECT(widened[position / block_size] == table[position / block_size], "trial %d: widened table", trial);
+        }
+      }
+    }
+    for (int32_t t = b.num_tokens; t < plan.padded_tokens; ++t) {
+      EXPECT(plan.positions[size_t(t)] == -1, "trial %d: padding token %d has a position", trial, t);
+      for (int32_t g = 0; g < num_groups; ++g) {
+        EXPECT(plan.slots[size_t(g) * plan.padded_tokens + t] == -1, "trial %d: padding token %d writes the cache", trial, t);
+      }
+    }
+    const int32_t chunks = (max_position + 256) / 256;
+    const bool graphed = pad && one_token_each && bucket > 0;
+    EXPECT(plan.num_chunks == (graphed ? cuda::chunk_bucket(chunks) : chunks), "trial %d: chunks %d for max position %d",
+           trial, plan.num_chunks, max_position);
+    EXPECT(plan.block_table_stride * block_size >= std::min(plan.num_chunks * 256, r.max_blocks * block_size) ||
+               !graphed,
+           "trial %d: stride %d too narrow for %d chunks", trial, plan.block_table_stride, plan.num_chunks);
+    // Outputs: flagged sequences in batch order; device rows plus host rows cover every sampled row.
+    size_t row = 0;
+    for (int32_t s = 0; s < b.num_seqs; ++s) {
+      if (!(b.seq_flags[s] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS))) continue;
+      EXPECT(row < plan.output_seqs.size() && plan.output_seqs[row] == s &&
+                 plan.output_tokens[row] == b.query_starts[s + 1] - 1,
+             "trial %d: output row %zu", trial, row);
+      const bool on_device =
+          std::find(plan.device_sampled_rows.begin(), plan.device_sampled_rows.end(), int32_t(row)) != plan.device_sampled_rows.end();
+      const bool on_host = std::find(plan.host_rows.begin(), plan.host_rows.end(), int32_t(row)) != plan.host_rows.end();
+      const bool plain = (b.bitmask_rows == nullptr || b.bitmask_rows[s] < 0) && b.num_top_logprobs[s] == 0 &&
+                         b.bias_starts[s + 1] == b.bias_starts[s] &&
+                         !(b.repetition_penalties[s] != 1.0f && b.penalty_starts[s + 1] > b.penalty_starts[s]);
+      const bool sampled = (b.seq_flags[s] & CD_SEQ_SAMPLE) != 0;
+      EXPECT(on_device == (sampled && plain), "trial %d seq %d: device sampling %d", trial, s, on_device);
+      EXPECT(on_host == (((b.seq_flags[s] & CD_SEQ_RETURN_LOGITS) != 0) || (sampled && !plain)),
+             "trial %d seq %d: host row %d", trial, s, on_host);
+      ++row;
+    }
+    EXPECT(row == plan.output_seqs.size(), "trial %d: %zu output rows, expected %zu", trial, plan.output_seqs.size(), row);
+  }
+}
+
+void test_graph_buckets_and_cache() {
+  int32_t previous = 0;
+  for (int32_t n = 1; n <= cuda::kLargestGraphBucket; ++n) {
+    const int32_t bucket = cuda::graph_bucket(n);
+    EXPECT(bucket >= n && bucket >= previous, "bucket of %d is %d", n, bucket);
+    previous = bucket;
+  }
+  EXPECT(cuda::graph_bucket(cuda::kLargestGraphBucket + 1) == 0, "past the largest bucket");
+  std::vector<int> destroyed;
+  {
+    cuda::GraphCache<int*> cache(2, [&destroyed](int* handle) { destroyed.push_back(*handle); });
+    int a = 1, b = 2, c = 3;
+    cache.insert({1, 1}, &a);
+    cache.insert({2, 1}, &b);
+    EXPECT(cache.find({1, 1}) == &a, "find a");  // a is now the most recent
+    cache.insert({4, 2}, &c);                    // evicts b, the least recent
+    EXPECT(destroyed.size() == 1 && destroyed[0] == 2, "evicted the least recently used");
+    EXPECT(cache.find({2, 1}) == nullptr, "b gone");
+    EXPECT(cache.find({4, 2}) == &c && cache.find({1, 1}) == &a, "a and c kept");
+    cache.clear();
+    EXPECT(destroyed.size() == 3 && cache.size() == 0, "clear destroys every graph");
+  }
+  EXPECT(destroyed.size() == 3, "nothing destroyed twice");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1;
+  std::mt19937_64 rng(seed);
+  test_candidate_key(rng);
+  test_sampler_agreement(rng);
+  test_batch_plan(rng);
+  test_graph_buckets_and_cache();
+  std::printf("%s (%d failures, seed %llu)\n", failures == 0 ? "ok" : "FAILED", failures, (unsigned long long)seed);
+  return failures == 0 ? 0 : 1;
+}
