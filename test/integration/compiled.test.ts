@@ -57,7 +57,7 @@ async function stop(server: CliProcess): Promise<void> {
 test('conduit --help runs from dist/', async () => {
   const { code, stdout } = await run([conduitBin, '--help']);
   assert.equal(code, 0);
-  assert.match(stdout, /^usage: conduit serve\|worker\|loadtest .*\n[\s\S]*\nusage: conduit serve \[--config FILE\]/);
+  assert.match(stdout, /^usage: conduit serve\|worker\|rank\|loadtest .*\n[\s\S]*\nusage: conduit serve \[--config FILE\]/);
 });
 
 test('a missing or stale dist/ is refused in one line, a current one runs', async (t) => {
