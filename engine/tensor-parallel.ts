@@ -5,23 +5,17 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import type { DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
+import type { LoadOptions, Quantization } from '../native/api.ts';
 import { packageRoot } from '../package-root.ts';
 
 const conduitBin = path.join(packageRoot, 'bin', 'conduit.js');
 /** stop() waits this long for a rank to end after the worker's model closed, then kills it. */
 const stopGraceMs = 5_000;
 
-export interface RankSettings {
-  modelDir: string;
-  dtype: DtypeSetting;
-  kvCacheDtype: DtypeSetting;
-  numKvBlocks: number;
-  blockSizeTokens: number;
-  numThreads: number;
-  kernel: KernelPath;
+/** What each rank loads: the worker's own load options, with the group's size. */
+export interface RankSettings
+  extends Pick<LoadOptions, 'modelDir' | 'dtype' | 'kvCacheDtype' | 'numKvBlocks' | 'blockSizeTokens' | 'numThreads' | 'kernel' | 'maxModelLen'> {
   quantization: Quantization;
-  maxModelLen?: number;
   tensorParallelSize: number;
 }
 

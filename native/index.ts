@@ -368,16 +368,7 @@ export class LoadedModel implements NativeModel {
     if (this.inFlight !== null) throw new Error('forward() while another forward() is in flight; one call at a time per model');
     validateForwardBatch(batch, this.info);
     const outputs = allocateOutputs(batch, this.info.vocabSize);
-    const call = binding.forward(this.handle, batch, outputs);
-    this.inFlight = call;
-    try {
-      await call;
-    } catch (err) {
-      rethrowWithStack(err, callSite);
-    } finally {
-      this.inFlight = null;
-      if (this.closed) binding.freeModel(this.handle);
-    }
+    await this.runExclusive(binding.forward(this.handle, batch, outputs), callSite);
     return outputs;
   }
 
@@ -386,7 +377,11 @@ export class LoadedModel implements NativeModel {
     const callSite = new Error();
     if (this.closed) throw new Error('serveRank() after close()');
     if (this.inFlight !== null) throw new Error('serveRank() while another call is in flight');
-    const call = binding.serveRank(this.handle);
+    await this.runExclusive(binding.serveRank(this.handle), callSite);
+  }
+
+  /** Awaits the one native call in flight; a close() that came meanwhile frees the model once it ends. */
+  private async runExclusive(call: Promise<unknown>, callSite: Error): Promise<void> {
     this.inFlight = call;
     try {
       await call;
