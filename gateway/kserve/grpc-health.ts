@@ -10,8 +10,13 @@ import { packageRoot } from '../../package-root.ts';
 
 export type ServingStatus = 'SERVING' | 'NOT_SERVING' | 'SERVICE_UNKNOWN';
 
-/** How often a Watch looks at the status again: readiness changes are rare and have no event of their own. */
+/** How often the Watches look at the status again: readiness changes are rare and have no event of their own. */
 const WATCH_INTERVAL_MS = 1000;
+/**
+ * Watches open at once: each is held until its client leaves, and Health needs no key (as
+ * /health), so their number is bounded; past it a Watch ends with RESOURCE_EXHAUSTED.
+ */
+export const MAX_WATCHES = 256;
 
 export function loadHealthService(): grpc.ServiceClientConstructor {
   const definition = protoLoader.loadSync(path.join(packageRoot, 'proto', 'health.proto'), { keepCase: true, enums: String, defaults: true });
@@ -24,24 +29,36 @@ export function loadHealthService(): grpc.ServiceClientConstructor {
  * ends every Watch (a server shutting down waits for its open calls).
  */
 export function addHealthService(server: grpc.Server, statusOf: (service: string) => ServingStatus): () => void {
-  const watches = new Set<grpc.ServerWritableStream<{ service: string }, unknown>>();
+  type WatchCall = grpc.ServerWritableStream<{ service: string }, unknown>;
+  /** Each open Watch with the status it was last sent. */
+  const watches = new Map<WatchCall, ServingStatus | null>();
+  let timer: NodeJS.Timeout | null = null;
+  const send = (call: WatchCall) => {
+    const status = statusOf(call.request.service);
+    if (status !== watches.get(call)) call.write({ status });
+    watches.set(call, status);
+  };
   server.addService(loadHealthService().service, {
     Check: (call: grpc.ServerUnaryCall<{ service: string }, unknown>, callback: grpc.sendUnaryData<unknown>) => {
       const status = statusOf(call.request.service);
       if (status === 'SERVICE_UNKNOWN') callback({ code: grpc.status.NOT_FOUND, details: `unknown service '${call.request.service}'` });
       else callback(null, { status });
     },
-    Watch: (call: grpc.ServerWritableStream<{ service: string }, unknown>) => {
-      let last: ServingStatus | null = null;
-      const send = () => {
-        const status = statusOf(call.request.service);
-        if (status !== last) call.write({ status });
-        last = status;
+    Watch: (call: WatchCall) => {
+      if (watches.size >= MAX_WATCHES) {
+        call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: `${MAX_WATCHES} health Watches are open already` });
+        return;
+      }
+      watches.set(call, null);
+      send(call);
+      // One timer for every Watch, running while any is open.
+      timer ??= setInterval(() => { for (const open of watches.keys()) send(open); }, WATCH_INTERVAL_MS);
+      const stop = () => {
+        watches.delete(call);
+        if (watches.size > 0 || timer === null) return;
+        clearInterval(timer);
+        timer = null;
       };
-      send();
-      const timer = setInterval(send, WATCH_INTERVAL_MS);
-      watches.add(call);
-      const stop = () => { clearInterval(timer); watches.delete(call); };
       call.once('cancelled', stop);
       call.once('close', stop);
       call.once('error', stop);
@@ -49,7 +66,7 @@ export function addHealthService(server: grpc.Server, statusOf: (service: string
     },
   });
   return () => {
-    for (const call of watches) {
+    for (const call of watches.keys()) {
       // The server's last word: it is going away.
       call.write({ status: 'NOT_SERVING' });
       call.end();

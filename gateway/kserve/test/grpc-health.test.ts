@@ -1,13 +1,13 @@
 // grpc.health.v1.Health on the KServe gRPC port, with a client built from proto/health.proto:
 // Check for the server ('' and the inference service's name) while starting, ready and draining,
-// per model (repository models and LLMs), unknown names; Watch following a change; close ending
-// the watches.
+// per model (repository models and LLMs), unknown names; Watch following a change; the bound on
+// open Watches; close ending the watches.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { ModelRepository } from '../../../triton/index.ts';
 import { within } from '../../../test/wait.ts';
-import { loadHealthService } from '../grpc-health.ts';
+import { loadHealthService, MAX_WATCHES } from '../grpc-health.ts';
 import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { call, expectStatus, type Client } from './grpc-client.ts';
 import { MODELS_DIR } from './harness.ts';
@@ -49,6 +49,44 @@ test('Check: NOT_SERVING while starting, SERVING when ready and every model is, 
   assert.equal(await check(''), 'NOT_SERVING');
   assert.equal(await check('fraud'), 'NOT_SERVING');
   readiness.state = 'ready';
+});
+
+test(`at most ${MAX_WATCHES} Watches are open at once (Health needs no key): the next ends with RESOURCE_EXHAUSTED, and one closing makes room`, async () => {
+  const open = async () => {
+    const stream = client.Watch({ service: '' }) as grpc.ClientReadableStream<{ status: string }>;
+    const first = new Promise<'data' | grpc.ServiceError>((resolve) => {
+      stream.once('data', () => resolve('data'));
+      stream.once('error', (err: grpc.ServiceError) => resolve(err));
+    });
+    return { stream, first: await within(first, 'a Watch to send its first status or end') };
+  };
+  const watches: Array<Awaited<ReturnType<typeof open>>> = [];
+  for (let i = 0; i < MAX_WATCHES; i++) watches.push(await open());
+  assert.ok(watches.every((watch) => watch.first === 'data'));
+  const refused = await open();
+  assert.notEqual(refused.first, 'data', 'a Watch past the bound was served');
+  assert.equal((refused.first as grpc.ServiceError).code, grpc.status.RESOURCE_EXHAUSTED);
+  const closed = new Promise<void>((resolve) => watches[0].stream.on('error', () => resolve()));
+  watches[0].stream.cancel();
+  await within(closed, 'the cancelled Watch to end');
+  // The server learns of a cancel a moment later: open until the room shows (the refused ones hold nothing).
+  const openWhenRoom = async (what: string) => {
+    for (let i = 0; i < 100; i++) {
+      const watch = await open();
+      if (watch.first === 'data') return watch;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.fail(`no room for a Watch after ${what}`);
+  };
+  const again = await openWhenRoom('one closed');
+  for (const { stream } of [...watches.slice(1), again]) {
+    stream.on('error', () => {});
+    stream.cancel();
+  }
+  // Leave the bound as found for the next test.
+  const probe = await openWhenRoom('all closed');
+  probe.stream.on('error', () => {});
+  probe.stream.cancel();
 });
 
 test('Watch sends the status now, then each change; closing the server ends the watch', async () => {
