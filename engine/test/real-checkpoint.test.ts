@@ -12,6 +12,7 @@ import { describeKvCache } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { NativeRunner } from '../native-runner.ts';
+import { prefillLimitsFor } from '../scheduler.ts';
 import type { SamplingParams } from '../types.ts';
 import { startWorker } from '../worker.ts';
 import { generate, referenceDecode } from './greedy.ts';
@@ -51,6 +52,9 @@ test('outputs through the engine equal a step-by-step decode, alone and batched'
     servedName: 'tiny',
     maxNumSeqs: limits.maxNumSeqs,
     maxNumBatchedTokens: limits.maxNumBatchedTokens,
+    // Whole prompts beside decodes (throughput's limits): interactivity's one-token chunks at this
+    // budget would let the cache keep up, and this test needs the preemption.
+    prefillLimits: prefillLimitsFor('throughput', limits.maxNumSeqs, limits.maxNumBatchedTokens),
     generationDefaults: { eosTokenIds: [2] },
   });
   t.after(() => engine.close());
