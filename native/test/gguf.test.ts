@@ -14,7 +14,7 @@ import { writeSafetensors } from '../../tools/safetensors-writer.ts';
 import type { LoadOptions, WeightDtype } from '../api.ts';
 import { readCheckpoint } from '../checkpoint.ts';
 import { huggingFaceName } from '../gguf-checkpoint.ts';
-import { GGML_TYPES, readGgufHeader, type GgufTensorInfo } from '../gguf.ts';
+import { GGML_TYPES, readGgufHeader, type GgufTensorInfo } from '../../gguf.ts';
 import { readSafetensorsHeader, readTensorBytes, readTensorF64 } from '../safetensors.ts';
 import { dequantize, randomBlocks } from './ggml-reference.ts';
 import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, uniformSource, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
