@@ -36,7 +36,12 @@ namespace conduit {
 // high nibble), the 64 columns' uint32 of high bits (sub-block j's at bit 4j: scale's 2, then
 // min's 2), the 64 columns' fp16 d and then their dmin: 144 bytes per column and 256 inputs, the
 // file's own size.
-enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8Panels, kQ4Panels, kQ4KPanels };
+// kQ8KPanels is GGUF's Q5_K and Q6_K with their values as stored (w = d * scale * q - dmin * min,
+// int8 scale per 16 inputs, 6-bit min per 32, fp16 d and dmin per 256; Q6_K's q less 32 and no
+// min): per panel and 256-block, 8 sub-blocks of int8 codes as kQ8Panels lays a 32-block's, then
+// [16][64 columns] int8 scales, [8][64] uint8 mins, the 64 columns' fp16 d and then their dmin:
+// 8.875 bits per weight.
+enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8Panels, kQ4Panels, kQ4KPanels, kQ8KPanels };
 
 constexpr int32_t kPanelColumns = 64;
 
@@ -66,6 +71,15 @@ constexpr size_t kQ4KPanelBlockBytes = kQ4KPanelCodeBytes + 8 * kPanelColumns + 
 // k is a multiple of kQ4KBlockInputs.
 inline size_t q4k_panels_bytes(int32_t n, int32_t k) {
   return size_t(num_panels(n)) * size_t(k / kQ4KBlockInputs) * kQ4KPanelBlockBytes;
+}
+
+constexpr int32_t kQ8KBlockInputs = 256;
+constexpr size_t kQ8KPanelCodeBytes = 8 * kPanelColumns * 32;
+constexpr size_t kQ8KPanelBlockBytes = kQ8KPanelCodeBytes + 16 * kPanelColumns + 8 * kPanelColumns + kPanelColumns * (2 + 2);
+
+// k is a multiple of kQ8KBlockInputs.
+inline size_t q8k_panels_bytes(int32_t n, int32_t k) {
+  return size_t(num_panels(n)) * size_t(k / kQ8KBlockInputs) * kQ8KPanelBlockBytes;
 }
 
 // A weight matrix [num_rows, k] (Hugging Face [out, in] layout).

@@ -79,6 +79,13 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }
 
+inline Vec vload_i8_f32(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline Vec vload_u8_f32(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 // kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
 using Q4Words = __m256i;
 inline Q4Words vload_q4_words(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -100,6 +107,7 @@ inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits,
 
 #include "kernels_body.inc"
 #include "kernels_q4.inc"
+#include "kernels_q8k.inc"
 #include "kernels_widened.inc"
 
 }  // namespace

@@ -66,6 +66,13 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }
 
+inline Vec vload_i8_f32(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline Vec vload_u8_f32(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
 // kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
 using Q4Words = __m512i;
 inline Q4Words vload_q4_words(const uint8_t* p) { return _mm512_loadu_si512(p); }
@@ -87,6 +94,7 @@ inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits,
 
 #include "kernels_body.inc"
 #include "kernels_q4.inc"
+#include "kernels_q8k.inc"
 
 constexpr int32_t kBf16Chunk = 32;
 
@@ -366,7 +374,7 @@ size_t no_panel_scratch(MatrixFormat, int32_t, int32_t) { return 0; }
 
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
   if (format == MatrixFormat::kQ8Panels) return q8_packed_row_bytes(k);
-  if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels) return q4_packed_row_bytes(k);
+  if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels || format == MatrixFormat::kQ8KPanels) return q4_packed_row_bytes(k);
   if (format == MatrixFormat::kBf16Panels) return size_t(bf16_padded_k(k)) * 2;
   return 0;
 }
@@ -377,7 +385,7 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
     const float* row = x + size_t(m) * x_stride;
     uint8_t* out = packed + size_t(m) * packed_stride;
     if (format == MatrixFormat::kQ8Panels) pack_q8_row(row, k, out);
-    if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels) pack_q4_row(row, k, out);
+    if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels || format == MatrixFormat::kQ8KPanels) pack_q4_row(row, k, out);
     if (format == MatrixFormat::kBf16Panels) pack_bf16_row(row, k, out);
   }
 }
@@ -391,6 +399,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
     case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ4Panels: matmul_q4_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ4KPanels: matmul_q4k_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ8KPanels: matmul_q8k_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
   }
 }
 

@@ -124,6 +124,17 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return acc + a * b; }
 
+inline Vec vload_i8_f32(const int8_t* p) {
+  Vec v;
+  for (int32_t i = 0; i < kLanes; ++i) v.lane[i] = float(p[i]);
+  return v;
+}
+inline Vec vload_u8_f32(const uint8_t* p) {
+  Vec v;
+  for (int32_t i = 0; i < kLanes; ++i) v.lane[i] = float(p[i]);
+  return v;
+}
+
 // kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
 struct Q4Words {
   uint32_t lane[kLanes];
@@ -154,6 +165,7 @@ inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits,
 
 #include "kernels_body.inc"
 #include "kernels_q4.inc"
+#include "kernels_q8k.inc"
 #include "kernels_widened.inc"
 
 }  // namespace
