@@ -8,7 +8,7 @@ WORKDIR /app
 # libraries the CPU build never loads) from running, but only npm 11 reads that field; this
 # image's npm is the 10.x that Node 20 bundles, so the script's own switch says the same here.
 ENV ONNXRUNTIME_NODE_INSTALL=skip
-COPY package.json package-lock.json tsconfig.json tsconfig.build.json package-root.ts ./
+COPY package.json package-lock.json tsconfig.json tsconfig.build.json package-root.ts gguf.ts ./
 COPY native ./native
 COPY bin ./bin
 COPY configs ./configs

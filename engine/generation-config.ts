@@ -3,7 +3,7 @@
 // file's EOS and end-of-turn tokens.
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { GgufMetadata, ggufFileOf, readGgufHeader } from '../native/gguf.ts';
+import { GgufMetadata, ggufFileOf, readGgufHeader } from '../gguf.ts';
 
 export interface GenerationDefaults {
   temperature?: number;

@@ -9,7 +9,7 @@ import path from 'node:path';
 import type { Architecture, WeightDtype } from './api.ts';
 import { ConfigReader, TensorCatalogue, type TensorRef } from './checkpoint-reader.ts';
 import { FAMILIES, type FamilyModel } from './families/index.ts';
-import { ggufFileOf } from './gguf.ts';
+import { ggufFileOf } from '../gguf.ts';
 import { readGgufCheckpoint } from './gguf-checkpoint.ts';
 import { planKvGroups, type KvGroupPlan } from './kv-groups.ts';
 import { INDEX_FILE_NAME, SINGLE_FILE_NAME, readCheckpointTensors, type CheckpointTensor } from './safetensors.ts';

@@ -8,7 +8,7 @@ import type { Architecture, WeightDtype } from './api.ts';
 import type { Checkpoint, CheckpointOptions } from './checkpoint.ts';
 import { assembleCheckpoint } from './checkpoint.ts';
 import { ConfigReader, TensorCatalogue, type CatalogueTensor, type GgmlEncoding } from './checkpoint-reader.ts';
-import { GgufMetadata, readGgufHeader, type GgmlTypeName, type GgufTensorInfo } from './gguf.ts';
+import { GgufMetadata, readGgufHeader, type GgmlTypeName, type GgufTensorInfo } from '../gguf.ts';
 import type { SafetensorsDtype } from './safetensors.ts';
 
 /** general.architecture → transformers' class; each reads the same hyperparameter keys. */

@@ -61,9 +61,12 @@ const MODES: readonly Mode[] = [
   { label: 'int8', dtype: 'bf16', quantization: 'int8', bytesPerWeight: 34 / 32, probeQuantization: 'int8' },
   // 32 4-bit codes, an fp32 scale and an fp32 min per block.
   { label: 'int4', dtype: 'bf16', quantization: 'int4', bytesPerWeight: 24 / 32, probeQuantization: 'int4' },
-  // Q8_0 blocks load as int8 panels, Q4_K blocks as 4-bit panels (native/README.md).
+  // Q8_0 blocks load as int8 panels, Q4_K blocks as Q4_K (native/README.md); Q4_K-int4 is the same
+  // file as 4-bit panels of fp32 scale and min (the layout Q4_K had before), the A/B of the two.
+  // The matmul probe has no Q4_K format: its gemv/gemm columns are kQ4Panels'.
   { label: 'Q8_0', dtype: 'bf16', quantization: 'none', bytesPerWeight: 34 / 32, probeQuantization: 'int8', gguf: { type: 'Q8_0', fileBytesPerWeight: 34 / 32 } },
-  { label: 'Q4_K', dtype: 'bf16', quantization: 'none', bytesPerWeight: 24 / 32, probeQuantization: 'int4', gguf: { type: 'Q4_K', fileBytesPerWeight: 144 / 256 } },
+  { label: 'Q4_K', dtype: 'bf16', quantization: 'none', bytesPerWeight: 144 / 256, probeQuantization: 'int4', gguf: { type: 'Q4_K', fileBytesPerWeight: 144 / 256 } },
+  { label: 'Q4_K-int4', dtype: 'bf16', quantization: 'int4', bytesPerWeight: 24 / 32, probeQuantization: 'int4', gguf: { type: 'Q4_K', fileBytesPerWeight: 144 / 256 } },
 ];
 
 /** The 125 M model as a GGUF of type under .bench/ (with conduit-tiny's tokenizer, for llama.cpp), written on first use. */
@@ -390,12 +393,14 @@ async function main(): Promise<void> {
   const ggufModes = allModes.filter((mode) => mode.gguf !== undefined);
   if (ggufModes.length > 0 && existsSync(llamaBin)) {
     console.log(`\nllama.cpp: ${llamaBin}, ${numThreads} threads, the same GGUF files`);
-    for (const mode of ggufModes) {
-      const file = ensureBenchGguf(mode.gguf!.type);
-      const llama = llamaBench(llamaBin, file, numThreads, numRounds);
-      const fileBound = bestBandwidth / (weightsPerToken * mode.gguf!.fileBytesPerWeight);
-      console.log(`llama.cpp ${mode.label}: pp${PREFILL_TOKENS} ${fmt(llama.pp512)} tok/s, tg128 ${fmt(llama.tg128)} tok/s (${pct(llama.tg128 / fileBound)} of the bound of the file's ${fmt(mode.gguf!.fileBytesPerWeight * 8, 2)} bits per weight)`);
-      for (const result of results.filter((r) => r.mode === mode)) {
+    for (const type of new Set(ggufModes.map((mode) => mode.gguf!.type))) {
+      const fileModes = ggufModes.filter((mode) => mode.gguf!.type === type);
+      const fileBytesPerWeight = fileModes[0].gguf!.fileBytesPerWeight;
+      const llama = llamaBench(llamaBin, ensureBenchGguf(type), numThreads, numRounds);
+      const fileBound = bestBandwidth / (weightsPerToken * fileBytesPerWeight);
+      console.log(`llama.cpp ${type}: pp${PREFILL_TOKENS} ${fmt(llama.pp512)} tok/s, tg128 ${fmt(llama.tg128)} tok/s (${pct(llama.tg128 / fileBound)} of the bound of the file's ${fmt(fileBytesPerWeight * 8, 2)} bits per weight)`);
+      for (const result of results.filter((r) => fileModes.includes(r.mode))) {
+        const mode = result.mode;
         const b1 = result.decode[0];
         console.log(`  conduit ${result.kernel} ${mode.label}: b1 decode ${fmt(b1)} tok/s = ${fmt(b1 / llama.tg128, 2)}x llama.cpp tg128, ` +
           `${pct(b1 / fileBound)} of the file's bound (${pct(b1 / (bestBandwidth / (weightsPerToken * mode.bytesPerWeight)))} of the bound of the ${fmt(mode.bytesPerWeight * 8, 2)} bits read); ` +

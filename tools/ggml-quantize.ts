@@ -2,7 +2,7 @@
 // and benchmarks write. The quantizers are plain round-to-nearest ones (ggml's own search for
 // K-quant scales, make_qkx2_quants, is finer): the blocks are valid for any reader, their
 // exact rounding is not llama-quantize's.
-import { GGML_TYPES, type GgmlTypeName } from '../native/gguf.ts';
+import { GGML_TYPES, type GgmlTypeName } from '../gguf.ts';
 import { f16BitsToNumber } from '../native/safetensors.ts';
 import { roundF32BitsToF16Bits } from './safetensors-writer.ts';
 

@@ -2,7 +2,7 @@
 // key-value pairs, the tensor infos, then each tensor's data at an offset aligned to 32 bytes.
 // Tensors are read one at a time as they are written, so memory stays near the largest one.
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { GGML_TYPES, type GgmlTypeName } from '../native/gguf.ts';
+import { GGML_TYPES, type GgmlTypeName } from '../gguf.ts';
 
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian uint32
 const GGUF_VERSION = 3;
@@ -19,7 +19,7 @@ export type GgufValue =
   | { type: 'int32[]'; value: readonly number[] }
   | { type: 'float32[]'; value: readonly number[] };
 
-export type { GgmlTypeName } from '../native/gguf.ts';
+export type { GgmlTypeName } from '../gguf.ts';
 
 export interface GgufTensor {
   name: string;

@@ -11,7 +11,7 @@ import { closeSync, existsSync, openSync, readFileSync, readSync } from 'node:fs
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { f16BitsToNumber, readCheckpointTensors, type CheckpointTensor } from '../native/safetensors.ts';
-import { GGML_TYPES } from '../native/gguf.ts';
+import { GGML_TYPES } from '../gguf.ts';
 import { quantizeRows, type BlockTypeName } from './ggml-quantize.ts';
 import { roundF32BitsToBf16Bits, roundF32BitsToF16Bits } from './safetensors-writer.ts';
 import { writeGguf, type GgmlTypeName, type GgufTensor, type GgufValue } from './gguf-writer.ts';

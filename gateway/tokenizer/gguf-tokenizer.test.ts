@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { GgufMetadata, readGgufHeader } from '../../native/gguf.ts';
+import { GgufMetadata, readGgufHeader } from '../../gguf.ts';
 import { writeGguf } from '../../tools/gguf-writer.ts';
 import { writeLlamaGguf } from '../../tools/llama-gguf.ts';
 import { loadGgufTokenizer } from './gguf-tokenizer.ts';

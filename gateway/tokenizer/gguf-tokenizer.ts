@@ -4,7 +4,7 @@
 // `llama` SentencePiece BPE (pieces with scores, byte fallback; merges derived from the scores,
 // as transformers' GGUF loader derives them). Special tokens come from token types; BOS, EOS,
 // add_bos_token and the chat template from their keys.
-import type { GgufMetadata } from '../../native/gguf.ts';
+import type { GgufMetadata } from '../../gguf.ts';
 import { huggingFaceTokenizerFromJson } from './hf-tokenizer.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import type { AddedToken, TokenizerConfig } from './tokenizer-config.ts';

@@ -1,7 +1,7 @@
 // Picks a tokenizer backend from what a checkpoint directory holds.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { GgufMetadata, ggufFileOf, readGgufHeader } from '../../native/gguf.ts';
+import { GgufMetadata, ggufFileOf, readGgufHeader } from '../../gguf.ts';
 import { loadGgufTokenizer } from './gguf-tokenizer.ts';
 import { loadHuggingFaceTokenizer } from './hf-tokenizer.ts';
 import { isBundledEncoding, loadBundledTiktoken, loadTiktokenRanksFile } from './tiktoken-tokenizer.ts';

@@ -102,4 +102,33 @@ inline void ggml_q4_block(cd_encoding encoding, const uint8_t* data, int64_t ind
   }
 }
 
+// Sub-block j (inputs 32j..32j + 31) of a Q5_K or Q6_K block as int8 codes with w = d * scale_h *
+// code - dmin * min for the half h of 16 it lies in, exactly: Q5_K's 5-bit q with its 6-bit scale
+// and min (the same scale for both halves); Q6_K's q less 32, its int8 scales, no min.
+inline void ggml_k8_sub_block(cd_encoding encoding, const uint8_t* block, int32_t j, int8_t* codes, int32_t* half_scales,
+                              int32_t* min) {
+  if (encoding == CD_ENCODING_GGML_Q5_K) {
+    int32_t scale;
+    ggml_k4_scale_min(j, block + 4, &scale, min);
+    half_scales[0] = half_scales[1] = scale;
+    const int32_t chunk = j / 2, high = j % 2;
+    for (int32_t l = 0; l < 32; ++l) {
+      const uint8_t byte = block[48 + 32 * chunk + l];
+      const int32_t q = (high ? byte >> 4 : byte & 0x0f) | (((block[16 + l] >> j) & 1) << 4);
+      codes[l] = int8_t(q);
+    }
+    return;
+  }
+  const int32_t half = j / 4, quarter = j % 4;
+  for (int32_t l = 0; l < 32; ++l) {
+    const uint8_t low_byte = block[64 * half + l + (quarter & 1) * 32];
+    const int32_t low = quarter >= 2 ? low_byte >> 4 : low_byte & 0x0f;
+    const int32_t high = (block[128 + 32 * half + l] >> (2 * quarter)) & 3;
+    codes[l] = int8_t((low | (high << 4)) - 32);
+  }
+  half_scales[0] = int8_t(block[192 + 2 * j]);
+  half_scales[1] = int8_t(block[192 + 2 * j + 1]);
+  *min = 0;
+}
+
 }  // namespace conduit

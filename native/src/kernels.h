@@ -26,9 +26,22 @@ namespace conduit {
 // stream. Padding is zero.
 // kQ4Panels (kernels_q4.inc) is 4-bit affine quantization per 32-block of a row, w = scale * q -
 // min with q in [0, 15] and fp32 scale and min (so GGUF's Q4_K and Q4_0 blocks convert exactly):
-// per panel and 32-block, [16 input pairs][64] bytes (input 2p's code in the low nibble, 2p + 1's
-// in the high one), then the 64 columns' scales and their negated mins.
-enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8Panels, kQ4Panels };
+// per panel and 32-block, codes as [4 groups of 8 inputs][64 columns] 32-bit words, then the 64
+// columns' scales and their negated mins. A word holds its column's 8 codes with pair i (inputs
+// 2i and 2i + 1 of the group) at bits 4i and 16 + 4i, so one shift and one mask turn a load of
+// words into int16 pairs.
+// kQ4KPanels is GGUF's Q4_K kept as Q4_K (w = d * scale_j * q - dmin * min_j, 6-bit scale_j and
+// min_j per 32-block, fp16 d and dmin per 256): per panel and 256-block, 8 sub-blocks of codes as
+// kQ4Panels lays them, then [8 sub-blocks][64 columns] bytes (scale_j's low 4 bits, min_j's in the
+// high nibble), the 64 columns' uint32 of high bits (sub-block j's at bit 4j: scale's 2, then
+// min's 2), the 64 columns' fp16 d and then their dmin: 144 bytes per column and 256 inputs, the
+// file's own size.
+// kQ8KPanels is GGUF's Q5_K and Q6_K with their values as stored (w = d * scale * q - dmin * min,
+// int8 scale per 16 inputs, 6-bit min per 32, fp16 d and dmin per 256; Q6_K's q less 32 and no
+// min): per panel and 256-block, 8 sub-blocks of int8 codes as kQ8Panels lays a 32-block's, then
+// [16][64 columns] int8 scales, [8][64] uint8 mins, the 64 columns' fp16 d and then their dmin:
+// 8.875 bits per weight.
+enum class MatrixFormat : int32_t { kF32Panels, kF16Panels, kBf16Panels, kQ8Panels, kQ4Panels, kQ4KPanels, kQ8KPanels };
 
 constexpr int32_t kPanelColumns = 64;
 
@@ -49,6 +62,24 @@ constexpr size_t kQ4PanelBlockBytes = kPanelColumns * 16 + kPanelColumns * 2 * s
 
 inline size_t q4_panels_bytes(int32_t n, int32_t k) {
   return size_t(num_panels(n)) * size_t((k + 31) / 32) * kQ4PanelBlockBytes;
+}
+
+constexpr int32_t kQ4KBlockInputs = 256;
+constexpr size_t kQ4KPanelCodeBytes = 8 * kPanelColumns * 16;
+constexpr size_t kQ4KPanelBlockBytes = kQ4KPanelCodeBytes + 8 * kPanelColumns + kPanelColumns * (4 + 2 + 2);
+
+// k is a multiple of kQ4KBlockInputs.
+inline size_t q4k_panels_bytes(int32_t n, int32_t k) {
+  return size_t(num_panels(n)) * size_t(k / kQ4KBlockInputs) * kQ4KPanelBlockBytes;
+}
+
+constexpr int32_t kQ8KBlockInputs = 256;
+constexpr size_t kQ8KPanelCodeBytes = 8 * kPanelColumns * 32;
+constexpr size_t kQ8KPanelBlockBytes = kQ8KPanelCodeBytes + 16 * kPanelColumns + 8 * kPanelColumns + kPanelColumns * (2 + 2);
+
+// k is a multiple of kQ8KBlockInputs.
+inline size_t q8k_panels_bytes(int32_t n, int32_t k) {
+  return size_t(num_panels(n)) * size_t(k / kQ8KBlockInputs) * kQ8KPanelBlockBytes;
 }
 
 // A weight matrix [num_rows, k] (Hugging Face [out, in] layout).

@@ -79,16 +79,35 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }
 
-// 8 bytes of codes, byte i two codes: zero-extended to 32 bits, the low code to the lane's low
-// int16 and the high one to its high int16.
-inline Q8Pairs vload_q4_pairs(const uint8_t* p) {
-  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  return _mm256_or_si256(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)),
-                         _mm256_and_si256(_mm256_slli_epi32(bytes, 12), _mm256_set1_epi32(0x000f0000)));
+inline Vec vload_i8_f32(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline Vec vload_u8_f32(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
+using Q4Words = __m256i;
+inline Q4Words vload_q4_words(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+template <int I>
+inline Q8Pairs q4_pairs(Q4Words words) {
+  return _mm256_and_si256(_mm256_srli_epi32(words, 4 * I), _mm256_set1_epi32(0x000f000f));
+}
+// Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
+// high bits' words (kernels.h, kQ4KPanels).
+inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, Vec* scale, Vec* min) {
+  const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(low_nibbles)));
+  const __m256i high = _mm256_srl_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(high_bits)),
+                                        _mm_cvtsi32_si128(4 * j));
+  *scale = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0x0f)),
+                                              _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4)));
+  *min = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(low, 4),
+                                            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(12)), 2)));
 }
 
 #include "kernels_body.inc"
 #include "kernels_q4.inc"
+#include "kernels_q8k.inc"
 #include "kernels_widened.inc"
 
 }  // namespace

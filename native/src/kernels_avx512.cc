@@ -66,16 +66,35 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return __builtin_fmaf(a, b, acc); }
 
-// 16 bytes of codes, byte i two codes: zero-extended to 32 bits, the low code to the lane's low
-// int16 and the high one to its high int16.
-inline Q8Pairs vload_q4_pairs(const uint8_t* p) {
-  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return _mm512_or_si512(_mm512_and_si512(bytes, _mm512_set1_epi32(0x0f)),
-                         _mm512_and_si512(_mm512_slli_epi32(bytes, 12), _mm512_set1_epi32(0x000f0000)));
+inline Vec vload_i8_f32(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline Vec vload_u8_f32(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
+using Q4Words = __m512i;
+inline Q4Words vload_q4_words(const uint8_t* p) { return _mm512_loadu_si512(p); }
+template <int I>
+inline Q8Pairs q4_pairs(Q4Words words) {
+  return _mm512_and_si512(_mm512_srli_epi32(words, 4 * I), _mm512_set1_epi32(0x000f000f));
+}
+// Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
+// high bits' words (kernels.h, kQ4KPanels).
+inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, Vec* scale, Vec* min) {
+  const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(low_nibbles)));
+  const __m512i high = _mm512_srl_epi32(_mm512_loadu_si512(high_bits), _mm_cvtsi32_si128(4 * j));
+  const __m512i low_mask = _mm512_set1_epi32(0x0f);
+  *scale = _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_and_si512(low, low_mask),
+                                              _mm512_slli_epi32(_mm512_and_si512(high, _mm512_set1_epi32(3)), 4)));
+  *min = _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_srli_epi32(low, 4),
+                                            _mm512_slli_epi32(_mm512_and_si512(high, _mm512_set1_epi32(12)), 2)));
 }
 
 #include "kernels_body.inc"
 #include "kernels_q4.inc"
+#include "kernels_q8k.inc"
 
 constexpr int32_t kBf16Chunk = 32;
 
@@ -355,7 +374,7 @@ size_t no_panel_scratch(MatrixFormat, int32_t, int32_t) { return 0; }
 
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
   if (format == MatrixFormat::kQ8Panels) return q8_packed_row_bytes(k);
-  if (format == MatrixFormat::kQ4Panels) return q4_packed_row_bytes(k);
+  if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels || format == MatrixFormat::kQ8KPanels) return q4_packed_row_bytes(k);
   if (format == MatrixFormat::kBf16Panels) return size_t(bf16_padded_k(k)) * 2;
   return 0;
 }
@@ -366,7 +385,7 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
     const float* row = x + size_t(m) * x_stride;
     uint8_t* out = packed + size_t(m) * packed_stride;
     if (format == MatrixFormat::kQ8Panels) pack_q8_row(row, k, out);
-    if (format == MatrixFormat::kQ4Panels) pack_q4_row(row, k, out);
+    if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels || format == MatrixFormat::kQ8KPanels) pack_q4_row(row, k, out);
     if (format == MatrixFormat::kBf16Panels) pack_bf16_row(row, k, out);
   }
 }
@@ -379,6 +398,8 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
     case MatrixFormat::kBf16Panels: matmul_bf16_dot_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ4Panels: matmul_q4_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ4KPanels: matmul_q4k_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ8KPanels: matmul_q8k_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
   }
 }
 

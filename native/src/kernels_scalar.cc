@@ -124,17 +124,48 @@ inline float vsum(Vec v) {
 }
 inline float sfma(float a, float b, float acc) { return acc + a * b; }
 
-inline Q8Pairs vload_q4_pairs(const uint8_t* p) {
+inline Vec vload_i8_f32(const int8_t* p) {
+  Vec v;
+  for (int32_t i = 0; i < kLanes; ++i) v.lane[i] = float(p[i]);
+  return v;
+}
+inline Vec vload_u8_f32(const uint8_t* p) {
+  Vec v;
+  for (int32_t i = 0; i < kLanes; ++i) v.lane[i] = float(p[i]);
+  return v;
+}
+
+// kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
+struct Q4Words {
+  uint32_t lane[kLanes];
+};
+inline Q4Words vload_q4_words(const uint8_t* p) {
+  Q4Words words;
+  __builtin_memcpy(words.lane, p, sizeof words.lane);
+  return words;
+}
+template <int I>
+inline Q8Pairs q4_pairs(const Q4Words& words) {
   Q8Pairs w;
   for (int32_t i = 0; i < kLanes; ++i) {
-    w.lane[2 * i] = int16_t(p[i] & 0x0f);
-    w.lane[2 * i + 1] = int16_t(p[i] >> 4);
+    w.lane[2 * i] = int16_t((words.lane[i] >> (4 * I)) & 0x0f);
+    w.lane[2 * i + 1] = int16_t((words.lane[i] >> (16 + 4 * I)) & 0x0f);
   }
   return w;
+}
+// Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
+// high bits' words (kernels.h, kQ4KPanels).
+inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, Vec* scale, Vec* min) {
+  for (int32_t i = 0; i < kLanes; ++i) {
+    const uint32_t high = high_bits[i] >> (4 * j);
+    scale->lane[i] = float((low_nibbles[i] & 0x0f) | ((high & 3) << 4));
+    min->lane[i] = float((low_nibbles[i] >> 4) | ((high & 12) << 2));
+  }
 }
 
 #include "kernels_body.inc"
 #include "kernels_q4.inc"
+#include "kernels_q8k.inc"
 #include "kernels_widened.inc"
 
 }  // namespace

@@ -140,6 +140,15 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   // matmul exact in fp32.
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t num_rows, int32_t k) {
     const bool ggml_4bit = ref.encoding == CD_ENCODING_GGML_Q4_0 || ref.encoding == CD_ENCODING_GGML_Q4_K;
+    const int64_t row_stride = ref.row_stride != 0 ? ref.row_stride : k;
+    const bool whole_k_blocks = k % kQ4KBlockInputs == 0 && ref.first_column % kQ4KBlockInputs == 0 && row_stride % kQ4KBlockInputs == 0;
+    const bool as_stored = whole_k_blocks && options.quantization == CD_QUANTIZATION_NONE && options.weight_dtype != CD_DTYPE_F32;
+    if (as_stored && ref.encoding == CD_ENCODING_GGML_Q4_K) {
+      return Matrix{weights.convert_q4k_panels(ref, num_rows, k, pool), MatrixFormat::kQ4KPanels};
+    }
+    if (as_stored && (ref.encoding == CD_ENCODING_GGML_Q5_K || ref.encoding == CD_ENCODING_GGML_Q6_K)) {
+      return Matrix{weights.convert_q8k_panels(ref, num_rows, k, pool), MatrixFormat::kQ8KPanels};
+    }
     if (options.quantization == CD_QUANTIZATION_INT4 || (ggml_4bit && options.weight_dtype != CD_DTYPE_F32)) {
       return Matrix{weights.quantize_q4_panels(ref, num_rows, k, options.weight_dtype, pool), MatrixFormat::kQ4Panels};
     }

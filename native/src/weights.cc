@@ -298,6 +298,15 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
 
 namespace {
 
+// 8 codes as one kQ4 word (kernels.h): pair i at bits 4i and 16 + 4i.
+uint32_t q4_word(const uint8_t* codes) {
+  uint32_t word = 0;
+  for (int32_t i = 0; i < 4; ++i) word |= uint32_t(codes[2 * i]) << (4 * i) | uint32_t(codes[2 * i + 1]) << (16 + 4 * i);
+  return word;
+}
+
+uint32_t* q4_words(uint8_t* codes) { return reinterpret_cast<uint32_t*>(codes); }
+
 // One 32-block of a row (inputs past k are zeros) as 4-bit codes, w = scale * q - min.
 void quantize_q4_block(const ElementReader& reader, cd_dtype precision, int32_t row, int32_t first_input, int32_t k,
                        uint8_t* codes, float* scale, float* min) {
@@ -348,13 +357,108 @@ const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t
           }
           scales[column] = scale;
           negated_mins[column] = -min;
-          for (int32_t p = 0; p < 16; ++p) out[p * kPanelColumns + column] = uint8_t(codes[2 * p] | (codes[2 * p + 1] << 4));
+          for (int32_t g = 0; g < 4; ++g) q4_words(out)[g * kPanelColumns + column] = q4_word(codes + 8 * g);
         }
       }
     }
   });
   release_pages(source, ref.size_bytes);
   if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
+  return panels;
+}
+
+const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool) {
+  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
+  const ElementReader reader(ref, source, nullptr, k);
+  const int32_t num_super_blocks = k / kQ4KBlockInputs;
+  const int32_t block_bytes = ggml_block_bytes(CD_ENCODING_GGML_Q4_K);
+  AlignedBuffer buffer = allocate_aligned(q4k_panels_bytes(num_rows, k));
+  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+    uint8_t codes[32];
+    for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
+      for (int32_t s = 0; s < num_super_blocks; ++s) {
+        uint8_t* out = panels + (size_t(panel) * size_t(num_super_blocks) + size_t(s)) * kQ4KPanelBlockBytes;
+        uint8_t* low_nibbles = out + kQ4KPanelCodeBytes;
+        uint32_t* high_bits = reinterpret_cast<uint32_t*>(low_nibbles + 8 * kPanelColumns);
+        uint16_t* d = reinterpret_cast<uint16_t*>(high_bits + kPanelColumns);
+        uint16_t* dmin = d + kPanelColumns;
+        for (int32_t column = 0; column < kPanelColumns; ++column) {
+          const int32_t row = panel * kPanelColumns + column;
+          const uint8_t* block =
+              row < num_rows ? source + reader.index_of(row, s * kQ4KBlockInputs) / kQ4KBlockInputs * block_bytes : nullptr;
+          d[column] = block != nullptr ? uint16_t(block[0] | (block[1] << 8)) : 0;
+          dmin[column] = block != nullptr ? uint16_t(block[2] | (block[3] << 8)) : 0;
+          high_bits[column] = 0;
+          for (int32_t j = 0; j < 8; ++j) {
+            int32_t scale = 0, min = 0;
+            if (block != nullptr) {
+              ggml_k4_scale_min(j, block + 4, &scale, &min);
+              for (int32_t i = 0; i < 32; ++i) {
+                const uint8_t byte = block[16 + 32 * (j / 2) + i];
+                codes[i] = j % 2 != 0 ? byte >> 4 : byte & 0x0f;
+              }
+            } else {
+              std::fill(codes, codes + 32, uint8_t(0));
+            }
+            low_nibbles[j * kPanelColumns + column] = uint8_t((scale & 0x0f) | ((min & 0x0f) << 4));
+            high_bits[column] |= uint32_t((scale >> 4) | ((min >> 4) << 2)) << (4 * j);
+            uint8_t* sub_block = out + size_t(j) * kPanelColumns * 16;
+            for (int32_t g = 0; g < 4; ++g) q4_words(sub_block)[g * kPanelColumns + column] = q4_word(codes + 8 * g);
+          }
+        }
+      }
+    }
+  });
+  release_pages(source, ref.size_bytes);
+  converted_.push_back(std::move(buffer));
+  return panels;
+}
+
+const uint8_t* WeightStore::convert_q8k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool) {
+  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
+  const ElementReader reader(ref, source, nullptr, k);
+  const int32_t num_super_blocks = k / kQ8KBlockInputs;
+  const int32_t block_bytes = ggml_block_bytes(ref.encoding);
+  const bool q6 = ref.encoding == CD_ENCODING_GGML_Q6_K;
+  AlignedBuffer buffer = allocate_aligned(q8k_panels_bytes(num_rows, k));
+  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+    int8_t codes[32];
+    for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
+      for (int32_t s = 0; s < num_super_blocks; ++s) {
+        uint8_t* out = panels + (size_t(panel) * size_t(num_super_blocks) + size_t(s)) * kQ8KPanelBlockBytes;
+        int8_t* sub_scales = reinterpret_cast<int8_t*>(out + kQ8KPanelCodeBytes);
+        uint8_t* mins = reinterpret_cast<uint8_t*>(sub_scales + 16 * kPanelColumns);
+        uint16_t* d = reinterpret_cast<uint16_t*>(mins + 8 * kPanelColumns);
+        uint16_t* dmin = d + kPanelColumns;
+        for (int32_t column = 0; column < kPanelColumns; ++column) {
+          const int32_t row = panel * kPanelColumns + column;
+          const uint8_t* block =
+              row < num_rows ? source + reader.index_of(row, s * kQ8KBlockInputs) / kQ8KBlockInputs * block_bytes : nullptr;
+          // Q6_K: d last, no dmin; Q5_K: d and dmin first.
+          const uint8_t* d_bytes = block == nullptr ? nullptr : q6 ? block + 208 : block;
+          d[column] = d_bytes != nullptr ? uint16_t(d_bytes[0] | (d_bytes[1] << 8)) : 0;
+          dmin[column] = block != nullptr && !q6 ? uint16_t(block[2] | (block[3] << 8)) : 0;
+          for (int32_t j = 0; j < 8; ++j) {
+            int32_t half_scales[2] = {0, 0}, min = 0;
+            if (block != nullptr) {
+              ggml_k8_sub_block(ref.encoding, block, j, codes, half_scales, &min);
+            } else {
+              std::fill(codes, codes + 32, int8_t(0));
+            }
+            sub_scales[(2 * j) * kPanelColumns + column] = int8_t(half_scales[0]);
+            sub_scales[(2 * j + 1) * kPanelColumns + column] = int8_t(half_scales[1]);
+            mins[j * kPanelColumns + column] = uint8_t(min);
+            uint8_t* sub_block = out + size_t(j) * kPanelColumns * 32;
+            for (int32_t i = 0; i < 32; ++i) sub_block[(size_t(i / 2) * kPanelColumns + size_t(column)) * 2 + size_t(i % 2)] = uint8_t(codes[i]);
+          }
+        }
+      }
+    }
+  });
+  release_pages(source, ref.size_bytes);
+  converted_.push_back(std::move(buffer));
   return panels;
 }
 

@@ -54,6 +54,14 @@ class WeightStore {
   const uint8_t* quantize_q4_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, cd_dtype precision,
                                     ThreadPool& pool);
 
+  // A [num_rows, k] GGUF Q4_K matrix in MatrixFormat::kQ4KPanels (kernels.h), its blocks' values
+  // moved, none changed; k and each row's first element are multiples of 256.
+  const uint8_t* convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool);
+
+  // A [num_rows, k] GGUF Q5_K or Q6_K matrix in MatrixFormat::kQ8KPanels (kernels.h), its values
+  // as stored; k and each row's first element are multiples of 256.
+  const uint8_t* convert_q8k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool);
+
   // A [num_rows, k] matrix in a float panel format (kernels.h: kF32Panels, kF16Panels,
   // kBf16Panels), its values converted as resolve() would.
   const void* pack_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, MatrixFormat format, ThreadPool& pool);

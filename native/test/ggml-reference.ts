@@ -3,7 +3,7 @@
 // d·scale_j·q − dmin·min_j per 32 with 6-bit scales and mins; block_q6_K: d·scale_j·(q − 32) per
 // 16 with int8 scales), plus random blocks to feed them. Separate from the runtime's C++ on purpose.
 import type { BlockTypeName } from '../../tools/ggml-quantize.ts';
-import { GGML_TYPES } from '../gguf.ts';
+import { GGML_TYPES } from '../../gguf.ts';
 import { f16BitsToNumber } from '../safetensors.ts';
 
 function f16At(bytes: Uint8Array, at: number): number {

@@ -1,6 +1,9 @@
 // Reads a GGUF file's header (ggml's docs/gguf.md, versions 2 and 3, little-endian): the
 // metadata key-value pairs and the tensor infos, with each tensor's absolute byte range. Only the
-// header is read; the tensor data stay in the file for the runtime to map.
+// header is read; the tensor data stay in the file for the runtime to map. Top-level, like
+// package-root.ts, because three parts read GGUF headers and none may import another's internals:
+// native/ (the checkpoint), the gateway (the embedded tokenizer), the engine (EOS ids). Imports only
+// Node built-ins: every folder may import it.
 import { closeSync, existsSync, openSync, readSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 
