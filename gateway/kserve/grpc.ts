@@ -20,6 +20,7 @@ import { controlHandlers } from './grpc-control.ts';
 import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './server-metadata.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
+import { sequenceOfGrpc } from './sequence-params.ts';
 import { sharedMemoryRefOf } from './shared-memory.ts';
 import { runLlmInfer } from './grpc-llm.ts';
 import { addHealthService } from './grpc-health.ts';
@@ -66,9 +67,7 @@ function versionOf(version: string): number | null {
 
 async function runInfer(repository: ModelRepository, control: KServeControl, request: WireInferRequest, apiKey: ApiKeySpec | null) {
   const served = repository.get(request.model_name, versionOf(request.model_version));
-  for (const name of ['sequence_id', 'sequence_start', 'sequence_end']) {
-    if (request.parameters[name] !== undefined) throw new ClassicError('UNSUPPORTED', `sequence batching is not supported ('${name}')`);
-  }
+  const sequence = sequenceOfGrpc(request.parameters);
   const sharedMemory = control.sharedMemoryFor(apiKey);
   const inputs = decodeInputs(request.inputs, request.raw_input_contents, sharedMemory);
   const requested = request.outputs.length > 0
@@ -89,7 +88,7 @@ async function runInfer(repository: ModelRepository, control: KServeControl, req
     for (const target of targets) target.sharedMemory?.release();
     throw err;
   }
-  const outputs = await control.infer(served, { inputs, requestedOutputs: names, priority, timeoutUs }, request.id, targets);
+  const outputs = await control.infer(served, { inputs, requestedOutputs: names, priority, timeoutUs, sequence }, request.id, targets);
   return {
     model_name: served.config.name,
     model_version: String(served.version),
@@ -122,6 +121,7 @@ function configMessage(config: ModelConfig) {
     batch_input: config.batch_input,
     ...(config.response_cache === undefined ? {} : { response_cache: config.response_cache }),
     ...(batching === undefined ? {} : { dynamic_batching: batching }),
+    ...(config.sequence_batching === undefined ? {} : { sequence_batching: config.sequence_batching }),
     ...(ensemble === undefined ? {} : { ensemble_scheduling: ensemble }),
   };
 }

@@ -181,6 +181,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
         requestedOutputs: order.map((output) => output.name),
         priority: decoded.priority,
         timeoutUs: decoded.timeoutUs,
+        sequence: decoded.sequence,
       }, decoded.id, order);
       const encoded = encodeInferResponse(served.config.name, served.version, decoded.id, outputs, order);
       if (encoded.jsonLength === null) return send(request, reply, encoded.body, 'application/json');
