@@ -13,7 +13,7 @@ import type { BatchRequest, BatchResult, BatcherObserver, Scheduler } from './ba
 import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
 import {
-  controlSpecs, controlTensor, corridMismatch, stateSpecs, zerosLike, type ControlRow, type CorrelationId, type StateSpec,
+  controlSpecs, controlTensor, corridMismatch, ownedCopy, stateSpecs, zerosLike, type ControlRow, type CorrelationId, type StateSpec,
 } from './sequence-inputs.ts';
 import { concatBatch, sliceBatch, type Tensor } from './tensor.ts';
 import { traceNs } from './trace.ts';
@@ -234,7 +234,7 @@ export class SequenceBatcher implements Scheduler {
     const heads = lane.slots.map((slot): Row => {
       const sequence = slot.sequence;
       const waiting = sequence?.queue[0];
-      if (sequence == null || waiting === undefined) return null;
+      if (sequence === null || waiting === undefined) return null;
       shapeKey ??= waiting.shapeKey;
       if (waiting.shapeKey !== shapeKey) return null;
       oldestMs = Math.min(oldestMs, waiting.enqueuedMs);
@@ -398,7 +398,7 @@ export class SequenceBatcher implements Scheduler {
       return sliceBatch(tensor, row, 1);
     };
     const state: TensorMap = {};
-    for (const spec of this.states) state[spec.inputName] = slice(spec.outputName);
+    for (const spec of this.states) state[spec.inputName] = ownedCopy(slice(spec.outputName));
     sequence.state = state;
     for (const name of Object.keys(outputs)) if (this.clientOutputs.has(name)) own[name] = slice(name);
     return own;

@@ -46,17 +46,18 @@ export function controlSpecs(config: ModelConfig): ControlSpec[] {
   });
 }
 
+/** The largest id each numeric CORRID type holds. */
+const CORRID_MAX: Partial<Record<DataType, bigint>> = { UINT32: 2n ** 32n - 1n, INT32: 2n ** 31n - 1n, INT64: 2n ** 63n - 1n, UINT64: 2n ** 64n - 1n };
+
 /** Why a request's id cannot fill the model's CORRID tensor, or null. */
 export function corridMismatch(specs: readonly ControlSpec[], id: CorrelationId, modelName: string): string | null {
   const corrid = specs.find((spec) => spec.kind === 'CONTROL_SEQUENCE_CORRID');
-  if (corrid === undefined || corrid.datatype === 'BYTES' || typeof id === 'bigint') {
-    if (corrid?.datatype === 'UINT32' || corrid?.datatype === 'INT32') {
-      const max = corrid.datatype === 'UINT32' ? 2n ** 32n - 1n : 2n ** 31n - 1n;
-      if ((id as bigint) > max) return `sequence id ${id} does not fit model '${modelName}''s ${corrid.datatype} CORRID control '${corrid.name}'`;
-    }
-    return null;
+  if (corrid === undefined || corrid.datatype === 'BYTES') return null;
+  if (typeof id === 'string') {
+    return `model '${modelName}' takes an unsigned integer sequence id (its CORRID control '${corrid.name}' is ${corrid.datatype}), got the string "${id}"`;
   }
-  return `model '${modelName}' takes an unsigned integer sequence id (its CORRID control '${corrid.name}' is ${corrid.datatype}), got the string "${id}"`;
+  if (id > CORRID_MAX[corrid.datatype]!) return `sequence id ${id} does not fit model '${modelName}''s ${corrid.datatype} CORRID control '${corrid.name}'`;
+  return null;
 }
 
 /** One control tensor for the batch rows: [rows, 1] when the model batches, else [1]. */
@@ -109,6 +110,12 @@ export function stateSpecs(config: ModelConfig, modelDir: string): StateSpec[] {
     }
     return { inputName: state.input_name, outputName: state.output_name, datatype, initial };
   });
+}
+
+/** A copy of a state row, so a sequence does not hold its whole batch's output alive. */
+export function ownedCopy(tensor: Tensor): Tensor {
+  const data = tensor.datatype === 'BYTES' ? [...(tensor.data as Uint8Array[])] : (tensor.data as Uint8Array).slice();
+  return { datatype: tensor.datatype, shape: [...tensor.shape], data };
 }
 
 /** Zeros shaped like a row: the inputs of a slot that has no request this step. */

@@ -2,7 +2,7 @@
 // `accumulator` (ONNX, implicit state) and script models that report what the batcher handed them
 // (their control tensors, batch rows and state), so the checks observe the model, not the batcher.
 import assert from 'node:assert/strict';
-import { cpSync } from 'node:fs';
+import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
@@ -33,7 +33,7 @@ export async function execute(inputs) {
 }
 `;
 
-function probeConfig(scheduling: string, maxBatchSize: number, corridType = 'TYPE_UINT64'): string {
+function probeConfig(scheduling: string, maxBatchSize: number, corridType = 'TYPE_UINT64', initialState = ''): string {
   return `backend: "script"
 max_batch_size: ${maxBatchSize}
 input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] }, { name: "DELAY_MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -52,7 +52,7 @@ sequence_batching {
     { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
     { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: ${corridType} } ] }
   ]
-  state [ { input_name: "SUM_IN" output_name: "SUM_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+  state [ { input_name: "SUM_IN" output_name: "SUM_OUT" data_type: TYPE_FP32 dims: [ 1 ]${initialState} } ]
 }
 `;
 }
@@ -68,7 +68,12 @@ before(async () => {
     oldest: { config: probeConfig('oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 0 }', 4), script: PROBE_TS },
     one_slot: { config: probeConfig('direct { }', 1), script: PROBE_TS },
     string_ids: { config: probeConfig('direct { }', 2, 'TYPE_STRING'), script: PROBE_TS },
+    from_file: { config: probeConfig('direct { }', 2, 'TYPE_UINT64', ' initial_state: { name: "hundred" data_type: TYPE_FP32 dims: [ 1 ] data_file: "hundred.bin" }'), script: PROBE_TS },
   });
+  mkdirSync(path.join(repo.dir, 'from_file', 'initial_state'));
+  const hundred = Buffer.alloc(4);
+  hundred.writeFloatLE(100);
+  writeFileSync(path.join(repo.dir, 'from_file', 'initial_state', 'hundred.bin'), hundred);
   cpSync(path.join(MODELS_DIR, 'accumulator'), path.join(repo.dir, 'accumulator'), { recursive: true });
   server = await startKServeServer(repo.dir);
   grpcServer = await startKServeGrpc({ repository: server.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
@@ -247,6 +252,12 @@ describe('control inputs, slots and strategies (script models)', () => {
     await expectHttpError('one_slot', { id: 61, value: 1 }, 400,
       "inference request for sequence 61 to model 'one_slot' must specify the START flag on the first request of the sequence");
     await outputsOf('one_slot', { id: 62, value: 0, end: true });
+  });
+
+  test('initial_state data_file: every START begins from the file\'s state', async () => {
+    assert.equal((await outputsOf('from_file', { id: 71, start: true, value: 1 })).OUTPUT, 101);
+    assert.equal((await outputsOf('from_file', { id: 71, value: 2 })).OUTPUT, 103);
+    assert.equal((await outputsOf('from_file', { id: 71, start: true, value: 5, end: true })).OUTPUT, 105);
   });
 
   test('a STRING CORRID takes string ids; a UINT64 one refuses them', async () => {
