@@ -6,7 +6,8 @@ import { fromConfigDataType, type DataType } from './datatype.ts';
 import { ClassicError } from './errors.ts';
 import type { ControlKind, ModelConfig } from './model-config.ts';
 import { fileInRepository, shownPath } from './repository-paths.ts';
-import { allocate, elementCount, fromRaw, rawByteLength, type Tensor } from './tensor.ts';
+import type { TensorMap } from './backend.ts';
+import { allocate, concatBatch, elementCount, fromRaw, rawByteLength, type Tensor } from './tensor.ts';
 
 /** A uint64 id (a JSON number, int64/uint64 parameters) or a string id: Triton's two kinds. */
 export type CorrelationId = bigint | string;
@@ -135,4 +136,18 @@ export function stateOnlyOutputs(config: ModelConfig): Array<{ name: string; dat
   return (config.sequence_batching?.state ?? [])
     .filter((state) => !config.output.some((output) => output.name === state.output_name))
     .map((state) => ({ name: state.output_name, datatype: fromConfigDataType(state.data_type) }));
+}
+
+/**
+ * What a warmup sample of a stateful model gets beside its inputs: each row a whole sequence of
+ * one request (START and END, READY, id 1) from the initial state.
+ */
+export function warmupSequenceInputs(config: ModelConfig, modelDir: string, numRows: number): TensorMap {
+  if (config.sequence_batching === undefined) return {};
+  const batched = config.max_batch_size > 0;
+  const rows: ControlRow[] = Array.from({ length: numRows }, () => ({ ready: true, start: true, end: true, id: 1n }));
+  const inputs: TensorMap = {};
+  for (const spec of controlSpecs(config)) inputs[spec.name] = controlTensor(spec, rows, batched);
+  for (const state of stateSpecs(config, modelDir)) inputs[state.inputName] = batched ? concatBatch(rows.map(() => state.initial)) : state.initial;
+  return inputs;
 }

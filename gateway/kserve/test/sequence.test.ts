@@ -68,6 +68,10 @@ before(async () => {
     oldest: { config: probeConfig('oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 0 }', 4), script: PROBE_TS },
     one_slot: { config: probeConfig('direct { }', 1), script: PROBE_TS },
     string_ids: { config: probeConfig('direct { }', 2, 'TYPE_STRING'), script: PROBE_TS },
+    // A warmup sample runs on the instance without the batcher: it must get controls and state too.
+    warmed: { config: `${probeConfig('direct { }', 2)}model_warmup [ { name: "w" batch_size: 2 inputs [ { key: "INPUT" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } }, { key: "DELAY_MS" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } ] } ]\n`, script: PROBE_TS },
+    // Waits up to 300 ms for half of its 4 slots to have a request.
+    utilized: { config: probeConfig('direct { max_queue_delay_microseconds: 300000 minimum_slot_utilization: 0.5 }', 4), script: PROBE_TS },
     from_file: { config: probeConfig('direct { }', 2, 'TYPE_UINT64', ' initial_state: { name: "hundred" data_type: TYPE_FP32 dims: [ 1 ] data_file: "hundred.bin" }'), script: PROBE_TS },
   });
   mkdirSync(path.join(repo.dir, 'from_file', 'initial_state'));
@@ -252,6 +256,22 @@ describe('control inputs, slots and strategies (script models)', () => {
     await expectHttpError('one_slot', { id: 61, value: 1 }, 400,
       "inference request for sequence 61 to model 'one_slot' must specify the START flag on the first request of the sequence");
     await outputsOf('one_slot', { id: 62, value: 0, end: true });
+  });
+
+  test('a warmup sample of a stateful model gets the controls and the initial state (the model loads and serves)', async () => {
+    const index = await (await fetch(`${server.baseUrl}/v2/repository/index`, { method: 'POST', body: '{}' })).json() as any[];
+    assert.deepEqual(index.find((entry) => entry.name === 'warmed'), { name: 'warmed', version: '1', state: 'READY', reason: '' });
+    assert.equal((await outputsOf('warmed', { id: 81, start: true, end: true, value: 3 })).OUTPUT, 3);
+  });
+
+  test('direct minimum_slot_utilization: a step waits (at most the queue delay) for enough slots, then runs them together', async () => {
+    const sentMs = performance.now();
+    const alone = await outputsOf('utilized', { id: 91, start: true, value: 1 });
+    const waitedMs = performance.now() - sentMs;
+    assert.equal(alone.BATCH_ROWS, 1);
+    assert.ok(waitedMs >= 250, `one request of 4 slots ran after ${waitedMs.toFixed(0)} ms, not after the 300 ms delay`);
+    const both = await Promise.all([outputsOf('utilized', { id: 91, value: 1, end: true }), outputsOf('utilized', { id: 92, start: true, end: true, value: 5 })]);
+    assert.deepEqual(both.map((o) => [o.OUTPUT, o.BATCH_ROWS, o.READY_ROWS]), [[2, 2, 2], [5, 2, 2]], 'two of 4 slots: utilization 0.5 reached, one step');
   });
 
   test('initial_state data_file: every START begins from the file\'s state', async () => {
