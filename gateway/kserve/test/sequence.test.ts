@@ -159,6 +159,27 @@ describe('accumulator (ONNX, implicit state)', () => {
     assert.equal(await sum('accumulator', { id: 'abc', value: 2, end: true }), 4);
   });
 
+  test('gRPC ModelStreamInfer: a sequence sent on one stream, as Triton\'s clients send them, answers in order', async () => {
+    const stream = client.ModelStreamInfer() as grpc.ClientDuplexStream<unknown, any>;
+    const responses: number[] = [];
+    const done = new Promise<void>((resolve, reject) => {
+      stream.on('data', (message: any) => {
+        if (message.error_message !== '') reject(new Error(message.error_message));
+        responses.push(message.infer_response.raw_output_contents[0].readFloatLE(0));
+        if (responses.length === 3) resolve();
+      });
+      stream.on('error', reject);
+    });
+    const flags = [{ sequence_start: { bool_param: true } }, {}, { sequence_end: { bool_param: true } }];
+    flags.forEach((flag, i) => stream.write({
+      model_name: 'accumulator', parameters: { sequence_id: { int64_param: 23 }, ...flag },
+      inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 1], contents: { fp32_contents: [i + 1] } }],
+    }));
+    await within(done, 'the stream did not answer its three requests', BOUND_MS);
+    stream.end();
+    assert.deepEqual(responses, [1, 3, 6]);
+  });
+
   test('errors, worded as Triton words them, over HTTP and gRPC', async () => {
     const noId = "inference request to model 'accumulator' must specify a non-zero or non-empty correlation ID";
     await expectHttpError('accumulator', { value: 1 }, 400, noId);
