@@ -268,8 +268,8 @@ export class SequenceBatcher implements Scheduler {
     const dueMs = rows[0].waiting.enqueuedMs + this.oldest!.max_queue_delay_microseconds / 1000;
     const preferred = this.preferredSizes.filter((size) => size <= rows.length).at(-1);
     if (preferred !== undefined && nowMs < dueMs) return rows.slice(0, preferred);
-    // A sequence with a request running holds its slot's next one: every other candidate is here.
-    const moreCanCome = rows.length < this.maxBatchSize && candidates.length === rows.length;
+    // More can join only while a slot has no request queued and nothing (a shape) ends the batch.
+    const moreCanCome = rows.length < this.maxBatchSize && rows.length < lane.slots.length && candidates.length === rows.length;
     if (nowMs < dueMs && moreCanCome) return dueMs;
     return rows;
   }
