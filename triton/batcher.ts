@@ -8,6 +8,7 @@ import type { ModelInstance, TensorMap } from './backend.ts';
 import { batchInputsOf } from './batch-input.ts';
 import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
+import type { CorrelationId } from './sequence-inputs.ts';
 import { concatBatch, sliceBatch, type Tensor } from './tensor.ts';
 import { traceNs, type TraceTimestamp } from './trace.ts';
 
@@ -21,6 +22,24 @@ export interface BatchRequest {
   timeoutUs: number;
   /** Set when the request is traced: queue and compute times are pushed here. */
   timestamps?: TraceTimestamp[];
+  /** The request's sequence (Triton's sequence_id, sequence_start, sequence_end); only a sequence batcher reads it. */
+  sequence?: SequenceFlags;
+}
+
+export interface SequenceFlags {
+  id: CorrelationId;
+  start: boolean;
+  end: boolean;
+}
+
+/** What runs a version's requests on its instances: the dynamic batcher or the sequence batcher. */
+export interface Scheduler {
+  readonly pendingCount: number;
+  enqueue(request: BatchRequest): Promise<BatchResult>;
+  /** Resolves once nothing is queued or running. */
+  drain(): Promise<void>;
+  /** Stops its timers; called after drain, when the version closes. */
+  close(): void;
 }
 
 /** Durations of one request, for statistics and metrics. */
@@ -79,7 +98,7 @@ function policyOf(raw: NonNullable<ModelConfig['dynamic_batching']>['default_que
   };
 }
 
-export class Batcher {
+export class Batcher implements Scheduler {
   private readonly freeInstances: ModelInstance[];
   private readonly levels: Level[];
   private readonly defaultLevel: number;
@@ -163,6 +182,11 @@ export class Batcher {
   drain(): Promise<void> {
     if (this.numPending === 0 && this.numRunning === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  close(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
   }
 
   private setPending(numPending: number) {

@@ -94,6 +94,56 @@ const batchInputSchema = z.object({
   source_input: z.array(z.string().min(1)).length(1, 'expected exactly one source_input'),
 }).strict();
 
+const CONTROL_KINDS = ['CONTROL_SEQUENCE_START', 'CONTROL_SEQUENCE_READY', 'CONTROL_SEQUENCE_END', 'CONTROL_SEQUENCE_CORRID'] as const;
+export type ControlKind = (typeof CONTROL_KINDS)[number];
+/** The datatypes Triton allows for a CORRID control tensor. */
+const CORRID_DATATYPES = ['TYPE_UINT64', 'TYPE_INT64', 'TYPE_UINT32', 'TYPE_INT32', 'TYPE_STRING'];
+
+const controlSchema = z.object({
+  kind: z.enum(CONTROL_KINDS),
+  int32_false_true: z.array(int).default([]),
+  fp32_false_true: z.array(z.number()).default([]),
+  bool_false_true: z.array(z.boolean()).default([]),
+  data_type: z.enum(CONFIG_DATATYPES).optional(),
+}).strict();
+
+const initialStateSchema = z.object({
+  name: z.string().min(1, 'must be set when using initial_state'),
+  data_type: z.enum(CONFIG_DATATYPES),
+  dims: z.array(int.nonnegative()).default([]),
+  zero_data: z.boolean().optional(),
+  /** A file in `<model>/initial_state/`. */
+  data_file: z.string().regex(/^(?!\.\.?$)[^/\\]+$/, 'expected a file name in the model\'s initial_state/ folder').optional(),
+}).strict().refine((state) => (state.zero_data === true) !== (state.data_file !== undefined), {
+  message: 'expected exactly one of zero_data: true, data_file',
+});
+
+const sequenceBatchingSchema = z.object({
+  // 0 takes Triton's default, 1 s (set when the config is normalized).
+  max_sequence_idle_microseconds: int.nonnegative().default(0),
+  control_input: z.array(z.object({ name: z.string().min(1), control: z.array(controlSchema).min(1) }).strict()).default([]),
+  state: z.array(z.object({
+    input_name: z.string().min(1),
+    output_name: z.string().min(1),
+    data_type: z.enum(CONFIG_DATATYPES),
+    dims,
+    initial_state: z.array(initialStateSchema).max(1, 'must contain exactly one or zero element').default([]),
+    use_same_buffer_for_input_output: z.boolean().default(false),
+    use_growable_memory: z.boolean().default(false),
+  }).strict()).default([]),
+  direct: z.object({
+    max_queue_delay_microseconds: int.nonnegative().default(0),
+    minimum_slot_utilization: z.number().min(0).max(1).default(0),
+  }).strict().optional(),
+  oldest: z.object({
+    max_candidate_sequences: int.nonnegative().default(0),
+    preferred_batch_size: z.array(int.positive()).default([]),
+    max_queue_delay_microseconds: int.nonnegative().default(0),
+    preserve_ordering: z.boolean().default(false),
+  }).strict().optional(),
+  iterative_sequence: z.boolean().default(false),
+}).strict();
+
 /** Triton fields Conduit accepts and ignores, so existing repositories load unchanged. */
 const ignored = z.unknown().optional();
 
@@ -101,7 +151,7 @@ export const BACKENDS = ['onnxruntime', 'script', 'ensemble'] as const;
 export type BackendName = (typeof BACKENDS)[number];
 const PLATFORM_BACKENDS: Record<string, BackendName> = { onnxruntime_onnx: 'onnxruntime', ensemble: 'ensemble' };
 
-export const modelConfigSchema = z.object({
+const modelConfigSchemaBase = z.object({
   name: z.string().min(1).optional(),
   platform: z.string().optional(),
   backend: z.string().optional(),
@@ -112,6 +162,7 @@ export const modelConfigSchema = z.object({
   instance_group: z.array(instanceGroupSchema).default([]),
   version_policy: versionPolicySchema.default({ latest: { num_versions: 1 } }),
   dynamic_batching: dynamicBatchingSchema.optional(),
+  sequence_batching: sequenceBatchingSchema.optional(),
   ensemble_scheduling: z.object({ step: z.array(stepSchema).min(1) }).strict().optional(),
   // One name inside the version directory: a path could reach files outside the repository.
   default_model_filename: z.string().refine((name) => name !== '' && name !== '.' && name !== '..' && !/[/\\\0]/.test(name), {
@@ -123,7 +174,9 @@ export const modelConfigSchema = z.object({
   batch_input: z.array(batchInputSchema).default([]),
   optimization: ignored, model_transaction_policy: ignored,
   metric_tags: ignored, cc_model_filenames: ignored, model_operations: ignored, model_repository_agents: ignored,
-}).strict().superRefine((config, ctx) => {
+}).strict();
+
+export const modelConfigSchema = modelConfigSchemaBase.superRefine((config, ctx) => {
   const issue = (message: string, at: (string | number)[]) => ctx.addIssue({ code: 'custom', message, path: at });
   const backend = resolveBackend(config);
   if (backend === null) {
@@ -153,6 +206,7 @@ export const modelConfigSchema = z.object({
       names.add(`${kind}:${tensor.name}`);
     });
   }
+  if (config.sequence_batching !== undefined) checkSequenceBatching(config, backend, issue);
   const batching = config.dynamic_batching;
   if (batching === undefined) return;
   if (config.max_batch_size === 0) issue('dynamic_batching needs max_batch_size > 0', ['dynamic_batching']);
@@ -180,6 +234,67 @@ export const modelConfigSchema = z.object({
   }
 });
 
+type Issue = (message: string, at: (string | number)[]) => void;
+
+/** Triton's checks of sequence_batching (model_config_utils.cc, sequence_batch_scheduler.cc). */
+function checkSequenceBatching(config: z.infer<typeof modelConfigSchemaBase>, backend: BackendName | null, issue: Issue) {
+  const sequence = config.sequence_batching!;
+  const at = (...rest: (string | number)[]) => ['sequence_batching', ...rest];
+  if (backend === 'ensemble') issue('an ensemble has no sequence batcher: its steps schedule on their own models', at());
+  if (config.dynamic_batching !== undefined) issue('a model has one scheduler: dynamic_batching or sequence_batching, not both', at());
+  if (sequence.direct !== undefined && sequence.oldest !== undefined) issue('one strategy: direct or oldest, not both', at('oldest'));
+  if (sequence.iterative_sequence) issue('iterative sequences are not supported', at('iterative_sequence'));
+  if (config.response_cache?.enable === true) issue('a stateful model\'s responses depend on its sequence: the response cache cannot serve them', ['response_cache', 'enable']);
+  const oldest = sequence.oldest;
+  oldest?.preferred_batch_size.forEach((size, i) => {
+    if (size > Math.max(1, config.max_batch_size)) issue(`preferred batch size ${size} is larger than max_batch_size ${config.max_batch_size}`, at('oldest', 'preferred_batch_size', i));
+  });
+  const inputNames = new Set(config.input.map((input) => input.name));
+  const implicitNames = new Set<string>();
+  const claim = (name: string, where: (string | number)[]) => {
+    if (inputNames.has(name)) issue(`'${name}' is an input the requests give; the sequence batcher gives this one`, where);
+    else if (implicitNames.has(name)) issue(`'${name}' is given twice by the sequence batcher`, where);
+    implicitNames.add(name);
+  };
+  const seenKinds = new Set<ControlKind>();
+  sequence.control_input.forEach((input, i) => {
+    claim(input.name, at('control_input', i, 'name'));
+    if (input.control.length > 1) issue(`control input '${input.name}' must have exactly one control`, at('control_input', i, 'control'));
+    input.control.forEach((control, j) => {
+      const where = at('control_input', i, 'control', j);
+      if (seenKinds.has(control.kind)) issue(`sequence batching specifies multiple ${control.kind} tensors`, [...where, 'kind']);
+      seenKinds.add(control.kind);
+      const given = [['int32_false_true', control.int32_false_true], ['fp32_false_true', control.fp32_false_true], ['bool_false_true', control.bool_false_true]] as const;
+      const set = given.filter(([, values]) => values.length > 0);
+      if (control.kind === 'CONTROL_SEQUENCE_CORRID') {
+        if (set.length > 0) issue(`${control.kind} takes data_type, not ${set[0][0]}`, [...where, set[0][0]]);
+        if (control.data_type === undefined) issue(`${control.kind} must specify data_type`, [...where, 'data_type']);
+        else if (!CORRID_DATATYPES.includes(control.data_type)) issue(`${control.kind} data_type must be one of ${CORRID_DATATYPES.join(', ')}`, [...where, 'data_type']);
+        return;
+      }
+      if (control.data_type !== undefined) issue(`${control.kind} takes one of int32_false_true, fp32_false_true or bool_false_true, not data_type`, [...where, 'data_type']);
+      if (set.length !== 1) issue(`${control.kind} must specify exactly one of int32_false_true, fp32_false_true or bool_false_true`, where);
+      else if (set[0][1].length !== 2) issue(`must have exactly 2 entries (false, true), got ${set[0][1].length}`, [...where, set[0][0]]);
+    });
+  });
+  const outputNames = new Set<string>();
+  sequence.state.forEach((state, i) => {
+    claim(state.input_name, at('state', i, 'input_name'));
+    if (outputNames.has(state.output_name)) issue(`state output '${state.output_name}' is named twice`, at('state', i, 'output_name'));
+    outputNames.add(state.output_name);
+    const declared = config.output.find((output) => output.name === state.output_name);
+    if (declared !== undefined && declared.data_type !== state.data_type) issue(`state output '${state.output_name}' is ${state.data_type} but output '${declared.name}' is ${declared.data_type}`, at('state', i, 'data_type'));
+    const initial = state.initial_state[0];
+    if (initial === undefined) return;
+    const where = at('state', i, 'initial_state', 0);
+    if (initial.data_type !== state.data_type) issue(`the data type of 'initial_state' of state '${state.input_name}' does not match the state data type`, [...where, 'data_type']);
+    if (initial.dims.length !== state.dims.length) issue(`'initial_state' has ${initial.dims.length} dims but state '${state.input_name}' has ${state.dims.length}`, [...where, 'dims']);
+    else initial.dims.forEach((dim, d) => {
+      if (state.dims[d] !== -1 && state.dims[d] !== dim) issue(`'initial_state' dim ${dim} does not match the state's ${state.dims[d]}`, [...where, 'dims', d]);
+    });
+  });
+}
+
 type ParsedConfig = z.infer<typeof modelConfigSchema>;
 
 /** A validated config, normalized as Triton does: name set, backend resolved, defaults filled. */
@@ -191,13 +306,16 @@ function resolveBackend(config: { backend?: string; platform?: string }): Backen
   return null;
 }
 
+/** Triton's max_sequence_idle_microseconds when the config gives none (or 0). */
+export const DEFAULT_MAX_SEQUENCE_IDLE_US = 1_000_000;
+
 export class ModelConfigError extends Error {
   override name = 'ModelConfigError';
 }
 
 /** The field shape pbtxt cannot express by itself. */
 const PBTXT_SHAPE = {
-  repeatedFields: new Set(['input', 'output', 'dims', 'shape', 'instance_group', 'gpus', 'preferred_batch_size', 'step', 'versions', 'model_warmup', 'batch_input', 'target_name', 'source_input']),
+  repeatedFields: new Set(['input', 'output', 'dims', 'shape', 'instance_group', 'gpus', 'preferred_batch_size', 'step', 'versions', 'model_warmup', 'batch_input', 'target_name', 'source_input', 'control_input', 'control', 'int32_false_true', 'fp32_false_true', 'bool_false_true', 'state', 'initial_state']),
   mapFields: new Set(['input_map', 'output_map', 'parameters', 'priority_queue_policy', 'metric_tags', 'cc_model_filenames', 'inputs']),
 };
 
@@ -229,6 +347,12 @@ export function validateModelConfig(raw: unknown, dirName: string, file: string,
   const dynamicBatching = config.dynamic_batching;
   if (dynamicBatching !== undefined && dynamicBatching.preferred_batch_size.length === 0) {
     dynamicBatching.preferred_batch_size = [config.max_batch_size];
+  }
+  const sequence = config.sequence_batching;
+  if (sequence !== undefined) {
+    if (sequence.max_sequence_idle_microseconds === 0) sequence.max_sequence_idle_microseconds = DEFAULT_MAX_SEQUENCE_IDLE_US;
+    if (sequence.direct === undefined && sequence.oldest === undefined) sequence.direct = { max_queue_delay_microseconds: 0, minimum_slot_utilization: 0 };
+    if (sequence.oldest !== undefined && sequence.oldest.preferred_batch_size.length === 0) sequence.oldest.preferred_batch_size = [Math.max(1, config.max_batch_size)];
   }
   const instanceGroup = backend === 'ensemble' || config.instance_group.length > 0
     ? config.instance_group

@@ -6,6 +6,7 @@ import { Worker } from 'node:worker_threads';
 import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
 import { fromConfigDataType, type DataType } from './datatype.ts';
 import { ClassicError } from './errors.ts';
+import { sequenceInputNames, stateOnlyOutputs } from './sequence-inputs.ts';
 import { fileInRepository, shownPath, withShownPaths } from './repository-paths.ts';
 import type { Tensor } from './tensor.ts';
 
@@ -28,9 +29,19 @@ class OnnxInstance implements ModelInstance {
   private readonly pending = new Map<number, Pending>();
   private failure: Error | null = null;
   private readonly outputNames: string[];
+  /** Inputs the batchers make (batch_input targets, sequence controls and states): fed as they are. */
+  private readonly madeInputNames: string[];
+  /** The config's outputs, then the state outputs it does not list. */
+  private readonly outputTypes: Array<{ name: string; datatype: DataType; declared?: InstanceSpec['config']['output'][number] }>;
 
   constructor(private readonly worker: Worker, private readonly spec: InstanceSpec) {
-    this.outputNames = spec.config.output.map((output) => output.name);
+    const { config } = spec;
+    this.outputTypes = [
+      ...config.output.map((declared) => ({ name: declared.name, datatype: fromConfigDataType(declared.data_type), declared })),
+      ...stateOnlyOutputs(config),
+    ];
+    this.outputNames = this.outputTypes.map((output) => output.name);
+    this.madeInputNames = [...config.batch_input.flatMap((batchInput) => batchInput.target_name), ...sequenceInputNames(config)];
     worker.on('message', (message: { type: string; id: number; outputs?: WorkerOutput[]; message?: string }) => {
       const entry = this.pending.get(message.id);
       if (entry === undefined) return;
@@ -60,8 +71,8 @@ class OnnxInstance implements ModelInstance {
     };
     const feeds = config.input.filter((input) => inputs[input.name] !== undefined)
       .map((input) => feed(input.name, inputs[input.name], reshapeFor(batched, inputs[input.name].shape, input.reshape?.shape)));
-    // The batch inputs the batcher made for this batch (batch_input), as they are.
-    for (const spec of config.batch_input) for (const target of spec.target_name) feeds.push(feed(target, inputs[target], inputs[target].shape));
+    // What the batcher made for this batch (batch inputs, sequence controls and states), as it is.
+    for (const name of this.madeInputNames) feeds.push(feed(name, inputs[name], inputs[name].shape));
     const id = this.nextId++;
     const outputs = await new Promise<WorkerOutput[]>((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
@@ -70,12 +81,11 @@ class OnnxInstance implements ModelInstance {
     const encoder = new TextEncoder();
     const result: TensorMap = {};
     outputs.forEach((output, i) => {
-      const declared = config.output[i];
-      const datatype = fromConfigDataType(declared.data_type);
+      const { name, datatype, declared } = this.outputTypes[i];
       const data = output.type === 'string' ? (output.data as string[]).map((s) => encoder.encode(s)) : output.data;
       // Clients see the config's dims; the model may produce the reshape's.
-      const shape = declared.reshape === undefined ? output.dims : batched ? [output.dims[0], ...declared.dims] : declared.dims;
-      result[declared.name] = { datatype, shape, data } as Tensor;
+      const shape = declared?.reshape === undefined ? output.dims : batched ? [output.dims[0], ...declared.dims] : declared.dims;
+      result[name] = { datatype, shape, data } as Tensor;
     });
     return result;
   }
@@ -92,10 +102,12 @@ class OnnxInstance implements ModelInstance {
  * (batch_input) give. Null when they agree.
  */
 function configMismatch(config: InstanceSpec['config'], inputNames: readonly string[], outputNames: readonly string[]): string | null {
-  const given = new Set([...config.input.map((input) => input.name), ...config.batch_input.flatMap((spec) => spec.target_name)]);
+  const given = new Set([...config.input.map((input) => input.name), ...config.batch_input.flatMap((spec) => spec.target_name), ...sequenceInputNames(config)]);
   for (const name of given) if (!inputNames.includes(name)) return `the configuration has input '${name}', which the model does not (it has ${inputNames.join(', ')})`;
   for (const name of inputNames) if (!given.has(name)) return `the model needs input '${name}', which the configuration does not give`;
-  for (const { name } of config.output) if (!outputNames.includes(name)) return `the configuration has output '${name}', which the model does not (it has ${outputNames.join(', ')})`;
+  for (const name of [...config.output.map((output) => output.name), ...stateOnlyOutputs(config).map((output) => output.name)]) {
+    if (!outputNames.includes(name)) return `the configuration has output '${name}', which the model does not (it has ${outputNames.join(', ')})`;
+  }
   return null;
 }
 

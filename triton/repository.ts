@@ -311,7 +311,7 @@ export class ModelRepository {
             this.log.warn({ model: name }, `model '${name}': response_cache is enabled but the server has no response cache (model_repository.response_cache_bytes): not caching`);
           }
           for (const version of versions) {
-            loaded.set(version, await loadVersion({ config, modelDir: dir, version }, runStep, this.responseCache, this.closing.signal));
+            loaded.set(version, await loadVersion({ config, modelDir: dir, version }, runStep, this.responseCache, this.closing.signal, this.log));
           }
         } catch (err) {
           await Promise.all([...loaded.values()].map((served) => served.close()));

@@ -3,7 +3,9 @@
 // reload or unload lets them finish there.
 import { readLabels } from './classification.ts';
 import type { InstanceSpec, ModelInstance, TensorMap } from './backend.ts';
-import { Batcher } from './batcher.ts';
+import { Batcher, type Scheduler, type SequenceFlags } from './batcher.ts';
+import { silentLogger, type Logger } from '../engine/log.ts';
+import { SequenceBatcher } from './sequence-batcher.ts';
 import { runEnsemble, type StepRunner } from './ensemble.ts';
 import { ClassicError } from './errors.ts';
 import type { ModelConfig } from './model-config.ts';
@@ -25,6 +27,8 @@ export interface InferRequest {
   timeoutUs: number;
   /** Set when the request is traced: the version and its batcher push what they see. */
   timestamps?: TraceTimestamp[];
+  /** Triton's sequence_id / sequence_start / sequence_end; a model without sequence_batching ignores them. */
+  sequence?: SequenceFlags;
 }
 
 export interface ServedVersion {
@@ -55,19 +59,23 @@ function pickOutputs(outputs: TensorMap, requested: readonly string[] | null): T
 
 class BatchedVersion implements ServedVersion {
   readonly stats: StatsRecorder;
-  private readonly batcher: Batcher;
+  private readonly batcher: Scheduler;
 
   constructor(
     readonly config: ModelConfig, readonly version: number, private readonly instances: ModelInstance[],
     /** Set when the model enables response_cache and the server has a cache. */
     private readonly cache: ResponseCache | null,
     readonly labels: ReadonlyMap<string, readonly string[]>,
+    modelDir: string, log: Logger,
   ) {
     this.stats = new StatsRecorder(config.name, version);
-    this.batcher = new Batcher(config, instances, {
-      onExecution: (batchSize, t) => this.stats.recordExecution(batchSize, t.computeInputNs, t.computeInferNs, t.computeOutputNs),
-      onPendingChange: (numPending) => { this.stats.numPending = numPending; },
-    });
+    const observer = {
+      onExecution: (batchSize: number, t: { computeInputNs: number; computeInferNs: number; computeOutputNs: number }) => this.stats.recordExecution(batchSize, t.computeInputNs, t.computeInferNs, t.computeOutputNs),
+      onPendingChange: (numPending: number) => { this.stats.numPending = numPending; },
+    };
+    this.batcher = config.sequence_batching !== undefined
+      ? new SequenceBatcher(config, instances, modelDir, observer, log)
+      : new Batcher(config, instances, observer);
   }
 
   async infer(request: InferRequest): Promise<TensorMap> {
@@ -88,7 +96,7 @@ class BatchedVersion implements ServedVersion {
         }
       }
       const { outputs, timings } = await this.batcher.enqueue({
-        inputs: request.inputs, batchSize, priority: request.priority, timeoutUs: request.timeoutUs, timestamps: request.timestamps,
+        inputs: request.inputs, batchSize, priority: request.priority, timeoutUs: request.timeoutUs, timestamps: request.timestamps, sequence: request.sequence,
       });
       for (const output of this.config.output) {
         if (outputs[output.name] === undefined) throw new ClassicError('INTERNAL', `model '${this.config.name}' did not produce output '${output.name}'`);
@@ -115,6 +123,7 @@ class BatchedVersion implements ServedVersion {
 
   async close(): Promise<void> {
     await this.batcher.drain();
+    this.batcher.close();
     this.cache?.evictOwner(this);
     await Promise.all(this.instances.map((instance) => instance.close()));
   }
@@ -170,7 +179,7 @@ class EnsembleVersion implements ServedVersion {
  * closing) stops the load before its next instance; the ones made are closed.
  */
 export async function loadVersion(
-  spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner, cache: ResponseCache | null, signal?: AbortSignal,
+  spec: Omit<InstanceSpec, 'instanceIndex'>, runStep: StepRunner, cache: ResponseCache | null, signal?: AbortSignal, log: Logger = silentLogger,
 ): Promise<ServedVersion> {
   const { config } = spec;
   const labels = readLabels(config, spec.modelDir);
@@ -189,9 +198,9 @@ export async function loadVersion(
     checkAborted();
     // Not serving (not READY) until every instance has run the samples.
     await warmUp(config, spec.modelDir, instances);
+    return new BatchedVersion(config, spec.version, instances, config.response_cache?.enable === true ? cache : null, labels, spec.modelDir, log);
   } catch (err) {
     await Promise.all(instances.map((instance) => instance.close()));
     throw err;
   }
-  return new BatchedVersion(config, spec.version, instances, config.response_cache?.enable === true ? cache : null, labels);
 }

@@ -13,6 +13,7 @@ import { ClassicError } from './errors.ts';
 import { fileInRepository, shownPath } from './repository-paths.ts';
 import type { ModelConfig } from './model-config.ts';
 import { allocate, concatBatch, elementCount, fromRaw, TensorError, type Tensor } from './tensor.ts';
+import { warmupSequenceInputs } from './sequence-inputs.ts';
 import { validateRequest } from './validate.ts';
 
 type WarmupSample = ModelConfig['model_warmup'][number];
@@ -77,7 +78,8 @@ export async function warmUp(config: ModelConfig, modelDir: string, instances: r
       for (const [name, input] of Object.entries(sample.inputs)) inputs[name] = sampleTensor(config, modelDir, sample, name, input, sampleIndex + 1);
       validateRequest(config, inputs, null);
       // The sample is a batch of its own: it gets the batch inputs the batcher would make.
-      Object.assign(inputs, batchInputsOf(config, [{ ...inputs }]));
+      const numRows = config.max_batch_size > 0 ? sample.batch_size : 1;
+      Object.assign(inputs, batchInputsOf(config, [{ ...inputs }]), warmupSequenceInputs(config, modelDir, numRows));
       for (const instance of instances) {
         for (let run = 0; run < Math.max(1, sample.count); run++) await instance.execute(inputs);
       }

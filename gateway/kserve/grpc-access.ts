@@ -8,6 +8,7 @@ import type * as grpc from '@grpc/grpc-js';
 import { type AccessControl, estimateTokens } from '../admission.ts';
 import { adminRefusal, bearerKeyOf, type ApiKeySpec } from '../auth.ts';
 import { ApiError } from '../errors.ts';
+import type { UsageAccount } from '../generation.ts';
 import { Admission } from '../rate-limits.ts';
 import {
   CUDA_SHARED_MEMORY_SURFACE, LOGGING_SURFACE, REPOSITORY_SURFACE, SHARED_MEMORY_SURFACE, TRACE_SURFACE,
@@ -47,14 +48,20 @@ export function checkRpcRole(rpc: string, apiKey: ApiKeySpec | null): void {
   if (refusal !== null) throw refusal;
 }
 
+export interface GrpcAdmission {
+  /** Charged with the tokens the call's generation uses, as an HTTP request's; undefined when nothing is limited. */
+  account: UsageAccount | undefined;
+  /** Frees its concurrency slot. */
+  end(): void;
+}
+
 /**
  * Admits one request of the caller against its limits (its tokens estimated from the message's
- * size, as an HTTP body's); throws the 429's error (RESOURCE_EXHAUSTED). The returned end() frees
- * its concurrency slot; nothing to end when nothing is limited.
+ * size, as an HTTP body's); throws the 429's error (RESOURCE_EXHAUSTED).
  */
-export function admitRequest(access: AccessControl, apiKey: ApiKeySpec | null, numMessageBytes: number): () => void {
+export function admitRequest(access: AccessControl, apiKey: ApiKeySpec | null, numMessageBytes: number): GrpcAdmission {
   const admission = access.admit(apiKey, estimateTokens(null, numMessageBytes));
-  if (admission === null) return () => {};
+  if (admission === null) return { account: undefined, end: () => {} };
   if (!(admission instanceof Admission)) throw admission.error;
-  return () => admission.end();
+  return { account: admission, end: () => admission.end() };
 }

@@ -12,6 +12,7 @@ import { packageRoot } from '../../package-root.ts';
 import { ClassicError, fromConfigDataType, toRaw, type ModelConfig, type ModelRepository, type ServedVersion } from '../../triton/index.ts';
 import { AccessControl } from '../admission.ts';
 import type { ApiKeySpec } from '../auth.ts';
+import type { UsageAccount } from '../generation.ts';
 import { KServeControl, type OutputTarget } from './control.ts';
 import { admitRequest, callerOf, checkRpcRole } from './grpc-access.ts';
 import { toKServeError } from './errors.ts';
@@ -20,6 +21,7 @@ import { controlHandlers } from './grpc-control.ts';
 import { decodeInputs, plainParameters, type WireInputTensor, type WireParameter } from './grpc-tensors.ts';
 import { EXTENSIONS, SERVER_NAME } from './server-metadata.ts';
 import { isLlmReady, isServerReady, type LlmWorkers } from './readiness.ts';
+import { sequenceOfGrpc } from './sequence-params.ts';
 import { sharedMemoryRefOf } from './shared-memory.ts';
 import { runLlmInfer } from './grpc-llm.ts';
 import { addHealthService } from './grpc-health.ts';
@@ -66,9 +68,7 @@ function versionOf(version: string): number | null {
 
 async function runInfer(repository: ModelRepository, control: KServeControl, request: WireInferRequest, apiKey: ApiKeySpec | null) {
   const served = repository.get(request.model_name, versionOf(request.model_version));
-  for (const name of ['sequence_id', 'sequence_start', 'sequence_end']) {
-    if (request.parameters[name] !== undefined) throw new ClassicError('UNSUPPORTED', `sequence batching is not supported ('${name}')`);
-  }
+  const sequence = sequenceOfGrpc(request.parameters);
   const sharedMemory = control.sharedMemoryFor(apiKey);
   const inputs = decodeInputs(request.inputs, request.raw_input_contents, sharedMemory);
   const requested = request.outputs.length > 0
@@ -89,7 +89,7 @@ async function runInfer(repository: ModelRepository, control: KServeControl, req
     for (const target of targets) target.sharedMemory?.release();
     throw err;
   }
-  const outputs = await control.infer(served, { inputs, requestedOutputs: names, priority, timeoutUs }, request.id, targets);
+  const outputs = await control.infer(served, { inputs, requestedOutputs: names, priority, timeoutUs, sequence }, request.id, targets);
   return {
     model_name: served.config.name,
     model_version: String(served.version),
@@ -122,6 +122,7 @@ function configMessage(config: ModelConfig) {
     batch_input: config.batch_input,
     ...(config.response_cache === undefined ? {} : { response_cache: config.response_cache }),
     ...(batching === undefined ? {} : { dynamic_batching: batching }),
+    ...(config.sequence_batching === undefined ? {} : { sequence_batching: config.sequence_batching }),
     ...(ensemble === undefined ? {} : { ensemble_scheduling: ensemble }),
   };
 }
@@ -226,7 +227,16 @@ function failureOf(err: unknown, callLog: CallLog) {
 const isInferResponse = (response: unknown): response is { model_name: string; model_version: string } =>
   typeof (response as { model_version?: unknown } | null)?.model_version === 'string';
 
-type Handler = (request: any, apiKey: ApiKeySpec | null) => unknown;
+/** What a unary handler knows of its call beyond the request. */
+interface CallContext {
+  apiKey: ApiKeySpec | null;
+  /** Charged with the tokens an LLM's generation uses (the key's per-minute quota). */
+  account: UsageAccount | undefined;
+  /** Aborted when the client cancels the call or its connection goes. */
+  signal: AbortSignal;
+}
+
+type Handler = (request: any, apiKey: ApiKeySpec | null, context: CallContext) => unknown;
 
 /**
  * Wraps a handler so every call is authenticated and admitted first, every failure is a gRPC
@@ -242,13 +252,17 @@ function unary(rpc: string, handler: Handler, logger: GrpcLogger, access: Access
       callLog.complete({ method: rpc, model, code: clientGone ? goneStatus(call) : code, inferId, clientGone }, startMs);
     };
     let endAdmission = () => {};
+    // grpc-js emits 'cancelled' when the client cancels, its deadline passes or its connection closes.
+    const gone = new AbortController();
+    call.once('cancelled', () => gone.abort());
     Promise.resolve()
       .then(() => {
         const apiKey = callerOf(access, call.metadata);
         checkRpcRole(rpc, apiKey);
         const request = decoded(call.request);
-        endAdmission = admitRequest(access, apiKey, messageBytesOf(call.request));
-        return handler(request, apiKey);
+        const admission = admitRequest(access, apiKey, messageBytesOf(call.request));
+        endAdmission = admission.end;
+        return handler(request, apiKey, { apiKey, account: admission.account, signal: gone.signal });
       })
       .then((response) => {
         callback(null, response);
@@ -307,12 +321,12 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
   const served = (name: string, version: string): ServedVersion => repository.get(name, versionOf(version));
   const llmOf = (name: string, version: string) => options.llmModels?.find(name, versionOf(version)) ?? null;
   /** One infer request for a repository model or an LLM; onResponse takes a streamed LLM's chunks. */
-  const inferAny = (request: WireInferRequest, apiKey: ApiKeySpec | null, signal: AbortSignal, onResponse?: (response: unknown) => void) => {
+  const inferAny = (request: WireInferRequest, context: CallContext, onResponse?: (response: unknown) => void) => {
     const llm = llmOf(request.model_name, request.model_version);
-    if (llm === null) return runInfer(repository, control, request, apiKey);
-    // gRPC's admission (grpc-access.ts) charges its estimate to the key; the call has no access line or session header.
-    const origin = { arrivalMs: performance.now(), account: undefined, trace: undefined, affinityKey: undefined };
-    return runLlmInfer(options.llmModels!, llm, request, control.sharedMemoryFor(apiKey), signal, origin, onResponse);
+    if (llm === null) return runInfer(repository, control, request, context.apiKey);
+    // The admission's account learns the tokens used, as an HTTP request's; a call has no access line or session header.
+    const origin = { arrivalMs: performance.now(), account: context.account, trace: undefined, affinityKey: undefined };
+    return runLlmInfer(options.llmModels!, llm, request, control.sharedMemoryFor(context.apiKey), context.signal, origin, onResponse);
   };
   const logger = options.logger ?? pino({ level: 'silent' });
   const access = options.access ?? new AccessControl({ apiKeys: [] });
@@ -374,8 +388,8 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
       await repository.unload(request.model_name, parameter?.bool_param === true);
       return {};
     },
-    // A unary call has no cancellation hook here: an LLM request runs to its end (bounded by max_tokens).
-    ModelInfer: (request: WireInferRequest, apiKey) => inferAny(request, apiKey, new AbortController().signal),
+    // An LLM's generation stops (its engine slot freed) when the client cancels or leaves.
+    ModelInfer: (request: WireInferRequest, _apiKey, context) => inferAny(request, context),
     ...controlHandlers(control, repository),
   };
   server.addService(tolerantDecoding(loadInferenceService().service), {
@@ -419,8 +433,9 @@ export async function startKServeGrpc(options: KServeGrpcOptions): Promise<KServ
         let endAdmission = () => {};
         Promise.resolve().then(() => {
           const message = decoded(request);
-          endAdmission = admitRequest(access, apiKey, messageBytesOf(request));
-          return inferAny(message, apiKey, streamGone.signal, (chunk) => { if (!failed) call.write({ error_message: '', infer_response: chunk }); });
+          const admission = admitRequest(access, apiKey, messageBytesOf(request));
+          endAdmission = admission.end;
+          return inferAny(message, { apiKey, account: admission.account, signal: streamGone.signal }, (chunk) => { if (!failed) call.write({ error_message: '', infer_response: chunk }); });
         }).then(
           (response) => {
             complete(grpc.status.OK, { model: response.model_name, version: response.model_version });

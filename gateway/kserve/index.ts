@@ -166,6 +166,8 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
       if (llm !== null) {
         const aborted = new AbortController();
         reply.raw.once('close', () => { if (!reply.raw.writableEnded) aborted.abort(); });
+        // The client may have left while its body was read, before the listener existed.
+        if (reply.raw.socket === null || reply.raw.socket.destroyed) aborted.abort();
         const parameters = (jsonBody(request).parameters ?? {}) as Record<string, unknown>;
         const llmOutputs = await llms.infer(
           llm, { id: decoded.id, inputs: decoded.inputs, parameters, requestedOutputs: order.map((o) => o.name) }, {}, aborted.signal,
@@ -181,6 +183,7 @@ export const kservePlugin: FastifyPluginAsync<KServePluginOptions> = async (app,
         requestedOutputs: order.map((output) => output.name),
         priority: decoded.priority,
         timeoutUs: decoded.timeoutUs,
+        sequence: decoded.sequence,
       }, decoded.id, order);
       const encoded = encodeInferResponse(served.config.name, served.version, decoded.id, outputs, order);
       if (encoded.jsonLength === null) return send(request, reply, encoded.body, 'application/json');

@@ -5,8 +5,9 @@
 import { z } from 'zod';
 import {
   bytesPerElement, ClassicError, elementCount, fromConfigDataType, fromJson, fromRaw, isDataType, rawByteLength, toJson, writeRaw,
-  type ModelConfig, type Tensor, type TensorMap,
+  type ModelConfig, type SequenceFlags, type Tensor, type TensorMap,
 } from '../../triton/index.ts';
+import { sequenceOfJson } from './sequence-params.ts';
 import { readSharedMemoryInput, sharedMemoryRefOf, type SharedMemoryLease, type SharedMemoryAccess } from './shared-memory.ts';
 
 const parameterValue = z.union([z.string(), z.number(), z.boolean()]);
@@ -42,6 +43,7 @@ export interface DecodedInferRequest {
   binaryByDefault: boolean;
   priority: number;
   timeoutUs: number;
+  sequence?: SequenceFlags;
 }
 
 const invalid = (message: string) => new ClassicError('INVALID_ARG', message);
@@ -94,9 +96,7 @@ export function decodeInferRequest(
   if (!parsed.success) throw invalid(`invalid inference request: ${zodMessage(parsed.error)}`);
   const request = parsed.data;
   const params = request.parameters ?? {};
-  for (const name of ['sequence_id', 'sequence_start', 'sequence_end']) {
-    if (params[name] !== undefined) throw new ClassicError('UNSUPPORTED', `sequence batching is not supported ('${name}')`);
-  }
+  const sequence = sequenceOfJson(params);
   if (params.binary_data_output !== undefined && typeof params.binary_data_output !== 'boolean') {
     throw invalid("parameter 'binary_data_output' must be a boolean");
   }
@@ -152,6 +152,7 @@ export function decodeInferRequest(
     binaryByDefault,
     priority: params.priority === undefined ? 0 : nonNegativeInteger(params.priority, 'priority'),
     timeoutUs: params.timeout === undefined ? 0 : nonNegativeInteger(params.timeout, 'timeout'),
+    sequence,
   };
 }
 

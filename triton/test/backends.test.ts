@@ -40,7 +40,7 @@ describe('the models in models/', () => {
 
   test('every model loads; the LLM checkpoint beside them is not a repository model', () => {
     assert.deepEqual(repo.index(false).map((e) => `${e.name}:${e.version}:${e.state}`),
-      ['digits:1:READY', 'digits_pipeline:1:READY', 'digits_postprocess:1:READY', 'digits_preprocess:1:READY', 'fraud:1:READY']);
+      ['accumulator:1:READY', 'digits:1:READY', 'digits_pipeline:1:READY', 'digits_postprocess:1:READY', 'digits_preprocess:1:READY', 'fraud:1:READY']);
   });
 
   test('digits classifies held-out handwritten digits (ONNX Runtime), softmax rows sum to 1', async () => {

@@ -109,6 +109,67 @@ ensemble_scheduling {
   }
 });
 
+describe('sequence_batching', () => {
+  const HEAD = 'backend: "script"\nmax_batch_size: 4\ninput [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n';
+  const parse = (body: string) => parseConfigText(`${HEAD}sequence_batching {\n${body}\n}\n`, 'm/config.pbtxt', 'm');
+  /** The one error a body gives, as `line: field: message`. */
+  const errorOf = (body: string) => {
+    try {
+      parse(body);
+    } catch (err) {
+      assert.ok(err instanceof ModelConfigError, String(err));
+      return err.message.replace(/^m\/config\.pbtxt:/, '');
+    }
+    assert.fail(`accepted: ${body}`);
+  };
+
+  test('defaults as Triton: direct, 1 s idle; oldest takes preferred size max_batch_size; every field parses', () => {
+    const plain = parse('');
+    assert.equal(plain.sequence_batching!.max_sequence_idle_microseconds, 1_000_000);
+    assert.deepEqual(plain.sequence_batching!.direct, { max_queue_delay_microseconds: 0, minimum_slot_utilization: 0 });
+    const full = parse(`max_sequence_idle_microseconds: 5000
+oldest { max_candidate_sequences: 8 max_queue_delay_microseconds: 100 }
+control_input [
+  { name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+  { name: "E" control [ { kind: CONTROL_SEQUENCE_END fp32_false_true: [ 0, 1 ] } ] },
+  { name: "R" control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] },
+  { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] }
+]
+state [ { input_name: "H_IN" output_name: "H_OUT" data_type: TYPE_FP32 dims: [ 2 ] initial_state: { name: "h0" data_type: TYPE_FP32 dims: [ 2 ] data_file: "h0.bin" } } ]`);
+    const sequence = full.sequence_batching!;
+    assert.equal(sequence.max_sequence_idle_microseconds, 5000);
+    assert.equal(sequence.direct, undefined);
+    assert.deepEqual(sequence.oldest, { max_candidate_sequences: 8, preferred_batch_size: [4], max_queue_delay_microseconds: 100, preserve_ordering: false });
+    assert.deepEqual(sequence.control_input.map((input) => input.control[0].kind), ['CONTROL_SEQUENCE_START', 'CONTROL_SEQUENCE_END', 'CONTROL_SEQUENCE_READY', 'CONTROL_SEQUENCE_CORRID']);
+    assert.deepEqual(sequence.state[0].initial_state[0], { name: 'h0', data_type: 'TYPE_FP32', dims: [2], data_file: 'h0.bin' });
+  });
+
+  test('errors name the line and the field', () => {
+    assert.equal(errorOf('direct { }\noldest { }'), '6: sequence_batching.oldest: one strategy: direct or oldest, not both');
+    assert.equal(errorOf('control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID } ] } ]'),
+      '5: sequence_batching.control_input[0].control[0].data_type: CONTROL_SEQUENCE_CORRID must specify data_type');
+    assert.equal(errorOf('control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ]'),
+      '5: sequence_batching.control_input[0].control[0].data_type: CONTROL_SEQUENCE_CORRID data_type must be one of TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32, TYPE_STRING');
+    assert.equal(errorOf('control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] fp32_false_true: [ 0, 1 ] } ] } ]'),
+      '5: sequence_batching.control_input[0].control[0]: CONTROL_SEQUENCE_START must specify exactly one of int32_false_true, fp32_false_true or bool_false_true');
+    assert.equal(errorOf('control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 1 ] } ] } ]'),
+      '5: sequence_batching.control_input[0].control[0].int32_false_true: must have exactly 2 entries (false, true), got 1');
+    assert.equal(errorOf('control_input [ { name: "A" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }, { name: "B" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ]'),
+      '5: sequence_batching.control_input[1].control[0].kind: sequence batching specifies multiple CONTROL_SEQUENCE_READY tensors');
+    assert.equal(errorOf('control_input [ { name: "INPUT" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ]'),
+      "5: sequence_batching.control_input[0].name: 'INPUT' is an input the requests give; the sequence batcher gives this one");
+    assert.equal(errorOf('state [ { input_name: "S" output_name: "T" data_type: TYPE_FP32 dims: [ 1 ] initial_state: { name: "z" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } ]'),
+      "5: sequence_batching.state[0].initial_state[0].data_type: the data type of 'initial_state' of state 'S' does not match the state data type");
+    assert.equal(errorOf('state [ { input_name: "S" output_name: "T" data_type: TYPE_FP32 dims: [ 1 ] initial_state: { name: "z" data_type: TYPE_FP32 dims: [ 1 ] } } ]'),
+      '5: sequence_batching.state[0].initial_state[0]: expected exactly one of zero_data: true, data_file');
+    assert.equal(errorOf('oldest { preferred_batch_size: [ 8 ] }'),
+      '5: sequence_batching.oldest.preferred_batch_size[0]: preferred batch size 8 is larger than max_batch_size 4');
+    assert.equal(errorOf('iterative_sequence: true'), '5: sequence_batching.iterative_sequence: iterative sequences are not supported');
+    assert.throws(() => parseConfigText(`${HEAD}dynamic_batching { }\nsequence_batching { }\n`, 'm/config.pbtxt', 'm'),
+      /m\/config\.pbtxt:5: sequence_batching: a model has one scheduler: dynamic_batching or sequence_batching, not both/);
+  });
+});
+
 describe('config.yaml', () => {
   test('the same fields as config.pbtxt', () => {
     const config = parseConfigText(`backend: script

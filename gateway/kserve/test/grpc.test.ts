@@ -107,7 +107,7 @@ describe('KServe v2 gRPC on the shipped models', () => {
     assert.deepEqual(decoded, labels.map(String));
   });
 
-  test('errors are gRPC statuses: INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED, UNAVAILABLE', async () => {
+  test('errors are gRPC statuses: INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE', async () => {
     await expectStatus(call(env.client, 'ModelInfer', {
       model_name: 'digits', inputs: [{ name: 'pixels', datatype: 'FP32', shape: [1, 64], contents: { fp32_contents: [1] } }], raw_input_contents: [Buffer.alloc(256)],
     }), grpc.status.INVALID_ARGUMENT, "contents field must not be specified when using raw_input_contents for 'pixels' for model");
@@ -115,8 +115,8 @@ describe('KServe v2 gRPC on the shipped models', () => {
       grpc.status.INVALID_ARGUMENT, /^unexpected shape for input 'pixels' for model 'digits'\. Expected \[-1,64\], got \[64\]/);
     await expectStatus(call(env.client, 'ModelInfer', { model_name: 'nope', inputs: [] }), grpc.status.NOT_FOUND, "Request for unknown model: 'nope' is not found");
     await expectStatus(call(env.client, 'ModelMetadata', { name: 'digits', version: '9' }), grpc.status.NOT_FOUND, "Request for unknown model: 'digits' version 9 is not found");
-    await expectStatus(call(env.client, 'ModelInfer', { model_name: 'digits', parameters: { sequence_id: { int64_param: 3 } }, inputs: [] }),
-      grpc.status.UNIMPLEMENTED, "sequence batching is not supported ('sequence_id')");
+    await expectStatus(call(env.client, 'ModelInfer', { model_name: 'digits', parameters: { sequence_id: { double_param: 3 } }, inputs: [] }),
+      grpc.status.INVALID_ARGUMENT, "invalid value type for 'sequence_id' parameter, expected int64_param, uint64_param or string_param.");
     await expectStatus(call(env.client, 'RepositoryModelUnload', { model_name: 'digits' }), grpc.status.UNAVAILABLE, 'explicit model load / unload is not allowed if polling is enabled');
   });
 
@@ -127,10 +127,10 @@ describe('KServe v2 gRPC on the shipped models', () => {
     assert.ok(Number(stats[0].inference_count) >= 4);
     assert.ok(Number(stats[0].inference_stats.success.count) >= 1);
     const all = await call(env.client, 'ModelStatistics', { name: '', version: '' });
-    assert.equal(all.model_stats.length, 5);
+    assert.equal(all.model_stats.length, 6);
     const { models } = await call(env.client, 'RepositoryIndex', { ready: true });
     assert.deepEqual(models.map((m: any) => `${m.name}:${m.version}:${m.state}`),
-      ['digits:1:READY', 'digits_pipeline:1:READY', 'digits_postprocess:1:READY', 'digits_preprocess:1:READY', 'fraud:1:READY']);
+      ['accumulator:1:READY', 'digits:1:READY', 'digits_pipeline:1:READY', 'digits_postprocess:1:READY', 'digits_preprocess:1:READY', 'fraud:1:READY']);
   });
 
   test('ModelStreamInfer: a response per request; an error in error_message keeps the stream open', async () => {

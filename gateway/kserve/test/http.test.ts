@@ -183,8 +183,8 @@ describe('KServe v2 HTTP on the shipped models', () => {
     await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', parameters: { binary_data_size: 256 } }] }, { 'inference-header-content-length': '9999' }), 400,
       /^Inference-Header-Content-Length 9999 is larger than the body/);
     await expectError(await infer({ inputs: [] }), 400, /^invalid inference request: inputs: /);
-    await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', data: new Array(64).fill(0) }], parameters: { sequence_id: 7 } }), 501,
-      "sequence batching is not supported ('sequence_id')");
+    await expectError(await infer({ inputs: [{ name: 'pixels', shape: [1, 64], datatype: 'FP32', data: new Array(64).fill(0) }], parameters: { sequence_id: -7 } }), 400,
+      "Unable to parse 'sequence_id': expected an unsigned integer or a string");
     await expectError(await post(`${v2}/models/nope/infer`, {}), 404, "Request for unknown model: 'nope' is not found");
     await expectError(await post(`${v2}/models/digits/versions/7/infer`, {}), 404, "Request for unknown model: 'digits' version 7 is not found");
     await expectError(await fetch(`${v2}/models/digits/versions/x1`), 404, 'Not Found');
@@ -205,12 +205,12 @@ describe('KServe v2 HTTP on the shipped models', () => {
     assert.deepEqual(Object.keys(digits.inference_stats).sort(), ['cache_hit', 'cache_miss', 'compute_infer', 'compute_input', 'compute_output', 'fail', 'queue', 'success']);
     assert.ok(digits.batch_stats.length > 0);
     const all = await (await fetch(`${v2}/models/stats`)).json() as any;
-    assert.deepEqual(all.model_stats.map((s: any) => s.name).sort(), ['digits', 'digits_pipeline', 'digits_postprocess', 'digits_preprocess', 'fraud']);
+    assert.deepEqual(all.model_stats.map((s: any) => s.name).sort(), ['accumulator', 'digits', 'digits_pipeline', 'digits_postprocess', 'digits_preprocess', 'fraud']);
   });
 
   test('repository index; load and unload are refused outside explicit mode', async () => {
     const index = await (await post(`${v2}/repository/index`, {})).json();
-    assert.deepEqual(index, ['digits', 'digits_pipeline', 'digits_postprocess', 'digits_preprocess', 'fraud'].map((name) => ({ name, version: '1', state: 'READY', reason: '' })));
+    assert.deepEqual(index, ['accumulator', 'digits', 'digits_pipeline', 'digits_postprocess', 'digits_preprocess', 'fraud'].map((name) => ({ name, version: '1', state: 'READY', reason: '' })));
     await expectError(await post(`${v2}/repository/models/fraud/unload`, {}), 503, 'explicit model load / unload is not allowed if polling is enabled');
     await expectError(await post(`${v2}/repository/models/fraud/load`, ''), 503, 'explicit model load / unload is not allowed if polling is enabled');
   });

@@ -240,7 +240,7 @@ describe('system shared memory over HTTP and gRPC', () => {
   test('server metadata lists exactly the extensions that work, over HTTP and gRPC', async () => {
     const expected = [
       'model_repository', 'model_repository(unload_dependents)', 'schedule_policy', 'model_configuration', 'system_shared_memory',
-      'binary_tensor_data', 'classification', 'parameters', 'statistics', 'trace', 'logging', 'generate',
+      'binary_tensor_data', 'classification', 'sequence', 'parameters', 'statistics', 'trace', 'logging', 'generate',
     ];
     assert.deepEqual(((await (await fetch(v2)).json()) as any).extensions, expected);
     assert.deepEqual((await call(client, 'ServerMetadata', {})).extensions, expected);
