@@ -3,7 +3,7 @@
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
 import { chooseDraftCounts, StepCostModel, acceptanceRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
-import { createProposer, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
+import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
 /** A decoding sequence as the speculator sees it. */
 export interface SpeculatingSequence extends ProposerInput {
@@ -23,8 +23,11 @@ export class Speculator {
   private numChosen = new Int32Array(0);
   private counters: SpecDecodeCounters;
 
-  constructor(config: SpeculativeConfig, proposer: Proposer = createProposer(config)) {
+  constructor(config: SpeculativeConfig, proposer?: Proposer) {
+    const errors = speculativeConfigErrors(config);
+    if (errors.length > 0) throw new Error(`speculative_config: ${errors.join('; ')}`);
     this.config = config;
+    proposer ??= createProposer(config);
     this.proposer = proposer;
     this.counters = emptyCounters(config.numSpeculativeTokens);
   }
@@ -80,6 +83,11 @@ export class Speculator {
   /** A decode step's measured time, scheduling to outputs (its tokens are decodes and proposals only), for the cost model. */
   observeStep(numTokens: number, forwardMs: number): void {
     this.costModel.observe(numTokens, forwardMs);
+  }
+
+  /** The sequence left the scheduler: its proposer may learn from its output (suffix) and forgets it. */
+  finish(sequence: ProposerInput): void {
+    this.proposer.finish?.(sequence);
   }
 
   takeCounters(): SpecDecodeCounters {

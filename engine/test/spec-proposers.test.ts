@@ -2,18 +2,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NgramProposer } from '../spec/ngram.ts';
+import { seeded } from './spec-harness.ts';
 import { StepCostModel, acceptanceRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
-
-const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
-
-function mulberry32(state: number): () => number {
-  return () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The longest suffix of n in [min, max] that occurs earlier, its latest occurrence, what followed. */
 function referenceLookup(tokens: number[], min: number, max: number, k: number): number[] {
@@ -27,7 +17,7 @@ function referenceLookup(tokens: number[], min: number, max: number, k: number):
   return [];
 }
 
-test('ngram proposes what followed the latest earlier occurrence of the longest matching suffix', () => {
+test('ngram proposes what followed the latest earlier occurrence of the longest matching suffix', (t) => {
   const proposer = new NgramProposer(2, 4);
   const out: number[] = [];
   proposer.propose({ tokenIds: [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3], numPromptTokens: 4 }, 3, out);
@@ -39,7 +29,7 @@ test('ngram proposes what followed the latest earlier occurrence of the longest 
   proposer.propose({ tokenIds: [6, 6, 6, 6], numPromptTokens: 1 }, 5, out);
   assert.deepEqual(out, [6]);
 
-  const random = mulberry32(seed);
+  const { seed, random } = seeded(t);
   for (let trial = 0; trial < 500; trial++) {
     const alphabet = 2 + Math.floor(random() * 6);
     const tokens = Array.from({ length: 1 + Math.floor(random() * 60) }, () => Math.floor(random() * alphabet));
@@ -61,12 +51,12 @@ test('acceptance is a decaying ratio of accepted to verified proposals', () => {
   assert.ok(acceptanceRate(stats) < 0.01);
 });
 
-test('the cost model fits a line to decode steps, read at the step at hand', () => {
+test('the cost model fits a line to decode steps, read at the step at hand', (t) => {
   const model = new StepCostModel();
   assert.deepEqual(model.costAt(0), { baseMs: 1, perTokenMs: 1 / 16 }, 'the prior before any step');
   model.observe(4, 20);
   assert.deepEqual(model.costAt(4), { baseMs: 20, perTokenMs: 1 }, 'one step: the prior, scaled to it');
-  const random = mulberry32(seed);
+  const { random } = seeded(t);
   for (let i = 0; i < 200; i++) {
     const numTokens = 1 + Math.floor(random() * 9);
     model.observe(numTokens, 10 + 0.5 * numTokens);
@@ -85,8 +75,8 @@ function throughput(candidates: DraftCandidate[], counts: number[], cost: StepCo
   return expected / (cost.baseMs + cost.perTokenMs * counts.reduce((sum, c) => sum + c, 0));
 }
 
-test('draft counts: every proposal chosen raises the expected tokens per millisecond, and the next would not', () => {
-  const random = mulberry32(seed);
+test('draft counts: every proposal chosen raises the expected tokens per millisecond, and the next would not', (t) => {
+  const { seed, random } = seeded(t);
   const chosen = new Int32Array(64);
   for (let trial = 0; trial < 300; trial++) {
     const numSeqs = 1 + Math.floor(random() * 32);
