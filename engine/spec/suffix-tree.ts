@@ -27,12 +27,16 @@ export class SuffixTree {
   private firstChildren: Int32Array;
   private nextSiblings: Int32Array;
   private previousSiblings: Int32Array;
+  /** The node of the path one token shorter at its start (a suffix of the path is indexed whenever the path is). */
+  private suffixLinks: Int32Array;
   private readonly childByKey = new Map<number, number>();
   private readonly freeNodes: number[] = [];
   private numAllocated = 1;
   /** Nodes that end the paths of the latest suffixes still shorter than maxDepth, for append. */
   private readonly openPaths: Int32Array;
   private numOpenPaths = 0;
+  /** speculate's scratch. */
+  private readonly candidate: number[] = [];
 
   constructor(readonly maxDepth: number) {
     const capacity = 64;
@@ -42,6 +46,7 @@ export class SuffixTree {
     this.firstChildren = new Int32Array(capacity).fill(NONE);
     this.nextSiblings = new Int32Array(capacity).fill(NONE);
     this.previousSiblings = new Int32Array(capacity).fill(NONE);
+    this.suffixLinks = new Int32Array(capacity);
     this.openPaths = new Int32Array(maxDepth);
   }
 
@@ -64,11 +69,16 @@ export class SuffixTree {
     const numOpen = this.numOpenPaths;
     open[numOpen] = 0;
     let numKept = 0;
+    let longer = NONE;
     for (let i = 0; i <= numOpen; i++) {
       const child = this.childOrCreate(open[i], tokenId);
       this.counts[child]++;
+      // Slot i + 1's path is slot i's without its first token: so are their children.
+      if (longer !== NONE) this.suffixLinks[longer] = child;
+      longer = child;
       if (numOpen - i + 1 < this.maxDepth) open[numKept++] = child;
     }
+    this.suffixLinks[longer] = 0;
     this.numOpenPaths = numKept;
   }
 
@@ -107,28 +117,55 @@ export class SuffixTree {
    * one with the highest score (expected accepted tokens) wins, the longer match on a tie.
    */
   speculate(context: readonly number[], maxNumTokens: number, maxSpecFactor: number, minTokenProb: number, out: Speculation): void {
+    const end = context.length;
+    // The longest match, by bisection: a suffix not found has no longer one found either.
+    let longest = 0;
+    let notFound = Math.min(this.maxDepth, end) + 1;
+    while (notFound - longest > 1) {
+      const middle = (longest + notFound) >> 1;
+      if (this.find(context, end - middle, end) === NONE) notFound = middle;
+      else longest = middle;
+    }
+    this.speculateFrom(longest === 0 ? 0 : this.find(context, end - longest, end), longest, 0, maxNumTokens, maxSpecFactor, minTokenProb, out);
+  }
+
+  /**
+   * speculate for the text being indexed (a sequence's own tree, brought up to its last token):
+   * its open paths are its suffixes' nodes already, and its own latest occurrence, which has no
+   * continuation yet, is not counted against the earlier ones.
+   */
+  speculateText(maxNumTokens: number, maxSpecFactor: number, minTokenProb: number, out: Speculation): void {
+    const numOpen = this.numOpenPaths;
+    this.speculateFrom(numOpen === 0 ? 0 : this.openPaths[0], numOpen, 1, maxNumTokens, maxSpecFactor, minTokenProb, out);
+  }
+
+  /** speculate from the node of the longest match, shorter matches along suffix links; selfCount: occurrences of the match not to count. */
+  private speculateFrom(longestNode: number, longest: number, selfCount: number, maxNumTokens: number, maxSpecFactor: number, minTokenProb: number, out: Speculation): void {
     out.tokenIds.length = 0;
     out.score = 0;
-    const maxMatch = Math.min(this.maxDepth, context.length);
-    const candidate: number[] = [];
-    for (let matchLength = 1; matchLength <= maxMatch; matchLength++) {
-      const node = this.find(context, context.length - matchLength, context.length);
-      if (node === NONE) break;
+    // Longest first: a score can only be beaten by a strictly higher one, and a proposal scores
+    // at most its length, so shorter matches stop paying once their limit is at most the best.
+    const candidate = this.candidate;
+    let node = longestNode;
+    for (let matchLength = longest; matchLength >= 1; matchLength--, node = this.suffixLinks[node]) {
       const limit = Math.min(maxNumTokens, Math.floor(matchLength * maxSpecFactor));
+      if (limit <= out.score) break;
       candidate.length = 0;
       let score = 0;
       let probability = 1;
       let at = node;
-      while (candidate.length < limit) {
+      let parentCount = this.counts[node] - selfCount;
+      while (candidate.length < limit && parentCount > 0) {
         const child = this.mostFrequentChild(at);
         if (child === NONE) break;
-        probability *= this.counts[child] / this.counts[at];
+        probability *= this.counts[child] / parentCount;
         if (probability < minTokenProb) break;
         candidate.push(this.tokens[child]);
         score += probability;
         at = child;
+        parentCount = this.counts[child];
       }
-      if (candidate.length > 0 && score >= out.score) {
+      if (candidate.length > 0 && score > out.score) {
         out.score = score;
         out.tokenIds.length = 0;
         for (const tokenId of candidate) out.tokenIds.push(tokenId);
@@ -216,5 +253,6 @@ export class SuffixTree {
     this.firstChildren = grown(this.firstChildren, NONE);
     this.nextSiblings = grown(this.nextSiblings, NONE);
     this.previousSiblings = grown(this.previousSiblings, NONE);
+    this.suffixLinks = grown(this.suffixLinks, 0);
   }
 }

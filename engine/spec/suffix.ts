@@ -67,8 +67,10 @@ export class SuffixProposer implements Proposer {
     if (maxNumTokens <= 0) return;
     const { maxSpecFactor, minTokenProb } = this.settings;
     const tokens = sequence.tokenIds;
-    this.indexOwn(sequence).speculate(tokens, maxNumTokens, maxSpecFactor, minTokenProb, this.own);
-    this.shared.speculate(tokens, maxNumTokens, maxSpecFactor, minTokenProb, this.recent);
+    this.indexOwn(sequence).speculateText(maxNumTokens, maxSpecFactor, minTokenProb, this.own);
+    // An empty shared tree (the root alone) has nothing to say.
+    if (this.shared.numNodes > 1) this.shared.speculate(tokens, maxNumTokens, maxSpecFactor, minTokenProb, this.recent);
+    else this.recent.score = 0;
     const best = this.recent.score > this.own.score ? this.recent : this.own;
     for (const tokenId of best.tokenIds) out.push(tokenId);
   }

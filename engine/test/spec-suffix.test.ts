@@ -31,8 +31,8 @@ function numDistinctPaths(texts: number[][], maxDepth: number): number {
   return paths.size;
 }
 
-/** SuffixDecoding's greedy continuation, from counts of occurrences. */
-function referenceSpeculate(texts: number[][], maxDepth: number, context: number[], maxNumTokens: number, maxSpecFactor: number, minTokenProb: number): Speculation {
+/** SuffixDecoding's greedy continuation, from counts of occurrences; selfIndexed: context is the last text, its own occurrence not counted. */
+function referenceSpeculate(texts: number[][], maxDepth: number, context: number[], maxNumTokens: number, maxSpecFactor: number, minTokenProb: number, selfIndexed = false): Speculation {
   const alphabet = [...new Set(texts.flat())].sort((a, b) => a - b);
   const best: Speculation = { tokenIds: [], score: 0 };
   for (let matchLength = 1; matchLength <= Math.min(maxDepth, context.length); matchLength++) {
@@ -43,7 +43,8 @@ function referenceSpeculate(texts: number[][], maxDepth: number, context: number
     let score = 0;
     let probability = 1;
     while (tokenIds.length < limit) {
-      const parentCount = countOf(texts, path, maxDepth);
+      const parentCount = countOf(texts, path, maxDepth) - (selfIndexed && tokenIds.length === 0 ? 1 : 0);
+      if (parentCount === 0) break;
       let bestToken = -1;
       let bestCount = 0;
       for (const token of alphabet) {
@@ -82,6 +83,12 @@ test('the suffix tree counts continuations as a slow count of occurrences does, 
         else {
           tree.beginText();
           for (const token of text) tree.append(token);
+          // The text's own continuation, as a sequence's own tree proposes it.
+          const maxNumTokens = 1 + Math.floor(random() * 8);
+          tree.speculateText(maxNumTokens, 2, 0.1, out);
+          const expected = referenceSpeculate([...texts, text], maxDepth, text, maxNumTokens, 2, 0.1, true);
+          assert.deepEqual(out.tokenIds, expected.tokenIds, `seed ${seed}: own continuation of ${JSON.stringify({ maxDepth, texts, text, maxNumTokens })}`);
+          assert.ok(Math.abs(out.score - expected.score) < 1e-9);
         }
         texts.push(text);
       }
