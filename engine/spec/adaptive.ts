@@ -88,13 +88,22 @@ export interface DraftCandidate {
 const MARGIN = 1.1;
 
 /**
+ * Whether a proposal sure to be accepted would pay in a step of numSeqs decodes: when not (the
+ * step is compute-bound), no proposal is worth making, or even looking up.
+ */
+export function anyProposalPays(stepCost: StepCost, numSeqs: number): boolean {
+  return stepCost.baseMs > MARGIN * stepCost.perTokenMs * numSeqs;
+}
+
+/**
  * Fills numChosen[i] with the proposals candidate i verifies: greedily, the proposal with the
  * best chance of acceptance (acceptance^position) next, while its expected tokens per unit of
- * cost beat the step's (with a margin), up to budget tokens.
+ * cost beat the step's (with a margin), up to budget tokens; the step decodes numStepSeqs sequences.
  */
-export function chooseDraftCounts(candidates: readonly DraftCandidate[], stepCost: StepCost, budget: number, numChosen: Int32Array): void {
+export function chooseDraftCounts(candidates: readonly DraftCandidate[], stepCost: StepCost, budget: number, numChosen: Int32Array, numStepSeqs = candidates.length): void {
   numChosen.fill(0, 0, candidates.length);
-  let expectedTokens = candidates.length;
+  // Every decode of the step yields its token, whether it speculates or not.
+  let expectedTokens = numStepSeqs;
   let cost = stepCost.baseMs;
   const perTokenRatio = stepCost.perTokenMs;
   for (let remaining = budget; remaining > 0; remaining--) {

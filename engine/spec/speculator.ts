@@ -1,7 +1,7 @@
 // The scheduler's side of speculative decoding: per step, which decoding sequences verify how
 // many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
-import { chooseDraftCounts, StepCostModel, acceptanceRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import { anyProposalPays, chooseDraftCounts, StepCostModel, acceptanceRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
 import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
@@ -42,6 +42,14 @@ export class Speculator {
    */
   choose(sequences: readonly SpeculatingSequence[], baseTokens: number, budget: number): Int32Array {
     if (this.numChosen.length < sequences.length) this.numChosen = new Int32Array(Math.max(sequences.length, 2 * this.numChosen.length));
+    const adaptive = this.config.adaptive !== false;
+    const stepCost = this.costModel.costAt(baseTokens);
+    // Compute-bound: nothing is proposed, and the step costs no more than plain decoding's.
+    if (adaptive && !anyProposalPays(stepCost, baseTokens)) {
+      for (const sequence of sequences) sequence.proposal.length = 0;
+      this.numChosen.fill(0, 0, sequences.length);
+      return this.numChosen;
+    }
     const candidates = this.candidates;
     candidates.length = 0;
     for (const sequence of sequences) {
@@ -49,14 +57,14 @@ export class Speculator {
       const { acceptance } = sequence;
       candidates.push({ acceptanceRate: acceptance === null ? 0 : acceptanceRate(acceptance), numAvailable: acceptance === null ? 0 : sequence.proposal.length });
     }
-    if (this.config.adaptive === false) {
+    if (!adaptive) {
       let remaining = budget;
       candidates.forEach((candidate, i) => {
         this.numChosen[i] = Math.min(candidate.numAvailable, remaining);
         remaining -= this.numChosen[i];
       });
     } else {
-      chooseDraftCounts(candidates, this.costModel.costAt(baseTokens), budget, this.numChosen);
+      chooseDraftCounts(candidates, stepCost, budget, this.numChosen, Math.max(baseTokens, candidates.length));
     }
     return this.numChosen;
   }

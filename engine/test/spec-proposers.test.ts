@@ -3,6 +3,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NgramProposer } from '../spec/ngram.ts';
 import { seeded } from './spec-harness.ts';
+import { Speculator, type SpeculatingSequence } from '../spec/speculator.ts';
+import type { ProposerInput } from '../spec/proposer.ts';
 import { StepCostModel, acceptanceRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
 
 /** The longest suffix of n in [min, max] that occurs earlier, its latest occurrence, what followed. */
@@ -98,4 +100,31 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
   // Compute-bound (a token costs as much as the step): nothing pays.
   chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
   assert.equal(chosen[0], 0);
+});
+
+test('compute-bound steps propose nothing and look nothing up; memory-bound ones speculate', () => {
+  let numLookups = 0;
+  const proposer = {
+    propose(_sequence: ProposerInput, maxNumTokens: number, out: number[]) {
+      numLookups++;
+      out.length = 0;
+      for (let i = 0; i < maxNumTokens; i++) out.push(i);
+    },
+  };
+  const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
+  const sequences = (n: number): SpeculatingSequence[] =>
+    Array.from({ length: n }, () => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: { numAccepted: 9, numVerified: 10 } }));
+  // Steps nearly proportional to their tokens: even a sure proposal yields no more per millisecond.
+  const computeBound = new Speculator(config, proposer);
+  for (let n = 1; n <= 40; n++) computeBound.observeStep(n, 0.2 + n / 2);
+  const batch = sequences(32);
+  const chosen = computeBound.choose(batch, 32, 1000);
+  assert.deepEqual(Array.from(chosen.subarray(0, 32)), new Array<number>(32).fill(0));
+  assert.equal(numLookups, 0, 'no proposer call when nothing can pay');
+  assert.ok(batch.every((sequence) => sequence.proposal.length === 0));
+  // The fixed part dominates: one decode speculates, and the proposer is asked.
+  const memoryBound = new Speculator(config, proposer);
+  for (let n = 1; n <= 40; n++) memoryBound.observeStep(n, 10 + n / 100);
+  assert.ok(memoryBound.choose(sequences(1), 1, 1000)[0] > 0);
+  assert.equal(numLookups, 1);
 });
