@@ -1,7 +1,7 @@
 // The scheduler's side of speculative decoding: per step, which decoding sequences verify how
 // many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
-import { anyProposalPays, chooseDraftCounts, StepCostModel, acceptanceRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import { anyProposalPays, chooseDraftCounts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
 import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
@@ -55,7 +55,11 @@ export class Speculator {
     for (const sequence of sequences) {
       this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
       const { acceptance } = sequence;
-      candidates.push({ acceptanceRate: acceptance === null ? 0 : acceptanceRate(acceptance), numAvailable: acceptance === null ? 0 : sequence.proposal.length });
+      candidates.push(
+        acceptance === null
+          ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0 }
+          : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: sequence.proposal.length },
+      );
     }
     if (!adaptive) {
       let remaining = budget;

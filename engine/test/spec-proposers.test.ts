@@ -5,7 +5,7 @@ import { NgramProposer } from '../spec/ngram.ts';
 import { seeded } from './spec-harness.ts';
 import { Speculator, type SpeculatingSequence } from '../spec/speculator.ts';
 import type { ProposerInput } from '../spec/proposer.ts';
-import { StepCostModel, acceptanceRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
+import { StepCostModel, acceptanceRate, continuationRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
 
 /** The longest suffix of n in [min, max] that occurs earlier, its latest occurrence, what followed. */
 function referenceLookup(tokens: number[], min: number, max: number, k: number): number[] {
@@ -51,6 +51,18 @@ test('acceptance is a decaying ratio of accepted to verified proposals', () => {
   // The first rejected of four ends the verification: one verified, none accepted.
   for (let i = 0; i < 100; i++) recordVerification(stats, 4, 0);
   assert.ok(acceptanceRate(stats) < 0.01);
+  // Later positions apart: the first of four always accepted, the second never.
+  const bursty = newAcceptanceStats();
+  assert.equal(continuationRate(bursty), 0.5);
+  for (let i = 0; i < 100; i++) recordVerification(bursty, 4, 1);
+  assert.ok(acceptanceRate(bursty) > 0.99 && continuationRate(bursty) < 0.01);
+  // All four accepted: three later positions verified and accepted each time.
+  for (let i = 0; i < 100; i++) recordVerification(bursty, 4, 4);
+  assert.ok(continuationRate(bursty) > 0.99);
+  // A first proposal rejected says nothing of later positions.
+  const before = continuationRate(bursty);
+  recordVerification(bursty, 4, 0);
+  assert.equal(continuationRate(bursty), before);
 });
 
 test('the cost model fits a line to decode steps, read at the step at hand', (t) => {
@@ -71,8 +83,9 @@ test('the cost model fits a line to decode steps, read at the step at hand', (t)
 /** The expected tokens per millisecond of a choice. */
 function throughput(candidates: DraftCandidate[], counts: number[], cost: StepCost): number {
   let expected = 0;
-  candidates.forEach(({ acceptanceRate: a }, i) => {
-    for (let j = 0; j <= counts[i]; j++) expected += a ** j;
+  candidates.forEach(({ acceptanceRate: a, continuationRate: r = a }, i) => {
+    expected += 1;
+    for (let j = 1; j <= counts[i]; j++) expected += a * r ** (j - 1);
   });
   return expected / (cost.baseMs + cost.perTokenMs * counts.reduce((sum, c) => sum + c, 0));
 }
@@ -82,7 +95,7 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
   const chosen = new Int32Array(64);
   for (let trial = 0; trial < 300; trial++) {
     const numSeqs = 1 + Math.floor(random() * 32);
-    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, numAvailable: Math.floor(random() * 9) }));
+    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, continuationRate: random() < 0.5 ? undefined : random(), numAvailable: Math.floor(random() * 9) }));
     const cost = { baseMs: 1 + random() * 50, perTokenMs: random() < 0.5 ? random() * 0.5 : random() * 5 };
     chooseDraftCounts(candidates, cost, 1000, chosen);
     const counts = Array.from(chosen.subarray(0, numSeqs));
@@ -113,7 +126,7 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   };
   const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
   const sequences = (n: number): SpeculatingSequence[] =>
-    Array.from({ length: n }, () => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: { numAccepted: 9, numVerified: 10 } }));
+    Array.from({ length: n }, () => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: { numAccepted: 9, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 } }));
   // Steps nearly proportional to their tokens: even a sure proposal yields no more per millisecond.
   const computeBound = new Speculator(config, proposer);
   for (let n = 1; n <= 40; n++) computeBound.observeStep(n, 0.2 + n / 2);
