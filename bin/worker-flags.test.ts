@@ -45,10 +45,19 @@ test('speculative_config travels to the worker in vLLM\'s spelling, with vLLM\'s
   assert.deepEqual(spawned({ method: 'ngram', num_speculative_tokens: 4 }), { method: 'ngram', numSpeculativeTokens: 4, promptLookupMin: 5, promptLookupMax: 5, adaptive: true });
   assert.deepEqual(spawned({ method: 'ngram', num_speculative_tokens: 3, prompt_lookup_max: 4, adaptive: false }), { method: 'ngram', numSpeculativeTokens: 3, promptLookupMin: 4, promptLookupMax: 4, adaptive: false });
   assert.deepEqual(spawned({ method: 'ngram', num_speculative_tokens: 8, prompt_lookup_min: 2, prompt_lookup_max: 6 }), { method: 'ngram', numSpeculativeTokens: 8, promptLookupMin: 2, promptLookupMax: 6, adaptive: true });
+  assert.deepEqual(spawned({ method: 'suffix', num_speculative_tokens: 8, suffix_decoding_max_tree_depth: 16, suffix_decoding_min_token_prob: 0.2 }), {
+    method: 'suffix',
+    numSpeculativeTokens: 8,
+    promptLookupMin: 5,
+    promptLookupMax: 5,
+    adaptive: true,
+    suffix: { maxTreeDepth: 16, maxCachedRequests: 10_000, maxCachedTokens: 1 << 17, maxSpecFactor: 1, minTokenProb: 0.2 },
+  });
   const flag = (value: string) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--speculative-config', value]).speculative;
   assert.equal(flag('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"prompt_lookup_max":3}')?.promptLookupMax, 3);
   for (const bad of ['{"method":"eagle","num_speculative_tokens":2}', '{"method":"ngram"}', '{"method":"ngram","num_speculative_tokens":0}',
-    '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":4,"prompt_lookup_max":2}', '{"method":"ngram","num_speculative_tokens":2,"typo":1}', 'ngram']) {
+    '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":4,"prompt_lookup_max":2}', '{"method":"ngram","num_speculative_tokens":2,"typo":1}', 'ngram',
+    '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_max_tree_depth":0}', '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_min_token_prob":2}']) {
     assert.throws(() => flag(bad), /--speculative-config/, bad);
   }
 });

@@ -7,6 +7,7 @@ import type { LlmModelConfig } from '../configs/schema.ts';
 import { logLevelSchema, modelSchema, routerSchema, servedName, type LogLevel } from '../configs/schema.ts';
 import { prefillLimitsFor, type PrefillLimits } from '../engine/scheduler.ts';
 import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
+import { SUFFIX_DEFAULTS } from '../engine/spec/suffix.ts';
 import type { SharedStateSettings, WorkerSettings } from '../engine/worker.ts';
 
 /** The KV-cache size of a worker whose configuration names none. */
@@ -152,7 +153,24 @@ export function speculativeConfigOf(model: LlmModelConfig): SpeculativeConfig | 
     promptLookupMin,
     promptLookupMax: spec.prompt_lookup_max ?? promptLookupMin,
     adaptive: spec.adaptive,
+    ...(spec.method === 'suffix' && {
+      suffix: {
+        ...SUFFIX_DEFAULTS,
+        ...definedOnly({
+          maxTreeDepth: spec.suffix_decoding_max_tree_depth,
+          maxCachedRequests: spec.suffix_decoding_max_cached_requests,
+          maxCachedTokens: spec.suffix_decoding_max_cached_tokens,
+          maxSpecFactor: spec.suffix_decoding_max_spec_factor,
+          minTokenProb: spec.suffix_decoding_min_token_prob,
+        }),
+      },
+    }),
   };
+}
+
+/** The fields that are set: absent ones keep the defaults they are spread over. */
+function definedOnly<T extends object>(fields: T): Partial<T> {
+  return Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)) as Partial<T>;
 }
 
 type WorkerFlagValues = ReturnType<typeof parseArgs<{ options: typeof workerFlagOptions }>>['values'];

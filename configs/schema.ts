@@ -81,13 +81,23 @@ export const modelSchema = z
      * n tokens (n from prompt_lookup_max down to prompt_lookup_min; both 5 when neither is set,
      * the other one's value when one is); the step verifies up to num_speculative_tokens of them
      * per sequence, as many as pay (`adaptive`), and the output is exactly plain decoding's.
+     * `suffix` (SuffixDecoding) proposes the most frequent continuation of the sequence's latest
+     * tokens in suffix trees over its own tokens and over recent requests' outputs (at most
+     * suffix_decoding_max_cached_requests of them, suffix_decoding_max_cached_tokens tokens in
+     * all, oldest out first), as long as its estimated probability stays at least
+     * suffix_decoding_min_token_prob, at most suffix_decoding_max_spec_factor tokens per token matched.
      */
     speculative_config: z
       .object({
-        method: z.literal('ngram'),
+        method: z.enum(['ngram', 'suffix']),
         num_speculative_tokens: z.number().int().min(1).max(16),
         prompt_lookup_min: z.number().int().positive().optional(),
         prompt_lookup_max: z.number().int().positive().optional(),
+        suffix_decoding_max_tree_depth: z.number().int().min(1).max(64).optional(),
+        suffix_decoding_max_cached_requests: z.number().int().nonnegative().optional(),
+        suffix_decoding_max_cached_tokens: z.number().int().nonnegative().optional(),
+        suffix_decoding_max_spec_factor: z.number().positive().optional(),
+        suffix_decoding_min_token_prob: z.number().min(0).max(1).optional(),
         adaptive: z.boolean().default(true),
       })
       .strict()

@@ -694,6 +694,7 @@ export class Scheduler {
 
   private finish(sequence: Sequence): void {
     this.kv.free(sequence);
+    this.config.speculator?.finish(sequence);
     this.sequences.delete(sequence.requestId);
     if (sequence.isRunning) {
       this.running.remove(sequence);

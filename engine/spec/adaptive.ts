@@ -7,30 +7,47 @@
 // acceptance is an exponentially decaying ratio of accepted to verified proposals, so nothing
 // is tuned to one machine.
 
-/** Each sequence's acceptance of its proposals, position by position. */
+/**
+ * Each sequence's acceptance of its proposals: of the first proposal of a step, and of each later
+ * one given that all before it were accepted. They differ: a sequence that copies a span goes on
+ * copying it, so a proposal that follows accepted ones is likelier accepted than a first one.
+ */
 export interface AcceptanceStats {
-  /** Decaying counts: proposals accepted, and proposals verified (each that had all before it accepted). */
+  /** Decaying counts: first proposals accepted, and first proposals verified. */
   numAccepted: number;
   numVerified: number;
+  /** Decaying counts: later proposals accepted, and later proposals verified (each that had all before it accepted). */
+  numContinuedAccepted: number;
+  numContinuedVerified: number;
 }
 
 /** Weight of the past against one new verification. */
 const ACCEPTANCE_DECAY = 0.9;
-/** A new sequence's prior: one accepted of two verified. */
+/** A new sequence's prior: one accepted of two verified, at either kind of position. */
 export function newAcceptanceStats(): AcceptanceStats {
-  return { numAccepted: 1, numVerified: 2 };
+  return { numAccepted: 1, numVerified: 2, numContinuedAccepted: 1, numContinuedVerified: 2 };
 }
 
+/** The chance that a step's first proposal is accepted. */
 export function acceptanceRate(stats: AcceptanceStats): number {
   return stats.numAccepted / stats.numVerified;
+}
+
+/** The chance that a later proposal is accepted once all before it were. */
+export function continuationRate(stats: AcceptanceStats): number {
+  return stats.numContinuedAccepted / stats.numContinuedVerified;
 }
 
 /** Records one verification: numProposed tokens proposed, numAccepted of them accepted in order. */
 export function recordVerification(stats: AcceptanceStats, numProposed: number, numAccepted: number): void {
   if (numProposed === 0) return;
-  const numVerified = Math.min(numAccepted + 1, numProposed);
-  stats.numAccepted = stats.numAccepted * ACCEPTANCE_DECAY + numAccepted;
-  stats.numVerified = stats.numVerified * ACCEPTANCE_DECAY + numVerified;
+  stats.numAccepted = stats.numAccepted * ACCEPTANCE_DECAY + (numAccepted > 0 ? 1 : 0);
+  stats.numVerified = stats.numVerified * ACCEPTANCE_DECAY + 1;
+  if (numAccepted === 0 || numProposed === 1) return;
+  // Later positions verified: up to the first rejected one, or all of them.
+  const numContinuedVerified = Math.min(numAccepted + 1, numProposed) - 1;
+  stats.numContinuedAccepted = stats.numContinuedAccepted * ACCEPTANCE_DECAY + (numAccepted - 1);
+  stats.numContinuedVerified = stats.numContinuedVerified * ACCEPTANCE_DECAY + numContinuedVerified;
 }
 
 /** A step's cost as the model predicts it: the time of the step as it stands, and of each token more. */
@@ -78,9 +95,12 @@ export class StepCostModel {
   }
 }
 
-/** One decoding sequence's candidates: its acceptance rate and how many proposals it has. */
+/** One decoding sequence's candidates: its acceptance rates and how many proposals it has. */
 export interface DraftCandidate {
+  /** Of its first proposal. */
   acceptanceRate: number;
+  /** Of each later one, given those before were accepted; acceptanceRate's when absent. */
+  continuationRate?: number;
   numAvailable: number;
 }
 
@@ -88,22 +108,32 @@ export interface DraftCandidate {
 const MARGIN = 1.1;
 
 /**
- * Fills numChosen[i] with the proposals candidate i verifies: greedily, the proposal with the
- * best chance of acceptance (acceptance^position) next, while its expected tokens per unit of
- * cost beat the step's (with a margin), up to budget tokens.
+ * Whether a proposal sure to be accepted would pay in a step of numSeqs decodes: when not (the
+ * step is compute-bound), no proposal is worth making, or even looking up.
  */
-export function chooseDraftCounts(candidates: readonly DraftCandidate[], stepCost: StepCost, budget: number, numChosen: Int32Array): void {
+export function anyProposalPays(stepCost: StepCost, numSeqs: number): boolean {
+  return stepCost.baseMs > MARGIN * stepCost.perTokenMs * numSeqs;
+}
+
+/**
+ * Fills numChosen[i] with the proposals candidate i verifies: greedily, the proposal with the
+ * best chance of acceptance (first rate × continuation rate^position) next, while its expected tokens per unit of
+ * cost beat the step's (with a margin), up to budget tokens; the step decodes numStepSeqs sequences.
+ */
+export function chooseDraftCounts(candidates: readonly DraftCandidate[], stepCost: StepCost, budget: number, numChosen: Int32Array, numStepSeqs = candidates.length): void {
   numChosen.fill(0, 0, candidates.length);
-  let expectedTokens = candidates.length;
+  // Every decode of the step yields its token, whether it speculates or not.
+  let expectedTokens = numStepSeqs;
   let cost = stepCost.baseMs;
   const perTokenRatio = stepCost.perTokenMs;
   for (let remaining = budget; remaining > 0; remaining--) {
     let best = -1;
     let bestGain = 0;
     for (let i = 0; i < candidates.length; i++) {
-      const { acceptanceRate, numAvailable } = candidates[i];
+      const { acceptanceRate, continuationRate = acceptanceRate, numAvailable } = candidates[i];
       if (numChosen[i] >= numAvailable) continue;
-      const gain = acceptanceRate ** (numChosen[i] + 1);
+      // The chance that this proposal and every one before it are accepted.
+      const gain = acceptanceRate * continuationRate ** numChosen[i];
       if (gain > bestGain) {
         best = i;
         bestGain = gain;

@@ -3,10 +3,11 @@
 // guess costs a query token; a wrong one costs nothing else, since the sampler emits what plain
 // decoding would have emitted whatever was proposed.
 import { NgramProposer } from './ngram.ts';
+import { SUFFIX_DEFAULTS, SuffixProposer, type SuffixSettings } from './suffix.ts';
 
 /** vLLM's speculative_config, camel-cased: the method and its limits. */
 export interface SpeculativeConfig {
-  method: 'ngram';
+  method: 'ngram' | 'suffix';
   /** Most tokens proposed for a sequence in one step; adaptivity picks 0 .. this per step. */
   numSpeculativeTokens: number;
   /** ngram: the shortest and longest suffix of the sequence looked up in its own tokens. */
@@ -14,6 +15,8 @@ export interface SpeculativeConfig {
   promptLookupMax: number;
   /** Choose each sequence's count per step from its acceptance and the step's cost (default on). */
   adaptive?: boolean;
+  /** suffix: the trees' depth, the recent outputs kept, how far a proposal goes (SUFFIX_DEFAULTS where absent). */
+  suffix?: Partial<SuffixSettings>;
 }
 
 /** What a proposer reads of a sequence: its known tokens (prompt, then output). */
@@ -25,12 +28,16 @@ export interface ProposerInput {
 export interface Proposer {
   /** Writes up to maxNumTokens guessed next tokens into out (its length set to their count). */
   propose(sequence: ProposerInput, maxNumTokens: number, out: number[]): void;
+  /** The sequence is done (finished, aborted or failed): what it learnt from it, it keeps; nothing else of it. */
+  finish?(sequence: ProposerInput): void;
 }
 
 export function createProposer(config: SpeculativeConfig): Proposer {
   switch (config.method) {
     case 'ngram':
       return new NgramProposer(config.promptLookupMin, config.promptLookupMax);
+    case 'suffix':
+      return new SuffixProposer({ ...SUFFIX_DEFAULTS, ...config.suffix });
   }
 }
 
@@ -38,7 +45,7 @@ export function createProposer(config: SpeculativeConfig): Proposer {
 export function speculativeConfigErrors(config: SpeculativeConfig): string[] {
   const errors: string[] = [];
   const { numSpeculativeTokens, promptLookupMin, promptLookupMax } = config;
-  if (config.method !== 'ngram') errors.push(`method must be 'ngram', not ${JSON.stringify(config.method)}`);
+  if (config.method !== 'ngram' && config.method !== 'suffix') errors.push(`method must be 'ngram' or 'suffix', not ${JSON.stringify(config.method)}`);
   if (!(Number.isInteger(numSpeculativeTokens) && numSpeculativeTokens >= 1 && numSpeculativeTokens <= MAX_SPECULATIVE_TOKENS)) {
     errors.push(`num_speculative_tokens must be an integer in [1, ${MAX_SPECULATIVE_TOKENS}], not ${numSpeculativeTokens}`);
   }
@@ -46,8 +53,19 @@ export function speculativeConfigErrors(config: SpeculativeConfig): string[] {
   if (!(Number.isInteger(promptLookupMax) && promptLookupMax >= promptLookupMin)) {
     errors.push(`prompt_lookup_max must be an integer >= prompt_lookup_min (${promptLookupMin}), not ${promptLookupMax}`);
   }
+  const suffix = { ...SUFFIX_DEFAULTS, ...config.suffix };
+  if (!(Number.isInteger(suffix.maxTreeDepth) && suffix.maxTreeDepth >= 1 && suffix.maxTreeDepth <= MAX_SUFFIX_TREE_DEPTH)) {
+    errors.push(`suffix_decoding_max_tree_depth must be an integer in [1, ${MAX_SUFFIX_TREE_DEPTH}], not ${suffix.maxTreeDepth}`);
+  }
+  if (!(Number.isInteger(suffix.maxCachedRequests) && suffix.maxCachedRequests >= 0)) errors.push(`suffix_decoding_max_cached_requests must be an integer >= 0, not ${suffix.maxCachedRequests}`);
+  if (!(Number.isInteger(suffix.maxCachedTokens) && suffix.maxCachedTokens >= 0)) errors.push(`suffix_decoding_max_cached_tokens must be an integer >= 0, not ${suffix.maxCachedTokens}`);
+  if (!(suffix.maxSpecFactor > 0)) errors.push(`suffix_decoding_max_spec_factor must be > 0, not ${suffix.maxSpecFactor}`);
+  if (!(suffix.minTokenProb >= 0 && suffix.minTokenProb <= 1)) errors.push(`suffix_decoding_min_token_prob must be in [0, 1], not ${suffix.minTokenProb}`);
   return errors;
 }
+
+/** Deepest suffix tree: each indexed token may cost this many nodes. */
+export const MAX_SUFFIX_TREE_DEPTH = 64;
 
 /** Most proposals per sequence per step: each is a row of logits and a sample in the pass. */
 export const MAX_SPECULATIVE_TOKENS = 16;

@@ -1,9 +1,9 @@
 // The scheduler's side of speculative decoding: per step, which decoding sequences verify how
 // many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
-import { chooseDraftCounts, StepCostModel, acceptanceRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import { anyProposalPays, chooseDraftCounts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
-import { createProposer, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
+import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
 /** A decoding sequence as the speculator sees it. */
 export interface SpeculatingSequence extends ProposerInput {
@@ -23,8 +23,11 @@ export class Speculator {
   private numChosen = new Int32Array(0);
   private counters: SpecDecodeCounters;
 
-  constructor(config: SpeculativeConfig, proposer: Proposer = createProposer(config)) {
+  constructor(config: SpeculativeConfig, proposer?: Proposer) {
+    const errors = speculativeConfigErrors(config);
+    if (errors.length > 0) throw new Error(`speculative_config: ${errors.join('; ')}`);
     this.config = config;
+    proposer ??= createProposer(config);
     this.proposer = proposer;
     this.counters = emptyCounters(config.numSpeculativeTokens);
   }
@@ -39,21 +42,33 @@ export class Speculator {
    */
   choose(sequences: readonly SpeculatingSequence[], baseTokens: number, budget: number): Int32Array {
     if (this.numChosen.length < sequences.length) this.numChosen = new Int32Array(Math.max(sequences.length, 2 * this.numChosen.length));
+    const adaptive = this.config.adaptive !== false;
+    const stepCost = this.costModel.costAt(baseTokens);
+    // Compute-bound: nothing is proposed, and the step costs no more than plain decoding's.
+    if (adaptive && !anyProposalPays(stepCost, baseTokens)) {
+      for (const sequence of sequences) sequence.proposal.length = 0;
+      this.numChosen.fill(0, 0, sequences.length);
+      return this.numChosen;
+    }
     const candidates = this.candidates;
     candidates.length = 0;
     for (const sequence of sequences) {
       this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
       const { acceptance } = sequence;
-      candidates.push({ acceptanceRate: acceptance === null ? 0 : acceptanceRate(acceptance), numAvailable: acceptance === null ? 0 : sequence.proposal.length });
+      candidates.push(
+        acceptance === null
+          ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0 }
+          : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: sequence.proposal.length },
+      );
     }
-    if (this.config.adaptive === false) {
+    if (!adaptive) {
       let remaining = budget;
       candidates.forEach((candidate, i) => {
         this.numChosen[i] = Math.min(candidate.numAvailable, remaining);
         remaining -= this.numChosen[i];
       });
     } else {
-      chooseDraftCounts(candidates, this.costModel.costAt(baseTokens), budget, this.numChosen);
+      chooseDraftCounts(candidates, stepCost, budget, this.numChosen, Math.max(baseTokens, candidates.length));
     }
     return this.numChosen;
   }
@@ -80,6 +95,11 @@ export class Speculator {
   /** A decode step's measured time, scheduling to outputs (its tokens are decodes and proposals only), for the cost model. */
   observeStep(numTokens: number, forwardMs: number): void {
     this.costModel.observe(numTokens, forwardMs);
+  }
+
+  /** The sequence left the scheduler: its proposer may learn from its output (suffix) and forgets it. */
+  finish(sequence: ProposerInput): void {
+    this.proposer.finish?.(sequence);
   }
 
   takeCounters(): SpecDecodeCounters {

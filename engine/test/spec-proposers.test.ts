@@ -2,18 +2,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NgramProposer } from '../spec/ngram.ts';
-import { StepCostModel, acceptanceRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
-
-const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
-
-function mulberry32(state: number): () => number {
-  return () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seeded } from './spec-harness.ts';
+import { Speculator, type SpeculatingSequence } from '../spec/speculator.ts';
+import type { ProposerInput } from '../spec/proposer.ts';
+import { StepCostModel, acceptanceRate, continuationRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
 
 /** The longest suffix of n in [min, max] that occurs earlier, its latest occurrence, what followed. */
 function referenceLookup(tokens: number[], min: number, max: number, k: number): number[] {
@@ -27,7 +19,7 @@ function referenceLookup(tokens: number[], min: number, max: number, k: number):
   return [];
 }
 
-test('ngram proposes what followed the latest earlier occurrence of the longest matching suffix', () => {
+test('ngram proposes what followed the latest earlier occurrence of the longest matching suffix', (t) => {
   const proposer = new NgramProposer(2, 4);
   const out: number[] = [];
   proposer.propose({ tokenIds: [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3], numPromptTokens: 4 }, 3, out);
@@ -39,7 +31,7 @@ test('ngram proposes what followed the latest earlier occurrence of the longest 
   proposer.propose({ tokenIds: [6, 6, 6, 6], numPromptTokens: 1 }, 5, out);
   assert.deepEqual(out, [6]);
 
-  const random = mulberry32(seed);
+  const { seed, random } = seeded(t);
   for (let trial = 0; trial < 500; trial++) {
     const alphabet = 2 + Math.floor(random() * 6);
     const tokens = Array.from({ length: 1 + Math.floor(random() * 60) }, () => Math.floor(random() * alphabet));
@@ -59,14 +51,26 @@ test('acceptance is a decaying ratio of accepted to verified proposals', () => {
   // The first rejected of four ends the verification: one verified, none accepted.
   for (let i = 0; i < 100; i++) recordVerification(stats, 4, 0);
   assert.ok(acceptanceRate(stats) < 0.01);
+  // Later positions apart: the first of four always accepted, the second never.
+  const bursty = newAcceptanceStats();
+  assert.equal(continuationRate(bursty), 0.5);
+  for (let i = 0; i < 100; i++) recordVerification(bursty, 4, 1);
+  assert.ok(acceptanceRate(bursty) > 0.99 && continuationRate(bursty) < 0.01);
+  // All four accepted: three later positions verified and accepted each time.
+  for (let i = 0; i < 100; i++) recordVerification(bursty, 4, 4);
+  assert.ok(continuationRate(bursty) > 0.99);
+  // A first proposal rejected says nothing of later positions.
+  const before = continuationRate(bursty);
+  recordVerification(bursty, 4, 0);
+  assert.equal(continuationRate(bursty), before);
 });
 
-test('the cost model fits a line to decode steps, read at the step at hand', () => {
+test('the cost model fits a line to decode steps, read at the step at hand', (t) => {
   const model = new StepCostModel();
   assert.deepEqual(model.costAt(0), { baseMs: 1, perTokenMs: 1 / 16 }, 'the prior before any step');
   model.observe(4, 20);
   assert.deepEqual(model.costAt(4), { baseMs: 20, perTokenMs: 1 }, 'one step: the prior, scaled to it');
-  const random = mulberry32(seed);
+  const { random } = seeded(t);
   for (let i = 0; i < 200; i++) {
     const numTokens = 1 + Math.floor(random() * 9);
     model.observe(numTokens, 10 + 0.5 * numTokens);
@@ -79,18 +83,19 @@ test('the cost model fits a line to decode steps, read at the step at hand', () 
 /** The expected tokens per millisecond of a choice. */
 function throughput(candidates: DraftCandidate[], counts: number[], cost: StepCost): number {
   let expected = 0;
-  candidates.forEach(({ acceptanceRate: a }, i) => {
-    for (let j = 0; j <= counts[i]; j++) expected += a ** j;
+  candidates.forEach(({ acceptanceRate: a, continuationRate: r = a }, i) => {
+    expected += 1;
+    for (let j = 1; j <= counts[i]; j++) expected += a * r ** (j - 1);
   });
   return expected / (cost.baseMs + cost.perTokenMs * counts.reduce((sum, c) => sum + c, 0));
 }
 
-test('draft counts: every proposal chosen raises the expected tokens per millisecond, and the next would not', () => {
-  const random = mulberry32(seed);
+test('draft counts: every proposal chosen raises the expected tokens per millisecond, and the next would not', (t) => {
+  const { seed, random } = seeded(t);
   const chosen = new Int32Array(64);
   for (let trial = 0; trial < 300; trial++) {
     const numSeqs = 1 + Math.floor(random() * 32);
-    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, numAvailable: Math.floor(random() * 9) }));
+    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, continuationRate: random() < 0.5 ? undefined : random(), numAvailable: Math.floor(random() * 9) }));
     const cost = { baseMs: 1 + random() * 50, perTokenMs: random() < 0.5 ? random() * 0.5 : random() * 5 };
     chooseDraftCounts(candidates, cost, 1000, chosen);
     const counts = Array.from(chosen.subarray(0, numSeqs));
@@ -108,4 +113,31 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
   // Compute-bound (a token costs as much as the step): nothing pays.
   chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
   assert.equal(chosen[0], 0);
+});
+
+test('compute-bound steps propose nothing and look nothing up; memory-bound ones speculate', () => {
+  let numLookups = 0;
+  const proposer = {
+    propose(_sequence: ProposerInput, maxNumTokens: number, out: number[]) {
+      numLookups++;
+      out.length = 0;
+      for (let i = 0; i < maxNumTokens; i++) out.push(i);
+    },
+  };
+  const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
+  const sequences = (n: number): SpeculatingSequence[] =>
+    Array.from({ length: n }, () => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: { numAccepted: 9, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 } }));
+  // Steps nearly proportional to their tokens: even a sure proposal yields no more per millisecond.
+  const computeBound = new Speculator(config, proposer);
+  for (let n = 1; n <= 40; n++) computeBound.observeStep(n, 0.2 + n / 2);
+  const batch = sequences(32);
+  const chosen = computeBound.choose(batch, 32, 1000);
+  assert.deepEqual(Array.from(chosen.subarray(0, 32)), new Array<number>(32).fill(0));
+  assert.equal(numLookups, 0, 'no proposer call when nothing can pay');
+  assert.ok(batch.every((sequence) => sequence.proposal.length === 0));
+  // The fixed part dominates: one decode speculates, and the proposer is asked.
+  const memoryBound = new Speculator(config, proposer);
+  for (let n = 1; n <= 40; n++) memoryBound.observeStep(n, 10 + n / 100);
+  assert.ok(memoryBound.choose(sequences(1), 1, 1000)[0] > 0);
+  assert.equal(numLookups, 1);
 });

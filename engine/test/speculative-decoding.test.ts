@@ -15,17 +15,7 @@ import { NativeRunner } from '../native-runner.ts';
 import type { Proposer, ProposerInput, SpeculativeConfig } from '../spec/proposer.ts';
 import type { RequestOutput, SamplingParams, SpecDecodeCounters, StepReport } from '../types.ts';
 import { RecordingRunner, TINY_EOS, TINY_VOCAB_SIZE, blockSizeTokens, load, tinyCheckpoint } from './tiny-model.ts';
-
-const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
-
-function mulberry32(state: number): () => number {
-  return () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seeded } from './spec-harness.ts';
 
 interface Case {
   requestId: string;
@@ -170,7 +160,7 @@ function computedBlockHashes(cases: Case[], outputs: Generated[]): Set<BlockHash
   return hashes;
 }
 
-function assertSameOutputs(actual: Generated[], expected: Generated[], cases: Case[], label: string): void {
+function assertSameOutputs(actual: Generated[], expected: Generated[], cases: Case[], label: string, seed: number): void {
   actual.forEach((output, i) => {
     const context = `${label}: ${cases[i].requestId} (seed ${seed}) ${JSON.stringify(cases[i].sampling, (_, v) => (typeof v === 'bigint' ? `${v}n` : v))}`;
     assert.deepEqual(output.tokenIds, expected[i].tokenIds, context);
@@ -185,7 +175,7 @@ test('speculative decoding emits bitwise the tokens and logprobs of plain decodi
   const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-spec-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const modelDir = tinyCheckpoint(dir);
-  const random = mulberry32(seed);
+  const { seed, random } = seeded(t);
   const cases = makeCases(random, 20);
   // Room for every request at once: the reference, alone, needs no preemption.
   const plain = await run(modelDir, cases, { numKvBlocks: 256, batched: false });
@@ -194,6 +184,7 @@ test('speculative decoding emits bitwise the tokens and logprobs of plain decodi
   for (const hash of plain.storedHashes) assert.ok(expectedHashes.has(hash));
 
   const fixed: SpeculativeConfig = { method: 'ngram', numSpeculativeTokens: 5, promptLookupMin: 1, promptLookupMax: 3, adaptive: false };
+  const suffix: SpeculativeConfig = { ...fixed, method: 'suffix', suffix: { maxTreeDepth: 12, maxSpecFactor: 2, minTokenProb: 0.05 } };
   const variants: Array<{ label: string; batched: boolean; numKvBlocks: number; proposer?: Proposer; speculative: SpeculativeConfig; accepts: boolean }> = [
     { label: 'oracle, alone', batched: false, numKvBlocks: 256, proposer: new OracleProposer(continuations, random, 0.15), speculative: fixed, accepts: true },
     // 40 blocks of 4 tokens: six requests of up to ~90 tokens preempt each other.
@@ -201,10 +192,13 @@ test('speculative decoding emits bitwise the tokens and logprobs of plain decodi
     { label: 'garbage, batched under preemption', batched: true, numKvBlocks: 40, proposer: new GarbageProposer(random), speculative: fixed, accepts: false },
     { label: 'ngram, batched', batched: true, numKvBlocks: 256, speculative: fixed, accepts: false },
     { label: 'ngram adaptive, batched', batched: true, numKvBlocks: 40, speculative: { ...fixed, adaptive: true }, accepts: false },
+    // One after another, each request learns from the outputs of those before it.
+    { label: 'suffix, alone', batched: false, numKvBlocks: 256, speculative: suffix, accepts: false },
+    { label: 'suffix adaptive, batched under preemption', batched: true, numKvBlocks: 40, speculative: { ...suffix, adaptive: true }, accepts: false },
   ];
   for (const variant of variants) {
     const result = await run(modelDir, cases, variant);
-    assertSameOutputs(result.outputs, plain.outputs, cases, variant.label);
+    assertSameOutputs(result.outputs, plain.outputs, cases, variant.label, seed);
     assert.ok(result.numVerifiedSteps > 0 || variant.speculative.adaptive === true, `${variant.label}: proposals were verified`);
     for (const hash of result.storedHashes) assert.ok(expectedHashes.has(hash), `${variant.label}: the prefix cache named a block plain decoding never computed`);
     const { counters } = result;

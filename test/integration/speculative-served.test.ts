@@ -78,3 +78,18 @@ test('num_speculative_tokens out of range is a 400', async () => {
     (err: unknown) => err instanceof OpenAI.BadRequestError,
   );
 });
+
+test('the Responses API takes num_speculative_tokens per request, as chat and completions do', async () => {
+  type ResponseParams = OpenAI.Responses.ResponseCreateParamsNonStreaming & { num_speculative_tokens?: number; ignore_eos?: boolean };
+  const base: ResponseParams = { model: modelName, input: 'one two three one two three one two', max_output_tokens: 40, temperature: 0, ignore_eos: true, store: false };
+  // One at a time, so that the counters' change belongs to the request.
+  const draftsBefore = await scrapeCounter('conduit_spec_decode_num_draft_tokens_total');
+  const plain = await client.responses.create({ ...base, num_speculative_tokens: 0 } as ResponseParams);
+  const draftsAfterPlain = await scrapeCounter('conduit_spec_decode_num_draft_tokens_total');
+  assert.equal(draftsAfterPlain, draftsBefore, 'num_speculative_tokens: 0 proposes nothing');
+  const speculated = await client.responses.create({ ...base, num_speculative_tokens: 4 } as ResponseParams);
+  assert.ok((await scrapeCounter('conduit_spec_decode_num_draft_tokens_total')) > draftsAfterPlain, 'num_speculative_tokens: 4 verifies proposals');
+  assert.equal(speculated.output_text, plain.output_text);
+  assert.ok(plain.output_text.length > 0);
+  await assert.rejects(client.responses.create({ ...base, num_speculative_tokens: 17 } as ResponseParams), (err: unknown) => err instanceof OpenAI.BadRequestError);
+});

@@ -76,7 +76,7 @@ const metadata = z
 
 const {
   model, temperature, top_p, top_k, min_p, seed, stop, stop_token_ids, ignore_eos, presence_penalty, frequency_penalty,
-  repetition_penalty, logit_bias, min_tokens, cache_salt, priority, user, stream,
+  repetition_penalty, logit_bias, min_tokens, cache_salt, priority, num_speculative_tokens, user, stream,
 } = generationFields;
 
 export const responseCreateSchema = z.object({
@@ -127,6 +127,7 @@ export const responseCreateSchema = z.object({
   min_tokens,
   cache_salt,
   priority,
+  num_speculative_tokens,
 });
 
 export type ResponseCreateRequest = z.infer<typeof responseCreateSchema>;
