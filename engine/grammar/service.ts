@@ -25,8 +25,8 @@ export interface GrammarServiceSettings {
   vocabSize: number;
   eosTokenIds: readonly number[];
   maxNumSeqs: number;
-  /** 2 by default; each holds its own xgrammar instance and vocabulary. */
-  numThreads?: number;
+  /** The model's grammar_threads; each holds its own xgrammar instance and vocabulary. */
+  numThreads: number;
   /** Compiled grammars each thread keeps (64 by default). */
   maxCachedGrammars?: number;
   /** Fill masks while the forward pass runs (the default), or before it starts (a benchmark's reference). */
@@ -202,7 +202,7 @@ export class GrammarService {
       ready,
       maxCachedGrammars: settings.maxCachedGrammars ?? 64,
     };
-    this.threads = Array.from({ length: Math.max(1, settings.numThreads ?? 2) }, () => new GrammarThread());
+    this.threads = Array.from({ length: Math.max(1, settings.numThreads) }, () => new GrammarThread());
     this.bitmaskRows = new Int32Array(settings.maxNumSeqs);
     this.tokenBitmask = new Int32Array(bitmask);
     this.ready = new Int32Array(ready);

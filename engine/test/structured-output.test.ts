@@ -39,7 +39,7 @@ interface Outcome {
 async function withEngine(fn: (engine: Engine, runner: RecordingRunner) => Promise<void>, maxNumBatchedTokens = 256): Promise<void> {
   const model = await loadModel({ modelDir: MODEL_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 512, blockSizeTokens: 16, numThreads: 2, kernel: 'auto' });
   const runner = new RecordingRunner(new NativeRunner(model, { maxModelLen: 2048, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens }));
-  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS });
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 2 });
   const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens, generationDefaults: { eosTokenIds: [EOS] }, grammars });
   try {
     await fn(engine, runner);
