@@ -183,6 +183,31 @@ test('what a new grammar forces from its start is output before anything is samp
   }, 64);
 });
 
+test('prefix tokens (Mistral\'s [TOOL_CALLS]) come first, unseen by the grammar, then its forced start and what it allows', async () => {
+  await withEngine(async (engine) => {
+    const PREFIX = [4000, 4001];
+    for (const [i, jumpForward] of [true, false].entries()) {
+      const outcome = await generate(engine, request(`prefix-${i}`, { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) }, prefixTokenIds: PREFIX, jumpForward }, 70 + i));
+      assert.equal(outcome.finishReason, 'stop', outcome.error);
+      assert.deepEqual(outcome.tokenIds.slice(0, 2), PREFIX);
+      const rest = textOf(outcome.tokenIds.slice(2, -1));
+      assert.ok(rest.startsWith('{"name": "'), rest);
+      JSON.parse(rest);
+    }
+    const choice = await generate(engine, request('prefix-choice', { constraint: { kind: 'choice', choices: ['left', 'right'] }, prefixTokenIds: [5] }, 72));
+    assert.equal(choice.tokenIds[0], 5);
+    assert.ok(['left', 'right'].includes(textOf(choice.tokenIds.slice(1, -1))), textOf(choice.tokenIds));
+    for (const [structured, message] of [
+      [{ constraint: { kind: 'choice', choices: ['a'] }, prefixTokenIds: [VOCAB_SIZE] }, /prefixTokenIds must be token ids below 4096/],
+      [{ constraint: { kind: 'choice', choices: ['a'] }, prefixTokenIds: [5], constrainAfter: '</think>' }, /cannot come with constrainAfter/],
+    ] as Array<[StructuredOutput, RegExp]>) {
+      const refused = await generate(engine, request('prefix-bad', structured, 73));
+      assert.equal(refused.finishReason, 'error');
+      assert.match(refused.error!, message);
+    }
+  });
+});
+
 test('constrained and free requests in shared batches give what each gives alone, token for token', async () => {
   const structured = (i: number): StructuredOutput | undefined =>
     i % 3 === 0 ? undefined : i % 3 === 1 ? { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } } : { constraint: { kind: 'regex', pattern: '(ab|[0-9]{2})+!' }, jumpForward: false };
@@ -222,6 +247,7 @@ test('every kind of constraint crosses engine.proto intact: the same tokens as a
     { constraint: { kind: 'grammar', grammar: 'root ::= "<" [0-9]+ ">"' } },
     { constraint: { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format: { type: 'const_string', value: 'fixed' } }) } },
     { constraint: { kind: 'regex', pattern: '[0-9]+' }, constrainAfter: 'x' },
+    { constraint: { kind: 'choice', choices: ['left', 'right'] }, prefixTokenIds: [7, 8] },
   ];
   await withEngine(async (engine) => {
     const server = await serveEngine(engine, '127.0.0.1:0');
