@@ -192,6 +192,9 @@ async function main() {
       await run(engine, requestOf('free', 'warm-free', 0, 8));
     }
     const modes: Array<[Mode, Engine]> = [['free', overlapped], ['masked', overlapped], ['jump-forward', overlapped], ['masked, serial', serial]];
+    const verdicts: string[] = [];
+    const verdict = (name: string, ratio: number, target: number, atLeast: boolean) =>
+      verdicts.push(`${name} ${fmt(ratio, 2)} x (target ${atLeast ? '>=' : '<='} ${target} x: ${(atLeast ? ratio >= target : ratio <= target) ? 'met' : 'NOT met'})`);
     for (const batchSize of [1, MAX_NUM_SEQS]) {
       const rates = new Map<Mode, number[]>(modes.map(([mode]) => [mode, []]));
       for (let round = 0; round < numRounds; round++) {
@@ -205,6 +208,7 @@ async function main() {
           `with jump-forward ${rate('jump-forward')} tok/s = ${fmt(ratio('jump-forward'), 2)} x; ` +
           `masks filled before the forward pass ${rate('masked, serial')} tok/s = ${fmt(ratio('masked, serial'), 2)} x`,
       );
+      verdict(`constrained / free tokens/s at batch ${batchSize}:`, ratio('masked'), 0.9, true);
     }
     for (const promptTokens of [PROMPT_TOKENS, 512]) {
       const ttft = await timeToFirstToken(overlapped, promptTokens, numRounds);
@@ -213,7 +217,9 @@ async function main() {
           `cached ${fmt(ttft.cachedMs)} ms = ${fmt(ttft.newMs / ttft.cachedMs, 2)} x (target <= 1.2 x); to the first sampled ` +
           `token, new ${fmt(ttft.newSampleMs)} ms, cached ${fmt(ttft.cachedSampleMs)} ms = ${fmt(ttft.newSampleMs / ttft.cachedSampleMs, 2)} x`,
       );
+      verdict(`time to first token, new / cached schema, ${promptTokens}-token prompt:`, ttft.newMs / ttft.cachedMs, 1.2, false);
     }
+    console.log(`targets (this run, ${os.loadavg()[0].toFixed(1)} load average at the end):\n  ${verdicts.join('\n  ')}`);
   } finally {
     await overlapped.close();
     await serial.close();
