@@ -71,7 +71,7 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
   assert.equal(settings.servedName, 'x');
   assert.equal(settings.enablePrefixCaching, true);
   assert.equal(settings.schedulingPolicy, 'fcfs');
-  assert.deepEqual(settings.prefillLimits, { maxNumPartialPrefills: 64, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 64 });
+  assert.deepEqual(settings.prefillLimits, { maxNumPartialPrefills: 64, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 64, maxPrefillTokensBesideDecodes: 96 });
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--enable-prefix-caching', 'yes']), /--enable-prefix-caching/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--scheduling-policy', 'lifo']), /--scheduling-policy/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--max-num-seqs', 'many']), /--max-num-seqs/);
@@ -84,13 +84,13 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
 test('the performance mode sets how prompts share a step, and vLLM\'s three settings override it', () => {
   const limits = (...flags: string[]) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', ...flags]).prefillLimits;
   assert.deepEqual(limits('--performance-mode', 'interactivity', '--max-num-seqs', '16', '--max-num-batched-tokens', '1024'),
-    { maxNumPartialPrefills: 16, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 128 });
+    { maxNumPartialPrefills: 16, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 128, maxPrefillTokensBesideDecodes: 192 });
   assert.deepEqual(limits('--performance-mode', 'throughput', '--max-num-seqs', '16'),
     { maxNumPartialPrefills: 16, maxLongPartialPrefills: 16, longPrefillTokenThreshold: 64 });
   assert.deepEqual(limits('--performance-mode', 'throughput', '--max-num-partial-prefills', '2'),
     { maxNumPartialPrefills: 2, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 64 });
   assert.deepEqual(limits('--max-long-partial-prefills', '2', '--long-prefill-token-threshold', '0'),
-    { maxNumPartialPrefills: 64, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 0 });
+    { maxNumPartialPrefills: 64, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 0, maxPrefillTokensBesideDecodes: 96 });
   assert.throws(() => limits('--max-num-partial-prefills', '1', '--max-long-partial-prefills', '2'), /--max-long-partial-prefills: max_long_partial_prefills must not exceed/);
 });
 

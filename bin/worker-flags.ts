@@ -113,6 +113,7 @@ function prefillLimitsOf(model: LlmModelConfig): PrefillLimits {
     maxNumPartialPrefills,
     maxLongPartialPrefills: model.max_long_partial_prefills ?? Math.min(preset.maxLongPartialPrefills, maxNumPartialPrefills),
     longPrefillTokenThreshold: model.long_prefill_token_threshold ?? preset.longPrefillTokenThreshold,
+    ...(preset.maxPrefillTokensBesideDecodes === undefined ? {} : { maxPrefillTokensBesideDecodes: preset.maxPrefillTokensBesideDecodes }),
   };
 }
 

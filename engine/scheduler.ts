@@ -23,20 +23,33 @@ export type SchedulingPolicy = 'fcfs' | 'priority';
 /** What the scheduler favours when prompts queue (vLLM's performance_mode). */
 export type PerformanceMode = 'interactivity' | 'throughput';
 
-export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'maxLongPartialPrefills' | 'longPrefillTokenThreshold'>;
+export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'maxLongPartialPrefills' | 'longPrefillTokenThreshold' | 'maxPrefillTokensBesideDecodes'>;
 
 /**
  * A mode's prefill limits. interactivity: one long prompt a step, short ones (an eighth of the
- * budget or less: each costs the step little) beside it as they come; throughput: every prompt
- * the budget holds, as the scheduler did before it had modes.
+ * budget or less: each costs the step little) beside it as they come, and beside decodes at most
+ * 3/16 of the budget of prompt tokens (a chunk of a 256-token prompt takes a step about a third
+ * as long as the whole; tools/scheduler-sim.ts measures the choice); throughput: every prompt the
+ * budget holds, as the scheduler did before it had modes.
  */
 export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxNumBatchedTokens: number): PrefillLimits {
+  if (mode === 'throughput') {
+    return { maxNumPartialPrefills: maxNumSeqs, maxLongPartialPrefills: maxNumSeqs, longPrefillTokenThreshold: Math.floor(maxNumBatchedTokens / 8) };
+  }
   return {
     maxNumPartialPrefills: maxNumSeqs,
-    maxLongPartialPrefills: mode === 'interactivity' ? 1 : maxNumSeqs,
+    maxLongPartialPrefills: 1,
     longPrefillTokenThreshold: Math.floor(maxNumBatchedTokens / 8),
+    maxPrefillTokensBesideDecodes: Math.max(1, Math.floor((maxNumBatchedTokens * 3) / 16)),
   };
 }
+
+/**
+ * maxPrefillTokensBesideDecodes holds while at most this many prompts wait to start: a deeper
+ * queue (a burst of arrivals) drains faster with the whole budget, and its prompts' wait is
+ * what their clients feel, more than the decodes' pace.
+ */
+const MAX_WAITING_FOR_SMALL_CHUNKS = 3;
 
 export interface SchedulerConfig {
   numKvBlocks: number;
@@ -58,6 +71,16 @@ export interface SchedulerConfig {
   maxNumPartialPrefills: number;
   maxLongPartialPrefills: number;
   longPrefillTokenThreshold: number;
+  /**
+   * Most prompt tokens in a step that also decodes, while few prompts wait (absent: the whole
+   * budget). A step is as long as its tokens: a whole prompt beside the decodes stalls every
+   * stream for its compute, so streams that started apart advance in lockstep, end together,
+   * and their clients' next prompts arrive together and queue behind each other (each waits
+   * for the one before: TTFT twice a prompt's step at 8 closed-loop clients). In small chunks
+   * the decodes keep their pace, ends stay apart, and a new prompt meets a short step. A prompt
+   * with no decodes beside it is computed whole.
+   */
+  maxPrefillTokensBesideDecodes?: number;
   generationDefaults: GenerationDefaults;
   /** The served model's name, the root of its prefix-cache hashes. */
   modelName: string;
@@ -118,6 +141,7 @@ export class Scheduler {
       ['maxNumPartialPrefills', config.maxNumPartialPrefills, 1],
       ['maxLongPartialPrefills', config.maxLongPartialPrefills, 1],
       ['longPrefillTokenThreshold', config.longPrefillTokenThreshold, 0],
+      ['maxPrefillTokensBesideDecodes', config.maxPrefillTokensBesideDecodes ?? 1, 1],
     ] as const) {
       if (!(Number.isInteger(value) && value >= min)) throw new RangeError(`${name} must be an integer >= ${min}, not ${value}`);
     }
@@ -345,6 +369,10 @@ export class Scheduler {
     }
     order.length = 0;
     tokenBudget -= this.addProposals(scheduled.length, tokenBudget);
+    const { maxPrefillTokensBesideDecodes } = this.config;
+    const chunksSmall = scheduled.length > 0 && maxPrefillTokensBesideDecodes !== undefined && this.waiting.size <= MAX_WAITING_FOR_SMALL_CHUNKS;
+    const numWithheldTokens = chunksSmall ? Math.max(0, tokenBudget - maxPrefillTokensBesideDecodes!) : 0;
+    tokenBudget -= numWithheldTokens;
 
     // Then prompts, in policy order (arrival, or priority then arrival): those partly computed
     // and those waiting, at most maxNumPartialPrefills of them, of which maxLongPartialPrefills
@@ -394,7 +422,7 @@ export class Scheduler {
 
     return {
       scheduled,
-      numScheduledTokens: this.config.maxNumBatchedTokens - tokenBudget,
+      numScheduledTokens: this.config.maxNumBatchedTokens - numWithheldTokens - tokenBudget,
       preemptedRequestIds,
     };
   }

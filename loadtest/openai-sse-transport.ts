@@ -45,8 +45,21 @@ export class OpenAiSseTransport implements Transport {
     this.agent.destroy();
   }
 
-  stream(request: GenerationRequest, observer: StreamObserver, timeoutMs: number): Promise<void> {
+  async stream(request: GenerationRequest, observer: StreamObserver, timeoutMs: number): Promise<void> {
     const body = JSON.stringify(this.requestBody(request));
+    try {
+      await this.attempt(body, observer, timeoutMs);
+    } catch (err) {
+      // A server may close a kept-alive connection as the next request goes out on it (cpp-httplib's
+      // llama-server does after a streamed response): the request never reached it, and Node's
+      // documented answer is to send it again on a new connection, once.
+      if (!(err instanceof StaleSocketError)) throw err;
+      await this.attempt(body, observer, timeoutMs, false);
+    }
+  }
+
+  /** One try; a reset of a reused connection before any response is a StaleSocketError when mayRetry. */
+  private attempt(body: string, observer: StreamObserver, timeoutMs: number, mayRetry = true): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let settled = false;
       let sawDone = false;
@@ -115,7 +128,15 @@ export class OpenAiSseTransport implements Transport {
           response.on('close', () => finish(new RequestError('stream_incomplete', 'the connection closed mid-stream')));
         },
       );
+      let hasResponse = false;
+      outgoing.once('response', () => (hasResponse = true));
       outgoing.on('error', (err: NodeJS.ErrnoException) => {
+        if (mayRetry && !hasResponse && outgoing.reusedSocket && err.code === 'ECONNRESET' && !settled) {
+          settled = true;
+          clearTimeout(timer);
+          outgoing.destroy();
+          return reject(new StaleSocketError());
+        }
         finish(new RequestError(isConnectError(err) ? 'connection' : 'stream_incomplete', err.code ?? err.message));
       });
       outgoing.end(body);
@@ -166,6 +187,9 @@ function describeErrorBody(body: string): string {
     return body.slice(0, 200);
   }
 }
+
+/** A kept-alive connection that the server had closed: the request never reached it. */
+class StaleSocketError extends Error {}
 
 const CONNECT_ERROR_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
 

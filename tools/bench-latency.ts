@@ -325,7 +325,11 @@ async function main(): Promise<void> {
     printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST);
     return;
   }
-  const llamaServer = values['llama-server'];
+  let llamaServer = values['llama-server'];
+  if (llamaServer !== undefined && !existsSync(llamaServer)) {
+    console.log(`llama-server leg skipped: ${llamaServer} does not exist (build llama.cpp's llama-server beside the project and pass its path)`);
+    llamaServer = undefined;
+  }
   const numRounds = Number(values.rounds);
   const scale = Number(values.scale);
   if (!(scale > 0)) throw new Error(`--scale: expected a positive number, got ${values.scale}`);
@@ -334,7 +338,6 @@ async function main(): Promise<void> {
   for (const name of servers) if (!['interactivity', 'throughput', 'llama'].includes(name)) throw new Error(`--servers: unknown server ${name}`);
   // Conduit's tokenizer builds the prompts, so a Conduit server runs first.
   if (servers[0] === 'llama' || servers.length === 0) throw new Error('--servers: name interactivity or throughput first');
-  if (llamaServer !== undefined && !existsSync(llamaServer)) throw new Error(`--llama-server: ${llamaServer} does not exist`);
   console.log(`CPU: ${describeCpu()}; load average ${os.loadavg().map((load) => load.toFixed(2)).join(' ')}`);
   console.log(`closed loop, streaming completions, ignore_eos: ${FIXED.inputTokens} + ${FIXED.outputTokens} tokens at 1, 8 and 32 clients; ` +
     `shared prefix ${SHARED.prefixTokens} + ${SHARED.inputTokens} tokens, ${SHARED.outputTokens} out, ${SHARED.numClients} clients; requests per point ${JSON.stringify(NUM_REQUESTS)}${scale === 1 ? '' : ` x ${scale}`} after 1 warm-up`);

@@ -42,6 +42,8 @@ const BLOCK_SIZE_TOKENS = 16;
 const PROMPT_TOKENS = 16;
 const BATCH_SIZES = [1, 32] as const;
 const STREAM_BUFFER_BYTES = 1 << 30;
+const B1_TARGET_OF_BOUND = 0.7;
+const B32_TARGET_OF_DENSE = 0.6;
 
 interface Mode {
   label: 'bf16' | 'int8';
@@ -125,6 +127,16 @@ function llamaCppDecode(llamaDir: string, gguf: string, numThreads: number, numS
   return { b1, b32: median(rates) };
 }
 
+/** The first part of a llama.cpp build this bench needs that DIR lacks, or null. */
+function missingLlamaCppParts(llamaDir: string): string | null {
+  const parts = ['llama-bench', 'llama-batched-bench', 'llama-quantize'].map((name) => path.join('build', 'bin', name)).concat('gguf-py');
+  return parts.find((part) => !existsSync(path.join(llamaDir, part))) ?? null;
+}
+
+function verdict(what: string, ratio: number, target: number): string {
+  return `${what}: ${fmt(ratio, 2)} (target >= ${target}: ${ratio >= target ? 'met' : 'missed'})`;
+}
+
 function ggufOf(llamaDir: string, modelDir: string, mode: Mode): string {
   const bf16 = `${modelDir}.bf16.gguf`;
   if (!existsSync(bf16)) {
@@ -154,6 +166,7 @@ async function main(): Promise<void> {
   const numRounds = Number(values.rounds);
   const modes = MODES.filter((mode) => values.modes.split(',').includes(mode.label));
   const llamaDir = values['llama-cpp'];
+  const llamaCppMissing = llamaDir === undefined ? null : missingLlamaCppParts(llamaDir);
   console.log(`CPU: ${describeCpu()}; ${fmt(os.totalmem() / 2 ** 30)} GiB memory; load average ${os.loadavg().map((v) => fmt(v, 2)).join(' ')}`);
   const moeDir = ensureCheckpoint('qwen3-moe-a0.15b-1b-bf16', MOE_OPTIONS);
   const denseDir = ensureCheckpoint('qwen3-dense-0.15b-bf16', DENSE_OPTIONS);
@@ -166,6 +179,7 @@ async function main(): Promise<void> {
   const shapeOf = (numSeqs: number) => ({ numSeqs, numPromptTokens: PROMPT_TOKENS, numSteps });
   const numKvBlocks = decodeKvBlocks(shapeOf(Math.max(...BATCH_SIZES)), BLOCK_SIZE_TOKENS);
   const rows: string[][] = [];
+  const verdicts: string[] = [];
   let peakRss = 0;
   // CPU time the process got over threads × wall time while decoding: well under 1 on a machine
   // shared with other work, whose figures then measure the sharing too.
@@ -201,11 +215,15 @@ async function main(): Promise<void> {
     const denseBound = bandwidth / denseBytesPerToken(mode);
     console.log(`${mode.label}: MoE b1 ${fmt(moeB1)} tok/s (bound ${fmt(moeBound)}), b32 ${fmt(moeB32)} tok/s (bound ${fmt(moeB32Bound)}); ` +
       `dense b1 ${fmt(denseB1)} tok/s (bound ${fmt(denseBound)}), b32 ${fmt(denseB32)} tok/s; resident ${rssGiB()}`);
+    verdicts.push(
+      verdict(`${mode.label} batch-1 MoE decode, of the read bound`, moeB1 / moeBound, B1_TARGET_OF_BOUND),
+      verdict(`${mode.label} batch-32 MoE decode, of dense at batch 32`, moeRatioB32, B32_TARGET_OF_DENSE),
+    );
     rows.push([
       'conduit', mode.label, fmt(moeB1), `${fmt((moeB1 / moeBound) * 100, 0)}%`, fmt(moeB32), `${fmt((moeB32 / moeB32Bound) * 100, 0)}%`,
       fmt(denseB1), fmt(denseB32), fmt(moeRatioB32, 2),
     ]);
-    if (llamaDir !== undefined) {
+    if (llamaDir !== undefined && llamaCppMissing === null) {
       const moe = llamaCppDecode(llamaDir, ggufOf(llamaDir, moeDir, mode), numThreads, numSteps, numRounds);
       const dense = llamaCppDecode(llamaDir, ggufOf(llamaDir, denseDir, mode), numThreads, numSteps, numRounds);
       const label = mode.label === 'int8' ? 'Q8_0' : 'bf16';
@@ -234,7 +252,9 @@ async function main(): Promise<void> {
       `medians of ${numRounds} rounds; MoE/dense b32 is the median of the rounds' ratios. Peak resident ${fmt(peakRss / 2 ** 30, 2)} GiB. ` +
       `${fmt((performance.now() - started) / 1000)} s`,
   );
+  console.log(`\ntargets (ratios measured in this run):\n${verdicts.map((line) => `  ${line}`).join('\n')}`);
   if (llamaDir === undefined) console.log('llama.cpp: not run (pass --llama-cpp DIR, a llama.cpp checkout built with llama-bench, llama-batched-bench and llama-quantize)');
+  else if (llamaCppMissing !== null) console.log(`llama.cpp: skipped, ${llamaDir} lacks ${llamaCppMissing}`);
 }
 
 await main();

@@ -19,7 +19,7 @@
 // Every process shares the machine; on 2 cores the served part takes a few minutes.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { closeSync, copyFileSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -30,7 +30,7 @@ import { createRng } from '../loadtest/random.ts';
 import { generateWorkload, type ScenarioSpec } from '../loadtest/scenarios.ts';
 import type { WorkloadEntry } from '../loadtest/workload.ts';
 import type { RoutingPolicy } from '../router/settings.ts';
-import { describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
+import { describeCpu, writeServableBenchModel } from './bench-model.ts';
 import { quantile, simulate, type SimSettings, type SimWorkload } from './router-sim.ts';
 import { freePort } from './free-port.ts';
 
@@ -100,17 +100,6 @@ const SERVED_KV_BLOCKS_PER_WORKER = 128;
 const SERVED_NUM_WORKERS = 4;
 /** The engine's block size, which the KV figures count in. */
 const SERVED_BLOCK_SIZE_TOKENS = 16;
-
-/** The benchmark checkpoint, linked, with conduit-tiny's tokenizer (4,096 tokens: within its vocabulary). */
-function servableModelDir(workDir: string): string {
-  const checkpoint = ensureBenchCheckpoint();
-  const modelDir = path.join(workDir, SERVED_NAME);
-  mkdirSync(modelDir);
-  for (const file of ['config.json', 'generation_config.json', 'model.safetensors']) symlinkSync(path.join(checkpoint, file), path.join(modelDir, file));
-  const tiny = path.join(repoRoot, 'models', 'conduit-tiny');
-  for (const file of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(path.join(tiny, file), path.join(modelDir, file));
-  return modelDir;
-}
 
 async function waitForHealth(url: string, server: ReturnType<typeof spawn>, log: Buffer[], logFile: string): Promise<void> {
   const deadline = Date.now() + HEALTH_TIMEOUT_MS;
@@ -243,7 +232,8 @@ async function benchServed(): Promise<void> {
   }
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-router-'));
   try {
-    const modelDir = servableModelDir(workDir);
+    // Its tokenizer covers all 32,000 ids, so every sampled token streams text (bench-model.ts).
+    const modelDir = writeServableBenchModel(workDir, SERVED_NAME);
     const byPolicy = new Map<RoutingPolicy, Map<string, ServedFigures>>();
     let offers: Map<string, OpenLoopOffer> | null = null;
     for (const policy of POLICIES) {

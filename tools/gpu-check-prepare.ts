@@ -20,8 +20,11 @@ const FAMILIES: Record<string, Shape> = {
   qwen3: { arch: 'qwen3', hiddenSize: 256, numLayers: 2, numHeads: 2, numKvHeads: 1, headDim: 128, intermediateSize: 512, vocabSize: 512, tieWordEmbeddings: true },
   gemma3: { arch: 'gemma3', hiddenSize: 256, numLayers: 3, numHeads: 4, numKvHeads: 2, headDim: 64, intermediateSize: 512, vocabSize: 512, slidingWindowPattern: 3, slidingWindow: 20, attnLogitSoftcapping: 50, finalLogitSoftcapping: 30 },
   phi3: { arch: 'phi3', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 4, headDim: 64, intermediateSize: 512, vocabSize: 512 },
-  // MoE families: the CUDA backend refuses them (no grouped GEMM yet); the check reports it.
-  mixtral: { arch: 'mixtral', hiddenSize: 128, numLayers: 1, numHeads: 4, numKvHeads: 2, headDim: 32, intermediateSize: 128, vocabSize: 256, numExperts: 4, numExpertsPerToken: 2 },
+  // MoE families: grouped expert matmuls, each routing rule, expert biases and clamped SwiGLU
+  // (gpt-oss with its experts dequantized to bf16: MXFP4 is not read on the GPU).
+  mixtral: { arch: 'mixtral', hiddenSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 32, intermediateSize: 128, vocabSize: 256, numExperts: 8, numExpertsPerToken: 2 },
+  qwen3_moe: { arch: 'qwen3_moe', hiddenSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 64, intermediateSize: 256, moeIntermediateSize: 96, vocabSize: 256, numExperts: 16, numExpertsPerToken: 4 },
+  gpt_oss: { arch: 'gpt_oss', hiddenSize: 128, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 32, intermediateSize: 128, vocabSize: 256, numExperts: 8, numExpertsPerToken: 2, expertFormat: 'bf16' },
 };
 
 function refLine(scope: string, name: string, ref: Record<string, unknown> | undefined): string | null {

@@ -79,13 +79,14 @@ export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, w
   let numOutputTokens = 0;
   /** When each client's next request reaches the worker, in order. */
   const arrivalsMs: number[] = [];
-  const send = () => {
+  /** arrivalMs: when it reached the worker, perhaps during a step that it then waits for. */
+  const send = (arrivalMs: number) => {
     const requestId = `r${numSent}`;
     // Each request's own tokens differ from every other's from the first on.
     const own = Array.from({ length: workload.ownPromptTokens }, (_, i) => 21000 + ((numSent * 7919 + i * 104729) % 11000));
     const refusal = scheduler.add({ requestId, promptTokenIds: [...prefix, ...own], sampling: { maxTokens: workload.outputTokens, ignoreEos: true, temperature: 0 } });
     if (refusal !== null) throw new Error(`simulated request refused: ${refusal.message}`);
-    sentMs.set(requestId, nowMs - workload.roundTripMs);
+    sentMs.set(requestId, arrivalMs - workload.roundTripMs);
     numSent++;
   };
   for (let i = 0; i < Math.min(workload.numClients, workload.numRequests); i++) arrivalsMs.push(workload.roundTripMs);
@@ -93,8 +94,7 @@ export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, w
     // Requests that reached the worker join this step; an idle worker waits for the next one.
     if (!scheduler.hasUnfinished && arrivalsMs.length > 0) nowMs = Math.max(nowMs, arrivalsMs[0]);
     while (arrivalsMs.length > 0 && arrivalsMs[0] <= nowMs) {
-      arrivalsMs.shift();
-      send();
+      send(arrivalsMs.shift()!);
     }
     const output = scheduler.schedule();
     if (output.scheduled.length === 0) throw new Error('the simulated scheduler stalled');

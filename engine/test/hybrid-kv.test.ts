@@ -9,16 +9,12 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { ForwardBatch, NativeModel } from '../../native/api.ts';
-import { SEQ_SAMPLE, neutralSamplingExtensions } from '../../native/api.ts';
-import { loadModel } from '../../native/index.ts';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
-import { createEngine, type Engine } from '../engine.ts';
+import { createEngine } from '../engine.ts';
 import { NativeRunner } from '../native-runner.ts';
-import type { RequestOutput } from '../types.ts';
-import { RecordingRunner } from './tiny-model.ts';
+import { generate, referenceDecode } from './greedy.ts';
+import { RecordingRunner, blockSizeTokens as BLOCK_SIZE, load } from './tiny-model.ts';
 
-const BLOCK_SIZE = 4;
 const WINDOW = 6;
 const NUM_OUTPUT_TOKENS = 24;
 const MAX_NUM_BATCHED_TOKENS = 8;
@@ -46,52 +42,6 @@ function gemmaCheckpoint(dir: string): string {
   return outDir;
 }
 
-function load(modelDir: string, numKvBlocks: number): Promise<NativeModel> {
-  return loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks, blockSizeTokens: BLOCK_SIZE, numThreads: 2, kernel: 'auto' });
-}
-
-/** Greedy decode with hand-built batches: every group its own blocks for every position, none freed. */
-async function referenceDecode(model: NativeModel, prompt: readonly number[]): Promise<number[]> {
-  const numGroups = model.info.kvCacheGroups.length;
-  const maxBlocksPerSeq = Math.ceil((prompt.length + NUM_OUTPUT_TOKENS) / BLOCK_SIZE);
-  const tokens = prompt.slice();
-  const outputs: number[] = [];
-  for (let start = 0; outputs.length < NUM_OUTPUT_TOKENS; start = tokens.length - 1) {
-    const numTokens = tokens.length - start;
-    const batch: ForwardBatch = {
-      numSeqs: 1,
-      numTokens,
-      tokenIds: Int32Array.from(tokens.slice(start)),
-      positions: Int32Array.from({ length: numTokens }, (_, i) => start + i),
-      queryStarts: Int32Array.of(0, numTokens),
-      maxBlocksPerSeq,
-      blockTables: Int32Array.from({ length: numGroups * maxBlocksPerSeq }, (_, i) => i),
-      seqFlags: Uint8Array.of(SEQ_SAMPLE),
-      temperatures: Float32Array.of(0),
-      topPs: Float32Array.of(1),
-      topKs: Int32Array.of(0),
-      seeds: BigUint64Array.of(0n),
-      outputIndices: Int32Array.of(outputs.length),
-      ...neutralSamplingExtensions(1),
-    };
-    const tokenId = (await model.forward(batch)).sampledTokenIds[0];
-    outputs.push(tokenId);
-    tokens.push(tokenId);
-  }
-  return outputs;
-}
-
-function generate(engine: Engine, requestId: string, prompt: number[]): Promise<RequestOutput & { tokens: number[] }> {
-  return new Promise((resolve, reject) => {
-    const tokens: number[] = [];
-    engine.generate({ requestId, promptTokenIds: prompt, sampling: { temperature: 0, maxTokens: NUM_OUTPUT_TOKENS, ignoreEos: true } }, (output) => {
-      tokens.push(...output.newTokenIds);
-      if (output.finishReason === 'length') resolve({ ...output, tokens });
-      else if (output.finishReason !== null) reject(new Error(`${requestId}: ${output.finishReason} ${output.error?.message}`));
-    });
-  });
-}
-
 test('sliding-window groups free their blocks; outputs and prefix hits stay exact', async (t) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-hybrid-kv-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
@@ -105,7 +55,10 @@ test('sliding-window groups free their blocks; outputs and prefix hits stay exac
     { slidingWindowTokens: WINDOW, numLayers: 1 },
     { slidingWindowTokens: WINDOW, numLayers: 1 },
   ]);
-  const expected = [await referenceDecode(reference, prompt), await referenceDecode(reference, followUp)];
+  const expected = [
+    await referenceDecode(reference, prompt, NUM_OUTPUT_TOKENS, BLOCK_SIZE),
+    await referenceDecode(reference, followUp, NUM_OUTPUT_TOKENS, BLOCK_SIZE),
+  ];
   reference.close();
 
   // A 64-token conversation holds 16 blocks in the full group and at most ceil((6 - 1 + 8) / 4) + 1
@@ -122,11 +75,11 @@ test('sliding-window groups free their blocks; outputs and prefix hits stay exac
   });
   t.after(() => engine.close());
 
-  const first = await generate(engine, 'first', prompt);
+  const first = await generate(engine, 'first', prompt, NUM_OUTPUT_TOKENS);
   assert.deepEqual(first.tokens, expected[0]);
   const heldPerStep = runner.steps.map((step) => step.scheduled[0].blockTables.flat().filter((blockId) => blockId >= 0).length);
   assert.ok(Math.max(...heldPerStep) <= 16 + 5 + 5, `the first request held up to ${Math.max(...heldPerStep)} blocks`);
-  const second = await generate(engine, 'second', followUp);
+  const second = await generate(engine, 'second', followUp, NUM_OUTPUT_TOKENS);
   assert.deepEqual(second.tokens, expected[1]);
   // The prompts share 40 tokens, 10 blocks: a hit needs those in the full group and, in the
   // sliding groups, only blocks 8 and 9 (what token 40 reads); blocks 0 to 7 were freed while the

@@ -8,14 +8,14 @@ import { HASH_SCHEME } from '../kv/block-hash.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { ForwardBatch, NativeModel } from '../../native/api.ts';
-import { SEQ_SAMPLE, neutralSamplingExtensions } from '../../native/api.ts';
 import { describeKvCache } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { NativeRunner } from '../native-runner.ts';
-import type { RequestOutput, SamplingParams } from '../types.ts';
+import { prefillLimitsFor } from '../scheduler.ts';
+import type { SamplingParams } from '../types.ts';
 import { startWorker } from '../worker.ts';
+import { generate, referenceDecode } from './greedy.ts';
 import { RecordingRunner, blockSizeTokens, load, tinyCheckpoint } from './tiny-model.ts';
 
 const numOutputTokens = 8;
@@ -27,51 +27,8 @@ const prompts = [
   [3, 3, 3, 3, 3],
 ];
 
-/** Greedy decoding of one prompt with hand-built batches: the whole prompt, then one token per call. */
-async function referenceDecode(model: NativeModel, prompt: readonly number[]): Promise<number[]> {
-  const maxBlocksPerSeq = Math.ceil((prompt.length + numOutputTokens) / blockSizeTokens);
-  const tokens = prompt.slice();
-  const outputs: number[] = [];
-  for (let start = 0; outputs.length < numOutputTokens; start = tokens.length - 1) {
-    const numTokens = tokens.length - start;
-    const batch: ForwardBatch = {
-      numSeqs: 1,
-      numTokens,
-      tokenIds: Int32Array.from(tokens.slice(start)),
-      positions: Int32Array.from({ length: numTokens }, (_, i) => start + i),
-      queryStarts: Int32Array.of(0, numTokens),
-      maxBlocksPerSeq,
-      blockTables: Int32Array.from({ length: maxBlocksPerSeq }, (_, i) => i),
-      seqFlags: Uint8Array.of(SEQ_SAMPLE),
-      temperatures: Float32Array.of(0),
-      topPs: Float32Array.of(1),
-      topKs: Int32Array.of(0),
-      seeds: BigUint64Array.of(0n),
-      outputIndices: Int32Array.of(outputs.length),
-      ...neutralSamplingExtensions(1),
-    };
-    const tokenId = (await model.forward(batch)).sampledTokenIds[0];
-    outputs.push(tokenId);
-    tokens.push(tokenId);
-  }
-  return outputs;
-}
-
-const greedy: SamplingParams = { temperature: 0 };
-
-function generate(engine: Engine, requestId: string, prompt: number[], sampling = greedy): Promise<number[]> {
-  return new Promise((resolve, reject) => {
-    const tokens: number[] = [];
-    engine.generate(
-      { requestId, promptTokenIds: prompt, sampling: { ...sampling, maxTokens: numOutputTokens, ignoreEos: true } },
-      (output: RequestOutput) => {
-        tokens.push(...output.newTokenIds);
-        if (output.finishReason === 'length') resolve(tokens);
-        else if (output.finishReason !== null) reject(new Error(`${requestId}: ${output.finishReason} ${output.error?.message}`));
-      },
-    );
-  });
-}
+const generateTokens = async (engine: Engine, requestId: string, prompt: number[], sampling?: SamplingParams): Promise<number[]> =>
+  (await generate(engine, requestId, prompt, numOutputTokens, sampling)).tokens;
 
 test('outputs through the engine equal a step-by-step decode, alone and batched', async (t) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-engine-native-'));
@@ -83,7 +40,7 @@ test('outputs through the engine equal a step-by-step decode, alone and batched'
   assert.equal(describeKvCache(modelDir, 'auto', 'auto', blockSizeTokens).bytesPerBlock, referenceModel.info.kvBytesPerBlock);
   const expected: number[][] = [];
   try {
-    for (const prompt of prompts) expected.push(await referenceDecode(referenceModel, prompt));
+    for (const prompt of prompts) expected.push(await referenceDecode(referenceModel, prompt, numOutputTokens, blockSizeTokens));
   } finally {
     referenceModel.close();
   }
@@ -95,22 +52,25 @@ test('outputs through the engine equal a step-by-step decode, alone and batched'
     servedName: 'tiny',
     maxNumSeqs: limits.maxNumSeqs,
     maxNumBatchedTokens: limits.maxNumBatchedTokens,
+    // Whole prompts beside decodes (throughput's limits): interactivity's one-token chunks at this
+    // budget would let the cache keep up, and this test needs the preemption.
+    prefillLimits: prefillLimitsFor('throughput', limits.maxNumSeqs, limits.maxNumBatchedTokens),
     generationDefaults: { eosTokenIds: [2] },
   });
   t.after(() => engine.close());
 
   const alone: number[][] = [];
-  for (const [index, prompt] of prompts.entries()) alone.push(await generate(engine, `alone-${index}`, prompt));
+  for (const [index, prompt] of prompts.entries()) alone.push(await generateTokens(engine, `alone-${index}`, prompt));
   assert.deepEqual(alone, expected);
 
-  const batched = await Promise.all(prompts.map((prompt, index) => generate(engine, `batched-${index}`, prompt)));
+  const batched = await Promise.all(prompts.map((prompt, index) => generateTokens(engine, `batched-${index}`, prompt)));
   assert.deepEqual(batched, expected);
 
   // Seeded sampling draws from (seed, output index): batching and preemption change nothing.
   const seeded = (index: number): SamplingParams => ({ temperature: 1.5, topK: 40, seed: BigInt(index) * 7919n });
   const sampledAlone: number[][] = [];
-  for (const [index, prompt] of prompts.entries()) sampledAlone.push(await generate(engine, `s-alone-${index}`, prompt, seeded(index)));
-  const sampledBatched = await Promise.all(prompts.map((prompt, index) => generate(engine, `s-batched-${index}`, prompt, seeded(index))));
+  for (const [index, prompt] of prompts.entries()) sampledAlone.push(await generateTokens(engine, `s-alone-${index}`, prompt, seeded(index)));
+  const sampledBatched = await Promise.all(prompts.map((prompt, index) => generateTokens(engine, `s-batched-${index}`, prompt, seeded(index))));
   assert.deepEqual(sampledBatched, sampledAlone);
   assert.notDeepEqual(sampledAlone, expected);
 

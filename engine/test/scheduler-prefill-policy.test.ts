@@ -125,3 +125,19 @@ test('the prefill limits are checked: positive counts, no more long prompts than
   }
   assert.ok(setup(limits).scheduler instanceof Scheduler);
 });
+
+test('beside decodes a prompt goes in chunks of maxPrefillTokensBesideDecodes, alone it goes whole, and a queue of more than 3 prompts gets the whole budget', async () => {
+  const { scheduler, step } = setup({ maxNumBatchedTokens: 64, ...oneLong(4), maxPrefillTokensBesideDecodes: 8 });
+  scheduler.add(request('a', 20, { maxTokens: 6 }));
+  assert.deepEqual(plan((await step()).output), ['a:20*']);
+  scheduler.add(request('b', 20, { maxTokens: 2 }));
+  // a decodes every step while b's prompt goes 8 tokens at a time.
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:8']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:8']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:4*']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*']);
+  // Five prompts queued behind a decode: the head is computed with the whole budget.
+  for (const id of ['c', 'd', 'e', 'f', 'g']) scheduler.add(request(id, 20, { maxTokens: 1 }));
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'c:20*']);
+  assert.deepEqual(plan((await step()).output), ['d:20*']);
+});

@@ -50,6 +50,42 @@ test('server errors mid-stream are counted by type and the other requests still 
   }
 });
 
+test('a kept-alive connection the server resets as the next request arrives (llama-server does) is retried once on a new one', async () => {
+  const numRequestsBySocket = new Map<unknown, number>();
+  let numReset = 0;
+  const server = http.createServer((request, response) => {
+    const numBefore = numRequestsBySocket.get(request.socket) ?? 0;
+    numRequestsBySocket.set(request.socket, numBefore + 1);
+    if (request.url !== '/v1/completions') return void response.writeHead(404).end();
+    // Every connection answers one request; a second on it is reset before any answer.
+    if (numBefore > 0) {
+      numReset++;
+      return void request.socket.resetAndDestroy();
+    }
+    request.resume().on('end', () => {
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.end(`data: ${JSON.stringify({ choices: [{ text: 'x' }] })}\n\ndata: [DONE]\n\n`);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  try {
+    const { port } = server.address() as AddressInfo;
+    const results = await runLoadtest({
+      url: `http://127.0.0.1:${port}`,
+      model: 'resets',
+      endpoint: 'completions',
+      workload: { kind: 'scenario', scenario: { name: 'fixed', inputTokens: 4, outputTokens: 1 }, numRequests: 4 },
+      load: { kind: 'concurrency', numClientsList: [1] },
+    });
+    assert.deepEqual(results.errors.by_type, {});
+    assert.equal(results.num_succeeded, 4);
+    assert.ok(numReset >= 1, 'no request went out on a kept-alive connection: the test measured nothing');
+  } finally {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+});
+
 test('a /tokenize of another shape (llama-server reads content, not prompt) is not taken for a tokenizer', async () => {
   const server = await startScriptedServer({ tokenizer: 'content', script: () => ({ chunks: [{ text: 'a', delayMs: 0 }, { text: 'b', delayMs: 0 }] }) });
   try {

@@ -210,3 +210,27 @@ export function embeddingAndHead(
     tieWordEmbeddings,
   };
 }
+
+/**
+ * A dense decoder around its layers (Llama, Qwen3, Phi-3): the default numerics, one RoPE table
+ * (theta 10000 unless the config says otherwise), the embedding and an untied-by-default head.
+ */
+export function denseFamilyResult(
+  config: ConfigReader,
+  tensors: TensorCatalogue,
+  options: CheckpointOptions,
+  shape: Shape,
+  intermediateSize: number,
+  layers: FamilyLayer[],
+  partialRotaryFactor = 1,
+): FamilyModel {
+  return {
+    config,
+    dims: { ...shape, intermediateSize, moeIntermediateSize: 0, numExpertsPerToken: 0 },
+    numerics: defaultNumerics(config, shape.headDim),
+    ropes: [rope(config, ropeParametersOf(config, 10000), shape.headDim, options, partialRotaryFactor)],
+    layers,
+    ...embeddingAndHead(config, tensors, shape, false),
+    maxPositionEmbeddings: config.positiveInt('max_position_embeddings'),
+  };
+}

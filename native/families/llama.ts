@@ -2,18 +2,7 @@
 // modeling_qwen2.py): pre-norm decoder layers, SwiGLU MLP, RoPE on every head. Mistral's
 // sliding_window applies to every layer; Qwen2 adds q/k/v biases.
 import type { Architecture } from '../api.ts';
-import {
-  NO_MOE,
-  attentionRefs,
-  defaultNumerics,
-  denseMlpRefs,
-  embeddingAndHead,
-  readShape,
-  requireActivation,
-  rope,
-  ropeParametersOf,
-  type Family,
-} from './common.ts';
+import { NO_MOE, attentionRefs, denseFamilyResult, denseMlpRefs, readShape, requireActivation, type Family } from './common.ts';
 
 export function llamaFamily(architecture: Extract<Architecture, 'LlamaForCausalLM' | 'MistralForCausalLM' | 'Qwen2ForCausalLM'>): Family {
   return (config, tensors, options) => {
@@ -43,14 +32,6 @@ export function llamaFamily(architecture: Extract<Architecture, 'LlamaForCausalL
         ...NO_MOE,
       };
     });
-    return {
-      config,
-      dims: { ...shape, intermediateSize, moeIntermediateSize: 0, numExpertsPerToken: 0 },
-      numerics: defaultNumerics(config, shape.headDim),
-      ropes: [rope(config, ropeParametersOf(config, 10000), shape.headDim, options)],
-      layers,
-      ...embeddingAndHead(config, tensors, shape, false),
-      maxPositionEmbeddings: config.positiveInt('max_position_embeddings'),
-    };
+    return denseFamilyResult(config, tensors, options, shape, intermediateSize, layers);
   };
 }

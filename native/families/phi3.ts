@@ -5,7 +5,7 @@
 // original_max_position_embeddings at the top level of config.json). sliding_window applies to
 // every layer.
 import { rowRange } from '../checkpoint-reader.ts';
-import { NO_MOE, defaultNumerics, embeddingAndHead, readShape, requireActivation, rope, ropeParametersOf, type Family } from './common.ts';
+import { NO_MOE, denseFamilyResult, readShape, requireActivation, type Family } from './common.ts';
 
 export const phi3: Family = (config, tensors, options) => {
   requireActivation(config, 'hidden_act', 'silu', 'silu');
@@ -46,13 +46,5 @@ export const phi3: Family = (config, tensors, options) => {
   });
   const partialRotaryFactor = config.has('partial_rotary_factor') ? config.positiveNumber('partial_rotary_factor') : 1;
   if (partialRotaryFactor > 1) config.fail('partial_rotary_factor', 'at most 1');
-  return {
-    config,
-    dims: { ...shape, intermediateSize, moeIntermediateSize: 0, numExpertsPerToken: 0 },
-    numerics: defaultNumerics(config, headDim),
-    ropes: [rope(config, ropeParametersOf(config, 10000), headDim, options, partialRotaryFactor)],
-    layers,
-    ...embeddingAndHead(config, tensors, shape, false),
-    maxPositionEmbeddings: config.positiveInt('max_position_embeddings'),
-  };
+  return denseFamilyResult(config, tensors, options, shape, intermediateSize, layers, partialRotaryFactor);
 };

@@ -9,6 +9,7 @@ import {
   NO_MOE,
   attentionRefs,
   defaultNumerics,
+  denseFamilyResult,
   denseMlpRefs,
   embeddingAndHead,
   expertRefs,
@@ -58,15 +59,7 @@ export const qwen3: Family = (config, tensors, options) => {
       ...NO_MOE,
     };
   });
-  return {
-    config,
-    dims: { ...shape, intermediateSize, moeIntermediateSize: 0, numExpertsPerToken: 0 },
-    numerics: defaultNumerics(config, shape.headDim),
-    ropes: [rope(config, ropeParametersOf(config, 10000), shape.headDim, options)],
-    layers,
-    ...embeddingAndHead(config, tensors, shape, false),
-    maxPositionEmbeddings: config.positiveInt('max_position_embeddings'),
-  };
+  return denseFamilyResult(config, tensors, options, shape, intermediateSize, layers);
 };
 
 export const qwen3Moe: Family = (config, tensors, options) => {

@@ -148,11 +148,8 @@ class ForwardPass {
       grow(ws_.rope_sin[r], num_tokens * size_t(model_.ropes[r].rotary_dim / 2));
     }
     ws_.token_seqs.resize(num_tokens);
-    ws_.output_tokens.clear();
-    ws_.sampling_seqs.clear();
-    ws_.first_output_rows.resize(size_t(batch_.num_seqs));
-    ws_.prompt_tokens.clear();
-    sample_stride_ = 1;
+    list_output_rows(batch_, ws_.outputs);
+    sample_stride_ = ws_.outputs.sample_stride;
     // The longest span a query reads: unlimited when some layer is, else the widest window.
     int32_t widest_window = 0;
     for (const Layer& layer : model_.layers) {
@@ -170,17 +167,6 @@ class ForwardPass {
         ws_.token_seqs[size_t(t)] = seq;
         const int32_t position = batch_.positions[t];
         max_context = std::max(max_context, position - first_visible_position(position, widest_window) + 1);
-      }
-      ws_.first_output_rows[size_t(seq)] = int32_t(ws_.output_tokens.size());
-      if (batch_.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) {
-        const int32_t num_drafts = num_draft_tokens(seq);
-        sample_stride_ = std::max(sample_stride_, num_drafts + 1);
-        for (int32_t t = end - 1 - num_drafts; t < end; ++t) ws_.output_tokens.push_back(t);
-      }
-      if (batch_.seq_flags[seq] & CD_SEQ_SAMPLE) ws_.sampling_seqs.push_back(seq);
-      if (batch_.seq_flags[seq] & CD_SEQ_PROMPT_LOGPROBS) {
-        const int32_t reported_end = batch_.prompt_next_token_ids[seq] >= 0 ? end : end - 1;
-        for (int32_t t = begin; t < reported_end; ++t) ws_.prompt_tokens.push_back(t);
       }
     }
     // kBf16Pairs attention works in whole groups of 16 keys from the one holding the first.
@@ -513,9 +499,9 @@ class ForwardPass {
       return;
     }
     clear_sequence_outputs(output);
-    const int32_t num_outputs = int32_t(ws_.output_tokens.size());
+    const int32_t num_outputs = int32_t(ws_.outputs.tokens.size());
     if (num_outputs > 0) {
-      final_logits(ws_.output_tokens.data(), num_outputs);
+      final_logits(ws_.outputs.tokens.data(), num_outputs);
       copy_returned_logits(output);
       wait_for_bitmasks(batch_);
       sample_sequences(output);
@@ -526,11 +512,11 @@ class ForwardPass {
   // A rank > 0 takes its part in every LM head rank 0 runs (the sampled rows, then the prompt
   // logprobs' slabs) and reports nothing itself.
   void produce_rank_logits() {
-    if (!ws_.output_tokens.empty()) final_logits(ws_.output_tokens.data(), int32_t(ws_.output_tokens.size()));
-    const int32_t num_rows = int32_t(ws_.prompt_tokens.size());
+    if (!ws_.outputs.tokens.empty()) final_logits(ws_.outputs.tokens.data(), int32_t(ws_.outputs.tokens.size()));
+    const int32_t num_rows = int32_t(ws_.outputs.prompt_tokens.size());
     const int32_t rows_per_slab = int32_t(std::max<size_t>(1, kPromptLogitsBudget / size_t(dims_.vocab_size)));
     for (int32_t first = 0; first < num_rows; first += rows_per_slab) {
-      final_logits(&ws_.prompt_tokens[size_t(first)], std::min(rows_per_slab, num_rows - first));
+      final_logits(&ws_.outputs.prompt_tokens[size_t(first)], std::min(rows_per_slab, num_rows - first));
     }
   }
 
@@ -544,9 +530,7 @@ class ForwardPass {
     if (output.num_accepted_tokens != nullptr) std::fill_n(output.num_accepted_tokens, batch_.num_seqs, 0);
   }
 
-  int32_t num_draft_tokens(int32_t seq) const {
-    return batch_.num_draft_tokens == nullptr ? 0 : batch_.num_draft_tokens[seq];
-  }
+  int32_t num_draft_tokens(int32_t seq) const { return conduit::num_draft_tokens(batch_, seq); }
 
   // Final norm and LM head for num_rows tokens, into the first num_rows rows of ws_.output_logits.
   void final_logits(const int32_t* tokens, int32_t num_rows) {
@@ -599,12 +583,9 @@ class ForwardPass {
 
   void copy_returned_logits(cd_forward_output& output) const {
     const size_t vocab_size = size_t(dims_.vocab_size);
-    int32_t num_logit_rows = 0;
-    for (size_t i = 0; i < ws_.output_tokens.size(); ++i) {
-      const int32_t seq = ws_.token_seqs[size_t(ws_.output_tokens[i])];
-      if (!(batch_.seq_flags[seq] & CD_SEQ_RETURN_LOGITS)) continue;
-      std::copy_n(&ws_.output_logits[i * vocab_size], vocab_size, output.logits + size_t(num_logit_rows) * vocab_size);
-      ++num_logit_rows;
+    const std::vector<int32_t>& rows = ws_.outputs.returned_rows;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::copy_n(&ws_.output_logits[size_t(rows[i]) * vocab_size], vocab_size, output.logits + i * vocab_size);
     }
   }
 
@@ -613,17 +594,17 @@ class ForwardPass {
   // rows after that would sample an output that will never be.
   void sample_sequences(cd_forward_output& output) {
     const size_t vocab_size = size_t(dims_.vocab_size);
-    parallel_tasks(int32_t(ws_.sampling_seqs.size()), [&](int32_t thread_index, int32_t begin, int32_t end) {
+    parallel_tasks(int32_t(ws_.outputs.sampling_seqs.size()), [&](int32_t thread_index, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
-        const int32_t seq = ws_.sampling_seqs[size_t(i)];
+        const int32_t seq = ws_.outputs.sampling_seqs[size_t(i)];
         const int32_t num_drafts = num_draft_tokens(seq);
         const int32_t* drafts = batch_.token_ids + batch_.query_starts[seq + 1] - num_drafts;
         for (int32_t j = 0; j <= num_drafts; ++j) {
-          const size_t logits_row = size_t(ws_.first_output_rows[size_t(seq)] + j);
+          const size_t logits_row = size_t(ws_.outputs.first_rows[size_t(seq)] + j);
           const float* logits = &ws_.output_logits[logits_row * vocab_size];
           const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
-          const int32_t token_id = sample_token(model_.kernels, logits, dims_.vocab_size, raw.best, sampling_params(seq, j),
-                                                logit_adjustments(seq, drafts, j), allowed_bits(seq),
+          const int32_t token_id = sample_token(model_.kernels, logits, dims_.vocab_size, raw.best, sampling_params_of(batch_, seq, j),
+                                                logit_adjustments_of(batch_, seq, j), allowed_bits_of(batch_, seq),
                                                 ws_.samplers[size_t(thread_index)]);
           const size_t row = size_t(seq) * size_t(sample_stride_) + size_t(j);
           output.sampled_token_ids[row] = token_id;
@@ -637,37 +618,6 @@ class ForwardPass {
     });
   }
 
-  // The j-th sample of a sequence is output index output_indices[seq] + j.
-  SamplingParams sampling_params(int32_t seq, int32_t j) const {
-    return SamplingParams{batch_.temperatures[seq], batch_.top_ps[seq],  batch_.top_ks[seq],
-                          batch_.min_ps[seq],       batch_.seeds[seq],   batch_.output_indices[seq] + j};
-  }
-
-  // The sequence's row of the structured-output bitmask; null when it is unconstrained.
-  const uint32_t* allowed_bits(int32_t seq) const {
-    if (batch_.bitmask_rows == nullptr) return nullptr;
-    const int32_t row = batch_.bitmask_rows[seq];
-    return row < 0 ? nullptr : batch_.token_bitmask + size_t(row) * size_t(batch_.bitmask_words);
-  }
-
-  // The sequence's bias and penalties for a sample after its first num_preceding_drafts proposals.
-  LogitAdjustments logit_adjustments(int32_t seq, const int32_t* drafts, int32_t num_preceding_drafts) const {
-    const int32_t bias_begin = batch_.bias_starts[seq];
-    const int32_t penalty_begin = batch_.penalty_starts[seq];
-    return LogitAdjustments{batch_.bias_token_ids + bias_begin,
-                            batch_.bias_values + bias_begin,
-                            batch_.bias_starts[seq + 1] - bias_begin,
-                            batch_.repetition_penalties[seq],
-                            batch_.frequency_penalties[seq],
-                            batch_.presence_penalties[seq],
-                            batch_.penalty_token_ids + penalty_begin,
-                            batch_.penalty_output_counts + penalty_begin,
-                            batch_.penalty_in_prompt + penalty_begin,
-                            batch_.penalty_starts[seq + 1] - penalty_begin,
-                            drafts,
-                            num_preceding_drafts};
-  }
-
   // At each token of a SEQ_PROMPT_LOGPROBS sequence whose next token is known: the raw log-softmax
   // of that next token and the top alternatives. Runs after sampling, reusing its buffers.
   void produce_prompt_logprobs(cd_forward_output& output) {
@@ -679,11 +629,11 @@ class ForwardPass {
       std::fill_n(output.prompt_top_token_ids, num_tokens * CD_MAX_TOP_LOGPROBS, -1);
       std::fill_n(output.prompt_top_logprobs, num_tokens * CD_MAX_TOP_LOGPROBS, kNaN);
     }
-    const int32_t num_rows = int32_t(ws_.prompt_tokens.size());
+    const int32_t num_rows = int32_t(ws_.outputs.prompt_tokens.size());
     const int32_t rows_per_slab = int32_t(std::max<size_t>(1, kPromptLogitsBudget / size_t(dims_.vocab_size)));
     for (int32_t first = 0; first < num_rows; first += rows_per_slab) {
       const int32_t slab_rows = std::min(rows_per_slab, num_rows - first);
-      const int32_t* tokens = &ws_.prompt_tokens[size_t(first)];
+      const int32_t* tokens = &ws_.outputs.prompt_tokens[size_t(first)];
       final_logits(tokens, slab_rows);
       parallel_tasks(slab_rows, [&](int32_t, int32_t begin, int32_t end) {
         for (int32_t i = begin; i < end; ++i) report_prompt_logprobs(tokens[i], i, output);
@@ -693,8 +643,7 @@ class ForwardPass {
 
   void report_prompt_logprobs(int32_t token, int32_t row, cd_forward_output& output) const {
     const int32_t seq = ws_.token_seqs[size_t(token)];
-    const bool last_of_chunk = token + 1 == batch_.query_starts[seq + 1];
-    const int32_t next_token_id = last_of_chunk ? batch_.prompt_next_token_ids[seq] : batch_.token_ids[token + 1];
+    const int32_t next_token_id = prompt_next_token(batch_, seq, token);
     const float* logits = &ws_.output_logits[size_t(row) * size_t(dims_.vocab_size)];
     const LogSoftmax raw = log_softmax_of(model_.kernels, logits, dims_.vocab_size);
     output.prompt_logprobs[token] = raw.at(logits, next_token_id);

@@ -11,6 +11,7 @@
 #include "kernels.h"
 #include "matmul.h"
 #include "moe.h"
+#include "output_rows.h"
 #include "row_parallel.h"
 #include "sampler.h"
 #include "thread_pool.h"
@@ -152,10 +153,7 @@ struct Workspace {
   std::vector<float> gate, up;      // [tokens, intermediate]
   std::vector<std::vector<float>> rope_cos, rope_sin;  // [rope tables][tokens, rotary_dim / 2]
   std::vector<int32_t> token_seqs;  // [tokens] the sequence owning each token
-  std::vector<int32_t> output_tokens; // tokens whose logits a sequence needs (its last, or its last k + 1 with k proposals), batch order
-  std::vector<int32_t> sampling_seqs; // the sequences that sample, batch order
-  std::vector<int32_t> first_output_rows; // [seqs] each sequence's first row of output_tokens
-  std::vector<int32_t> prompt_tokens; // tokens reporting the next token's prompt logprob, batch order
+  OutputRows outputs;               // the LM head's rows and where each sequence's samples go
   std::vector<float> output_hidden; // [output or prompt rows, hidden]
   std::vector<float> output_logits; // [output or prompt rows, vocab]
   MatmulScratch packed;             // a matmul's activations as its kernel reads them

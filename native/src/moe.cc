@@ -43,7 +43,10 @@ void route(const float* logits, int32_t num_experts, int32_t top_k, cd_routing r
 }
 
 // One grouped matmul: for each expert with rows, num_matrices of its matrices (gate and up, or
-// down) over its rows, a task per 64-column tile, so each matrix is read once whatever its rows.
+// down) over its rows, a task per 64-column tile (all the task's matrices), so each matrix is
+// read once whatever its rows. With gate and up, the task then applies the gated activation to
+// its tile of the expert's rows (elementwise, so a tile gives the bits the whole row would),
+// into gate: no pass of its own, no wait between.
 struct GroupedMatmul {
   const Layer& layer;
   const MoeScratch& scratch;
@@ -55,29 +58,54 @@ struct GroupedMatmul {
   int32_t num_matrices;
   const Matrix& (*matrix)(const Expert& expert, int32_t index);
   float* outputs[2];  // [assignments, num_columns] per matrix
+  const Numerics* activation;  // gate and up: the activation's numerics; down: nullptr
 };
+
+void activate_tile(const KernelTable& kernels, const Numerics& numerics, const Expert& expert, float* gate, float* up,
+                   int32_t column_begin, int32_t column_end) {
+  const int32_t width = column_end - column_begin;
+  float* g = gate + column_begin;
+  const float* u = up + column_begin;
+  if (expert.gate_bias != nullptr) {
+    for (int32_t i = 0; i < width; ++i) g[i] += expert.gate_bias[column_begin + i];
+  }
+  if (expert.up_bias != nullptr) {
+    for (int32_t i = 0; i < width; ++i) up[column_begin + i] += expert.up_bias[column_begin + i];
+  }
+  switch (numerics.activation) {
+    case CD_ACTIVATION_GELU_TANH: kernels.gelu_tanh_gate(g, u, width, g); break;
+    case CD_ACTIVATION_CLAMPED_SWIGLU: kernels.clamped_swiglu(g, u, width, numerics.swiglu_alpha, numerics.swiglu_limit, g); break;
+    default: kernels.swiglu(g, u, width, g); break;
+  }
+}
 
 void run_grouped(ThreadPool& pool, const KernelTable& kernels, const GroupedMatmul& job,
                  std::vector<std::vector<uint8_t>>& panel_per_thread) {
   const MoeScratch& scratch = job.scratch;
-  const int32_t tiles_per_matrix = num_tiles(job.num_columns);
-  const int32_t tiles_per_expert = job.num_matrices * tiles_per_matrix;
+  const int32_t tiles_per_expert = num_tiles(job.num_columns);
   const int32_t num_tasks = int32_t(scratch.active_experts.size()) * tiles_per_expert;
   pool.parallel_for(num_tasks, 1, [&](int32_t thread_index, int32_t begin, int32_t end) {
     for (int32_t task = begin; task < end; ++task) {
-      const int32_t expert = scratch.active_experts[size_t(task / tiles_per_expert)];
-      const int32_t index = task % tiles_per_expert / tiles_per_matrix;
-      const int32_t tile = task % tiles_per_matrix;
-      const int32_t first_row = scratch.expert_starts[size_t(expert)];
-      const int32_t num_rows = scratch.expert_starts[size_t(expert) + 1] - first_row;
+      const int32_t expert_index = scratch.active_experts[size_t(task / tiles_per_expert)];
+      const Expert& expert = job.layer.experts[size_t(expert_index)];
+      const int32_t tile = task % tiles_per_expert;
+      const int32_t first_row = scratch.expert_starts[size_t(expert_index)];
+      const int32_t num_rows = scratch.expert_starts[size_t(expert_index) + 1] - first_row;
       const bool widens = kernels.panel_scratch_bytes(job.format, job.k, num_rows) > 0;
       const Activations activations{job.x + size_t(first_row) * size_t(job.k), size_t(job.k),
                                     job.packed_stride > 0 ? scratch.packed.data() + size_t(first_row) * job.packed_stride : nullptr,
                                     job.packed_stride, widens ? panel_per_thread[size_t(thread_index)].data() : nullptr};
-      const int32_t column_end = std::min((tile + 1) * kPanelColumns, job.num_columns);
-      kernels.matmul(activations, num_rows, job.k, job.matrix(job.layer.experts[size_t(expert)], index), tile * kPanelColumns,
-                     column_end, job.outputs[index] + size_t(first_row) * size_t(job.num_columns), size_t(job.num_columns),
-                     false);
+      const int32_t column_begin = tile * kPanelColumns;
+      const int32_t column_end = std::min(column_begin + kPanelColumns, job.num_columns);
+      for (int32_t index = 0; index < job.num_matrices; ++index) {
+        kernels.matmul(activations, num_rows, job.k, job.matrix(expert, index), column_begin, column_end,
+                       job.outputs[index] + size_t(first_row) * size_t(job.num_columns), size_t(job.num_columns), false);
+      }
+      if (job.activation == nullptr) continue;
+      for (int32_t row = first_row; row < first_row + num_rows; ++row) {
+        activate_tile(kernels, *job.activation, expert, job.outputs[0] + size_t(row) * size_t(job.num_columns),
+                      job.outputs[1] + size_t(row) * size_t(job.num_columns), column_begin, column_end);
+      }
     }
   });
 }
@@ -154,52 +182,39 @@ void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, c
   for (int32_t slot = 0; slot < num_slots; ++slot) {
     scratch.slot_rows[size_t(slot)] = scratch.expert_cursors[size_t(scratch.slot_experts[size_t(slot)])]++;
   }
+  // Each token's row into its slots' grouped rows: packed once and the bytes copied where the
+  // kernel reads packed rows (they read nothing else), else the fp32 row copied.
+  const MatrixFormat format = layer.experts[0].gate_proj.format;
+  const size_t rows_stride = kernels.packed_row_bytes(format, hidden_size);
   grow(scratch.rows, size_t(num_slots) * size_t(hidden_size));
+  if (rows_stride > 0) grow(scratch.packed, size_t(num_slots) * rows_stride);
   pool.parallel_for(num_tokens, 1, [&](int32_t, int32_t begin, int32_t end) {
     for (int32_t t = begin; t < end; ++t) {
-      for (int32_t k = 0; k < top_k; ++k) {
-        std::copy_n(normed + size_t(t) * size_t(hidden_size), hidden_size,
-                    &scratch.rows[size_t(scratch.slot_rows[size_t(t) * top_k + k]) * size_t(hidden_size)]);
+      const float* x = normed + size_t(t) * size_t(hidden_size);
+      const int32_t* rows = &scratch.slot_rows[size_t(t) * top_k];
+      if (rows_stride == 0) {
+        for (int32_t k = 0; k < top_k; ++k) std::copy_n(x, hidden_size, &scratch.rows[size_t(rows[k]) * size_t(hidden_size)]);
+        continue;
       }
+      uint8_t* first = scratch.packed.data() + size_t(rows[0]) * rows_stride;
+      kernels.pack_rows(x, size_t(hidden_size), 1, hidden_size, format, first, rows_stride);
+      for (int32_t k = 1; k < top_k; ++k) std::copy_n(first, rows_stride, scratch.packed.data() + size_t(rows[k]) * rows_stride);
     }
   });
 
-  const MatrixFormat format = layer.experts[0].gate_proj.format;
   grow_panel_scratch(kernels, format, std::max(hidden_size, intermediate), max_rows, pool.num_threads(), scratch);
   grow(scratch.gate, size_t(num_slots) * size_t(intermediate));
   grow(scratch.up, size_t(num_slots) * size_t(intermediate));
-  const size_t rows_stride = pack_rows(pool, kernels, format, scratch.rows.data(), num_slots, hidden_size, scratch);
   run_grouped(pool, kernels,
               GroupedMatmul{layer, scratch, format, hidden_size, scratch.rows.data(), rows_stride, intermediate, 2, gate_or_up,
-                            {scratch.gate.data(), scratch.up.data()}},
+                            {scratch.gate.data(), scratch.up.data()}, &numerics},
               scratch.panel_per_thread);
-
-  // The gated activation, row by row (each row knows its expert from the grouping), into gate.
-  pool.parallel_for(int32_t(scratch.active_experts.size()), 1, [&](int32_t, int32_t begin, int32_t end) {
-    for (int32_t a = begin; a < end; ++a) {
-      const int32_t e = scratch.active_experts[size_t(a)];
-      const Expert& expert = layer.experts[size_t(e)];
-      for (int32_t row = scratch.expert_starts[size_t(e)]; row < scratch.expert_starts[size_t(e) + 1]; ++row) {
-        float* gate = &scratch.gate[size_t(row) * size_t(intermediate)];
-        float* up = &scratch.up[size_t(row) * size_t(intermediate)];
-        add_bias(gate, expert.gate_bias, intermediate);
-        add_bias(up, expert.up_bias, intermediate);
-        switch (numerics.activation) {
-          case CD_ACTIVATION_GELU_TANH: kernels.gelu_tanh_gate(gate, up, intermediate, gate); break;
-          case CD_ACTIVATION_CLAMPED_SWIGLU:
-            kernels.clamped_swiglu(gate, up, intermediate, numerics.swiglu_alpha, numerics.swiglu_limit, gate);
-            break;
-          default: kernels.swiglu(gate, up, intermediate, gate); break;
-        }
-      }
-    }
-  });
 
   grow(scratch.out, size_t(num_slots) * size_t(hidden_size));
   const size_t gate_stride = pack_rows(pool, kernels, format, scratch.gate.data(), num_slots, intermediate, scratch);
   run_grouped(pool, kernels,
               GroupedMatmul{layer, scratch, format, intermediate, scratch.gate.data(), gate_stride, hidden_size, 1, down,
-                            {scratch.out.data(), nullptr}},
+                            {scratch.out.data(), nullptr}, nullptr},
               scratch.panel_per_thread);
 
   // Each token's experts in its own slot order, one chain per element: acc = w0 o0, then

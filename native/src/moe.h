@@ -31,8 +31,7 @@ struct MoeScratch {
   std::vector<int32_t> expert_starts;    // [experts + 1] first grouped row of each expert
   std::vector<int32_t> expert_cursors;   // [experts]
   std::vector<int32_t> active_experts;   // experts with rows this step, ascending
-  std::vector<int32_t> task_offsets;     // [active experts + 1] first tile task of each
-  std::vector<float> rows;               // [assignments, hidden] each row's token, normed
+  std::vector<float> rows;               // [assignments, hidden] each row's token, normed (when the kernel reads fp32 rows); the sums
   std::vector<float> gate, up;           // [assignments, moe_intermediate]
   std::vector<float> out;                // [assignments, hidden] each expert's output for the row
   std::vector<uint8_t> packed;           // rows as the kernel reads them (bf16, int16 blocks)

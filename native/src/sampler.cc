@@ -157,4 +157,33 @@ int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vo
   return sample_stochastic(logits, vocab_size, best.value, params, scratch.ids, scratch.probs);
 }
 
+SamplingParams sampling_params_of(const cd_batch& batch, int32_t seq, int32_t j) {
+  return SamplingParams{batch.temperatures[seq], batch.top_ps[seq], batch.top_ks[seq],
+                        batch.min_ps[seq],       batch.seeds[seq],  batch.output_indices[seq] + j};
+}
+
+LogitAdjustments logit_adjustments_of(const cd_batch& batch, int32_t seq, int32_t num_preceding_drafts) {
+  const int32_t num_drafts = batch.num_draft_tokens == nullptr ? 0 : batch.num_draft_tokens[seq];
+  const int32_t bias_begin = batch.bias_starts[seq];
+  const int32_t penalty_begin = batch.penalty_starts[seq];
+  return LogitAdjustments{batch.bias_token_ids + bias_begin,
+                          batch.bias_values + bias_begin,
+                          batch.bias_starts[seq + 1] - bias_begin,
+                          batch.repetition_penalties[seq],
+                          batch.frequency_penalties[seq],
+                          batch.presence_penalties[seq],
+                          batch.penalty_token_ids + penalty_begin,
+                          batch.penalty_output_counts + penalty_begin,
+                          batch.penalty_in_prompt + penalty_begin,
+                          batch.penalty_starts[seq + 1] - penalty_begin,
+                          batch.token_ids + batch.query_starts[seq + 1] - num_drafts,
+                          num_preceding_drafts};
+}
+
+const uint32_t* allowed_bits_of(const cd_batch& batch, int32_t seq) {
+  if (batch.bitmask_rows == nullptr) return nullptr;
+  const int32_t row = batch.bitmask_rows[seq];
+  return row < 0 ? nullptr : batch.token_bitmask + size_t(row) * size_t(batch.bitmask_words);
+}
+
 }  // namespace conduit

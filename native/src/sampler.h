@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "conduit.h"
 #include "kernels.h"
 
 namespace conduit {
@@ -60,6 +61,13 @@ struct SamplerScratch {
 int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vocab_size, ArgMax raw_best,
                      const SamplingParams& params, const LogitAdjustments& adjustments, const uint32_t* allowed_bits,
                      SamplerScratch& scratch);
+
+// A batch sequence's settings for its j-th sample (output index output_indices[seq] + j), its bias
+// and penalties with its first j proposals counted as output, and its bitmask row (null when
+// unconstrained): what every device's pass hands sample_token.
+SamplingParams sampling_params_of(const cd_batch& batch, int32_t seq, int32_t j);
+LogitAdjustments logit_adjustments_of(const cd_batch& batch, int32_t seq, int32_t num_preceding_drafts);
+const uint32_t* allowed_bits_of(const cd_batch& batch, int32_t seq);
 
 // A uniform draw in [0, 1) keyed by (seed, counter).
 double uniform_from_counter(uint64_t seed, uint64_t counter);

@@ -14,6 +14,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "ggml_blocks.h"
+#include "huge_pages.h"
 #include "kernels.h"
 
 namespace conduit {
@@ -105,10 +106,12 @@ void FreeDeleter::operator()(void* pointer) const { std::free(pointer); }
 
 AlignedBuffer allocate_aligned(size_t size_bytes) {
   const size_t rounded = (size_bytes + 63) / 64 * 64;
-  void* pointer = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (pointer == nullptr) {
+  // A buffer of a huge page or more (the KV cache) starts on one and asks for them (huge_pages.h).
+  void* pointer = nullptr;
+  if (posix_memalign(&pointer, rounded >= kHugePageBytes ? kHugePageBytes : 64, rounded == 0 ? 64 : rounded) != 0) {
     throw Error(CD_ERR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(size_bytes) + " bytes");
   }
+  advise_huge_pages(pointer, rounded);
   return AlignedBuffer(pointer);
 }
 
@@ -264,8 +267,7 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
                                  ref.first_column % 32 == 0 && k % 32 == 0;
   const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
   const int32_t num_blocks = (k + 31) / 32;
-  AlignedBuffer buffer = allocate_aligned(q8_panels_bytes(num_rows, k));
-  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  uint8_t* panels = matrices_.allocate(q8_panels_bytes(num_rows, k));
   pool.parallel_for(num_panels, 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     int8_t values[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
@@ -291,7 +293,6 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   });
   release_pages(source, ref.size_bytes);
   if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
-  converted_.push_back(std::move(buffer));
   return panels;
 }
 
@@ -329,8 +330,7 @@ const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t
   const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
   const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
   const int32_t num_blocks = (k + 31) / 32;
-  AlignedBuffer buffer = allocate_aligned(q4_panels_bytes(num_rows, k));
-  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  uint8_t* panels = matrices_.allocate(q4_panels_bytes(num_rows, k));
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     uint8_t codes[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
@@ -355,7 +355,6 @@ const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t
   });
   release_pages(source, ref.size_bytes);
   if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
-  converted_.push_back(std::move(buffer));
   return panels;
 }
 
@@ -369,8 +368,7 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows,
   // Steps of one input (a column's value) or of a pair (a column's two values side by side).
   const int32_t inputs_per_step = format == MatrixFormat::kBf16Panels ? 2 : 1;
   const size_t elements_per_panel = panel_elements(format, k);
-  AlignedBuffer buffer = allocate_aligned(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype));
-  void* panels = buffer.get();
+  void* panels = matrices_.allocate(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype));
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
       size_t index = size_t(panel) * elements_per_panel;
@@ -388,7 +386,6 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows,
   });
   release_pages(source, ref.size_bytes);
   if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
-  converted_.push_back(std::move(buffer));
   return panels;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "conduit.h"
+#include "huge_pages.h"
 #include "kernels.h"
 #include "thread_pool.h"
 
@@ -21,7 +22,7 @@ struct FreeDeleter {
 };
 using AlignedBuffer = std::unique_ptr<void, FreeDeleter>;
 
-// 64-byte aligned, uninitialized; throws Error(CD_ERR_OUT_OF_MEMORY) on failure.
+// 64-byte aligned (huge-page aligned and advised from a huge page up), uninitialized; throws Error(CD_ERR_OUT_OF_MEMORY) on failure.
 AlignedBuffer allocate_aligned(size_t size_bytes);
 
 class WeightStore {
@@ -76,6 +77,7 @@ class WeightStore {
 
   std::vector<MappedFile> files_;
   std::vector<AlignedBuffer> converted_;
+  MatrixArena matrices_;  // the packed and quantized matrices
   std::map<std::tuple<int32_t, uint64_t, cd_dtype, cd_dtype>, const void*> resolved_;
 };
 

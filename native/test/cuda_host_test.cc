@@ -73,7 +73,7 @@ int32_t device_algorithm(const std::vector<float>& x, const SamplingParams& p) {
 void test_sampler_agreement(std::mt19937_64& rng) {
   const KernelTable& kernels = kernels_scalar();
   SamplerScratch scratch;
-  const LogitAdjustments none{nullptr, nullptr, 0, 1.0f, 0.0f, 0.0f, nullptr, nullptr, nullptr, 0};
+  const LogitAdjustments none{nullptr, nullptr, 0, 1.0f, 0.0f, 0.0f, nullptr, nullptr, nullptr, 0, nullptr, 0};
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   int32_t draws = 0;
   for (int32_t trial = 0; trial < 3000; ++trial) {
@@ -126,7 +126,7 @@ struct RandomBatch {
   std::vector<uint8_t> flags;
   std::vector<float> temperatures, top_ps, min_ps, presence, frequency, repetition, bias_values;
   std::vector<int32_t> top_ks, output_indices, penalty_starts, bias_starts, bias_ids, penalty_ids, penalty_counts,
-      num_top, num_prompt_top, next_ids, bitmask_rows;
+      num_top, num_prompt_top, next_ids, bitmask_rows, num_drafts;
   std::vector<uint8_t> in_prompt;
   std::vector<uint64_t> seeds;
   int32_t max_blocks = 0;
@@ -160,6 +160,9 @@ RandomBatch random_batch(std::mt19937_64& rng, int32_t num_groups, int32_t block
     r.num_prompt_top.push_back(0);
     r.next_ids.push_back(rng() % 2 == 0 ? -1 : 7);
     r.bitmask_rows.push_back(rng() % 7 == 0 ? 0 : -1);
+    // Speculative verification: a sampled sequence's last tokens may be proposals.
+    const bool verifies = r.flags.back() == CD_SEQ_SAMPLE && count > 1 && rng() % 2 == 0;
+    r.num_drafts.push_back(verifies ? 1 + int32_t(rng() % std::min(count - 1, 4)) : 0);
   }
   r.penalty_starts.push_back(0);
   r.bias_starts.push_back(0);
@@ -210,6 +213,8 @@ RandomBatch random_batch(std::mt19937_64& rng, int32_t num_groups, int32_t block
   b.num_prompt_top_logprobs = r.num_prompt_top.data();
   b.prompt_next_token_ids = r.next_ids.data();
   b.bitmask_rows = rng() % 2 == 0 ? r.bitmask_rows.data() : nullptr;
+  const bool any_drafts = std::any_of(r.num_drafts.begin(), r.num_drafts.end(), [](int32_t n) { return n > 0; });
+  b.num_draft_tokens = any_drafts ? r.num_drafts.data() : nullptr;
   return r;
 }
 
@@ -262,26 +267,92 @@ void test_batch_plan(std::mt19937_64& rng) {
     EXPECT(plan.block_table_stride * block_size >= std::min(plan.num_chunks * 256, r.max_blocks * block_size) ||
                !graphed,
            "trial %d: stride %d too narrow for %d chunks", trial, plan.block_table_stride, plan.num_chunks);
-    // Outputs: flagged sequences in batch order; device rows plus host rows cover every sampled row.
+    // Outputs: flagged sequences in batch order, 1 + k rows with k proposals; device rows plus host
+    // rows cover every sampled row, a sequence's rows all on one side.
+    const OutputRows& outputs = plan.outputs;
     size_t row = 0;
+    int32_t stride = 1;
     for (int32_t s = 0; s < b.num_seqs; ++s) {
+      EXPECT(outputs.first_rows[size_t(s)] == int32_t(row), "trial %d seq %d: first row", trial, s);
       if (!(b.seq_flags[s] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS))) continue;
-      EXPECT(row < plan.output_seqs.size() && plan.output_seqs[row] == s &&
-                 plan.output_tokens[row] == b.query_starts[s + 1] - 1,
-             "trial %d: output row %zu", trial, row);
-      const bool on_device =
-          std::find(plan.device_sampled_rows.begin(), plan.device_sampled_rows.end(), int32_t(row)) != plan.device_sampled_rows.end();
-      const bool on_host = std::find(plan.host_rows.begin(), plan.host_rows.end(), int32_t(row)) != plan.host_rows.end();
+      const int32_t drafts = b.num_draft_tokens == nullptr ? 0 : b.num_draft_tokens[s];
+      stride = std::max(stride, drafts + 1);
+      const bool penalized = b.repetition_penalties[s] != 1.0f;
       const bool plain = (b.bitmask_rows == nullptr || b.bitmask_rows[s] < 0) && b.num_top_logprobs[s] == 0 &&
                          b.bias_starts[s + 1] == b.bias_starts[s] &&
-                         !(b.repetition_penalties[s] != 1.0f && b.penalty_starts[s + 1] > b.penalty_starts[s]);
+                         !(penalized && (b.penalty_starts[s + 1] > b.penalty_starts[s] || drafts > 0));
       const bool sampled = (b.seq_flags[s] & CD_SEQ_SAMPLE) != 0;
-      EXPECT(on_device == (sampled && plain), "trial %d seq %d: device sampling %d", trial, s, on_device);
-      EXPECT(on_host == (((b.seq_flags[s] & CD_SEQ_RETURN_LOGITS) != 0) || (sampled && !plain)),
-             "trial %d seq %d: host row %d", trial, s, on_host);
-      ++row;
+      const bool returned = (b.seq_flags[s] & CD_SEQ_RETURN_LOGITS) != 0;
+      EXPECT(returned == std::binary_search(outputs.returned_rows.begin(), outputs.returned_rows.end(), int32_t(row)),
+             "trial %d seq %d: returned row", trial, s);
+      for (int32_t j = 0; j <= drafts; ++j, ++row) {
+        EXPECT(row < outputs.seqs.size() && outputs.seqs[row] == s &&
+                   outputs.tokens[row] == b.query_starts[s + 1] - 1 - drafts + j,
+               "trial %d: output row %zu", trial, row);
+        const bool on_device = std::find(plan.device_sampled_rows.begin(), plan.device_sampled_rows.end(),
+                                         int32_t(row)) != plan.device_sampled_rows.end();
+        const bool on_host = std::find(plan.host_rows.begin(), plan.host_rows.end(), int32_t(row)) != plan.host_rows.end();
+        EXPECT(on_device == (sampled && plain), "trial %d seq %d: device sampling %d", trial, s, on_device);
+        EXPECT(on_host == (returned || (sampled && !plain)), "trial %d seq %d: host row %d", trial, s, on_host);
+      }
     }
-    EXPECT(row == plan.output_seqs.size(), "trial %d: %zu output rows, expected %zu", trial, plan.output_seqs.size(), row);
+    EXPECT(row == outputs.seqs.size(), "trial %d: %zu output rows, expected %zu", trial, outputs.seqs.size(), row);
+    EXPECT(outputs.sample_stride == stride, "trial %d: sample stride %d, expected %d", trial, outputs.sample_stride, stride);
+  }
+}
+
+// settle_proposals against the sequential rule: accept while each sample equals its proposal,
+// keep the first sample that differs (or the one after the last proposal), clear the rest.
+void test_settle_proposals(std::mt19937_64& rng) {
+  for (int32_t trial = 0; trial < 300; ++trial) {
+    RandomBatch r = random_batch(rng, 1, 16, false);
+    const cd_batch& b = r.batch;
+    if (b.num_draft_tokens == nullptr) continue;
+    const cuda::BatchPlan plan = cuda::plan_batch(b, 1, 16, 256, false);
+    const int32_t stride = plan.outputs.sample_stride;
+    const size_t rows = size_t(b.num_seqs) * size_t(stride);
+    std::vector<int32_t> tokens(rows, -1), accepted(size_t(b.num_seqs), -7), top_ids(rows * CD_MAX_TOP_LOGPROBS, 9);
+    std::vector<float> logprobs(rows, 0.0f), top_logprobs(rows * CD_MAX_TOP_LOGPROBS, -1.0f);
+    // Every row sampled independently: each either its proposal or some other token.
+    for (int32_t s = 0; s < b.num_seqs; ++s) {
+      if (!(b.seq_flags[s] & CD_SEQ_SAMPLE)) continue;
+      const int32_t drafts = b.num_draft_tokens[s];
+      const int32_t* proposals = b.token_ids + b.query_starts[s + 1] - drafts;
+      for (int32_t j = 0; j <= drafts; ++j) {
+        const bool agrees = j < drafts && rng() % 3 != 0;
+        tokens[size_t(s) * stride + j] = agrees ? proposals[j] : 1000 + int32_t(rng() % 5);
+        logprobs[size_t(s) * stride + j] = -0.5f;
+      }
+    }
+    const std::vector<int32_t> sampled = tokens;
+    cd_forward_output output{};
+    output.sampled_token_ids = tokens.data();
+    output.sampled_logprobs = logprobs.data();
+    output.top_token_ids = top_ids.data();
+    output.top_logprobs = top_logprobs.data();
+    output.num_accepted_tokens = accepted.data();
+    cuda::settle_proposals(b, stride, output);
+    for (int32_t s = 0; s < b.num_seqs; ++s) {
+      const int32_t drafts = b.num_draft_tokens[s];
+      const int32_t* proposals = b.token_ids + b.query_starts[s + 1] - drafts;
+      int32_t expected = 0;
+      const bool sampling = (b.seq_flags[s] & CD_SEQ_SAMPLE) != 0;
+      if (sampling) {
+        for (int32_t j = 0; j < drafts && sampled[size_t(s) * stride + j] == proposals[j]; ++j) expected = j + 1;
+      }
+      EXPECT(accepted[size_t(s)] == expected, "trial %d seq %d: accepted %d, expected %d", trial, s, accepted[size_t(s)],
+             expected);
+      for (int32_t j = 0; j < stride; ++j) {
+        const size_t row = size_t(s) * stride + j;
+        const bool kept = sampling && j <= expected;
+        EXPECT(tokens[row] == (kept ? sampled[row] : -1), "trial %d seq %d row %d: token %d", trial, s, j, tokens[row]);
+        if (!kept && sampling) {
+          EXPECT(logprobs[row] == 0.0f && top_ids[row * CD_MAX_TOP_LOGPROBS] == -1 &&
+                     std::isnan(top_logprobs[row * CD_MAX_TOP_LOGPROBS]),
+                 "trial %d seq %d row %d: not cleared", trial, s, j);
+        }
+      }
+    }
   }
 }
 
@@ -318,6 +389,7 @@ int main(int argc, char** argv) {
   test_candidate_key(rng);
   test_sampler_agreement(rng);
   test_batch_plan(rng);
+  test_settle_proposals(rng);
   test_graph_buckets_and_cache();
   std::printf("%s (%d failures, seed %llu)\n", failures == 0 ? "ok" : "FAILED", failures, (unsigned long long)seed);
   return failures == 0 ? 0 : 1;

@@ -40,6 +40,12 @@ __global__ void random_bf16_kernel(__nv_bfloat16* out, size_t count, uint64_t se
   }
 }
 
+__global__ void random_f32_kernel(float* out, size_t count, uint64_t seed, float scale) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    out[i] = float((2.0 * conduit::sampling::uniform_from_counter(seed, i) - 1.0) * scale);
+  }
+}
+
 __global__ void random_int8_kernel(int8_t* out, size_t count, uint64_t seed) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
     out[i] = int8_t(int32_t(conduit::sampling::uniform_from_counter(seed, i) * 255.0) - 127);
@@ -109,6 +115,12 @@ struct DeviceLayer {
   const float *q_norm = nullptr, *k_norm = nullptr, *sinks = nullptr;
   const float *o_bias = nullptr, *attn_out_norm = nullptr, *ffn_norm = nullptr, *ffn_out_norm = nullptr;
   int32_t window = 0, rope = 0, kv_group = 0, kv_slot = 0;
+  // MoE layers (num_experts > 0) instead of the dense MLP: the router in fp32 [experts, hidden],
+  // each expert matrix a stack of num_experts (launch_grouped_gemm), biases [experts, n] or null.
+  int32_t num_experts = 0;
+  const float *router = nullptr, *router_bias = nullptr;
+  DeviceMatrix expert_gate, expert_up, expert_down;
+  const float *expert_gate_bias = nullptr, *expert_up_bias = nullptr, *expert_down_bias = nullptr;
 };
 
 struct DeviceRope {
@@ -131,17 +143,21 @@ class CudaModel {
   template <typename T>
   T* upload(const std::vector<T>& values);
   const float* upload_vector(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, bool is_norm);
-  DeviceMatrix upload_matrix(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, int32_t k);
+  DeviceMatrix allocate_matrix(int32_t n, int32_t k, int32_t num_stacked = 1);
+  // Matrix `index` of a stack (0 for a single matrix) from the checkpoint.
+  void fill_matrix(const HostCheckpoint& checkpoint, const cd_tensor_ref& ref, const DeviceMatrix& m, int32_t index);
+  void fill_random(const DeviceMatrix& m, int32_t num_stacked, uint64_t seed);
 
   // ---- forward ----
   void ensure_capacity(const BatchPlan& plan, int32_t num_seqs);
   void upload_plan(const BatchPlan& plan);
   void run_layers(const BatchPlan& plan, int32_t num_logit_rows);
+  void run_moe(const DeviceLayer& layer, int32_t num_tokens);
   void final_logits(const int32_t* device_rows, int32_t num_rows);
   void produce_outputs(const cd_batch& batch, const BatchPlan& plan, bool logits_by_token, cd_forward_output& output);
   void produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& plan, cd_forward_output& output);
   int32_t logits_row(const BatchPlan& plan, int32_t output_row, bool by_token) const {
-    return by_token ? plan.output_tokens[size_t(output_row)] : output_row;
+    return by_token ? plan.outputs.tokens[size_t(output_row)] : output_row;
   }
 
   int32_t device_;
@@ -151,6 +167,9 @@ class CudaModel {
   int32_t num_layers_, hidden_, intermediate_, num_heads_, num_kv_heads_, head_dim_, vocab_;
   int32_t q_size_, kv_size_;
   int32_t hidden_padded_, q_padded_, intermediate_padded_;
+  int32_t max_experts_ = 0, top_k_, moe_intermediate_, moe_intermediate_padded_;
+  cd_routing routing_;
+  bool norm_topk_prob_;
   double eps_;
   bool norm_adds_one_;
   float embedding_scale_, attention_scale_, attention_softcap_, final_softcap_;
@@ -171,6 +190,10 @@ class CudaModel {
   DeviceBuffer<float> residual_, layer_out_, q_, k_, v_, gate_, up_, gemm_partials_, attention_partials_;
   DeviceBuffer<__nv_bfloat16> normed_, attention_out_, activated_, output_normed_;
   DeviceBuffer<float> logits_, output_hidden_;
+  // MoE: per token, then per slot (tokens x top_k) and per grouped row.
+  DeviceBuffer<float> router_logits_, slot_weights_, moe_gate_, moe_up_, moe_out_;
+  DeviceBuffer<int32_t> slot_experts_, slot_rows_, row_tokens_, row_experts_, expert_starts_;
+  DeviceBuffer<__nv_bfloat16> moe_rows_, moe_activated_;
   DeviceBuffer<int32_t> token_ids_, positions_, token_seqs_, slots_, block_tables_, output_tokens_;
   DeviceBuffer<DeviceSamplingRow> sampling_rows_;
   DeviceBuffer<int32_t> sampled_tokens_;
@@ -199,12 +222,7 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
   if (options.quantization != CD_QUANTIZATION_NONE && options.quantization != CD_QUANTIZATION_INT8) {
     throw Error(CD_ERR_INVALID_ARGUMENT, "the CUDA backend quantizes to int8 only; load with quantization none or int8");
   }
-  for (int32_t i = 0; i < spec.num_layers; ++i) {
-    if (spec.layers[i].num_experts > 0) {
-      throw Error(CD_ERR_INVALID_ARGUMENT, "mixture-of-experts layers are not on the CUDA backend yet; run this "
-                                           "model with device cpu");
-    }
-  }
+  for (int32_t i = 0; i < spec.num_layers; ++i) max_experts_ = std::max(max_experts_, spec.layers[i].num_experts);
   if (spec.num_heads / spec.num_kv_heads > 16) {
     throw Error(CD_ERR_INVALID_ARGUMENT, "the CUDA attention kernel takes at most 16 query heads per kv head");
   }
@@ -224,6 +242,11 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
   hidden_padded_ = round_up(hidden_, kGemmKStep);
   q_padded_ = round_up(q_size_, kGemmKStep);
   intermediate_padded_ = round_up(intermediate_, kGemmKStep);
+  top_k_ = spec.num_experts_per_token;
+  moe_intermediate_ = spec.moe_intermediate_size;
+  moe_intermediate_padded_ = round_up(moe_intermediate_, kGemmKStep);
+  routing_ = spec.routing;
+  norm_topk_prob_ = spec.norm_topk_prob != 0;
   eps_ = spec.rms_norm_eps;
   norm_adds_one_ = spec.norm_adds_one != 0;
   embedding_scale_ = round_to_bf16(float(spec.embedding_scale));
@@ -268,28 +291,33 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     }
   }
   const auto matrix = [&](const cd_tensor_ref& ref, int32_t n, int32_t k) {
-    if (checkpoint != nullptr) return upload_matrix(checkpoint.get(), ref, n, k);
-    DeviceMatrix m;
-    m.n = n;
-    m.k = k;
-    m.n_padded = round_up(n, kGemmRowPad);
-    m.k_padded = round_up(k, kGemmKStep);
-    m.q8 = q8_;
-    const size_t count = size_t(m.n_padded) * m.k_padded;
-    CDC_CHECK(cudaMalloc(&m.values, count * (q8_ ? 1 : 2)));
-    allocations_.push_back(m.values);
-    if (q8_) {
-      random_int8_kernel<<<1024, 256, 0, stream_>>>(static_cast<int8_t*>(m.values), count, synthetic());
-      const size_t scales = size_t(m.k_padded / 32) * m.n_padded;
-      CDC_CHECK(cudaMalloc(&m.scales, scales * sizeof(__half)));
-      allocations_.push_back(m.scales);
-      fill_half_kernel<<<256, 256, 0, stream_>>>(m.scales, scales, float(1.0 / (127.0 * std::sqrt(double(k)))));
+    DeviceMatrix m = allocate_matrix(n, k);
+    if (checkpoint != nullptr) {
+      fill_matrix(*checkpoint, ref, m, 0);
     } else {
-      random_bf16_kernel<<<1024, 256, 0, stream_>>>(static_cast<__nv_bfloat16*>(m.values), count, synthetic(),
-                                                    float(1.0 / std::sqrt(double(k))));
+      fill_random(m, 1, synthetic());
     }
-    CDC_CHECK_LAUNCH();
     return m;
+  };
+  // One matrix of every expert, stacked: field picks it from an expert's spec.
+  const auto experts = [&](const cd_layer_spec& source, cd_tensor_ref cd_expert_spec::*field, int32_t n, int32_t k) {
+    DeviceMatrix m = allocate_matrix(n, k, source.num_experts);
+    for (int32_t e = 0; checkpoint != nullptr && e < source.num_experts; ++e) {
+      fill_matrix(*checkpoint, source.experts[e].*field, m, e);
+    }
+    if (checkpoint == nullptr) fill_random(m, source.num_experts, synthetic());
+    return m;
+  };
+  // A bias of every expert, [experts, n]; null when the checkpoint has none.
+  const auto expert_biases = [&](const cd_layer_spec& source, cd_tensor_ref cd_expert_spec::*field,
+                                 int32_t n) -> const float* {
+    if (checkpoint == nullptr || (source.experts[0].*field).size_bytes == 0) return nullptr;
+    std::vector<float> values;
+    for (int32_t e = 0; e < source.num_experts; ++e) {
+      const std::vector<float> bias = checkpoint->vector(source.experts[e].*field, n);
+      values.insert(values.end(), bias.begin(), bias.end());
+    }
+    return upload(values);
   };
   const auto vector = [&](const cd_tensor_ref& ref, int32_t n, bool is_norm) -> const float* {
     if (checkpoint != nullptr) return upload_vector(checkpoint.get(), ref, n, is_norm);
@@ -321,9 +349,31 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     layer.attn_out_norm = vector(source.attn_out_norm, hidden_, true);
     layer.ffn_norm = vector(source.ffn_norm, hidden_, true);
     layer.ffn_out_norm = vector(source.ffn_out_norm, hidden_, true);
-    layer.gate_proj = matrix(source.gate_proj, intermediate_, hidden_);
-    layer.up_proj = matrix(source.up_proj, intermediate_, hidden_);
-    layer.down_proj = matrix(source.down_proj, hidden_, intermediate_);
+    layer.num_experts = source.num_experts;
+    if (source.num_experts > 0) {
+      const size_t router_count = size_t(source.num_experts) * hidden_;
+      if (checkpoint != nullptr) {
+        std::vector<float> router(router_count);
+        checkpoint->read_rows(source.router, hidden_, 0, source.num_experts, router.data());
+        layer.router = upload(router);
+        layer.router_bias = upload_vector(checkpoint.get(), source.router_bias, source.num_experts, false);
+      } else {
+        float* router = upload(std::vector<float>(router_count));
+        random_f32_kernel<<<256, 256, 0, stream_>>>(router, router_count, synthetic(), float(1.0 / std::sqrt(double(hidden_))));
+        CDC_CHECK_LAUNCH();
+        layer.router = router;
+      }
+      layer.expert_gate = experts(source, &cd_expert_spec::gate_proj, moe_intermediate_, hidden_);
+      layer.expert_up = experts(source, &cd_expert_spec::up_proj, moe_intermediate_, hidden_);
+      layer.expert_down = experts(source, &cd_expert_spec::down_proj, hidden_, moe_intermediate_);
+      layer.expert_gate_bias = expert_biases(source, &cd_expert_spec::gate_bias, moe_intermediate_);
+      layer.expert_up_bias = expert_biases(source, &cd_expert_spec::up_bias, moe_intermediate_);
+      layer.expert_down_bias = expert_biases(source, &cd_expert_spec::down_bias, hidden_);
+    } else {
+      layer.gate_proj = matrix(source.gate_proj, intermediate_, hidden_);
+      layer.up_proj = matrix(source.up_proj, intermediate_, hidden_);
+      layer.down_proj = matrix(source.down_proj, hidden_, intermediate_);
+    }
     layer.window = source.sliding_window_tokens;
     layer.rope = source.rope_index;
     layer.kv_group = source.kv_group;
@@ -379,19 +429,50 @@ const float* CudaModel::upload_vector(const HostCheckpoint* checkpoint, const cd
   return upload(values);
 }
 
-DeviceMatrix CudaModel::upload_matrix(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, int32_t k) {
+// A weight's device memory (num_stacked of them, one after another), rows padded to the widest
+// column tile and inputs to the k step, zeroed (the padding must read as zeros).
+DeviceMatrix CudaModel::allocate_matrix(int32_t n, int32_t k, int32_t num_stacked) {
   DeviceMatrix m;
   m.n = n;
   m.k = k;
   m.n_padded = round_up(n, kGemmRowPad);
   m.k_padded = round_up(k, kGemmKStep);
   m.q8 = q8_;
-  const size_t count = size_t(m.n_padded) * m.k_padded;
-  CDC_CHECK(cudaMalloc(&m.values, count * (q8_ ? 1 : 2)));
+  const size_t bytes = size_t(num_stacked) * m.n_padded * m.k_padded * (q8_ ? 1 : 2);
+  CDC_CHECK(cudaMalloc(&m.values, bytes));
   allocations_.push_back(m.values);
-  CDC_CHECK(cudaMemset(m.values, 0, count * (q8_ ? 1 : 2)));
-  std::vector<float> scales_by_row;  // [n][k_padded / 32] as fp16 bits, transposed at the end
-  std::vector<uint16_t> scale_bits;
+  CDC_CHECK(cudaMemset(m.values, 0, bytes));
+  if (q8_) {
+    const size_t scale_bytes = size_t(num_stacked) * (m.k_padded / 32) * m.n_padded * sizeof(__half);
+    void* scales = nullptr;
+    CDC_CHECK(cudaMalloc(&scales, scale_bytes));
+    allocations_.push_back(scales);
+    CDC_CHECK(cudaMemset(scales, 0, scale_bytes));
+    m.scales = static_cast<__half*>(scales);
+  }
+  return m;
+}
+
+void CudaModel::fill_random(const DeviceMatrix& m, int32_t num_stacked, uint64_t seed) {
+  const size_t count = size_t(num_stacked) * m.n_padded * m.k_padded;
+  if (q8_) {
+    random_int8_kernel<<<1024, 256, 0, stream_>>>(static_cast<int8_t*>(m.values), count, seed);
+    fill_half_kernel<<<256, 256, 0, stream_>>>(m.scales, size_t(num_stacked) * (m.k_padded / 32) * m.n_padded,
+                                               float(1.0 / (127.0 * std::sqrt(double(m.k)))));
+  } else {
+    random_bf16_kernel<<<1024, 256, 0, stream_>>>(static_cast<__nv_bfloat16*>(m.values), count, seed,
+                                                  float(1.0 / std::sqrt(double(m.k))));
+  }
+  CDC_CHECK_LAUNCH();
+}
+
+void CudaModel::fill_matrix(const HostCheckpoint& checkpoint, const cd_tensor_ref& ref, const DeviceMatrix& m,
+                            int32_t index) {
+  const int32_t n = m.n;
+  const int32_t k = m.k;
+  const size_t element_bytes = q8_ ? 1 : 2;
+  uint8_t* values = static_cast<uint8_t*>(m.values) + size_t(index) * m.n_padded * m.k_padded * element_bytes;
+  std::vector<uint16_t> scale_bits;  // [k_padded / 32][n_padded] fp16 bits
   if (q8_) scale_bits.assign(size_t(m.k_padded / 32) * m.n_padded, 0);
   constexpr int32_t kSlabRows = 256;
   std::vector<float> rows(size_t(kSlabRows) * k);
@@ -401,7 +482,7 @@ DeviceMatrix CudaModel::upload_matrix(const HostCheckpoint* checkpoint, const cd
   std::vector<uint16_t> row_scales(size_t(m.k_padded / 32));
   for (int32_t first = 0; first < n; first += kSlabRows) {
     const int32_t last = std::min(n, first + kSlabRows);
-    checkpoint->read_rows(ref, k, first, last, rows.data());
+    checkpoint.read_rows(ref, k, first, last, rows.data());
     for (int32_t r = first; r < last; ++r) {
       const float* row = rows.data() + size_t(r - first) * k;
       std::fill(padded_row.begin(), padded_row.end(), 0.0f);
@@ -413,17 +494,14 @@ DeviceMatrix CudaModel::upload_matrix(const HostCheckpoint* checkpoint, const cd
         for (int32_t i = 0; i < m.k_padded; ++i) bf16[size_t(r - first) * m.k_padded + i] = to_bf16_bits(padded_row[size_t(i)]);
       }
     }
-    const size_t bytes = size_t(last - first) * m.k_padded * (q8_ ? 1 : 2);
-    const size_t offset = size_t(first) * m.k_padded * (q8_ ? 1 : 2);
-    CDC_CHECK(cudaMemcpy(static_cast<uint8_t*>(m.values) + offset, q8_ ? static_cast<const void*>(int8.data()) : bf16.data(),
-                         bytes, cudaMemcpyHostToDevice));
+    const size_t bytes = size_t(last - first) * m.k_padded * element_bytes;
+    CDC_CHECK(cudaMemcpy(values + size_t(first) * m.k_padded * element_bytes,
+                         q8_ ? static_cast<const void*>(int8.data()) : bf16.data(), bytes, cudaMemcpyHostToDevice));
   }
   if (q8_) {
-    CDC_CHECK(cudaMalloc(&m.scales, scale_bits.size() * sizeof(__half)));
-    allocations_.push_back(m.scales);
-    CDC_CHECK(cudaMemcpy(m.scales, scale_bits.data(), scale_bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    CDC_CHECK(cudaMemcpy(m.scales + size_t(index) * scale_bits.size(), scale_bits.data(),
+                         scale_bits.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
   }
-  return m;
 }
 
 void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
@@ -448,10 +526,25 @@ void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
     token_seqs_.reserve(t);
     output_tokens_.reserve(t);
     slots_.reserve(t * num_kv_groups_);
+    if (max_experts_ > 0) {
+      const size_t slots = t * size_t(top_k_);
+      router_logits_.reserve(t * max_experts_);
+      slot_experts_.reserve(slots);
+      slot_weights_.reserve(slots);
+      slot_rows_.reserve(slots);
+      row_tokens_.reserve(slots);
+      row_experts_.reserve(slots);
+      expert_starts_.reserve(size_t(max_experts_) + 1);
+      moe_rows_.reserve(slots * hidden_padded_);
+      moe_gate_.reserve(slots * moe_intermediate_);
+      moe_up_.reserve(slots * moe_intermediate_);
+      moe_activated_.reserve(slots * moe_intermediate_padded_);
+      moe_out_.reserve(slots * hidden_);
+    }
     moved = true;
   }
   // Logits for the output rows (every padded token of a graphed decode step), or a prompt slab.
-  const int32_t output_rows = plan.decode_only ? tokens : int32_t(plan.output_tokens.size());
+  const int32_t output_rows = plan.decode_only ? tokens : int32_t(plan.outputs.tokens.size());
   const int32_t logit_rows = std::max({output_rows, kPromptSlabRows, 1});
   moved |= logits_.reserve(size_t(logit_rows) * vocab_);
   moved |= output_normed_.reserve(size_t(logit_rows) * hidden_padded_);
@@ -493,7 +586,7 @@ void CudaModel::upload_plan(const BatchPlan& plan) {
   copy(token_seqs_, plan.token_seqs);
   copy(slots_, plan.slots);
   copy(block_tables_, plan.block_tables);
-  copy(output_tokens_, plan.output_tokens);
+  copy(output_tokens_, plan.outputs.tokens);
 }
 
 // Final norm of the rows' hidden states, the LM head, the soft-cap: logits_[0, num_rows).
@@ -560,6 +653,10 @@ void CudaModel::run_layers(const BatchPlan& plan, int32_t num_logit_rows) {
     }
     launch_rms_norm_bf16(residual_.get(), hidden_, layer.ffn_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
                          stream_);
+    if (layer.num_experts > 0) {
+      run_moe(layer, tokens);
+      continue;
+    }
     launch_gemm(normed_.get(), hidden_padded_, tokens, layer.gate_proj, gate_.get(), intermediate_, false, partials,
                 stream_);
     launch_gemm(normed_.get(), hidden_padded_, tokens, layer.up_proj, up_.get(), intermediate_, false, partials, stream_);
@@ -575,14 +672,37 @@ void CudaModel::run_layers(const BatchPlan& plan, int32_t num_logit_rows) {
   final_logits(output_tokens_.get(), num_logit_rows);
 }
 
+// The MoE MLP over normed_ (the ffn norm's bf16 rows), added to the residual stream: src/moe.cc's
+// steps on the device, routed from fp32 rows as the CPU routes.
+void CudaModel::run_moe(const DeviceLayer& layer, int32_t num_tokens) {
+  const int32_t num_experts = layer.num_experts;
+  const int32_t num_slots = num_tokens * top_k_;
+  float* normed_f32 = layer_out_.get();
+  launch_rms_norm_f32(residual_.get(), hidden_, layer.ffn_norm, hidden_, eps_, num_tokens, normed_f32, hidden_, stream_);
+  launch_router_logits(normed_f32, hidden_, num_tokens, layer.router, num_experts, hidden_, layer.router_bias,
+                       router_logits_.get(), stream_);
+  launch_moe_route(router_logits_.get(), num_tokens, num_experts, top_k_, routing_, norm_topk_prob_, slot_experts_.get(),
+                   slot_weights_.get(), stream_);
+  launch_moe_group(slot_experts_.get(), num_slots, top_k_, num_experts, expert_starts_.get(), slot_rows_.get(),
+                   row_tokens_.get(), row_experts_.get(), stream_);
+  launch_gather_bf16(normed_.get(), hidden_padded_, row_tokens_.get(), num_slots, hidden_padded_, moe_rows_.get(),
+                     hidden_padded_, stream_);
+  // A token picks distinct experts, so no expert has more rows than there are tokens.
+  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_gate, expert_starts_.get(), num_experts,
+                      moe_gate_.get(), moe_intermediate_, stream_);
+  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_up, expert_starts_.get(), num_experts,
+                      moe_up_.get(), moe_intermediate_, stream_);
+  launch_expert_bias(moe_gate_.get(), moe_intermediate_, num_slots, row_experts_.get(), layer.expert_gate_bias, stream_);
+  launch_expert_bias(moe_up_.get(), moe_intermediate_, num_slots, row_experts_.get(), layer.expert_up_bias, stream_);
+  launch_gated_activation(moe_gate_.get(), moe_up_.get(), moe_intermediate_, num_slots, activation_, swiglu_alpha_,
+                          swiglu_limit_, moe_activated_.get(), moe_intermediate_padded_, stream_);
+  launch_grouped_gemm(moe_activated_.get(), moe_intermediate_padded_, num_tokens, layer.expert_down, expert_starts_.get(),
+                      num_experts, moe_out_.get(), hidden_, stream_);
+  launch_moe_combine(moe_out_.get(), hidden_, slot_rows_.get(), slot_experts_.get(), slot_weights_.get(),
+                     layer.expert_down_bias, top_k_, num_tokens, residual_.get(), stream_);
+}
+
 void CudaModel::forward(const cd_batch& batch, cd_forward_output& output) {
-  if (batch.num_draft_tokens != nullptr) {
-    for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
-      if (batch.num_draft_tokens[seq] > 0) {
-        throw Error(CD_ERR_INVALID_ARGUMENT, "speculative decoding is not on the CUDA backend yet");
-      }
-    }
-  }
   CDC_CHECK(cudaSetDevice(device_));
   const BatchPlan plan = plan_batch(batch, num_kv_groups_, block_size_, kKvChunkTokens, graphs_enabled_);
   ensure_capacity(plan, batch.num_seqs);
@@ -593,7 +713,7 @@ void CudaModel::forward(const cd_batch& batch, cd_forward_output& output) {
     std::vector<int32_t> every_token(size_t(plan.padded_tokens));
     for (int32_t t = 0; t < plan.padded_tokens; ++t) every_token[size_t(t)] = t;
     BatchPlan graph_plan = plan;
-    graph_plan.output_tokens = every_token;
+    graph_plan.outputs.tokens = every_token;
     upload_plan(graph_plan);
     const GraphCache<cudaGraphExec_t>::Key key{plan.padded_tokens, plan.num_chunks};
     cudaGraphExec_t exec = graphs_.find(key);
@@ -616,7 +736,7 @@ void CudaModel::forward(const cd_batch& batch, cd_forward_output& output) {
     CDC_CHECK(cudaGraphLaunch(exec, stream_));
   } else {
     upload_plan(plan);
-    run_layers(plan, int32_t(plan.output_tokens.size()));
+    run_layers(plan, int32_t(plan.outputs.tokens.size()));
   }
   produce_outputs(batch, plan, graphed, output);
   produce_prompt_logprobs(batch, plan, output);
@@ -625,29 +745,32 @@ void CudaModel::forward(const cd_batch& batch, cd_forward_output& output) {
 
 void CudaModel::produce_outputs(const cd_batch& batch, const BatchPlan& plan, bool logits_by_token,
                                 cd_forward_output& output) {
-  for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
-    output.sampled_token_ids[seq] = -1;
-    output.sampled_logprobs[seq] = 0.0f;
-  }
-  const size_t num_top_entries = size_t(batch.num_seqs) * CD_MAX_TOP_LOGPROBS;
-  std::fill_n(output.top_token_ids, num_top_entries, -1);
-  std::fill_n(output.top_logprobs, num_top_entries, kNaN);
+  const OutputRows& rows = plan.outputs;
+  const size_t num_sample_rows = size_t(batch.num_seqs) * size_t(rows.sample_stride);
+  std::fill_n(output.sampled_token_ids, num_sample_rows, -1);
+  std::fill_n(output.sampled_logprobs, num_sample_rows, 0.0f);
+  std::fill_n(output.top_token_ids, num_sample_rows * CD_MAX_TOP_LOGPROBS, -1);
+  std::fill_n(output.top_logprobs, num_sample_rows * CD_MAX_TOP_LOGPROBS, kNaN);
+  // Output row -> its sample: row j of its sequence's rows is the j-th sample.
+  const auto sample_index = [&rows](int32_t row) { return row - rows.first_rows[size_t(rows.seqs[size_t(row)])]; };
+  const auto sample_row = [&](int32_t row) {
+    return size_t(rows.seqs[size_t(row)]) * size_t(rows.sample_stride) + size_t(sample_index(row));
+  };
   // Device sampling, kSamplerRows rows at a time.
   const size_t vocab = size_t(vocab_);
-  std::vector<DeviceSamplingRow> rows;
+  std::vector<DeviceSamplingRow> sampling;
   std::vector<int32_t> tokens(static_cast<size_t>(kSamplerRows));
   std::vector<float> logprobs(static_cast<size_t>(kSamplerRows));
   for (size_t first = 0; first < plan.device_sampled_rows.size(); first += kSamplerRows) {
     const size_t count = std::min(plan.device_sampled_rows.size() - first, size_t(kSamplerRows));
-    rows.clear();
+    sampling.clear();
     for (size_t i = first; i < first + count; ++i) {
       const int32_t row = plan.device_sampled_rows[i];
-      const int32_t seq = plan.output_seqs[size_t(row)];
-      rows.push_back(DeviceSamplingRow{batch.temperatures[seq], batch.top_ps[seq], batch.min_ps[seq], batch.top_ks[seq],
-                                       batch.seeds[seq], batch.output_indices[seq],
-                                       logits_row(plan, row, logits_by_token)});
+      const SamplingParams params = sampling_params_of(batch, rows.seqs[size_t(row)], sample_index(row));
+      sampling.push_back(DeviceSamplingRow{params.temperature, params.top_p, params.min_p, params.top_k, params.seed,
+                                           params.output_index, logits_row(plan, row, logits_by_token)});
     }
-    CDC_CHECK(cudaMemcpyAsync(sampling_rows_.get(), rows.data(), count * sizeof(DeviceSamplingRow),
+    CDC_CHECK(cudaMemcpyAsync(sampling_rows_.get(), sampling.data(), count * sizeof(DeviceSamplingRow),
                               cudaMemcpyHostToDevice, stream_));
     SamplerScratchDevice scratch{sampler_ids_.get(), sampler_keys_.get(), sampler_probs_.get(), kSamplerRows};
     launch_sample(logits_.get(), vocab_, sampling_rows_.get(), int32_t(count), scratch, sampled_tokens_.get(),
@@ -658,68 +781,51 @@ void CudaModel::produce_outputs(const cd_batch& batch, const BatchPlan& plan, bo
                               stream_));
     CDC_CHECK(cudaStreamSynchronize(stream_));
     for (size_t i = 0; i < count; ++i) {
-      const int32_t seq = plan.output_seqs[size_t(plan.device_sampled_rows[first + i])];
-      output.sampled_token_ids[seq] = tokens[i];
-      output.sampled_logprobs[seq] = logprobs[i];
+      const size_t target = sample_row(plan.device_sampled_rows[first + i]);
+      output.sampled_token_ids[target] = tokens[i];
+      output.sampled_logprobs[target] = logprobs[i];
     }
   }
-  if (plan.host_rows.empty()) return;
-  // Rows the host needs: returned logits, and sampling the device sampler does not cover.
-  host_logits_.resize(plan.host_rows.size() * vocab);
-  for (size_t i = 0; i < plan.host_rows.size(); ++i) {
-    const int32_t row = logits_row(plan, plan.host_rows[i], logits_by_token);
-    CDC_CHECK(cudaMemcpyAsync(host_logits_.data() + i * vocab, logits_.get() + size_t(row) * vocab, vocab * sizeof(float),
-                              cudaMemcpyDeviceToHost, stream_));
-  }
-  CDC_CHECK(cudaStreamSynchronize(stream_));
-  int32_t num_logit_rows = 0;
-  bool waited = false;
-  for (size_t i = 0; i < plan.host_rows.size(); ++i) {
-    const int32_t row = plan.host_rows[i];
-    const int32_t seq = plan.output_seqs[size_t(row)];
-    const float* logits = host_logits_.data() + i * vocab;
-    // Returned logits keep the batch order of the flagged sequences.
-    if (batch.seq_flags[seq] & CD_SEQ_RETURN_LOGITS) {
-      int32_t logit_index = 0;
-      for (int32_t r = 0; r < row; ++r) {
-        if (batch.seq_flags[plan.output_seqs[size_t(r)]] & CD_SEQ_RETURN_LOGITS) ++logit_index;
+  if (!plan.host_rows.empty()) {
+    // Rows the host needs: returned logits, and sampling the device sampler does not cover.
+    host_logits_.resize(plan.host_rows.size() * vocab);
+    for (size_t i = 0; i < plan.host_rows.size(); ++i) {
+      const int32_t row = logits_row(plan, plan.host_rows[i], logits_by_token);
+      CDC_CHECK(cudaMemcpyAsync(host_logits_.data() + i * vocab, logits_.get() + size_t(row) * vocab,
+                                vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    }
+    CDC_CHECK(cudaStreamSynchronize(stream_));
+    bool waited = false;
+    for (size_t i = 0; i < plan.host_rows.size(); ++i) {
+      const int32_t row = plan.host_rows[i];
+      const int32_t seq = rows.seqs[size_t(row)];
+      const float* logits = host_logits_.data() + i * vocab;
+      const auto returned = std::lower_bound(rows.returned_rows.begin(), rows.returned_rows.end(), row);
+      if (returned != rows.returned_rows.end() && *returned == row) {
+        std::copy_n(logits, vocab, output.logits + size_t(returned - rows.returned_rows.begin()) * vocab);
       }
-      std::copy_n(logits, vocab, output.logits + size_t(logit_index) * vocab);
-      ++num_logit_rows;
+      if (!(batch.seq_flags[seq] & CD_SEQ_SAMPLE) || samples_on_device(batch, seq)) continue;
+      // A sequence with proposals samples its rows in order and stops, as the CPU pass does, at
+      // the first sample that is not the next proposal.
+      const int32_t j = sample_index(row);
+      const size_t target = sample_row(row);
+      const int32_t* drafts = batch.token_ids + batch.query_starts[seq + 1] - num_draft_tokens(batch, seq);
+      if (j > 0 && output.sampled_token_ids[target - 1] != drafts[j - 1]) continue;
+      if (!waited) {
+        wait_for_bitmasks(batch);
+        waited = true;
+      }
+      const LogSoftmax raw = log_softmax_of(host_kernels_, logits, vocab_);
+      const int32_t token = sample_token(host_kernels_, logits, vocab_, raw.best, sampling_params_of(batch, seq, j),
+                                         logit_adjustments_of(batch, seq, j), allowed_bits_of(batch, seq),
+                                         host_sampler_[0]);
+      output.sampled_token_ids[target] = token;
+      output.sampled_logprobs[target] = raw.at(logits, token);
+      top_logprobs(logits, vocab_, raw, batch.num_top_logprobs[seq], output.top_token_ids + target * CD_MAX_TOP_LOGPROBS,
+                   output.top_logprobs + target * CD_MAX_TOP_LOGPROBS);
     }
-    if (!(batch.seq_flags[seq] & CD_SEQ_SAMPLE) || samples_on_device(batch, seq)) continue;
-    if (!waited) {
-      wait_for_bitmasks(batch);
-      waited = true;
-    }
-    const LogSoftmax raw = log_softmax_of(host_kernels_, logits, vocab_);
-    const SamplingParams params{batch.temperatures[seq], batch.top_ps[seq], batch.top_ks[seq],
-                                batch.min_ps[seq],       batch.seeds[seq],  batch.output_indices[seq]};
-    const int32_t bias_begin = batch.bias_starts[seq];
-    const int32_t penalty_begin = batch.penalty_starts[seq];
-    const LogitAdjustments adjustments{batch.bias_token_ids + bias_begin,
-                                       batch.bias_values + bias_begin,
-                                       batch.bias_starts[seq + 1] - bias_begin,
-                                       batch.repetition_penalties[seq],
-                                       batch.frequency_penalties[seq],
-                                       batch.presence_penalties[seq],
-                                       batch.penalty_token_ids + penalty_begin,
-                                       batch.penalty_output_counts + penalty_begin,
-                                       batch.penalty_in_prompt + penalty_begin,
-                                       batch.penalty_starts[seq + 1] - penalty_begin};
-    const uint32_t* allowed = nullptr;
-    if (batch.bitmask_rows != nullptr && batch.bitmask_rows[seq] >= 0) {
-      allowed = batch.token_bitmask + size_t(batch.bitmask_rows[seq]) * size_t(batch.bitmask_words);
-    }
-    const int32_t token = sample_token(host_kernels_, logits, vocab_, raw.best, params, adjustments, allowed,
-                                       host_sampler_[0]);
-    output.sampled_token_ids[seq] = token;
-    output.sampled_logprobs[seq] = raw.at(logits, token);
-    const size_t top_row = size_t(seq) * CD_MAX_TOP_LOGPROBS;
-    top_logprobs(logits, vocab_, raw, batch.num_top_logprobs[seq], output.top_token_ids + top_row,
-                 output.top_logprobs + top_row);
   }
-  (void)num_logit_rows;
+  settle_proposals(batch, rows.sample_stride, output);
 }
 
 void CudaModel::produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& plan, cd_forward_output& output) {
@@ -732,10 +838,11 @@ void CudaModel::produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& 
     std::fill_n(output.prompt_top_logprobs, num_tokens * CD_MAX_TOP_LOGPROBS, kNaN);
   }
   const size_t vocab = size_t(vocab_);
-  const int32_t num_rows = int32_t(plan.prompt_tokens.size());
+  const std::vector<int32_t>& prompt_tokens = plan.outputs.prompt_tokens;
+  const int32_t num_rows = int32_t(prompt_tokens.size());
   for (int32_t first = 0; first < num_rows; first += kPromptSlabRows) {
     const int32_t count = std::min(kPromptSlabRows, num_rows - first);
-    CDC_CHECK(cudaMemcpyAsync(output_tokens_.get(), plan.prompt_tokens.data() + first, size_t(count) * sizeof(int32_t),
+    CDC_CHECK(cudaMemcpyAsync(output_tokens_.get(), prompt_tokens.data() + first, size_t(count) * sizeof(int32_t),
                               cudaMemcpyHostToDevice, stream_));
     final_logits(output_tokens_.get(), count);
     host_logits_.resize(size_t(count) * vocab);
@@ -743,10 +850,9 @@ void CudaModel::produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& 
                               cudaMemcpyDeviceToHost, stream_));
     CDC_CHECK(cudaStreamSynchronize(stream_));
     for (int32_t i = 0; i < count; ++i) {
-      const int32_t token = plan.prompt_tokens[size_t(first + i)];
+      const int32_t token = prompt_tokens[size_t(first + i)];
       const int32_t seq = plan.token_seqs[size_t(token)];
-      const bool last_of_chunk = token + 1 == batch.query_starts[seq + 1];
-      const int32_t next = last_of_chunk ? batch.prompt_next_token_ids[seq] : batch.token_ids[token + 1];
+      const int32_t next = prompt_next_token(batch, seq, token);
       const float* logits = host_logits_.data() + size_t(i) * vocab;
       const LogSoftmax raw = log_softmax_of(host_kernels_, logits, vocab_);
       output.prompt_logprobs[token] = raw.at(logits, next);

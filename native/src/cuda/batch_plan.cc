@@ -1,6 +1,7 @@
 #include "batch_plan.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace conduit {
 namespace cuda {
@@ -11,7 +12,28 @@ bool samples_on_device(const cd_batch& batch, int32_t seq) {
   if (batch.bias_starts[seq + 1] > batch.bias_starts[seq]) return false;
   const bool penalized = batch.repetition_penalties[seq] != 1.0f || batch.frequency_penalties[seq] != 0.0f ||
                          batch.presence_penalties[seq] != 0.0f;
-  return !(penalized && batch.penalty_starts[seq + 1] > batch.penalty_starts[seq]);
+  return !(penalized && (batch.penalty_starts[seq + 1] > batch.penalty_starts[seq] || num_draft_tokens(batch, seq) > 0));
+}
+
+void settle_proposals(const cd_batch& batch, int32_t sample_stride, cd_forward_output& output) {
+  if (batch.num_draft_tokens == nullptr) return;
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (int32_t seq = 0; seq < batch.num_seqs; ++seq) {
+    if (output.num_accepted_tokens != nullptr) output.num_accepted_tokens[seq] = 0;
+    if (!(batch.seq_flags[seq] & CD_SEQ_SAMPLE)) continue;
+    const int32_t num_drafts = num_draft_tokens(batch, seq);
+    const int32_t* drafts = batch.token_ids + batch.query_starts[seq + 1] - num_drafts;
+    const size_t first_row = size_t(seq) * size_t(sample_stride);
+    int32_t accepted = 0;
+    while (accepted < num_drafts && output.sampled_token_ids[first_row + size_t(accepted)] == drafts[accepted]) ++accepted;
+    if (output.num_accepted_tokens != nullptr) output.num_accepted_tokens[seq] = accepted;
+    for (size_t row = first_row + size_t(accepted) + 1; row < first_row + size_t(sample_stride); ++row) {
+      output.sampled_token_ids[row] = -1;
+      output.sampled_logprobs[row] = 0.0f;
+      std::fill_n(output.top_token_ids + row * CD_MAX_TOP_LOGPROBS, CD_MAX_TOP_LOGPROBS, -1);
+      std::fill_n(output.top_logprobs + row * CD_MAX_TOP_LOGPROBS, CD_MAX_TOP_LOGPROBS, kNaN);
+    }
+  }
 }
 
 int32_t graph_bucket(int32_t num_tokens) {
@@ -57,19 +79,14 @@ BatchPlan plan_batch(const cd_batch& batch, int32_t num_kv_groups, int32_t block
             table[position / block_size_tokens] * block_size_tokens + position % block_size_tokens;
       }
     }
-    if (batch.seq_flags[seq] & (CD_SEQ_SAMPLE | CD_SEQ_RETURN_LOGITS)) {
-      const int32_t row = int32_t(plan.output_tokens.size());
-      plan.output_tokens.push_back(end - 1);
-      plan.output_seqs.push_back(seq);
-      const bool sampled = (batch.seq_flags[seq] & CD_SEQ_SAMPLE) != 0;
-      if (sampled && samples_on_device(batch, seq)) plan.device_sampled_rows.push_back(row);
-      if ((batch.seq_flags[seq] & CD_SEQ_RETURN_LOGITS) || (sampled && !samples_on_device(batch, seq))) {
-        plan.host_rows.push_back(row);
-      }
-    }
-    if (batch.seq_flags[seq] & CD_SEQ_PROMPT_LOGPROBS) {
-      const int32_t reported_end = batch.prompt_next_token_ids[seq] >= 0 ? end : end - 1;
-      for (int32_t t = begin; t < reported_end; ++t) plan.prompt_tokens.push_back(t);
+  }
+  list_output_rows(batch, plan.outputs);
+  for (size_t row = 0; row < plan.outputs.tokens.size(); ++row) {
+    const int32_t seq = plan.outputs.seqs[row];
+    const bool sampled = (batch.seq_flags[seq] & CD_SEQ_SAMPLE) != 0;
+    if (sampled && samples_on_device(batch, seq)) plan.device_sampled_rows.push_back(int32_t(row));
+    if ((batch.seq_flags[seq] & CD_SEQ_RETURN_LOGITS) || (sampled && !samples_on_device(batch, seq))) {
+      plan.host_rows.push_back(int32_t(row));
     }
   }
   plan.num_chunks = (max_position + kv_chunk_tokens) / kv_chunk_tokens;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "conduit.h"
+#include "output_rows.h"
 
 namespace conduit {
 namespace cuda {
@@ -31,20 +32,26 @@ struct BatchPlan {
   int32_t block_table_stride = 0;
   // Attention chunks of kv_chunk_tokens positions the longest context spans (at least 1).
   int32_t num_chunks = 1;
-  // The last token of each sequence flagged SAMPLE or RETURN_LOGITS, in batch order, and its
-  // sequence: the rows of the LM head's output.
-  std::vector<int32_t> output_tokens, output_seqs;
+  // The LM head's rows (the CPU pass's bookkeeping, shared: output_rows.h).
+  OutputRows outputs;
   // Output rows sampled on the device (plain settings), and rows whose logits go to the host
-  // (returned logits, or sampling that needs the host sampler).
+  // (returned logits, or sampling that needs the host sampler). A sequence with proposals has
+  // all of its 1 + k rows on one side.
   std::vector<int32_t> device_sampled_rows, host_rows;
-  // Tokens reporting the next token's prompt logprob, batch order.
-  std::vector<int32_t> prompt_tokens;
   bool decode_only = false;   // every sequence contributes one token
 };
 
-// Whether a sequence's sampling runs on the device: no bitmask row, no bias or penalty entries
-// that change anything, no top logprobs. The rest uses the CPU sampler on the host.
+// Whether a sequence's sampling runs on the device: no bitmask row, no bias or penalty that
+// changes anything (penalties count a sequence's proposals too), no top logprobs. The rest uses
+// the CPU sampler on the host.
 bool samples_on_device(const cd_batch& batch, int32_t seq);
+
+// Speculative verification after every row of a sequence with proposals was sampled on its own
+// (each row's draw depends only on its logits, settings and output index, so sampling them all
+// at once gives the tokens sequential sampling would): the sequence accepts proposals while its
+// samples equal them, its rows after the first that differs (or after the last proposal) are
+// cleared as the CPU pass leaves them (-1, 0, no top logprobs), and num_accepted_tokens is set.
+void settle_proposals(const cd_batch& batch, int32_t sample_stride, cd_forward_output& output);
 
 // A decode step of num_tokens pads to this many (a graph per bucket), or 0 past the largest.
 int32_t graph_bucket(int32_t num_tokens);

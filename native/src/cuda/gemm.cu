@@ -65,9 +65,21 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const __nv_bfloat16* __r
                                                          const __half* __restrict__ w_scales, int32_t n,
                                                          int32_t n_padded, int32_t k_padded, int32_t num_splits,
                                                          float* __restrict__ y, int32_t y_stride, bool accumulate,
-                                                         float* __restrict__ partials) {
+                                                         float* __restrict__ partials,
+                                                         const int32_t* __restrict__ group_starts) {
   using T = Tile<WARPS_M, WARPS_N, MT, NT, Q8>;
   extern __shared__ __align__(16) uint8_t smem[];
+  if (group_starts != nullptr) {
+    // Grouped (MoE): block z runs group z's rows [starts[z], starts[z + 1]) on its own matrix,
+    // the z-th of a stack; every row's chains are those of an ungrouped launch.
+    const int32_t first_row = group_starts[blockIdx.z];
+    num_rows = group_starts[blockIdx.z + 1] - first_row;
+    if (int32_t(blockIdx.y) * T::BM >= num_rows) return;
+    x += size_t(first_row) * x_stride;
+    y += size_t(first_row) * y_stride;
+    w_values = static_cast<const uint8_t*>(w_values) + size_t(blockIdx.z) * n_padded * k_padded * (Q8 ? 1 : 2);
+    if constexpr (Q8) w_scales += size_t(blockIdx.z) * (k_padded / kGemmKStep) * n_padded;
+  }
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid & 31;
@@ -79,8 +91,8 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const __nv_bfloat16* __r
   const int n0 = blockIdx.x * T::BN;
   const int steps_total = k_padded / kGemmKStep;
   const int steps_per_split = steps_total / num_splits;  // gemm_splits divides evenly
-  const int split_begin = IN_BLOCK ? 0 : blockIdx.z;
-  const int split_end = IN_BLOCK ? num_splits : blockIdx.z + 1;
+  const int split_begin = IN_BLOCK ? 0 : int(blockIdx.z);
+  const int split_end = IN_BLOCK ? num_splits : int(blockIdx.z) + 1;
   const int step_begin = split_begin * steps_per_split;
   const int step_end = split_end * steps_per_split;
 
@@ -271,17 +283,19 @@ __global__ void reduce_splits_kernel(const float* __restrict__ partials, int32_t
 // blocks over all of K.
 constexpr int32_t kFewRows = 32;
 
+// num_groups > 0: a grouped launch, num_rows the most rows one group can have.
 template <int WM, int WN, int MT, int NT, bool Q8, bool IN_BLOCK>
 void launch_tile(const __nv_bfloat16* x, int32_t x_stride, int32_t num_rows, const DeviceMatrix& w, int32_t splits,
-                 float* y, int32_t y_stride, bool accumulate, float* partials, cudaStream_t stream) {
+                 float* y, int32_t y_stride, bool accumulate, float* partials, const int32_t* group_starts,
+                 int32_t num_groups, cudaStream_t stream) {
   using T = Tile<WM, WN, MT, NT, Q8>;
   const auto kernel = gemm_kernel<WM, WN, MT, NT, Q8, IN_BLOCK>;
   const int shared_bytes = kStages * T::kStageBytes;
   static std::atomic<uint32_t> configured{0};  // per instantiation
   allow_shared_memory(kernel, shared_bytes, configured);
-  const dim3 grid(w.n_padded / T::BN, ceil_div(num_rows, T::BM), IN_BLOCK ? 1 : splits);
+  const dim3 grid(w.n_padded / T::BN, ceil_div(num_rows, T::BM), num_groups > 0 ? num_groups : IN_BLOCK ? 1 : splits);
   kernel<<<grid, kThreads, shared_bytes, stream>>>(x, x_stride, num_rows, w.values, w.scales, w.n, w.n_padded,
-                                                   w.k_padded, splits, y, y_stride, accumulate, partials);
+                                                   w.k_padded, splits, y, y_stride, accumulate, partials, group_starts);
   CDC_CHECK_LAUNCH();
 }
 
@@ -310,9 +324,11 @@ void launch_gemm(const __nv_bfloat16* x, int32_t x_stride, int32_t num_rows, con
   const int32_t splits = gemm_splits(w.n, w.k_padded);
   if (num_rows <= kFewRows) {
     if (w.q8) {
-      launch_tile<1, 4, 1, 4, true, false>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, partials, stream);
+      launch_tile<1, 4, 1, 4, true, false>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, partials,
+                                           nullptr, 0, stream);
     } else {
-      launch_tile<1, 4, 1, 4, false, false>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, partials, stream);
+      launch_tile<1, 4, 1, 4, false, false>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, partials,
+                                            nullptr, 0, stream);
     }
     const dim3 grid(ceil_div(w.n, 256), num_rows);
     reduce_splits_kernel<<<grid, 256, 0, stream>>>(partials, splits, num_rows, w.n, w.n_padded, y, y_stride, accumulate);
@@ -320,9 +336,34 @@ void launch_gemm(const __nv_bfloat16* x, int32_t x_stride, int32_t num_rows, con
     return;
   }
   if (w.q8) {
-    launch_tile<2, 2, 2, 4, true, true>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, nullptr, stream);
+    launch_tile<2, 2, 2, 4, true, true>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, nullptr,
+                                        nullptr, 0, stream);
   } else {
-    launch_tile<2, 2, 4, 4, false, true>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, nullptr, stream);
+    launch_tile<2, 2, 4, 4, false, true>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, nullptr,
+                                         nullptr, 0, stream);
+  }
+}
+
+void launch_grouped_gemm(const __nv_bfloat16* x, int32_t x_stride, int32_t max_group_rows, const DeviceMatrix& w,
+                         const int32_t* group_starts, int32_t num_groups, float* y, int32_t y_stride,
+                         cudaStream_t stream) {
+  if (max_group_rows == 0) return;
+  // Every segment inside the block, in order: the same fp32 additions as launch_gemm's either path.
+  const int32_t splits = gemm_splits(w.n, w.k_padded);
+  if (max_group_rows <= kFewRows) {
+    if (w.q8) {
+      launch_tile<1, 4, 1, 4, true, true>(x, x_stride, max_group_rows, w, splits, y, y_stride, false, nullptr,
+                                          group_starts, num_groups, stream);
+    } else {
+      launch_tile<1, 4, 1, 4, false, true>(x, x_stride, max_group_rows, w, splits, y, y_stride, false, nullptr,
+                                           group_starts, num_groups, stream);
+    }
+  } else if (w.q8) {
+    launch_tile<2, 2, 2, 4, true, true>(x, x_stride, max_group_rows, w, splits, y, y_stride, false, nullptr,
+                                        group_starts, num_groups, stream);
+  } else {
+    launch_tile<2, 2, 4, 4, false, true>(x, x_stride, max_group_rows, w, splits, y, y_stride, false, nullptr,
+                                         group_starts, num_groups, stream);
   }
 }
 

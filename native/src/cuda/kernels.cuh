@@ -90,6 +90,48 @@ void launch_gemm(const __nv_bfloat16* x, int32_t x_stride, int32_t num_rows, con
                  int32_t y_stride, bool accumulate, float* partials, cudaStream_t stream);
 size_t gemm_partials_floats(int32_t num_rows, const DeviceMatrix& w);
 
+// Grouped (MoE): w is a stack of num_groups matrices of w's shape, each n_padded x k_padded
+// (scales likewise) after the previous; group g's rows [group_starts[g], group_starts[g + 1]) of
+// x and y (device memory, so a captured graph replays any grouping) run on matrix g, each row
+// with the chains launch_gemm gives it. max_group_rows bounds every group's rows.
+void launch_grouped_gemm(const __nv_bfloat16* x, int32_t x_stride, int32_t max_group_rows, const DeviceMatrix& w,
+                         const int32_t* group_starts, int32_t num_groups, float* y, int32_t y_stride,
+                         cudaStream_t stream);
+
+// ---- mixture of experts (moe.cu) ----
+
+// logits[t, e] = x[t] . router[e] (+ bias[e]) in fp32, as the CPU keeps the router (its top-k is
+// a discontinuous choice): one warp per (token, expert), lanes' strided chains then a fixed
+// butterfly.
+void launch_router_logits(const float* x, int32_t x_stride, int32_t num_tokens, const float* router, int32_t num_experts,
+                          int32_t hidden_size, const float* bias, float* logits, cudaStream_t stream);
+
+// The routing of src/moe.cc, one thread per token from its own logits (double): slot_experts and
+// slot_weights [tokens, top_k], best first.
+void launch_moe_route(const float* logits, int32_t num_tokens, int32_t num_experts, int32_t top_k, int32_t routing,
+                      bool norm_topk_prob, int32_t* slot_experts, float* slot_weights, cudaStream_t stream);
+
+// The slots grouped by expert as the CPU groups them (within an expert, tokens in batch order):
+// expert_starts [experts + 1], slot_rows [slots] (each slot's grouped row), row_tokens and
+// row_experts [slots]. One block; each expert's rows are counted and placed by one thread.
+void launch_moe_group(const int32_t* slot_experts, int32_t num_slots, int32_t top_k, int32_t num_experts,
+                      int32_t* expert_starts, int32_t* slot_rows, int32_t* row_tokens, int32_t* row_experts,
+                      cudaStream_t stream);
+
+// rows[r] = x[row_tokens[r]] (bf16 rows of width elements, strides in elements).
+void launch_gather_bf16(const __nv_bfloat16* x, int32_t x_stride, const int32_t* row_tokens, int32_t num_rows,
+                        int32_t width, __nv_bfloat16* rows, int32_t rows_stride, cudaStream_t stream);
+
+// y[r] += bias[row_experts[r]] ([experts, width] stacked) for num_rows rows.
+void launch_expert_bias(float* y, int32_t width, int32_t num_rows, const int32_t* row_experts, const float* bias,
+                        cudaStream_t stream);
+
+// hidden[t] += the token's experts combined in its slot order, one chain per element:
+// acc = w0 (o0 + b0), then acc + w_k (o_k + b_k) (down_bias nullable, [experts, hidden]).
+void launch_moe_combine(const float* expert_out, int32_t hidden_size, const int32_t* slot_rows,
+                        const int32_t* slot_experts, const float* slot_weights, const float* down_bias, int32_t top_k,
+                        int32_t num_tokens, float* hidden, cudaStream_t stream);
+
 // ---- attention (attention.cu) ----
 
 // Paged attention for every token of the batch (prefill, chunked prefill and decode alike):

@@ -6,7 +6,10 @@
 //   3. bitwise batch invariance on the GPU: a target's logits alone, chunked by 7, and among
 //      companions (decode steps in different CUDA-graph buckets, prefill chunks);
 //   4. the device sampler against the host's CPU sampler on the same logits;
-//   5. decode tokens/s at batch 1, 64 and 256 (512-token contexts) and prefill tokens/s of a
+//   5. speculative verification's rows against plain decoding's (tokens and logprobs, bitwise);
+//      the MoE families' batch invariance;
+//   6. (tensor parallelism: not on the GPU yet);
+//   7. decode tokens/s at batch 1, 64 and 256 (512-token contexts) and prefill tokens/s of a
 //      2048-token prompt on a Llama-3-8B-shaped model with random weights drawn on the device, as
 //      fractions of the measured ceilings (MBU, MFU) and of the datasheet's.
 // Usage: gpu_check SPEC_DIR [OUT_JSON] [--skip-perf]
@@ -65,18 +68,20 @@ struct Chunk {
   float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
   int32_t top_k = 0, top_logprobs = 0, output_index = 0;
   uint64_t seed = 0;
+  int32_t num_drafts = 0;  // the last num_drafts tokens are proposals to verify
 };
 
 // A cd_batch and its outputs, built from chunks.
 struct Step {
   std::vector<int32_t> token_ids, positions, query_starts, block_tables, top_ks, output_indices, penalty_starts, bias_starts,
-      num_top, num_prompt_top, next_ids, top_ids, sampled;
+      num_top, num_prompt_top, next_ids, top_ids, sampled, num_drafts, num_accepted;
   std::vector<uint8_t> flags;
   std::vector<float> temperatures, top_ps, min_ps, zeros, ones, logits, sampled_logprobs, top_logprobs;
   std::vector<uint64_t> seeds;
   cd_batch batch{};
   cd_forward_output output{};
   int32_t num_logit_rows = 0;
+  int32_t sample_stride = 1;  // sampled rows per sequence: 1 + the most proposals
 
   Step(const std::vector<Chunk>& chunks, int32_t groups, int32_t max_blocks, int32_t vocab) {
     query_starts.push_back(0);
@@ -97,6 +102,8 @@ struct Step {
       num_prompt_top.push_back(0);
       next_ids.push_back(-1);
       if (c.flags & CD_SEQ_RETURN_LOGITS) ++num_logit_rows;
+      num_drafts.push_back(c.num_drafts);
+      sample_stride = std::max(sample_stride, c.num_drafts + 1);
     }
     const size_t n = chunks.size();
     block_tables.assign(size_t(groups) * n * size_t(max_blocks), 0);
@@ -111,10 +118,12 @@ struct Step {
     penalty_starts.assign(n + 1, 0);
     bias_starts.assign(n + 1, 0);
     logits.assign(size_t(num_logit_rows) * vocab, 0.0f);
-    sampled.assign(n, -1);
-    sampled_logprobs.assign(n, 0.0f);
-    top_ids.assign(n * CD_MAX_TOP_LOGPROBS, -1);
-    top_logprobs.assign(n * CD_MAX_TOP_LOGPROBS, 0.0f);
+    const size_t rows = n * size_t(sample_stride);
+    sampled.assign(rows, -1);
+    sampled_logprobs.assign(rows, 0.0f);
+    top_ids.assign(rows * CD_MAX_TOP_LOGPROBS, -1);
+    top_logprobs.assign(rows * CD_MAX_TOP_LOGPROBS, 0.0f);
+    num_accepted.assign(n, -1);
     batch.num_seqs = int32_t(n);
     batch.num_tokens = int32_t(token_ids.size());
     batch.token_ids = token_ids.data();
@@ -142,6 +151,10 @@ struct Step {
     output.logits = logits.data();
     output.top_token_ids = top_ids.data();
     output.top_logprobs = top_logprobs.data();
+    if (sample_stride > 1) {
+      batch.num_draft_tokens = num_drafts.data();
+      output.num_accepted_tokens = num_accepted.data();
+    }
   }
 };
 
@@ -250,7 +263,7 @@ void compare_with_cpu(const SpecFile& file, const std::string& name, std::mt1993
 
 // 3. A target's logits on the GPU, bitwise: alone, prompt chunked by 7, and among companions
 // whose number moves the decode steps across CUDA-graph buckets (and out of them).
-void batch_invariance(const SpecFile& file, std::mt19937& rng) {
+void batch_invariance(const SpecFile& file, const std::string& label, std::mt19937& rng) {
   const cd_model_spec& spec = file.spec;
   const int32_t groups = spec.num_kv_groups, vocab = spec.vocab_size;
   const int32_t max_blocks = 8, per_group = 8 * 300;
@@ -316,10 +329,10 @@ void batch_invariance(const SpecFile& file, std::mt19937& rng) {
     }
     return true;
   };
-  check(same(alone, chunked), "GPU batch invariance: prompt in one chunk == chunks of 7 (bitwise, 9 rows of logits)");
-  check(same(alone, crowded), "GPU batch invariance: alone == among 0..255 companions, graph buckets 1..256 (bitwise)");
-  json_field("batch_invariance", std::string("{\"chunked\":") + (same(alone, chunked) ? "true" : "false") +
-                                     ",\"crowded\":" + (same(alone, crowded) ? "true" : "false") + "}");
+  check(same(alone, chunked), label + ": GPU batch invariance: prompt in one chunk == chunks of 7 (bitwise, 9 rows of logits)");
+  check(same(alone, crowded), label + ": GPU batch invariance: alone == among 0..255 companions, graph buckets 1..256 (bitwise)");
+  json_field("batch_invariance_" + label, std::string("{\"chunked\":") + (same(alone, chunked) ? "true" : "false") +
+                                              ",\"crowded\":" + (same(alone, crowded) ? "true" : "false") + "}");
   cd_model_free(gpu);
 }
 
@@ -352,7 +365,65 @@ void sampler_agreement(const SpecFile& file, std::mt19937& rng) {
   cd_model_free(gpu);
 }
 
-// 5. A Llama-3-8B-shaped model (random weights drawn on the device).
+// 5. Speculative verification equals plain decoding: a prompt decoded plainly for 6 outputs, then
+// verified from the prompt with proposals (all right; right then wrong), seeded draws on the
+// device sampler and on the host's (a top logprob sends it there): the verified rows are plain
+// decoding's tokens and logprobs bitwise, and the accepted counts are the agreeing prefix.
+void speculative_verification(const SpecFile& file, std::mt19937& rng) {
+  const cd_model_spec& spec = file.spec;
+  const int32_t groups = spec.num_kv_groups, vocab = spec.vocab_size, max_blocks = 4, per_group = 4 * 4;
+  cd_model* gpu = load(spec, CD_DEVICE_CUDA, groups * per_group, false);
+  const std::vector<int32_t> prompt = random_tokens(rng, 20, vocab);
+  int32_t cases = 0, agreeing = 0;
+  for (int32_t settings = 0; settings < 3; ++settings) {
+    Chunk base{prompt, 0, blocks_for(groups, max_blocks, 0, per_group)};
+    base.flags = CD_SEQ_SAMPLE;
+    base.temperature = settings == 0 ? 0.0f : 0.9f;
+    base.top_logprobs = settings == 2 ? 1 : 0;
+    base.seed = rng();
+    // Plain decoding: six outputs, output indices 0..5.
+    std::vector<int32_t> plain;
+    std::vector<float> plain_logprobs;
+    Chunk chunk = base;
+    for (int32_t i = 0; i < 6; ++i) {
+      Step step({chunk}, groups, max_blocks, vocab);
+      run(gpu, step);
+      plain.push_back(step.sampled[0]);
+      plain_logprobs.push_back(step.sampled_logprobs[0]);
+      chunk.first_position += int32_t(chunk.tokens.size());
+      chunk.tokens = {step.sampled[0]};
+      chunk.output_index = i + 1;
+    }
+    // Verification from the prompt in other blocks: 4 proposals, all right or the third wrong.
+    for (int32_t wrong_at : {-1, 2}) {
+      Chunk verify = base;
+      verify.blocks = blocks_for(groups, max_blocks, max_blocks, per_group);
+      std::vector<int32_t> proposals(plain.begin(), plain.begin() + 4);
+      if (wrong_at >= 0) proposals[size_t(wrong_at)] = (plain[size_t(wrong_at)] + 1) % vocab;
+      verify.tokens.insert(verify.tokens.end(), proposals.begin(), proposals.end());
+      verify.num_drafts = 4;
+      Step step({verify}, groups, max_blocks, vocab);
+      run(gpu, step);
+      const int32_t expected_accepted = wrong_at >= 0 ? wrong_at : 4;
+      bool ok = step.num_accepted[0] == expected_accepted;
+      for (int32_t j = 0; j <= 4; ++j) {
+        const bool kept = j <= expected_accepted;
+        ok = ok && step.sampled[size_t(j)] == (kept ? plain[size_t(j)] : -1);
+        if (kept) ok = ok && std::memcmp(&step.sampled_logprobs[size_t(j)], &plain_logprobs[size_t(j)], sizeof(float)) == 0;
+      }
+      ++cases;
+      agreeing += ok ? 1 : 0;
+      check(ok, std::string("speculative verification == plain decoding (") +
+                    (settings == 0 ? "greedy" : settings == 1 ? "seeded draw, device sampler" : "seeded draw, host sampler") +
+                    (wrong_at >= 0 ? ", third proposal wrong" : ", every proposal right") + "): accepted " +
+                    std::to_string(step.num_accepted[0]) + ", expected " + std::to_string(expected_accepted));
+    }
+  }
+  json_field("speculative_equals_plain", std::to_string(agreeing) + "/" + std::to_string(cases));
+  cd_model_free(gpu);
+}
+
+// 6. A Llama-3-8B-shaped model (random weights drawn on the device).
 struct PerfSpec {
   std::vector<cd_layer_spec> layers;
   std::vector<double> inv_freq;
@@ -541,17 +612,29 @@ int main(int argc, char** argv) {
   json_field("logits", "[" + rows_json + "]");
   try {
     conduit::check::read_spec_file(spec_dir + "/conduit-tiny.spec", tiny);
-    std::printf("\n3. batch invariance (conduit-tiny)\n");
-    batch_invariance(tiny, rng);
+    std::printf("\n3. batch invariance\n");
+    batch_invariance(tiny, "conduit-tiny", rng);
     std::printf("\n4. device sampler\n");
     sampler_agreement(tiny, rng);
+    std::printf("\n5. speculative verification (conduit-tiny)\n");
+    speculative_verification(tiny, rng);
   } catch (const std::exception& e) {
     check(false, std::string("conduit-tiny: ") + e.what());
   }
-  std::printf("\n5. tensor parallelism: TP = 2 on one GPU is not run (not on the CUDA backend yet)\n");
+  // MoE: the grouped expert matmuls and the combine, bitwise whatever shares the batch.
+  for (const std::string& moe_name : std::vector<std::string>{"mixtral", "qwen3_moe", "gpt_oss"}) {
+    try {
+      SpecFile moe;
+      conduit::check::read_spec_file(spec_dir + "/" + moe_name + ".spec", moe);
+      batch_invariance(moe, moe_name, rng);
+    } catch (const std::exception& e) {
+      check(false, moe_name + ": " + e.what());
+    }
+  }
+  std::printf("\n6. tensor parallelism: TP = 2 is not run (sharded GPU models are not on the CUDA backend yet)\n");
   json_field("tp2_equals_tp1", "null");
   if (!skip_perf) {
-    std::printf("\n6. performance (Llama-3-8B shape, bf16)\n");
+    std::printf("\n7. performance (Llama-3-8B shape, bf16)\n");
     try {
       performance(read_bandwidth, mma_peak, datasheet_bandwidth > 0 ? datasheet_bandwidth : read_bandwidth,
                   datasheet_peak > 0 ? datasheet_peak : mma_peak);
