@@ -100,6 +100,8 @@ test('random bounds: every walk ends in a value within them, and the values at t
     const schema: Record<string, unknown> = { type: integer ? 'integer' : 'number' };
     const low = random() < 0.8 ? randomBound(random, integer) : undefined;
     const high = random() < 0.8 ? randomBound(random, integer) : undefined;
+    // Unbounded is xgrammar's own number (exponents included), not this grammar.
+    if (low === undefined && high === undefined) continue;
     if (low !== undefined) schema[random() < 0.5 ? 'minimum' : 'exclusiveMinimum'] = low;
     if (high !== undefined) schema[random() < 0.5 ? 'maximum' : 'exclusiveMaximum'] = high;
     const where = `seed ${seed}, schema ${JSON.stringify(schema)}`;
