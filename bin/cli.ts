@@ -24,7 +24,7 @@ const serveUsage = `usage: conduit serve [--config FILE] [--model DIR ...] [--ht
 const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:PATH [--dtype auto|fp32|bf16|fp16]
                       [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                       [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
-                      [--performance-mode interactivity|throughput] [--max-num-partial-prefills N]
+                      [--grammar-threads N] [--performance-mode interactivity|throughput] [--max-num-partial-prefills N]
                       [--max-long-partial-prefills N] [--long-prefill-token-threshold N]
                       [--kernel auto|amx|avx512|avx2|scalar] [--device cpu|cuda] [--quantization none|int8|int4] [--served-name NAME]
                       [--tensor-parallel-size 1|2|4|8]

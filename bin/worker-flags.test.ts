@@ -35,6 +35,7 @@ test('a spawned worker gets exactly the settings its model configuration names',
     enablePrefixCaching: false,
     schedulingPolicy: 'priority',
     speculative: null,
+    grammarThreads: 2,
     listen: 'unix:/tmp/w.sock',
   });
 });
@@ -60,6 +61,17 @@ test('speculative_config travels to the worker in vLLM\'s spelling, with vLLM\'s
     '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_max_tree_depth":0}', '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_min_token_prob":2}']) {
     assert.throws(() => flag(bad), /--speculative-config/, bad);
   }
+});
+
+test('grammar_threads travels to the worker (--grammar-threads), 2 by default, at least 1', () => {
+  const model = validateConfig({ models: [{ path: '/m/x', grammar_threads: 4 }] }, 'c.yaml').models[0];
+  assert.equal(parseWorkerArgs(workerArgs(model, 1, 'h:1').slice(1)).grammarThreads, 4);
+  assert.equal(validateConfig({ models: [{ path: '/m/x' }] }, 'c.yaml').models[0].grammar_threads, 2);
+  assert.equal(parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--grammar-threads', '3']).grammarThreads, 3);
+  for (const bad of ['0', '1.5', 'many']) {
+    assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--grammar-threads', bad]), /--grammar-threads/, bad);
+  }
+  assert.throws(() => validateConfig({ models: [{ path: '/m/x', grammar_threads: 0 }] }, 'c.yaml'), /grammar_threads/);
 });
 
 test('a worker without a KV size gets the default bytes; bad flags name the flag', () => {

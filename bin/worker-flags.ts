@@ -30,6 +30,7 @@ export const workerFlagOptions = {
   'max-long-partial-prefills': { type: 'string' },
   'long-prefill-token-threshold': { type: 'string' },
   threads: { type: 'string' },
+  'grammar-threads': { type: 'string' },
   kernel: { type: 'string' },
   device: { type: 'string' },
   quantization: { type: 'string' },
@@ -61,6 +62,7 @@ const flagToField: Record<string, keyof LlmModelConfig> = {
   'max-long-partial-prefills': 'max_long_partial_prefills',
   'long-prefill-token-threshold': 'long_prefill_token_threshold',
   threads: 'threads_per_worker',
+  'grammar-threads': 'grammar_threads',
   kernel: 'kernel',
   device: 'device',
   quantization: 'quantization',
@@ -72,7 +74,7 @@ const flagToField: Record<string, keyof LlmModelConfig> = {
 const numericFields = new Set<keyof LlmModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
   'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'threads_per_worker',
-  'tensor_parallel_size',
+  'tensor_parallel_size', 'grammar_threads',
 ]);
 const booleanFields = new Set<keyof LlmModelConfig>(['enable_prefix_caching']);
 const jsonFields = new Set<keyof LlmModelConfig>(['speculative_config']);
@@ -138,6 +140,7 @@ export function workerSettings(model: LlmModelConfig, listen: string): WorkerSet
     enablePrefixCaching: model.enable_prefix_caching,
     schedulingPolicy: model.scheduling_policy,
     speculative: speculativeConfigOf(model),
+    grammarThreads: model.grammar_threads,
     listen,
   };
 }

@@ -52,6 +52,13 @@ export const modelSchema = z
     threads_per_worker: z.number().int().positive().optional(),
     /** Workers already running elsewhere (`conduit worker --listen`), by address. */
     remote_workers: z.array(hostPort).default([]),
+    /**
+     * Threads per worker that compile structured outputs' grammars and fill their token masks
+     * while the forward pass runs (each holds its own xgrammar instance and the vocabulary);
+     * started on first use. A thread compiling a new grammar holds up the masks of the
+     * sequences it serves, so more threads keep new schemas from stalling running ones.
+     */
+    grammar_threads: z.number().int().min(1).max(64).default(2),
     /** Force a kernel path (tests, benchmarks). */
     kernel: z.enum(['auto', 'amx', 'avx512', 'avx2', 'scalar']).default('auto'),
     /** Where the weights, KV cache and passes live: `cuda` opens the CUDA plugin (bf16 or int8 weights). */

@@ -245,7 +245,7 @@ export class Engine {
     const structured = request.structuredOutput;
     if (structured === undefined) return this.scheduler.add(request, receivedMs);
     if (this.grammars === null) return { code: 'invalid_request', message: 'This worker serves no structured outputs' };
-    const prepared = prepareStructuredOutput(structured);
+    const prepared = prepareStructuredOutput(structured, this.runner.info.vocabSize);
     if ('code' in prepared) return prepared;
     const stopTokenIds = [...new Set([...this.eosTokenIds, ...(request.sampling.stopTokenIds ?? [])])];
     const grammar = this.grammars.create(request.requestId, prepared, stopTokenIds);
@@ -264,8 +264,8 @@ export class Engine {
       const output = this.scheduler.fail(grammar.requestId, grammar.failure!);
       if (output !== null) this.emit(output);
     }
-    for (const { requestId, tokenIds } of this.grammars.takeForcedStarts()) {
-      const output = this.scheduler.forceOutput(requestId, tokenIds);
+    for (const { requestId, tokenIds, numOutputTokensBefore } of this.grammars.takeForcedStarts()) {
+      const output = this.scheduler.forceOutput(requestId, tokenIds, numOutputTokensBefore);
       if (output !== null) this.emit(output);
     }
   }

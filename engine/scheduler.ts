@@ -292,11 +292,12 @@ export class Scheduler {
 
   /**
    * Outputs tokens a request's grammar forces before anything is sampled (they are computed with
-   * the prompt); null when the request is gone or has output already.
+   * the prompt); null when the request is gone or has output other than numOutputTokensBefore
+   * tokens (a prefix forced before them).
    */
-  forceOutput(requestId: string, tokenIds: readonly number[]): RequestOutput | null {
+  forceOutput(requestId: string, tokenIds: readonly number[], numOutputTokensBefore = 0): RequestOutput | null {
     const sequence = this.sequences.get(requestId);
-    if (sequence === undefined || sequence.numOutputTokens > 0) return null;
+    if (sequence === undefined || sequence.numOutputTokens !== numOutputTokensBefore) return null;
     const news = this.outputOf(sequence, null);
     const numTokensBefore = sequence.numTokens;
     this.appendForcedTokens(sequence, tokenIds, news);

@@ -75,6 +75,12 @@ export interface StructuredOutput {
    * reports logprobs turns it off.
    */
   jumpForward?: boolean;
+  /**
+   * Tokens output first, without sampling and unseen by the grammar, which applies after them:
+   * a special token no grammar can spell (Mistral's [TOOL_CALLS] before forced calls), so the
+   * output is token for token what the model writes itself. Not with constrainAfter.
+   */
+  prefixTokenIds?: readonly number[];
 }
 
 export interface GenerateRequest {

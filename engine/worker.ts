@@ -43,8 +43,8 @@ export interface WorkerSettings {
   schedulingPolicy: SchedulingPolicy;
   /** Speculative decoding (engine/spec/); none when absent or null. */
   speculative?: SpeculativeConfig | null;
-  /** Threads that compile structured outputs' grammars and fill their masks (2 by default; started on first use). */
-  grammarThreads?: number;
+  /** Threads that compile structured outputs' grammars and fill their masks (the model's grammar_threads; started on first use). */
+  grammarThreads: number;
   /** 'HOST:PORT' (port 0 picks a free one) or 'unix:PATH'. */
   listen: string;
   /** Register in Redis and publish KV events there, for gateways on other machines (shared-state.ts). */

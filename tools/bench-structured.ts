@@ -16,9 +16,10 @@
 //    the first sampled token is printed too: there a new schema's compile shows wherever the
 //    prompt's prefill is shorter than it.
 //
-//   npm run bench:structured [-- --threads N --rounds 3 --max-tokens 96]
+//   npm run bench:structured [-- --threads N --grammar-threads N --rounds 3 --max-tokens 96]
 import os from 'node:os';
 import { parseArgs } from 'node:util';
+import { validateConfig } from '../configs/schema.ts';
 import { createEngine, type Engine } from '../engine/engine.ts';
 import { GrammarService } from '../engine/grammar/service.ts';
 import { NativeRunner } from '../engine/native-runner.ts';
@@ -60,10 +61,10 @@ function tokens(count: number, salt: number): number[] {
   return Array.from({ length: count }, (_, i) => 3 + ((salt * 7919 + i * 104729 + 17) % (BENCH_SHAPE.vocabSize - 3)));
 }
 
-async function startEngine(modelDir: string, numThreads: number, overlapForward: boolean) {
+async function startEngine(modelDir: string, numThreads: number, grammarThreads: number, overlapForward: boolean) {
   const model = await loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 2048, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
   const runner = new NativeRunner(model, { maxModelLen: MAX_MODEL_LEN, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024 });
-  const grammars = new GrammarService({ modelDir, vocabSize: BENCH_SHAPE.vocabSize, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, overlapForward });
+  const grammars = new GrammarService({ modelDir, vocabSize: BENCH_SHAPE.vocabSize, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: grammarThreads, overlapForward });
   return createEngine(runner, { servedName: 'bench', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024, generationDefaults: { eosTokenIds: [EOS] }, grammars });
 }
 
@@ -170,18 +171,20 @@ async function main() {
       threads: { type: 'string', default: String(os.availableParallelism()) },
       rounds: { type: 'string', default: '3' },
       'max-tokens': { type: 'string', default: '96' },
+      'grammar-threads': { type: 'string', default: String(validateConfig({ models: [{ path: '.' }] }, 'bench').models[0].grammar_threads) },
     },
   });
   const numThreads = Number(values.threads);
   const numRounds = Number(values.rounds);
   const maxTokens = Number(values['max-tokens']);
+  const grammarThreads = Number(values['grammar-threads']);
   console.log(`CPU: ${describeCpu()}`);
-  console.log(`model: 125 M benchmark checkpoint (bf16, GPT-2's first 32,000 tokens), ${numThreads} threads, kernel auto; 2 grammar threads`);
+  console.log(`model: 125 M benchmark checkpoint (bf16, GPT-2's first 32,000 tokens), ${numThreads} threads, kernel auto; ${grammarThreads} grammar threads`);
   const modelDir = ensureBenchCheckpoint();
   ensureBenchTokenizer(modelDir);
 
-  const overlapped = await startEngine(modelDir, numThreads, true);
-  const serial = await startEngine(modelDir, numThreads, false);
+  const overlapped = await startEngine(modelDir, numThreads, grammarThreads, true);
+  const serial = await startEngine(modelDir, numThreads, grammarThreads, false);
   try {
     // Warm both: the runtime, the grammar threads (each loads the vocabulary), the schema's grammar.
     for (const engine of [overlapped, serial]) {
@@ -189,6 +192,9 @@ async function main() {
       await run(engine, requestOf('free', 'warm-free', 0, 8));
     }
     const modes: Array<[Mode, Engine]> = [['free', overlapped], ['masked', overlapped], ['jump-forward', overlapped], ['masked, serial', serial]];
+    const verdicts: string[] = [];
+    const verdict = (name: string, ratio: number, target: number, atLeast: boolean) =>
+      verdicts.push(`${name} ${fmt(ratio, 2)} x (target ${atLeast ? '>=' : '<='} ${target} x: ${(atLeast ? ratio >= target : ratio <= target) ? 'met' : 'NOT met'})`);
     for (const batchSize of [1, MAX_NUM_SEQS]) {
       const rates = new Map<Mode, number[]>(modes.map(([mode]) => [mode, []]));
       for (let round = 0; round < numRounds; round++) {
@@ -202,6 +208,7 @@ async function main() {
           `with jump-forward ${rate('jump-forward')} tok/s = ${fmt(ratio('jump-forward'), 2)} x; ` +
           `masks filled before the forward pass ${rate('masked, serial')} tok/s = ${fmt(ratio('masked, serial'), 2)} x`,
       );
+      verdict(`constrained / free tokens/s at batch ${batchSize}:`, ratio('masked'), 0.9, true);
     }
     for (const promptTokens of [PROMPT_TOKENS, 512]) {
       const ttft = await timeToFirstToken(overlapped, promptTokens, numRounds);
@@ -210,7 +217,9 @@ async function main() {
           `cached ${fmt(ttft.cachedMs)} ms = ${fmt(ttft.newMs / ttft.cachedMs, 2)} x (target <= 1.2 x); to the first sampled ` +
           `token, new ${fmt(ttft.newSampleMs)} ms, cached ${fmt(ttft.cachedSampleMs)} ms = ${fmt(ttft.newSampleMs / ttft.cachedSampleMs, 2)} x`,
       );
+      verdict(`time to first token, new / cached schema, ${promptTokens}-token prompt:`, ttft.newMs / ttft.cachedMs, 1.2, false);
     }
+    console.log(`targets (this run, ${os.loadavg()[0].toFixed(1)} load average at the end):\n  ${verdicts.join('\n  ')}`);
   } finally {
     await overlapped.close();
     await serial.close();

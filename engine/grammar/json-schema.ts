@@ -7,9 +7,12 @@
 //     accept 1959-06-31, 10:01:60 and 01.2.3.4, which validators reject);
 //   - `minLength` / `maxLength` become a pattern of plain characters (xgrammar's length-bounded
 //     strings let raw control characters through, which is not JSON).
+//   - `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` become a grammar of the
+//     range's digits (number-range.ts; xgrammar's ranges let 10.62 under maximum 10).
 // The rewritten patterns allow a subset of what the format or length allows: every output stays
 // valid, some valid strings (escapes, leap seconds) are never produced.
 import type { EngineError } from '../errors.ts';
+import { rangeMarker, scaledRange, type NumericBounds } from './number-range.ts';
 
 /** Validation keywords the grammar cannot enforce. */
 const UNSUPPORTED = new Set([
@@ -128,13 +131,6 @@ function prepareNode(schema: Schema, path: string[]): Schema {
   if (node.unevaluatedProperties !== undefined && node.unevaluatedProperties !== false) {
     refuse('The JSON schema keyword "unevaluatedProperties" is supported only as false', path);
   }
-  for (const bound of NUMERIC_BOUNDS) {
-    if (node[bound] === undefined) continue;
-    if (types === null || types.has('number')) {
-      refuse(`The JSON schema keyword "${bound}" is supported on integers only, not on numbers`, path);
-    }
-  }
-  checkRange(node, 'minimum', 'maximum', path);
   checkRange(node, 'minLength', 'maxLength', path);
   checkRange(node, 'minItems', 'maxItems', path);
   checkRange(node, 'minProperties', 'maxProperties', path);
@@ -160,7 +156,34 @@ function prepareNode(schema: Schema, path: string[]): Schema {
     const children = node[keyword];
     if (Array.isArray(children)) node[keyword] = children.map((child, i) => prepareNode(child as Schema, [...path, keyword, String(i)]));
   }
-  return node;
+  return NUMERIC_BOUNDS.some((bound) => node[bound] !== undefined) ? prepareBoundedNumber(node, types, path) : node;
+}
+
+/**
+ * A number or integer with bounds becomes a marker that the grammar thread replaces with a grammar
+ * of the range's digits (number-range.ts); beside other types, one branch of an anyOf.
+ */
+function prepareBoundedNumber(node: Record<string, unknown>, types: Set<string> | null, path: readonly string[]): Schema {
+  const bounds: NumericBounds = {};
+  for (const bound of NUMERIC_BOUNDS) {
+    const value = node[bound];
+    if (value === undefined) continue;
+    if (typeof value !== 'number' || !Number.isFinite(value)) refuse(`"${bound}" must be a number`, path);
+    bounds[bound] = value;
+    delete node[bound];
+  }
+  if (types === null || !(types.has('number') || types.has('integer'))) {
+    refuse('The JSON schema keywords "minimum", "maximum", "exclusiveMinimum" and "exclusiveMaximum" are supported with "type" number or integer', path);
+  }
+  for (const keyword of ['enum', 'const', 'anyOf', 'oneOf', 'allOf', '$ref']) {
+    if (keyword in node) refuse(`Numeric bounds are not supported together with "${keyword}"`, path);
+  }
+  const range = scaledRange(bounds, !types.has('number'));
+  if (typeof range === 'string') refuse(`The numeric bounds cannot be honoured: ${range}`, path);
+  const marker = { const: rangeMarker(range) };
+  const others = [...types].filter((type) => type !== 'number' && type !== 'integer');
+  if (others.length === 0) return marker;
+  return { anyOf: [marker, { ...node, type: others }] };
 }
 
 function prepareString(node: Record<string, unknown>, path: readonly string[]): void {

@@ -25,8 +25,8 @@ export interface GrammarServiceSettings {
   vocabSize: number;
   eosTokenIds: readonly number[];
   maxNumSeqs: number;
-  /** 2 by default; each holds its own xgrammar instance and vocabulary. */
-  numThreads?: number;
+  /** The model's grammar_threads; each holds its own xgrammar instance and vocabulary. */
+  numThreads: number;
   /** Compiled grammars each thread keeps (64 by default). */
   maxCachedGrammars?: number;
   /** Fill masks while the forward pass runs (the default), or before it starts (a benchmark's reference). */
@@ -49,14 +49,15 @@ export interface PreparedOutput {
   constraint: PreparedConstraint;
   constrainAfter: string | null;
   jumpForward: boolean;
+  prefixTokenIds: readonly number[];
 }
 
 /** One request's grammar, as the engine and scheduler see it. */
 export class SequenceGrammar implements GrammarGate {
   isReady = false;
   failure: EngineError | null = null;
-  /** Output tokens already sent to the matcher. */
-  numAcceptedTokens = 0;
+  /** Output tokens already sent to the matcher (or never to be: the prefix). */
+  numAcceptedTokens: number;
   /** What the grammar forced before the last sampled token (jump-forward), from its last fill. */
   forcedText: string | null = null;
   thread: GrammarThread | null = null;
@@ -66,7 +67,9 @@ export class SequenceGrammar implements GrammarGate {
     readonly slot: number,
     readonly prepared: PreparedOutput,
     readonly stopTokenIds: readonly number[],
-  ) {}
+  ) {
+    this.numAcceptedTokens = prepared.prefixTokenIds.length;
+  }
 }
 
 interface PendingFill {
@@ -110,7 +113,7 @@ function prepareTagSchemas(tag: unknown): { tag: unknown } | EngineError {
 }
 
 /** The constraint checked and made ready to compile, or why it cannot be. */
-export function prepareStructuredOutput(structured: StructuredOutput): PreparedOutput | EngineError {
+export function prepareStructuredOutput(structured: StructuredOutput, vocabSize: number): PreparedOutput | EngineError {
   const { constraint } = structured;
   let prepared: PreparedConstraint = constraint;
   switch (constraint.kind) {
@@ -151,7 +154,12 @@ export function prepareStructuredOutput(structured: StructuredOutput): PreparedO
   }
   const constrainAfter = structured.constrainAfter ?? null;
   if (constrainAfter !== null && (typeof constrainAfter !== 'string' || constrainAfter === '')) return invalid('constrainAfter must be a non-empty string');
-  return { key: JSON.stringify([prepared, constrainAfter]), constraint: prepared, constrainAfter, jumpForward: structured.jumpForward ?? true };
+  const prefixTokenIds = structured.prefixTokenIds ?? [];
+  if (!Array.isArray(prefixTokenIds) || prefixTokenIds.some((id) => !Number.isInteger(id) || id < 0 || id >= vocabSize)) {
+    return invalid(`prefixTokenIds must be token ids below ${vocabSize}`);
+  }
+  if (prefixTokenIds.length > 0 && constrainAfter !== null) return invalid('prefixTokenIds cannot come with constrainAfter');
+  return { key: JSON.stringify([prepared, constrainAfter]), constraint: prepared, constrainAfter, jumpForward: structured.jumpForward ?? true, prefixTokenIds };
 }
 
 /**
@@ -175,7 +183,8 @@ export class GrammarService {
   private readonly bySlot = new Map<number, SequenceGrammar>();
   private readonly byRequest = new Map<string, SequenceGrammar>();
   private readonly failures: SequenceGrammar[] = [];
-  private readonly prefixes: Array<{ grammar: SequenceGrammar; text: string }> = [];
+  /** Forced starts to output: a prefix of token ids (at open), or the text a grammar forces from its start. */
+  private readonly prefixes: Array<{ grammar: SequenceGrammar; tokenIds: readonly number[] | null; text: string }> = [];
   private readonly bitmaskRows: Int32Array;
   private readonly tokenBitmask: Int32Array;
   private readonly ready: Int32Array;
@@ -202,7 +211,7 @@ export class GrammarService {
       ready,
       maxCachedGrammars: settings.maxCachedGrammars ?? 64,
     };
-    this.threads = Array.from({ length: Math.max(1, settings.numThreads ?? 2) }, () => new GrammarThread());
+    this.threads = Array.from({ length: Math.max(1, settings.numThreads) }, () => new GrammarThread());
     this.bitmaskRows = new Int32Array(settings.maxNumSeqs);
     this.tokenBitmask = new Int32Array(bitmask);
     this.ready = new Int32Array(ready);
@@ -233,6 +242,10 @@ export class GrammarService {
     const { key, constraint, constrainAfter } = grammar.prepared;
     const { jumpForward } = grammar.prepared;
     this.post(thread, { kind: 'open', slot: grammar.slot, key, constraint, constrainAfter, stopTokenIds: [...grammar.stopTokenIds], jumpForward });
+    if (grammar.prepared.prefixTokenIds.length > 0) {
+      this.prefixes.push({ grammar, tokenIds: grammar.prepared.prefixTokenIds, text: '' });
+      this.onChange();
+    }
   }
 
   /** Frees the request's matcher; its grammar stays cached in its thread. */
@@ -256,12 +269,15 @@ export class GrammarService {
    * first step: the grammar's start compiled over bytes alone), for requests that have no output
    * yet: they are output at once, and computed with the prompt.
    */
-  takeForcedStarts(): Array<{ requestId: string; tokenIds: number[] }> {
+  takeForcedStarts(): Array<{ requestId: string; tokenIds: readonly number[]; numOutputTokensBefore: number }> {
     const starts = [];
-    for (const { grammar, text } of this.prefixes.splice(0)) {
+    for (const { grammar, tokenIds: prefix, text } of this.prefixes.splice(0)) {
       if (grammar.failure !== null || this.byRequest.get(grammar.requestId) !== grammar) continue;
-      const tokenIds = this.tokenizer().forcedStart(text);
-      if (tokenIds.length > 0) starts.push({ requestId: grammar.requestId, tokenIds });
+      // The prefix is output at open, the grammar's forced start after it.
+      const numPrefixTokens = grammar.prepared.prefixTokenIds.length;
+      if (prefix !== null) starts.push({ requestId: grammar.requestId, tokenIds: prefix, numOutputTokensBefore: 0 });
+      const tokenIds = prefix === null ? this.tokenizer().forcedStart(text) : [];
+      if (tokenIds.length > 0) starts.push({ requestId: grammar.requestId, tokenIds, numOutputTokensBefore: numPrefixTokens });
     }
     return starts;
   }
@@ -386,7 +402,7 @@ export class GrammarService {
     if (reply.kind === 'prefix') {
       const grammar = this.bySlot.get(reply.slot);
       if (grammar === undefined || grammar.isReady || reply.text === '') return;
-      this.prefixes.push({ grammar, text: reply.text });
+      this.prefixes.push({ grammar, tokenIds: null, text: reply.text });
       this.onChange();
       return;
     }

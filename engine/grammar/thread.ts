@@ -7,6 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint, FillItem } from './messages.ts';
 import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
+import { hasRangeMarkers, replaceRangeMarkers } from './number-range.ts';
 import { loadXgrammar } from './xgrammar.ts';
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
 
@@ -45,9 +46,13 @@ async function compilerOf(): Promise<GrammarCompiler> {
   return compiler;
 }
 
-/** A JSON schema as EBNF with JSON_OPTIONS' layout (a structural tag's own json_schema allows any whitespace, in which small models drown). */
-function schemaGrammar(schema: unknown): Promise<string> {
-  return xgrammar.Testings._jsonSchemaToEBNF(JSON.stringify(schema), ...JSON_OPTIONS);
+/**
+ * A JSON schema (text or value) as EBNF with JSON_OPTIONS' layout (a structural tag's own
+ * json_schema allows any whitespace, in which small models drown), its bounded numbers' markers
+ * replaced by their ranges' grammars.
+ */
+async function schemaGrammar(schema: unknown): Promise<string> {
+  return replaceRangeMarkers(await xgrammar.Testings._jsonSchemaToEBNF(typeof schema === 'string' ? schema : JSON.stringify(schema), ...JSON_OPTIONS));
 }
 
 /** The tag with each JSON schema in it turned into a grammar of the same layout as a json_schema constraint's. */
@@ -107,6 +112,8 @@ async function compile(constraint: PreparedConstraint, constrainAfter: string | 
   }
   switch (constraint.kind) {
     case 'json_schema':
+      // Bounded numbers are markers in the schema, replaced in its EBNF (number-range.ts).
+      if (hasRangeMarkers(constraint.schema)) return grammarCompiler.compileGrammar(await schemaGrammar(constraint.schema));
       return grammarCompiler.compileJSONSchema(constraint.schema, ...JSON_OPTIONS);
     case 'json_object':
       return grammarCompiler.compileJSONSchema('{"type": "object"}', ...JSON_OPTIONS);

@@ -113,7 +113,7 @@ export function generateToWire(request: GenerateRequest): WireGenerateRequest {
 
 function structuredToWire(structured: StructuredOutput): WireStructuredOutput {
   const { constraint } = structured;
-  const wire: WireStructuredOutput = { constrainAfter: structured.constrainAfter, jumpForward: structured.jumpForward };
+  const wire: WireStructuredOutput = { constrainAfter: structured.constrainAfter, jumpForward: structured.jumpForward, prefixTokenIds: structured.prefixTokenIds === undefined ? undefined : [...structured.prefixTokenIds] };
   switch (constraint.kind) {
     case 'json_schema':
       return { ...wire, jsonSchema: constraint.schema };
@@ -149,7 +149,8 @@ function structuredFromWire(wire: WireStructuredOutputOutput | null): Structured
         return { kind: 'choice', choices: wire.choice?.choices ?? [] };
     }
   };
-  return { constraint: constraintOf(), constrainAfter: wire.constrainAfter, jumpForward: wire.jumpForward };
+  const prefixTokenIds = wire.prefixTokenIds.length > 0 ? wire.prefixTokenIds : undefined;
+  return { constraint: constraintOf(), constrainAfter: wire.constrainAfter, jumpForward: wire.jumpForward, ...(prefixTokenIds === undefined ? {} : { prefixTokenIds }) };
 }
 
 export function generateFromWire(wire: WireGenerateRequestOutput): GenerateRequest {

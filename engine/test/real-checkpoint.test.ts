@@ -101,6 +101,7 @@ test('a worker serves the checkpoint over gRPC and sizes its cache from a byte b
     quantization: 'none',
     enablePrefixCaching: true,
     schedulingPolicy: 'fcfs',
+    grammarThreads: 1,
     listen: '127.0.0.1:0',
   });
   const client = new GrpcEngineClient(worker.address);

@@ -39,7 +39,7 @@ interface Outcome {
 async function withEngine(fn: (engine: Engine, runner: RecordingRunner) => Promise<void>, maxNumBatchedTokens = 256): Promise<void> {
   const model = await loadModel({ modelDir: MODEL_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 512, blockSizeTokens: 16, numThreads: 2, kernel: 'auto' });
   const runner = new RecordingRunner(new NativeRunner(model, { maxModelLen: 2048, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens }));
-  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS });
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 2 });
   const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens, generationDefaults: { eosTokenIds: [EOS] }, grammars });
   try {
     await fn(engine, runner);
@@ -73,6 +73,7 @@ const PERSON = {
   properties: {
     name: { type: 'string', maxLength: 12 },
     age: { type: 'integer', minimum: 0, maximum: 120 },
+    height: { type: 'number', exclusiveMinimum: 0.5, maximum: 2.5 },
     born: { type: 'string', format: 'date' },
     tags: { type: 'array', items: { enum: ['red', 'green', 'blue'] }, minItems: 1, maxItems: 3 },
     email: { type: ['string', 'null'], format: 'email' },
@@ -83,7 +84,7 @@ const PERSON = {
       additionalProperties: false,
     },
   },
-  required: ['name', 'age', 'born', 'tags', 'address'],
+  required: ['name', 'age', 'height', 'born', 'tags', 'address'],
   additionalProperties: false,
 };
 
@@ -116,7 +117,7 @@ test('what the grammar engine cannot honour is refused before any token, naming 
   await withEngine(async (engine) => {
     const cases: Array<[StructuredOutput, RegExp]> = [
       [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ type: 'object', properties: { a: { type: 'array', uniqueItems: true } } }) } }, /"uniqueItems" is not supported \(at #\/properties\/a\)/],
-      [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ type: 'number', minimum: 1.5 }) } }, /"minimum" is supported on integers only/],
+      [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ type: 'number', exclusiveMinimum: 1e12 }) } }, /"exclusiveMinimum" beyond 9.01e\+9 is not supported on numbers \(at #\)/],
       [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ type: 'string', format: 'uri-template' }) } }, /string format "uri-template" is not supported/],
       [{ constraint: { kind: 'json_schema', schema: JSON.stringify({ oneOf: [{ type: 'integer' }, { type: 'number' }] }) } }, /"oneOf" is supported only when no value can match two/],
       [{ constraint: { kind: 'json_schema', schema: '{"type": ' } }, /not JSON/],
@@ -182,6 +183,31 @@ test('what a new grammar forces from its start is output before anything is samp
   }, 64);
 });
 
+test('prefix tokens (Mistral\'s [TOOL_CALLS]) come first, unseen by the grammar, then its forced start and what it allows', async () => {
+  await withEngine(async (engine) => {
+    const PREFIX = [4000, 4001];
+    for (const [i, jumpForward] of [true, false].entries()) {
+      const outcome = await generate(engine, request(`prefix-${i}`, { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) }, prefixTokenIds: PREFIX, jumpForward }, 70 + i));
+      assert.equal(outcome.finishReason, 'stop', outcome.error);
+      assert.deepEqual(outcome.tokenIds.slice(0, 2), PREFIX);
+      const rest = textOf(outcome.tokenIds.slice(2, -1));
+      assert.ok(rest.startsWith('{"name": "'), rest);
+      JSON.parse(rest);
+    }
+    const choice = await generate(engine, request('prefix-choice', { constraint: { kind: 'choice', choices: ['left', 'right'] }, prefixTokenIds: [5] }, 72));
+    assert.equal(choice.tokenIds[0], 5);
+    assert.ok(['left', 'right'].includes(textOf(choice.tokenIds.slice(1, -1))), textOf(choice.tokenIds));
+    for (const [structured, message] of [
+      [{ constraint: { kind: 'choice', choices: ['a'] }, prefixTokenIds: [VOCAB_SIZE] }, /prefixTokenIds must be token ids below 4096/],
+      [{ constraint: { kind: 'choice', choices: ['a'] }, prefixTokenIds: [5], constrainAfter: '</think>' }, /cannot come with constrainAfter/],
+    ] as Array<[StructuredOutput, RegExp]>) {
+      const refused = await generate(engine, request('prefix-bad', structured, 73));
+      assert.equal(refused.finishReason, 'error');
+      assert.match(refused.error!, message);
+    }
+  });
+});
+
 test('constrained and free requests in shared batches give what each gives alone, token for token', async () => {
   const structured = (i: number): StructuredOutput | undefined =>
     i % 3 === 0 ? undefined : i % 3 === 1 ? { constraint: { kind: 'json_schema', schema: JSON.stringify(PERSON) } } : { constraint: { kind: 'regex', pattern: '(ab|[0-9]{2})+!' }, jumpForward: false };
@@ -221,6 +247,7 @@ test('every kind of constraint crosses engine.proto intact: the same tokens as a
     { constraint: { kind: 'grammar', grammar: 'root ::= "<" [0-9]+ ">"' } },
     { constraint: { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format: { type: 'const_string', value: 'fixed' } }) } },
     { constraint: { kind: 'regex', pattern: '[0-9]+' }, constrainAfter: 'x' },
+    { constraint: { kind: 'choice', choices: ['left', 'right'] }, prefixTokenIds: [7, 8] },
   ];
   await withEngine(async (engine) => {
     const server = await serveEngine(engine, '127.0.0.1:0');

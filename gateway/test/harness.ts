@@ -48,9 +48,11 @@ export interface TestGatewayOptions {
   generationConfig?: Record<string, unknown>;
   /** The `tiny` checkpoint's tokenizer.json, in place of gpt2's tiktoken encoding. */
   tokenizerJson?: Record<string, unknown>;
+  /** Special tokens the `tiny` checkpoint adds after gpt2's (ids from 50257 on), e.g. Mistral's [TOOL_CALLS]. */
+  addedSpecialTokens?: readonly string[];
 }
 
-function writeModelDir(dir: string, chatTemplate: string | null) {
+function writeModelDir(dir: string, chatTemplate: string | null, addedSpecialTokens: readonly string[] = []) {
   mkdirSync(dir);
   writeFileSync(
     path.join(dir, 'tokenizer_config.json'),
@@ -58,7 +60,10 @@ function writeModelDir(dir: string, chatTemplate: string | null) {
       tiktoken_encoding: 'gpt2',
       bos_token: '<|endoftext|>',
       eos_token: '<|endoftext|>',
-      added_tokens_decoder: { '50256': { content: '<|endoftext|>', special: true } },
+      added_tokens_decoder: Object.fromEntries([
+        ['50256', { content: '<|endoftext|>', special: true }],
+        ...addedSpecialTokens.map((content, i) => [String(50257 + i), { content, special: true }]),
+      ]),
       ...(chatTemplate === null ? {} : { chat_template: chatTemplate }),
     }),
   );
@@ -73,7 +78,7 @@ export async function startTestGateway(
   const tmpDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gateway-'));
   const modelDir = path.join(tmpDir, MODEL_NAME);
   const plainModelDir = path.join(tmpDir, 'plain');
-  writeModelDir(modelDir, options.chatTemplate ?? CHAT_TEMPLATE);
+  writeModelDir(modelDir, options.chatTemplate ?? CHAT_TEMPLATE, options.addedSpecialTokens);
   writeModelDir(plainModelDir, null);
   if (options.generationConfig !== undefined) writeFileSync(path.join(modelDir, 'generation_config.json'), JSON.stringify(options.generationConfig));
   if (options.tokenizerJson !== undefined) writeFileSync(path.join(modelDir, 'tokenizer.json'), JSON.stringify(options.tokenizerJson));

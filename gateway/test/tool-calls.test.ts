@@ -11,7 +11,7 @@ import { zodFunction, zodResponseFormat, zodTextFormat } from 'openai/helpers/zo
 import { ResponsesWS } from 'openai/resources/responses/ws';
 import { z } from 'zod';
 import type { GenerateRequest, StructuredOutput } from '../../engine/types.ts';
-import { HERMES_TEMPLATE, QWEN3_TEMPLATE } from '../tool-calls/test/family-templates.ts';
+import { HERMES_TEMPLATE, MISTRAL_TEMPLATE, QWEN3_TEMPLATE } from '../tool-calls/test/family-templates.ts';
 import { LONG_MODEL_NAME, oneTokenPerStep, sseEvents, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
 
@@ -105,6 +105,40 @@ test('chat: streamed, the call\'s id and name come first, then its argument piec
   assert.deepEqual(calls.map(({ name, arguments: args }) => [name, args]), whole.message.tool_calls.map((call: any) => [call.function.name, call.function.arguments]));
   assert.equal(calls.length, 2);
   assert.ok(chunks.filter((chunk) => chunk.choices[0].delta.tool_calls?.[0]?.id === undefined && chunk.choices[0].delta.tool_calls).length > 2, 'arguments arrive in pieces');
+});
+
+test('Mistral: a forced call begins with [TOOL_CALLS] itself, output by the worker before the grammar (a special token no grammar spells)', async () => {
+  const mistral = await startTestGateway(() => script, { chatTemplate: MISTRAL_TEMPLATE, addedSpecialTokens: ['[TOOL_CALLS]'], longModelLen: 4096 });
+  // A tokenizer without the special token: the grammar spells the marker as text.
+  const plain = await startTestGateway(() => script, { chatTemplate: MISTRAL_TEMPLATE, longModelLen: 4096 });
+  try {
+    const [markerId] = mistral.tokens('[TOOL_CALLS]');
+    assert.ok(mistral.tokenizer.specialTokenIds.has(markerId));
+    const callArray = '[{"name": "get_weather", "arguments": {"city": "Oslo"}}]';
+    // What the worker outputs for the forced call: the marker, then the array under the grammar.
+    script = { steps: oneTokenPerStep([markerId, ...mistral.tokens(callArray)]), finishReason: 'stop' };
+    const { body } = await postJson(mistral, '/v1/chat/completions', { messages, tools: [WEATHER_TOOL], tool_choice: 'required' });
+    const forced = lastRequest(mistral).structuredOutput!;
+    assert.deepEqual(forced.prefixTokenIds, [markerId]);
+    const format = JSON.parse((forced.constraint as { structuralTag: string }).structuralTag).format;
+    assert.deepEqual(format.elements[0], { type: 'const_string', value: '[' }, 'the grammar starts after the marker');
+    assert.equal(body.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(body.choices[0].message.tool_calls.map((call: any) => [call.function.name, JSON.parse(call.function.arguments)]), [['get_weather', { city: 'Oslo' }]]);
+    assert.equal(body.choices[0].message.content, null);
+    // auto stays free (no grammar, no prefix).
+    say(mistral, callArray);
+    await postJson(mistral, '/v1/chat/completions', { messages, tools: [WEATHER_TOOL], tool_choice: 'auto' });
+    assert.equal(lastRequest(mistral).structuredOutput, undefined);
+
+    say(plain, `[TOOL_CALLS]${callArray}`);
+    await postJson(plain, '/v1/chat/completions', { messages, tools: [WEATHER_TOOL], tool_choice: 'required' });
+    const spelled = lastRequest(plain).structuredOutput!;
+    assert.equal(spelled.prefixTokenIds, undefined);
+    assert.deepEqual(JSON.parse((spelled.constraint as { structuralTag: string }).structuralTag).format.elements[0], { type: 'const_string', value: '[TOOL_CALLS][' });
+  } finally {
+    await mistral.close();
+    await plain.close();
+  }
 });
 
 test('chat: required and a named tool are forced through the grammar; named ends with stop; none offers no tools', async () => {

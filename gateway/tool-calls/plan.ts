@@ -5,13 +5,20 @@ import type { StructuredConstraint, StructuredOutput } from '../../engine/types.
 import type { RegisteredModel } from '../served-model.ts';
 import { CALL_SYNTAX, reasoningStateOf } from './families.ts';
 import type { OutputParserOptions } from './output-parser.ts';
-import { toolCallConstraint, type ToolPlan } from './tools.ts';
+import type { Tokenizer } from '../tokenizer/tokenizer.ts';
+import { MISTRAL_MARKER, toolCallConstraint, type ToolPlan } from './tools.ts';
 
 export interface OutputPlan {
   structuredOutput: StructuredOutput | undefined;
   parser: OutputParserOptions;
   /** The finish reason of an output that made calls: a named tool_choice ends with stop, as OpenAI's does. */
   callsFinishReason: 'tool_calls' | 'stop';
+}
+
+/** Mistral's marker as this tokenizer has it: one special token, or text. */
+function markerTokenOf(tokenizer: Tokenizer): { isSpecial: true; tokenId: number } | { isSpecial: false } {
+  const tokenIds = tokenizer.encode(MISTRAL_MARKER, { addSpecialTokens: false });
+  return tokenIds.length === 1 && tokenizer.specialTokenIds.has(tokenIds[0]) ? { isSpecial: true, tokenId: tokenIds[0] } : { isSpecial: false };
 }
 
 /** Enough of the prompt's end to see a think tag the template wrote. */
@@ -29,15 +36,23 @@ export function planOutput(
   const reasoningState = formats.reasoning === null ? 'none' : reasoningStateOf(tail, formats.reasoning);
   const offersTools = tools.choice !== 'none' && tools.tools.length > 0;
   const forcesCalls = offersTools && tools.choice !== 'auto';
+  const constrainAfter = formats.reasoning !== null && reasoningState !== 'closed' ? formats.reasoning.end : null;
+  // Mistral's forced calls begin with its marker, as the model's own: a special token is output
+  // first (the grammar cannot spell it), unless a think section comes first (the calls then begin
+  // with the bare array, which the parser also takes); a marker that is plain text is spelled.
+  const marker = forcesCalls && formats.toolCalls === 'mistral' ? markerTokenOf(model.tokenizer) : null;
+  const prefixTokenIds = marker !== null && marker.isSpecial && constrainAfter === null ? [marker.tokenId] : null;
   // Forced calls outrank a response format; under auto a response format leaves no room for calls.
-  const chosen = forcesCalls || constraint === null ? (offersTools ? toolCallConstraint(formats.toolCalls, tools) : null) : constraint;
+  const chosen =
+    forcesCalls || constraint === null ? (offersTools ? toolCallConstraint(formats.toolCalls, tools, marker !== null && !marker.isSpecial) : null) : constraint;
   const structuredOutput: StructuredOutput | undefined =
     chosen === null
       ? undefined
       : {
           constraint: chosen,
-          ...(formats.reasoning !== null && reasoningState !== 'closed' ? { constrainAfter: formats.reasoning.end } : {}),
+          ...(constrainAfter !== null ? { constrainAfter } : {}),
           jumpForward: !wantsLogprobs,
+          ...(prefixTokenIds !== null ? { prefixTokenIds } : {}),
         };
   return {
     structuredOutput,

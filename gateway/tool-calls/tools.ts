@@ -141,17 +141,19 @@ function callTag(family: ToolCallFamily, tool: ToolDefinition): object {
   }
 }
 
+export const MISTRAL_MARKER = '[TOOL_CALLS]';
 const SEPARATOR: Record<ToolCallFamily, string> = { hermes: '\n', llama3_json: '; ', mistral: ', ' };
 /** What a call of each family begins with, as a structural tag's trigger. */
 const TRIGGER: Record<ToolCallFamily, string> = { hermes: '<tool_call>', llama3_json: '{"name": ', mistral: '{"name": ' };
 
 /**
- * The grammar of the output when calls are forced: required (one or more, or exactly one without
+ * The grammar of the output when calls are forced (spellMarker: Mistral's begin with the text of
+ * its marker, which is not a special token of this tokenizer): required (one or more, or exactly one without
  * parallel calls), or a named function (exactly one call of it). auto is constrained only when
  * a tool is strict (vLLM's rule): text stays free, and a call, once begun, must be well formed.
  * Null when nothing constrains the output.
  */
-export function toolCallConstraint(family: ToolCallFamily, plan: ToolPlan): StructuredConstraint | null {
+export function toolCallConstraint(family: ToolCallFamily, plan: ToolPlan, spellMarker = false): StructuredConstraint | null {
   const { tools, choice, parallel } = plan;
   if (choice === 'none' || tools.length === 0) return null;
   let format: object;
@@ -162,7 +164,10 @@ export function toolCallConstraint(family: ToolCallFamily, plan: ToolPlan): Stru
   } else {
     const chosen = typeof choice === 'object' ? tools.filter((tool) => tool.name === choice.name) : tools;
     const calls = { type: 'tags_with_separator', tags: chosen.map((tool) => callTag(family, tool)), separator: SEPARATOR[family], at_least_one: true, stop_after_first: typeof choice === 'object' || !parallel };
-    format = family === 'mistral' ? { type: 'sequence', elements: [{ type: 'const_string', value: '[' }, calls, { type: 'const_string', value: ']' }] } : calls;
+    // Mistral's marker: spelled by the grammar where the tokenizer has it as text; a special token
+    // no grammar spells, which the worker outputs before the grammar (planOutput's prefixTokenIds).
+    const opening = spellMarker ? `${MISTRAL_MARKER}[` : '[';
+    format = family === 'mistral' ? { type: 'sequence', elements: [{ type: 'const_string', value: opening }, calls, { type: 'const_string', value: ']' }] } : calls;
   }
   return { kind: 'structural_tag', structuralTag: JSON.stringify({ type: 'structural_tag', format }) };
 }

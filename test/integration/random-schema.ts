@@ -1,7 +1,7 @@
 // Random JSON schemas of the kind clients send for structured outputs, drawn fresh from a seed:
 // objects (required subsets, closed with additionalProperties: false), arrays with item bounds,
 // enums and consts, nullable types, anyOf of different types, nesting, string formats and
-// patterns, length bounds, integer bounds. Strings stay short (a bound, an enum, a format of
+// patterns, length bounds, integer and number bounds (inclusive and exclusive). Strings stay short (a bound, an enum, a format of
 // bounded length) so that a small model at temperature 1 finishes within its token budget.
 
 export type Schema = Record<string, unknown>;
@@ -57,10 +57,16 @@ export class SchemaSampler {
         return { type: 'string', pattern: this.pick(['^[a-z]{2,6}$', '^[A-Z][0-9]{3}$', '^(ab|cd){1,4}$', '^[0-9]{2}-[0-9]{2}$']) };
       case 'integer': {
         const minimum = this.int(-50, 50);
-        return { type: 'integer', minimum, maximum: minimum + this.int(0, 1000) };
+        const maximum = minimum + this.int(0, 1000);
+        return this.int(0, 1) === 0 ? { type: 'integer', minimum, maximum } : { type: 'integer', exclusiveMinimum: minimum - 1, exclusiveMaximum: maximum + 1 };
       }
-      case 'number':
-        return { type: 'number' };
+      case 'number': {
+        // Bounds with a fraction, either kind, or none.
+        const low = this.int(-500, 500) / 100;
+        const high = low + this.int(1, 100_000) / 1000;
+        const bounds = [{}, { minimum: low, maximum: high }, { exclusiveMinimum: low, exclusiveMaximum: high }, { minimum: low }, { exclusiveMaximum: high }];
+        return { type: 'number', ...this.pick(bounds) };
+      }
       case 'boolean':
         return { type: 'boolean' };
       case 'nullable':

@@ -18,6 +18,7 @@ export interface StructuredOutput {
   'structuralTag'?: (string);
   'constrainAfter'?: (string);
   'jumpForward'?: (boolean);
+  'prefixTokenIds'?: (number)[];
   'constraint'?: "jsonSchema"|"jsonObject"|"regex"|"choice"|"grammar"|"structuralTag";
   '_constrainAfter'?: "constrainAfter";
   '_jumpForward'?: "jumpForward";
@@ -32,6 +33,7 @@ export interface StructuredOutput__Output {
   'structuralTag'?: (string);
   'constrainAfter'?: (string);
   'jumpForward'?: (boolean);
+  'prefixTokenIds': (number)[];
   'constraint'?: "jsonSchema"|"jsonObject"|"regex"|"choice"|"grammar"|"structuralTag";
   '_constrainAfter'?: "constrainAfter";
   '_jumpForward'?: "jumpForward";
