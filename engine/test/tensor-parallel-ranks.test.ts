@@ -3,11 +3,13 @@
 // and reports the group lost; a group that cannot form names the rank it misses.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
+import type { LoadOptions } from '../../native/api.ts';
 import { loadModel } from '../../native/index.ts';
 import { buildBatch, consecutiveBlocks, loadOptions, makeTempDir, randomTokens, writeCheckpoint } from '../../native/test/helpers.ts';
-import { groupName } from '../../native/test/tp-group.ts';
+import { groupName, withGroup } from '../../native/test/tp-group.ts';
 import { packageRoot } from '../../package-root.ts';
 import { rankArgs, startRanks } from '../tensor-parallel.ts';
 
@@ -82,4 +84,70 @@ test('rank 0 names the rank that never joined; a rank names the group it could n
   const code = await withDeadline(new Promise<number | null>((resolve) => child.once('exit', resolve)), 'rank without a group');
   assert.equal(code, 1, stderr);
   assert.match(stderr, new RegExp(`tensor-parallel rank 1 could not reach rank 0 of group ${group} \\(/dev/shm/${group}\\) within 1000 ms`));
+});
+
+/** Rank 0 of `group` in a process of its own, which prints `ready` once its group has formed. */
+function spawnRankZero(options: LoadOptions, size: number, group: string): ChildProcess {
+  const script = `
+    const { loadModel } = await import(${JSON.stringify(path.join(packageRoot, 'native', 'index.ts'))});
+    const options = JSON.parse(process.argv[1]);
+    await loadModel(options);
+    process.stdout.write('ready\\n');
+    setInterval(() => {}, 1000);
+  `;
+  const tensorParallel = { size, rank: 0, group, connectTimeoutMs: 600_000 };
+  return spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script, JSON.stringify({ ...options, tensorParallel })], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+}
+
+async function waitFor(condition: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + DEADLINE_MS;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${DEADLINE_MS} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+test('a SIGKILLed rank 0 leaves no shared-memory segment behind: unlinked once its group forms, else reclaimed by the next rank 0', async () => {
+  using temp = makeTempDir('tp-ranks');
+  const modelDir = writeCheckpoint(temp.dir, 'model', SHAPE);
+  const options = loadOptions(modelDir, { numThreads: 1 });
+  const segment = (group: string) => `/dev/shm/${group}`;
+
+  // Formed: rank 1 here, rank 0 in a child that is SIGKILLed while its rank serves.
+  const formed = groupName();
+  const child = spawnRankZero(options, 2, formed);
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  let stdout = '';
+  child.stdout!.on('data', (chunk) => (stdout += chunk));
+  try {
+    const rank = await withDeadline(loadModel({ ...options, tensorParallel: { size: 2, rank: 1, group: formed, connectTimeoutMs: DEADLINE_MS } }), 'rank 1 load');
+    const served = rank.serveRank();
+    await waitFor(() => stdout.includes('ready'), 'rank 0 ready');
+    assert.equal(existsSync(segment(formed)), false, `${segment(formed)} still named once every rank mapped it`);
+    child.kill('SIGKILL');
+    await assert.rejects(withDeadline(served, 'rank 1 noticing rank 0'), /tensor-parallel rank 0 of group .* has exited/);
+    rank.close();
+  } finally {
+    child.kill('SIGKILL');
+    await exited;
+  }
+  assert.equal(existsSync(segment(formed)), false);
+
+  // Never formed: rank 0 killed while it waits for rank 1 leaves the segment named; the next
+  // rank 0 on this machine (any group) removes it, as its process is gone.
+  const abandoned = groupName();
+  const waiting = spawnRankZero(options, 2, abandoned);
+  const waitingExited = new Promise((resolve) => waiting.once('exit', resolve));
+  try {
+    await waitFor(() => existsSync(segment(abandoned)), 'rank 0 creating its segment');
+  } finally {
+    waiting.kill('SIGKILL');
+    await waitingExited;
+  }
+  assert.equal(existsSync(segment(abandoned)), true, 'a rank 0 killed before its group formed leaves the segment');
+  await withGroup(options, 2, async () => {
+    assert.equal(existsSync(segment(abandoned)), false, `${segment(abandoned)} of a dead rank 0 not reclaimed`);
+  });
 });

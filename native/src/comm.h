@@ -26,7 +26,9 @@ class Communicator {
   virtual uint64_t collective_ns() const = 0;
 };
 
-// Rank 0 creates the segment /dev/shm/<name> (removing a stale one); rank r > 0 attaches to it,
+// Rank 0 creates the segment /dev/shm/<name> (removing a stale one of that name, and those of
+// groups whose rank 0 has died) and unlinks it once every rank is ready, so no process's end,
+// however abrupt, leaves it behind; rank r > 0 attaches to it,
 // waiting up to connect_timeout_ms for rank 0 to have made it. Either throws
 // Error(CD_ERR_RANK_UNAVAILABLE) naming the rank it could not reach. A collective waiting on a
 // rank whose process has died, or longer than a rank may take, throws the same, naming it.
