@@ -715,7 +715,7 @@ class ForwardPass {
 };
 
 void Model::forward(const cd_batch& batch, cd_forward_output& output) {
-  if (tp.comm != nullptr) send_batch(*tp.comm, batch, num_kv_groups);
+  if (tp.comm != nullptr) send_batch(*tp.comm, batch, num_kv_groups, tp.batch_message);
   ForwardPass(*this, batch).run(output);
 }
 

@@ -124,7 +124,7 @@ cd_tensor_ref vector_range(const cd_tensor_ref& ref, int32_t begin, int32_t n) {
 
 Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels,
              std::unique_ptr<Communicator> comm)
-    : tp{options.tp_rank, options.tp_size < 1 ? 1 : options.tp_size, std::move(comm), 0, 0},
+    : tp{options.tp_rank, options.tp_size < 1 ? 1 : options.tp_size, std::move(comm), 0, 0, {}},
       dims(shard_of(dimensions_of(spec), tp.size)),
       numerics(numerics_of(spec, options.weight_dtype)),
       ropes(ropes_of(spec)),

@@ -181,6 +181,7 @@ struct TensorParallel {
   std::unique_ptr<Communicator> comm;  // null at size 1
   int32_t vocab_begin = 0;
   int32_t vocab_end = 0;
+  std::vector<int32_t> batch_message;  // rank 0: the step's batch as it was broadcast, reused
 
   int32_t first_segment() const { return rank * kReductionSegments / size; }
   int32_t end_segment() const { return (rank + 1) * kReductionSegments / size; }
