@@ -124,7 +124,7 @@ cd_tensor_ref vector_range(const cd_tensor_ref& ref, int32_t begin, int32_t n) {
 
 Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels,
              std::unique_ptr<Communicator> comm)
-    : tp{options.tp_rank, options.tp_size < 1 ? 1 : options.tp_size, std::move(comm), 0, 0, {}},
+    : tp{options.tp_rank, options.tp_size < 1 ? 1 : options.tp_size, std::move(comm), 0, 0, {}, {}},
       dims(shard_of(dimensions_of(spec), tp.size)),
       numerics(numerics_of(spec, options.weight_dtype)),
       ropes(ropes_of(spec)),
@@ -235,15 +235,21 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
                             MatrixFormat::kF32Panels};
       layer.router_bias = vector(source.router_bias, source.num_experts);
       const int32_t width = dims.moe_intermediate_size;
+      // This rank's experts whole; every expert's biases (the combination adds each down bias).
+      const int32_t first_held = first_expert_of(tp.rank, tp.size, source.num_experts);
+      const int32_t end_held = first_expert_of(tp.rank + 1, tp.size, source.num_experts);
       for (int32_t e = 0; e < source.num_experts; ++e) {
         const cd_expert_spec& expert = source.experts[e];
-        layer.experts.push_back(Expert{matrix(expert.gate_proj, width, hidden), matrix(expert.up_proj, width, hidden),
-                                       matrix(expert.down_proj, hidden, width), vector(expert.gate_bias, width),
+        const bool held = e >= first_held && e < end_held;
+        layer.experts.push_back(Expert{held ? matrix(expert.gate_proj, width, hidden) : Matrix{},
+                                       held ? matrix(expert.up_proj, width, hidden) : Matrix{},
+                                       held ? matrix(expert.down_proj, hidden, width) : Matrix{}, vector(expert.gate_bias, width),
                                        vector(expert.up_bias, width), vector(expert.down_bias, hidden)});
       }
     }
     layers.push_back(std::move(layer));
   }
+  tp.experts.comm = tp.comm.get();
   weights.release_unborrowed_files();
   workspace.scores.resize(size_t(options.num_threads));
   workspace.samplers.resize(size_t(options.num_threads));
