@@ -290,17 +290,24 @@ export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
   return new LoadedModel(loaded.handle, Object.freeze(info), loaded.numaNode);
 }
 
-/** A model splits over size ranks only along whole heads, KV heads and MLP columns. */
+/**
+ * A model splits over size ranks only along whole heads and MLP columns, and whole KV heads or,
+ * with fewer KV heads than ranks, copies of one KV head per rank (size a multiple of them).
+ */
 function checkTensorParallelShape(size: number, spec: ModelSpec): void {
   const parts: [string, number][] = [
     ['num_attention_heads', spec.numHeads],
-    ['num_key_value_heads', spec.numKvHeads],
     ['intermediate_size', spec.intermediateSize],
   ];
   for (const [field, value] of parts) {
     if (value % size !== 0) {
       throw new RangeError(`LoadOptions.tensorParallel.size: ${size} does not divide the checkpoint's ${field} (${value})`);
     }
+  }
+  if (spec.numKvHeads % size !== 0 && size % spec.numKvHeads !== 0) {
+    throw new RangeError(
+      `LoadOptions.tensorParallel.size: ${size} neither divides nor is a multiple of the checkpoint's num_key_value_heads (${spec.numKvHeads})`,
+    );
   }
 }
 

@@ -87,10 +87,11 @@ void KvCache::store(int32_t layer_slot, int32_t kv, int32_t slot, int32_t kv_hea
 
 namespace {
 
-// This rank's share of the model's dimensions.
+// This rank's share of the model's dimensions. With fewer KV heads than ranks (size a multiple of
+// them), each rank holds a copy of the one KV head its query heads read, as vLLM does.
 Dimensions shard_of(Dimensions dims, int32_t tp_size) {
   dims.num_heads /= tp_size;
-  dims.num_kv_heads /= tp_size;
+  dims.num_kv_heads = dims.num_kv_heads >= tp_size ? dims.num_kv_heads / tp_size : 1;
   dims.intermediate_size /= tp_size;
   return dims;
 }
@@ -199,7 +200,8 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   lm_head = matrix(row_range(spec.lm_head, tp.vocab_begin, tp.vocab_end - tp.vocab_begin, hidden), tp.vocab_end - tp.vocab_begin,
                    hidden);
   // Column-parallel rows and row-parallel inputs of this rank (the whole model at tp.size 1).
-  const int32_t q_begin = tp.rank * dims.q_size(), kv_begin = tp.rank * dims.kv_size();
+  const int32_t q_begin = tp.rank * dims.q_size();
+  const int32_t kv_begin = int32_t(int64_t(tp.rank) * spec.num_kv_heads / tp.size) * dims.head_dim;
   const int32_t mlp_begin = tp.rank * dims.intermediate_size;
   final_norm = norm(spec.final_norm, hidden);
   layers.reserve(size_t(dims.num_layers));
