@@ -35,6 +35,15 @@ class Communicator {
 std::unique_ptr<Communicator> open_shm_communicator(const std::string& name, int32_t rank, int32_t size,
                                                     int32_t connect_timeout_ms);
 
+// The group a tp_group of "mpi:" names: MPI_COMM_WORLD of a job the library's launcher (mpiexec)
+// started, on one machine or several (comm_mpi.cc). The library is opened at run time; a machine
+// without one fails here, naming what to install. Throws Error(CD_ERR_RANK_UNAVAILABLE).
+std::unique_ptr<Communicator> open_mpi_communicator(int32_t rank, int32_t size);
+// Every rank of an MPI group, once its shard is loaded: returns when all have come, or throws after
+// timeout_ms.
+void mpi_barrier(Communicator& comm, int32_t timeout_ms);
+inline bool is_mpi_group(const char* group) { return std::string(group) == "mpi:"; }
+
 // Rank 0: waits until every rank has called mark_ready() (its shard loaded), up to timeout_ms, or
 // throws naming the ranks missing. rank_pids (or null): the processes started as ranks 1.., whose
 // death before they connect fails the wait at once.
