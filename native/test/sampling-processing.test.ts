@@ -4,19 +4,14 @@
 // drawn fresh each run; failures print the seed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { NativeModel } from '../api.ts';
+
 import { MAX_TOP_LOGPROBS, SEQ_RETURN_LOGITS, SEQ_SAMPLE } from '../api.ts';
 import {
   buildBatch,
   freshSeed,
-  loadOptions,
-  makeTempDir,
   randomTokens,
   uniformSource,
-  withModel,
-  writeCheckpoint,
   type PenaltyEntry,
-  type SeqChunk,
 } from './helpers.ts';
 import {
   NEUTRAL_SETTINGS,
@@ -28,39 +23,12 @@ import {
   samplingDistribution,
   type SamplingSettings,
 } from './sampling-reference.ts';
+import { chunkOf, drawCounts, rawLogitsOf, withSamplingModel } from './sampling-harness.ts';
 
 const VOCAB_SIZE = 64;
 const PROMPT_TOKENS = 8;
-/** Sequences per forward pass; each has its own cache block. */
-const SEQS_PER_PASS = 256;
 const DRAWS_PER_CASE = 4096;
 
-async function withRandomModel(seed: number, fn: (model: NativeModel) => Promise<void>): Promise<void> {
-  using temp = makeTempDir('sampling-processing');
-  const modelDir = writeCheckpoint(temp.dir, 'model', {
-    arch: 'llama', hiddenSize: 32, numLayers: 1, numHeads: 2, numKvHeads: 2, intermediateSize: 48, vocabSize: VOCAB_SIZE, dtype: 'fp32', seed,
-  });
-  await withModel(loadOptions(modelDir, { numKvBlocks: SEQS_PER_PASS }), fn);
-}
-
-function chunkOf(prompt: readonly number[], settings: SamplingSettings, seq: number, extra: Partial<SeqChunk> = {}): SeqChunk {
-  return { tokenIds: prompt, startPosition: 0, blockIds: [seq], flags: SEQ_SAMPLE, ...settings, ...extra };
-}
-
-/** The raw logits at the prompt's last token. */
-async function rawLogitsOf(model: NativeModel, prompt: readonly number[]): Promise<Float32Array> {
-  return (await model.forward(buildBatch([chunkOf(prompt, NEUTRAL_SETTINGS, 0, { flags: SEQ_RETURN_LOGITS })]))).logits;
-}
-
-/** Tokens of one sequence drawn at output indices 0 .. numDraws - 1 under one seed, counted per token. */
-async function drawCounts(model: NativeModel, prompt: readonly number[], settings: SamplingSettings, seed: bigint, numDraws: number): Promise<Float64Array> {
-  const counts = new Float64Array(VOCAB_SIZE);
-  for (let first = 0; first < numDraws; first += SEQS_PER_PASS) {
-    const chunks = Array.from({ length: SEQS_PER_PASS }, (_, i) => chunkOf(prompt, settings, i, { seed, outputIndex: first + i }));
-    for (const tokenId of (await model.forward(buildBatch(chunks))).sampledTokenIds) counts[tokenId]++;
-  }
-  return counts;
-}
 
 /** Ids by raw logit, descending. */
 function ranked(raw: Float32Array): number[] {
@@ -110,7 +78,7 @@ function randomAdjustments(random: () => number, raw: Float32Array, adjustment: 
 test('greedy after logit bias and each penalty takes the exact argmax of the reference adjusted logits', async (t) => {
   const seed = freshSeed(t);
   const random = uniformSource(seed);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const adjustments: Adjustment[] = ['bias', 'repetition', 'frequency', 'presence', 'all'];
     const numPrompts = 8;
     let numMoved = 0;
@@ -145,7 +113,7 @@ test('greedy after logit bias and each penalty takes the exact argmax of the ref
 
 test('a -Infinity bias bans tokens (min_tokens): greedy takes the best of the rest', async (t) => {
   const seed = freshSeed(t);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     const order = ranked(raw);
@@ -157,7 +125,7 @@ test('a -Infinity bias bans tokens (min_tokens): greedy takes the best of the re
 
 test('a row with every token banned falls back to the raw argmax, greedy or drawn', async (t) => {
   const seed = freshSeed(t);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     const allBanned = Array.from({ length: VOCAB_SIZE }, (_, id): [number, number] => [id, -Infinity]);
@@ -178,7 +146,7 @@ test('a row with every token banned falls back to the raw argmax, greedy or draw
 
 test('a repetition penalty small enough to overflow a logit to +Infinity gives that token', async (t) => {
   const seed = freshSeed(t);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     // Dividing the top two (positive) logits by 1e-44 overflows both; the lower id wins.
@@ -197,7 +165,7 @@ test('a repetition penalty small enough to overflow a logit to +Infinity gives t
 test('draws with min-p, top-k, top-p, penalties and bias follow the reference distribution', async (t) => {
   const seed = freshSeed(t);
   const random = uniformSource(seed);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     const bans = ranked(raw).slice(0, 3).map((id): [number, number] => [id, -Infinity]);
@@ -221,7 +189,7 @@ test('draws with min-p, top-k, top-p, penalties and bias follow the reference di
       await t.test(name, async () => {
         const label = `seed ${seed}, ${name}: ${JSON.stringify(settings)}`;
         const probs = samplingDistribution(raw, settings);
-        const counts = await drawCounts(model, prompt, settings, BigInt(seed), DRAWS_PER_CASE);
+        const counts = await drawCounts(model, VOCAB_SIZE, prompt, settings, BigInt(seed), DRAWS_PER_CASE);
         counts.forEach((count, id) => assert.ok(count === 0 || probs[id] > 0, `${label}: token ${id} drawn ${count} times outside the support`));
         const { statistic, degreesOfFreedom } = chiSquare(counts, probs);
         assert.ok(statistic <= chiSquareLimit(degreesOfFreedom), `${label}: chi-square ${statistic.toFixed(1)} over ${degreesOfFreedom} degrees of freedom`);
@@ -233,7 +201,7 @@ test('draws with min-p, top-k, top-p, penalties and bias follow the reference di
 test('with penalties and min-p, the same seed repeats its draws and another seed does not', async (t) => {
   const seed = freshSeed(t);
   const random = uniformSource(seed);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     const settings: SamplingSettings = { ...randomAdjustments(random, raw, 'all'), temperature: 1.5, minP: 0.01 };

@@ -5,19 +5,14 @@
 // pass runs. Models, prompts, masks and settings are drawn fresh each run; failures print the seed.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { ForwardBatch, NativeModel } from '../api.ts';
+import type { ForwardBatch } from '../api.ts';
 import { MAX_TOP_LOGPROBS, SEQ_RETURN_LOGITS, SEQ_SAMPLE } from '../api.ts';
 import {
   bitmaskRow,
   buildBatch,
   freshSeed,
-  loadOptions,
-  makeTempDir,
   randomTokens,
   uniformSource,
-  withModel,
-  writeCheckpoint,
-  type SeqChunk,
 } from './helpers.ts';
 import {
   NEUTRAL_SETTINGS,
@@ -30,28 +25,12 @@ import {
   topLogprobs,
   type SamplingSettings,
 } from './sampling-reference.ts';
+import { chunkOf, drawCounts, rawLogitsOf, withSamplingModel } from './sampling-harness.ts';
 
 // Not a multiple of 32: the last bitmask word is partly unused.
 const VOCAB_SIZE = 75;
 const PROMPT_TOKENS = 8;
-const SEQS_PER_PASS = 256;
 const DRAWS_PER_CASE = 4096;
-
-async function withRandomModel(seed: number, fn: (model: NativeModel) => Promise<void>): Promise<void> {
-  using temp = makeTempDir('token-bitmask');
-  const modelDir = writeCheckpoint(temp.dir, 'model', {
-    arch: 'llama', hiddenSize: 32, numLayers: 1, numHeads: 2, numKvHeads: 2, intermediateSize: 48, vocabSize: VOCAB_SIZE, dtype: 'fp32', seed,
-  });
-  await withModel(loadOptions(modelDir, { numKvBlocks: SEQS_PER_PASS }), fn);
-}
-
-function chunkOf(prompt: readonly number[], settings: SamplingSettings, seq: number, extra: Partial<SeqChunk> = {}): SeqChunk {
-  return { tokenIds: prompt, startPosition: 0, blockIds: [seq], flags: SEQ_SAMPLE, ...settings, ...extra };
-}
-
-async function rawLogitsOf(model: NativeModel, prompt: readonly number[]): Promise<Float32Array> {
-  return (await model.forward(buildBatch([chunkOf(prompt, NEUTRAL_SETTINGS, 0, { flags: SEQ_RETURN_LOGITS })]))).logits;
-}
 
 /** About `fraction` of the vocabulary, never the raw favourite (so a runtime ignoring the mask fails). */
 function randomMask(random: () => number, raw: Float32Array, fraction: number): number[] {
@@ -63,7 +42,7 @@ function randomMask(random: () => number, raw: Float32Array, fraction: number): 
 test('greedy with a bitmask takes the exact argmax of what it allows, after bias and penalties too; logprobs stay raw', async (t) => {
   const seed = freshSeed(t);
   const random = uniformSource(seed);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     for (let p = 0; p < 6; p++) {
       const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed + p);
       const raw = await rawLogitsOf(model, prompt);
@@ -106,7 +85,7 @@ test('greedy with a bitmask takes the exact argmax of what it allows, after bias
 test('draws with a bitmask, temperature, min-p, top-k, top-p and penalties follow the reference and never leave the mask', async (t) => {
   const seed = freshSeed(t);
   const random = uniformSource(seed);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     const cases: Record<string, SamplingSettings> = {
@@ -127,11 +106,7 @@ test('draws with a bitmask, temperature, min-p, top-k, top-p and penalties follo
     for (const [name, settings] of Object.entries(cases)) {
       const label = `seed ${seed}, ${name}: ${JSON.stringify(settings)}`;
       const probs = samplingDistribution(raw, settings);
-      const counts = new Float64Array(VOCAB_SIZE);
-      for (let first = 0; first < DRAWS_PER_CASE; first += SEQS_PER_PASS) {
-        const chunks = Array.from({ length: SEQS_PER_PASS }, (_, i) => chunkOf(prompt, settings, i, { seed: BigInt(seed), outputIndex: first + i }));
-        for (const tokenId of (await model.forward(buildBatch(chunks, { vocabSize: VOCAB_SIZE }))).sampledTokenIds) counts[tokenId]++;
-      }
+      const counts = await drawCounts(model, VOCAB_SIZE, prompt, settings, BigInt(seed), DRAWS_PER_CASE);
       const allowed = new Set(settings.allowedTokenIds);
       counts.forEach((count, id) => assert.ok(count === 0 || allowed.has(id), `${label}: token ${id} drawn ${count} times outside the mask`));
       const { statistic, degreesOfFreedom } = chiSquare(counts, probs);
@@ -143,7 +118,7 @@ test('draws with a bitmask, temperature, min-p, top-k, top-p and penalties follo
 test('bans that cover every allowed token fall back to the best allowed one; a mask allowing nothing falls back to the raw argmax', async (t) => {
   const seed = freshSeed(t);
   const random = uniformSource(seed);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     const allowedTokenIds = randomMask(random, raw, 0.2);
@@ -164,7 +139,7 @@ test('bans that cover every allowed token fall back to the best allowed one; a m
 test('rows written by another thread while the pass runs: sampling waits for the ready counter', async (t) => {
   const seed = freshSeed(t);
   const random = uniformSource(seed);
-  await withRandomModel(seed, async (model) => {
+  await withSamplingModel(VOCAB_SIZE, seed, async (model) => {
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const raw = await rawLogitsOf(model, prompt);
     const masks = [randomMask(random, raw, 0.1), randomMask(random, raw, 0.3)];
