@@ -35,6 +35,8 @@ export const workerFlagOptions = {
   device: { type: 'string' },
   quantization: { type: 'string' },
   'tensor-parallel-size': { type: 'string' },
+  // Not a model setting: only a worker an MPI launcher started (with its ranks) joins them over MPI.
+  'tensor-parallel-transport': { type: 'string' },
   'enable-prefix-caching': { type: 'string' },
   'scheduling-policy': { type: 'string' },
   'speculative-config': { type: 'string' },
@@ -230,6 +232,11 @@ export function parseWorkerArgs(argv: string[]): WorkerSettings {
     throw new Error(`conduit worker: --${flag}: ${issue.message}`);
   }
   const settings = workerSettings(parsed.data, values.listen);
+  const transport = values['tensor-parallel-transport'];
+  if (transport !== undefined) {
+    if (transport !== 'shm' && transport !== 'mpi') throw new Error(`conduit worker: --tensor-parallel-transport ${transport}: expected shm or mpi`);
+    settings.tensorParallelTransport = transport;
+  }
   const logLevel = workerLogLevelOf(values['log-level']);
   if (logLevel !== undefined) settings.logLevel = logLevel;
   const sharedState = sharedStateOf(values);

@@ -3,7 +3,7 @@
 import type { SpeculativeConfig } from './spec/proposer.ts';
 import type { LevelWithSilent } from 'pino';
 import type { Device, DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
-import { describeKvCache, loadModel } from '../native/index.ts';
+import { MPI_GROUP, describeKvCache, loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
 import { startRanks } from './tensor-parallel.ts';
 import { GrammarService } from './grammar/service.ts';
@@ -39,6 +39,12 @@ export interface WorkerSettings {
   quantization: Quantization;
   /** Ranks the model is split over (1 when absent): this worker is rank 0 and starts the others (tensor-parallel.ts). */
   tensorParallelSize?: number;
+  /**
+   * How the ranks join: `shm` (default), this worker starts them on this machine; `mpi`, an MPI
+   * launcher started this worker as rank 0 of MPI_COMM_WORLD and the ranks (`conduit rank
+   * --connect mpi`) beside it, on this machine or others.
+   */
+  tensorParallelTransport?: 'shm' | 'mpi';
   enablePrefixCaching: boolean;
   schedulingPolicy: SchedulingPolicy;
   /** Speculative decoding (engine/spec/); none when absent or null. */
@@ -91,8 +97,9 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
   const numKvBlocks = numKvBlocksOf(settings);
   const generationDefaults = readGenerationDefaults(settings.modelDir);
   const tensorParallelSize = settings.tensorParallelSize ?? 1;
+  const overMpi = tensorParallelSize > 1 && settings.tensorParallelTransport === 'mpi';
   const ranks =
-    tensorParallelSize > 1
+    tensorParallelSize > 1 && !overMpi
       ? startRanks({ ...settings, numKvBlocks, tensorParallelSize })
       : null;
   let model;
@@ -109,13 +116,14 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       quantization: settings.quantization,
       ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
       ...(ranks === null ? {} : { tensorParallel: { size: tensorParallelSize, rank: 0, group: ranks.group, rankPids: ranks.pids } }),
+      ...(overMpi ? { tensorParallel: { size: tensorParallelSize, rank: 0, group: MPI_GROUP } } : {}),
     });
   } catch (err) {
     await ranks?.stop();
     throw err;
   }
-  if (ranks !== null) {
-    log.info({ tensor_parallel_size: tensorParallelSize, group: ranks.group, numa_node: model.numaNode }, 'tensor-parallel group joined');
+  if (ranks !== null || overMpi) {
+    log.info({ tensor_parallel_size: tensorParallelSize, group: ranks?.group ?? MPI_GROUP, numa_node: model.numaNode }, 'tensor-parallel group joined');
   }
   const { maxPositionEmbeddings, kvCacheGroups } = model.info;
   const cacheTokens = maxTokensWithin(numKvBlocks, settings.blockSizeTokens, kvCacheGroups, settings.maxNumBatchedTokens);

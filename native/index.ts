@@ -158,6 +158,9 @@ function checkOption(field: string, ok: boolean, expected: string, value: unknow
   if (!ok) throw new RangeError(`LoadOptions.${field}: expected ${expected}, got ${JSON.stringify(value)}`);
 }
 
+/** The group of MPI_COMM_WORLD: ranks an MPI launcher (mpiexec) started, on one machine or several. */
+export const MPI_GROUP = 'mpi:';
+
 function validateLoadOptions(options: LoadOptions): void {
   checkOption('modelDir', typeof options.modelDir === 'string' && options.modelDir !== '', 'a directory path', options.modelDir);
   checkOption('dtype', DTYPE_SETTINGS.includes(options.dtype), DTYPE_SETTINGS.join(' | '), options.dtype);
@@ -167,7 +170,7 @@ function validateLoadOptions(options: LoadOptions): void {
   if (tp !== undefined) {
     checkOption('tensorParallel.size', TP_SIZES.includes(tp.size), TP_SIZES.join(' | '), tp.size);
     checkOption('tensorParallel.rank', Number.isSafeInteger(tp.rank) && tp.rank >= 0 && tp.rank < tp.size, `an integer in [0, ${tp.size})`, tp.rank);
-    checkOption('tensorParallel.group', typeof tp.group === 'string' && /^[A-Za-z0-9._-]{1,200}$/.test(tp.group), 'a name of [A-Za-z0-9._-]', tp.group);
+    checkOption('tensorParallel.group', typeof tp.group === 'string' && (tp.group === MPI_GROUP || /^[A-Za-z0-9._-]{1,200}$/.test(tp.group)), `a name of [A-Za-z0-9._-], or ${MPI_GROUP}`, tp.group);
     if (tp.rankPids !== undefined) {
       checkOption('tensorParallel.rankPids', tp.rank === 0 && tp.rankPids.length === tp.size - 1 && tp.rankPids.every((pid) => Number.isSafeInteger(pid) && pid > 0), `rank 0's ${tp.size - 1} rank pids`, tp.rankPids);
     }
@@ -290,17 +293,24 @@ export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
   return new LoadedModel(loaded.handle, Object.freeze(info), loaded.numaNode);
 }
 
-/** A model splits over size ranks only along whole heads, KV heads and MLP columns. */
+/**
+ * A model splits over size ranks only along whole heads and MLP columns, and whole KV heads or,
+ * with fewer KV heads than ranks, copies of one KV head per rank (size a multiple of them).
+ */
 function checkTensorParallelShape(size: number, spec: ModelSpec): void {
   const parts: [string, number][] = [
     ['num_attention_heads', spec.numHeads],
-    ['num_key_value_heads', spec.numKvHeads],
     ['intermediate_size', spec.intermediateSize],
   ];
   for (const [field, value] of parts) {
     if (value % size !== 0) {
       throw new RangeError(`LoadOptions.tensorParallel.size: ${size} does not divide the checkpoint's ${field} (${value})`);
     }
+  }
+  if (spec.numKvHeads % size !== 0 && size % spec.numKvHeads !== 0) {
+    throw new RangeError(
+      `LoadOptions.tensorParallel.size: ${size} neither divides nor is a multiple of the checkpoint's num_key_value_heads (${spec.numKvHeads})`,
+    );
   }
 }
 

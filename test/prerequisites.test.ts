@@ -25,7 +25,8 @@ function fakeBin(t: { after(fn: () => void): void }, { withAptGet }: { withAptGe
       'if [ "$1" = install ]; then',
       '  for arg in "$@"; do',
       '    case "$arg" in -*|install) ;; *)',
-      `      printf '#!/bin/sh\\n' > '${dir}'/"$arg"; /bin/chmod +x '${dir}'/"$arg" ;;`,
+      '      name="$arg"; [ "$arg" = mpich ] && name=mpiexec.mpich',
+      `      printf '#!/bin/sh\\n' > '${dir}'/"$name"; /bin/chmod +x '${dir}'/"$name" ;;`,
       '    esac',
       '  done',
       'fi',
@@ -49,7 +50,7 @@ function runCheck(dir: string, env: NodeJS.ProcessEnv = {}) {
 
 test('with every tool installed, the check passes silently', (t) => {
   const { dir } = fakeBin(t, { withAptGet: false });
-  for (const name of ['redis-server', 'chromium']) symlinkSync('/bin/true', path.join(dir, name));
+  for (const name of ['redis-server', 'chromium', 'mpiexec.mpich']) symlinkSync('/bin/true', path.join(dir, name));
   const result = runCheck(dir);
   assert.equal(result.status, 0, result.stderr);
   assert.equal(result.stderr + result.stdout, '');
@@ -62,12 +63,13 @@ test('without apt-get: one line naming the missing packages and how to install t
   assert.equal(result.stdout, '');
   const lines = result.stderr.trim().split('\n');
   assert.equal(lines.length, 1, result.stderr);
-  assert.match(lines[0], /^npm test needs redis-server and chromium, .*`apt-get install redis-server chromium`/);
+  assert.match(lines[0], /^npm test needs redis-server, chromium and mpich, .*`apt-get install redis-server chromium mpich`/);
   assert.match(lines[0], /CHROMIUM_PATH/);
 });
 
 test('CHROMIUM_PATH stands for chromium; only what is still missing is named', (t) => {
   const { dir } = fakeBin(t, { withAptGet: false });
+  symlinkSync('/bin/true', path.join(dir, 'mpiexec.mpich'));
   const result = runCheck(dir, { CHROMIUM_PATH: '/bin/true' });
   assert.equal(result.status, 1);
   assert.match(result.stderr, /^npm test needs redis-server, .*`apt-get install redis-server`/);
@@ -79,9 +81,9 @@ test(isRoot ? 'as root with apt-get: updates the lists, installs what is missing
   const result = runCheck(dir);
   if (isRoot) {
     assert.equal(result.status, 0, result.stderr);
-    assert.deepEqual(aptCalls(), ['update -q', 'install -y -q --no-install-recommends redis-server chromium']);
+    assert.deepEqual(aptCalls(), ['update -q', 'install -y -q --no-install-recommends redis-server chromium mpich']);
   } else {
     assert.equal(result.status, 1);
-    assert.match(result.stderr.trim(), /^npm test needs redis-server and chromium, .*`sudo apt-get install redis-server chromium`[^\n]*$/);
+    assert.match(result.stderr.trim(), /^npm test needs redis-server, chromium and mpich, .*`sudo apt-get install redis-server chromium mpich`[^\n]*$/);
   }
 });

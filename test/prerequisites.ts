@@ -28,8 +28,9 @@ function main(): number {
     if (missing.length === 0) return 0;
   }
   const install = `${hasAptGet && !isRoot ? 'sudo ' : ''}apt-get install ${missing.join(' ')}`;
+  const names = missing.length === 1 ? missing[0] : `${missing.slice(0, -1).join(', ')} and ${missing.at(-1)}`;
   console.error(
-    `npm test needs ${missing.join(' and ')}, not installed here: install ${missing.length === 1 ? 'it' : 'them'} with \`${install}\`` +
+    `npm test needs ${names}, not installed here: install ${missing.length === 1 ? 'it' : 'them'} with \`${install}\`` +
       `${hasAptGet ? '' : ' (Debian package names)'}${missing.includes('chromium') ? ', or set CHROMIUM_PATH to a Chromium' : ''}`,
   );
   return 1;

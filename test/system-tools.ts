@@ -1,5 +1,6 @@
-// The programs outside npm that the tests run: a real redis-server (router/ shared state) and a
-// Chromium (the chat page's browser tests, through playwright-core). One place resolves where
+// The programs outside npm that the tests run: a real redis-server (router/ shared state), a
+// Chromium (the chat page's browser tests, through playwright-core) and MPICH (the MPI
+// tensor-parallel transport). One place resolves where
 // each is, so the test-prerequisites check and the tests agree on what "installed" means.
 import { accessSync, constants } from 'node:fs';
 import path from 'node:path';
@@ -37,7 +38,13 @@ export const chromium: SystemTool = {
   executable: () => process.env.CHROMIUM_PATH || findOnPath('chromium'),
 };
 
-export const SYSTEM_TOOLS: readonly SystemTool[] = [redisServer, chromium];
+/** MPICH's launcher: the MPI tensor-parallel transport's test starts its ranks with it (Debian names it mpiexec.mpich). */
+export const mpich: SystemTool = {
+  debianPackage: 'mpich',
+  executable: () => findOnPath('mpiexec.mpich'),
+};
+
+export const SYSTEM_TOOLS: readonly SystemTool[] = [redisServer, chromium, mpich];
 
 /** The executable of a tool the prerequisites check has vouched for (npm test runs it first). */
 export function requireExecutable(tool: SystemTool): string {

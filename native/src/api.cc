@@ -145,7 +145,10 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
     const conduit::KernelTable& kernels = conduit::device_backend(options->device).kernels(options->kernel);
     // A rank reaches its group before loading, so an unreachable group fails at once.
     std::unique_ptr<conduit::Communicator> comm;
-    if (options->tp_size > 1) {
+    const bool over_mpi = options->tp_size > 1 && conduit::is_mpi_group(options->tp_group);
+    if (over_mpi) {
+      comm = conduit::open_mpi_communicator(options->tp_rank, options->tp_size);
+    } else if (options->tp_size > 1) {
       comm = conduit::open_shm_communicator(options->tp_group, options->tp_rank, options->tp_size,
                                             options->tp_connect_timeout_ms);
     }
@@ -157,7 +160,9 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
       model = std::make_unique<conduit::Model>(*spec, *options, kernels, std::move(comm));
     }
     model->numa_node = numa_node;
-    if (model->tp.comm != nullptr) {
+    if (over_mpi) {
+      conduit::mpi_barrier(*model->tp.comm, options->tp_connect_timeout_ms);
+    } else if (model->tp.comm != nullptr) {
       if (model->tp.rank == 0) {
         conduit::wait_for_ranks(*model->tp.comm, options->tp_connect_timeout_ms, options->tp_rank_pids);
       } else {

@@ -18,10 +18,10 @@ size_t payload_values(int32_t num_seqs, int32_t num_tokens, int32_t max_blocks, 
 
 }  // namespace
 
-void send_batch(Communicator& comm, const cd_batch& batch, int32_t num_kv_groups) {
+void send_batch(Communicator& comm, const cd_batch& batch, int32_t num_kv_groups, std::vector<int32_t>& values) {
   int32_t header[kHeaderValues] = {1, batch.num_seqs, batch.num_tokens, batch.max_blocks_per_seq};
   comm.broadcast(header, sizeof header, 0);
-  std::vector<int32_t> values;
+  values.clear();
   values.reserve(payload_values(batch.num_seqs, batch.num_tokens, batch.max_blocks_per_seq, num_kv_groups));
   values.insert(values.end(), batch.token_ids, batch.token_ids + batch.num_tokens);
   values.insert(values.end(), batch.positions, batch.positions + batch.num_tokens);

@@ -17,7 +17,8 @@ struct ReceivedBatch {
   cd_batch batch{};
 };
 
-void send_batch(Communicator& comm, const cd_batch& batch, int32_t num_kv_groups);
+// values: the message's storage, kept by the caller from step to step.
+void send_batch(Communicator& comm, const cd_batch& batch, int32_t num_kv_groups, std::vector<int32_t>& values);
 // Tells the ranks to stop serving.
 void send_stop(Communicator& comm);
 // The next batch into received (its pointers into received's storage); false when rank 0 stops.

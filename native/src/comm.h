@@ -26,12 +26,23 @@ class Communicator {
   virtual uint64_t collective_ns() const = 0;
 };
 
-// Rank 0 creates the segment /dev/shm/<name> (removing a stale one); rank r > 0 attaches to it,
+// Rank 0 creates the segment /dev/shm/<name> (removing a stale one of that name, and those of
+// groups whose rank 0 has died) and unlinks it once every rank is ready, so no process's end,
+// however abrupt, leaves it behind; rank r > 0 attaches to it,
 // waiting up to connect_timeout_ms for rank 0 to have made it. Either throws
 // Error(CD_ERR_RANK_UNAVAILABLE) naming the rank it could not reach. A collective waiting on a
 // rank whose process has died, or longer than a rank may take, throws the same, naming it.
 std::unique_ptr<Communicator> open_shm_communicator(const std::string& name, int32_t rank, int32_t size,
                                                     int32_t connect_timeout_ms);
+
+// The group a tp_group of "mpi:" names: MPI_COMM_WORLD of a job the library's launcher (mpiexec)
+// started, on one machine or several (comm_mpi.cc). The library is opened at run time; a machine
+// without one fails here, naming what to install. Throws Error(CD_ERR_RANK_UNAVAILABLE).
+std::unique_ptr<Communicator> open_mpi_communicator(int32_t rank, int32_t size);
+// Every rank of an MPI group, once its shard is loaded: returns when all have come, or throws after
+// timeout_ms.
+void mpi_barrier(Communicator& comm, int32_t timeout_ms);
+inline bool is_mpi_group(const char* group) { return std::string(group) == "mpi:"; }
 
 // Rank 0: waits until every rank has called mark_ready() (its shard loaded), up to timeout_ms, or
 // throws naming the ranks missing. rank_pids (or null): the processes started as ranks 1.., whose

@@ -3,6 +3,7 @@
 // collective moves data through the slots in rounds of at most kSlotBytes: a rank waits until
 // every rank has finished reading the previous round, writes its slot, raises its "written"
 // counter, waits for everyone's, copies what it needs, and raises its "read" counter.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sched.h>
@@ -58,7 +59,15 @@ class ShmCommunicator final : public Communicator {
 
   ~ShmCommunicator() override {
     munmap(header_, segment_bytes(size_));
-    if (rank_ == 0) shm_unlink(name_.c_str());
+    unlink_segment();
+  }
+
+  // Rank 0, once every rank has mapped the segment: the name is no longer needed, and a segment
+  // without one goes with its last mapping, however its processes end (SIGKILL included).
+  void unlink_segment() {
+    if (rank_ != 0 || unlinked_) return;
+    shm_unlink(("/" + name_).c_str());
+    unlinked_ = true;
   }
 
   int32_t rank() const override { return rank_; }
@@ -166,6 +175,7 @@ class ShmCommunicator final : public Communicator {
   uint64_t sequence_ = 0;
   uint64_t collective_ns_ = 0;
   std::string failure_;
+  bool unlinked_ = false;
 };
 
 void* map_segment(int fd, int32_t size) {
@@ -173,6 +183,32 @@ void* map_segment(int fd, int32_t size) {
   close(fd);
   if (base == MAP_FAILED) throw Error(CD_ERR_RANK_UNAVAILABLE, std::string("cannot map the tensor-parallel segment: ") + std::strerror(errno));
   return base;
+}
+
+// Segments of groups whose rank 0 died before every rank had mapped (and so before rank 0 could
+// unlink) their segment: named conduit-*, made by us (the magic), rank 0's process gone.
+void reclaim_stale_segments() {
+  DIR* directory = opendir("/dev/shm");
+  if (directory == nullptr) return;
+  while (const dirent* entry = readdir(directory)) {
+    const std::string name = entry->d_name;
+    if (name.rfind("conduit-", 0) != 0) continue;
+    const int fd = shm_open(("/" + name).c_str(), O_RDONLY, 0);
+    if (fd < 0) continue;
+    struct stat info {};
+    void* base = MAP_FAILED;
+    if (fstat(fd, &info) == 0 && size_t(info.st_size) >= sizeof(Header)) {
+      base = mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
+    }
+    close(fd);
+    if (base == MAP_FAILED) continue;
+    const Header* header = static_cast<const Header*>(base);
+    const bool stale = header->magic.load(std::memory_order_acquire) == kMagic &&
+                       !process_alive(header->pids[0].load(std::memory_order_acquire));
+    munmap(base, sizeof(Header));
+    if (stale) shm_unlink(("/" + name).c_str());
+  }
+  closedir(directory);
 }
 
 }  // namespace
@@ -184,6 +220,7 @@ std::unique_ptr<Communicator> open_shm_communicator(const std::string& name, int
   }
   const std::string shm_name = "/" + name;
   if (rank == 0) {
+    reclaim_stale_segments();
     shm_unlink(shm_name.c_str());
     const int fd = shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ftruncate(fd, off_t(segment_bytes(size))) != 0) {
@@ -248,7 +285,10 @@ void wait_for_ranks(Communicator& comm, int32_t timeout_ms, const int32_t* rank_
       }
       missing += (missing.empty() ? "" : ", ") + std::to_string(r) + (pid == 0 ? " (never connected)" : " (still loading)");
     }
-    if (missing.empty()) return;
+    if (missing.empty()) {
+      shm.unlink_segment();
+      return;
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       throw Error(CD_ERR_RANK_UNAVAILABLE, "tensor-parallel group: rank(s) " + missing + " did not join within " +
                                                std::to_string(timeout_ms) + " ms");

@@ -440,7 +440,7 @@ class ForwardPass {
     if (layer.is_moe()) {
       norm_rows(ws_.hidden.data(), layer.ffn_norm, ws_.normed.data());
       run_moe(model_.pool, model_.kernels, layer, dims_, model_.numerics, ws_.normed.data(), num_tokens, ws_.hidden.data(),
-              ws_.packed, ws_.moe);
+              ws_.packed, ws_.moe, model_.tp.comm != nullptr ? &model_.tp.experts : nullptr);
       return;
     }
     normed_matmuls(ws_.hidden.data(), layer.ffn_norm, num_tokens,
@@ -664,7 +664,7 @@ class ForwardPass {
 };
 
 void Model::forward(const cd_batch& batch, cd_forward_output& output) {
-  if (tp.comm != nullptr) send_batch(*tp.comm, batch, num_kv_groups);
+  if (tp.comm != nullptr) send_batch(*tp.comm, batch, num_kv_groups, tp.batch_message);
   ForwardPass(*this, batch).run(output);
 }
 

@@ -87,10 +87,11 @@ void KvCache::store(int32_t layer_slot, int32_t kv, int32_t slot, int32_t kv_hea
 
 namespace {
 
-// This rank's share of the model's dimensions.
+// This rank's share of the model's dimensions. With fewer KV heads than ranks (size a multiple of
+// them), each rank holds a copy of the one KV head its query heads read, as vLLM does.
 Dimensions shard_of(Dimensions dims, int32_t tp_size) {
   dims.num_heads /= tp_size;
-  dims.num_kv_heads /= tp_size;
+  dims.num_kv_heads = dims.num_kv_heads >= tp_size ? dims.num_kv_heads / tp_size : 1;
   dims.intermediate_size /= tp_size;
   return dims;
 }
@@ -124,7 +125,7 @@ cd_tensor_ref vector_range(const cd_tensor_ref& ref, int32_t begin, int32_t n) {
 
 Model::Model(const cd_model_spec& spec, const cd_load_options& options, const KernelTable& kernels,
              std::unique_ptr<Communicator> comm)
-    : tp{options.tp_rank, options.tp_size < 1 ? 1 : options.tp_size, std::move(comm), 0, 0},
+    : tp{options.tp_rank, options.tp_size < 1 ? 1 : options.tp_size, std::move(comm), 0, 0, {}, {}},
       dims(shard_of(dimensions_of(spec), tp.size)),
       numerics(numerics_of(spec, options.weight_dtype)),
       ropes(ropes_of(spec)),
@@ -208,7 +209,8 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   lm_head = matrix(row_range(spec.lm_head, tp.vocab_begin, tp.vocab_end - tp.vocab_begin, hidden), tp.vocab_end - tp.vocab_begin,
                    hidden);
   // Column-parallel rows and row-parallel inputs of this rank (the whole model at tp.size 1).
-  const int32_t q_begin = tp.rank * dims.q_size(), kv_begin = tp.rank * dims.kv_size();
+  const int32_t q_begin = tp.rank * dims.q_size();
+  const int32_t kv_begin = int32_t(int64_t(tp.rank) * spec.num_kv_heads / tp.size) * dims.head_dim;
   const int32_t mlp_begin = tp.rank * dims.intermediate_size;
   final_norm = norm(spec.final_norm, hidden);
   layers.reserve(size_t(dims.num_layers));
@@ -244,15 +246,21 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
                             MatrixFormat::kF32Panels};
       layer.router_bias = vector(source.router_bias, source.num_experts);
       const int32_t width = dims.moe_intermediate_size;
+      // This rank's experts whole; every expert's biases (the combination adds each down bias).
+      const int32_t first_held = first_expert_of(tp.rank, tp.size, source.num_experts);
+      const int32_t end_held = first_expert_of(tp.rank + 1, tp.size, source.num_experts);
       for (int32_t e = 0; e < source.num_experts; ++e) {
         const cd_expert_spec& expert = source.experts[e];
-        layer.experts.push_back(Expert{matrix(expert.gate_proj, width, hidden), matrix(expert.up_proj, width, hidden),
-                                       matrix(expert.down_proj, hidden, width), vector(expert.gate_bias, width),
+        const bool held = e >= first_held && e < end_held;
+        layer.experts.push_back(Expert{held ? matrix(expert.gate_proj, width, hidden) : Matrix{},
+                                       held ? matrix(expert.up_proj, width, hidden) : Matrix{},
+                                       held ? matrix(expert.down_proj, hidden, width) : Matrix{}, vector(expert.gate_bias, width),
                                        vector(expert.up_bias, width), vector(expert.down_bias, hidden)});
       }
     }
     layers.push_back(std::move(layer));
   }
+  tp.experts.comm = tp.comm.get();
   weights.release_unborrowed_files();
   workspace.scores.resize(size_t(options.num_threads));
   workspace.samplers.resize(size_t(options.num_threads));

@@ -171,14 +171,17 @@ struct Workspace {
 };
 
 // This rank's place in a tensor-parallel group (size 1: the whole model). A rank holds heads,
-// KV heads and MLP columns [rank, rank + 1) / size of the model's, whole row-parallel segments,
-// and the vocabulary rows [vocab_begin, vocab_end) of the LM head.
+// KV heads (or a copy of one) and MLP columns [rank, rank + 1) / size of the model's, whole
+// row-parallel segments, the experts [rank, rank + 1) / size of each MoE layer, and the
+// vocabulary rows [vocab_begin, vocab_end) of the LM head.
 struct TensorParallel {
   int32_t rank = 0;
   int32_t size = 1;
   std::unique_ptr<Communicator> comm;  // null at size 1
   int32_t vocab_begin = 0;
   int32_t vocab_end = 0;
+  std::vector<int32_t> batch_message;  // rank 0: the step's batch as it was broadcast, reused
+  ExpertShard experts{};               // MoE layers: this rank holds whole experts (moe_parallel.h)
 
   int32_t first_segment() const { return rank * kReductionSegments / size; }
   int32_t end_segment() const { return (rank + 1) * kReductionSegments / size; }

@@ -143,7 +143,7 @@ void add_bias(float* row, const float* bias, int32_t n) {
 
 void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, const Dimensions& dims,
              const Numerics& numerics, const float* normed, int32_t num_tokens, float* hidden, MatmulScratch& matmul_scratch,
-             MoeScratch& scratch) {
+             MoeScratch& scratch, ExpertShard* shard) {
   const int32_t num_experts = int32_t(layer.experts.size());
   const int32_t top_k = dims.num_experts_per_token;
   const int32_t hidden_size = dims.hidden_size;
@@ -177,6 +177,7 @@ void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, c
     max_rows = std::max(max_rows, count);
     scratch.expert_starts[size_t(e) + 1] += scratch.expert_starts[size_t(e)];
   }
+  if (shard != nullptr) keep_held_experts(*shard, num_experts, scratch.active_experts);
   scratch.expert_cursors.assign(scratch.expert_starts.begin(), scratch.expert_starts.end() - 1);
   grow(scratch.slot_rows, size_t(num_slots));
   for (int32_t slot = 0; slot < num_slots; ++slot) {
@@ -184,7 +185,10 @@ void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, c
   }
   // Each token's row into its slots' grouped rows: packed once and the bytes copied where the
   // kernel reads packed rows (they read nothing else), else the fp32 row copied.
-  const MatrixFormat format = layer.experts[0].gate_proj.format;
+  // Under expert parallelism this rank holds only its own experts' weights: their format is the layer's.
+  const MatrixFormat format =
+      layer.experts[size_t(shard == nullptr ? 0 : first_expert_of(shard->comm->rank(), shard->comm->size(), num_experts))]
+          .gate_proj.format;
   const size_t rows_stride = kernels.packed_row_bytes(format, hidden_size);
   grow(scratch.rows, size_t(num_slots) * size_t(hidden_size));
   if (rows_stride > 0) grow(scratch.packed, size_t(num_slots) * rows_stride);
@@ -216,6 +220,7 @@ void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, c
               GroupedMatmul{layer, scratch, format, intermediate, scratch.gate.data(), gate_stride, hidden_size, 1, down,
                             {scratch.out.data(), nullptr}, nullptr},
               scratch.panel_per_thread);
+  if (shard != nullptr) gather_expert_outputs(*shard, scratch.expert_starts, num_experts, hidden_size, scratch.out.data());
 
   // Each token's experts in its own slot order, one chain per element: acc = w0 o0, then
   // acc + w_k o_k, added to the residual stream last.

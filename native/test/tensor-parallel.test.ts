@@ -19,7 +19,7 @@ import {
   runTarget,
   targetSettings,
 } from './invariance-harness.ts';
-import { withGroup } from './tp-group.ts';
+import { startGroup, withGroup } from './tp-group.ts';
 
 const VOCAB_SIZE = 301;  // not a multiple of 2 or 4: the vocabulary shards differ in width
 const PREFIX_TOKENS = 64;
@@ -129,4 +129,36 @@ test('speculative verification at TP = 2: samples, logprobs and accepted counts 
     assert.deepEqual(Buffer.from(split[field].buffer, split[field].byteOffset, split[field].byteLength),
       Buffer.from(reference[field].buffer, reference[field].byteOffset, reference[field].byteLength), `seed ${seed}: ${field} at TP 2`);
   }
+});
+
+// Fewer KV heads than ranks (grouped-query down to multi-query): each rank holds a copy of the KV
+// head its query heads read, as vLLM does, and computes it as TP = 1 does.
+test('KV heads fewer than the ranks are replicated: bitwise TP 1 at TP 4 with 2 KV heads, and at TP 2 and 4 with 1', async (t) => {
+  using temp = makeTempDir('tensor-parallel-kv');
+  const seed = freshSeed(t);
+  const prompt = randomTokens(TARGET_PROMPT_TOKENS, VOCAB_SIZE, seed);
+  const sampling = targetSettings(seed, prompt)['min-p, penalties, bias and logprobs'];
+  const companions = () =>
+    Array.from({ length: NUM_COMPANIONS }, (_, i) =>
+      makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
+    );
+  for (const [numKvHeads, sizes] of [[2, [4]], [1, [2, 4]]] as const) {
+    const modelDir = writeCheckpoint(temp.dir, `kv${numKvHeads}`, { ...TP_SHAPES.llama, numKvHeads, dtype: 'bf16', seed });
+    const options = loadOptions(modelDir, { blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
+    const reference = await withModel({ ...options, numThreads: 2 }, (model) =>
+      runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, sampling), [], 0),
+    );
+    for (const size of sizes) {
+      const batched = await withGroup(options, size, ({ model }) =>
+        runTarget(model, makeSequence(prompt, 7, (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ, sampling), companions(), 7),
+      );
+      assertBitwiseEqual(batched, reference, `seed ${seed}, ${numKvHeads} KV heads at TP ${size}, chunks of 7 among ${NUM_COMPANIONS} others`);
+    }
+  }
+  // 3 KV heads over 2 ranks: neither whole heads nor whole copies.
+  const odd = writeCheckpoint(temp.dir, 'kv3', { ...TP_SHAPES.llama, numHeads: 6, numKvHeads: 3, dtype: 'bf16', seed });
+  await assert.rejects(
+    startGroup(loadOptions(odd), 2, 1_000),
+    /LoadOptions\.tensorParallel\.size: 2 neither divides nor is a multiple of the checkpoint's num_key_value_heads \(3\)/,
+  );
 });

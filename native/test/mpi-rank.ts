@@ -1,0 +1,23 @@
+// One rank of an MPI tensor-parallel group, as mpiexec starts it (tensor-parallel-mpi.test.ts):
+// rank 0 runs the target among its companions and writes the trace (node:v8's serialization) to
+// the file named; the other ranks serve rank 0's passes. Arguments: MODEL_DIR SEED OUT_FILE.
+import { writeFileSync } from 'node:fs';
+import { serialize } from 'node:v8';
+import { MPI_GROUP, loadModel } from '../index.ts';
+import { loadOptions } from './helpers.ts';
+import { BLOCKS_PER_GROUP, BLOCK_SIZE_TOKENS } from './invariance-harness.ts';
+import { runChunkedTarget } from './tp-scenario.ts';
+
+const [modelDir, seedText, outFile] = process.argv.slice(2);
+const rank = Number(process.env.PMI_RANK);
+const size = Number(process.env.PMI_SIZE);
+const model = await loadModel({
+  ...loadOptions(modelDir, { numThreads: 1, blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP }),
+  tensorParallel: { size, rank, group: MPI_GROUP, connectTimeoutMs: 120_000 },
+});
+if (rank === 0) {
+  writeFileSync(outFile, serialize(await runChunkedTarget(model, Number(seedText))));
+} else {
+  await model.serveRank();
+}
+model.close();
