@@ -11,6 +11,8 @@ import { prepareJsonSchema } from '../grammar/json-schema.ts';
 import { replaceRangeMarkers } from '../grammar/number-range.ts';
 import { byteLevelAlphabet } from '../grammar/vocabulary.ts';
 import { loadXgrammar } from '../grammar/xgrammar.ts';
+import { uniformSource } from '../../native/test/helpers.ts';
+import { testSeed } from '../../test/seed.ts';
 
 const xgrammar = loadXgrammar();
 const STOP = 256;
@@ -60,16 +62,6 @@ async function accepts(grammar: CompiledGrammar, text: string): Promise<boolean>
   }
 }
 
-function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A bound: an integer, or a decimal of 1-3 digits after the point, of magnitude up to 10^4. */
 function randomBound(random: () => number, integer: boolean): number {
@@ -91,9 +83,9 @@ test('xgrammar\'s wrong ranges are right: 10.62 is not under maximum 10, exclusi
   for (const text of ['1', '8']) assert.ok(!(await accepts(fractional, text)), text);
 });
 
-test('random bounds: every walk ends in a value within them, and the values at them are reachable', async () => {
-  const seed = Date.now() >>> 0;
-  const random = mulberry32(seed);
+test('random bounds: every walk ends in a value within them, and the values at them are reachable', async (t) => {
+  const seed = testSeed(t);
+  const random = uniformSource(seed);
   let numCases = 0;
   for (let attempt = 0; numCases < 24 && attempt < 200; attempt++) {
     const integer = random() < 0.5;
@@ -136,7 +128,7 @@ test('random bounds: every walk ends in a value within them, and the values at t
   assert.ok(numCases >= 24, `only ${numCases} satisfiable cases (seed ${seed})`);
 });
 
-test('a bounded number beside other types, and inside an object, keeps the other branches', async () => {
+test('a bounded number beside other types, and inside an object, keeps the other branches', async (t) => {
   const schema = {
     type: 'object',
     properties: { price: { type: ['number', 'null'], exclusiveMinimum: 0, maximum: 99.99 }, count: { type: 'integer', minimum: 1, maximum: 12 } },
@@ -152,7 +144,7 @@ test('a bounded number beside other types, and inside an object, keeps the other
   for (const text of ['{"price": 0, "count": 1}', '{"price": 100, "count": 1}', '{"price": 5, "count": 13}', '{"price": 5, "count": 0}']) {
     assert.ok(!(await accepts(grammar, text)), text);
   }
-  const random = mulberry32(Date.now() >>> 0);
+  const random = uniformSource(testSeed(t));
   for (let i = 0; i < 20; i++) {
     const text = await walk(grammar, random);
     assert.ok(validate(JSON.parse(text)), text);
