@@ -62,8 +62,11 @@ export class SchemaSampler {
       }
       case 'number': {
         // Bounds with a fraction, either kind, or none.
-        const low = this.int(-500, 500) / 100;
-        const high = low + this.int(1, 100_000) / 1000;
+        // Both bounds whole thousandths, divided once: a sum of two fractions can carry binary
+        // rounding into 16 digits (4.123000000000001), which the server refuses for exclusive bounds.
+        const lowThousandths = this.int(-500, 500) * 10;
+        const low = lowThousandths / 1000;
+        const high = (lowThousandths + this.int(1, 100_000)) / 1000;
         const bounds = [{}, { minimum: low, maximum: high }, { exclusiveMinimum: low, exclusiveMaximum: high }, { minimum: low }, { exclusiveMaximum: high }];
         return { type: 'number', ...this.pick(bounds) };
       }
