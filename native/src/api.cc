@@ -169,7 +169,9 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
         conduit::mark_ready(*model->tp.comm);
       }
     }
-    *out_model = new cd_model{std::move(model)};
+    auto* loaded = new cd_model{};
+    loaded->model = std::move(model);
+    *out_model = loaded;
   });
 }
 
