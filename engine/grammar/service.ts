@@ -31,6 +31,17 @@ export interface GrammarServiceSettings {
   maxCachedGrammars?: number;
   /** Fill masks while the forward pass runs (the default), or before it starts (a benchmark's reference). */
   overlapForward?: boolean;
+  /**
+   * The threads' Linux niceness (0, the default: the process's own). Where the forward pass's
+   * threads take every core, a grammar compiling (tens to hundreds of milliseconds) takes a share
+   * of one of them, and as the pass splits each layer evenly over its threads the whole pass waits
+   * on the one that shares its core: a new schema slows every sequence's step up to 2x while it
+   * compiles. A raised niceness keeps the pass at full speed but leaves the compile, and the mask
+   * fills, to what the cores have spare: on a host whose other processes keep the cores busy the
+   * grammar threads starve (measured: first sampled token 3.7x later). A raised niceness cannot be
+   * lowered again without privilege, so it is the thread's for its life.
+   */
+  threadNice?: number;
 }
 
 /** What a step's masks look like to the runner (ForwardBatch's bitmask fields). */
@@ -210,6 +221,7 @@ export class GrammarService {
       bitmask,
       ready,
       maxCachedGrammars: settings.maxCachedGrammars ?? 64,
+      nice: settings.threadNice ?? 0,
     };
     this.threads = Array.from({ length: Math.max(1, settings.numThreads) }, () => new GrammarThread());
     this.bitmaskRows = new Int32Array(settings.maxNumSeqs);

@@ -6,13 +6,14 @@
 // the request's own state).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { packageRoot } from '../../package-root.ts';
 import { loadModel } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
-import { GrammarService } from '../grammar/service.ts';
+import { GrammarService, prepareStructuredOutput } from '../grammar/service.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
 import { loadGrammarVocabulary } from '../grammar/vocabulary.ts';
@@ -271,4 +272,24 @@ test('every kind of constraint crosses engine.proto intact: the same tokens as a
       await server.close();
     }
   });
+});
+
+test('a grammar service\'s threadNice lowers its grammar threads\' priority alone, not the process\'s', { skip: process.platform !== 'linux' && 'per-thread niceness is Linux\'s' }, async () => {
+  const niceOfThreads = () =>
+    readdirSync('/proc/self/task').map((tid) => ({ tid: Number(tid), nice: Number(readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ')[16]) }));
+  const before = niceOfThreads();
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 1, threadNice: 7 });
+  try {
+    const prepared = prepareStructuredOutput({ constraint: { kind: 'regex', pattern: '[a-z]+' } }, VOCAB_SIZE);
+    assert.ok(!('code' in prepared));
+    const grammar = grammars.create('nice', prepared, [EOS]);
+    const opened = new Promise<void>((resolve) => (grammars.onChange = () => grammar.isReady && resolve()));
+    grammars.open(grammar);
+    await Promise.race([opened, new Promise((_, reject) => setTimeout(() => reject(new Error('the grammar did not open within 60 s')), 60_000).unref())]);
+    const niced = niceOfThreads().filter(({ tid, nice }) => nice === 7 && !before.some((thread) => thread.tid === tid));
+    assert.equal(niced.length, 1, 'the one grammar thread runs at niceness 7');
+    assert.equal(niceOfThreads().find(({ tid }) => tid === process.pid)?.nice, before.find(({ tid }) => tid === process.pid)?.nice, 'the main thread keeps its niceness');
+  } finally {
+    await grammars.shutdown();
+  }
 });
