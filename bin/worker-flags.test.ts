@@ -90,7 +90,7 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
   assert.throws(() => parseWorkerArgs(['--model', '/m/x']), /--listen/);
 });
 
-test('the performance mode sets how prompts share a step, and vLLM\'s three settings override it', () => {
+test('the performance mode sets how prompts share a step, and vLLM\'s three settings and the chunk cap override it', () => {
   const limits = (...flags: string[]) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', ...flags]).prefillLimits;
   assert.deepEqual(limits('--performance-mode', 'interactivity', '--max-num-seqs', '16', '--max-num-batched-tokens', '1024'),
     { maxNumPartialPrefills: 16, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 128, maxPrefillTokensBesideDecodes: 192 });
@@ -101,6 +101,14 @@ test('the performance mode sets how prompts share a step, and vLLM\'s three sett
   assert.deepEqual(limits('--max-long-partial-prefills', '2', '--long-prefill-token-threshold', '0'),
     { maxNumPartialPrefills: 64, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 0, maxPrefillTokensBesideDecodes: 96 });
   assert.throws(() => limits('--max-num-partial-prefills', '1', '--max-long-partial-prefills', '2'), /--max-long-partial-prefills: max_long_partial_prefills must not exceed/);
+  // The chunk cap beside decodes: its own setting in either mode, and a floor under 3/16 of a small budget.
+  assert.equal(limits('--max-prefill-tokens-beside-decodes', '48').maxPrefillTokensBesideDecodes, 48);
+  assert.equal(limits('--performance-mode', 'throughput', '--max-prefill-tokens-beside-decodes', '200').maxPrefillTokensBesideDecodes, 200);
+  assert.equal(limits('--max-num-seqs', '8', '--max-num-batched-tokens', '64').maxPrefillTokensBesideDecodes, 32);
+  assert.equal(limits('--max-num-seqs', '4', '--max-num-batched-tokens', '8').maxPrefillTokensBesideDecodes, 8);
+  for (const bad of ['0', '-3', '2.5', 'all']) {
+    assert.throws(() => limits('--max-prefill-tokens-beside-decodes', bad), /--max-prefill-tokens-beside-decodes/, bad);
+  }
 });
 
 test('--redis-url registers the worker in Redis; its heartbeat flags are checked like the configuration', () => {
