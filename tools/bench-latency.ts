@@ -18,7 +18,7 @@
 // the first token.
 //
 //   npm run bench:latency [-- --llama-server PATH] [--rounds 2] [--servers interactivity,throughput,llama]
-//                         [--part served|simulated|both]
+//                         [--part served|simulated|both] [--points 1,8,32,shared (which load points run)]
 //                         [--threads N (llama-server's -t; default the CPUs)] [--scale 0.25 (fewer requests, a quick look)]
 //   LLAMA_SERVER=PATH npm run bench:latency
 //
@@ -340,6 +340,7 @@ async function main(): Promise<void> {
       threads: { type: 'string', default: String(os.availableParallelism()) },
       scale: { type: 'string', default: '1' },
       part: { type: 'string', default: 'both' },
+      points: { type: 'string', default: '1,8,32,shared' },
     },
   });
   if (!['served', 'simulated', 'both'].includes(values.part!)) throw new Error(`--part: expected served, simulated or both, got ${values.part}`);
@@ -355,6 +356,10 @@ async function main(): Promise<void> {
     llamaServer = undefined;
   }
   const numRounds = Number(values.rounds);
+  const pointKeys = new Set(values.points!.split(','));
+  for (const key of pointKeys) if (!['1', '8', '32', 'shared'].includes(key)) throw new Error(`--points: expected some of 1,8,32,shared, got ${key}`);
+  const keyOf = (point: LoadPoint) => (point.phase === 'fixed' ? String(point.numClients) : 'shared');
+  const phases = (['fixed', 'shared-prefix'] as const).filter((phase) => phase === 'fixed' ? ['1', '8', '32'].some((key) => pointKeys.has(key)) : pointKeys.has('shared'));
   if (!(Number.isInteger(numRounds) && numRounds >= 1)) throw new Error(`--rounds: expected a positive integer, got ${values.rounds}`);
   const servers = values.servers!.split(',').filter((name) => name !== 'llama' || llamaServer !== undefined) as ServerName[];
   for (const name of servers) if (!['interactivity', 'throughput', 'llama'].includes(name)) throw new Error(`--servers: unknown server ${name}`);
@@ -378,11 +383,11 @@ async function main(): Promise<void> {
     };
     for (let round = 1; round <= numRounds; round++) {
       for (const server of servers) {
-        for (const phase of ['fixed', 'shared-prefix'] as const) {
+        for (const phase of phases) {
           const running = await start(server, phase);
           try {
             points ??= await buildLoadPoints(running.url, scale);
-            for (const point of points.filter((p) => p.phase === phase)) {
+            for (const point of points.filter((p) => p.phase === phase && pointKeys.has(keyOf(p)))) {
               const { figures: result, split } = await measure(running, point);
               const byLabel = figures.get(server) ?? figures.set(server, new Map()).get(server)!;
               (byLabel.get(point.label) ?? byLabel.set(point.label, []).get(point.label)!).push(result);
