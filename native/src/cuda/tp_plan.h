@@ -59,7 +59,7 @@ struct PartialsLayout {
 };
 PartialsLayout partials_layout(int32_t size, int32_t num_rows, int32_t n);
 
-// One copy of an all-gather made of copies (the in-process group, src/cuda/device_group.cu):
+// One copy of an all-gather made of copies (the in-process group, src/cuda/device_group.cc):
 // rank src_rank's own bytes into rank dst_rank's gather buffer at src_rank's place.
 struct GatherCopy {
   int32_t dst_rank = 0;
