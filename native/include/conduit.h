@@ -450,6 +450,11 @@ cd_status cd_cuda_probe_read_bandwidth(int32_t device_index, size_t size_bytes, 
                                        double* out_bytes_per_second, char* error, size_t error_capacity);
 cd_status cd_cuda_probe_mma_peak(int32_t device_index, double* out_flops_per_second, char* error,
                                  size_t error_capacity);
+/* The in-process tensor-parallel group's all-gather (src/cuda/device_group.h): num_ranks ranks on
+   one device, rank_bytes each, checked bitwise; the best gather's seconds, and which communicator
+   ran (device copies, or NCCL with a GPU per rank) with why. */
+cd_status cd_cuda_probe_all_gather(int32_t device_index, int32_t num_ranks, size_t rank_bytes, double* out_seconds,
+                                   char* describe, size_t describe_capacity, char* error, size_t error_capacity);
 
 #ifdef __cplusplus
 }
