@@ -86,12 +86,20 @@ inline Vec vload_u8_f32(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
+// kQ4 code words (kernels.h): nibbles I of each column's word's bytes as 4 unsigned bytes;
+// vpmaddubsw makes int16 pair sums (at most 2 * 15 * 127, no saturation), vpmaddwd the lane's sum.
 using Q4Words = __m256i;
+using Q4Quads = __m256i;
 inline Q4Words vload_q4_words(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 template <int I>
-inline Q8Pairs q4_pairs(Q4Words words) {
-  return _mm256_and_si256(_mm256_srli_epi32(words, 4 * I), _mm256_set1_epi32(0x000f000f));
+inline Q4Quads q4_quads(Q4Words words) {
+  return _mm256_and_si256(_mm256_srli_epi32(words, 4 * I), _mm256_set1_epi32(0x0f0f0f0f));
+}
+inline IVec imadd_quads(IVec acc, const int8_t* x, Q4Quads w) {
+  int32_t bits;
+  __builtin_memcpy(&bits, x, sizeof bits);
+  const __m256i pair_sums = _mm256_maddubs_epi16(w, _mm256_set1_epi32(bits));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pair_sums, _mm256_set1_epi16(1)));
 }
 // Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
 // high bits' words (kernels.h, kQ4KPanels).

@@ -135,9 +135,12 @@ inline Vec vload_u8_f32(const uint8_t* p) {
   return v;
 }
 
-// kQ4 code words (kernels.h): pair I of each column's word as the lane's two int16.
+// kQ4 code words (kernels.h): nibbles I of each column's word's bytes as 4 unsigned bytes.
 struct Q4Words {
   uint32_t lane[kLanes];
+};
+struct Q4Quads {
+  uint8_t lane[4 * kLanes];
 };
 inline Q4Words vload_q4_words(const uint8_t* p) {
   Q4Words words;
@@ -145,13 +148,18 @@ inline Q4Words vload_q4_words(const uint8_t* p) {
   return words;
 }
 template <int I>
-inline Q8Pairs q4_pairs(const Q4Words& words) {
-  Q8Pairs w;
+inline Q4Quads q4_quads(const Q4Words& words) {
+  Q4Quads w;
   for (int32_t i = 0; i < kLanes; ++i) {
-    w.lane[2 * i] = int16_t((words.lane[i] >> (4 * I)) & 0x0f);
-    w.lane[2 * i + 1] = int16_t((words.lane[i] >> (16 + 4 * I)) & 0x0f);
+    for (int32_t b = 0; b < 4; ++b) w.lane[4 * i + b] = uint8_t((words.lane[i] >> (8 * b + 4 * I)) & 0x0f);
   }
   return w;
+}
+inline IVec imadd_quads(IVec acc, const int8_t* x, const Q4Quads& w) {
+  for (int32_t i = 0; i < kLanes; ++i) {
+    for (int32_t b = 0; b < 4; ++b) acc.lane[i] += int32_t(x[b]) * w.lane[4 * i + b];
+  }
+  return acc;
 }
 // Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
 // high bits' words (kernels.h, kQ4KPanels).

@@ -380,47 +380,64 @@ const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t
   return panels;
 }
 
-const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool) {
-  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
-  const ElementReader reader(ref, source, nullptr, k);
-  const int32_t num_super_blocks = k / kQ4KBlockInputs;
-  const int32_t block_bytes = ggml_block_bytes(CD_ENCODING_GGML_Q4_K);
-  AlignedBuffer buffer = allocate_aligned(q4k_panels_bytes(num_rows, k));
-  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+namespace {
+
+// Calls fill(out, column, block) for every column of every block_inputs-wide super-block of a
+// GGUF K-quant matrix converted to panels (kQ4KPanels, kQ8KPanels), panels spread over the pool:
+// out is the panel's super-block (panel_block_bytes), block the column's block in the file
+// (file_block_bytes), nullptr for the padding columns past num_rows.
+template <typename Fill>
+void for_each_panel_block(const ElementReader& reader, const uint8_t* source, int32_t file_block_bytes,
+                          int32_t block_inputs, int32_t num_rows, int32_t k, uint8_t* panels, size_t panel_block_bytes,
+                          ThreadPool& pool, const Fill& fill) {
+  const int32_t num_super_blocks = k / block_inputs;
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
-    uint8_t codes[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
       for (int32_t s = 0; s < num_super_blocks; ++s) {
-        uint8_t* out = panels + (size_t(panel) * size_t(num_super_blocks) + size_t(s)) * kQ4KPanelBlockBytes;
-        uint8_t* low_nibbles = out + kQ4KPanelCodeBytes;
-        uint32_t* high_bits = reinterpret_cast<uint32_t*>(low_nibbles + 8 * kPanelColumns);
-        uint16_t* d = reinterpret_cast<uint16_t*>(high_bits + kPanelColumns);
-        uint16_t* dmin = d + kPanelColumns;
+        uint8_t* out = panels + (size_t(panel) * size_t(num_super_blocks) + size_t(s)) * panel_block_bytes;
         for (int32_t column = 0; column < kPanelColumns; ++column) {
           const int32_t row = panel * kPanelColumns + column;
           const uint8_t* block =
-              row < num_rows ? source + reader.index_of(row, s * kQ4KBlockInputs) / kQ4KBlockInputs * block_bytes : nullptr;
-          d[column] = block != nullptr ? uint16_t(block[0] | (block[1] << 8)) : 0;
-          dmin[column] = block != nullptr ? uint16_t(block[2] | (block[3] << 8)) : 0;
-          high_bits[column] = 0;
-          for (int32_t j = 0; j < 8; ++j) {
-            int32_t scale = 0, min = 0;
-            if (block != nullptr) {
-              ggml_k4_scale_min(j, block + 4, &scale, &min);
-              for (int32_t i = 0; i < 32; ++i) {
-                const uint8_t byte = block[16 + 32 * (j / 2) + i];
-                codes[i] = j % 2 != 0 ? byte >> 4 : byte & 0x0f;
-              }
-            } else {
-              std::fill(codes, codes + 32, uint8_t(0));
-            }
-            low_nibbles[j * kPanelColumns + column] = uint8_t((scale & 0x0f) | ((min & 0x0f) << 4));
-            high_bits[column] |= uint32_t((scale >> 4) | ((min >> 4) << 2)) << (4 * j);
-            uint8_t* sub_block = out + size_t(j) * kPanelColumns * 16;
-            for (int32_t g = 0; g < 4; ++g) q4_words(sub_block)[g * kPanelColumns + column] = q4_word(codes + 8 * g);
-          }
+              row < num_rows ? source + reader.index_of(row, s * block_inputs) / block_inputs * file_block_bytes : nullptr;
+          fill(out, column, block);
         }
       }
+    }
+  });
+}
+
+}  // namespace
+
+const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool) {
+  const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
+  const ElementReader reader(ref, source, nullptr, k);
+  AlignedBuffer buffer = allocate_aligned(q4k_panels_bytes(num_rows, k));
+  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  for_each_panel_block(reader, source, ggml_block_bytes(CD_ENCODING_GGML_Q4_K), kQ4KBlockInputs, num_rows, k, panels,
+                       kQ4KPanelBlockBytes, pool, [](uint8_t* out, int32_t column, const uint8_t* block) {
+    uint8_t* low_nibbles = out + kQ4KPanelCodeBytes;
+    uint32_t* high_bits = reinterpret_cast<uint32_t*>(low_nibbles + 8 * kPanelColumns);
+    uint16_t* d = reinterpret_cast<uint16_t*>(high_bits + kPanelColumns);
+    uint16_t* dmin = d + kPanelColumns;
+    uint8_t codes[32];
+    d[column] = block != nullptr ? uint16_t(block[0] | (block[1] << 8)) : 0;
+    dmin[column] = block != nullptr ? uint16_t(block[2] | (block[3] << 8)) : 0;
+    high_bits[column] = 0;
+    for (int32_t j = 0; j < 8; ++j) {
+      int32_t scale = 0, min = 0;
+      if (block != nullptr) {
+        ggml_k4_scale_min(j, block + 4, &scale, &min);
+        for (int32_t i = 0; i < 32; ++i) {
+          const uint8_t byte = block[16 + 32 * (j / 2) + i];
+          codes[i] = j % 2 != 0 ? byte >> 4 : byte & 0x0f;
+        }
+      } else {
+        std::fill(codes, codes + 32, uint8_t(0));
+      }
+      low_nibbles[j * kPanelColumns + column] = uint8_t((scale & 0x0f) | ((min & 0x0f) << 4));
+      high_bits[column] |= uint32_t((scale >> 4) | ((min >> 4) << 2)) << (4 * j);
+      uint8_t* sub_block = out + size_t(j) * kPanelColumns * 16;
+      for (int32_t g = 0; g < 4; ++g) q4_words(sub_block)[g * kPanelColumns + column] = q4_word(codes + 8 * g);
     }
   });
   release_pages(source, ref.size_bytes);
@@ -431,43 +448,33 @@ const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t
 const uint8_t* WeightStore::convert_q8k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool) {
   const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
   const ElementReader reader(ref, source, nullptr, k);
-  const int32_t num_super_blocks = k / kQ8KBlockInputs;
-  const int32_t block_bytes = ggml_block_bytes(ref.encoding);
-  const bool q6 = ref.encoding == CD_ENCODING_GGML_Q6_K;
+  const cd_encoding encoding = ref.encoding;
+  const bool q6 = encoding == CD_ENCODING_GGML_Q6_K;
   AlignedBuffer buffer = allocate_aligned(q8k_panels_bytes(num_rows, k));
   uint8_t* panels = static_cast<uint8_t*>(buffer.get());
-  pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
+  for_each_panel_block(reader, source, ggml_block_bytes(encoding), kQ8KBlockInputs, num_rows, k, panels,
+                       kQ8KPanelBlockBytes, pool, [encoding, q6](uint8_t* out, int32_t column, const uint8_t* block) {
+    int8_t* sub_scales = reinterpret_cast<int8_t*>(out + kQ8KPanelCodeBytes);
+    uint8_t* mins = reinterpret_cast<uint8_t*>(sub_scales + 16 * kPanelColumns);
+    uint16_t* d = reinterpret_cast<uint16_t*>(mins + 8 * kPanelColumns);
+    uint16_t* dmin = d + kPanelColumns;
     int8_t codes[32];
-    for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
-      for (int32_t s = 0; s < num_super_blocks; ++s) {
-        uint8_t* out = panels + (size_t(panel) * size_t(num_super_blocks) + size_t(s)) * kQ8KPanelBlockBytes;
-        int8_t* sub_scales = reinterpret_cast<int8_t*>(out + kQ8KPanelCodeBytes);
-        uint8_t* mins = reinterpret_cast<uint8_t*>(sub_scales + 16 * kPanelColumns);
-        uint16_t* d = reinterpret_cast<uint16_t*>(mins + 8 * kPanelColumns);
-        uint16_t* dmin = d + kPanelColumns;
-        for (int32_t column = 0; column < kPanelColumns; ++column) {
-          const int32_t row = panel * kPanelColumns + column;
-          const uint8_t* block =
-              row < num_rows ? source + reader.index_of(row, s * kQ8KBlockInputs) / kQ8KBlockInputs * block_bytes : nullptr;
-          // Q6_K: d last, no dmin; Q5_K: d and dmin first.
-          const uint8_t* d_bytes = block == nullptr ? nullptr : q6 ? block + 208 : block;
-          d[column] = d_bytes != nullptr ? uint16_t(d_bytes[0] | (d_bytes[1] << 8)) : 0;
-          dmin[column] = block != nullptr && !q6 ? uint16_t(block[2] | (block[3] << 8)) : 0;
-          for (int32_t j = 0; j < 8; ++j) {
-            int32_t half_scales[2] = {0, 0}, min = 0;
-            if (block != nullptr) {
-              ggml_k8_sub_block(ref.encoding, block, j, codes, half_scales, &min);
-            } else {
-              std::fill(codes, codes + 32, int8_t(0));
-            }
-            sub_scales[(2 * j) * kPanelColumns + column] = int8_t(half_scales[0]);
-            sub_scales[(2 * j + 1) * kPanelColumns + column] = int8_t(half_scales[1]);
-            mins[j * kPanelColumns + column] = uint8_t(min);
-            uint8_t* sub_block = out + size_t(j) * kPanelColumns * 32;
-            for (int32_t i = 0; i < 32; ++i) sub_block[(size_t(i / 2) * kPanelColumns + size_t(column)) * 2 + size_t(i % 2)] = uint8_t(codes[i]);
-          }
-        }
+    // Q6_K: d last, no dmin; Q5_K: d and dmin first.
+    const uint8_t* d_bytes = block == nullptr ? nullptr : q6 ? block + 208 : block;
+    d[column] = d_bytes != nullptr ? uint16_t(d_bytes[0] | (d_bytes[1] << 8)) : 0;
+    dmin[column] = block != nullptr && !q6 ? uint16_t(block[2] | (block[3] << 8)) : 0;
+    for (int32_t j = 0; j < 8; ++j) {
+      int32_t half_scales[2] = {0, 0}, min = 0;
+      if (block != nullptr) {
+        ggml_k8_sub_block(encoding, block, j, codes, half_scales, &min);
+      } else {
+        std::fill(codes, codes + 32, int8_t(0));
       }
+      sub_scales[(2 * j) * kPanelColumns + column] = int8_t(half_scales[0]);
+      sub_scales[(2 * j + 1) * kPanelColumns + column] = int8_t(half_scales[1]);
+      mins[j * kPanelColumns + column] = uint8_t(min);
+      uint8_t* sub_block = out + size_t(j) * kPanelColumns * 32;
+      for (int32_t i = 0; i < 32; ++i) sub_block[(size_t(i / 2) * kPanelColumns + size_t(column)) * 2 + size_t(i % 2)] = uint8_t(codes[i]);
     }
   });
   release_pages(source, ref.size_bytes);

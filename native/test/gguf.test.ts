@@ -175,12 +175,15 @@ function relativeLogitError(actual: Trace, expected: Trace): number {
 /**
  * Quantized panels (the default bf16 load) against the fp32 weights' logits. Every block type
  * keeps its values exactly (Q8_0 as int8 blocks, Q4_0 as 4-bit panels, Q4_K as Q4_K, Q5_K and
- * Q6_K as int8 codes with their own scales), so only the int16 activations and the bf16
- * embedding, norms and cache differ (the bound int8 quantization meets on the 125 M model).
- * Random Q6_K blocks have the widest range (an int8 scale of random size and sign per 16 inputs),
- * which the bf16 roundings feel most: up to 2.3e-2 seen (re-rounded to int8, 5.4e-2 was).
+ * Q6_K as int8 codes with their own scales), so only the activations' quantization and the bf16
+ * embedding, norms and cache differ. Q8_0, Q5_K and Q6_K meet int16 activations (the bound int8
+ * quantization meets on the 125 M model); random Q6_K blocks have the widest range (an int8 scale
+ * of random size and sign per 16 inputs), which the bf16 roundings feel most: up to 3.0e-2 seen
+ * (re-rounded to int8, 5.4e-2 was). The 4-bit formats meet int8 activations per 32 (llama.cpp's
+ * choice for every K-quant dot, there per 256), which costs ~5x the int16 rows' error: Q4_0 and
+ * Q4_K 0.7-3.7e-2 over 12 seeds (int16: 3-11e-3), against the 4-bit weights' own ~0.4 (native/README).
  */
-const PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 3e-2, Q4_K: 3e-2, Q5_K: 3e-2, Q6_K: 5e-2 };
+const PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 6e-2, Q4_K: 6e-2, Q5_K: 3e-2, Q6_K: 5e-2 };
 
 for (const type of BLOCK_TYPES) {
   test(`${type}: random blocks compute bitwise what their fp64 dequantization computes, and within ${PANEL_BOUNDS[type]} as quantized panels`, async (t) => {
@@ -282,7 +285,10 @@ function int4Reference(parentDir: string, source: string): string {
   return reference;
 }
 
-test('quantization int4: a bf16 checkpoint computes within 3e-2 what its 4-bit weights compute, and batch invariant bitwise', async (t) => {
+// int8 activations (PANEL_BOUNDS): 1.5-3.7e-2 seen over 12 seeds; int16 rows gave ~3e-3.
+const INT4_BOUND = 6e-2;
+
+test(`quantization int4: a bf16 checkpoint computes within ${INT4_BOUND} what its 4-bit weights compute, and batch invariant bitwise`, async (t) => {
   using temp = makeTempDir('int4');
   const seed = freshSeed(t);
   const dir = writeCheckpoint(temp.dir, 'llama', { ...SHAPES.llama, dtype: 'bf16', seed });
@@ -297,7 +303,7 @@ test('quantization int4: a bf16 checkpoint computes within 3e-2 what its 4-bit w
       const alone = await withModel(options, (model) => runTarget(model, makeSequence(prompt, 16, 0, sampling), [], 0));
       const error = relativeLogitError(alone, expected);
       t.diagnostic(`${label}: ${error.toExponential(2)} off`);
-      assert.ok(error <= 3e-2, `${label}: logits ${error.toExponential(2)} off (relative), over 3e-2`);
+      assert.ok(error <= INT4_BOUND, `${label}: logits ${error.toExponential(2)} off (relative), over ${INT4_BOUND}`);
       const companions = makeCompanions(seed, VOCAB_SIZE);
       await withModel({ ...options, numThreads: 3 }, async (model) => {
         assertBitwiseEqual(await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling), companions, 3), alone, `${label}, among ${NUM_COMPANIONS} others on 3 threads`);
