@@ -509,7 +509,12 @@ export class Scheduler {
     const speculator = this.config.speculator;
     if (speculator == null || sequence.acceptance === null) return;
     if (numDrafts > 0) {
-      speculator.recordVerification(sequence.acceptance, numDrafts, numAccepted);
+      // Every proposal verified was accepted: the proposer's next guess, if it had one, meets the
+      // token sampled after them, which is what plain decoding emits there. Measuring it keeps a
+      // sequence whose count was cut short from never showing how far its guesses go on.
+      const nextGuessTokenId = numAccepted === numDrafts && sequence.proposal.length > numDrafts ? sequence.proposal[numDrafts] : null;
+      const nextGuessAccepted = nextGuessTokenId === null ? null : nextGuessTokenId === sequence.tokenIds[sequence.numTokens - 1];
+      speculator.recordVerification(sequence.acceptance, numDrafts, numAccepted, nextGuessAccepted);
       sequence.numDraftTokens += numDrafts;
       sequence.numAcceptedDraftTokens += numAccepted;
       this.kv.cacheScheduledBlocks(sequence, sequence.numComputedTokens + numAccepted);

@@ -58,8 +58,11 @@ export interface StepCost {
 
 /**
  * Step time against tokens per step: a least-squares line over recent decode steps (older ones
- * weigh less; prompt chunks, whose tokens cost differently, are not observed). It is read near
- * the step at hand, as the predicted time of that step and the slope there.
+ * weigh less; prompt chunks, whose tokens cost differently, are not observed), read near the
+ * step at hand as the predicted time of that step and the slope there. Made robust to a busy
+ * machine two ways: a step far slower than the line predicts (the cores taken by another
+ * process, a pause) is clipped before it is fitted, and the slope is shrunk toward the prior's
+ * (ridge regression), so that a few tokens' spread over noisy steps cannot swing it.
  */
 export class StepCostModel {
   private sumWeights = 0;
@@ -67,11 +70,18 @@ export class StepCostModel {
   private sumMs = 0;
   private sumTokensSquared = 0;
   private sumTokensMs = 0;
-  /** Before the steps spread enough to fit a slope: this many tokens more cost a step's time again. */
+  /** The prior: this many tokens more cost a step's time again. */
   private static readonly PRIOR_TOKENS_PER_STEP = 16;
+  /** The prior slope's weight, as squared token deviations of observed steps (four steps two tokens off the mean). */
+  private static readonly PRIOR_WEIGHT = 16;
+  /** A step observed slower than this many times the line's prediction counts as that many. */
+  private static readonly MAX_MS_OVER_PREDICTED = 1.5;
+  /** Steps' weight before predictions are trusted enough to clip by. */
+  private static readonly MIN_WEIGHT_TO_CLIP = 4;
   private static readonly DECAY = 0.98;
 
   observe(numTokens: number, forwardMs: number): void {
+    if (this.sumWeights >= StepCostModel.MIN_WEIGHT_TO_CLIP) forwardMs = Math.min(forwardMs, StepCostModel.MAX_MS_OVER_PREDICTED * this.costAt(numTokens).baseMs);
     const decay = StepCostModel.DECAY;
     this.sumWeights = this.sumWeights * decay + 1;
     this.sumTokens = this.sumTokens * decay + numTokens;
@@ -86,9 +96,12 @@ export class StepCostModel {
     if (this.sumWeights === 0) return { baseMs: 1, perTokenMs: 1 / (prior + numTokens) };
     const meanTokens = this.sumTokens / this.sumWeights;
     const meanMs = this.sumMs / this.sumWeights;
-    const variance = this.sumTokensSquared / this.sumWeights - meanTokens * meanTokens;
-    // Steps all alike say nothing of the slope: the prior's, scaled to the steps seen.
-    const perTokenMs = variance < 0.5 ? meanMs / (prior + meanTokens) : Math.max(0, (this.sumTokensMs / this.sumWeights - meanTokens * meanMs) / variance);
+    // Sums of squared and crossed deviations from the means; steps all alike leave the prior's slope, scaled to them.
+    const squaredDeviations = Math.max(0, this.sumTokensSquared - this.sumWeights * meanTokens * meanTokens);
+    const crossedDeviations = this.sumTokensMs - this.sumWeights * meanTokens * meanMs;
+    const priorPerTokenMs = meanMs / (prior + meanTokens);
+    const weight = StepCostModel.PRIOR_WEIGHT;
+    const perTokenMs = Math.max(0, (crossedDeviations + weight * priorPerTokenMs) / (squaredDeviations + weight));
     // A line through noise may cross zero: a step costs at least its tokens' share.
     const baseMs = Math.max(meanMs + perTokenMs * (numTokens - meanTokens), perTokenMs * numTokens, 1e-9);
     return { baseMs, perTokenMs };

@@ -2,6 +2,7 @@
 // promptLookupMax down to promptLookupMin, are looked up earlier in its own prompt and output;
 // the tokens that followed the latest match are the proposal. Text that quotes its input
 // (summaries, code edits, multi-turn chat) or repeats itself continues the way it went before.
+// Past the sequence's end, the proposal repeats itself with the match's period.
 import type { Proposer, ProposerInput } from './proposer.ts';
 
 export class NgramProposer implements Proposer {
@@ -19,8 +20,11 @@ export class NgramProposer implements Proposer {
       // Latest first: a sequence that repeats itself repeats its latest turn most faithfully.
       for (let start = suffixStart - 1; start >= 0; start--) {
         if (!matchesAt(tokens, start, suffixStart, length)) continue;
-        const end = Math.min(start + length + maxNumTokens, numTokens);
-        for (let i = start + length; i < end; i++) out.push(tokens[i]);
+        // The sequence repeats what it wrote suffixStart - start tokens back; where that reaches
+        // its end, the repetition goes on with the proposal's own tokens (a loop shorter than k
+        // proposes k tokens, not one turn of it).
+        const first = start + length;
+        for (let i = 0; i < maxNumTokens; i++) out.push(first + i < numTokens ? tokens[first + i] : out[first + i - numTokens]);
         return;
       }
     }

@@ -73,9 +73,16 @@ export class Speculator {
     return this.numChosen;
   }
 
-  /** A verification's outcome: numProposed proposals, of which the first numAccepted were accepted. */
-  recordVerification(acceptance: AcceptanceStats, numProposed: number, numAccepted: number): void {
-    recordVerification(acceptance, numProposed, numAccepted);
+  /**
+   * A verification's outcome: numProposed proposals, of which the first numAccepted were accepted;
+   * when all were, nextGuessAccepted says whether the proposal after them (not verified) equals
+   * the token sampled after them (null: there was none). Acceptance counts that guess as a
+   * verified proposal, since the sampled token is what plain decoding emits there; the
+   * spec_decode counters count only what was verified.
+   */
+  recordVerification(acceptance: AcceptanceStats, numProposed: number, numAccepted: number, nextGuessAccepted: boolean | null = null): void {
+    if (nextGuessAccepted === null) recordVerification(acceptance, numProposed, numAccepted);
+    else recordVerification(acceptance, numProposed + 1, numAccepted + (nextGuessAccepted ? 1 : 0));
     const counters = this.counters;
     counters.numDrafts++;
     counters.numDraftTokens += numProposed;

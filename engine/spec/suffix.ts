@@ -24,6 +24,12 @@ export interface SuffixSettings {
 /** vLLM's defaults, and a bound on the shared tree's tokens of our own. */
 export const SUFFIX_DEFAULTS: SuffixSettings = { maxTreeDepth: 24, maxCachedRequests: 10_000, maxCachedTokens: 1 << 17, maxSpecFactor: 1, minTokenProb: 0.1 };
 
+/**
+ * Finished outputs join the shared tree at most this many tokens per proposal asked for: an
+ * 8,000-token output indexed at once held the engine loop ~10-20 ms (maxTreeDepth nodes a token).
+ */
+export const SHARED_TOKENS_PER_PROPOSAL = 64;
+
 /** A sequence's own tree over its last LOCAL_WINDOW_TOKENS tokens: older ones are taken out as it grows. */
 export const LOCAL_WINDOW_TOKENS = 4096;
 
@@ -40,6 +46,10 @@ export class SuffixProposer implements Proposer {
   private readonly cached: number[][] = [];
   private cachedStart = 0;
   private numCachedTokens = 0;
+  /** Finished outputs on their way into the shared tree, oldest first; the first numPendingIndexed tokens of the head are in. */
+  private readonly pending: number[][] = [];
+  private numPendingIndexed = 0;
+  private numPendingTokens = 0;
   private readonly locals = new WeakMap<ProposerInput, LocalIndex>();
   private readonly own: Speculation = { tokenIds: [], score: 0 };
   private readonly recent: Speculation = { tokenIds: [], score: 0 };
@@ -67,6 +77,7 @@ export class SuffixProposer implements Proposer {
     if (maxNumTokens <= 0) return;
     const { maxSpecFactor, minTokenProb } = this.settings;
     const tokens = sequence.tokenIds;
+    this.indexPending(SHARED_TOKENS_PER_PROPOSAL);
     this.indexOwn(sequence).speculateText(maxNumTokens, maxSpecFactor, minTokenProb, this.own);
     // An empty shared tree (the root alone) has nothing to say.
     if (this.shared.numNodes > 1) this.shared.speculate(tokens, maxNumTokens, maxSpecFactor, minTokenProb, this.recent);
@@ -75,16 +86,53 @@ export class SuffixProposer implements Proposer {
     for (const tokenId of best.tokenIds) out.push(tokenId);
   }
 
-  /** A finished request's output joins the shared tree; the oldest leave while it is over its bounds. */
+  /** Finished outputs waiting to join the shared tree, in tokens (for its memory bound). */
+  get numPendingSharedTokens(): number {
+    return this.numPendingTokens;
+  }
+
+  /**
+   * A finished request's output is queued to join the shared tree, a slice per proposal asked
+   * for (indexPending); the oldest queued outputs not yet started give way past maxCachedTokens.
+   */
   finish(sequence: ProposerInput): void {
     this.locals.delete(sequence);
     const { maxCachedRequests, maxCachedTokens } = this.settings;
     const output = sequence.tokenIds.slice(sequence.numPromptTokens, sequence.numPromptTokens + maxCachedTokens);
-    if (output.length === 0) return;
-    this.shared.insert(output);
-    this.cached.push(output);
-    this.numCachedTokens += output.length;
-    while (this.numCachedRequests > maxCachedRequests || this.numCachedTokens > maxCachedTokens) {
+    if (output.length === 0 || maxCachedRequests === 0) return;
+    this.pending.push(output);
+    this.numPendingTokens += output.length;
+    while (this.numPendingTokens > maxCachedTokens && this.pending.length > 1) this.numPendingTokens -= this.pending.splice(1, 1)[0].length;
+  }
+
+  /** Appends up to maxNumTokens queued tokens to the shared tree; an output complete there joins the cache. */
+  private indexPending(maxNumTokens: number): void {
+    const { shared, pending } = this;
+    for (let budget = maxNumTokens; budget > 0 && pending.length > 0; ) {
+      const output = pending[0];
+      // The shared tree indexes one text at a time, and appends come only from here; room is
+      // made first, so that the tree never holds more than its bounds.
+      if (this.numPendingIndexed === 0) {
+        this.evictFor(output.length);
+        shared.beginText();
+      }
+      const end = Math.min(output.length, this.numPendingIndexed + budget);
+      for (let i = this.numPendingIndexed; i < end; i++) shared.append(output[i]);
+      budget -= end - this.numPendingIndexed;
+      this.numPendingIndexed = end;
+      if (end < output.length) return;
+      pending.shift();
+      this.numPendingIndexed = 0;
+      this.numPendingTokens -= output.length;
+      this.cached.push(output);
+      this.numCachedTokens += output.length;
+    }
+  }
+
+  /** Takes the oldest outputs out of the shared tree until one more of numTokens tokens fits its bounds. */
+  private evictFor(numTokens: number): void {
+    const { maxCachedRequests, maxCachedTokens } = this.settings;
+    while (this.numCachedRequests > 0 && (this.numCachedRequests + 1 > maxCachedRequests || this.numCachedTokens + numTokens > maxCachedTokens)) {
       const oldest = this.cached[this.cachedStart];
       this.shared.remove(oldest, 0, oldest.length);
       this.numCachedTokens -= oldest.length;

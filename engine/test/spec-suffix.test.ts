@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SuffixTree, type Speculation } from '../spec/suffix-tree.ts';
-import { LOCAL_WINDOW_TOKENS, SUFFIX_DEFAULTS, SuffixProposer } from '../spec/suffix.ts';
+import { LOCAL_WINDOW_TOKENS, SHARED_TOKENS_PER_PROPOSAL, SUFFIX_DEFAULTS, SuffixProposer } from '../spec/suffix.ts';
 import { seeded } from './spec-harness.ts';
 
 /** Occurrences of pattern starting in texts, each counted where the pattern fits in maxDepth. */
@@ -174,3 +174,35 @@ test('suffix keeps its recent outputs within its bounds, oldest out first', (t) 
   proposer.finish(long);
   assert.equal(proposer.numOwnNodes(long), 0);
 });
+
+test('suffix indexes a finished output into the shared tree a slice per proposal, ending where one insert would', (t) => {
+  const { random } = seeded(t);
+  const settings = { ...SUFFIX_DEFAULTS, maxTreeDepth: 12 };
+  const proposer = new SuffixProposer(settings);
+  const output = Array.from({ length: 5_000 }, () => Math.floor(random() * 40));
+  proposer.finish({ tokenIds: [1, ...output], numPromptTokens: 1 });
+  assert.equal(proposer.numSharedNodes, 1, 'nothing indexed on the finishing step');
+  assert.equal(proposer.numPendingSharedTokens, output.length);
+  const asking = { tokenIds: [1, 2, 3], numPromptTokens: 3 };
+  const out: number[] = [];
+  proposer.propose(asking, 4, out);
+  const whole = new SuffixTree(settings.maxTreeDepth);
+  whole.insert(output.slice(0, SHARED_TOKENS_PER_PROPOSAL));
+  assert.equal(proposer.numSharedNodes, whole.numNodes, 'one slice indexed per proposal');
+  for (let i = 1; i < Math.ceil(output.length / SHARED_TOKENS_PER_PROPOSAL); i++) proposer.propose(asking, 4, out);
+  assert.equal(proposer.numPendingSharedTokens, 0);
+  assert.equal(proposer.numCachedRequests, 1);
+  const reference = new SuffixTree(settings.maxTreeDepth);
+  reference.insert(output);
+  assert.equal(proposer.numSharedNodes, reference.numNodes, 'the slices index the text as one insert does');
+  // And it proposes what one insert would (from a context whose own tree, of distinct tokens, has nothing to say).
+  let at = 1000;
+  while (new Set(output.slice(at, at + 6)).size < 6) at++;
+  const context = output.slice(at, at + 6);
+  const expected: Speculation = { tokenIds: [], score: 0 };
+  reference.speculate(context, 6, settings.maxSpecFactor, settings.minTokenProb, expected);
+  const recentOnly = { tokenIds: context, numPromptTokens: context.length };
+  proposer.propose(recentOnly, 6, out);
+  assert.deepEqual(out, expected.tokenIds);
+});
+
