@@ -3,7 +3,7 @@
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
 import { anyProposalPays, chooseDraftCounts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
-import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
+import { createProposer, speculativeConfigErrors, type ProposalCandidate, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
 /** A decoding sequence as the speculator sees it. */
 export interface SpeculatingSequence extends ProposerInput {
@@ -71,6 +71,22 @@ export class Speculator {
       chooseDraftCounts(candidates, stepCost, budget, this.numChosen, Math.max(baseTokens, candidates.length));
     }
     return this.numChosen;
+  }
+
+  /** Whether the proposer works ahead of the step (prepare, before the step is scheduled). */
+  get prepares(): boolean {
+    return this.proposer.prepare !== undefined;
+  }
+
+  /**
+   * The proposer's work ahead of the step for the sequences that may speculate in it; none where
+   * adaptivity knows no proposal would be verified (a compute-bound step).
+   */
+  async prepare(candidates: readonly ProposalCandidate[]): Promise<void> {
+    if (this.proposer.prepare === undefined || candidates.length === 0) return;
+    const numDecodes = candidates.length;
+    if (this.config.adaptive !== false && !anyProposalPays(this.costModel.costAt(numDecodes), numDecodes)) return;
+    await this.proposer.prepare(candidates);
   }
 
   /** A verification's outcome: numProposed proposals, of which the first numAccepted were accepted. */
