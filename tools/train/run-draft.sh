@@ -14,6 +14,6 @@ export OMP_WAIT_POLICY=PASSIVE
 
 $PYTHON prepare.py --out "$OUT" --tokenizer "$TARGET_DIR/tokenizer.json"
 nice -n 19 $PYTHON train.py --out "$OUT" --num-threads "$OMP_NUM_THREADS" --preset draft --teacher "$TARGET_DIR" \
-  --num-steps 400 --batch-size 8 --context-tokens 128 --peak-lr 3e-3 --num-warmup-steps 20 --eval-every 100 \
+  --num-steps 400 --stop-after-steps 200 --batch-size 8 --context-tokens 128 --peak-lr 3e-3 --num-warmup-steps 20 --eval-every 100 \
   | tee "$OUT/train.log"
 $PYTHON export.py --out "$OUT" --model-dir "$MODEL_DIR"

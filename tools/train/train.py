@@ -84,6 +84,7 @@ def main():
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--num-threads", type=int, default=2)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--stop-after-steps", type=int, help="end here, the schedule still that of --num-steps (a time budget)")
     parser.add_argument("--teacher", help="a checkpoint directory to distil from (KL to its logits) instead of the corpus's next tokens")
     args = parser.parse_args()
 
@@ -112,7 +113,8 @@ def main():
     print(json.dumps({"numParameters": model.num_parameters(), "config": dataclasses.asdict(config)}), flush=True)
 
     start_s = time.time()
-    for step in range(args.num_steps):
+    num_steps_run = min(args.num_steps, args.stop_after_steps or args.num_steps)
+    for step in range(num_steps_run):
         lr = learning_rate(step, args.num_steps, args.peak_lr, args.num_warmup_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -130,7 +132,7 @@ def main():
         optimizer.step()
 
         record = {"step": step + 1, "trainLoss": loss.item(), "lr": lr, "elapsedS": time.time() - start_s}
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.num_steps:
+        if (step + 1) % args.eval_every == 0 or step + 1 == num_steps_run:
             record["valLoss"] = validation_loss(model, val_stream, args.context_tokens, args.batch_size)
             torch.save(model.state_dict(), os.path.join(args.out, "model-fp32.pt"))
             print(json.dumps(record), flush=True)
@@ -139,8 +141,9 @@ def main():
 
     summary = {
         "numParameters": model.num_parameters(),
-        "numSteps": args.num_steps,
-        "numTrainingTokensSeen": args.num_steps * args.batch_size * args.context_tokens,
+        "numSteps": num_steps_run,
+        "numScheduledSteps": args.num_steps,
+        "numTrainingTokensSeen": num_steps_run * args.batch_size * args.context_tokens,
         "trainingSeconds": time.time() - start_s,
         "finalValLoss": record["valLoss"],
         "numThreads": args.num_threads,
