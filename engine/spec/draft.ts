@@ -59,8 +59,13 @@ interface DraftSequence {
   readonly guesses: number[];
 }
 
+/** Weight of the history in the draft pass time's moving average. */
+const PASS_MS_DECAY = 0.9;
+
 export class DraftProposer implements Proposer {
   readonly model: NativeModel;
+  /** A one-token draft pass's time, a moving average (0 before the first). */
+  passMs = 0;
   private readonly limits: DraftLimits;
   private readonly blockSizeTokens: number;
   private readonly freeBlockIds: number[];
@@ -163,7 +168,7 @@ export class DraftProposer implements Proposer {
       state.numComputedTokens = end;
       members.push(state);
     }
-    await this.run(numTokens);
+    await this.run(numTokens, 0);
 
     // Steps 2..k: feed each guess back, one token per sequence still guessing.
     for (let step = 1; ; step++) {
@@ -178,7 +183,7 @@ export class DraftProposer implements Proposer {
         members.push(state);
       }
       if (members.length === 0) return;
-      await this.run(members.length);
+      await this.run(members.length, step);
     }
   }
 
@@ -200,7 +205,7 @@ export class DraftProposer implements Proposer {
   }
 
   /** Runs one draft step over the members laid out in the batch; each sample is the member's next guess. */
-  private async run(numTokens: number): Promise<void> {
+  private async run(numTokens: number, step: number): Promise<void> {
     const { batch, members } = this;
     const numSeqs = members.length;
     let maxBlocks = 0;
@@ -211,7 +216,10 @@ export class DraftProposer implements Proposer {
     batch.maxBlocksPerSeq = maxBlocks;
     batch.blockTables.fill(-1, 0, numSeqs * maxBlocks);
     for (let seq = 0; seq < numSeqs; seq++) batch.blockTables.set(members[seq].blockIds, seq * maxBlocks);
+    const start = performance.now();
     const result = await this.model.forward(batch);
+    // Single-token passes only: the catch-up pass is paid whatever is guessed.
+    if (step > 0) this.passMs = this.passMs === 0 ? performance.now() - start : PASS_MS_DECAY * this.passMs + (1 - PASS_MS_DECAY) * (performance.now() - start);
     for (let seq = 0; seq < numSeqs; seq++) {
       const tokenId = result.sampledTokenIds[seq];
       if (tokenId >= 0) members[seq].guesses.push(tokenId);

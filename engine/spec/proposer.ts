@@ -39,6 +39,8 @@ export interface Proposer {
    * what it found. Absent: propose() does all the work.
    */
   prepare?(candidates: readonly ProposalCandidate[]): Promise<void>;
+  /** With prepare: the measured time of one more guess for every candidate (a draft pass), in ms. */
+  readonly passMs?: number;
   /** Writes up to maxNumTokens guessed next tokens into out (its length set to their count). */
   propose(sequence: ProposerInput, maxNumTokens: number, out: number[]): void;
   /** The sequence is done (finished, aborted or failed): what it learnt from it, it keeps; nothing else of it. */

@@ -3,7 +3,7 @@
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
 import { anyProposalPays, chooseDraftCounts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
-import { createProposer, speculativeConfigErrors, type ProposalCandidate, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
+import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
 /** A decoding sequence as the speculator sees it. */
 export interface SpeculatingSequence extends ProposerInput {
@@ -12,6 +12,12 @@ export interface SpeculatingSequence extends ProposerInput {
   /** This step's proposals; what it verifies is the first numChosen of them. */
   readonly proposal: number[];
   /** Null: it never speculates. */
+  readonly acceptance: AcceptanceStats | null;
+}
+
+/** A sequence a proposer may work ahead for: its limit, which adaptivity may lower, and its acceptance. */
+export interface PreparingSequence extends ProposerInput {
+  maxDraftTokens: number;
   readonly acceptance: AcceptanceStats | null;
 }
 
@@ -80,12 +86,33 @@ export class Speculator {
 
   /**
    * The proposer's work ahead of the step for the sequences that may speculate in it; none where
-   * adaptivity knows no proposal would be verified (a compute-bound step).
+   * adaptivity knows no proposal would be verified (a compute-bound step). Adaptive, each
+   * sequence's maxDraftTokens is first lowered to what the step's choice would verify (at least
+   * one, so that acceptance keeps being measured), each guess costing its share of a draft pass.
    */
-  async prepare(candidates: readonly ProposalCandidate[]): Promise<void> {
+  async prepare(candidates: readonly PreparingSequence[]): Promise<void> {
     if (this.proposer.prepare === undefined || candidates.length === 0) return;
-    const numDecodes = candidates.length;
-    if (this.config.adaptive !== false && !anyProposalPays(this.costModel.costAt(numDecodes), numDecodes)) return;
+    if (this.config.adaptive !== false) {
+      const numDecodes = candidates.length;
+      const stepCost = this.costModel.costAt(numDecodes);
+      if (!anyProposalPays(stepCost, numDecodes)) return;
+      const choices = this.candidates;
+      choices.length = 0;
+      let budget = 0;
+      for (const { acceptance, maxDraftTokens } of candidates) {
+        choices.push(
+          acceptance === null
+            ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0 }
+            : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: maxDraftTokens },
+        );
+        budget += maxDraftTokens;
+      }
+      if (this.numChosen.length < candidates.length) this.numChosen = new Int32Array(Math.max(candidates.length, 2 * this.numChosen.length));
+      // A guess costs its verification and its share of a draft pass.
+      const guessCost = { baseMs: stepCost.baseMs, perTokenMs: stepCost.perTokenMs + (this.proposer.passMs ?? 0) / numDecodes };
+      chooseDraftCounts(choices, guessCost, budget, this.numChosen, numDecodes);
+      candidates.forEach((candidate, i) => (candidate.maxDraftTokens = Math.min(candidate.maxDraftTokens, Math.max(1, this.numChosen[i]))));
+    }
     await this.proposer.prepare(candidates);
   }
 
