@@ -12,11 +12,11 @@ import { buildBatch, consecutiveBlocks, freshSeed, loadOptions, makeTempDir, ran
 import {
   BLOCKS_PER_GROUP,
   BLOCK_SIZE_TOKENS,
-  MAX_BLOCKS_PER_SEQ,
+  FIRST_BLOCK_AFTER_COMPANIONS,
   NUM_COMPANIONS,
   TARGET_PROMPT_TOKENS,
   assertBitwiseEqual,
-  companionSettings,
+  makeCompanions,
   makeSequence,
   runTarget,
   targetSettings,
@@ -189,11 +189,9 @@ test('TP = 8 over rank processes: logits, samples and logprobs bitwise those of 
   const prompt = randomTokens(TARGET_PROMPT_TOKENS, shape.vocabSize, seed);
   const sampling = targetSettings(seed, prompt)['min-p, penalties, bias and logprobs'];
   const reference = await withModel({ ...options, numThreads: 2 }, (model) => runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, sampling), [], 0));
-  const companions = Array.from({ length: NUM_COMPANIONS }, (_, i) =>
-    makeSequence(randomTokens(1 + ((seed + i * 7) % 40), shape.vocabSize, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
-  );
+  const companions = makeCompanions(seed, shape.vocabSize);
   const split = await withProcessGroup(options, 8, (model) =>
-    withDeadline(runTarget(model, makeSequence(prompt, 7, (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ, sampling), companions, 7), 'the target at TP 8'),
+    withDeadline(runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling), companions, 7), 'the target at TP 8'),
   );
   assertBitwiseEqual(split, reference, `seed ${seed}, TP 8, chunks of 7 among ${NUM_COMPANIONS} others`);
 });

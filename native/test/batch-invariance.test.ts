@@ -8,13 +8,14 @@ import { test } from 'node:test';
 import { KERNELS, kernelSkip, freshSeed, loadOptions, makeTempDir, randomTokens, withModel, writeCheckpoint } from './helpers.ts';
 import {
   BLOCK_SIZE_TOKENS,
+  FIRST_BLOCK_AFTER_COMPANIONS,
   MAX_BLOCKS_PER_SEQ,
   NUM_COMPANIONS,
   OTHER_THREAD_COUNTS,
   TARGET_PROMPT_TOKENS,
   assertBitwiseEqual,
   assertReported,
-  companionSettings,
+  makeCompanions,
   makeSequence,
   runTarget,
   targetSettings,
@@ -39,14 +40,11 @@ test('logits, samples and logprobs are bitwise identical alone, in a batch of 16
     const vocabSize = 300;
     const prompt = randomTokens(TARGET_PROMPT_TOKENS, vocabSize, seed);
     const companionsFor = (firstBlock: number) =>
-      Array.from({ length: NUM_COMPANIONS }, (_, i) =>
-        makeSequence(randomTokens(1 + ((seed + i * 7) % 40), vocabSize, seed + i + 1), 1 + (i % 6), firstBlock + i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
-      );
+      makeCompanions(seed, vocabSize, 1, firstBlock);
     for (const kernel of KERNELS) {
       await t.test(`${dtype} weights, ${quantization === 'int8' ? 'int8, ' : ''}${kernel}`, { skip: kernelSkip(kernel) }, async () => {
         const options = loadOptions(modelDir, { kernel, quantization, numKvBlocks: (NUM_COMPANIONS + 2) * MAX_BLOCKS_PER_SEQ, blockSizeTokens: BLOCK_SIZE_TOKENS });
         // Elsewhere in the cache, surrounded by unrelated prefill chunks and decode tokens.
-        const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
         for (const [settingsName, targetSampling] of Object.entries(targetSettings(seed, prompt))) {
           const label = (scenario: string) => `seed ${seed}, ${dtype}, ${quantization}, ${kernel}, ${settingsName}, ${scenario}`;
           const alone = await withModel(options, async (model) => {
@@ -56,9 +54,9 @@ test('logits, samples and logprobs are bitwise identical alone, in a batch of 16
               const chunked = await runTarget(model, makeSequence(prompt, chunkTokens, 0, targetSampling), [], 0);
               assertBitwiseEqual(chunked, reference, label(`chunks of ${chunkTokens}`));
             }
-            const batched = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, lastBlock, targetSampling), companionsFor(0), 7);
+            const batched = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, FIRST_BLOCK_AFTER_COMPANIONS, targetSampling), companionsFor(0), 7);
             assertBitwiseEqual(batched, reference, label(`in a batch with ${NUM_COMPANIONS} others`));
-            const batchedChunked = await runTarget(model, makeSequence(prompt, 7, lastBlock, targetSampling), companionsFor(0), 15);
+            const batchedChunked = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, targetSampling), companionsFor(0), 15);
             assertBitwiseEqual(batchedChunked, reference, label(`in chunks of 7 in a batch with ${NUM_COMPANIONS} others`));
             return reference;
           });
@@ -66,7 +64,7 @@ test('logits, samples and logprobs are bitwise identical alone, in a batch of 16
             await withModel({ ...options, numThreads }, async (model) => {
               const threadsAlone = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, targetSampling), [], 0);
               assertBitwiseEqual(threadsAlone, alone, label(`alone on ${numThreads} threads`));
-              const threadsBatched = await runTarget(model, makeSequence(prompt, 7, lastBlock, targetSampling), companionsFor(0), 3);
+              const threadsBatched = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, targetSampling), companionsFor(0), 3);
               assertBitwiseEqual(threadsBatched, alone, label(`in chunks of 7 in a batch on ${numThreads} threads`));
             });
           }

@@ -9,11 +9,11 @@ import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens,
 import {
   BLOCKS_PER_GROUP,
   BLOCK_SIZE_TOKENS,
-  MAX_BLOCKS_PER_SEQ,
+  FIRST_BLOCK_AFTER_COMPANIONS,
   NUM_COMPANIONS,
   TARGET_PROMPT_TOKENS,
   assertBitwiseEqual,
-  companionSettings,
+  makeCompanions,
   makeSequence,
   runTarget,
   targetSettings,
@@ -56,21 +56,18 @@ export function familyInvarianceTests(shapes: Readonly<Record<string, ShapeOptio
             const options = loadOptions(modelDir, { kernel, quantization, blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
             const groups = await withModel(options, async (model) => model.info.kvCacheGroups.length);
             const sized = { ...options, numKvBlocks: groups * BLOCKS_PER_GROUP };
-            const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
             const companions = () =>
-              Array.from({ length: NUM_COMPANIONS }, (_, i) =>
-                makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i), groups),
-              );
+              makeCompanions(seed, VOCAB_SIZE, groups);
             const alone = await withModel(sized, async (model) => {
               const reference = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, sampling, groups), [], 0);
               const chunked = await runTarget(model, makeSequence(prompt, 7, 0, sampling, groups), [], 0);
               assertBitwiseEqual(chunked, reference, label('chunks of 7'));
-              const batched = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling, groups), companions(), 7);
+              const batched = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling, groups), companions(), 7);
               assertBitwiseEqual(batched, reference, label(`in chunks of 7 among ${NUM_COMPANIONS} others`));
               return reference;
             });
             await withModel({ ...sized, numThreads: 3 }, async (model) => {
-              const threads = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling, groups), companions(), 3);
+              const threads = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling, groups), companions(), 3);
               assertBitwiseEqual(threads, alone, label(`among ${NUM_COMPANIONS} others on 3 threads`));
             });
           });

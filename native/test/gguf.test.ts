@@ -21,10 +21,10 @@ import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens,
 import {
   BLOCKS_PER_GROUP,
   BLOCK_SIZE_TOKENS,
-  MAX_BLOCKS_PER_SEQ,
+  FIRST_BLOCK_AFTER_COMPANIONS,
   NUM_COMPANIONS,
   assertBitwiseEqual,
-  companionSettings,
+  makeCompanions,
   makeSequence,
   runTarget,
   targetSettings,
@@ -218,11 +218,8 @@ for (const type of BLOCK_TYPES) {
     writeLlamaGguf(dir, gguf, { matrixType: type });
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     const sampling = targetSettings(seed, prompt)['plain sampling'];
-    const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
     const companions = () =>
-      Array.from({ length: NUM_COMPANIONS }, (_, i) =>
-        makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
-      );
+      makeCompanions(seed, VOCAB_SIZE);
     for (const kernel of KERNELS) {
       await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
         const label = (scenario: string) => `seed ${seed}, ${type}, ${kernel}, ${scenario}`;
@@ -230,12 +227,12 @@ for (const type of BLOCK_TYPES) {
         const alone = await withModel(options, async (model) => {
           const reference = await runTarget(model, makeSequence(prompt, PROMPT_TOKENS, 0, sampling), [], 0);
           assertBitwiseEqual(await runTarget(model, makeSequence(prompt, 7, 0, sampling), [], 0), reference, label('chunks of 7'));
-          const batched = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling), companions(), 7);
+          const batched = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling), companions(), 7);
           assertBitwiseEqual(batched, reference, label(`among ${NUM_COMPANIONS} others`));
           return reference;
         });
         await withModel({ ...options, numThreads: 3 }, async (model) => {
-          const threads = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling), companions(), 3);
+          const threads = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling), companions(), 3);
           assertBitwiseEqual(threads, alone, label(`among ${NUM_COMPANIONS} others on 3 threads`));
         });
       });
@@ -300,12 +297,9 @@ test('quantization int4: a bf16 checkpoint computes within 3e-2 what its 4-bit w
       const error = relativeLogitError(alone, expected);
       t.diagnostic(`${label}: ${error.toExponential(2)} off`);
       assert.ok(error <= 3e-2, `${label}: logits ${error.toExponential(2)} off (relative), over 3e-2`);
-      const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
-      const companions = Array.from({ length: NUM_COMPANIONS }, (_, i) =>
-        makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
-      );
+      const companions = makeCompanions(seed, VOCAB_SIZE);
       await withModel({ ...options, numThreads: 3 }, async (model) => {
-        assertBitwiseEqual(await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling), companions, 3), alone, `${label}, among ${NUM_COMPANIONS} others on 3 threads`);
+        assertBitwiseEqual(await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling), companions, 3), alone, `${label}, among ${NUM_COMPANIONS} others on 3 threads`);
       });
     });
   }

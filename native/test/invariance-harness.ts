@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import type { ForwardBatch, ForwardResult, NativeModel } from '../api.ts';
 import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS, SEQ_SAMPLE } from '../api.ts';
-import { buildBatch, consecutiveBlocks, penaltyHistory, type SeqChunk } from './helpers.ts';
+import { buildBatch, consecutiveBlocks, penaltyHistory, randomTokens, type SeqChunk } from './helpers.ts';
 
 export const BLOCK_SIZE_TOKENS = 16;
 export const TARGET_PROMPT_TOKENS = 80;
@@ -13,6 +13,8 @@ const MAX_POSITIONS = TARGET_PROMPT_TOKENS + NUM_DECODE_STEPS + 1;
 export const MAX_BLOCKS_PER_SEQ = Math.ceil(MAX_POSITIONS / BLOCK_SIZE_TOKENS);
 /** Blocks of one KV-cache group: room for the target and every companion; group g's come after group g - 1's. */
 export const BLOCKS_PER_GROUP = (NUM_COMPANIONS + 2) * MAX_BLOCKS_PER_SEQ;
+/** Where a target among companions starts its blocks: past every companion's (companions start at block 0). */
+export const FIRST_BLOCK_AFTER_COMPANIONS = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
 // The reference runs on 2 threads; these others must match it bit for bit.
 export const OTHER_THREAD_COUNTS = [1, 3, 8];
 
@@ -186,6 +188,16 @@ export function targetSettings(seed: number, prompt: readonly number[]): Record<
     },
     'a grammar bitmask with penalties and logprobs': { ...plain, maskSalt: seed % 1000, penalized: true, repetitionPenalty: 1.2, numTopLogprobs: 5 },
   };
+}
+
+/**
+ * NUM_COMPANIONS fresh sequences (runTarget advances them, so build new ones per run): random
+ * prompts of 1 to 40 tokens in chunks of 1 to 6, with companionSettings, in consecutive block ranges.
+ */
+export function makeCompanions(seed: number, vocabSize: number, numKvGroups = 1, firstBlock = 0): Sequence[] {
+  return Array.from({ length: NUM_COMPANIONS }, (_, i) =>
+    makeSequence(randomTokens(1 + ((seed + i * 7) % 40), vocabSize, seed + i + 1), 1 + (i % 6), firstBlock + i * MAX_BLOCKS_PER_SEQ, companionSettings(i), numKvGroups),
+  );
 }
 
 /** Companions mixing settings unlike the target's: greedy and drawn, penalized or not, bans, logprobs. */

@@ -10,11 +10,11 @@ import { buildBatch, consecutiveBlocks, freshSeed, loadOptions, makeTempDir, ran
 import {
   BLOCKS_PER_GROUP,
   BLOCK_SIZE_TOKENS,
-  MAX_BLOCKS_PER_SEQ,
+  FIRST_BLOCK_AFTER_COMPANIONS,
   NUM_COMPANIONS,
   TARGET_PROMPT_TOKENS,
   assertBitwiseEqual,
-  companionSettings,
+  makeCompanions,
   makeSequence,
   runTarget,
   targetSettings,
@@ -56,17 +56,14 @@ for (const [family, shape] of Object.entries(TP_SHAPES)) {
         const options = loadOptions(modelDir, { quantization, blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
         const groups = await withModel(options, async (model) => model.info.kvCacheGroups.length);
         const sized = { ...options, numKvBlocks: groups * BLOCKS_PER_GROUP };
-        const lastBlock = (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ;
         const companions = () =>
-          Array.from({ length: NUM_COMPANIONS }, (_, i) =>
-            makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i), groups),
-          );
+          makeCompanions(seed, VOCAB_SIZE, groups);
         const reference = await withModel({ ...sized, numThreads: 2 }, (model) =>
           runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, sampling, groups), [], 0),
         );
         for (const size of [2, 4]) {
           await withGroup(sized, size, async ({ model }) => {
-            const batched = await runTarget(model, makeSequence(prompt, 7, lastBlock, sampling, groups), companions(), 7);
+            const batched = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling, groups), companions(), 7);
             assertBitwiseEqual(batched, reference, label(`TP ${size}, chunks of 7 among ${NUM_COMPANIONS} others`));
             // A prefix-cache hit: an earlier sequence wrote the first PREFIX_TOKENS positions' KV
             // into the blocks the target then starts from.
@@ -139,9 +136,7 @@ test('KV heads fewer than the ranks are replicated: bitwise TP 1 at TP 4 with 2 
   const prompt = randomTokens(TARGET_PROMPT_TOKENS, VOCAB_SIZE, seed);
   const sampling = targetSettings(seed, prompt)['min-p, penalties, bias and logprobs'];
   const companions = () =>
-    Array.from({ length: NUM_COMPANIONS }, (_, i) =>
-      makeSequence(randomTokens(1 + ((seed + i * 7) % 40), VOCAB_SIZE, seed + i + 1), 1 + (i % 6), i * MAX_BLOCKS_PER_SEQ, companionSettings(i)),
-    );
+    makeCompanions(seed, VOCAB_SIZE);
   for (const [numKvHeads, sizes] of [[2, [4]], [1, [2, 4]]] as const) {
     const modelDir = writeCheckpoint(temp.dir, `kv${numKvHeads}`, { ...TP_SHAPES.llama, numKvHeads, dtype: 'bf16', seed });
     const options = loadOptions(modelDir, { blockSizeTokens: BLOCK_SIZE_TOKENS, numKvBlocks: BLOCKS_PER_GROUP });
@@ -150,7 +145,7 @@ test('KV heads fewer than the ranks are replicated: bitwise TP 1 at TP 4 with 2 
     );
     for (const size of sizes) {
       const batched = await withGroup(options, size, ({ model }) =>
-        runTarget(model, makeSequence(prompt, 7, (NUM_COMPANIONS + 1) * MAX_BLOCKS_PER_SEQ, sampling), companions(), 7),
+        runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling), companions(), 7),
       );
       assertBitwiseEqual(batched, reference, `seed ${seed}, ${numKvHeads} KV heads at TP ${size}, chunks of 7 among ${NUM_COMPANIONS} others`);
     }
