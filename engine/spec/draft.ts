@@ -120,7 +120,7 @@ export class DraftProposer implements Proposer {
    * nothing either (and gives its blocks back).
    */
   async prepare(candidates: readonly ProposalCandidate[]): Promise<void> {
-    const { active, activeInputs, numWanted, members } = this;
+    const { active, activeInputs, numWanted } = this;
     active.length = 0;
     activeInputs.length = 0;
     numWanted.length = 0;
@@ -143,6 +143,18 @@ export class DraftProposer implements Proposer {
       numWanted.push(wanted);
     }
     if (active.length === 0) return;
+    try {
+      await this.guess();
+    } catch (err) {
+      // A failed pass leaves their KV unknown: they start over.
+      for (const candidate of activeInputs) this.release(candidate);
+      throw err;
+    }
+  }
+
+  /** The passes over the active sequences: their catch-up and first guess, then one guess per pass. */
+  private async guess(): Promise<void> {
+    const { active, activeInputs, numWanted, members } = this;
 
     // Step 1: every candidate's catch-up, chunked within the budget; those that reach their
     // last known token sample their first guess.
