@@ -23,6 +23,8 @@ export const GGML_TYPES = {
   Q5_K: { id: 13, blockElements: 256, blockBytes: 176 },
   Q6_K: { id: 14, blockElements: 256, blockBytes: 210 },
   BF16: { id: 30, blockElements: 1, blockBytes: 2 },
+  /** gpt-oss's experts: an E8M0 scale byte and 16 bytes of E2M1 pairs per 32 (ggml-common.h's block_mxfp4). */
+  MXFP4: { id: 39, blockElements: 32, blockBytes: 17 },
 } as const;
 export type GgmlTypeName = keyof typeof GGML_TYPES;
 const TYPE_NAMES = new Map<number, GgmlTypeName>(Object.entries(GGML_TYPES).map(([name, type]) => [type.id, name as GgmlTypeName]));

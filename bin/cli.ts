@@ -25,7 +25,7 @@ const workerUsage = `usage: conduit worker --model DIR --listen HOST:PORT|unix:P
                       [--kv-cache-dtype ...] [--max-model-len N] [--kv-cache-blocks N | --kv-cache-bytes N]
                       [--block-size N] [--max-num-seqs N] [--max-num-batched-tokens N] [--threads N]
                       [--grammar-threads N] [--performance-mode interactivity|throughput] [--max-num-partial-prefills N]
-                      [--max-long-partial-prefills N] [--long-prefill-token-threshold N]
+                      [--max-long-partial-prefills N] [--long-prefill-token-threshold N] [--max-prefill-tokens-beside-decodes N]
                       [--kernel auto|amx|avx512|avx2|scalar] [--device cpu|cuda] [--quantization none|int8|int4] [--served-name NAME]
                       [--tensor-parallel-size 1|2|4|8] [--tensor-parallel-transport shm|mpi]
                       [--enable-prefix-caching true|false] [--scheduling-policy fcfs|priority] [--log-level LEVEL]

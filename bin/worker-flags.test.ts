@@ -9,7 +9,7 @@ test('a spawned worker gets exactly the settings its model configuration names',
     { models: [{
         path: '/m/llama', served_name: 'chat', dtype: 'bf16', quantization: 'int8', max_model_len: 4096, kv_cache_blocks: 100,
         max_num_seqs: 8, kernel: 'avx2', device: 'cuda', enable_prefix_caching: false, scheduling_policy: 'priority',
-        performance_mode: 'throughput', tensor_parallel_size: 2,
+        performance_mode: 'throughput', tensor_parallel_size: 2, max_prefill_tokens_beside_decodes: 128,
       }] },
     'c.yaml',
   );
@@ -27,7 +27,7 @@ test('a spawned worker gets exactly the settings its model configuration names',
     blockSizeTokens: 16,
     maxNumSeqs: 8,
     maxNumBatchedTokens: 512,
-    prefillLimits: { maxNumPartialPrefills: 8, maxLongPartialPrefills: 8, longPrefillTokenThreshold: 64 },
+    prefillLimits: { maxNumPartialPrefills: 8, maxLongPartialPrefills: 8, longPrefillTokenThreshold: 64, maxPrefillTokensBesideDecodes: 128 },
     numThreads: 3,
     kernel: 'avx2',
     device: 'cuda',
@@ -97,7 +97,7 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
   assert.throws(() => parseWorkerArgs(['--model', '/m/x']), /--listen/);
 });
 
-test('the performance mode sets how prompts share a step, and vLLM\'s three settings override it', () => {
+test('the performance mode sets how prompts share a step, and vLLM\'s three settings and the chunk cap override it', () => {
   const limits = (...flags: string[]) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', ...flags]).prefillLimits;
   assert.deepEqual(limits('--performance-mode', 'interactivity', '--max-num-seqs', '16', '--max-num-batched-tokens', '1024'),
     { maxNumPartialPrefills: 16, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 128, maxPrefillTokensBesideDecodes: 192 });
@@ -108,6 +108,14 @@ test('the performance mode sets how prompts share a step, and vLLM\'s three sett
   assert.deepEqual(limits('--max-long-partial-prefills', '2', '--long-prefill-token-threshold', '0'),
     { maxNumPartialPrefills: 64, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 0, maxPrefillTokensBesideDecodes: 96 });
   assert.throws(() => limits('--max-num-partial-prefills', '1', '--max-long-partial-prefills', '2'), /--max-long-partial-prefills: max_long_partial_prefills must not exceed/);
+  // The chunk cap beside decodes: its own setting in either mode, and a floor under 3/16 of a small budget.
+  assert.equal(limits('--max-prefill-tokens-beside-decodes', '48').maxPrefillTokensBesideDecodes, 48);
+  assert.equal(limits('--performance-mode', 'throughput', '--max-prefill-tokens-beside-decodes', '200').maxPrefillTokensBesideDecodes, 200);
+  assert.equal(limits('--max-num-seqs', '8', '--max-num-batched-tokens', '64').maxPrefillTokensBesideDecodes, 32);
+  assert.equal(limits('--max-num-seqs', '4', '--max-num-batched-tokens', '8').maxPrefillTokensBesideDecodes, 8);
+  for (const bad of ['0', '-3', '2.5', 'all']) {
+    assert.throws(() => limits('--max-prefill-tokens-beside-decodes', bad), /--max-prefill-tokens-beside-decodes/, bad);
+  }
 });
 
 test('--redis-url registers the worker in Redis; its heartbeat flags are checked like the configuration', () => {

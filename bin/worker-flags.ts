@@ -29,6 +29,7 @@ export const workerFlagOptions = {
   'max-num-partial-prefills': { type: 'string' },
   'max-long-partial-prefills': { type: 'string' },
   'long-prefill-token-threshold': { type: 'string' },
+  'max-prefill-tokens-beside-decodes': { type: 'string' },
   threads: { type: 'string' },
   'grammar-threads': { type: 'string' },
   kernel: { type: 'string' },
@@ -63,6 +64,7 @@ const flagToField: Record<string, keyof LlmModelConfig> = {
   'max-num-partial-prefills': 'max_num_partial_prefills',
   'max-long-partial-prefills': 'max_long_partial_prefills',
   'long-prefill-token-threshold': 'long_prefill_token_threshold',
+  'max-prefill-tokens-beside-decodes': 'max_prefill_tokens_beside_decodes',
   threads: 'threads_per_worker',
   'grammar-threads': 'grammar_threads',
   kernel: 'kernel',
@@ -75,7 +77,7 @@ const flagToField: Record<string, keyof LlmModelConfig> = {
 };
 const numericFields = new Set<keyof LlmModelConfig>([
   'max_model_len', 'kv_cache_blocks', 'kv_cache_bytes', 'block_size', 'max_num_seqs',
-  'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'threads_per_worker',
+  'max_num_batched_tokens', 'max_num_partial_prefills', 'max_long_partial_prefills', 'long_prefill_token_threshold', 'max_prefill_tokens_beside_decodes', 'threads_per_worker',
   'tensor_parallel_size', 'grammar_threads',
 ]);
 const booleanFields = new Set<keyof LlmModelConfig>(['enable_prefix_caching']);
@@ -112,11 +114,12 @@ export function workerArgs(model: LlmModelConfig, numThreads: number, listen: st
 function prefillLimitsOf(model: LlmModelConfig): PrefillLimits {
   const preset = prefillLimitsFor(model.performance_mode, model.max_num_seqs, model.max_num_batched_tokens);
   const maxNumPartialPrefills = model.max_num_partial_prefills ?? preset.maxNumPartialPrefills;
+  const maxPrefillTokensBesideDecodes = model.max_prefill_tokens_beside_decodes ?? preset.maxPrefillTokensBesideDecodes;
   return {
     maxNumPartialPrefills,
     maxLongPartialPrefills: model.max_long_partial_prefills ?? Math.min(preset.maxLongPartialPrefills, maxNumPartialPrefills),
     longPrefillTokenThreshold: model.long_prefill_token_threshold ?? preset.longPrefillTokenThreshold,
-    ...(preset.maxPrefillTokensBesideDecodes === undefined ? {} : { maxPrefillTokensBesideDecodes: preset.maxPrefillTokensBesideDecodes }),
+    ...(maxPrefillTokensBesideDecodes === undefined ? {} : { maxPrefillTokensBesideDecodes }),
   };
 }
 

@@ -46,6 +46,12 @@ export const modelSchema = z
     max_long_partial_prefills: z.number().int().positive().optional(),
     /** A prompt with more tokens than this still to compute is long; default max_num_batched_tokens / 8. */
     long_prefill_token_threshold: z.number().int().nonnegative().optional(),
+    /**
+     * Most prompt tokens in a step that also decodes, so that a prompt does not stall the streams
+     * (engine/README.md "Scheduling"); default (interactivity) 3/16 of max_num_batched_tokens, at
+     * least 32 and at most the budget; throughput: none (the whole budget).
+     */
+    max_prefill_tokens_beside_decodes: z.number().int().positive().optional(),
     /** Local worker processes to spawn. */
     num_workers: z.number().int().nonnegative().default(1),
     /** Compute threads per local worker; defaults to the cores divided among the workers. */

@@ -29,8 +29,9 @@ export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'max
  * A mode's prefill limits. interactivity: one long prompt a step, short ones (an eighth of the
  * budget or less: each costs the step little) beside it as they come, and beside decodes at most
  * 3/16 of the budget of prompt tokens (a chunk of a 256-token prompt takes a step about a third
- * as long as the whole; tools/scheduler-sim.ts measures the choice); throughput: every prompt the
- * budget holds, as the scheduler did before it had modes.
+ * as long as the whole; tools/scheduler-sim.ts measures the choice), never fewer than
+ * MIN_PREFILL_TOKENS_BESIDE_DECODES; throughput: every prompt the budget holds, as the scheduler
+ * did before it had modes.
  */
 export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxNumBatchedTokens: number): PrefillLimits {
   if (mode === 'throughput') {
@@ -40,16 +41,21 @@ export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxN
     maxNumPartialPrefills: maxNumSeqs,
     maxLongPartialPrefills: 1,
     longPrefillTokenThreshold: Math.floor(maxNumBatchedTokens / 8),
-    maxPrefillTokensBesideDecodes: Math.max(1, Math.floor((maxNumBatchedTokens * 3) / 16)),
+    maxPrefillTokensBesideDecodes: defaultPrefillTokensBesideDecodes(maxNumBatchedTokens),
   };
 }
 
 /**
- * maxPrefillTokensBesideDecodes holds while at most this many prompts wait to start: a deeper
- * queue (a burst of arrivals) drains faster with the whole budget, and its prompts' wait is
- * what their clients feel, more than the decodes' pace.
+ * The fewest prompt tokens the interactivity mode puts beside decodes: a step pays a fixed cost
+ * (the weights' pass) worth some tens of tokens' compute, so smaller chunks would spend steps
+ * on little progress (3/16 of a tiny budget would be 1-token chunks).
  */
-const MAX_WAITING_FOR_SMALL_CHUNKS = 3;
+export const MIN_PREFILL_TOKENS_BESIDE_DECODES = 32;
+
+/** 3/16 of the budget, at least MIN_PREFILL_TOKENS_BESIDE_DECODES, at most the budget. */
+export function defaultPrefillTokensBesideDecodes(maxNumBatchedTokens: number): number {
+  return Math.min(maxNumBatchedTokens, Math.max(MIN_PREFILL_TOKENS_BESIDE_DECODES, Math.floor((maxNumBatchedTokens * 3) / 16)));
+}
 
 export interface SchedulerConfig {
   numKvBlocks: number;
@@ -72,13 +78,14 @@ export interface SchedulerConfig {
   maxLongPartialPrefills: number;
   longPrefillTokenThreshold: number;
   /**
-   * Most prompt tokens in a step that also decodes, while few prompts wait (absent: the whole
-   * budget). A step is as long as its tokens: a whole prompt beside the decodes stalls every
-   * stream for its compute, so streams that started apart advance in lockstep, end together,
-   * and their clients' next prompts arrive together and queue behind each other (each waits
-   * for the one before: TTFT twice a prompt's step at 8 closed-loop clients). In small chunks
-   * the decodes keep their pace, ends stay apart, and a new prompt meets a short step. A prompt
-   * with no decodes beside it is computed whole.
+   * Most prompt tokens in a step that also decodes (absent: the whole budget). A step is as long
+   * as its tokens: a whole prompt beside the decodes stalls every stream for its compute, so
+   * streams that started apart advance in lockstep, end together, and their clients' next
+   * prompts arrive together and queue behind each other (each waits for the one before: TTFT
+   * twice a prompt's step at 8 closed-loop clients). In small chunks the decodes keep their
+   * pace, ends stay apart, and a new prompt meets a short step. This holds for a burst of
+   * arrivals too: drained whole beside the decodes, it would leave its streams in lockstep for
+   * many rounds. A prompt with no decodes beside it is computed whole.
    */
   maxPrefillTokensBesideDecodes?: number;
   generationDefaults: GenerationDefaults;
@@ -372,7 +379,7 @@ export class Scheduler {
     order.length = 0;
     tokenBudget -= this.addProposals(scheduled.length, tokenBudget);
     const { maxPrefillTokensBesideDecodes } = this.config;
-    const chunksSmall = scheduled.length > 0 && maxPrefillTokensBesideDecodes !== undefined && this.waiting.size <= MAX_WAITING_FOR_SMALL_CHUNKS;
+    const chunksSmall = scheduled.length > 0 && maxPrefillTokensBesideDecodes !== undefined;
     const numWithheldTokens = chunksSmall ? Math.max(0, tokenBudget - maxPrefillTokensBesideDecodes!) : 0;
     tokenBudget -= numWithheldTokens;
 

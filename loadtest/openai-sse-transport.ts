@@ -52,13 +52,17 @@ export class OpenAiSseTransport implements Transport {
     } catch (err) {
       // A server may close a kept-alive connection as the next request goes out on it (cpp-httplib's
       // llama-server does after a streamed response): the request never reached it, and Node's
-      // documented answer is to send it again on a new connection, once.
+      // documented answer is to send it again on a new connection, once. Not through the pool:
+      // it may hold other connections the server has closed just as this one (one per client).
       if (!(err instanceof StaleSocketError)) throw err;
       await this.attempt(body, observer, timeoutMs, false);
     }
   }
 
-  /** One try; a reset of a reused connection before any response is a StaleSocketError when mayRetry. */
+  /**
+   * One try; a reset of a reused connection before any response is a StaleSocketError when
+   * mayRetry. The retry (mayRetry false) goes on a connection of its own, closed after it.
+   */
   private attempt(body: string, observer: StreamObserver, timeoutMs: number, mayRetry = true): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       let settled = false;
@@ -99,7 +103,7 @@ export class OpenAiSseTransport implements Transport {
         this.url,
         {
           method: 'POST',
-          agent: this.agent,
+          agent: mayRetry ? this.agent : false,
           headers: {
             'content-type': 'application/json',
             'content-length': Buffer.byteLength(body),

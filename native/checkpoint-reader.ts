@@ -3,6 +3,7 @@
 // and the field or tensor.
 import type { WeightDtype } from './api.ts';
 import type { CheckpointTensor, SafetensorsDtype } from './safetensors.ts';
+import { GGML_TYPES, type GgmlTypeName } from '../gguf.ts';
 
 type Json = Record<string, unknown>;
 
@@ -27,7 +28,8 @@ export interface TensorRef {
 
 /** How elements are stored: plain dtype, gpt-oss's MXFP4, or one of ggml's block types (GGUF). */
 export type Encoding = 'plain' | 'mxfp4' | GgmlEncoding;
-export type GgmlEncoding = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k';
+export type GgmlEncoding = 'q8_0' | 'q4_0' | 'q4_k' | 'q5_k' | 'q6_k' | 'ggml_mxfp4';
+const GGML_TYPE_OF: Readonly<Record<GgmlEncoding, GgmlTypeName>> = { q8_0: 'Q8_0', q4_0: 'Q4_0', q4_k: 'Q4_K', q5_k: 'Q5_K', q6_k: 'Q6_K', ggml_mxfp4: 'MXFP4' };
 
 export function isBlockEncoding(ref: TensorRef): boolean {
   return ref.encoding !== undefined && ref.encoding !== 'plain';
@@ -209,7 +211,9 @@ export class TensorCatalogue {
 /** Rows [first, first + count) of a row-major [rows, k] tensor (a fused qkv_proj's q, k or v). */
 export function rowRange(ref: TensorRef, k: number, first: number, count: number): TensorRef {
   if (ref.encoding === 'mxfp4') throw new Error('rowRange: MXFP4 tensors are sliced by slice()');
-  const rowBytes = k * DTYPE_BYTES[ref.dtype];
+  // A GGUF's rows are whole ggml blocks (its reader checks), so rows begin on block boundaries.
+  const block = isBlockEncoding(ref) ? GGML_TYPES[GGML_TYPE_OF[ref.encoding as GgmlEncoding]] : null;
+  const rowBytes = block === null ? k * DTYPE_BYTES[ref.dtype] : (k / block.blockElements) * block.blockBytes;
   return { ...ref, offsetBytes: ref.offsetBytes + first * rowBytes, sizeBytes: count * rowBytes };
 }
 

@@ -79,6 +79,8 @@ export interface ModelSpec {
   vocabSize: number;
   rmsNormEps: number;
   normAddsOne: boolean;
+  /** Norm weights used in fp32 as stored (a GGUF's Gemma norms, 1 + w), not rounded to the weight dtype. */
+  normsInFp32: boolean;
   embeddingScale: number;
   attentionScale: number;
   /** 0 when off. */
@@ -180,6 +182,7 @@ export function assembleCheckpoint(
     ...model.dims,
     ...model.numerics,
     numExperts,
+    normsInFp32: false,
     ropes: model.ropes,
     numKvGroups: kvGroups.groups.length,
     layersPerKvBlock: kvGroups.layersPerBlock,

@@ -179,6 +179,7 @@ function validateLoadOptions(options: LoadOptions): void {
     }
   }
   checkOption('device', DEVICES.includes(options.device ?? 'cpu'), DEVICES.join(' | '), options.device);
+  if (options.device === 'cuda') checkGpuDtypes(options);
   if (options.deviceIndex !== undefined) {
     checkOption('deviceIndex', Number.isSafeInteger(options.deviceIndex) && options.deviceIndex >= 0 && options.deviceIndex <= 2 ** 31 - 1, 'a device index', options.deviceIndex);
   }
@@ -291,6 +292,24 @@ export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
     numThreads: options.numThreads,
   };
   return new LoadedModel(loaded.handle, Object.freeze(info), loaded.numaNode);
+}
+
+/**
+ * The CUDA backend computes in bf16 (bf16 activations into tensor-core GEMMs, a bf16 KV cache).
+ * An fp16 or fp32 checkpoint loads there with dtype `auto` or `bf16`, converted at load as the
+ * CPU's `dtype: bf16` converts it (vLLM's `auto` likewise narrows fp32 checkpoints); an explicit
+ * fp16 or fp32 asks for those numerics, which the GPU does not run, so it is refused rather than
+ * silently narrowed.
+ */
+function checkGpuDtypes(options: LoadOptions): void {
+  for (const field of ['dtype', 'kvCacheDtype'] as const) {
+    const value = options[field];
+    if (value === 'fp16' || value === 'fp32') {
+      throw new RangeError(
+        `LoadOptions.${field}: '${value}' does not run on device cuda, which computes in bf16; use 'auto' or 'bf16' (an ${value} checkpoint is converted to bf16 at load)`,
+      );
+    }
+  }
 }
 
 /**

@@ -18,7 +18,7 @@
 // the first token.
 //
 //   npm run bench:latency [-- --llama-server PATH] [--rounds 2] [--servers interactivity,throughput,llama]
-//                         [--part served|simulated|both]
+//                         [--part served|simulated|both] [--points 1,8,32,shared (which load points run)]
 //                         [--threads N (llama-server's -t; default the CPUs)] [--scale 0.25 (fewer requests, a quick look)]
 //   LLAMA_SERVER=PATH npm run bench:latency
 //
@@ -39,6 +39,7 @@ import { TokenizedPromptBuilder } from '../loadtest/prompt-builder.ts';
 import { createRng } from '../loadtest/random.ts';
 import { runLoadtest } from '../loadtest/run.ts';
 import { ServerTokenizer } from '../loadtest/server-tokenizer.ts';
+import { summarize } from '../loadtest/stats.ts';
 import type { WorkloadEntry } from '../loadtest/workload.ts';
 import { describeCpu, writeServableBenchModel } from './bench-model.ts';
 import { freePort } from './free-port.ts';
@@ -64,6 +65,11 @@ const SHARED = { prefixTokens: 1024, inputTokens: 32, outputTokens: 64, numClien
 /** Requests per point, besides the warm-up: a few per client, more where the clients are few. */
 const NUM_REQUESTS: Readonly<Record<string, number>> = { 'fixed, 1 client': 8, 'fixed, 8 clients': 64, 'fixed, 32 clients': 128, 'shared prefix, 8 clients': 32 };
 
+/** A point's requests at the run's --scale, never fewer than one per client. */
+function numRequestsAt(scale: number, label: string, numClients: number): number {
+  return Math.max(numClients, Math.round(NUM_REQUESTS[label] * scale));
+}
+
 /** Issue 39's Intel Xeon (2 vCPUs): ITL p50 17 ms at 8 clients, a 256-token prompt's step about 0.25 s. */
 const ISSUE_INTEL_COST: StepCostModel = { fixedMs: 9.5, msPerToken: 0.94 };
 
@@ -73,6 +79,12 @@ interface Figures {
   prefillMs: number;
   ttftP50Ms: number;
   ttftP99Ms: number;
+  /**
+   * TTFT p50 without the opening burst (each client's first request, all sent at once: a burst's
+   * queue, not the load's). What remains still holds the rounds the streams take to spread out
+   * after it (tools/scheduler-sim.ts shows them), so more requests per point weigh them less.
+   */
+  ttftP50AfterBurstMs: number;
   itlP50Ms: number;
   itlP99Ms: number;
 }
@@ -169,7 +181,7 @@ async function startLlamaServer(workDir: string, binary: string, ggufFile: strin
 
 /** Prompt texts of exact token counts (Conduit's tokenizer, which the GGUF carries too), the same for every server. */
 async function buildLoadPoints(conduitUrl: string, scale: number): Promise<LoadPoint[]> {
-  const numRequests = (label: string, numClients: number) => Math.max(numClients, Math.round(NUM_REQUESTS[label] * scale));
+  const numRequests = (label: string, numClients: number) => numRequestsAt(scale, label, numClients);
   const tokenizer = await ServerTokenizer.probe(conduitUrl, SERVED_NAME);
   if (!(tokenizer instanceof ServerTokenizer)) throw new Error(`Conduit's /tokenize: ${tokenizer.unavailable}`);
   const rng = createRng(39);
@@ -210,11 +222,13 @@ async function measure(server: RunningServer, point: LoadPoint): Promise<{ figur
   if (results.num_succeeded !== results.num_requests) {
     throw new Error(`${point.label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);
   }
+  const afterBurst = [...results.requests].sort((a, b) => a.start_ms - b.start_ms).slice(point.numClients).map((request) => request.ttft_ms!);
   const figures: Figures = {
     outputTokensPerS: results.output_token_throughput,
     prefillMs: Number.NaN,
     ttftP50Ms: results.ttft_ms.p50!,
     ttftP99Ms: results.ttft_ms.p99!,
+    ttftP50AfterBurstMs: point.numClients === 1 || afterBurst.length === 0 ? Number.NaN : summarize(afterBurst).p50,
     itlP50Ms: results.chunk_gap_ms.p50!,
     itlP99Ms: results.chunk_gap_ms.p99!,
   };
@@ -238,7 +252,8 @@ function median(values: readonly number[]): number {
 const ms = (value: number) => (value >= 1000 ? `${(value / 1000).toFixed(2)} s` : `${value.toFixed(0)} ms`);
 
 function describe(figures: Figures): string {
-  return `${figures.outputTokensPerS.toFixed(1)} tok/s, TTFT p50 ${ms(figures.ttftP50Ms)} p99 ${ms(figures.ttftP99Ms)}, ` +
+  const afterBurst = Number.isNaN(figures.ttftP50AfterBurstMs) ? '' : ` (p50 ${ms(figures.ttftP50AfterBurstMs)} after the opening burst)`;
+  return `${figures.outputTokensPerS.toFixed(1)} tok/s, TTFT p50 ${ms(figures.ttftP50Ms)} p99 ${ms(figures.ttftP99Ms)}${afterBurst}, ` +
     `ITL p50 ${ms(figures.itlP50Ms)} p99 ${ms(figures.itlP99Ms)}`;
 }
 
@@ -261,6 +276,7 @@ function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
   const c32 = 'fixed, 32 clients';
   const shared = `shared prefix, ${SHARED.numClients} clients`;
   line('TTFT p50 at 8 clients / TTFT p50 at 1 client', get('interactivity', c8, 'ttftP50Ms'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
+  line('  the same without the opening burst', get('interactivity', c8, 'ttftP50AfterBurstMs'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
   line('TTFT p50 at 8 clients / llama-server\'s', get('interactivity', c8, 'ttftP50Ms'), get('llama', c8, 'ttftP50Ms'), 1);
   line('TTFT p99 at 32 clients / llama-server\'s', get('interactivity', c32, 'ttftP99Ms'), get('llama', c32, 'ttftP99Ms'), 0.5);
   line('ITL p99 at 8 clients', get('interactivity', c8, 'itlP99Ms'), 0, 250, 'ms');
@@ -276,17 +292,22 @@ function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
 
 /**
  * The policies alone (tools/scheduler-sim.ts): the real Scheduler, with defaults as served, on a
- * clock that advances by cost per step, the same loads, a 3 ms round trip from a request's end
- * to its client's next request at the worker. No gateway, no wire, no neighbours.
+ * clock that advances by cost per step, the same loads with as many requests as the served
+ * points at this --scale (the opening burst and the rounds after it weigh as they do served), a
+ * 3 ms round trip from a request's end to its client's next request at the worker. No gateway,
+ * no wire, no neighbours.
  */
-function printSimulated(label: string, cost: StepCostModel): void {
+function printSimulated(label: string, cost: StepCostModel, scale: number): void {
   console.log(`\nSimulated, ${label}: a step takes ${cost.fixedMs.toFixed(1)} ms + ${cost.msPerToken.toFixed(2)} ms per token`);
+  const fixed = (numClients: number) => {
+    const loadLabel = `fixed, ${numClients} client${numClients === 1 ? '' : 's'}`;
+    return { label: loadLabel, numClients, numRequests: numRequestsAt(scale, loadLabel, numClients), sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens };
+  };
+  const sharedLabel = `shared prefix, ${SHARED.numClients} clients`;
   const loads = [
-    { label: 'fixed, 1 client', numClients: 1, numRequests: 16, sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens },
-    { label: 'fixed, 8 clients', numClients: 8, numRequests: 256, sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens },
-    { label: 'fixed, 32 clients', numClients: 32, numRequests: 512, sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens },
+    fixed(1), fixed(8), fixed(32),
     // The loadtest's completions join the prefix and the question with a blank line (one more token).
-    { label: `shared prefix, ${SHARED.numClients} clients`, numClients: SHARED.numClients, numRequests: 128, sharedPrefixTokens: SHARED.prefixTokens + 1, ownPromptTokens: SHARED.inputTokens, outputTokens: SHARED.outputTokens },
+    { label: sharedLabel, numClients: SHARED.numClients, numRequests: numRequestsAt(scale, sharedLabel, SHARED.numClients), sharedPrefixTokens: SHARED.prefixTokens + 1, ownPromptTokens: SHARED.inputTokens, outputTokens: SHARED.outputTokens },
   ];
   const quantile = (values: number[], q: number) => {
     const sorted = [...values].sort((a, b) => a - b);
@@ -302,6 +323,7 @@ function printSimulated(label: string, cost: StepCostModel): void {
         prefillMs: Number.NaN,
         ttftP50Ms: quantile(result.ttftsMs, 0.5),
         ttftP99Ms: quantile(result.ttftsMs, 0.99),
+        ttftP50AfterBurstMs: load.numClients > 1 && load.numRequests > load.numClients ? quantile(result.ttftsMs.slice(load.numClients), 0.5) : Number.NaN,
         itlP50Ms: quantile(result.itlsMs, 0.5),
         itlP99Ms: quantile(result.itlsMs, 0.99),
       })}`);
@@ -318,11 +340,14 @@ async function main(): Promise<void> {
       threads: { type: 'string', default: String(os.availableParallelism()) },
       scale: { type: 'string', default: '1' },
       part: { type: 'string', default: 'both' },
+      points: { type: 'string', default: '1,8,32,shared' },
     },
   });
   if (!['served', 'simulated', 'both'].includes(values.part!)) throw new Error(`--part: expected served, simulated or both, got ${values.part}`);
+  const scale = Number(values.scale);
+  if (!(scale > 0)) throw new Error(`--scale: expected a positive number, got ${values.scale}`);
   if (values.part === 'simulated') {
-    printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST);
+    printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST, scale);
     return;
   }
   let llamaServer = values['llama-server'];
@@ -331,8 +356,10 @@ async function main(): Promise<void> {
     llamaServer = undefined;
   }
   const numRounds = Number(values.rounds);
-  const scale = Number(values.scale);
-  if (!(scale > 0)) throw new Error(`--scale: expected a positive number, got ${values.scale}`);
+  const pointKeys = new Set(values.points!.split(','));
+  for (const key of pointKeys) if (!['1', '8', '32', 'shared'].includes(key)) throw new Error(`--points: expected some of 1,8,32,shared, got ${key}`);
+  const keyOf = (point: LoadPoint) => (point.phase === 'fixed' ? String(point.numClients) : 'shared');
+  const phases = (['fixed', 'shared-prefix'] as const).filter((phase) => phase === 'fixed' ? ['1', '8', '32'].some((key) => pointKeys.has(key)) : pointKeys.has('shared'));
   if (!(Number.isInteger(numRounds) && numRounds >= 1)) throw new Error(`--rounds: expected a positive integer, got ${values.rounds}`);
   const servers = values.servers!.split(',').filter((name) => name !== 'llama' || llamaServer !== undefined) as ServerName[];
   for (const name of servers) if (!['interactivity', 'throughput', 'llama'].includes(name)) throw new Error(`--servers: unknown server ${name}`);
@@ -356,11 +383,11 @@ async function main(): Promise<void> {
     };
     for (let round = 1; round <= numRounds; round++) {
       for (const server of servers) {
-        for (const phase of ['fixed', 'shared-prefix'] as const) {
+        for (const phase of phases) {
           const running = await start(server, phase);
           try {
             points ??= await buildLoadPoints(running.url, scale);
-            for (const point of points.filter((p) => p.phase === phase)) {
+            for (const point of points.filter((p) => p.phase === phase && pointKeys.has(keyOf(p)))) {
               const { figures: result, split } = await measure(running, point);
               const byLabel = figures.get(server) ?? figures.set(server, new Map()).get(server)!;
               (byLabel.get(point.label) ?? byLabel.set(point.label, []).get(point.label)!).push(result);
@@ -385,9 +412,9 @@ async function main(): Promise<void> {
     const decodeMs = median(alone.map((run) => run.itlP50Ms));
     const prefillMs = median(alone.map((run) => run.prefillMs));
     const msPerToken = (prefillMs - decodeMs) / FIXED.inputTokens;
-    printSimulated(`calibrated on this run (one client: a decode step ${ms(decodeMs)}, a prompt's step ${ms(prefillMs)})`, { fixedMs: decodeMs - msPerToken, msPerToken });
+    printSimulated(`calibrated on this run (one client: a decode step ${ms(decodeMs)}, a prompt's step ${ms(prefillMs)})`, { fixedMs: decodeMs - msPerToken, msPerToken }, scale);
   }
-  if (values.part === 'both') printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST);
+  if (values.part === 'both') printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST, scale);
   console.log(`load average at the end ${os.loadavg().map((load) => load.toFixed(2)).join(' ')}`);
 }
 

@@ -6,7 +6,8 @@ import { GGML_TYPES, type GgmlTypeName } from '../gguf.ts';
 import { f16BitsToNumber } from '../native/safetensors.ts';
 import { roundF32BitsToF16Bits } from './safetensors-writer.ts';
 
-export type BlockTypeName = Exclude<GgmlTypeName, 'F32' | 'F16' | 'BF16'>;
+/** The block types quantizeRows makes (MXFP4 arrives as blocks already: gpt-oss ships it). */
+export type BlockTypeName = Exclude<GgmlTypeName, 'F32' | 'F16' | 'BF16' | 'MXFP4'>;
 
 function f16(value: number): { bits: number; value: number } {
   const f32 = new Float32Array([value]);

@@ -29,6 +29,7 @@ export interface ClosedLoopWorkload {
 
 export interface SimulatedFigures {
   outputTokensPerS: number;
+  /** In the order sent: the first numClients are the opening burst. */
   ttftsMs: number[];
   /** Gaps between a request's consecutive tokens, every request's. */
   itlsMs: number[];
@@ -101,7 +102,7 @@ export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, w
     nowMs += cost.fixedMs + cost.msPerToken * output.numScheduledTokens;
     for (const news of scheduler.update(output, resultFor(output))) {
       const { requestId } = news;
-      if (news.numOutputTokens === 1) ttftsMs.push(nowMs - sentMs.get(requestId)!);
+      if (news.numOutputTokens === 1) ttftsMs[Number(requestId.slice(1))] = nowMs - sentMs.get(requestId)!;
       else itlsMs.push(nowMs - lastTokenMs.get(requestId)!);
       lastTokenMs.set(requestId, nowMs);
       numOutputTokens += news.newTokenIds.length;

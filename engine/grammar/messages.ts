@@ -17,6 +17,8 @@ export interface GrammarThreadInit {
   ready: SharedArrayBuffer;
   /** Compiled grammars kept per thread, least recently used out first. */
   maxCachedGrammars: number;
+  /** The thread's scheduling niceness (0: the process's own). */
+  nice: number;
 }
 
 export interface FillItem {

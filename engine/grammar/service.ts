@@ -31,6 +31,17 @@ export interface GrammarServiceSettings {
   maxCachedGrammars?: number;
   /** Fill masks while the forward pass runs (the default), or before it starts (a benchmark's reference). */
   overlapForward?: boolean;
+  /**
+   * The threads' Linux niceness (0, the default: the process's own). Where the forward pass's
+   * threads take every core, a grammar compiling (tens to hundreds of milliseconds) takes a share
+   * of one of them, and as the pass splits each layer evenly over its threads the whole pass waits
+   * on the one that shares its core: a new schema slows every sequence's step up to 2x while it
+   * compiles. A raised niceness keeps the pass at full speed but leaves the compile, and the mask
+   * fills, to what the cores have spare: on a host whose other processes keep the cores busy the
+   * grammar threads starve (measured: first sampled token 3.7x later). A raised niceness cannot be
+   * lowered again without privilege, so it is the thread's for its life.
+   */
+  threadNice?: number;
 }
 
 /** What a step's masks look like to the runner (ForwardBatch's bitmask fields). */
@@ -72,18 +83,24 @@ export class SequenceGrammar implements GrammarGate {
   }
 }
 
-interface PendingFill {
-  step: number;
-  numItems: number;
-  resolve: () => void;
-}
-
 class GrammarThread {
   worker: Worker | null = null;
   readonly grammars = new Set<SequenceGrammar>();
   /** The grammar keys compiled there, least recently used first (mirrors the thread's cache). */
   readonly keys = new Set<string>();
-  pendingFill: PendingFill | null = null;
+  /** This step's fills for the thread, drawn from itemPool: both kept from step to step. */
+  readonly items: FillItem[] = [];
+  readonly itemPool: FillItem[] = [];
+  /** The rows of the fill it has not answered yet (0: none owed). */
+  numPendingRows = 0;
+
+  /** A fill item for this step, reused from an earlier step where there is one. */
+  nextItem(): FillItem {
+    const item = this.itemPool[this.items.length] ?? { slot: 0, tokenIds: [], row: 0, jumpForward: false };
+    if (this.items.length === this.itemPool.length) this.itemPool.push(item);
+    this.items.push(item);
+    return item;
+  }
 }
 
 function invalid(message: string): EngineError {
@@ -191,7 +208,10 @@ export class GrammarService {
   private forcedTokenizer: ForcedTokenizer | null = null;
   private nextSlot = 0;
   private step = 0;
-  private pendingStep: Promise<unknown> | null = null;
+  private pendingStep: Promise<void> | null = null;
+  /** Threads yet to answer the last fillStep(), and what resolves pendingStep when none are. */
+  private numPendingThreads = 0;
+  private resolveStep: () => void = () => {};
   private isClosed = false;
   /** Called when a grammar becomes ready or fails: the engine loop may have something to do. */
   onChange: () => void = () => {};
@@ -210,6 +230,7 @@ export class GrammarService {
       bitmask,
       ready,
       maxCachedGrammars: settings.maxCachedGrammars ?? 64,
+      nice: settings.threadNice ?? 0,
     };
     this.threads = Array.from({ length: Math.max(1, settings.numThreads) }, () => new GrammarThread());
     this.bitmaskRows = new Int32Array(settings.maxNumSeqs);
@@ -287,7 +308,7 @@ export class GrammarService {
    * null when no scheduled sequence samples under a grammar.
    */
   fillStep(scheduled: readonly ScheduledSequence[]): StepBitmasks | null {
-    const itemsByThread = new Map<GrammarThread, FillItem[]>();
+    for (const thread of this.threads) thread.items.length = 0;
     let numRows = 0;
     for (let index = 0; index < scheduled.length; index++) {
       const entry = scheduled[index];
@@ -298,21 +319,26 @@ export class GrammarService {
       const firstUnseen = entry.tokenIds.length - entry.numOutputTokens + grammar.numAcceptedTokens;
       grammar.numAcceptedTokens = entry.numOutputTokens;
       grammar.forcedText = null;
-      const items = itemsByThread.get(grammar.thread) ?? [];
-      items.push({ slot: grammar.slot, tokenIds: entry.tokenIds.slice(firstUnseen), row: numRows, jumpForward: grammar.prepared.jumpForward });
-      itemsByThread.set(grammar.thread, items);
+      const item = grammar.thread.nextItem();
+      item.slot = grammar.slot;
+      item.tokenIds.length = 0;
+      for (let position = firstUnseen; position < entry.tokenIds.length; position++) item.tokenIds.push(entry.tokenIds[position]);
+      item.row = numRows;
+      item.jumpForward = grammar.prepared.jumpForward;
       this.bitmaskRows[index] = numRows++;
     }
     if (numRows === 0) return null;
     // Last step's rows were all counted before its pass sampled, and its fills have answered.
     Atomics.store(this.ready, 0, 0);
     const step = ++this.step;
-    const answers: Promise<void>[] = [];
-    for (const [thread, items] of itemsByThread) {
-      answers.push(new Promise<void>((resolve) => (thread.pendingFill = { step, numItems: items.length, resolve })));
-      this.post(thread, { kind: 'fill', step, items });
+    this.pendingStep = new Promise<void>((resolve) => (this.resolveStep = resolve));
+    for (const thread of this.threads) {
+      if (thread.items.length === 0) continue;
+      thread.numPendingRows = thread.items.length;
+      this.numPendingThreads++;
+      // Cloned as it is posted: the items are free to reuse at once.
+      this.post(thread, { kind: 'fill', step, items: thread.items });
     }
-    this.pendingStep = Promise.all(answers);
     return {
       bitmaskRows: this.bitmaskRows,
       tokenBitmask: this.tokenBitmask,
@@ -378,7 +404,7 @@ export class GrammarService {
     const worker = startThread(this.init);
     thread.worker = worker;
     thread.keys.clear();
-    worker.on('message', (reply: ThreadReply) => this.receive(reply));
+    worker.on('message', (reply: ThreadReply) => this.receive(thread, reply));
     worker.on('error', (err) => this.lose(thread, worker, err.message));
     worker.on('exit', (code) => this.lose(thread, worker, `exited with code ${code}`));
     worker.unref();
@@ -394,11 +420,11 @@ export class GrammarService {
    * engine may be waiting on nothing else. An idle one does not hold a closing process.
    */
   private holdLoop(thread: GrammarThread): void {
-    if (thread.grammars.size > 0 || thread.pendingFill !== null) thread.worker?.ref();
+    if (thread.grammars.size > 0 || thread.numPendingRows > 0) thread.worker?.ref();
     else thread.worker?.unref();
   }
 
-  private receive(reply: ThreadReply): void {
+  private receive(thread: GrammarThread, reply: ThreadReply): void {
     if (reply.kind === 'prefix') {
       const grammar = this.bySlot.get(reply.slot);
       if (grammar === undefined || grammar.isReady || reply.text === '') return;
@@ -420,11 +446,15 @@ export class GrammarService {
       if (result.error === null) grammar.forcedText = result.forcedText;
       else this.fail(grammar, { code: 'internal_error', message: `Structured output: ${result.error}` });
     }
-    const thread = this.threads.find((candidate) => candidate.pendingFill?.step === reply.step);
-    if (thread === undefined) return;
-    thread.pendingFill!.resolve();
-    thread.pendingFill = null;
+    if (reply.step !== this.step || thread.numPendingRows === 0) return;
+    this.answered(thread);
+  }
+
+  /** The thread owes no more rows this step; the step is done when no thread does. */
+  private answered(thread: GrammarThread): void {
+    thread.numPendingRows = 0;
     this.holdLoop(thread);
+    if (--this.numPendingThreads === 0) this.resolveStep();
   }
 
   /** A thread that died fails its sequences, and counts the rows it owed so no pass waits for them. */
@@ -432,11 +462,9 @@ export class GrammarService {
     if (thread.worker !== worker) return;
     thread.worker = null;
     thread.keys.clear();
-    const pending = thread.pendingFill;
-    thread.pendingFill = null;
-    if (pending !== null) {
-      Atomics.add(this.ready, 0, pending.numItems);
-      pending.resolve();
+    if (thread.numPendingRows > 0) {
+      Atomics.add(this.ready, 0, thread.numPendingRows);
+      this.answered(thread);
     }
     for (const grammar of thread.grammars) this.fail(grammar, { code: 'internal_error', message: `A grammar thread stopped: ${why}` });
     thread.grammars.clear();

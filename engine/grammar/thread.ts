@@ -4,6 +4,7 @@
 // too, and every step's masks for it are filled here: straight into the shared bitmask rows the
 // native sampler reads, each row counted on the shared ready counter as soon as it is written.
 // Messages are handled one at a time, in order.
+import os from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint, FillItem } from './messages.ts';
 import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
@@ -12,6 +13,15 @@ import { loadXgrammar } from './xgrammar.ts';
 import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
 
 const init = workerData as GrammarThreadInit;
+// On Linux a priority set for "this process" (pid 0) applies to the calling thread alone;
+// elsewhere it would lower the whole process, forward pass included, so it is left alone.
+if (init.nice !== 0 && process.platform === 'linux') {
+  try {
+    os.setPriority(init.nice);
+  } catch {
+    // Refused (a sandbox without setpriority): the thread keeps the process's priority.
+  }
+}
 /**
  * Where xgrammar's diagnostics go ("[FATAL] file:line: why" before it aborts, and warnings): it
  * binds console's methods once, as it loads, so they are routed through here first.

@@ -126,7 +126,7 @@ test('the prefill limits are checked: positive counts, no more long prompts than
   assert.ok(setup(limits).scheduler instanceof Scheduler);
 });
 
-test('beside decodes a prompt goes in chunks of maxPrefillTokensBesideDecodes, alone it goes whole, and a queue of more than 3 prompts gets the whole budget', async () => {
+test('beside decodes a prompt goes in chunks of maxPrefillTokensBesideDecodes, a queue of them too, and alone it goes whole', async () => {
   const { scheduler, step } = setup({ maxNumBatchedTokens: 64, ...oneLong(4), maxPrefillTokensBesideDecodes: 8 });
   scheduler.add(request('a', 20, { maxTokens: 6 }));
   assert.deepEqual(plan((await step()).output), ['a:20*']);
@@ -136,8 +136,9 @@ test('beside decodes a prompt goes in chunks of maxPrefillTokensBesideDecodes, a
   assert.deepEqual(plan((await step()).output), ['a:1*', 'b:8']);
   assert.deepEqual(plan((await step()).output), ['a:1*', 'b:4*']);
   assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*']);
-  // Five prompts queued behind a decode: the head is computed with the whole budget.
+  // Five prompts queued behind a decode (a burst): still chunks while a decodes, then whole.
   for (const id of ['c', 'd', 'e', 'f', 'g']) scheduler.add(request(id, 20, { maxTokens: 1 }));
-  assert.deepEqual(plan((await step()).output), ['a:1*', 'c:20*']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'c:8']);
+  assert.deepEqual(plan((await step()).output), ['c:12*']);
   assert.deepEqual(plan((await step()).output), ['d:20*']);
 });

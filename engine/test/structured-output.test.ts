@@ -6,13 +6,14 @@
 // the request's own state).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { packageRoot } from '../../package-root.ts';
 import { loadModel } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
-import { GrammarService } from '../grammar/service.ts';
+import { GrammarService, prepareStructuredOutput } from '../grammar/service.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
 import { loadGrammarVocabulary } from '../grammar/vocabulary.ts';
@@ -271,4 +272,57 @@ test('every kind of constraint crosses engine.proto intact: the same tokens as a
       await server.close();
     }
   });
+});
+
+test('a grammar service\'s threadNice lowers its grammar threads\' priority alone, not the process\'s', { skip: process.platform !== 'linux' && 'per-thread niceness is Linux\'s' }, async () => {
+  const niceOfThreads = () =>
+    readdirSync('/proc/self/task').map((tid) => ({ tid: Number(tid), nice: Number(readFileSync(`/proc/self/task/${tid}/stat`, 'utf8').split(') ')[1].split(' ')[16]) }));
+  const before = niceOfThreads();
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 1, threadNice: 7 });
+  try {
+    const prepared = prepareStructuredOutput({ constraint: { kind: 'regex', pattern: '[a-z]+' } }, VOCAB_SIZE);
+    assert.ok(!('code' in prepared));
+    const grammar = grammars.create('nice', prepared, [EOS]);
+    const opened = new Promise<void>((resolve) => (grammars.onChange = () => grammar.isReady && resolve()));
+    grammars.open(grammar);
+    await Promise.race([opened, new Promise((_, reject) => setTimeout(() => reject(new Error('the grammar did not open within 60 s')), 60_000).unref())]);
+    const niced = niceOfThreads().filter(({ tid, nice }) => nice === 7 && !before.some((thread) => thread.tid === tid));
+    assert.equal(niced.length, 1, 'the one grammar thread runs at niceness 7');
+    assert.equal(niceOfThreads().find(({ tid }) => tid === process.pid)?.nice, before.find(({ tid }) => tid === process.pid)?.nice, 'the main thread keeps its niceness');
+  } finally {
+    await grammars.shutdown();
+  }
+});
+
+test('a grammar thread that dies mid-output fails its sequences alone; no step waits on its rows, and later grammars get a new thread', async () => {
+  const model = await loadModel({ modelDir: MODEL_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 512, blockSizeTokens: 16, numThreads: 2, kernel: 'auto' });
+  const runner = new NativeRunner(model, { maxModelLen: 2048, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 256 });
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 1 });
+  const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 256, generationDefaults: { eosTokenIds: [EOS] }, grammars });
+  const within = <T>(promise: Promise<T>, what: string) =>
+    Promise.race([promise, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} did not end within 60 s`)), 60_000).unref())]);
+  try {
+    const endless = { constraint: { kind: 'regex', pattern: '[a-z]{400}' } } satisfies StructuredOutput;
+    let killed = false;
+    const doomed = within(new Promise<RequestOutput>((resolve) => {
+      engine.generate(request('doomed', endless, 71, { sampling: { temperature: 1, seed: 71n, maxTokens: 300 } }), (output) => {
+        if (!killed && output.numOutputTokens >= 4) {
+          killed = true;
+          // The thread dies while the next steps' fills are posted to it.
+          void (grammars as unknown as { threads: Array<{ worker: { terminate(): Promise<number> } }> }).threads[0].worker.terminate();
+        }
+        if (output.finishReason !== null) resolve(output);
+      });
+    }), 'the request whose thread died');
+    const free = within(generate(engine, request('free-beside', undefined, 72, { sampling: { temperature: 1, seed: 72n, maxTokens: 40, ignoreEos: true } })), 'a free request beside it');
+    const ended = await doomed;
+    assert.equal(ended.finishReason, 'error');
+    assert.match(ended.error?.message ?? '', /grammar thread stopped/);
+    assert.equal((await free).tokenIds.length, 40);
+    const after = await within(generate(engine, request('after', { constraint: { kind: 'regex', pattern: '[a-z]{1,4}!' } }, 73)), 'a grammar after the loss');
+    assert.equal(after.finishReason, 'stop', after.error);
+    assert.match(after.text, /^[a-z]{1,4}!$/);
+  } finally {
+    await engine.close();
+  }
 });

@@ -9,10 +9,10 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { ModelRepository } from '../../triton/index.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../kserve/grpc.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../kserve/grpc.ts';
 import { makeTestRepo, startKServeServer, type KServeTestServer } from '../kserve/test/harness.ts';
 import { MODEL_NAME, oneTokenPerStep, startTestGateway, type TestGateway } from './harness.ts';
-import { call, type Client } from '../kserve/test/grpc-client.ts';
+import { call, connectInferenceClient, type Client } from '../kserve/test/grpc-client.ts';
 
 const CONFIG = 'backend: "script"\nmax_batch_size: 0\ninput [ { name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\noutput [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ -1 ] } ]\n';
 const CONFIG_JSON = (defaultModelFilename: string) => JSON.stringify({
@@ -65,7 +65,7 @@ describe('model names and files outside the repository', () => {
     grpcRepository = new ModelRepository({ repoDir: repo.dir, mode: 'explicit', pollIntervalMs: 1000, startupModels: ['plain'] });
     await grpcRepository.start();
     grpcServer = await startKServeGrpc({ repository: grpcRepository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
-    client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+    client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
   });
   after(async () => {
     client.close();

@@ -6,12 +6,32 @@
 // and up rows interleaved in one gate_up_proj, biases included. Experts ship as MXFP4 blocks and
 // scales ([experts, out, in / 32, 16] and [experts, out, in / 32]), read in place and converted
 // at load to int8 blocks, exactly; dequantized checkpoints keep transformers' [experts, in, out]
-// bf16 layout, read transposed.
+// bf16 layout, read transposed. llama.cpp's GGUF splits them into gate, up and down stacks.
 import type { ExpertRefs } from '../checkpoint.ts';
 import { interleavedRows, slice, transposedColumns, type TensorCatalogue, type TensorRef } from '../checkpoint-reader.ts';
 import { NO_DENSE_MLP, attentionRefs, defaultNumerics, embeddingAndHead, readShape, rope, ropeParametersOf, slidingLayers, type Family } from './common.ts';
 
+/** llama.cpp's GGUF layout: gate, up and down each a stack [experts, out, in], biases beside. */
+function stackedExpertsOf(tensors: TensorCatalogue, prefix: string, numExperts: number, hiddenSize: number, width: number): ExpertRefs[] {
+  const stack = (name: string, shape: readonly number[]) => tensors.require(`${prefix}.${name}`, [numExperts, ...shape]);
+  const gate = stack('gate_proj.weight', [width, hiddenSize]);
+  const up = stack('up_proj.weight', [width, hiddenSize]);
+  const down = stack('down_proj.weight', [hiddenSize, width]);
+  const gateBias = stack('gate_proj.bias', [width]);
+  const upBias = stack('up_proj.bias', [width]);
+  const downBias = stack('down_proj.bias', [hiddenSize]);
+  return Array.from({ length: numExperts }, (_, e) => ({
+    gateProj: slice(gate, e, numExperts),
+    upProj: slice(up, e, numExperts),
+    downProj: slice(down, e, numExperts),
+    gateBias: slice(gateBias, e, numExperts),
+    upBias: slice(upBias, e, numExperts),
+    downBias: slice(downBias, e, numExperts),
+  }));
+}
+
 function expertsOf(tensors: TensorCatalogue, prefix: string, numExperts: number, hiddenSize: number, width: number): ExpertRefs[] {
+  if (tensors.has(`${prefix}.gate_proj.weight`)) return stackedExpertsOf(tensors, prefix, numExperts, hiddenSize, width);
   const mxfp4 = tensors.has(`${prefix}.gate_up_proj_blocks`);
   const gateUp = mxfp4
     ? tensors.requireMxfp4(`${prefix}.gate_up_proj`, [numExperts], 2 * width, hiddenSize)

@@ -58,7 +58,10 @@ typedef enum cd_encoding {
   CD_ENCODING_GGML_Q4_0 = 3,
   CD_ENCODING_GGML_Q4_K = 4,
   CD_ENCODING_GGML_Q5_K = 5,
-  CD_ENCODING_GGML_Q6_K = 6
+  CD_ENCODING_GGML_Q6_K = 6,
+  /* ggml's MXFP4 (gpt-oss's experts in GGUF): per 32 elements one E8M0 scale byte, then 16 bytes of
+     E2M1 values, element j in the low nibble of byte j, j + 16 in the high one. */
+  CD_ENCODING_GGML_MXFP4 = 7
 } cd_encoding;
 
 /*
@@ -172,6 +175,9 @@ typedef struct cd_model_spec {
   double rms_norm_eps;
   /* Every RMS norm multiplies by (1 + weight) instead of weight (Gemma). */
   int32_t norm_adds_one;
+  /* Norm weights are used in fp32 as stored, not rounded to the weight dtype (llama.cpp's Gemma
+     files hold 1 + w, summed in fp32: what transformers multiplies by). */
+  int32_t norms_in_fp32;
   /* Embeddings are multiplied by this, rounded to the weight dtype (Gemma: sqrt(hidden)); 1 otherwise. */
   double embedding_scale;
   /* Attention scores are q . k times this (head_dim^-0.5, or Gemma's query_pre_attn_scalar^-0.5). */
@@ -444,6 +450,11 @@ cd_status cd_cuda_probe_read_bandwidth(int32_t device_index, size_t size_bytes, 
                                        double* out_bytes_per_second, char* error, size_t error_capacity);
 cd_status cd_cuda_probe_mma_peak(int32_t device_index, double* out_flops_per_second, char* error,
                                  size_t error_capacity);
+/* The in-process tensor-parallel group's all-gather (src/cuda/device_group.h): num_ranks ranks on
+   one device, rank_bytes each, checked bitwise; the best gather's seconds, and which communicator
+   ran (device copies, or NCCL with a GPU per rank) with why. */
+cd_status cd_cuda_probe_all_gather(int32_t device_index, int32_t num_ranks, size_t rank_bytes, double* out_seconds,
+                                   char* describe, size_t describe_capacity, char* error, size_t error_capacity);
 
 #ifdef __cplusplus
 }

@@ -246,6 +246,15 @@ cd_status cd_cuda_probe_mma_peak(int32_t device_index, double* out_flops_per_sec
     if (status != CD_OK) throw conduit::Error(status, error);
   });
 }
+
+cd_status cd_cuda_probe_all_gather(int32_t device_index, int32_t num_ranks, size_t rank_bytes, double* out_seconds,
+                                   char* describe, size_t describe_capacity, char* error, size_t error_capacity) {
+  return guarded(error, error_capacity, [&] {
+    const cd_status status = require_cuda().probe_all_gather(device_index, num_ranks, rank_bytes, out_seconds, describe,
+                                                             describe_capacity, error, error_capacity);
+    if (status != CD_OK) throw conduit::Error(status, error);
+  });
+}
 void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data) {
   model->done = done;
   model->user_data = user_data;

@@ -23,6 +23,7 @@ cd_encoding encoding_from(const Napi::Value& value) {
   if (name == "q4_k") return CD_ENCODING_GGML_Q4_K;
   if (name == "q5_k") return CD_ENCODING_GGML_Q5_K;
   if (name == "q6_k") return CD_ENCODING_GGML_Q6_K;
+  if (name == "ggml_mxfp4") return CD_ENCODING_GGML_MXFP4;
   return CD_ENCODING_PLAIN;
 }
 
@@ -124,6 +125,7 @@ class LoadWorker : public Napi::AsyncWorker {
     spec_.vocab_size = int_of(spec, "vocabSize");
     spec_.rms_norm_eps = double_of(spec, "rmsNormEps");
     spec_.norm_adds_one = spec.Get("normAddsOne").ToBoolean().Value() ? 1 : 0;
+    spec_.norms_in_fp32 = spec.Get("normsInFp32").ToBoolean().Value() ? 1 : 0;
     spec_.embedding_scale = double_of(spec, "embeddingScale");
     spec_.attention_scale = double_of(spec, "attentionScale");
     spec_.attention_softcap = double_of(spec, "attentionSoftcap");

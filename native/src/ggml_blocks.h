@@ -4,6 +4,7 @@
 // subtract two such products, rounded once), which is also what ggml computes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "conduit.h"
@@ -12,11 +13,11 @@
 namespace conduit {
 
 inline bool is_ggml_encoding(cd_encoding encoding) {
-  return encoding >= CD_ENCODING_GGML_Q8_0 && encoding <= CD_ENCODING_GGML_Q6_K;
+  return encoding >= CD_ENCODING_GGML_Q8_0 && encoding <= CD_ENCODING_GGML_MXFP4;
 }
 
 inline int32_t ggml_block_elements(cd_encoding encoding) {
-  return encoding == CD_ENCODING_GGML_Q8_0 || encoding == CD_ENCODING_GGML_Q4_0 ? 32 : 256;
+  return encoding == CD_ENCODING_GGML_Q8_0 || encoding == CD_ENCODING_GGML_Q4_0 || encoding == CD_ENCODING_GGML_MXFP4 ? 32 : 256;
 }
 
 inline int32_t ggml_block_bytes(cd_encoding encoding) {
@@ -25,6 +26,7 @@ inline int32_t ggml_block_bytes(cd_encoding encoding) {
     case CD_ENCODING_GGML_Q4_0: return 18;
     case CD_ENCODING_GGML_Q4_K: return 144;
     case CD_ENCODING_GGML_Q5_K: return 176;
+    case CD_ENCODING_GGML_MXFP4: return 17;
     default: return 210;  // Q6_K
   }
 }
@@ -52,6 +54,11 @@ inline float ggml_element(cd_encoding encoding, const uint8_t* data, int64_t ind
     case CD_ENCODING_GGML_Q4_0: {  // f16 d, qs[16]: element j low nibble, j + 16 high, minus 8
       const uint8_t byte = block[2 + e % 16];
       return float(int32_t(e < 16 ? byte & 0x0f : byte >> 4) - 8) * ggml_f16_at(block);
+    }
+    case CD_ENCODING_GGML_MXFP4: {  // E8M0 e, qs[16] as Q4_0's: E2M1 doubled times 2^(e - 128)
+      static constexpr int8_t kDoubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+      const uint8_t byte = block[1 + e % 16];
+      return float(kDoubled[e < 16 ? byte & 0x0f : byte >> 4]) * std::ldexp(1.0f, int32_t(block[0]) - 128);
     }
     case CD_ENCODING_GGML_Q4_K:    // f16 d, f16 dmin, scales[12], qs[128]
     case CD_ENCODING_GGML_Q5_K: {  // f16 d, f16 dmin, scales[12], qh[32], qs[128]

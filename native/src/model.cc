@@ -195,6 +195,7 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
   };
   // Gemma's norms multiply by (1 + w), computed in fp32 as transformers does.
   const auto norm = [&](const cd_tensor_ref& ref, int32_t n) -> const float* {
+    if (spec.norms_in_fp32 != 0) return weights.resolve_vector(ref, n, CD_DTYPE_F32, pool);
     const float* values = vector(ref, n);
     if (values == nullptr || spec.norm_adds_one == 0) return values;
     float* shifted = weights.own_floats(n);

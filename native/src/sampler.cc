@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "shared/sampling_math.h"
@@ -11,15 +12,39 @@ namespace conduit {
 namespace {
 
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+constexpr uint32_t kNegativeInfinityBits = 0xff800000u;
 
-// A copy of the logits in which every token the bitmask does not allow is -infinity.
+// A copy of the logits in which every token the bitmask does not allow is -infinity. A grammar's
+// masks are mostly runs (a string's body allows nearly every token, a key's next byte nearly
+// none), so a word of 32 ids all allowed or all refused is copied or filled whole.
 const float* mask_logits(const float* logits, int32_t vocab_size, const uint32_t* allowed_bits,
                          std::vector<float>& masked) {
   masked.resize(size_t(vocab_size));
-  for (int32_t id = 0; id < vocab_size; ++id) {
-    masked[size_t(id)] = (allowed_bits[id >> 5] >> (id & 31)) & 1u ? logits[id] : kNegativeInfinity;
+  float* out = masked.data();
+  const int32_t num_whole_words = vocab_size >> 5;
+  for (int32_t word = 0; word < num_whole_words; ++word) {
+    const uint32_t bits = allowed_bits[word];
+    const int32_t begin = word << 5;
+    if (bits == ~0u) {
+      std::copy_n(logits + begin, 32, out + begin);
+    } else if (bits == 0u) {
+      std::fill_n(out + begin, 32, kNegativeInfinity);
+    } else {
+      // As bit patterns, selected without a branch: a mixed word's bits are unpredictable.
+      uint32_t patterns[32];
+      std::memcpy(patterns, logits + begin, sizeof(patterns));
+      for (int32_t bit = 0; bit < 32; ++bit) {
+        const uint32_t keep = 0u - ((bits >> bit) & 1u);
+        patterns[bit] = (patterns[bit] & keep) | (kNegativeInfinityBits & ~keep);
+      }
+      std::memcpy(out + begin, patterns, sizeof(patterns));
+    }
   }
-  return masked.data();
+  // The last word's ids past the vocabulary are not the model's.
+  for (int32_t id = num_whole_words << 5; id < vocab_size; ++id) {
+    out[id] = (allowed_bits[id >> 5] >> (id & 31)) & 1u ? logits[id] : kNegativeInfinity;
+  }
+  return out;
 }
 
 int32_t count_of(const int32_t* ids, int32_t num_ids, int32_t id) {

@@ -242,6 +242,17 @@ bool mxfp4_block_to_q8(const ElementReader& reader, int32_t row, int32_t first_i
   return true;
 }
 
+// ggml's MXFP4 block (a GGUF's gpt-oss experts) as an int8 block with the same values, as
+// mxfp4_block_to_q8: the scale byte first, element j in byte j's low nibble, j + 16 in its high one.
+bool ggml_mxfp4_block_to_q8(const ElementReader& reader, int32_t row, int32_t first_input, uint16_t* scale_bits, int8_t* out) {
+  const uint8_t* block = reader.data() + reader.index_of(row, first_input) / 32 * ggml_block_bytes(CD_ENCODING_GGML_MXFP4);
+  const int exponent = int(block[0]) - 128;
+  if (exponent < -24 || exponent > 15) return false;
+  *scale_bits = f32_to_f16(std::ldexp(1.0f, exponent));
+  for (int32_t i = 0; i < 32; ++i) out[i] = kMxfp4Doubled[i < 16 ? block[1 + i] & 0x0f : block[1 + i - 16] >> 4];
+  return true;
+}
+
 // A Q8_0 or Q4_0 block as an int8 block with the same values: its codes (Q4_0's nibbles less 8)
 // and its fp16 scale, as stored.
 void ggml_block_to_q8(const ElementReader& reader, int32_t row, int32_t first_input, uint16_t* scale_bits, int8_t* out) {
@@ -265,6 +276,7 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   // ggml's 32-blocks are int8 blocks already (GGUF rows are whole blocks).
   const bool ggml_blocks_of_32 = (ref.encoding == CD_ENCODING_GGML_Q8_0 || ref.encoding == CD_ENCODING_GGML_Q4_0) &&
                                  ref.first_column % 32 == 0 && k % 32 == 0;
+  const bool ggml_mxfp4_blocks = ref.encoding == CD_ENCODING_GGML_MXFP4 && ref.first_column % 32 == 0 && k % 32 == 0;
   const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
   const int32_t num_blocks = (k + 31) / 32;
   uint8_t* panels = matrices_.allocate(q8_panels_bytes(num_rows, k));
@@ -279,7 +291,8 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
           if (row < num_rows) {
             if (ggml_blocks_of_32) {
               ggml_block_to_q8(reader, row, block * 32, &scales[column], values);
-            } else if (!(exact_blocks && mxfp4_block_to_q8(reader, row, block * 32, &scales[column], values))) {
+            } else if (!(exact_blocks && mxfp4_block_to_q8(reader, row, block * 32, &scales[column], values)) &&
+                       !(ggml_mxfp4_blocks && ggml_mxfp4_block_to_q8(reader, row, block * 32, &scales[column], values))) {
               scales[column] = quantize_block(reader, precision, row, block * 32, k, values);
             }
           } else {

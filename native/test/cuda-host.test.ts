@@ -1,7 +1,8 @@
 // The CUDA backend's host-side parts on any machine (cuda_host_test.cc, built with the addon):
 // the shared sampling arithmetic picks the CPU sampler's token (ties, -0, bans, min-p, top-k,
 // top-p), a batch becomes the right per-token slots, padding, chunks and output rows, and the
-// graph cache evicts the least recently used.
+// graph cache evicts the least recently used; a GPU group's ranks split a model as the CPU's do,
+// its all-gather copies assemble every rank's partials, and NCCL opens at run time or says why not.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -13,7 +14,7 @@ import { freshSeed } from './helpers.ts';
 const BINARY = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'cuda_host_test');
 const TIMEOUT_MS = 60_000;
 
-test('sampler headers, batch plans and the graph cache of the CUDA backend, on the CPU', { timeout: TIMEOUT_MS }, async (t) => {
+test('sampler headers, batch plans, the graph cache and the tensor-parallel plan of the CUDA backend, on the CPU', { timeout: TIMEOUT_MS }, async (t) => {
   const seed = freshSeed(t);
   const { stdout } = await promisify(execFile)(BINARY, [String(seed)], { timeout: TIMEOUT_MS }).catch(
     (err: Error & { stdout?: string; stderr?: string }) => {
@@ -21,5 +22,6 @@ test('sampler headers, batch plans and the graph cache of the CUDA backend, on t
     },
   );
   assert.match(stdout, /sampler agreement: 3000 draws/);
+  assert.match(stdout, /^nccl: (libnccl\.so\.2 \d+|NCCL is not available: dlopen libnccl\.so\.2: .+)$/m);
   assert.match(stdout, /^ok \(0 failures/m, stdout);
 });

@@ -64,3 +64,27 @@ test('deviceIndex is checked before anything loads', async () => {
   const modelDir = writeCheckpoint(temp.dir, 'model', SHAPE);
   await assert.rejects(loadModel({ ...loadOptions(modelDir), device: 'cuda', deviceIndex: -1 }), /LoadOptions\.deviceIndex: expected a device index, got -1/);
 });
+
+test('device cuda: an explicit fp16 or fp32 dtype is refused by name before the device is asked', async () => {
+  using temp = makeTempDir('cuda');
+  const modelDir = writeCheckpoint(temp.dir, 'model', { ...SHAPE, dtype: 'fp32' });
+  for (const field of ['dtype', 'kvCacheDtype'] as const) {
+    for (const value of ['fp16', 'fp32'] as const) {
+      await assert.rejects(
+        loadModel({ ...loadOptions(modelDir), device: 'cuda', [field]: value }),
+        (err: Error) => {
+          assert.ok(err instanceof RangeError, `${field} ${value}: ${err.message}`);
+          assert.equal(
+            err.message,
+            `LoadOptions.${field}: '${value}' does not run on device cuda, which computes in bf16; use 'auto' or 'bf16' (an ${value} checkpoint is converted to bf16 at load)`,
+          );
+          return true;
+        },
+      );
+    }
+  }
+  // The CPU still takes both dtypes from the same options.
+  const model = await loadModel({ ...loadOptions(modelDir), dtype: 'fp16' });
+  assert.equal(model.info.dtype, 'fp16');
+  model.close();
+});

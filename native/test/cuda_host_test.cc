@@ -1,9 +1,12 @@
 // The host-side parts of the CUDA backend, tested on any machine (native/test/cuda-host.test.ts
 // runs it): the shared sampling arithmetic against the CPU sampler, the batch plan a cd_batch
-// becomes on the device, and the captured-graph cache. Prints one line per failure and exits
+// becomes on the device, the captured-graph cache, a GPU group's shard plan and all-gather copies,
+// and NCCL's run-time loading. Prints one line per failure and exits
 // nonzero on any; the seed comes from argv[1].
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -11,6 +14,9 @@
 #include <vector>
 
 #include "cuda/batch_plan.h"
+#include "cuda/nccl.h"
+#include "cuda/tp_plan.h"
+#include "error.h"
 #include "kernels.h"
 #include "sampler.h"
 #include "shared/sampling_math.h"
@@ -381,6 +387,143 @@ void test_graph_buckets_and_cache() {
   EXPECT(destroyed.size() == 3, "nothing destroyed twice");
 }
 
+// The GPU group's shard plan: ranks tile the heads, KV heads (or share copies of one), MLP
+// columns, segments and vocabulary exactly as the CPU runtime's TensorParallel does, a rank's
+// heads and MLP columns are its segments' inputs, and shapes that do not split are refused by name.
+cd_model_spec tp_spec(std::vector<cd_layer_spec>& layers, int32_t heads, int32_t kv_heads, int32_t head_dim,
+                      int32_t intermediate, int32_t vocab) {
+  cd_model_spec spec{};
+  spec.num_heads = heads;
+  spec.num_kv_heads = kv_heads;
+  spec.head_dim = head_dim;
+  spec.intermediate_size = intermediate;
+  spec.vocab_size = vocab;
+  spec.num_layers = int32_t(layers.size());
+  spec.layers = layers.data();
+  return spec;
+}
+
+std::string refusal(const cd_model_spec& spec, int32_t rank, int32_t size) {
+  try {
+    cuda::plan_rank(spec, rank, size);
+  } catch (const Error& e) {
+    return e.status() == CD_ERR_INVALID_ARGUMENT ? e.what() : std::string("wrong status: ") + e.what();
+  }
+  return "";
+}
+
+void test_tp_plan(std::mt19937_64& rng) {
+  std::vector<cd_layer_spec> layers(2);
+  for (int32_t trial = 0; trial < 200; ++trial) {
+    const int32_t size = 1 << int32_t(rng() % 4);
+    const int32_t kv_heads = int32_t(1 + rng() % 8);
+    const int32_t heads = kv_heads * int32_t(1 + rng() % 4) * size;
+    const int32_t head_dim = int32_t(8 * (1 + rng() % 16));
+    const int32_t intermediate = size * int32_t(1 + rng() % 300);
+    const int32_t vocab = int32_t(1 + rng() % 5000);
+    const cd_model_spec spec = tp_spec(layers, heads, kv_heads, head_dim, intermediate, vocab);
+    if (kv_heads % size != 0 && size % kv_heads != 0) {
+      EXPECT(refusal(spec, 0, size).find("num_key_value_heads (" + std::to_string(kv_heads) + ")") != std::string::npos,
+             "kv heads %d size %d: %s", kv_heads, size, refusal(spec, 0, size).c_str());
+      continue;
+    }
+    const cuda::SegmentBounds o_bounds = cuda::segment_bounds(heads * head_dim);
+    const cuda::SegmentBounds down_bounds = cuda::segment_bounds(intermediate);
+    int32_t next_head = 0, next_column = 0, next_segment = 0, next_vocab = 0;
+    std::vector<int32_t> kv_readers(size_t(kv_heads), 0);
+    for (int32_t rank = 0; rank < size; ++rank) {
+      const cuda::RankShard shard = cuda::plan_rank(spec, rank, size);
+      EXPECT(shard.head_begin == next_head && shard.num_heads == heads / size, "heads of rank %d/%d", rank, size);
+      EXPECT(shard.intermediate_begin == next_column && shard.intermediate_size == intermediate / size, "columns of %d/%d", rank, size);
+      EXPECT(shard.first_segment == next_segment && shard.end_segment > shard.first_segment, "segments of %d/%d", rank, size);
+      EXPECT(shard.first_segment == rank * kReductionSegments / size, "segments as the CPU's TensorParallel, %d/%d", rank, size);
+      EXPECT(shard.vocab_begin == next_vocab && shard.vocab_end == int32_t(int64_t(vocab) * (rank + 1) / size), "vocab of %d/%d", rank, size);
+      EXPECT(o_bounds[size_t(shard.first_segment)] == shard.head_begin * head_dim &&
+                 o_bounds[size_t(shard.end_segment)] == (shard.head_begin + shard.num_heads) * head_dim,
+             "rank %d/%d: o_proj segments [%d, %d) are not its heads", rank, size, shard.first_segment, shard.end_segment);
+      EXPECT(down_bounds[size_t(shard.first_segment)] == shard.intermediate_begin &&
+                 down_bounds[size_t(shard.end_segment)] == shard.intermediate_begin + shard.intermediate_size,
+             "rank %d/%d: down_proj segments are not its columns", rank, size);
+      // Every query head of the rank reads a KV head the rank holds.
+      const int32_t group = heads / kv_heads;
+      for (int32_t h = shard.head_begin; h < shard.head_begin + shard.num_heads; ++h) {
+        EXPECT(h / group >= shard.kv_head_begin && h / group < shard.kv_head_begin + shard.num_kv_heads,
+               "rank %d/%d: head %d reads kv head %d, not held", rank, size, h, h / group);
+      }
+      for (int32_t kv = shard.kv_head_begin; kv < shard.kv_head_begin + shard.num_kv_heads; ++kv) ++kv_readers[size_t(kv)];
+      next_head += shard.num_heads;
+      next_column += shard.intermediate_size;
+      next_segment = shard.end_segment;
+      next_vocab = shard.vocab_end;
+    }
+    EXPECT(next_head == heads && next_column == intermediate && next_segment == kReductionSegments && next_vocab == vocab,
+           "size %d: the ranks do not tile the model", size);
+    for (int32_t kv = 0; kv < kv_heads; ++kv) {
+      const int32_t expected = kv_heads >= size ? 1 : size / kv_heads;
+      EXPECT(kv_readers[size_t(kv)] == expected, "size %d: kv head %d held by %d ranks", size, kv, kv_readers[size_t(kv)]);
+    }
+  }
+  const cd_model_spec odd = tp_spec(layers, 6, 2, 16, 64, 100);
+  EXPECT(refusal(odd, 0, 4).find("does not divide num_attention_heads (6)") != std::string::npos, "%s", refusal(odd, 0, 4).c_str());
+  EXPECT(refusal(odd, 0, 3).find("size 3 is not 1, 2, 4 or 8") != std::string::npos, "%s", refusal(odd, 0, 3).c_str());
+  EXPECT(refusal(odd, 2, 2).find("rank 2 is outside a group of 2") != std::string::npos, "%s", refusal(odd, 2, 2).c_str());
+  const cd_model_spec narrow = tp_spec(layers, 8, 2, 16, 60, 100);
+  EXPECT(refusal(narrow, 0, 8).find("does not divide intermediate_size (60)") != std::string::npos, "%s", refusal(narrow, 0, 8).c_str());
+  layers[1].num_experts = 4;
+  const cd_model_spec moe = tp_spec(layers, 8, 2, 16, 64, 100);
+  EXPECT(refusal(moe, 0, 2).find("MoE layers") != std::string::npos, "%s", refusal(moe, 0, 2).c_str());
+  EXPECT(refusal(moe, 0, 1).empty(), "size 1 refuses a MoE model: %s", refusal(moe, 0, 1).c_str());
+}
+
+// The in-process group's copies, executed on host memory: every rank ends with every rank's bytes
+// at their place, in place or not, and partials_layout's offsets are that all-gather's places.
+void test_gather_copies(std::mt19937_64& rng) {
+  for (int32_t size : {1, 2, 4, 8}) {
+    for (bool in_place : {false, true}) {
+      const cuda::PartialsLayout layout = cuda::partials_layout(size, int32_t(1 + rng() % 5), int32_t(1 + rng() % 40));
+      const size_t bytes = layout.rank_bytes();
+      EXPECT(layout.rank_offset_floats(size) == layout.total_floats(), "size %d: layout does not cover the segments", size);
+      std::vector<std::vector<uint8_t>> mine(static_cast<size_t>(size), std::vector<uint8_t>(bytes));
+      std::vector<std::vector<uint8_t>> all(static_cast<size_t>(size), std::vector<uint8_t>(bytes * size_t(size), 0xEE));
+      for (int32_t r = 0; r < size; ++r) {
+        for (uint8_t& b : mine[size_t(r)]) b = uint8_t(rng());
+        if (in_place) std::memcpy(all[size_t(r)].data() + layout.rank_offset_floats(r) * sizeof(float), mine[size_t(r)].data(), bytes);
+      }
+      const std::vector<cuda::GatherCopy> copies = cuda::gather_copies(size, bytes, in_place);
+      EXPECT(copies.size() == size_t(size) * size_t(in_place ? size - 1 : size), "size %d: %zu copies", size, copies.size());
+      for (const cuda::GatherCopy& copy : copies) {
+        std::memcpy(all[size_t(copy.dst_rank)].data() + copy.dst_offset_bytes, mine[size_t(copy.src_rank)].data(), bytes);
+      }
+      for (int32_t r = 0; r < size; ++r) {
+        for (int32_t q = 0; q < size; ++q) {
+          EXPECT(std::memcmp(all[size_t(r)].data() + layout.rank_offset_floats(q) * sizeof(float), mine[size_t(q)].data(), bytes) == 0,
+                 "size %d in_place %d: rank %d lacks rank %d's partials", size, int(in_place), r, q);
+        }
+      }
+    }
+  }
+}
+
+// NCCL opens at run time or says why not, naming the file; a library without NCCL's entry points
+// is refused by the first one missing.
+void test_nccl_loader() {
+  std::string why;
+  EXPECT(cuda::open_nccl("libnccl-absent.so.2", why) == nullptr, "an absent library opened");
+  EXPECT(why.find("NCCL is not available: dlopen libnccl-absent.so.2: ") == 0, "%s", why.c_str());
+  why.clear();
+  EXPECT(cuda::open_nccl("libc.so.6", why) == nullptr, "libc passed for NCCL");
+  EXPECT(why == "NCCL is not available: libc.so.6 opened, but it has no ncclGetVersion", "%s", why.c_str());
+  why.clear();
+  const cuda::NcclLibrary* nccl = cuda::open_nccl("libnccl.so.2", why);
+  if (nccl != nullptr) {
+    EXPECT(nccl->version >= 20000, "libnccl.so.2 reports version %d", nccl->version);
+    std::printf("nccl: libnccl.so.2 %d\n", nccl->version);
+  } else {
+    EXPECT(why.find("NCCL is not available: dlopen libnccl.so.2: ") == 0, "%s", why.c_str());
+    std::printf("nccl: %s\n", why.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -391,6 +534,9 @@ int main(int argc, char** argv) {
   test_batch_plan(rng);
   test_settle_proposals(rng);
   test_graph_buckets_and_cache();
+  test_tp_plan(rng);
+  test_gather_copies(rng);
+  test_nccl_loader();
   std::printf("%s (%d failures, seed %llu)\n", failures == 0 ? "ok" : "FAILED", failures, (unsigned long long)seed);
   return failures == 0 ? 0 : 1;
 }

@@ -13,8 +13,8 @@ import type { BlockTypeName } from '../../tools/ggml-quantize.ts';
 import { writeSafetensors } from '../../tools/safetensors-writer.ts';
 import type { LoadOptions, WeightDtype } from '../api.ts';
 import { readCheckpoint } from '../checkpoint.ts';
-import { huggingFaceName } from '../gguf-checkpoint.ts';
-import { GGML_TYPES, readGgufHeader, type GgufTensorInfo } from '../../gguf.ts';
+import { architectureOf, huggingFaceTensors } from '../gguf-checkpoint.ts';
+import { GGML_TYPES, GgufMetadata, readGgufHeader, type GgufTensorInfo } from '../../gguf.ts';
 import { readSafetensorsHeader, readTensorBytes, readTensorF64 } from '../safetensors.ts';
 import { dequantize, randomBlocks } from './ggml-reference.ts';
 import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, uniformSource, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
@@ -111,6 +111,7 @@ function randomBlockCheckpoints(parentDir: string, family: string, type: BlockTy
   writeLlamaGguf(dir, gguf, { matrixType: type });
   const random = uniformSource(seed);
   const header = readGgufHeader(gguf);
+  const architecture = architectureOf(new GgufMetadata(header));
   const dequantized = new Map<string, Float64Array>();
   const fd = openSync(gguf, 'r+');
   try {
@@ -118,7 +119,7 @@ function randomBlockCheckpoints(parentDir: string, family: string, type: BlockTy
       if (info.type !== type) continue;
       const blocks = randomBlocks(type, (info.dataEnd - info.dataBegin) / blockBytesOf(info), random);
       writeSync(fd, blocks, 0, blocks.length, info.dataBegin);
-      dequantized.set(huggingFaceName(info.name)!, unpermute(family, info, dequantize(type, blocks), SHAPES[family]));
+      dequantized.set(huggingFaceTensors(architecture, gguf, info)[0][0], unpermute(family, info, dequantize(type, blocks), SHAPES[family]));
     }
   } finally {
     closeSync(fd);

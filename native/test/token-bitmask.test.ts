@@ -32,10 +32,19 @@ const VOCAB_SIZE = 75;
 const PROMPT_TOKENS = 8;
 const DRAWS_PER_CASE = 4096;
 
-/** About `fraction` of the vocabulary, never the raw favourite (so a runtime ignoring the mask fails). */
+/**
+ * About `fraction` of the vocabulary, never the raw favourite (so a runtime ignoring the mask
+ * fails). As a grammar's masks do, some 32-id words are whole runs (all allowed, all refused),
+ * which the sampler takes a word at a time, and the others mixed.
+ */
 function randomMask(random: () => number, raw: Float32Array, fraction: number): number[] {
   const favourite = argmax(raw);
-  const allowed = Array.from({ length: VOCAB_SIZE }, (_, id) => id).filter((id) => id !== favourite && random() < fraction);
+  const wordKinds = Array.from({ length: Math.ceil(VOCAB_SIZE / 32) }, () => random());
+  const allowedOf = (id: number) => {
+    const kind = wordKinds[id >> 5];
+    return kind < 0.25 ? true : kind < 0.5 ? false : random() < fraction;
+  };
+  const allowed = Array.from({ length: VOCAB_SIZE }, (_, id) => id).filter((id) => id !== favourite && allowedOf(id));
   return allowed.length > 0 ? allowed : [(favourite + 1) % VOCAB_SIZE];
 }
 

@@ -7,12 +7,11 @@ import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync
 import os from 'node:os';
 import path from 'node:path';
 import { test, type TestContext } from 'node:test';
-import * as grpc from '@grpc/grpc-js';
-import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
 import { MAX_INLINE_PROMPT_CHARS } from '../../gateway/prompt-encoder.ts';
 import { heldOutDigits } from '../../tools/make-classic-models.ts';
 import { startCli, type CliProcess } from './cli-process.ts';
 import { boundedFetch, defaultModelDir, openaiClient, repoRoot, within } from './harness.ts';
+import { connectInferenceClient } from '../../gateway/kserve/test/grpc-client.ts';
 
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
 
@@ -127,7 +126,7 @@ test('the compiled server finds every file it reads', { timeout: 120_000 }, asyn
   assert.equal(digits.status, 200);
   assert.equal(((await digits.json()) as { outputs: { data: number[] }[] }).outputs[0].data.length, 10);
 
-  const grpcClient = new (loadInferenceService())(addresses.grpc!, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
+  const grpcClient = connectInferenceClient(addresses.grpc!);
   t.after(() => grpcClient.close());
   const pipeline = await within(new Promise<any>((resolve, reject) => grpcClient.ModelInfer({
     model_name: 'digits_pipeline', inputs: [{ name: 'RAW_PIXELS', datatype: 'UINT8', shape: [1, 64] }], outputs: [{ name: 'LABEL' }],

@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { writeLlamaGguf } from '../../tools/llama-gguf.ts';
+import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
 import { defaultModelDir, openaiClient, startServer, within } from './harness.ts';
 import { startCli } from './cli-process.ts';
 
@@ -84,6 +85,44 @@ test('conduit serve --model FILE.gguf answers chat completions with the embedded
   assert.equal(streamedText, expected.text, 'streamed as answered');
   assert.equal(promptTokens, expected.promptTokens);
 
+  server.child.kill('SIGTERM');
+  assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
+});
+
+test('conduit serve --model FILE.gguf serves a Qwen3-MoE file (stacked experts) as its safetensors twin answers', { timeout: 180_000 }, async (t) => {
+  const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-gguf-moe-'));
+  t.after(() => rmSync(workDir, { recursive: true, force: true }));
+  // Random MoE weights beside conduit-tiny's tokenizer (its vocabulary size) and chat template.
+  const safetensorsDir = path.join(workDir, 'tiny-moe');
+  const vocabSize = (JSON.parse(readFileSync(path.join(defaultModelDir, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
+  writeRandomCheckpoint({
+    ...DEFAULT_OPTIONS,
+    outDir: safetensorsDir,
+    arch: 'qwen3_moe',
+    hiddenSize: 64,
+    numLayers: 2,
+    numHeads: 4,
+    numKvHeads: 2,
+    headDim: 16,
+    intermediateSize: 96,
+    moeIntermediateSize: 32,
+    numExperts: 8,
+    numExpertsPerToken: 2,
+    vocabSize,
+    dtype: 'bf16',
+    seed: 37,
+  });
+  for (const file of ['tokenizer.json', 'tokenizer_config.json']) copyFileSync(path.join(defaultModelDir, file), path.join(safetensorsDir, file));
+  const ggufFile = path.join(workDir, 'tiny-moe.gguf');
+  writeLlamaGguf(safetensorsDir, ggufFile);
+
+  const reference = await startServer([{ path: safetensorsDir, num_workers: 1, threads_per_worker: 1, kv_cache_blocks: 64, max_num_seqs: 4 }]);
+  t.after(() => reference.close());
+  const expected = await greedyChat(openaiClient(`${reference.httpAddress}/v1`), 'tiny-moe');
+
+  const server = startCli(t, ['serve', '--model', ggufFile, '--http-port', '0', '--metrics-port', '0']);
+  const client = openaiClient(`${(await server.serving()).http}/v1`);
+  assert.deepEqual(await greedyChat(client, 'tiny-moe.gguf'), expected, 'the MoE GGUF answers as its safetensors twin');
   server.child.kill('SIGTERM');
   assert.equal(await within(server.exited, 'exit after SIGTERM'), 0);
 });

@@ -3,13 +3,12 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import * as grpc from '@grpc/grpc-js';
 import OpenAI from 'openai';
 import { serve, type RunningServer } from '../../bin/serve.ts';
 import { validateConfig } from '../../configs/schema.ts';
-import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
 import { heldOutDigits } from '../../tools/make-classic-models.ts';
 import { defaultModelDir, repoRoot } from './harness.ts';
+import { connectInferenceClient } from '../../gateway/kserve/test/grpc-client.ts';
 
 let server: RunningServer;
 before(async () => {
@@ -25,7 +24,7 @@ after(() => server.close());
 test('conduit-tiny, digits and fraud answer at once on one server, over HTTP and gRPC', async () => {
   const openai = new OpenAI({ baseURL: `${server.httpAddress}/v1`, apiKey: 'unused' });
   const { images, labels } = heldOutDigits(2, 31);
-  const client = new (loadInferenceService())(server.grpcAddress!, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
+  const client = connectInferenceClient(server.grpcAddress!);
   try {
     const [completion, digits, fraud, label] = await Promise.all([
       openai.completions.create({ model: 'conduit-tiny', prompt: 'In the beginning', max_tokens: 4, temperature: 0 }),

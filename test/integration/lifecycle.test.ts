@@ -8,16 +8,15 @@ import { copyFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { once } from 'node:events';
 import path from 'node:path';
-import * as grpc from '@grpc/grpc-js';
 import OpenAI from 'openai';
-import { loadInferenceService } from '../../gateway/kserve/grpc.ts';
 import { freePort } from '../../tools/free-port.ts';
 import { groupEmptied, startCli } from './cli-process.ts';
 import { boundedFetch, defaultModelDir, openaiClient, repoRoot, within } from './harness.ts';
 import { tempDir, writeConfig } from './config-files.ts';
+import { connectInferenceClient } from '../../gateway/kserve/test/grpc-client.ts';
 
 function serverReady(grpcAddress: string): Promise<boolean> {
-  const client = new (loadInferenceService())(grpcAddress, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
+  const client = connectInferenceClient(grpcAddress);
   return within(new Promise<boolean>((resolve, reject) => {
     client.ServerReady({}, (err: Error | null, response: { ready: boolean }) => (err ? reject(err) : resolve(response.ready)));
   }), 'gRPC ServerReady').finally(() => client.close());

@@ -6,8 +6,8 @@ import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { heldOutDigits } from '../../../tools/make-classic-models.ts';
 import { testSeed } from '../../../test/seed.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
-import { call, expectStatus, type Client } from './grpc-client.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { call, connectInferenceClient, expectStatus, type Client } from './grpc-client.ts';
 import { MODELS_DIR, startKServeServer, type KServeTestServer } from './harness.ts';
 
 const LABELS = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine'];
@@ -18,7 +18,7 @@ let client: Client;
 before(async () => {
   server = await startKServeServer(MODELS_DIR);
   grpcServer = await startKServeGrpc({ repository: server.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
-  client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+  client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
 });
 after(async () => {
   client.close();

@@ -1,9 +1,22 @@
-// The KServe gRPC tests' client side: a unary call as a promise (with its initial metadata when
+// The KServe gRPC tests' client side: connecting, a key's metadata, a unary call as a promise (with its initial metadata when
 // asked), and the expected failure of one.
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
+import { loadInferenceService } from '../grpc.ts';
 
 export type Client = grpc.Client & Record<string, (...args: any[]) => any>;
+
+/** A GRPCInferenceService client over plaintext, as Triton's own clients connect in tests. */
+export function connectInferenceClient(address: string): Client {
+  return new (loadInferenceService())(address, grpc.credentials.createInsecure()) as unknown as Client;
+}
+
+/** Request metadata carrying an API key, as clients send it: `authorization: Bearer <key>`. */
+export function bearerMetadata(key: string): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  metadata.set('authorization', `Bearer ${key}`);
+  return metadata;
+}
 
 export function call(client: Client, rpc: string, request: unknown): Promise<any> {
   return new Promise((resolve, reject) => client[rpc](request, (err: grpc.ServiceError | null, response: unknown) => (err ? reject(err) : resolve(response))));

@@ -10,8 +10,8 @@ import * as grpc from '@grpc/grpc-js';
 import { pino, type Logger } from 'pino';
 import { ModelRepository } from '../../../triton/index.ts';
 import { within } from '../../../test/wait.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
-import { call, callWithMetadata, type Client } from './grpc-client.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { call, callWithMetadata, connectInferenceClient } from './grpc-client.ts';
 import { makeTestRepo } from './harness.ts';
 
 type LogLine = Record<string, any>;
@@ -49,7 +49,7 @@ async function startLoggedService(level: string) {
   });
   const logger: Logger = pino({ level }, stream);
   const server: KServeGrpcServer = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0, logger });
-  const client = new (loadInferenceService())(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+  const client = connectInferenceClient(`127.0.0.1:${server.port}`);
   /** The lines about a request id so far. */
   const linesOf = (requestId: string) => lines.filter((line) => line.request_id === requestId);
   /** Resolves with the first `count` access lines of a request id, once they are written. */

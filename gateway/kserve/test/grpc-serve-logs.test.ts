@@ -7,8 +7,7 @@ import { test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { boundedFetch, defaultModelDir, repoRoot } from '../../../test/integration/harness.ts';
 import { startCli } from '../../../test/integration/cli-process.ts';
-import { loadInferenceService } from '../grpc.ts';
-import { callWithMetadata, type Client } from './grpc-client.ts';
+import { callWithMetadata, connectInferenceClient } from './grpc-client.ts';
 
 test('conduit serve: a gRPC call\'s access line on stdout under its request id; /v2/logging silences it', { timeout: 120_000 }, async (t) => {
   const server = startCli(t, [
@@ -19,7 +18,7 @@ test('conduit serve: a gRPC call\'s access line on stdout under its request id; 
     server.waitFor((line) => line.request_id === requestId && line.msg === 'request completed', `the access line of ${requestId}`);
   // Until it serves, the HTTP side refuses /v2/logging as it refuses every route.
   const { http: httpAddress, grpc: grpcAddress } = await server.serving();
-  const client = new (loadInferenceService())(grpcAddress!, grpc.credentials.createInsecure()) as unknown as Client;
+  const client = connectInferenceClient(grpcAddress!);
   t.after(() => client.close());
   const serverLive = (requestId: string) => {
     const metadata = new grpc.Metadata();

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { ModelRepository } from '../../../triton/index.ts';
 import { heldOutDigits } from '../../../tools/make-classic-models.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { loadInferenceService, startKServeGrpc } from '../grpc.ts';
 import { SAMPLES } from './datatypes.ts';
 import { makeTestRepo, MODELS_DIR } from './harness.ts';
 import { call, expectStatus, type Client } from './grpc-client.ts';

@@ -15,7 +15,7 @@ import { AccessControl, createGateway } from '../../server.ts';
 import { KServeControl } from '../control.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { SHM_DIR } from '../shared-memory.ts';
-import { call, type Client } from './grpc-client.ts';
+import { bearerMetadata, connectInferenceClient, type Client } from './grpc-client.ts';
 import { MODELS_DIR } from './harness.ts';
 
 const USER_KEY = 'user-key-7f3a';
@@ -48,7 +48,7 @@ before(async () => {
   gateway = await createGateway({ models: [], bodyLimitBytes: 1 << 20, classic: { repository, version: '0.1.0', control }, access });
   v2 = `${await gateway.listen({ host: '127.0.0.1', port: 0 })}/v2`;
   grpcServer = await startKServeGrpc({ repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0, control, access });
-  client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+  client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
   writeFileSync(path.join(SHM_DIR, shmKey.slice(1)), Buffer.alloc(64 * 4));
 });
 
@@ -60,12 +60,6 @@ after(async () => {
   await repository.close();
   rmSync(path.join(SHM_DIR, shmKey.slice(1)), { force: true });
 });
-
-function bearer(key: string): grpc.Metadata {
-  const metadata = new grpc.Metadata();
-  metadata.set('authorization', `Bearer ${key}`);
-  return metadata;
-}
 
 /** A unary call with metadata: its response, or its error's code and details. */
 function rpc(name: string, request: unknown, metadata = new grpc.Metadata()): Promise<{ code: grpc.status; details: string; response: any }> {
@@ -97,7 +91,7 @@ const ADMIN_RPCS = [
 
 test('gRPC: every RPC without a key, or with a wrong one, is UNAUTHENTICATED and changes nothing', async () => {
   assert.deepEqual(Object.keys(EVERY_UNARY_RPC).sort(), Object.keys(loadInferenceService().service).filter((name) => name !== 'ModelStreamInfer' && name !== 'CudaSharedMemoryRegister').sort());
-  for (const metadata of [new grpc.Metadata(), bearer('not-a-key'), bearer(`${USER_KEY}x`)]) {
+  for (const metadata of [new grpc.Metadata(), bearerMetadata('not-a-key'), bearerMetadata(`${USER_KEY}x`)]) {
     for (const [name, request] of Object.entries(EVERY_UNARY_RPC)) {
       const outcome = await rpc(name, request, metadata);
       assert.equal(outcome.code, grpc.status.UNAUTHENTICATED, `${name}: ${outcome.code} ${outcome.details}`);
@@ -108,7 +102,7 @@ test('gRPC: every RPC without a key, or with a wrong one, is UNAUTHENTICATED and
   // The log level is where it was, no region was registered, the model is still loaded.
   assert.equal(control.logging.get().log_verbose_level, 0);
   assert.deepEqual(control.sharedMemory.status(null), []);
-  assert.equal((await rpc('ModelReady', { name: 'digits' }, bearer(USER_KEY))).response.ready, true);
+  assert.equal((await rpc('ModelReady', { name: 'digits' }, bearerMetadata(USER_KEY))).response.ready, true);
 });
 
 test('gRPC: a stream without a key ends UNAUTHENTICATED before any request runs', async () => {
@@ -125,18 +119,18 @@ test('gRPC: a stream without a key ends UNAUTHENTICATED before any request runs'
 });
 
 test('gRPC: a user key infers, on a stream too, but every administrative RPC is PERMISSION_DENIED', async () => {
-  const inferred = await rpc('ModelInfer', digitsInfer('u-1'), bearer(USER_KEY));
+  const inferred = await rpc('ModelInfer', digitsInfer('u-1'), bearerMetadata(USER_KEY));
   assert.equal(inferred.code, grpc.status.OK, inferred.details);
   assert.equal(inferred.response.id, 'u-1');
   for (const name of ADMIN_RPCS) {
-    const outcome = await rpc(name, EVERY_UNARY_RPC[name], bearer(USER_KEY));
+    const outcome = await rpc(name, EVERY_UNARY_RPC[name], bearerMetadata(USER_KEY));
     assert.equal(outcome.code, grpc.status.PERMISSION_DENIED, `${name}: ${outcome.code} ${outcome.details}`);
     assert.match(outcome.details, /API key `user` may not use .*role is admin/);
   }
   assert.equal(control.logging.get().log_verbose_level, 0);
-  assert.equal((await rpc('ModelReady', { name: 'digits' }, bearer(USER_KEY))).response.ready, true);
+  assert.equal((await rpc('ModelReady', { name: 'digits' }, bearerMetadata(USER_KEY))).response.ready, true);
 
-  const stream = client.ModelStreamInfer(bearer(USER_KEY)) as grpc.ClientDuplexStream<unknown, any>;
+  const stream = client.ModelStreamInfer(bearerMetadata(USER_KEY)) as grpc.ClientDuplexStream<unknown, any>;
   const responses: any[] = [];
   stream.on('data', (response) => responses.push(response));
   stream.write(digitsInfer('s-1'));
@@ -147,7 +141,7 @@ test('gRPC: a user key infers, on a stream too, but every administrative RPC is 
 });
 
 test('gRPC: an admin key uses the administrative RPCs; a user key may not name its shared-memory region in an infer', async () => {
-  const registered = await rpc('SystemSharedMemoryRegister', { name: 'admin_in', key: shmKey, offset: '0', byte_size: String(64 * 4) }, bearer(ADMIN_KEY));
+  const registered = await rpc('SystemSharedMemoryRegister', { name: 'admin_in', key: shmKey, offset: '0', byte_size: String(64 * 4) }, bearerMetadata(ADMIN_KEY));
   assert.equal(registered.code, grpc.status.OK, registered.details);
   const shmInfer = {
     model_name: 'digits',
@@ -156,22 +150,22 @@ test('gRPC: an admin key uses the administrative RPCs; a user key may not name i
       parameters: { shared_memory_region: { string_param: 'admin_in' }, shared_memory_byte_size: { int64_param: String(64 * 4) } },
     }],
   };
-  const refused = await rpc('ModelInfer', shmInfer, bearer(USER_KEY));
+  const refused = await rpc('ModelInfer', shmInfer, bearerMetadata(USER_KEY));
   assert.equal(refused.code, grpc.status.PERMISSION_DENIED, refused.details);
   assert.match(refused.details, /system shared memory/);
-  const allowed = await rpc('ModelInfer', shmInfer, bearer(ADMIN_KEY));
+  const allowed = await rpc('ModelInfer', shmInfer, bearerMetadata(ADMIN_KEY));
   assert.equal(allowed.code, grpc.status.OK, allowed.details);
-  assert.equal((await rpc('SystemSharedMemoryUnregister', { name: 'admin_in' }, bearer(ADMIN_KEY))).code, grpc.status.OK);
+  assert.equal((await rpc('SystemSharedMemoryUnregister', { name: 'admin_in' }, bearerMetadata(ADMIN_KEY))).code, grpc.status.OK);
 
-  const logs = await rpc('LogSettings', {}, bearer(ADMIN_KEY));
+  const logs = await rpc('LogSettings', {}, bearerMetadata(ADMIN_KEY));
   assert.equal(logs.code, grpc.status.OK, logs.details);
   assert.equal(logs.response.settings.log_verbose_level.uint32_param, 0);
-  const unloaded = await rpc('RepositoryModelUnload', { model_name: 'fraud' }, bearer(ADMIN_KEY));
+  const unloaded = await rpc('RepositoryModelUnload', { model_name: 'fraud' }, bearerMetadata(ADMIN_KEY));
   assert.equal(unloaded.code, grpc.status.OK, unloaded.details);
-  assert.equal((await rpc('ModelReady', { name: 'fraud' }, bearer(ADMIN_KEY))).response.ready, false);
-  const loaded = await rpc('RepositoryModelLoad', { model_name: 'fraud' }, bearer(ADMIN_KEY));
+  assert.equal((await rpc('ModelReady', { name: 'fraud' }, bearerMetadata(ADMIN_KEY))).response.ready, false);
+  const loaded = await rpc('RepositoryModelLoad', { model_name: 'fraud' }, bearerMetadata(ADMIN_KEY));
   assert.equal(loaded.code, grpc.status.OK, loaded.details);
-  const ready = await rpc('ModelReady', { name: 'fraud' }, bearer(ADMIN_KEY));
+  const ready = await rpc('ModelReady', { name: 'fraud' }, bearerMetadata(ADMIN_KEY));
   assert.equal(ready.response.ready, true, JSON.stringify(ready));
 });
 
@@ -205,13 +199,13 @@ test('HTTP: the same rules on /v2, with KServe error bodies', async () => {
 test("one key's requests per minute count its HTTP and gRPC calls together; over them, gRPC says RESOURCE_EXHAUSTED", async () => {
   assert.equal((await fetch(`${v2}/models/digits`, { headers: { authorization: `Bearer ${LIMITED_KEY}` } })).status, 200);
   for (let i = 1; i < REQUESTS_PER_MINUTE; i++) {
-    const outcome = await rpc(i % 2 === 0 ? 'ServerMetadata' : 'ModelInfer', i % 2 === 0 ? {} : digitsInfer(), bearer(LIMITED_KEY));
+    const outcome = await rpc(i % 2 === 0 ? 'ServerMetadata' : 'ModelInfer', i % 2 === 0 ? {} : digitsInfer(), bearerMetadata(LIMITED_KEY));
     assert.equal(outcome.code, grpc.status.OK, outcome.details);
   }
-  const refused = await rpc('ModelInfer', digitsInfer(), bearer(LIMITED_KEY));
+  const refused = await rpc('ModelInfer', digitsInfer(), bearerMetadata(LIMITED_KEY));
   assert.equal(refused.code, grpc.status.RESOURCE_EXHAUSTED, refused.details);
   assert.match(refused.details, /Rate limit reached for key `limited` on requests per min \(RPM\): Limit 4, Used 4, Requested 1/);
   assert.equal((await fetch(`${v2}/models/digits`, { headers: { authorization: `Bearer ${LIMITED_KEY}` } })).status, 429);
   // The other keys are not limited by it.
-  assert.equal((await rpc('ServerMetadata', {}, bearer(USER_KEY))).code, grpc.status.OK);
+  assert.equal((await rpc('ServerMetadata', {}, bearerMetadata(USER_KEY))).code, grpc.status.OK);
 });

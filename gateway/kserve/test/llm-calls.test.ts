@@ -13,8 +13,8 @@ import { within } from '../../../test/wait.ts';
 import { AccessControl } from '../../admission.ts';
 import { MODEL_NAME, startTestGateway, type TestGateway } from '../../test/harness.ts';
 import type { Script } from '../../test/scripted-engine.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
-import type { Client } from './grpc-client.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { bearerMetadata, connectInferenceClient, type Client } from './grpc-client.ts';
 import { serializeBytes } from './harness.ts';
 
 const KEY = 'sk-calls-1';
@@ -30,19 +30,13 @@ before(async () => {
   const access = new AccessControl({ apiKeys: [{ name: 'team-calls', key: KEY, limits: { tokensPerMinute: TOKENS_PER_MINUTE } }], nowMs: () => 1_000_000 });
   gateway = await startTestGateway(() => script, { gatewayOptions: { access }, beforeListen: async (instance) => { app = instance; } });
   grpcServer = await startKServeGrpc({ repository: undefined as never, llms: [], llmModels: app.kserveLlms, version: '0.1.0', host: '127.0.0.1', port: 0, access });
-  client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+  client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
 });
 after(async () => {
   client.close();
   await grpcServer.close();
   await gateway.close();
 });
-
-function bearer(): grpc.Metadata {
-  const metadata = new grpc.Metadata();
-  metadata.set('authorization', `Bearer ${KEY}`);
-  return metadata;
-}
 
 const inferRequest = (text: string, maxTokens: number) => ({
   model_name: MODEL_NAME, id: 'c-1', parameters: { max_tokens: { int64_param: String(maxTokens) } },
@@ -75,7 +69,7 @@ test('gRPC ModelInfer: a cancelled call aborts its generation in the engine', as
   let settled: Promise<grpc.ServiceError | null> = Promise.resolve(null);
   await expectAbortedOnLeave(() => {
     let pending!: grpc.ClientUnaryCall;
-    settled = new Promise((resolve) => { pending = client.ModelInfer(inferRequest('Hello', 50), bearer(), (err: grpc.ServiceError | null) => resolve(err)); });
+    settled = new Promise((resolve) => { pending = client.ModelInfer(inferRequest('Hello', 50), bearerMetadata(KEY), (err: grpc.ServiceError | null) => resolve(err)); });
     return () => pending.cancel();
   }, 'ModelInfer');
   assert.equal((await within(settled, 'the cancelled call did not settle'))?.code, grpc.status.CANCELLED);
@@ -106,7 +100,7 @@ test("gRPC ModelInfer charges the tokens it used to the key's per-minute quota, 
   assert.ok(numUsedTokens > numCompletionTokens, `HTTP infer was charged ${numUsedTokens} tokens, less than it generated`);
   const request = inferRequest('Hello there', 10);
   const response = await within(new Promise<any>((resolve, reject) => {
-    client.ModelInfer(request, bearer(), (err: grpc.ServiceError | null, value: unknown) => (err ? reject(err) : resolve(value)));
+    client.ModelInfer(request, bearerMetadata(KEY), (err: grpc.ServiceError | null, value: unknown) => (err ? reject(err) : resolve(value)));
   }), 'ModelInfer was not answered');
   assert.deepEqual(response.outputs.map((o: { name: string }) => o.name), ['text_output', 'finish_reason']);
   // The same request over gRPC: charged what it used, not its admission estimate.

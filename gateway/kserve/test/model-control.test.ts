@@ -5,8 +5,8 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { loadInferenceService, startKServeGrpc } from '../grpc.ts';
-import { call, expectStatus, type Client } from './grpc-client.ts';
+import { startKServeGrpc } from '../grpc.ts';
+import { call, connectInferenceClient, expectStatus } from './grpc-client.ts';
 import { makeTestRepo, startKServeServer, type KServeTestServer } from './harness.ts';
 
 const scriptTakingMs = (durationMs: number) => `export async function execute(inputs) {
@@ -114,7 +114,7 @@ describe('explicit model control', () => {
 
   test('a refused load (a model that does not exist) leaves /v2/health/ready 200 and gRPC ServerReady true, and so does unloading that name', async () => {
     const grpcServer = await startKServeGrpc({ repository: server.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
-    const client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+    const client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
     try {
       const isReady = async () => {
         const http = (await fetch(`${server.baseUrl}/v2/health/ready`)).status;

@@ -6,13 +6,12 @@ import assert from 'node:assert/strict';
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import * as grpc from '@grpc/grpc-js';
 import { createRng } from '../../../loadtest/random.ts';
 import { testSeed } from '../../../test/seed.ts';
 import { KServeControl } from '../control.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { SHM_DIR } from '../shared-memory.ts';
-import { call, type Client } from './grpc-client.ts';
+import { call, connectInferenceClient, type Client } from './grpc-client.ts';
 import { binaryBody, makeTestRepo, readBinaryResponse, serializeBytes, startKServeServer, type KServeTestServer } from './harness.ts';
 
 const ECHO_TS = 'export function execute(inputs) { return { OUT_A: inputs.A, OUT_B: inputs.B, OUT_C: inputs.C }; }\n';
@@ -32,7 +31,7 @@ before(async () => {
   control = new KServeControl();
   http = await startKServeServer(repo.dir, 'none', [], { control });
   grpcServer = await startKServeGrpc({ repository: http.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0, control });
-  client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+  client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
 });
 after(async () => {
   client.close();

@@ -7,8 +7,8 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { within } from '../../../test/wait.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
-import { call, expectStatus, type Client } from './grpc-client.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { call, connectInferenceClient, expectStatus, type Client } from './grpc-client.ts';
 import { makeTestRepo, MODELS_DIR, startKServeServer, type KServeTestServer } from './harness.ts';
 
 /** The most one request may take here: idle timeouts and delays below are all under a second. */
@@ -81,7 +81,7 @@ before(async () => {
   cpSync(path.join(MODELS_DIR, 'accumulator'), path.join(repo.dir, 'accumulator'), { recursive: true });
   server = await startKServeServer(repo.dir);
   grpcServer = await startKServeGrpc({ repository: server.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0 });
-  client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+  client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
 });
 after(async () => {
   client.close();

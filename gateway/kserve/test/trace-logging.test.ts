@@ -13,9 +13,9 @@ import { heldOutDigits } from '../../../tools/make-classic-models.ts';
 import { testSeed } from '../../../test/seed.ts';
 import { pollUntil } from '../../../test/wait.ts';
 import { KServeControl } from '../control.ts';
-import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
+import { startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
 import { MODELS_DIR, startKServeServer, type KServeTestServer } from './harness.ts';
-import { call, expectStatus, type Client } from './grpc-client.ts';
+import { call, connectInferenceClient, expectStatus, type Client } from './grpc-client.ts';
 
 const post = (url: string, body: unknown) => fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
@@ -54,7 +54,7 @@ describe('trace and log settings', () => {
     http = await startKServeServer(MODELS_DIR, 'none', [], { control, logger: { level: 'info', stream } });
     v2 = `${http.baseUrl}/v2`;
     grpcServer = await startKServeGrpc({ repository: http.repository, llms: [], version: '0.1.0', host: '127.0.0.1', port: 0, control });
-    client = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as unknown as Client;
+    client = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
   });
   after(async () => {
     client.close();

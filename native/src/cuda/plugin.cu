@@ -5,6 +5,7 @@
 
 #include "backend.h"
 #include "common.cuh"
+#include "cuda/device_group.h"
 #include "cuda/plugin_abi.h"
 #include "kernels.cuh"
 
@@ -112,8 +113,17 @@ cd_status mma_peak(int32_t device, double* out, char* error, size_t capacity) {
   return guarded(error, capacity, [&] { *out = probe_mma_peak(device); });
 }
 
+cd_status all_gather(int32_t device, int32_t num_ranks, size_t rank_bytes, double* out, char* describe,
+                     size_t describe_capacity, char* error, size_t capacity) {
+  return guarded(error, capacity, [&] {
+    std::string text;
+    *out = probe_all_gather(device, num_ranks, rank_bytes, text);
+    std::snprintf(describe, describe_capacity, "%s", text.c_str());
+  });
+}
+
 const cdc_plugin kPlugin{CONDUIT_CUDA_PLUGIN_ABI_VERSION, device_count, device_info, model_load, model_load_synthetic,
-                         model_forward, model_free, read_bandwidth, mma_peak};
+                         model_forward, model_free, read_bandwidth, mma_peak, all_gather};
 
 }  // namespace
 }  // namespace cuda

@@ -6,7 +6,7 @@
 
 #include "conduit.h"
 
-#define CONDUIT_CUDA_PLUGIN_ABI_VERSION 1
+#define CONDUIT_CUDA_PLUGIN_ABI_VERSION 2
 #define CONDUIT_CUDA_PLUGIN_SYMBOL "conduit_cuda_plugin"
 #define CONDUIT_CUDA_PLUGIN_FILE "libconduit_cuda.so"
 
@@ -35,6 +35,10 @@ typedef struct cdc_plugin {
   cd_status (*probe_read_bandwidth)(int32_t device_index, size_t size_bytes, int32_t num_repeats,
                                     double* out_bytes_per_second, char* error, size_t error_capacity);
   cd_status (*probe_mma_peak)(int32_t device_index, double* out_flops_per_second, char* error, size_t error_capacity);
+  /* num_ranks ranks of one in-process group on one device gather rank_bytes each, checked
+     bitwise; describe: which communicator ran (device copies, or NCCL) and why. */
+  cd_status (*probe_all_gather)(int32_t device_index, int32_t num_ranks, size_t rank_bytes, double* out_seconds,
+                                char* describe, size_t describe_capacity, char* error, size_t error_capacity);
 } cdc_plugin;
 
 typedef const cdc_plugin* (*cdc_plugin_entry)(void);

@@ -8,7 +8,9 @@
 //   4. the device sampler against the host's CPU sampler on the same logits;
 //   5. speculative verification's rows against plain decoding's (tokens and logprobs, bitwise);
 //      the MoE families' batch invariance;
-//   6. (tensor parallelism: not on the GPU yet);
+//   6. tensor parallelism: the in-process group's all-gather (2 and 8 ranks sharing the GPU, each
+//      on its own stream; NCCL where ranks have GPUs of their own), bitwise, and its time for one
+//      decode step's o_proj partials; a sharded model's TP = 2 vs TP = 1 is not on the GPU yet;
 //   7. decode tokens/s at batch 1, 64 and 256 (512-token contexts) and prefill tokens/s of a
 //      2048-token prompt on a Llama-3-8B-shaped model with random weights drawn on the device, as
 //      fractions of the measured ceilings (MBU, MFU) and of the datasheet's.
@@ -465,6 +467,30 @@ struct PerfSpec {
   }
 };
 
+// The all-gather that row-parallel partials take: 8 fp32 segments of [rows, 4096] over the group,
+// at a decode step's 64 rows and a prefill chunk's 2048.
+void tp_communicator() {
+  std::string rows_json;
+  for (int32_t num_ranks : {2, 8}) {
+    for (int32_t num_rows : {64, 2048}) {
+      const size_t rank_bytes = size_t(8 / num_ranks) * size_t(num_rows) * 4096 * sizeof(float);
+      double seconds = 0;
+      char describe[512] = {0};
+      char error[1024] = {0};
+      const bool ok = cd_cuda_probe_all_gather(0, num_ranks, rank_bytes, &seconds, describe, sizeof describe, error,
+                                               sizeof error) == CD_OK;
+      check(ok, "all-gather of " + std::to_string(num_ranks) + " ranks on one GPU, bitwise: " + (ok ? describe : error));
+      if (!ok) continue;
+      std::printf("  %d ranks, %4d rows: %.1f MB per rank in %.3f ms (%s)\n", num_ranks, num_rows, rank_bytes / 1e6, seconds * 1e3,
+                  describe);
+      if (!rows_json.empty()) rows_json += ",";
+      rows_json += "{\"ranks\":" + std::to_string(num_ranks) + ",\"rows\":" + std::to_string(num_rows) +
+                   ",\"rank_bytes\":" + std::to_string(rank_bytes) + ",\"ms\":" + num(seconds * 1e3) + "}";
+    }
+  }
+  json_field("tp_all_gather", "[" + rows_json + "]");
+}
+
 void performance(double read_bandwidth, double mma_peak, double datasheet_bandwidth, double datasheet_peak) {
   PerfSpec perf;
   const cd_model_spec& spec = perf.spec;
@@ -631,7 +657,9 @@ int main(int argc, char** argv) {
       check(false, moe_name + ": " + e.what());
     }
   }
-  std::printf("\n6. tensor parallelism: TP = 2 is not run (sharded GPU models are not on the CUDA backend yet)\n");
+  std::printf("\n6. tensor parallelism\n");
+  tp_communicator();
+  std::printf("  TP = 2 vs TP = 1 logits: not run (sharded GPU models are not on the CUDA backend yet)\n");
   json_field("tp2_equals_tp1", "null");
   if (!skip_perf) {
     std::printf("\n7. performance (Llama-3-8B shape, bf16)\n");

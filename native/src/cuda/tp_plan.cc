@@ -1,0 +1,79 @@
+#include "cuda/tp_plan.h"
+
+#include <string>
+
+#include "error.h"
+
+namespace conduit {
+namespace cuda {
+
+SegmentBounds segment_bounds(int32_t k) {
+  SegmentBounds bounds{};
+  for (int32_t s = 0; s <= kReductionSegments; ++s) bounds[size_t(s)] = segment_begin(k, s);
+  return bounds;
+}
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw Error(CD_ERR_INVALID_ARGUMENT, "device cuda, tensor parallelism: " + what);
+}
+
+}  // namespace
+
+RankShard plan_rank(const cd_model_spec& spec, int32_t rank, int32_t size) {
+  if (size != 1 && size != 2 && size != 4 && size != 8) refuse("size " + std::to_string(size) + " is not 1, 2, 4 or 8");
+  if (rank < 0 || rank >= size) refuse("rank " + std::to_string(rank) + " is outside a group of " + std::to_string(size));
+  const auto divides = [&](const char* field, int32_t value) {
+    if (value % size != 0) refuse("size " + std::to_string(size) + " does not divide " + field + " (" + std::to_string(value) + ")");
+  };
+  divides("num_attention_heads", spec.num_heads);
+  divides("intermediate_size", spec.intermediate_size);
+  if (spec.num_kv_heads % size != 0 && size % spec.num_kv_heads != 0) {
+    refuse("size " + std::to_string(size) + " neither divides nor is a multiple of num_key_value_heads (" +
+           std::to_string(spec.num_kv_heads) + ")");
+  }
+  for (int32_t i = 0; size > 1 && i < spec.num_layers; ++i) {
+    if (spec.layers[i].num_experts > 0) refuse("MoE layers are not split across GPUs yet; load MoE models with size 1");
+  }
+  RankShard shard;
+  shard.rank = rank;
+  shard.size = size;
+  shard.num_heads = spec.num_heads / size;
+  shard.head_begin = rank * shard.num_heads;
+  if (spec.num_kv_heads >= size) {
+    shard.num_kv_heads = spec.num_kv_heads / size;
+    shard.kv_head_begin = rank * shard.num_kv_heads;
+  } else {
+    shard.num_kv_heads = 1;
+    shard.kv_head_begin = rank / (size / spec.num_kv_heads);
+  }
+  shard.intermediate_size = spec.intermediate_size / size;
+  shard.intermediate_begin = rank * shard.intermediate_size;
+  shard.first_segment = rank * kReductionSegments / size;
+  shard.end_segment = (rank + 1) * kReductionSegments / size;
+  shard.vocab_begin = int32_t(int64_t(spec.vocab_size) * rank / size);
+  shard.vocab_end = int32_t(int64_t(spec.vocab_size) * (rank + 1) / size);
+  return shard;
+}
+
+PartialsLayout partials_layout(int32_t size, int32_t num_rows, int32_t n) {
+  PartialsLayout layout;
+  layout.segment_floats = size_t(num_rows) * size_t(n);
+  layout.segments_per_rank = kReductionSegments / size;
+  return layout;
+}
+
+std::vector<GatherCopy> gather_copies(int32_t size, size_t rank_bytes, bool in_place) {
+  std::vector<GatherCopy> copies;
+  for (int32_t dst = 0; dst < size; ++dst) {
+    for (int32_t src = 0; src < size; ++src) {
+      if (in_place && src == dst) continue;
+      copies.push_back(GatherCopy{dst, src, size_t(src) * rank_bytes});
+    }
+  }
+  return copies;
+}
+
+}  // namespace cuda
+}  // namespace conduit

@@ -1,0 +1,75 @@
+// Which part of a model each rank of a tensor-parallel group holds on the GPU: the same split as
+// the CPU runtime's (src/model.cc shard_of, src/model.h TensorParallel), so a GPU group and a CPU
+// group cut a checkpoint alike. Column-parallel matrices (q/k/v, gate/up) keep a rank's rows;
+// row-parallel ones (o_proj, down_proj) keep whole segments of issue 40's fixed reduction tree
+// (src/row_parallel.h), and the LM head keeps a slice of the vocabulary. Host code, tested on CPU.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "conduit.h"
+#include "row_parallel.h"
+
+namespace conduit {
+namespace cuda {
+
+// Inputs [k_begin[s], k_begin[s + 1]) of a row-parallel matrix of k inputs form segment s.
+using SegmentBounds = std::array<int32_t, kReductionSegments + 1>;
+SegmentBounds segment_bounds(int32_t k);
+
+struct RankShard {
+  int32_t rank = 0;
+  int32_t size = 1;
+  // Query heads [head_begin, head_begin + num_heads); KV heads likewise (with fewer KV heads than
+  // ranks, each rank holds a copy of the one its query heads read, as vLLM does).
+  int32_t head_begin = 0;
+  int32_t num_heads = 0;
+  int32_t kv_head_begin = 0;
+  int32_t num_kv_heads = 0;
+  // MLP columns [intermediate_begin, intermediate_begin + intermediate_size).
+  int32_t intermediate_begin = 0;
+  int32_t intermediate_size = 0;
+  // Row-parallel segments [first_segment, end_segment) of the reduction tree.
+  int32_t first_segment = 0;
+  int32_t end_segment = kReductionSegments;
+  // LM head rows [vocab_begin, vocab_end).
+  int32_t vocab_begin = 0;
+  int32_t vocab_end = 0;
+};
+
+// Throws Error(CD_ERR_INVALID_ARGUMENT) naming the field when the model does not split over size
+// ranks (size 1, 2, 4 or 8 dividing the heads and the MLP columns, and dividing or a multiple of
+// the KV heads), or when size > 1 and a layer is MoE (its experts are not split on the GPU yet). A rank's
+// heads and MLP columns are then whole segments [first_segment, end_segment) of o_proj's and
+// down_proj's inputs, since size divides kReductionSegments.
+RankShard plan_rank(const cd_model_spec& spec, int32_t rank, int32_t size);
+
+// The partials of a row-parallel matmul over num_rows rows and n outputs, as the group gathers
+// them: fp32 [kReductionSegments][num_rows][n], rank r's segments contiguous, so one all-gather of
+// segments_per_rank * segment_floats floats per rank assembles every segment on every rank.
+struct PartialsLayout {
+  size_t segment_floats = 0;      // num_rows * n
+  int32_t segments_per_rank = 0;  // kReductionSegments / size
+  size_t rank_offset_floats(int32_t rank) const { return size_t(rank) * size_t(segments_per_rank) * segment_floats; }
+  size_t rank_bytes() const { return size_t(segments_per_rank) * segment_floats * sizeof(float); }
+  size_t total_floats() const { return size_t(kReductionSegments) * segment_floats; }
+};
+PartialsLayout partials_layout(int32_t size, int32_t num_rows, int32_t n);
+
+// One copy of an all-gather made of copies (the in-process group, src/cuda/device_group.cc):
+// rank src_rank's own bytes into rank dst_rank's gather buffer at src_rank's place.
+struct GatherCopy {
+  int32_t dst_rank = 0;
+  int32_t src_rank = 0;
+  size_t dst_offset_bytes = 0;
+};
+// Every copy an all-gather over size ranks of rank_bytes each takes, in the order they are issued
+// (by destination rank, then source rank). in_place: each rank's own bytes already lie at its
+// place in its gather buffer, so a rank copies only the others'.
+std::vector<GatherCopy> gather_copies(int32_t size, size_t rank_bytes, bool in_place);
+
+}  // namespace cuda
+}  // namespace conduit
