@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import path from 'node:path';
 import { validateConfig } from '../configs/schema.ts';
 import { parseWorkerArgs, workerArgs, defaultKvCacheBytes } from './worker-flags.ts';
 
@@ -54,11 +55,17 @@ test('speculative_config travels to the worker in vLLM\'s spelling, with vLLM\'s
     adaptive: true,
     suffix: { maxTreeDepth: 16, maxCachedRequests: 10_000, maxCachedTokens: 1 << 17, maxSpecFactor: 1, minTokenProb: 0.2 },
   });
+  // draft_model (vLLM's name): the draft checkpoint resolves against the config file, like the model's path.
+  assert.deepEqual(spawned({ method: 'draft_model', model: 'draft', num_speculative_tokens: 3 }), {
+    method: 'draft_model', draftModel: path.resolve('draft'), numSpeculativeTokens: 3, promptLookupMin: 5, promptLookupMax: 5, adaptive: true,
+  });
+  assert.equal(validateConfig({ models: [{ path: 'x', speculative_config: { method: 'draft_model', model: 'd', num_speculative_tokens: 3 } }] }, '/srv/conf/c.yaml').models[0].speculative_config?.model, '/srv/conf/d');
   const flag = (value: string) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--speculative-config', value]).speculative;
   assert.equal(flag('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"prompt_lookup_max":3}')?.promptLookupMax, 3);
   for (const bad of ['{"method":"eagle","num_speculative_tokens":2}', '{"method":"ngram"}', '{"method":"ngram","num_speculative_tokens":0}',
     '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":4,"prompt_lookup_max":2}', '{"method":"ngram","num_speculative_tokens":2,"typo":1}', 'ngram',
-    '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_max_tree_depth":0}', '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_min_token_prob":2}']) {
+    '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_max_tree_depth":0}', '{"method":"suffix","num_speculative_tokens":2,"suffix_decoding_min_token_prob":2}',
+    '{"method":"draft_model","num_speculative_tokens":2}', '{"method":"ngram","model":"/m/d","num_speculative_tokens":2}', '{"method":"draft_model","model":"","num_speculative_tokens":2}']) {
     assert.throws(() => flag(bad), /--speculative-config/, bad);
   }
 });

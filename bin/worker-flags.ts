@@ -161,6 +161,7 @@ export function speculativeConfigOf(model: LlmModelConfig): SpeculativeConfig | 
     promptLookupMin,
     promptLookupMax: spec.prompt_lookup_max ?? promptLookupMin,
     adaptive: spec.adaptive,
+    ...(spec.model !== undefined && { draftModel: spec.model }),
     ...(spec.method === 'suffix' && {
       suffix: {
         ...SUFFIX_DEFAULTS,

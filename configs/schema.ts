@@ -99,10 +99,14 @@ export const modelSchema = z
      * suffix_decoding_max_cached_requests of them, suffix_decoding_max_cached_tokens tokens in
      * all, oldest out first), as long as its estimated probability stays at least
      * suffix_decoding_min_token_prob, at most suffix_decoding_max_spec_factor tokens per token matched.
+     * `draft_model` runs `model` (a smaller checkpoint with the same tokenizer; a relative path
+     * resolves against the config file) in the same worker, greedily, num_speculative_tokens
+     * steps ahead, with a KV cache of its own as large as the target's.
      */
     speculative_config: z
       .object({
-        method: z.enum(['ngram', 'suffix']),
+        method: z.enum(['ngram', 'suffix', 'draft_model']),
+        model: z.string().min(1).optional(),
         num_speculative_tokens: z.number().int().min(1).max(16),
         prompt_lookup_min: z.number().int().positive().optional(),
         prompt_lookup_max: z.number().int().positive().optional(),
@@ -116,6 +120,9 @@ export const modelSchema = z
       .strict()
       .refine((s) => (s.prompt_lookup_min ?? s.prompt_lookup_max ?? 5) <= (s.prompt_lookup_max ?? s.prompt_lookup_min ?? 5), {
         message: 'prompt_lookup_min must not exceed prompt_lookup_max',
+      })
+      .refine((s) => (s.method === 'draft_model') === (s.model !== undefined), {
+        message: 'model (the draft checkpoint) is required with method draft_model, and only with it',
       })
       .optional(),
     /**
@@ -328,7 +335,10 @@ export function validateConfig(raw: unknown, source: string): Config {
   }
   const config = result.data;
   const baseDir = path.dirname(path.resolve(source));
-  for (const model of config.models) model.path = path.resolve(baseDir, model.path);
+  for (const model of config.models) {
+    model.path = path.resolve(baseDir, model.path);
+    if (model.speculative_config?.model !== undefined) model.speculative_config.model = path.resolve(baseDir, model.speculative_config.model);
+  }
   if (config.model_repository !== undefined) config.model_repository.path = path.resolve(baseDir, config.model_repository.path);
   if (config.model_repository?.trace_file !== undefined) config.model_repository.trace_file = path.resolve(baseDir, config.model_repository.trace_file);
   if (config.server.api_keys_file !== undefined) config.server.api_keys_file = path.resolve(baseDir, config.server.api_keys_file);

@@ -273,6 +273,14 @@ export class Engine {
   /** One step; null when nothing could be scheduled (every request waits for its grammar). */
   private async step(): Promise<StepStats | null> {
     const scheduleStart = performance.now();
+    // A proposer that works ahead (a draft model) does so now; its time is the step's, for the cost model.
+    if (this.speculator?.prepares) {
+      try {
+        await this.speculator.prepare(this.scheduler.speculationCandidates());
+      } catch (err) {
+        this.log.warn({ err }, 'the draft model failed: this step verifies no proposals');
+      }
+    }
     const output = this.scheduler.schedule();
     if (output.scheduled.length === 0) return null;
     const grammars = this.grammars;

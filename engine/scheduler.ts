@@ -133,6 +133,8 @@ export class Scheduler {
   /** Reused every step: the decodes that may verify proposals, and their entries in the step. */
   private readonly speculating: Sequence[] = [];
   private readonly speculatingEntries: ScheduledSequence[] = [];
+  /** Reused: speculationCandidates()'s answer. */
+  private readonly candidates: Sequence[] = [];
   private numArrivals = 0;
   private numQueuedPrefillTokens = 0;
   private numPreempted = 0;
@@ -624,11 +626,7 @@ export class Scheduler {
     const speculator = this.config.speculator;
     if (sequences.length === 0 || speculator == null) return 0;
     for (const sequence of sequences) {
-      const { maxTokens, minTokens } = sequence.sampling;
-      const numOutputTokens = sequence.numOutputTokens;
-      let limit = Math.min(sequence.speculationLimit, maxTokens - numOutputTokens - 1, this.config.maxModelLen - sequence.numTokens - 1);
-      if (numOutputTokens < minTokens) limit = Math.min(limit, minTokens - numOutputTokens - 1);
-      sequence.maxDraftTokens = Math.max(0, limit);
+      sequence.maxDraftTokens = this.draftLimitOf(sequence);
       sequence.draftTokenIds.length = 0;
     }
     const numChosen = speculator.choose(sequences, numScheduledSeqs, tokenBudget);
@@ -645,6 +643,31 @@ export class Scheduler {
     sequences.length = 0;
     entries.length = 0;
     return numDraftTokens;
+  }
+
+  /** The most proposals the sequence may verify in its next decode. */
+  private draftLimitOf(sequence: Sequence): number {
+    const { maxTokens, minTokens } = sequence.sampling;
+    const numOutputTokens = sequence.numOutputTokens;
+    let limit = Math.min(sequence.speculationLimit, maxTokens - numOutputTokens - 1, this.config.maxModelLen - sequence.numTokens - 1);
+    if (numOutputTokens < minTokens) limit = Math.min(limit, minTokens - numOutputTokens - 1);
+    return Math.max(0, limit);
+  }
+
+  /**
+   * The running sequences whose next step is a decode that may speculate, each with its
+   * maxDraftTokens set: what a proposer that works ahead of the step (a draft model) prepares
+   * for. The step's own choice (addProposals) may still leave some out.
+   */
+  speculationCandidates(): readonly Sequence[] {
+    const candidates = this.candidates;
+    candidates.length = 0;
+    for (let sequence = this.running.first; sequence !== null; sequence = this.running.after(sequence)) {
+      if (sequence.speculationLimit === 0 || sequence.numSchedulableTokens !== 1) continue;
+      sequence.maxDraftTokens = this.draftLimitOf(sequence);
+      if (sequence.maxDraftTokens > 0) candidates.push(sequence);
+    }
+    return candidates;
   }
 
   /**

@@ -5,6 +5,7 @@ import type { LevelWithSilent } from 'pino';
 import type { Device, DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
 import { MPI_GROUP, describeKvCache, loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
+import { loadDraftProposer, type DraftProposer } from './spec/draft.ts';
 import { startRanks } from './tensor-parallel.ts';
 import { GrammarService } from './grammar/service.ts';
 import type { PrefillLimits, SchedulingPolicy } from './scheduler.ts';
@@ -137,8 +138,25 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     maxNumSeqs: settings.maxNumSeqs,
     maxNumBatchedTokens: settings.maxNumBatchedTokens,
   });
+  let draft: DraftProposer | undefined;
   let engine;
   try {
+    if (settings.speculative?.method === 'draft_model') {
+      draft = await loadDraftProposer({
+        modelDir: settings.speculative.draftModel!,
+        targetVocabSize: model.info.vocabSize,
+        dtype: settings.dtype,
+        kvCacheDtype: settings.kvCacheDtype,
+        // As many tokens as the target's pool: room for every sequence the target holds.
+        numKvBlocks,
+        blockSizeTokens: settings.blockSizeTokens,
+        numThreads: settings.numThreads,
+        kernel: settings.kernel,
+        maxNumSeqs: settings.maxNumSeqs,
+        maxNumBatchedTokens: settings.maxNumBatchedTokens,
+      });
+      log.info({ draft_model: settings.speculative.draftModel, num_kv_blocks: numKvBlocks }, 'draft model loaded');
+    }
     engine = createEngine(runner, {
       servedName: settings.servedName,
       maxNumSeqs: settings.maxNumSeqs,
@@ -148,6 +166,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       enablePrefixCaching: settings.enablePrefixCaching,
       policy: settings.schedulingPolicy,
       speculative: settings.speculative,
+      ...(draft === undefined ? {} : { proposer: draft }),
       grammars: new GrammarService({
         modelDir: settings.modelDir,
         vocabSize: model.info.vocabSize,
@@ -159,6 +178,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     });
   } catch (err) {
     runner.close();
+    draft?.close();
     throw err;
   }
   let server;
@@ -166,6 +186,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     server = await serveEngine(engine, settings.listen, log);
   } catch (err) {
     await engine.close();
+    draft?.close();
     throw err;
   }
   let publisher: RedisPublisher | null = null;
@@ -174,6 +195,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
     const address = advertiseAddress ?? server.address;
     if (/^(0\.0\.0\.0|\[?::\]?):/.test(address)) {
       await engine.close();
+      draft?.close();
       await server.close();
       throw new Error(`worker: listening on ${address}, it needs an advertise address that gateways can reach`);
     }
@@ -189,6 +211,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       await publisher?.close();
       // The engine next, so that clients read why their requests ended before the stream closes.
       await engine.close();
+      draft?.close();
       await server.close();
       // Their model's close stopped the ranks' serving; they exit on their own.
       await ranks?.stop();

@@ -14,7 +14,8 @@
 // 4. Random prompts (uniform token ids: nothing to look up), batch 1. Target: at least 0.97 x.
 // 5. 32 concurrent streams of corpus continuations. Target: at least 1.0 x plain throughput.
 // Each engine workload runs plain decoding, ngram and suffix (adaptive, up to 8 proposals per
-// sequence and step) and, for reference, ngram at a fixed k = 4, every prompt through one engine
+// sequence and step), the draft model models/conduit-tiny-draft (adaptive, up to 4: each guess
+// costs a draft step) and, for reference, ngram at a fixed k = 4, every prompt through one engine
 // as a server would (suffix learns from the outputs before). It prints each proposer's speedup
 // against the target, acceptance (accepted / verified proposals) and output tokens per step,
 // the speedup taken apart (tokens per step over the step's cost against a plain step's, forward
@@ -25,7 +26,9 @@
 // Engine workloads run in --engine-rounds rounds that interleave the modes; each mode's time is
 // the median of its rounds.
 //
-//   npm run bench:spec [-- --threads N --tokens 512 --rounds 20 --engine-rounds 3]
+//   npm run bench:spec [-- --threads N --tokens 512 --rounds 20 --engine-rounds 3 --modes draft,ngram]
+// (--modes: only the modes whose names start with one of these, beside plain decoding.)
+import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -34,6 +37,7 @@ import { SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
 import { loadModel } from '../native/index.ts';
 import { createEngine } from '../engine/engine.ts';
 import { NativeRunner } from '../engine/native-runner.ts';
+import { DraftProposer, loadDraftProposer } from '../engine/spec/draft.ts';
 import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
 import type { GenerateRequest, SpecDecodeCounters } from '../engine/types.ts';
 import { loadTokenizer } from '../gateway/tokenizer/load.ts';
@@ -47,6 +51,7 @@ const { values } = parseArgs({
     tokens: { type: 'string', default: '512' },
     rounds: { type: 'string', default: '20' },
     'engine-rounds': { type: 'string', default: '3' },
+    modes: { type: 'string' },
   },
 });
 const numThreads = Number(values.threads ?? Math.min(os.availableParallelism(), 16));
@@ -55,6 +60,7 @@ const numRounds = Number(values.rounds);
 const numEngineRounds = Number(values['engine-rounds']);
 const BLOCK_SIZE_TOKENS = 16;
 const TINY_DIR = path.join(packageRoot, 'models', 'conduit-tiny');
+const DRAFT_DIR = path.join(packageRoot, 'models', 'conduit-tiny-draft');
 
 /** Openings of chapters of the King James Bible, conduit-tiny's corpus (tools/train/corpus.py). */
 const CORPUS_PROMPTS = [
@@ -73,12 +79,18 @@ const ngram: SpeculativeConfig = { method: 'ngram', numSpeculativeTokens: 8, pro
 // this proposes ~8 % more tokens per step at the same k, and adaptivity trims the unlikely tails.
 const suffix: SpeculativeConfig = { ...ngram, method: 'suffix', suffix: { maxSpecFactor: 2 } };
 /** Adaptive proposers choose 0 .. 8 per sequence and step; fixed k = 4 is the reference without adaptivity. */
-const modes: Array<[string, SpeculativeConfig | null]> = [
+const draft: SpeculativeConfig = { ...ngram, method: 'draft_model', draftModel: DRAFT_DIR, numSpeculativeTokens: 4 };
+const allModes: Array<[string, SpeculativeConfig | null]> = [
   ['plain decode', null],
   ['ngram adaptive', ngram],
   ['suffix adaptive', suffix],
+  ['draft adaptive', draft],
   ['ngram k = 4', { ...ngram, numSpeculativeTokens: 4, adaptive: false }],
 ];
+const modePrefixes = values.modes?.split(',');
+const modes = allModes.filter(([name, config]) => config === null || modePrefixes === undefined || modePrefixes.some((prefix) => name.startsWith(prefix)));
+/** The draft model's runtime, loaded once for every run (a run's proposer holds only its block tables). */
+let draftModel: NativeModel | null = null;
 
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
@@ -164,6 +176,7 @@ async function runWorkload(model: NativeModel, prompts: number[][], maxTokens: n
   // The engine closes its runner, and the runner its model: this one outlives every run.
   const shared: NativeModel = { info: model.info, forward: (batch) => model.forward(batch), close: () => {} };
   const runner = new NativeRunner(shared, { maxModelLen, maxNumSeqs, maxNumBatchedTokens: 2048 });
+  const sharedDraft: NativeModel | null = draftModel === null ? null : { info: draftModel.info, forward: (batch) => draftModel!.forward(batch), close: () => {} };
   const engine = createEngine(runner, {
     servedName: 'bench',
     maxNumSeqs,
@@ -171,6 +184,7 @@ async function runWorkload(model: NativeModel, prompts: number[][], maxTokens: n
     generationDefaults: { eosTokenIds: [] },
     enablePrefixCaching: false,
     speculative,
+    ...(speculative?.method === 'draft_model' && { proposer: new DraftProposer(sharedDraft!, { maxNumSeqs, maxNumBatchedTokens: 2048 }) }),
   });
   let numSteps = 0;
   let forwardMs = 0;
@@ -209,6 +223,17 @@ async function runWorkload(model: NativeModel, prompts: number[][], maxTokens: n
 async function engineWorkloads(): Promise<void> {
   const tokenizer = loadTokenizer(TINY_DIR).tokenizer;
   const model = await loadModel({ modelDir: TINY_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 4096, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
+  if (modes.some(([, config]) => config?.method === 'draft_model')) {
+    if (existsSync(path.join(DRAFT_DIR, 'config.json'))) {
+      const loaded = await loadDraftProposer({
+        modelDir: DRAFT_DIR, targetVocabSize: model.info.vocabSize, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 4096, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto', maxNumSeqs: 32, maxNumBatchedTokens: 2048,
+      });
+      draftModel = loaded.model;
+    } else {
+      console.log(`   (no ${DRAFT_DIR}: the draft row is skipped; tools/train/run-draft.sh makes it)`);
+      modes.splice(modes.findIndex(([, config]) => config?.method === 'draft_model'), 1);
+    }
+  }
   try {
     const corpus = CORPUS_PROMPTS.map((text) => tokenizer.encode(text, { addSpecialTokens: false }));
     console.log(`\n2. conduit-tiny, greedy ${numOutputTokens}-token continuations of ${corpus.length} corpus verses, one at a time (batch 1)`);
@@ -228,6 +253,7 @@ async function engineWorkloads(): Promise<void> {
     await compareModes(model, '32 streams', streams, Math.min(128, numOutputTokens), true, 1.0);
   } finally {
     model.close();
+    draftModel?.close();
   }
 }
 

@@ -7,7 +7,9 @@ import { SUFFIX_DEFAULTS, SuffixProposer, type SuffixSettings } from './suffix.t
 
 /** vLLM's speculative_config, camel-cased: the method and its limits. */
 export interface SpeculativeConfig {
-  method: 'ngram' | 'suffix';
+  method: 'ngram' | 'suffix' | 'draft_model';
+  /** draft_model: the draft checkpoint's directory (the worker loads it; proposer: draft.ts). */
+  draftModel?: string;
   /** Most tokens proposed for a sequence in one step; adaptivity picks 0 .. this per step. */
   numSpeculativeTokens: number;
   /** ngram: the shortest and longest suffix of the sequence looked up in its own tokens. */
@@ -25,7 +27,20 @@ export interface ProposerInput {
   readonly numPromptTokens: number;
 }
 
+/** A sequence whose next step may verify proposals, with the most it may verify. */
+export interface ProposalCandidate extends ProposerInput {
+  readonly maxDraftTokens: number;
+}
+
 export interface Proposer {
+  /**
+   * Work ahead of the step (a draft model's forward passes), over the sequences that may
+   * speculate in it; the engine awaits it before scheduling the step, and propose() then reads
+   * what it found. Absent: propose() does all the work.
+   */
+  prepare?(candidates: readonly ProposalCandidate[]): Promise<void>;
+  /** With prepare: the measured time of one more guess for every candidate (a draft pass), in ms. */
+  readonly passMs?: number;
   /** Writes up to maxNumTokens guessed next tokens into out (its length set to their count). */
   propose(sequence: ProposerInput, maxNumTokens: number, out: number[]): void;
   /** The sequence is done (finished, aborted or failed): what it learnt from it, it keeps; nothing else of it. */
@@ -38,6 +53,8 @@ export function createProposer(config: SpeculativeConfig): Proposer {
       return new NgramProposer(config.promptLookupMin, config.promptLookupMax);
     case 'suffix':
       return new SuffixProposer({ ...SUFFIX_DEFAULTS, ...config.suffix });
+    case 'draft_model':
+      throw new Error('speculative_config: a draft_model proposer needs its loaded model (loadDraftProposer in spec/draft.ts)');
   }
 }
 
@@ -45,7 +62,12 @@ export function createProposer(config: SpeculativeConfig): Proposer {
 export function speculativeConfigErrors(config: SpeculativeConfig): string[] {
   const errors: string[] = [];
   const { numSpeculativeTokens, promptLookupMin, promptLookupMax } = config;
-  if (config.method !== 'ngram' && config.method !== 'suffix') errors.push(`method must be 'ngram' or 'suffix', not ${JSON.stringify(config.method)}`);
+  if (config.method !== 'ngram' && config.method !== 'suffix' && config.method !== 'draft_model') {
+    errors.push(`method must be 'ngram', 'suffix' or 'draft_model', not ${JSON.stringify(config.method)}`);
+  }
+  if (config.method === 'draft_model' && !(typeof config.draftModel === 'string' && config.draftModel.length > 0)) {
+    errors.push('method draft_model needs model, the draft checkpoint\'s directory');
+  }
   if (!(Number.isInteger(numSpeculativeTokens) && numSpeculativeTokens >= 1 && numSpeculativeTokens <= MAX_SPECULATIVE_TOKENS)) {
     errors.push(`num_speculative_tokens must be an integer in [1, ${MAX_SPECULATIVE_TOKENS}], not ${numSpeculativeTokens}`);
   }

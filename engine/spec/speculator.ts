@@ -15,6 +15,12 @@ export interface SpeculatingSequence extends ProposerInput {
   readonly acceptance: AcceptanceStats | null;
 }
 
+/** A sequence a proposer may work ahead for: its limit, which adaptivity may lower, and its acceptance. */
+export interface PreparingSequence extends ProposerInput {
+  maxDraftTokens: number;
+  readonly acceptance: AcceptanceStats | null;
+}
+
 export class Speculator {
   readonly config: SpeculativeConfig;
   private readonly proposer: Proposer;
@@ -71,6 +77,43 @@ export class Speculator {
       chooseDraftCounts(candidates, stepCost, budget, this.numChosen, Math.max(baseTokens, candidates.length));
     }
     return this.numChosen;
+  }
+
+  /** Whether the proposer works ahead of the step (prepare, before the step is scheduled). */
+  get prepares(): boolean {
+    return this.proposer.prepare !== undefined;
+  }
+
+  /**
+   * The proposer's work ahead of the step for the sequences that may speculate in it; none where
+   * adaptivity knows no proposal would be verified (a compute-bound step). Adaptive, each
+   * sequence's maxDraftTokens is first lowered to what the step's choice would verify (at least
+   * one, so that acceptance keeps being measured), each guess costing its share of a draft pass.
+   */
+  async prepare(candidates: readonly PreparingSequence[]): Promise<void> {
+    if (this.proposer.prepare === undefined || candidates.length === 0) return;
+    if (this.config.adaptive !== false) {
+      const numDecodes = candidates.length;
+      const stepCost = this.costModel.costAt(numDecodes);
+      if (!anyProposalPays(stepCost, numDecodes)) return;
+      const choices = this.candidates;
+      choices.length = 0;
+      let budget = 0;
+      for (const { acceptance, maxDraftTokens } of candidates) {
+        choices.push(
+          acceptance === null
+            ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0 }
+            : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: maxDraftTokens },
+        );
+        budget += maxDraftTokens;
+      }
+      if (this.numChosen.length < candidates.length) this.numChosen = new Int32Array(Math.max(candidates.length, 2 * this.numChosen.length));
+      // A guess costs its verification and its share of a draft pass.
+      const guessCost = { baseMs: stepCost.baseMs, perTokenMs: stepCost.perTokenMs + (this.proposer.passMs ?? 0) / numDecodes };
+      chooseDraftCounts(choices, guessCost, budget, this.numChosen, numDecodes);
+      candidates.forEach((candidate, i) => (candidate.maxDraftTokens = Math.min(candidate.maxDraftTokens, Math.max(1, this.numChosen[i]))));
+    }
+    await this.proposer.prepare(candidates);
   }
 
   /**

@@ -12,7 +12,10 @@ import path from 'node:path';
 import { createEngine, type Engine } from '../engine.ts';
 import { extendBlockHashes, rootHash, type BlockHash } from '../kv/block-hash.ts';
 import { NativeRunner } from '../native-runner.ts';
-import type { Proposer, ProposerInput, SpeculativeConfig } from '../spec/proposer.ts';
+import { loadDraftProposer, type DraftProposer } from '../spec/draft.ts';
+import { Speculator } from '../spec/speculator.ts';
+import type { ProposalCandidate, Proposer, ProposerInput, SpeculativeConfig } from '../spec/proposer.ts';
+import { DEFAULT_OPTIONS, writeRandomCheckpoint } from '../../tools/make-checkpoint.ts';
 import type { RequestOutput, SamplingParams, SpecDecodeCounters, StepReport } from '../types.ts';
 import { RecordingRunner, TINY_EOS, TINY_VOCAB_SIZE, blockSizeTokens, load, tinyCheckpoint } from './tiny-model.ts';
 import { seeded } from './spec-harness.ts';
@@ -213,5 +216,151 @@ test('speculative decoding emits bitwise the tokens and logprobs of plain decodi
     }
     if (variant.numKvBlocks === 40 && variant.batched) assert.ok(result.numPreempted > 0, `${variant.label}: a request was preempted`);
     if (!variant.batched) assert.deepEqual([...result.storedHashes].sort(), [...plain.storedHashes].sort(), `${variant.label}: the prefix cache holds what plain decoding's does`);
+  }
+});
+
+/** A second random checkpoint with the tiny model's vocabulary: a draft that guesses poorly. */
+function otherCheckpoint(dir: string, vocabSize: number): string {
+  const outDir = path.join(dir, `other-${vocabSize}`);
+  writeRandomCheckpoint({ ...DEFAULT_OPTIONS, outDir, hiddenSize: 32, numLayers: 1, numHeads: 2, numKvHeads: 1, intermediateSize: 64, vocabSize, dtype: 'fp32', maxPositionEmbeddings: 128, seed: 11 });
+  return outDir;
+}
+
+function loadDraft(modelDir: string, numKvBlocks: number): Promise<DraftProposer> {
+  return loadDraftProposer({
+    modelDir, targetVocabSize: TINY_VOCAB_SIZE, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks, blockSizeTokens, numThreads: 2, kernel: 'auto',
+    maxNumSeqs: limits.maxNumSeqs, maxNumBatchedTokens: limits.maxNumBatchedTokens,
+  });
+}
+
+/** The draft proposer, recording every proposal with the tokens it was made for. */
+class RecordingDraft implements Proposer {
+  readonly proposals = new Map<string, { tokenIds: number[]; guesses: number[] }>();
+  constructor(readonly draft: DraftProposer) {}
+  prepare(candidates: readonly ProposalCandidate[]): Promise<void> {
+    return this.draft.prepare(candidates);
+  }
+  propose(sequence: ProposerInput, maxNumTokens: number, out: number[]): void {
+    this.draft.propose(sequence, maxNumTokens, out);
+    if (out.length > 0) this.proposals.set(`${sequence.tokenIds.join(',')}/${out.length}`, { tokenIds: [...sequence.tokenIds], guesses: [...out] });
+  }
+  finish(sequence: ProposerInput): void {
+    this.draft.finish(sequence);
+  }
+}
+
+/** Each proposal against the draft model's own greedy continuation of its tokens, computed from scratch. */
+async function assertGuessesAreGreedy(draftDir: string, recording: RecordingDraft, label: string): Promise<void> {
+  await assertGreedy(draftDir, [...recording.proposals.values()], label);
+}
+
+async function assertGreedy(draftDir: string, records: Array<{ tokenIds: number[]; guesses: number[] }>, label: string): Promise<void> {
+  assert.ok(records.length > 0, `${label}: something was proposed`);
+  const cases = records.map(({ tokenIds, guesses }, i) => ({ requestId: `g${i}`, prompt: tokenIds, sampling: { temperature: 0, ignoreEos: true, maxTokens: guesses.length } }));
+  const { outputs } = await run(draftDir, cases, { numKvBlocks: 256, batched: true });
+  records.forEach(({ guesses }, i) => assert.deepEqual(guesses, outputs[i].tokenIds, `${label}: guesses after ${records[i].tokenIds.length} tokens are the draft's greedy continuation`));
+}
+
+test('the draft-model proposer: bitwise plain decoding, every greedy guess of the target as its own draft accepted, both KV pools back', async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-spec-draft-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const modelDir = tinyCheckpoint(dir);
+  const { seed, random } = seeded(t);
+  const cases = makeCases(random, 16);
+  const plain = await run(modelDir, cases, { numKvBlocks: 256, batched: false });
+  const fixed: SpeculativeConfig = { method: 'draft_model', draftModel: modelDir, numSpeculativeTokens: 5, promptLookupMin: 1, promptLookupMax: 1, adaptive: false };
+
+  // The target as its own draft: its greedy guesses are the target's greedy tokens (the kernels
+  // are batch-invariant), so a greedy request accepts every one, which holds only if the draft's
+  // KV is trimmed to exactly the accepted tokens after each step.
+  const greedyCases = cases.map((c) => ({ ...c, sampling: { temperature: 0, ignoreEos: true, maxTokens: c.sampling.maxTokens } }));
+  const greedyPlain = await run(modelDir, greedyCases, { numKvBlocks: 256, batched: false });
+  for (const batched of [false, true]) {
+    const draft = await loadDraft(modelDir, 64);
+    try {
+      const result = await run(modelDir, greedyCases, { numKvBlocks: 256, batched, speculative: fixed, proposer: draft });
+      assertSameOutputs(result.outputs, greedyPlain.outputs, greedyCases, `self-draft greedy, ${batched ? 'batched' : 'alone'}`, seed);
+      assert.ok(result.counters.numDraftTokens > 0);
+      assert.equal(result.counters.numAcceptedTokens, result.counters.numDraftTokens, 'every greedy guess of the target as its own draft is accepted');
+      assert.equal(draft.numFreeBlocks, 64, 'every draft KV block is free at the end');
+    } finally {
+      draft.close();
+    }
+  }
+
+  // Every kind of request, a draft that guesses well (the target) and one that guesses badly,
+  // under preemption, with a draft pool too small for every sequence at once (those it cannot
+  // hold guess nothing).
+  const variants = [
+    { label: 'self-draft, alone', batched: false, numKvBlocks: 256, draftDir: modelDir, draftBlocks: 64, accepts: true },
+    { label: 'self-draft adaptive, batched under preemption', batched: true, numKvBlocks: 40, draftDir: modelDir, draftBlocks: 40, accepts: false, adaptive: true },
+    { label: 'other draft, batched under preemption, small draft pool', batched: true, numKvBlocks: 40, draftDir: otherCheckpoint(dir, TINY_VOCAB_SIZE), draftBlocks: 20, accepts: false },
+  ];
+  for (const variant of variants) {
+    const draft = await loadDraft(variant.draftDir, variant.draftBlocks);
+    try {
+      const speculative = { ...fixed, draftModel: variant.draftDir, adaptive: variant.adaptive ?? false };
+      const recording = new RecordingDraft(draft);
+      const result = await run(modelDir, cases, { ...variant, speculative, proposer: recording });
+      assertSameOutputs(result.outputs, plain.outputs, cases, variant.label, seed);
+      // Its KV after rejections, preemptions and partial verifications is exactly the accepted tokens'.
+      await assertGuessesAreGreedy(variant.draftDir, recording, variant.label);
+      assert.ok(result.numVerifiedSteps > 0 || speculative.adaptive, `${variant.label}: proposals were verified`);
+      if (variant.accepts) {
+        assert.ok(result.counters.numAcceptedTokens > 0, `${variant.label}: proposals were accepted`);
+        assert.ok(result.counters.numAcceptedTokens < result.counters.numDraftTokens, `${variant.label}: proposals were rejected`);
+      }
+      if (variant.numKvBlocks === 40) assert.ok(result.numPreempted > 0, `${variant.label}: a request was preempted`);
+      assert.equal(draft.numFreeBlocks, variant.draftBlocks, `${variant.label}: every draft KV block is free at the end`);
+    } finally {
+      draft.close();
+    }
+  }
+});
+
+test('a draft model with another vocabulary is a clear config error', async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-spec-draft-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  await assert.rejects(loadDraft(otherCheckpoint(dir, 128), 16), /speculative_config\.model: the draft model .* has a vocabulary of 128 tokens, the target 256; a draft model must share the target's tokenizer/);
+  const config: SpeculativeConfig = { method: 'draft_model', numSpeculativeTokens: 2, promptLookupMin: 1, promptLookupMax: 1 };
+  assert.throws(() => new Speculator(config), /method draft_model needs model, the draft checkpoint's directory/);
+  assert.throws(() => new Speculator({ ...config, draftModel: dir }), /a draft_model proposer needs its loaded model/);
+});
+
+test('the draft keeps exactly the KV of the tokens that followed its guesses, however many steps passed since', async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'conduit-spec-draft-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const modelDir = tinyCheckpoint(dir);
+  const { random } = seeded(t);
+  const token = () => 3 + Math.floor(random() * (TINY_VOCAB_SIZE - 3));
+  const draft = await loadDraft(modelDir, 96);
+  const records: Array<{ tokenIds: number[]; guesses: number[] }> = [];
+  try {
+    // Three sequences at once, each moved on between prepares as a step would (some guesses
+    // accepted, then a token of the target's own), or several steps.
+    const sequences = Array.from({ length: 3 }, () => {
+      const prompt = Array.from({ length: 1 + Math.floor(random() * 20) }, token);
+      return { tokenIds: prompt, numPromptTokens: prompt.length, maxDraftTokens: 1 + Math.floor(random() * 5) };
+    });
+    const guesses: number[] = [];
+    for (let round = 0; round < 8; round++) {
+      await draft.prepare(sequences);
+      for (const sequence of sequences) {
+        draft.propose(sequence, sequence.maxDraftTokens, guesses);
+        assert.equal(guesses.length, sequence.maxDraftTokens);
+        records.push({ tokenIds: [...sequence.tokenIds], guesses: [...guesses] });
+        // Several tokens of its own: the draft was skipped for some steps, so KV past the last
+        // known token's position holds guesses that must be recognised as wrong.
+        const numAccepted = Math.floor(random() * (guesses.length + 1));
+        const numOwn = random() < 0.3 ? 2 + Math.floor(random() * 3) : 1;
+        for (let i = 0; i < numAccepted; i++) sequence.tokenIds.push(guesses[i]);
+        for (let i = 0; i < numOwn; i++) sequence.tokenIds.push(token());
+      }
+    }
+    await assertGreedy(modelDir, records, 'direct');
+    for (const sequence of sequences) draft.finish(sequence);
+    assert.equal(draft.numFreeBlocks, 96);
+  } finally {
+    draft.close();
   }
 });

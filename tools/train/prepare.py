@@ -4,6 +4,7 @@ tokenizer and both splits as token ids to the output directory."""
 import argparse
 import json
 import os
+import shutil
 
 import torch
 
@@ -27,15 +28,22 @@ def encode_documents(tokenizer, documents):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
+    parser.add_argument("--tokenizer", help="encode with this tokenizer.json instead of training one (a draft model must share its target's ids)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
     training, validation = corpus.split_chapters(corpus.read_chapters())
-    num_byte_tokens = 256
-    merges = bpe.train_merges(training, VOCAB_SIZE - num_byte_tokens - 1)
-    tokenizer = bpe.ByteLevelBpe(merges, [END_OF_TEXT])
+    if args.tokenizer:
+        tokenizer = bpe.load_tokenizer_json(args.tokenizer)
+    else:
+        num_byte_tokens = 256
+        merges = bpe.train_merges(training, VOCAB_SIZE - num_byte_tokens - 1)
+        tokenizer = bpe.ByteLevelBpe(merges, [END_OF_TEXT])
     assert tokenizer.vocab_size == VOCAB_SIZE, tokenizer.vocab_size
-    bpe.save_tokenizer_json(tokenizer, os.path.join(args.out, "tokenizer.json"))
+    if args.tokenizer:
+        shutil.copyfile(args.tokenizer, os.path.join(args.out, "tokenizer.json"))
+    else:
+        bpe.save_tokenizer_json(tokenizer, os.path.join(args.out, "tokenizer.json"))
 
     splits = {"train": encode_documents(tokenizer, training), "val": encode_documents(tokenizer, validation)}
     for name, ids in splits.items():

@@ -10,20 +10,33 @@ import time
 
 import torch
 
+from checkpoint import load_checkpoint_fp32
 from model import LlamaConfig, LlamaForCausalLM
 
 SEED = 1611
 
 
-def model_config(vocab_size, context_tokens):
-    return LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        max_position_embeddings=context_tokens,
+# conduit-tiny, and its draft for speculative decoding: a quarter of the layers, half the width,
+# the same head size (the draft's step costs ~1/6 of the target's, mostly its output layer).
+PRESETS = {
+    "tiny": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4),
+    "draft": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2),
+}
+
+
+def model_config(preset, vocab_size, context_tokens):
+    return LlamaConfig(vocab_size=vocab_size, max_position_embeddings=context_tokens, **PRESETS[preset])
+
+
+def distillation_loss(student_logits, teacher_logits):
+    """KL(teacher || student) per token: the student learns the teacher's whole distribution,
+    which is what a draft is accepted on, not just the corpus's next token."""
+    vocab_size = student_logits.shape[-1]
+    return torch.nn.functional.kl_div(
+        torch.log_softmax(student_logits.reshape(-1, vocab_size), dim=-1),
+        torch.log_softmax(teacher_logits.reshape(-1, vocab_size), dim=-1),
+        log_target=True,
+        reduction="batchmean",
     )
 
 
@@ -70,6 +83,9 @@ def main():
     parser.add_argument("--num-warmup-steps", type=int, default=30)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--num-threads", type=int, default=2)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--stop-after-steps", type=int, help="end here, the schedule still that of --num-steps (a time budget)")
+    parser.add_argument("--teacher", help="a checkpoint directory to distil from (KL to its logits) instead of the corpus's next tokens")
     args = parser.parse_args()
 
     torch.manual_seed(SEED)
@@ -79,8 +95,11 @@ def main():
     with open(os.path.join(args.out, "data.json")) as f:
         vocab_size = json.load(f)["vocabSize"]
 
-    config = model_config(vocab_size, args.context_tokens)
+    config = model_config(args.preset, vocab_size, args.context_tokens)
     model = LlamaForCausalLM(config)
+    teacher = load_checkpoint_fp32(args.teacher) if args.teacher else None
+    if teacher is not None and teacher.config.vocab_size != vocab_size:
+        raise SystemExit(f"teacher vocab {teacher.config.vocab_size} != data vocab {vocab_size}")
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -94,20 +113,26 @@ def main():
     print(json.dumps({"numParameters": model.num_parameters(), "config": dataclasses.asdict(config)}), flush=True)
 
     start_s = time.time()
-    for step in range(args.num_steps):
+    num_steps_run = min(args.num_steps, args.stop_after_steps or args.num_steps)
+    for step in range(num_steps_run):
         lr = learning_rate(step, args.num_steps, args.peak_lr, args.num_warmup_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = sample_windows(train_stream, args.batch_size, args.context_tokens, generator)
         logits = model(inputs)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))
+        if teacher is None:
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))
+        else:
+            with torch.no_grad():
+                teacher_logits = teacher(inputs)
+            loss = distillation_loss(logits, teacher_logits)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
         record = {"step": step + 1, "trainLoss": loss.item(), "lr": lr, "elapsedS": time.time() - start_s}
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.num_steps:
+        if (step + 1) % args.eval_every == 0 or step + 1 == num_steps_run:
             record["valLoss"] = validation_loss(model, val_stream, args.context_tokens, args.batch_size)
             torch.save(model.state_dict(), os.path.join(args.out, "model-fp32.pt"))
             print(json.dumps(record), flush=True)
@@ -116,11 +141,14 @@ def main():
 
     summary = {
         "numParameters": model.num_parameters(),
-        "numSteps": args.num_steps,
-        "numTrainingTokensSeen": args.num_steps * args.batch_size * args.context_tokens,
+        "numSteps": num_steps_run,
+        "numScheduledSteps": args.num_steps,
+        "numTrainingTokensSeen": num_steps_run * args.batch_size * args.context_tokens,
         "trainingSeconds": time.time() - start_s,
         "finalValLoss": record["valLoss"],
         "numThreads": args.num_threads,
+        "preset": args.preset,
+        "teacher": os.path.basename(os.path.normpath(args.teacher)) if args.teacher else None,
         "config": dataclasses.asdict(config),
     }
     with open(os.path.join(args.out, "train.json"), "w") as f:
