@@ -13,6 +13,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { createRng } from '../loadtest/random.ts';
 import type { WeightDtype } from '../native/api.ts';
 import { buildNewConfig, canonicalTensorName, isNewArch, newTensorSpecs, quantizeMxfp4, type NewArchName } from './checkpoint-families.ts';
 import { tokenIdOf, tokenizerConfigJson, tokenizerFits, tokenizerJson } from './checkpoint-tokenizer.ts';
@@ -266,12 +267,7 @@ export function checkpointTensorSpecs(options: CheckpointOptions): TensorSpec[] 
 function tensorRandom(seed: number, name: string): () => number {
   let state = Math.imul(seed >>> 0, 0x9e3779b1) ^ 0x811c9dc5;
   for (let i = 0; i < name.length; i++) state = Math.imul(state ^ name.charCodeAt(i), 0x01000193);
-  return () => {
-    state = (state + 0x6d2b79f5) | 0;
-    let t = Math.imul(state ^ (state >>> 15), 1 | state);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return createRng(state);
 }
 
 /** Fills `out` with mean + std · N(0, 1) draws (Box–Muller, both outputs used). */

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { createRng } from '../../loadtest/random.ts';
 import { StopMatcher } from './stop-matcher.ts';
 
 test('a stop string split across deltas never leaks', () => {
@@ -44,16 +45,6 @@ test('multi-byte stop strings match whole characters', () => {
   assert.deepEqual(matcher.push('🏽 there'), { text: '', stop: '👋🏽' });
 });
 
-/** A small deterministic PRNG (mulberry32), so a failure replays. */
-function random(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** Where generation must stop: at the stop string that completes first in the whole text. */
 function expectedOutput(text: string, stops: readonly string[]): string {
   let best: { index: number; end: number } | null = null;
@@ -67,7 +58,7 @@ function expectedOutput(text: string, stops: readonly string[]): string {
 }
 
 test('property: for any split, the output is the text up to the first stop, and never more at any step', () => {
-  const next = random(42);
+  const next = createRng(42);
   const alphabet = ['a', 'b', ' ', 'é', '👋', '東'];
   const pick = <T>(items: readonly T[]) => items[Math.floor(next() * items.length)];
   const randomText = (numChars: number) => Array.from({ length: numChars }, () => pick(alphabet)).join('');

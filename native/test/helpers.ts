@@ -222,17 +222,8 @@ function fillBiasRange(batch: ForwardBatch, seq: number, bias: ReadonlyArray<rea
   batch.biasStarts[seq + 1] = begin + bias.length;
 }
 
-/** A deterministic uniform source in [0, 1) (mulberry32). */
-export function uniformSource(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let x = state;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
+/** A deterministic uniform source in [0, 1): the load generator's seeded generator, one copy. */
+export { createRng as uniformSource } from '../../loadtest/random.ts';
 
 /** Deterministic pseudo-random token ids in [0, vocabSize). */
 export function randomTokens(count: number, vocabSize: number, seed: number): number[] {
