@@ -18,10 +18,39 @@ import { isBlockEncoding } from './checkpoint-reader.ts';
 const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, fp16: 2 };
 const PANEL_COLUMNS = 64;
 const Q8_PANEL_BLOCK_BYTES = PANEL_COLUMNS * 32 + PANEL_COLUMNS * 2;
+/** native/src/row_parallel.h: o_proj and a dense down_proj are packed as this many column ranges. */
+const REDUCTION_SEGMENTS = 8;
+const HUGE_PAGE_BYTES = 2 * 2 ** 20;
+const ARENA_SLAB_BYTES = 16 * HUGE_PAGE_BYTES;
+
+/**
+ * native/src/huge_pages.h's MatrixArena, allocation by allocation in the loader's order: a matrix
+ * of a huge page or more gets a buffer of its own, smaller ones fill 32 MiB slabs one after
+ * another, and a slab that cannot take the next matrix is left with its tail unused (on huge
+ * pages, resident all the same).
+ */
+class ArenaModel {
+  bytes = 0;
+  slabTailBytes = 0;
+  private slabBytesLeft = 0;
+
+  allocate(sizeBytes: number): void {
+    const rounded = sizeBytes === 0 ? 64 : Math.ceil(sizeBytes / 64) * 64;
+    this.bytes += rounded;
+    if (rounded >= HUGE_PAGE_BYTES) return;
+    if (rounded > this.slabBytesLeft) {
+      this.slabTailBytes += this.slabBytesLeft;
+      this.slabBytesLeft = ARENA_SLAB_BYTES;
+    }
+    this.slabBytesLeft -= rounded;
+  }
+}
 
 export interface LoadFootprint {
-  /** Weights copied into the kernels' formats (panels, int8 blocks, fp32 vectors). */
+  /** Weights copied into the kernels' formats (panels, int8 blocks, fp32 vectors), slab tails included. */
   packedBytes: number;
+  /** Of packedBytes, what the matrix arena's full slabs leave unused at their ends. */
+  slabTailBytes: number;
   /** Weights used in place from the mapped files. */
   borrowedBytes: number;
   kvCacheBytes: number;
@@ -47,14 +76,21 @@ function q4PanelBytes(numRows: number, k: number): number {
 export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization: Quantization, kvCacheBytes: number): LoadFootprint {
   let packed = 0;
   let borrowed = 0;
+  const arena = new ArenaModel();
   const matrix = (ref: TensorRef, numRows: number, k: number) => {
     const ggml4Bit = ref.encoding === 'q4_0' || ref.encoding === 'q4_k';
     if (quantization === 'int4' || (ggml4Bit && dtype !== 'fp32')) {
-      packed += q4PanelBytes(numRows, k);
+      arena.allocate(q4PanelBytes(numRows, k));
       return;
     }
     const int8 = quantization === 'int8' || (isBlockEncoding(ref) && dtype !== 'fp32');
-    packed += int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype);
+    arena.allocate(int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype));
+  };
+  const segmented = (ref: TensorRef, numRows: number, k: number) => {
+    for (let s = 0; s < REDUCTION_SEGMENTS; ++s) {
+      const segmentK = Math.floor((k * (s + 1)) / REDUCTION_SEGMENTS) - Math.floor((k * s) / REDUCTION_SEGMENTS);
+      if (segmentK > 0) matrix(ref, numRows, segmentK);
+    }
   };
   const vector = (ref: TensorRef | null, n: number) => {
     if (ref === null || ref.sizeBytes === 0) return;
@@ -74,7 +110,7 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
     matrix(layer.qProj, qSize, hidden);
     matrix(layer.kProj, kvSize, hidden);
     matrix(layer.vProj, kvSize, hidden);
-    matrix(layer.oProj, hidden, qSize);
+    segmented(layer.oProj, hidden, qSize);
     for (const [ref, n] of [
       [layer.inputNorm, hidden], [layer.qBias, qSize], [layer.kBias, kvSize], [layer.vBias, kvSize], [layer.qNorm, headDim],
       [layer.kNorm, headDim], [layer.sinks, numHeads], [layer.oBias, hidden], [layer.attentionOutputNorm, hidden],
@@ -85,10 +121,10 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
     if (layer.experts === null) {
       matrix(layer.gateProj!, spec.intermediateSize, hidden);
       matrix(layer.upProj!, spec.intermediateSize, hidden);
-      matrix(layer.downProj!, hidden, spec.intermediateSize);
+      segmented(layer.downProj!, hidden, spec.intermediateSize);
       continue;
     }
-    packed += panelBytes(layer.experts.length, hidden, 'fp32');
+    arena.allocate(panelBytes(layer.experts.length, hidden, 'fp32'));
     vector(layer.routerBias, layer.experts.length);
     const width = spec.moeIntermediateSize;
     for (const expert of layer.experts) {
@@ -100,7 +136,8 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
       vector(expert.downBias, hidden);
     }
   }
-  return { packedBytes: packed, borrowedBytes: borrowed, kvCacheBytes, neededBytes: packed + kvCacheBytes };
+  packed += arena.bytes + arena.slabTailBytes;
+  return { packedBytes: packed, slabTailBytes: arena.slabTailBytes, borrowedBytes: borrowed, kvCacheBytes, neededBytes: packed + kvCacheBytes };
 }
 
 export interface AvailableMemory {
