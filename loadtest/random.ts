@@ -2,11 +2,15 @@
 
 export type Rng = () => number;
 
-/** mulberry32: a tiny, well-mixed 32-bit generator; returns floats in [0, 1). */
+/**
+ * mulberry32: a tiny, well-mixed 32-bit generator; returns floats in [0, 1). The state is kept
+ * as a signed 32-bit integer, which V8 stores unboxed: kept unsigned, every draw above 2^31
+ * allocated a heap number (a checkpoint writer drawing millions left tens of MiB of garbage).
+ */
 export function createRng(seed: number): Rng {
-  let state = seed >>> 0;
+  let state = seed | 0;
   return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
+    state = (state + 0x6d2b79f5) | 0;
     let t = state;
     t = Math.imul(t ^ (t >>> 15), t | 1);
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
