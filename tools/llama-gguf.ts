@@ -107,13 +107,6 @@ function valuesOf(bytes: Uint8Array, dtype: string): Float32Array {
   return out;
 }
 
-/** A 1-D tensor as F32 (ggml's norms are F32 whatever the checkpoint's dtype). */
-function toF32(tensor: CheckpointTensor): Uint8Array {
-  const bytes = readBytes(tensor);
-  if (tensor.dtype === 'F32') return bytes;
-  return new Uint8Array(valuesOf(bytes, tensor.dtype).buffer);
-}
-
 /** A matrix's bytes (stored as dtype) as type: the bytes themselves, rounded floats, or blocks. */
 function convertMatrix(bytes: Uint8Array, dtype: string, type: GgmlTypeName): Uint8Array {
   if (SAFETENSORS_TO_GGML[dtype] === type) return bytes;

@@ -10,13 +10,13 @@ import { closeSync, mkdirSync, openSync, readFileSync, readSync, writeFileSync }
 import path from 'node:path';
 import { writeLlamaGguf } from '../../tools/llama-gguf.ts';
 import { writeSafetensors } from '../../tools/safetensors-writer.ts';
-import type { LoadOptions, WeightDtype } from '../api.ts';
 import { readCheckpoint } from '../checkpoint.ts';
 import { architectureOf, huggingFaceTensors } from '../gguf-checkpoint.ts';
 import { GGML_TYPES, GgufMetadata, readGgufHeader, type GgufTensorInfo } from '../../gguf.ts';
 import { dequantize } from './ggml-reference.ts';
-import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
-import { assertBitwiseEqual, makeSequence, runTarget, targetSettings, type Trace } from './invariance-harness.ts';
+import { testFloatGgufs, trace } from './gguf-harness.ts';
+import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, writeCheckpoint, type ShapeOptions } from './helpers.ts';
+import { assertBitwiseEqual, type Trace } from './invariance-harness.ts';
 
 const VOCAB_SIZE = 96;
 const PROMPT_TOKENS = 40;
@@ -40,11 +40,6 @@ const ARCHITECTURES: Readonly<Record<string, string>> = {
   gpt_oss: 'GptOssForCausalLM',
   gpt_oss_mxfp4: 'GptOssForCausalLM',
 };
-
-async function trace(options: LoadOptions, prompt: number[], seed: number): Promise<Trace> {
-  const sampling = targetSettings(seed, prompt)['plain sampling'];
-  return withModel(options, (model) => runTarget(model, makeSequence(prompt, 16, 0, sampling), [], 0));
-}
 
 test('each family reads back as its architecture, with its experts, windows and rope from the metadata', (t) => {
   using temp = makeTempDir('gguf-families-header');
@@ -71,25 +66,7 @@ test('each family reads back as its architecture, with its experts, windows and 
   }
 });
 
-for (const [family, shape] of Object.entries(FAMILIES)) {
-  for (const dtype of ['fp32', 'bf16'] as const satisfies readonly WeightDtype[]) {
-    test(`${family}: a ${dtype} GGUF computes bitwise the logits of the safetensors it was written from`, async (t) => {
-      using temp = makeTempDir('gguf-family-float');
-      const seed = freshSeed(t);
-      const dir = writeCheckpoint(temp.dir, family, { ...shape, dtype, seed });
-      const file = path.join(temp.dir, 'model.gguf');
-      writeLlamaGguf(dir, file);
-      const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
-      for (const kernel of KERNELS) {
-        await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
-          const expected = await trace(loadOptions(dir, { kernel }), prompt, seed);
-          const actual = await trace(loadOptions(file, { kernel }), prompt, seed);
-          assertBitwiseEqual(actual, expected, `seed ${seed}, ${family}, ${dtype}, ${kernel}`);
-        });
-      }
-    });
-  }
-}
+testFloatGgufs(FAMILIES, VOCAB_SIZE, PROMPT_TOKENS);
 
 function readTensor(file: string, info: GgufTensorInfo): Uint8Array {
   const bytes = new Uint8Array(info.dataEnd - info.dataBegin);

@@ -11,12 +11,12 @@ import path from 'node:path';
 import { writeLlamaGguf } from '../../tools/llama-gguf.ts';
 import type { BlockTypeName } from '../../tools/ggml-quantize.ts';
 import { writeSafetensors } from '../../tools/safetensors-writer.ts';
-import type { LoadOptions, WeightDtype } from '../api.ts';
 import { readCheckpoint } from '../checkpoint.ts';
 import { architectureOf, huggingFaceTensors } from '../gguf-checkpoint.ts';
 import { GGML_TYPES, GgufMetadata, readGgufHeader, type GgufTensorInfo } from '../../gguf.ts';
 import { readSafetensorsHeader, readTensorBytes, readTensorF64 } from '../safetensors.ts';
 import { dequantize, randomBlocks } from './ggml-reference.ts';
+import { testFloatGgufs, trace } from './gguf-harness.ts';
 import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, uniformSource, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
 import {
   BLOCKS_PER_GROUP,
@@ -40,11 +40,6 @@ const SHAPES: Readonly<Record<string, ShapeOptions>> = {
   qwen3: { arch: 'qwen3', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 64, intermediateSize: 512, vocabSize: VOCAB_SIZE, tieWordEmbeddings: false },
 };
 const BLOCK_TYPES: readonly BlockTypeName[] = ['Q8_0', 'Q4_0', 'Q4_K', 'Q5_K', 'Q6_K'];
-
-async function trace(options: LoadOptions, prompt: number[], seed: number): Promise<Trace> {
-  const sampling = targetSettings(seed, prompt)['plain sampling'];
-  return withModel(options, (model) => runTarget(model, makeSequence(prompt, 16, 0, sampling), [], 0));
-}
 
 test('the header: metadata, tensor names and shapes, and byte ranges inside the file', (t) => {
   using temp = makeTempDir('gguf-header');
@@ -81,25 +76,7 @@ test('a directory holding one GGUF file loads as that file; unknown architecture
   assert.equal(fromDir.spec.layers[0].qNorm!.dtype, 'fp32');
 });
 
-for (const [family, shape] of Object.entries(SHAPES)) {
-  for (const dtype of ['fp32', 'bf16'] as const satisfies readonly WeightDtype[]) {
-    test(`${family}: a ${dtype} GGUF computes bitwise the logits of the safetensors it was written from`, async (t) => {
-      using temp = makeTempDir('gguf-float');
-      const seed = freshSeed(t);
-      const dir = writeCheckpoint(temp.dir, family, { ...shape, dtype, seed });
-      const file = path.join(temp.dir, 'model.gguf');
-      writeLlamaGguf(dir, file);
-      const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
-      for (const kernel of KERNELS) {
-        await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
-          const expected = await trace(loadOptions(dir, { kernel }), prompt, seed);
-          const actual = await trace(loadOptions(file, { kernel }), prompt, seed);
-          assertBitwiseEqual(actual, expected, `seed ${seed}, ${family}, ${dtype}, ${kernel}`);
-        });
-      }
-    });
-  }
-}
+testFloatGgufs(SHAPES, VOCAB_SIZE, PROMPT_TOKENS);
 
 /**
  * A GGUF of family whose matrices are random blocks of type, and a safetensors checkpoint of their
