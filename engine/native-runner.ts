@@ -3,7 +3,7 @@
 // (maxNumSeqs sequences, maxNumBatchedTokens tokens) and refilled in place every step; the
 // penalty and bias entries, whose count varies, live in arrays that only grow.
 import type { ForwardBatch, NativeModel } from '../native/api.ts';
-import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_SAMPLE, neutralSamplingExtensions, sampleStrideOf } from '../native/api.ts';
+import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_SAMPLE, emptyForwardBatch, sampleStrideOf } from '../native/api.ts';
 import type { StepBitmasks } from './grammar/service.ts';
 import type { ModelRunner, RunnerInfo } from './runner.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type ScheduledSequence, type SchedulerOutput } from './scheduler-output.ts';
@@ -38,22 +38,7 @@ export class NativeRunner implements ModelRunner {
     this.biasSlots = new Int32Array(vocabSize).fill(NO_BIAS);
     this.numDraftTokens = new Int32Array(maxNumSeqs);
     const maxBlocksPerSeq = Math.ceil(maxModelLen / blockSizeTokens);
-    this.batch = {
-      numSeqs: 0,
-      numTokens: 0,
-      tokenIds: new Int32Array(maxNumBatchedTokens),
-      positions: new Int32Array(maxNumBatchedTokens),
-      queryStarts: new Int32Array(maxNumSeqs + 1),
-      maxBlocksPerSeq: 0,
-      blockTables: new Int32Array(this.numKvGroups * maxNumSeqs * maxBlocksPerSeq),
-      seqFlags: new Uint8Array(maxNumSeqs),
-      temperatures: new Float32Array(maxNumSeqs),
-      topPs: new Float32Array(maxNumSeqs),
-      topKs: new Int32Array(maxNumSeqs),
-      seeds: new BigUint64Array(maxNumSeqs),
-      outputIndices: new Int32Array(maxNumSeqs),
-      ...neutralSamplingExtensions(maxNumSeqs),
-    };
+    this.batch = emptyForwardBatch(maxNumSeqs, maxNumBatchedTokens, this.numKvGroups * maxNumSeqs * maxBlocksPerSeq);
   }
 
   execute(output: SchedulerOutput, bitmasks: StepBitmasks | null = null): Promise<RunnerResult> {

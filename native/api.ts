@@ -303,6 +303,30 @@ export function neutralSamplingExtensions(maxNumSeqs: number): SamplingExtension
 }
 
 /**
+ * An empty ForwardBatch sized once for steps of up to maxNumSeqs sequences and
+ * maxNumBatchedTokens tokens, with blockTableInts ints of block tables; a runner refills it each
+ * step. Sampling is greedy and neutral until the runner sets it.
+ */
+export function emptyForwardBatch(maxNumSeqs: number, maxNumBatchedTokens: number, blockTableInts: number): ForwardBatch {
+  return {
+    numSeqs: 0,
+    numTokens: 0,
+    tokenIds: new Int32Array(maxNumBatchedTokens),
+    positions: new Int32Array(maxNumBatchedTokens),
+    queryStarts: new Int32Array(maxNumSeqs + 1),
+    maxBlocksPerSeq: 0,
+    blockTables: new Int32Array(blockTableInts),
+    seqFlags: new Uint8Array(maxNumSeqs),
+    temperatures: new Float32Array(maxNumSeqs),
+    topPs: new Float32Array(maxNumSeqs),
+    topKs: new Int32Array(maxNumSeqs),
+    seeds: new BigUint64Array(maxNumSeqs),
+    outputIndices: new Int32Array(maxNumSeqs),
+    ...neutralSamplingExtensions(maxNumSeqs),
+  };
+}
+
+/**
  * The sampled outputs hold sampleStrideOf(batch) rows per sequence (1 without proposals): row
  * seq * stride + j is sequence seq's j-th sample, at output index outputIndices[seq] + j.
  */

@@ -7,7 +7,7 @@
 // preemption of the target needs nothing more. What it guesses never changes an output: the
 // target verifies every guess (proposer.ts).
 import type { DtypeSetting, ForwardBatch, KernelPath, NativeModel } from '../../native/api.ts';
-import { SEQ_SAMPLE, neutralSamplingExtensions } from '../../native/api.ts';
+import { SEQ_SAMPLE, emptyForwardBatch } from '../../native/api.ts';
 import { loadModel } from '../../native/index.ts';
 import type { ProposalCandidate, Proposer, ProposerInput } from './proposer.ts';
 
@@ -88,23 +88,9 @@ export class DraftProposer implements Proposer {
     this.freeBlockIds = Array.from({ length: numKvBlocks }, (_, i) => numKvBlocks - 1 - i);
     this.maxBlocksPerSeq = Math.ceil(maxPositionEmbeddings / blockSizeTokens);
     const { maxNumSeqs, maxNumBatchedTokens } = limits;
-    this.batch = {
-      numSeqs: 0,
-      numTokens: 0,
-      tokenIds: new Int32Array(maxNumBatchedTokens),
-      positions: new Int32Array(maxNumBatchedTokens),
-      queryStarts: new Int32Array(maxNumSeqs + 1),
-      maxBlocksPerSeq: 0,
-      blockTables: new Int32Array(maxNumSeqs * this.maxBlocksPerSeq),
-      seqFlags: new Uint8Array(maxNumSeqs),
-      // Greedy: temperature 0, top-p 1, top-k 0; seeds and output indices unused.
-      temperatures: new Float32Array(maxNumSeqs),
-      topPs: new Float32Array(maxNumSeqs).fill(1),
-      topKs: new Int32Array(maxNumSeqs),
-      seeds: new BigUint64Array(maxNumSeqs),
-      outputIndices: new Int32Array(maxNumSeqs),
-      ...neutralSamplingExtensions(maxNumSeqs),
-    };
+    this.batch = emptyForwardBatch(maxNumSeqs, maxNumBatchedTokens, maxNumSeqs * this.maxBlocksPerSeq);
+    // Greedy: temperature 0, top-k 0 and top-p 1; seeds and output indices unused.
+    this.batch.topPs.fill(1);
   }
 
   /** Blocks of the draft's pool free now (tests: all of them once every sequence finished). */
