@@ -252,6 +252,13 @@ export interface ForwardBatch {
    * every row, so the caller keeps a sequence's rows on one side of its min_tokens.
    */
   numDraftTokens?: Int32Array | null;
+  /**
+   * How many of the model's numThreads compute threads run this pass on CPU (optional; absent or
+   * 0: all). The outputs are bitwise the same whatever the count (each task's work does not
+   * depend on which thread runs it); only the pass's speed changes. The engine lowers it while
+   * grammars compile, so that compute and compiling threads together fit the cores.
+   */
+  numActiveThreads?: number;
 }
 
 /** Rows per sequence of the sampled outputs: 1 + the most proposals a sequence of the batch carries. */

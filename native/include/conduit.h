@@ -325,6 +325,12 @@ typedef struct cd_batch {
    * a sequence's rows on one side of its min_tokens.
    */
   const int32_t* num_draft_tokens; /* [num_seqs] or NULL */
+  /*
+   * How many of the model's compute threads run this pass on CPU (0: all of them); the outputs
+   * are bitwise the same whatever the count. The caller lowers it while other work of its own
+   * (a grammar compiling) needs a core, so that the pass never waits on a thread sharing one.
+   */
+  int32_t num_active_threads;
 } cd_batch;
 
 /* How long a pass waits for its token bitmasks before it fails. */

@@ -57,7 +57,7 @@ void yield_cpu() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(num_threads) {
+ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(num_threads), active_threads_(num_threads) {
   workers_.reserve(size_t(num_threads - 1));
   for (int32_t i = 1; i < num_threads; ++i) workers_.emplace_back(&ThreadPool::worker_loop, this, i);
   driver_ = std::thread(&ThreadPool::driver_loop, this);
@@ -74,8 +74,15 @@ ThreadPool::~ThreadPool() {
   stopping_.store(true);
   wake(workers_asleep_);
   wake(driver_asleep_);
+  wake(inactive_asleep_);
   for (std::thread& worker : workers_) worker.join();
   driver_.join();
+}
+
+void ThreadPool::set_active_threads(int32_t count) {
+  if (count < 1 || count > num_threads_) count = num_threads_;
+  const int32_t before = active_threads_.exchange(count);
+  if (count > before) wake(inactive_asleep_);
 }
 
 int64_t ThreadPool::spin_ns() const { return int64_t(double(spin_ticks_.load()) / ticks_per_ns_.load()); }
@@ -148,7 +155,8 @@ void ThreadPool::wake(Sleepers& sleepers) {
 void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_per_thread, Invoke invoke,
                      const void* context) {
   if (num_tasks <= 0) return;
-  if (num_threads_ == 1) {
+  const int32_t num_active = one_task_per_thread ? num_threads_ : active_threads_.load(std::memory_order_relaxed);
+  if (num_active == 1) {
     invoke(context, 0, 0, num_tasks);
     return;
   }
@@ -161,6 +169,7 @@ void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_p
   job_.num_tasks.store(num_tasks, std::memory_order_relaxed);
   job_.min_chunk_tasks.store(std::max(1, min_chunk_tasks), std::memory_order_relaxed);
   job_.one_task_per_thread.store(one_task_per_thread, std::memory_order_relaxed);
+  job_.num_active_threads.store(num_active, std::memory_order_relaxed);
   job_.invoke.store(invoke, std::memory_order_relaxed);
   job_.context.store(context, std::memory_order_relaxed);
   num_tasks_done_.store(0, std::memory_order_relaxed);
@@ -171,7 +180,7 @@ void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_p
     invoke(context, 0, 0, 1);
     finish_tasks(1, num_tasks);
   } else {
-    claim_chunks(0, JobSnapshot{word, num_tasks, std::max(1, min_chunk_tasks), false, invoke, context});
+    claim_chunks(0, JobSnapshot{word, num_tasks, std::max(1, min_chunk_tasks), false, num_active, invoke, context});
   }
   await(caller_asleep_, [&] { return num_tasks_done_.load(std::memory_order_acquire) == num_tasks; }, [] { return false; });
 }
@@ -181,6 +190,7 @@ bool ThreadPool::read_job(uint64_t word, JobSnapshot& job) const {
   job.num_tasks = job_.num_tasks.load(std::memory_order_relaxed);
   job.min_chunk_tasks = job_.min_chunk_tasks.load(std::memory_order_relaxed);
   job.one_task_per_thread = job_.one_task_per_thread.load(std::memory_order_relaxed);
+  job.num_active_threads = job_.num_active_threads.load(std::memory_order_relaxed);
   job.invoke = job_.invoke.load(std::memory_order_relaxed);
   job.context = job_.context.load(std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -192,7 +202,7 @@ void ThreadPool::claim_chunks(int32_t thread_index, JobSnapshot job) {
   while (generation_of(word) == generation_of(job.word)) {
     const int32_t next = int32_t(word & kTaskMask);
     if (next >= job.num_tasks) return;
-    const int32_t guided = (job.num_tasks - next) / (4 * num_threads_);
+    const int32_t guided = (job.num_tasks - next) / (4 * job.num_active_threads);
     const int32_t end = std::min(job.num_tasks, next + std::max(job.min_chunk_tasks, guided));
     // A failed exchange reloads word: another thread claimed first, or the job was replaced.
     if (job_word_.compare_exchange_weak(word, job_word(generation_of(word), uint32_t(end)),
@@ -236,6 +246,11 @@ void ThreadPool::driver_loop() {
 void ThreadPool::worker_loop(int32_t thread_index) {
   uint32_t seen_generation = 0;
   for (;;) {
+    if (thread_index >= active_threads_.load(std::memory_order_acquire)) {
+      await(inactive_asleep_, [&] {
+        return stopping_.load(std::memory_order_relaxed) || thread_index < active_threads_.load(std::memory_order_acquire);
+      }, [] { return true; });
+    }
     uint64_t word = 0;
     await(workers_asleep_, [&] {
       word = job_word_.load(std::memory_order_acquire);
@@ -246,6 +261,7 @@ void ThreadPool::worker_loop(int32_t thread_index) {
     JobSnapshot job;
     if (!read_job(word, job)) continue;  // replaced while being read: look again
     seen_generation = generation_of(word);
+    if (thread_index >= job.num_active_threads) continue;  // not this call's: back to wait
     if (job.one_task_per_thread) {
       job.invoke(job.context, thread_index, thread_index, thread_index + 1);
       finish_tasks(1, job.num_tasks);

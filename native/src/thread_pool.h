@@ -37,6 +37,14 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int32_t num_threads() const { return num_threads_; }
+  // How many of the threads take part in parallel calls from now on: the caller and workers
+  // 1..count-1, the others asleep until the count includes them again. Out of [1, num_threads]
+  // (0 among them) means all. Set by the caller only, between parallel calls. The work is the same
+  // whichever threads claim it (no result depends on thread_index), so the count changes only
+  // how fast a call runs: fewer threads leave cores to other work of the process (a grammar
+  // compiling) instead of a call waiting on a thread that shares its core.
+  void set_active_threads(int32_t count);
+  int32_t active_threads() const { return active_threads_.load(std::memory_order_relaxed); }
   // Median nanoseconds from notifying a sleeping thread to it running, measured at start.
   int64_t wake_latency_ns() const { return wake_latency_ns_; }
   // How long a waiting thread polls before it sleeps now.
@@ -59,7 +67,7 @@ class ThreadPool {
   void submit(Task task, void* context);
 
   // Calls body(thread_index) once on every thread, all at the same time (the probes measure
-  // what all threads together reach), and returns when all have run.
+  // what all threads together reach), and returns when all have run. Every thread must be active.
   template <typename Body>
   void on_every_thread(const Body& body) {
     const auto per_task = [&body](int32_t thread_index, int32_t, int32_t) { body(thread_index); };
@@ -79,6 +87,7 @@ class ThreadPool {
     std::atomic<int32_t> num_tasks{0};
     std::atomic<int32_t> min_chunk_tasks{1};
     std::atomic<bool> one_task_per_thread{false};
+    std::atomic<int32_t> num_active_threads{1};
     std::atomic<Invoke> invoke{nullptr};
     std::atomic<const void*> context{nullptr};
   };
@@ -87,6 +96,7 @@ class ThreadPool {
     int32_t num_tasks;
     int32_t min_chunk_tasks;
     bool one_task_per_thread;
+    int32_t num_active_threads;
     Invoke invoke;
     const void* context;
   };
@@ -144,6 +154,9 @@ class ThreadPool {
   Sleepers workers_asleep_;
   Sleepers caller_asleep_;
   Sleepers driver_asleep_;
+  // Workers outside the active count wait here, not for jobs: no wake-up per parallel call.
+  Sleepers inactive_asleep_;
+  std::atomic<int32_t> active_threads_;
 };
 
 }  // namespace conduit

@@ -66,6 +66,12 @@ test('logits, samples and logprobs are bitwise identical alone, in a batch of 16
               assertBitwiseEqual(threadsAlone, alone, label(`alone on ${numThreads} threads`));
               const threadsBatched = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, targetSampling), companionsFor(0), 3);
               assertBitwiseEqual(threadsBatched, alone, label(`in chunks of 7 in a batch on ${numThreads} threads`));
+              if (numThreads === 1) return;
+              // The engine lowers a pass's active threads while grammars compile: pass by pass,
+              // anything from 1 thread to all of them.
+              const activeThreadsOf = (step: number) => [1, numThreads - 1, 0, 2, numThreads][step % 5];
+              const varying = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, targetSampling), companionsFor(0), 3, activeThreadsOf);
+              assertBitwiseEqual(varying, alone, label(`in chunks of 7 in a batch on 1 to ${numThreads} of ${numThreads} threads, changing pass by pass`));
             });
           }
         }

@@ -110,16 +110,19 @@ function recordPromptLogprobs(trace: Trace, result: ForwardResult, batch: Forwar
 /**
  * A miniature engine loop: every step each sequence computes its next chunk (or its one decode
  * token); a sequence whose chunk reaches its last token samples and, for the target, returns
- * logits. Runs until the target has sampled NUM_DECODE_STEPS + 1 tokens.
+ * logits. Runs until the target has sampled NUM_DECODE_STEPS + 1 tokens. activeThreadsOf(step)
+ * sets each pass's numActiveThreads (absent: all threads).
  */
-export async function runTarget(model: NativeModel, target: Sequence, companions: Sequence[], targetIndex: number): Promise<Trace> {
+export async function runTarget(model: NativeModel, target: Sequence, companions: Sequence[], targetIndex: number,
+  activeThreadsOf?: (step: number) => number): Promise<Trace> {
   const sequences = [...companions];
   sequences.splice(targetIndex, 0, target);
   const trace = emptyTrace();
   const vocabSize = model.info.vocabSize;
-  while (target.numOutputTokens <= NUM_DECODE_STEPS) {
+  for (let step = 0; target.numOutputTokens <= NUM_DECODE_STEPS; step++) {
     const chunks = sequences.map((seq) => nextChunk(seq, seq === target, vocabSize));
     const batch = buildBatch(chunks, { numKvGroups: model.info.kvCacheGroups.length, vocabSize });
+    if (activeThreadsOf !== undefined) batch.numActiveThreads = activeThreadsOf(step);
     const result = await model.forward(batch);
     recordPromptLogprobs(trace, result, batch, targetIndex, chunks[targetIndex]);
     sequences.forEach((seq, i) => {

@@ -1,6 +1,7 @@
 // The thread pool under stress, run by thread-pool.test.ts: thousands of calls with random task
 // counts, chunk sizes and task lengths on 1 to 8 threads, with pauses between calls that send
-// the workers to sleep and calls whose tasks outlast the polling (so the caller sleeps too).
+// the workers to sleep and calls whose tasks outlast the polling (so the caller sleeps too), and
+// the active thread count changed between calls (no thread beyond it may run a range).
 // Every task must run exactly once, in a range handed to one thread at a time, and a call must
 // not return before its tasks are done; a lost wake-up hangs, and the test's timeout fails it.
 //
@@ -74,8 +75,12 @@ void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng) {
   for (int32_t call = 0; call < num_calls; ++call) {
     const Shape shape = draw_shape(rng);
     if (shape.pause_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(shape.pause_ns));
+    // 0 (all) for on_every_thread, which needs every thread.
+    if (shape.every_thread || rng() % 4 == 0) pool.set_active_threads(shape.every_thread ? 0 : int32_t(rng() % (num_threads + 1)));
+    const int32_t num_active = pool.active_threads();
     const auto enter = [&](int32_t thread_index) {
       if (thread_index < 0 || thread_index >= num_threads) fail("thread index out of range", num_threads, call, thread_index);
+      if (thread_index >= num_active) fail("a thread beyond the active count ran a range", num_threads, call, thread_index);
       if (busy[size_t(thread_index)].exchange(1) != 0) fail("two ranges at once on one thread index", num_threads, call, thread_index);
     };
     const auto leave = [&](int32_t thread_index) { busy[size_t(thread_index)].store(0); };
