@@ -4,6 +4,7 @@
 // each round it reports once to every report listener: the prefix cache's events, the load and
 // the step's statistics (a listener batches its requests' news with it: one message per step).
 // With nothing to do it sleeps until the next command arrives.
+import { activeComputeThreads, availableCores } from './compute-threads.ts';
 import type { EngineError } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
 import { prepareStructuredOutput, type GrammarService } from './grammar/service.ts';
@@ -39,6 +40,11 @@ export interface EngineSettings {
   proposer?: Proposer;
   /** The worker's log (log.ts); silent when omitted (tests, tools). */
   log?: Logger;
+  /**
+   * The cores this process may use (by default its CPU affinity's): while grammars compile, a
+   * step runs with at most the cores they leave (compute-threads.ts).
+   */
+  numCores?: number;
 }
 
 /** How long the loop naps when every request in flight waits on its grammar. */
@@ -66,6 +72,7 @@ export class Engine {
   private readonly speculator: Speculator | null;
   private readonly log: Logger;
   private readonly eosTokenIds: readonly number[];
+  private readonly numCores: number;
   private readonly listeners = new Map<string, OutputListener>();
   private readonly reportListeners = new Set<ReportListener>();
   private inbox: Command[] = [];
@@ -99,6 +106,7 @@ export class Engine {
       speculator: this.speculator,
     });
     this.grammars = settings.grammars ?? null;
+    this.numCores = settings.numCores ?? availableCores();
     this.eosTokenIds = settings.generationDefaults.eosTokenIds;
     if (this.grammars !== null) this.grammars.onChange = () => this.notify();
     this.model = {
@@ -290,7 +298,7 @@ export class Engine {
     let outputs: RequestOutput[];
     let forwardMs: number;
     try {
-      const pass = this.runner.execute(output, bitmasks);
+      const pass = this.runner.execute(output, bitmasks, this.computeThreads());
       // Both settle before the next step: the threads' rows, and what they found to force.
       const [result] = await Promise.all([pass, bitmasks === null ? null : grammars!.stepDone()]);
       forwardMs = performance.now() - forwardStart;
@@ -322,6 +330,14 @@ export class Engine {
       kvUsage: this.scheduler.kvUsage,
       residentMemoryBytes: this.sampleResidentMemory(),
     };
+  }
+
+  /** The step's compute threads: fewer while grammars compile (compute-threads.ts); undefined for all. */
+  private computeThreads(): number | undefined {
+    const numComputeThreads = this.runner.info.numComputeThreads;
+    const numCompiling = this.grammars?.numCompilingThreads ?? 0;
+    if (numComputeThreads === undefined || numCompiling === 0) return undefined;
+    return activeComputeThreads(numComputeThreads, this.numCores, numCompiling);
   }
 
   /** Reading the RSS costs a read of /proc: once a second is plenty for a gauge. */

@@ -34,16 +34,17 @@ export class NativeRunner implements ModelRunner {
     const { maxModelLen, maxNumSeqs, maxNumBatchedTokens } = limits;
     this.model = model;
     this.numKvGroups = kvCacheGroups.length;
-    this.info = { numKvBlocks, blockSizeTokens, kvCacheGroups, vocabSize, maxModelLen };
+    this.info = { numKvBlocks, blockSizeTokens, kvCacheGroups, vocabSize, maxModelLen, numComputeThreads: model.info.numThreads };
     this.biasSlots = new Int32Array(vocabSize).fill(NO_BIAS);
     this.numDraftTokens = new Int32Array(maxNumSeqs);
     const maxBlocksPerSeq = Math.ceil(maxModelLen / blockSizeTokens);
     this.batch = emptyForwardBatch(maxNumSeqs, maxNumBatchedTokens, this.numKvGroups * maxNumSeqs * maxBlocksPerSeq);
   }
 
-  execute(output: SchedulerOutput, bitmasks: StepBitmasks | null = null): Promise<RunnerResult> {
+  execute(output: SchedulerOutput, bitmasks: StepBitmasks | null = null, numActiveThreads = 0): Promise<RunnerResult> {
     this.fill(output);
     const { batch } = this;
+    batch.numActiveThreads = numActiveThreads;
     batch.bitmaskRows = bitmasks?.bitmaskRows ?? null;
     batch.tokenBitmask = bitmasks?.tokenBitmask ?? null;
     batch.bitmaskWords = bitmasks?.bitmaskWords;

@@ -11,6 +11,8 @@ export interface RunnerInfo {
   vocabSize: number;
   /** Longest prompt + output, in tokens. */
   maxModelLen: number;
+  /** The CPU threads that compute a step, which execute() may lower; absent where a step has none to lower. */
+  numComputeThreads?: number;
 }
 
 export interface ModelRunner {
@@ -18,7 +20,9 @@ export interface ModelRunner {
   /**
    * One call at a time; rejects when the step failed (the engine fails that step's requests).
    * bitmasks restrict the samples of structured outputs (rows perhaps still being written).
+   * numActiveThreads (1 .. info.numComputeThreads; absent: all) is how many compute threads run
+   * the step; the results are the same whatever it is.
    */
-  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null): Promise<RunnerResult>;
+  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null, numActiveThreads?: number): Promise<RunnerResult>;
   close(): void;
 }

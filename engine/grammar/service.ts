@@ -93,6 +93,8 @@ class GrammarThread {
   readonly itemPool: FillItem[] = [];
   /** The rows of the fill it has not answered yet (0: none owed). */
   numPendingRows = 0;
+  /** Slots whose grammar it compiles (not cached there when opened) and has not reported opened. */
+  readonly compilingSlots = new Set<number>();
 
   /** A fill item for this step, reused from an earlier step where there is one. */
   nextItem(): FillItem {
@@ -207,6 +209,8 @@ export class GrammarService {
   private readonly ready: Int32Array;
   private forcedTokenizer: ForcedTokenizer | null = null;
   private nextSlot = 0;
+  /** Threads with a compile in flight. */
+  private numCompiling = 0;
   private step = 0;
   private pendingStep: Promise<void> | null = null;
   /** Threads yet to answer the last fillStep(), and what resolves pendingStep when none are. */
@@ -250,6 +254,7 @@ export class GrammarService {
       return;
     }
     const thread = this.threadFor(grammar.prepared.key);
+    if (!thread.keys.has(grammar.prepared.key)) this.startCompiling(thread, grammar.slot);
     grammar.thread = thread;
     thread.grammars.add(grammar);
     thread.keys.delete(grammar.prepared.key);
@@ -267,6 +272,14 @@ export class GrammarService {
       this.prefixes.push({ grammar, tokenIds: grammar.prepared.prefixTokenIds, text: '' });
       this.onChange();
     }
+  }
+
+  /**
+   * Grammar threads compiling now: each takes a core until its compiles end, which the engine
+   * leaves it (compute-threads.ts).
+   */
+  get numCompilingThreads(): number {
+    return this.numCompiling;
   }
 
   /** Frees the request's matcher; its grammar stays cached in its thread. */
@@ -433,6 +446,8 @@ export class GrammarService {
       return;
     }
     if (reply.kind === 'opened') {
+      // Also for a request closed meanwhile: the thread compiled its grammar all the same.
+      this.stopCompiling(thread, reply.slot);
       const grammar = this.bySlot.get(reply.slot);
       if (grammar === undefined) return;
       if (reply.error === null) grammar.isReady = true;
@@ -450,6 +465,15 @@ export class GrammarService {
     this.answered(thread);
   }
 
+  private startCompiling(thread: GrammarThread, slot: number): void {
+    if (thread.compilingSlots.size === 0) this.numCompiling++;
+    thread.compilingSlots.add(slot);
+  }
+
+  private stopCompiling(thread: GrammarThread, slot: number): void {
+    if (thread.compilingSlots.delete(slot) && thread.compilingSlots.size === 0) this.numCompiling--;
+  }
+
   /** The thread owes no more rows this step; the step is done when no thread does. */
   private answered(thread: GrammarThread): void {
     thread.numPendingRows = 0;
@@ -462,6 +486,8 @@ export class GrammarService {
     if (thread.worker !== worker) return;
     thread.worker = null;
     thread.keys.clear();
+    if (thread.compilingSlots.size > 0) this.numCompiling--;
+    thread.compilingSlots.clear();
     if (thread.numPendingRows > 0) {
       Atomics.add(this.ready, 0, thread.numPendingRows);
       this.answered(thread);

@@ -37,13 +37,13 @@ interface Outcome {
   numOutputs: number;
 }
 
-async function withEngine(fn: (engine: Engine, runner: RecordingRunner) => Promise<void>, maxNumBatchedTokens = 256): Promise<void> {
+async function withEngine(fn: (engine: Engine, runner: RecordingRunner, grammars: GrammarService) => Promise<void>, maxNumBatchedTokens = 256, numCores?: number): Promise<void> {
   const model = await loadModel({ modelDir: MODEL_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 512, blockSizeTokens: 16, numThreads: 2, kernel: 'auto' });
   const runner = new RecordingRunner(new NativeRunner(model, { maxModelLen: 2048, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens }));
   const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 2 });
-  const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens, generationDefaults: { eosTokenIds: [EOS] }, grammars });
+  const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens, generationDefaults: { eosTokenIds: [EOS] }, grammars, numCores });
   try {
-    await fn(engine, runner);
+    await fn(engine, runner, grammars);
   } finally {
     await engine.close();
   }
@@ -165,6 +165,57 @@ test('the grammar compiles while the prompt is computed; no sample is drawn befo
     assert.ok(entries.some((entry) => !entry.grammar!.isReady && entry.numScheduledTokens > 0), 'prompt chunks ran while the grammar compiled');
     assert.ok(entries.every((entry) => !entry.sample || entry.grammar!.isReady), 'nothing sampled before the grammar was ready');
   }, 64);
+});
+
+test('while a new grammar compiles, steps leave its thread a core (2 compute threads on 2 cores: 1), all threads after; the outputs are bitwise those of full-thread steps', async () => {
+  // The schema differs from every other test's, so it compiles; the free request's prompt
+  // logprobs score its prefill chunks, which run beside the compile.
+  const schema = JSON.stringify({ ...PERSON, properties: { ...PERSON.properties, nickname: { type: 'string', maxLength: 6 } } });
+  const constrained: GenerateRequest = { ...request('compiling', { constraint: { kind: 'json_schema', schema } }, 31), promptTokenIds: prompt(31, 600) };
+  const free: GenerateRequest = request('free', undefined, 32, { promptTokenIds: prompt(32, 300), sampling: { temperature: 1, seed: 32n, maxTokens: 64, numTopLogprobs: 3, numPromptLogprobs: 2 } });
+  const run = async (numCores: number) => {
+    let outcome: { outputs: RequestOutput[][]; steps: Array<{ compiling: boolean; numActiveThreads: number | undefined }> } | null = null;
+    await withEngine(async (engine, runner, grammars) => {
+      const numCompilingAt: number[] = [];
+      const execute = runner.execute.bind(runner);
+      runner.execute = (output, bitmasks, numActiveThreads) => {
+        numCompilingAt.push(grammars.numCompilingThreads);
+        return execute(output, bitmasks, numActiveThreads);
+      };
+      const outputs: RequestOutput[][] = [[], []];
+      await Promise.all([constrained, free].map((each, i) => new Promise<void>((resolve) => {
+        engine.generate(each, (output) => {
+          outputs[i].push(output);
+          if (output.finishReason !== null) resolve();
+        });
+      })));
+      const steps = runner.steps.map((step, i) => {
+        // The count the engine goes by agrees with the grammar gates the step saw.
+        if (step.scheduled.some((entry) => entry.grammar !== null && !entry.grammar.isReady)) assert.equal(numCompilingAt[i], 1, `step ${i}`);
+        return { compiling: numCompilingAt[i] > 0, numActiveThreads: runner.numActiveThreads[i] };
+      });
+      outcome = { outputs, steps };
+    }, 64, numCores);
+    return outcome!;
+  };
+  const lowered = await run(2);
+  assert.ok(lowered.steps.some((step) => step.compiling), 'steps ran while the grammar compiled');
+  assert.ok(lowered.steps.some((step) => !step.compiling), 'steps ran after it compiled');
+  lowered.steps.forEach((step, i) => assert.equal(step.numActiveThreads, step.compiling ? 1 : undefined, `step ${i}: ${JSON.stringify(step)}`));
+  // Cores to spare: the steps keep both threads while it compiles.
+  const full = await run(64);
+  full.steps.forEach((step, i) => assert.equal(step.numActiveThreads, step.compiling ? 2 : undefined, `step ${i}: ${JSON.stringify(step)}`));
+  // Steps may group the outputs differently (the compile ends at another moment): compared whole.
+  const whole = (outputs: RequestOutput[]) => ({
+    tokenIds: outputs.flatMap((output) => output.newTokenIds),
+    logprobs: outputs.flatMap((output) => output.newLogprobs),
+    topLogprobs: outputs.flatMap((output) => output.newTopLogprobs ?? []),
+    promptLogprobs: outputs.flatMap((output) => output.promptLogprobs ?? []),
+    finishReason: outputs.at(-1)!.finishReason,
+  });
+  for (const i of [0, 1]) assert.deepEqual(whole(lowered.outputs[i]), whole(full.outputs[i]), `${[constrained, free][i].requestId}: the same tokens and logprobs on 1 thread as on 2`);
+  assert.ok(whole(lowered.outputs[1]).promptLogprobs.length > 0 && whole(lowered.outputs[1]).topLogprobs.length > 0, 'the free request reported its logprobs');
+  assert.equal(lowered.outputs[0].at(-1)!.finishReason, 'stop');
 });
 
 test('what a new grammar forces from its start is output before anything is sampled, even before it compiles', async () => {

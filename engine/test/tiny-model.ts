@@ -36,14 +36,17 @@ export function load(modelDir: string, numKvBlocks: number): Promise<NativeModel
 /** Records every SchedulerOutput the engine runs, to show what the scheduler did. */
 export class RecordingRunner implements ModelRunner {
   readonly steps: SchedulerOutput[] = [];
+  /** Each step's compute threads as the engine asked (undefined: all). */
+  readonly numActiveThreads: Array<number | undefined> = [];
   constructor(private readonly inner: ModelRunner) {}
   get info() {
     return this.inner.info;
   }
-  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null) {
+  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null, numActiveThreads?: number) {
+    this.numActiveThreads.push(numActiveThreads);
     // The grammar gates are live objects of the engine: recorded as whether each was ready.
     this.steps.push(structuredClone({ ...output, scheduled: output.scheduled.map((entry) => ({ ...entry, grammar: entry.grammar === null ? null : { isReady: entry.grammar.isReady, stopTokenIds: [...entry.grammar.stopTokenIds] } })) }));
-    return this.inner.execute(output, bitmasks);
+    return this.inner.execute(output, bitmasks, numActiveThreads);
   }
   close() {
     this.inner.close();

@@ -1,0 +1,32 @@
+// How many compute threads a step runs with while grammars compile.
+//
+// A new grammar compiles on its grammar thread for tens of milliseconds of CPU (xgrammar's
+// per-state token masks over the whole vocabulary), started at admission and so overlapping the
+// request's prefill. The forward pass splits every parallel call among its compute threads, and a
+// call ends only when its last chunk does: where the compute threads already take every core, the
+// one that shares its core with the compile holds up every call, and the whole pass (every
+// sequence's step) runs up to twice as long. Measured on 2 cores: a 32-token prefill beside a
+// compile took 1.8x that of a cached schema's; with one compute thread, 1.14x, as a short prefill
+// on one thread costs about what it costs on two.
+//
+// So while compiles run, a step leaves them their cores: compute threads + compiling grammar
+// threads <= the cores the process may use, and never fewer than one compute thread. As soon as
+// no compile runs, steps take the configured threads again. A grammar thread compiles one grammar
+// at a time, so it is threads compiling that count, not compiles queued. Mask fills are left out:
+// they take tenths of a millisecond and overlap the pass by design. The outputs do not depend on
+// the thread count (native/api.ts, ForwardBatch.numActiveThreads), only the step's speed does.
+import os from 'node:os';
+
+/** The cores this process may use: its CPU affinity where the platform has one. */
+export function availableCores(): number {
+  return os.availableParallelism();
+}
+
+/**
+ * The compute threads for a step: numComputeThreads with no grammar compiling, else at most the
+ * cores the compiling threads leave, and at least one.
+ */
+export function activeComputeThreads(numComputeThreads: number, numCores: number, numCompilingThreads: number): number {
+  if (numCompilingThreads <= 0) return numComputeThreads;
+  return Math.max(1, Math.min(numComputeThreads, numCores - numCompilingThreads));
+}
