@@ -15,10 +15,11 @@
 //    the schema forces from its start ({"name": "), output as the first step ends; so the time to
 //    the first sampled token is printed too: there a new schema's compile shows wherever the
 //    prompt's prefill is shorter than it. On a machine whose cores the forward pass takes, the
-//    compile shares a core with one of the pass's threads and the first step waits for that one;
-//    the same is measured with the grammar threads at a raised niceness (--grammar-nice, 10 by
-//    default), which keeps the pass at full speed and leaves the compile to spare time (a policy
-//    the engine does not take by default: see GrammarServiceSettings.threadNice).
+//    compile would share a core with one of the pass's threads and the first step wait for that
+//    one: the engine runs steps on the cores the compiles leave (engine/compute-threads.ts). Two
+//    references on the 32-token prompt: the same engine with that rule off (steps on every
+//    thread while a grammar compiles), and the grammar threads at a raised niceness instead
+//    (--grammar-nice, 10 by default: GrammarServiceSettings.threadNice, not the default).
 //
 //   npm run bench:structured [-- --threads N --grammar-threads N --grammar-nice N --rounds 3 --max-tokens 96]
 import os from 'node:os';
@@ -65,11 +66,11 @@ function tokens(count: number, salt: number): number[] {
   return Array.from({ length: count }, (_, i) => 3 + ((salt * 7919 + i * 104729 + 17) % (BENCH_SHAPE.vocabSize - 3)));
 }
 
-async function startEngine(modelDir: string, numThreads: number, grammarThreads: number, overlapForward: boolean, threadNice = 0) {
+async function startEngine(modelDir: string, numThreads: number, grammarThreads: number, overlapForward: boolean, threadNice = 0, numCores?: number) {
   const model = await loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 2048, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
   const runner = new NativeRunner(model, { maxModelLen: MAX_MODEL_LEN, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024 });
   const grammars = new GrammarService({ modelDir, vocabSize: BENCH_SHAPE.vocabSize, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: grammarThreads, overlapForward, threadNice });
-  return createEngine(runner, { servedName: 'bench', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024, generationDefaults: { eosTokenIds: [EOS] }, grammars });
+  return createEngine(runner, { servedName: 'bench', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024, generationDefaults: { eosTokenIds: [EOS] }, grammars, numCores });
 }
 
 interface Outcome {
@@ -193,9 +194,11 @@ async function main() {
   const overlapped = await startEngine(modelDir, numThreads, grammarThreads, true);
   const serial = await startEngine(modelDir, numThreads, grammarThreads, false);
   const niced = await startEngine(modelDir, numThreads, grammarThreads, true, grammarNice);
+  // Cores without end: no step ever leaves one to a compile.
+  const unlowered = await startEngine(modelDir, numThreads, grammarThreads, true, 0, Number.MAX_SAFE_INTEGER);
   try {
     // Warm all: the runtime, the grammar threads (each loads the vocabulary), the schema's grammar.
-    for (const engine of [overlapped, serial, niced]) {
+    for (const engine of [overlapped, serial, niced, unlowered]) {
       await Promise.all([0, 1].map((i) => run(engine, requestOf('masked', `warm-${i}`, i, 8))));
       await run(engine, requestOf('free', 'warm-free', 0, 8));
     }
@@ -229,12 +232,14 @@ async function main() {
       describe(promptTokens, ttft, '');
       verdict(`time to first token, new / cached schema, ${promptTokens}-token prompt:`, ttft.newMs / ttft.cachedMs, 1.2, false);
     }
+    describe(PROMPT_TOKENS, await timeToFirstToken(unlowered, PROMPT_TOKENS, numRounds, 2), ', steps on every thread while it compiles (the rule off)');
     describe(PROMPT_TOKENS, await timeToFirstToken(niced, PROMPT_TOKENS, numRounds, 1), `, grammar threads at niceness ${grammarNice}`);
     console.log(`targets (this run, ${os.loadavg()[0].toFixed(1)} load average at the end):\n  ${verdicts.join('\n  ')}`);
   } finally {
     await overlapped.close();
     await serial.close();
     await niced.close();
+    await unlowered.close();
   }
 }
 
