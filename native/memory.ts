@@ -77,14 +77,20 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
   let packed = 0;
   let borrowed = 0;
   const arena = new ArenaModel();
-  const matrix = (ref: TensorRef, numRows: number, k: number) => {
+  const matrixBytes = (ref: TensorRef, numRows: number, k: number) => {
     const ggml4Bit = ref.encoding === 'q4_0' || ref.encoding === 'q4_k';
-    if (quantization === 'int4' || (ggml4Bit && dtype !== 'fp32')) {
-      arena.allocate(q4PanelBytes(numRows, k));
-      return;
-    }
+    if (quantization === 'int4' || (ggml4Bit && dtype !== 'fp32')) return q4PanelBytes(numRows, k);
     const int8 = quantization === 'int8' || (isBlockEncoding(ref) && dtype !== 'fp32');
-    arena.allocate(int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype));
+    return int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype);
+  };
+  const matrix = (ref: TensorRef, numRows: number, k: number) => arena.allocate(matrixBytes(ref, numRows, k));
+  // An expert's gate and up (WeightStore::begin_pair): one buffer twice gate's size, and up in its
+  // second half when up needs as many bytes, else a buffer of its own.
+  const pair = (gate: TensorRef, up: TensorRef, numRows: number, k: number) => {
+    const gateBytes = matrixBytes(gate, numRows, k);
+    const upBytes = matrixBytes(up, numRows, k);
+    arena.allocate(2 * gateBytes);
+    if (upBytes !== gateBytes) arena.allocate(upBytes);
   };
   const segmented = (ref: TensorRef, numRows: number, k: number) => {
     for (let s = 0; s < REDUCTION_SEGMENTS; ++s) {
@@ -128,8 +134,7 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
     vector(layer.routerBias, layer.experts.length);
     const width = spec.moeIntermediateSize;
     for (const expert of layer.experts) {
-      matrix(expert.gateProj, width, hidden);
-      matrix(expert.upProj, width, hidden);
+      pair(expert.gateProj, expert.upProj, width, hidden);
       matrix(expert.downProj, hidden, width);
       vector(expert.gateBias, width);
       vector(expert.upBias, width);
