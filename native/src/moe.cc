@@ -59,6 +59,8 @@ struct GroupedMatmul {
   size_t y_stride;
   float* activated;            // gate and up: [assignments, num_columns]; down: nullptr
   const Numerics* activation;  // gate and up: the activation's numerics; down: nullptr
+  MatrixFormat up_format;      // up stored apart in another format: the rows it reads packed for it
+  size_t up_packed_stride;
 };
 
 // The gated activation of one tile: gate and up are the tile's columns column_begin.. of a row.
@@ -106,8 +108,13 @@ void run_grouped(ThreadPool& pool, const KernelTable& kernels, const GroupedMatm
                        job.y_stride, false);
       } else {
         kernels.matmul(activations, num_rows, job.k, expert.gate_proj, column_begin, column_end, y + column_begin, job.y_stride, false);
-        kernels.matmul(activations, num_rows, job.k, expert.up_proj, column_begin, column_end, y + column_begin + kPanelColumns,
-                       job.y_stride, false);
+        const bool up_widens = kernels.panel_scratch_bytes(job.up_format, job.k, num_rows) > 0;
+        const Activations up_activations{
+            activations.x, activations.x_stride,
+            job.up_packed_stride > 0 ? scratch.packed_up.data() + size_t(first_row) * job.up_packed_stride : nullptr,
+            job.up_packed_stride, up_widens ? panel_per_thread[size_t(thread_index)].data() : nullptr};
+        kernels.matmul(job.up_format == job.format ? activations : up_activations, num_rows, job.k, expert.up_proj, column_begin,
+                       column_end, y + column_begin + kPanelColumns, job.y_stride, false);
       }
       for (int32_t row = 0; row < num_rows; ++row) {
         float* gate = y + size_t(row) * job.y_stride + size_t(2 * column_begin);
@@ -194,37 +201,49 @@ void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, c
   const Expert& held =
       layer.experts[size_t(shard == nullptr ? 0 : first_expert_of(shard->comm->rank(), shard->comm->size(), num_experts))];
   const MatrixFormat format = (held.gate_up.data != nullptr ? held.gate_up : held.gate_proj).format;
+  // A gate and up of two formats (a mixed quantization) read rows packed each for its own.
+  const MatrixFormat up_format = held.gate_up.data != nullptr ? format : held.up_proj.format;
+  const MatrixFormat down_format = held.down_proj.format;
   const size_t rows_stride = kernels.packed_row_bytes(format, hidden_size);
+  const size_t up_rows_stride = up_format == format ? 0 : kernels.packed_row_bytes(up_format, hidden_size);
+  const bool fp32_rows = rows_stride == 0 || (up_format != format && up_rows_stride == 0);
   grow(scratch.rows, size_t(num_slots) * size_t(hidden_size));
   if (rows_stride > 0) grow(scratch.packed, size_t(num_slots) * rows_stride);
+  if (up_rows_stride > 0) grow(scratch.packed_up, size_t(num_slots) * up_rows_stride);
+  const auto pack_slots = [&](const float* x, const int32_t* rows, MatrixFormat packed_format, size_t stride, std::vector<uint8_t>& packed) {
+    uint8_t* first = packed.data() + size_t(rows[0]) * stride;
+    kernels.pack_rows(x, size_t(hidden_size), 1, hidden_size, packed_format, first, stride);
+    for (int32_t k = 1; k < top_k; ++k) std::copy_n(first, stride, packed.data() + size_t(rows[k]) * stride);
+  };
   pool.parallel_for(num_tokens, 1, [&](int32_t, int32_t begin, int32_t end) {
     for (int32_t t = begin; t < end; ++t) {
       const float* x = normed + size_t(t) * size_t(hidden_size);
       const int32_t* rows = &scratch.slot_rows[size_t(t) * top_k];
-      if (rows_stride == 0) {
+      if (fp32_rows) {
         for (int32_t k = 0; k < top_k; ++k) std::copy_n(x, hidden_size, &scratch.rows[size_t(rows[k]) * size_t(hidden_size)]);
-        continue;
       }
-      uint8_t* first = scratch.packed.data() + size_t(rows[0]) * rows_stride;
-      kernels.pack_rows(x, size_t(hidden_size), 1, hidden_size, format, first, rows_stride);
-      for (int32_t k = 1; k < top_k; ++k) std::copy_n(first, rows_stride, scratch.packed.data() + size_t(rows[k]) * rows_stride);
+      if (rows_stride > 0) pack_slots(x, rows, format, rows_stride, scratch.packed);
+      if (up_rows_stride > 0) pack_slots(x, rows, up_format, up_rows_stride, scratch.packed_up);
     }
   });
 
-  grow_panel_scratch(kernels, format, std::max(hidden_size, intermediate), max_rows, pool.num_threads(), scratch);
+  for (const MatrixFormat used : {format, up_format, down_format}) {
+    grow_panel_scratch(kernels, used, std::max(hidden_size, intermediate), max_rows, pool.num_threads(), scratch);
+  }
   const size_t pairs_stride = size_t(2 * num_tiles(intermediate) * kPanelColumns);
   grow(scratch.gate_up, size_t(num_slots) * pairs_stride);
   grow(scratch.gate, size_t(num_slots) * size_t(intermediate));
   run_grouped(pool, kernels,
               GroupedMatmul{layer, scratch, format, hidden_size, scratch.rows.data(), rows_stride, intermediate, scratch.gate_up.data(),
-                            pairs_stride, scratch.gate.data(), &numerics},
+                            pairs_stride, scratch.gate.data(), &numerics, up_format, up_rows_stride},
               scratch.panel_per_thread);
 
   grow(scratch.out, size_t(num_slots) * size_t(hidden_size));
-  const size_t gate_stride = pack_rows(pool, kernels, format, scratch.gate.data(), num_slots, intermediate, scratch);
+  // down's own format: a mixed quantization stores it in another type than gate and up.
+  const size_t gate_stride = pack_rows(pool, kernels, down_format, scratch.gate.data(), num_slots, intermediate, scratch);
   run_grouped(pool, kernels,
-              GroupedMatmul{layer, scratch, format, intermediate, scratch.gate.data(), gate_stride, hidden_size, scratch.out.data(),
-                            size_t(hidden_size), nullptr, nullptr},
+              GroupedMatmul{layer, scratch, down_format, intermediate, scratch.gate.data(), gate_stride, hidden_size, scratch.out.data(),
+                            size_t(hidden_size), nullptr, nullptr, down_format, 0},
               scratch.panel_per_thread);
   if (shard != nullptr) gather_expert_outputs(*shard, scratch.expert_starts, num_experts, hidden_size, scratch.out.data());
 

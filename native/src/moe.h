@@ -37,6 +37,7 @@ struct MoeScratch {
   std::vector<float> gate;               // [assignments, moe_intermediate] the gated activation
   std::vector<float> out;                // [assignments, hidden] each expert's output for the row
   std::vector<uint8_t> packed;           // rows as the kernel reads them (bf16, int16 blocks)
+  std::vector<uint8_t> packed_up;        // the same rows for an up of another format than gate
   std::vector<std::vector<uint8_t>> panel_per_thread;
 };
 
