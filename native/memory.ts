@@ -100,14 +100,20 @@ export function loadFootprint(
   let packed = 0;
   let borrowed = 0;
   const arena = new ArenaModel();
-  const matrix = (ref: TensorRef, numRows: number, k: number) => {
+  const matrixBytes = (ref: TensorRef, numRows: number, k: number) => {
     const ggml4Bit = ref.encoding === 'q4_0' || ref.encoding === 'q4_k';
-    if (quantization === 'int4' || (ggml4Bit && dtype !== 'fp32')) {
-      arena.allocate(q4PanelBytes(numRows, k));
-      return;
-    }
+    if (quantization === 'int4' || (ggml4Bit && dtype !== 'fp32')) return q4PanelBytes(numRows, k);
     const int8 = quantization === 'int8' || (isBlockEncoding(ref) && dtype !== 'fp32');
-    arena.allocate(int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype));
+    return int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype);
+  };
+  const matrix = (ref: TensorRef, numRows: number, k: number) => arena.allocate(matrixBytes(ref, numRows, k));
+  // An expert's gate and up (WeightStore::begin_pair): one buffer twice gate's size, and up in its
+  // second half when up needs as many bytes, else a buffer of its own.
+  const pair = (gate: TensorRef, up: TensorRef, numRows: number, k: number) => {
+    const gateBytes = matrixBytes(gate, numRows, k);
+    const upBytes = matrixBytes(up, numRows, k);
+    arena.allocate(2 * gateBytes);
+    if (upBytes !== gateBytes) arena.allocate(upBytes);
   };
   const { rank, size } = share;
   const segmented = (ref: TensorRef, numRows: number, k: number) => {
@@ -160,8 +166,7 @@ export function loadFootprint(
     const endHeld = expertOf(rank + 1, layer.experts.length);
     for (const [e, expert] of layer.experts.entries()) {
       if (e >= firstHeld && e < endHeld) {
-        matrix(expert.gateProj, width, hidden);
-        matrix(expert.upProj, width, hidden);
+        pair(expert.gateProj, expert.upProj, width, hidden);
         matrix(expert.downProj, hidden, width);
       }
       vector(expert.gateBias, width);

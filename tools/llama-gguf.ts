@@ -191,6 +191,8 @@ function tokenizerMetadata(modelDir: string, vocabSize: number, config: LlamaCon
 export interface GgufWriteOptions {
   /** The ggml type of every matrix (embedding and LM head included); absent: the stored dtype. */
   matrixType?: GgmlTypeName;
+  /** Types for the matrices whose GGUF name ends with a key ('ffn_up_exps.weight'), over matrixType: a mixed quantization. */
+  typesBySuffix?: Readonly<Record<string, GgmlTypeName>>;
 }
 
 /** A float tensor's values in fp32 and its dtype (what the ggml type conversion starts from). */
@@ -246,7 +248,8 @@ export function writeLlamaGguf(modelDir: string, outFile: string, options: GgufW
 
   const out: GgufTensor[] = [];
   const typeOf = (dtype: string, name: string): GgmlTypeName => {
-    const type = options.matrixType ?? SAFETENSORS_TO_GGML[dtype];
+    const suffix = Object.keys(options.typesBySuffix ?? {}).find((key) => name.endsWith(key));
+    const type = (suffix === undefined ? undefined : options.typesBySuffix![suffix]) ?? options.matrixType ?? SAFETENSORS_TO_GGML[dtype];
     if (type === undefined || SAFETENSORS_TO_GGML[dtype] === undefined) throw new Error(`${name}: ${dtype} is not converted`);
     return type;
   };

@@ -253,10 +253,19 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       for (int32_t e = 0; e < source.num_experts; ++e) {
         const cd_expert_spec& expert = source.experts[e];
         const bool held = e >= first_held && e < end_held;
-        layer.experts.push_back(Expert{held ? matrix(expert.gate_proj, width, hidden) : Matrix{},
-                                       held ? matrix(expert.up_proj, width, hidden) : Matrix{},
-                                       held ? matrix(expert.down_proj, hidden, width) : Matrix{}, vector(expert.gate_bias, width),
-                                       vector(expert.up_bias, width), vector(expert.down_bias, hidden)});
+        Matrix gate_up{}, gate{}, up{};
+        if (held) {
+          weights.begin_pair();
+          gate = matrix(expert.gate_proj, width, hidden);
+          up = matrix(expert.up_proj, width, hidden);
+          const uint8_t* pair = weights.end_pair(num_panels(width), gate.format == up.format);
+          if (pair != nullptr) {
+            gate_up = Matrix{pair, gate.format};
+            gate = up = Matrix{};
+          }
+        }
+        layer.experts.push_back(Expert{gate_up, gate, up, held ? matrix(expert.down_proj, hidden, width) : Matrix{},
+                                       vector(expert.gate_bias, width), vector(expert.up_bias, width), vector(expert.down_bias, hidden)});
       }
     }
     layers.push_back(std::move(layer));

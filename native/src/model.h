@@ -62,6 +62,10 @@ struct Embedding {
 };
 
 struct Expert {
+  // gate_up: gate's and up's panels interleaved (gate panel p, up panel p, ...), so a task's tile
+  // of both streams as one run; then gate_proj and up_proj are empty. Else (their formats or
+  // sizes differ) gate_up is empty and each is a matrix of its own.
+  Matrix gate_up;
   Matrix gate_proj, up_proj, down_proj;
   const float* gate_bias;  // nullptr when the architecture has none
   const float* up_bias;

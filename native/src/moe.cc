@@ -42,11 +42,11 @@ void route(const float* logits, int32_t num_experts, int32_t top_k, cd_routing r
   for (int32_t k = 0; k < top_k; ++k) weights[k] = float(std::exp(double(logits[experts[k]]) - max) / denominator);
 }
 
-// One grouped matmul: for each expert with rows, num_matrices of its matrices (gate and up, or
-// down) over its rows, a task per 64-column tile (all the task's matrices), so each matrix is
-// read once whatever its rows. With gate and up, the task then applies the gated activation to
-// its tile of the expert's rows (elementwise, so a tile gives the bits the whole row would),
-// into gate: no pass of its own, no wait between.
+// One grouped matmul: for each expert with rows, a task per 64-column tile, so each matrix is read
+// once whatever its rows. Gate and up: the task computes its tile of both into one tile pair of y
+// (gate's columns, then up's: with the expert's gate_up interleaved, one matmul over one run of
+// weights), then applies the gated activation to the tile (elementwise, so a tile gives the bits
+// the whole row would) into activated: no pass of its own, no wait between. Down: the tile into y.
 struct GroupedMatmul {
   const Layer& layer;
   const MoeScratch& scratch;
@@ -54,28 +54,28 @@ struct GroupedMatmul {
   int32_t k;
   const float* x;  // [assignments, k]
   size_t packed_stride;
-  int32_t num_columns;
-  int32_t num_matrices;
-  const Matrix& (*matrix)(const Expert& expert, int32_t index);
-  float* outputs[2];  // [assignments, num_columns] per matrix
+  int32_t num_columns;  // of each matrix
+  float* y;             // down: [assignments, num_columns]; gate and up: [assignments, 2 × padded num_columns]
+  size_t y_stride;
+  float* activated;            // gate and up: [assignments, num_columns]; down: nullptr
   const Numerics* activation;  // gate and up: the activation's numerics; down: nullptr
+  MatrixFormat up_format;      // up stored apart in another format: the rows it reads packed for it
+  size_t up_packed_stride;
 };
 
+// The gated activation of one tile: gate and up are the tile's columns column_begin.. of a row.
 void activate_tile(const KernelTable& kernels, const Numerics& numerics, const Expert& expert, float* gate, float* up,
-                   int32_t column_begin, int32_t column_end) {
-  const int32_t width = column_end - column_begin;
-  float* g = gate + column_begin;
-  const float* u = up + column_begin;
+                   int32_t column_begin, int32_t width, float* out) {
   if (expert.gate_bias != nullptr) {
-    for (int32_t i = 0; i < width; ++i) g[i] += expert.gate_bias[column_begin + i];
+    for (int32_t i = 0; i < width; ++i) gate[i] += expert.gate_bias[column_begin + i];
   }
   if (expert.up_bias != nullptr) {
-    for (int32_t i = 0; i < width; ++i) up[column_begin + i] += expert.up_bias[column_begin + i];
+    for (int32_t i = 0; i < width; ++i) up[i] += expert.up_bias[column_begin + i];
   }
   switch (numerics.activation) {
-    case CD_ACTIVATION_GELU_TANH: kernels.gelu_tanh_gate(g, u, width, g); break;
-    case CD_ACTIVATION_CLAMPED_SWIGLU: kernels.clamped_swiglu(g, u, width, numerics.swiglu_alpha, numerics.swiglu_limit, g); break;
-    default: kernels.swiglu(g, u, width, g); break;
+    case CD_ACTIVATION_GELU_TANH: kernels.gelu_tanh_gate(gate, up, width, out); break;
+    case CD_ACTIVATION_CLAMPED_SWIGLU: kernels.clamped_swiglu(gate, up, width, numerics.swiglu_alpha, numerics.swiglu_limit, out); break;
+    default: kernels.swiglu(gate, up, width, out); break;
   }
 }
 
@@ -97,14 +97,29 @@ void run_grouped(ThreadPool& pool, const KernelTable& kernels, const GroupedMatm
                                     job.packed_stride, widens ? panel_per_thread[size_t(thread_index)].data() : nullptr};
       const int32_t column_begin = tile * kPanelColumns;
       const int32_t column_end = std::min(column_begin + kPanelColumns, job.num_columns);
-      for (int32_t index = 0; index < job.num_matrices; ++index) {
-        kernels.matmul(activations, num_rows, job.k, job.matrix(expert, index), column_begin, column_end,
-                       job.outputs[index] + size_t(first_row) * size_t(job.num_columns), size_t(job.num_columns), false);
+      float* y = job.y + size_t(first_row) * job.y_stride;
+      if (job.activation == nullptr) {
+        kernels.matmul(activations, num_rows, job.k, expert.down_proj, column_begin, column_end, y, job.y_stride, false);
+        continue;
       }
-      if (job.activation == nullptr) continue;
-      for (int32_t row = first_row; row < first_row + num_rows; ++row) {
-        activate_tile(kernels, *job.activation, expert, job.outputs[0] + size_t(row) * size_t(job.num_columns),
-                      job.outputs[1] + size_t(row) * size_t(job.num_columns), column_begin, column_end);
+      // Tile t's pair: gate's columns at 2 × 64 t, up's at 2 × 64 t + 64.
+      if (expert.gate_up.data != nullptr) {
+        kernels.matmul(activations, num_rows, job.k, expert.gate_up, 2 * column_begin, 2 * column_begin + 2 * kPanelColumns, y,
+                       job.y_stride, false);
+      } else {
+        kernels.matmul(activations, num_rows, job.k, expert.gate_proj, column_begin, column_end, y + column_begin, job.y_stride, false);
+        const bool up_widens = kernels.panel_scratch_bytes(job.up_format, job.k, num_rows) > 0;
+        const Activations up_activations{
+            activations.x, activations.x_stride,
+            job.up_packed_stride > 0 ? scratch.packed_up.data() + size_t(first_row) * job.up_packed_stride : nullptr,
+            job.up_packed_stride, up_widens ? panel_per_thread[size_t(thread_index)].data() : nullptr};
+        kernels.matmul(job.up_format == job.format ? activations : up_activations, num_rows, job.k, expert.up_proj, column_begin,
+                       column_end, y + column_begin + kPanelColumns, job.y_stride, false);
+      }
+      for (int32_t row = 0; row < num_rows; ++row) {
+        float* gate = y + size_t(row) * job.y_stride + size_t(2 * column_begin);
+        activate_tile(kernels, *job.activation, expert, gate, gate + kPanelColumns, column_begin, column_end - column_begin,
+                      job.activated + size_t(first_row + row) * size_t(job.num_columns) + column_begin);
       }
     }
   });
@@ -130,9 +145,6 @@ void grow_panel_scratch(const KernelTable& kernels, MatrixFormat format, int32_t
   scratch.panel_per_thread.resize(size_t(num_threads));
   for (std::vector<uint8_t>& buffer : scratch.panel_per_thread) grow(buffer, bytes);
 }
-
-const Matrix& gate_or_up(const Expert& expert, int32_t index) { return index == 0 ? expert.gate_proj : expert.up_proj; }
-const Matrix& down(const Expert& expert, int32_t) { return expert.down_proj; }
 
 void add_bias(float* row, const float* bias, int32_t n) {
   if (bias == nullptr) return;
@@ -186,39 +198,52 @@ void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, c
   // Each token's row into its slots' grouped rows: packed once and the bytes copied where the
   // kernel reads packed rows (they read nothing else), else the fp32 row copied.
   // Under expert parallelism this rank holds only its own experts' weights: their format is the layer's.
-  const MatrixFormat format =
-      layer.experts[size_t(shard == nullptr ? 0 : first_expert_of(shard->comm->rank(), shard->comm->size(), num_experts))]
-          .gate_proj.format;
+  const Expert& held =
+      layer.experts[size_t(shard == nullptr ? 0 : first_expert_of(shard->comm->rank(), shard->comm->size(), num_experts))];
+  const MatrixFormat format = (held.gate_up.data != nullptr ? held.gate_up : held.gate_proj).format;
+  // A gate and up of two formats (a mixed quantization) read rows packed each for its own.
+  const MatrixFormat up_format = held.gate_up.data != nullptr ? format : held.up_proj.format;
+  const MatrixFormat down_format = held.down_proj.format;
   const size_t rows_stride = kernels.packed_row_bytes(format, hidden_size);
+  const size_t up_rows_stride = up_format == format ? 0 : kernels.packed_row_bytes(up_format, hidden_size);
+  const bool fp32_rows = rows_stride == 0 || (up_format != format && up_rows_stride == 0);
   grow(scratch.rows, size_t(num_slots) * size_t(hidden_size));
   if (rows_stride > 0) grow(scratch.packed, size_t(num_slots) * rows_stride);
+  if (up_rows_stride > 0) grow(scratch.packed_up, size_t(num_slots) * up_rows_stride);
+  const auto pack_slots = [&](const float* x, const int32_t* rows, MatrixFormat packed_format, size_t stride, std::vector<uint8_t>& packed) {
+    uint8_t* first = packed.data() + size_t(rows[0]) * stride;
+    kernels.pack_rows(x, size_t(hidden_size), 1, hidden_size, packed_format, first, stride);
+    for (int32_t k = 1; k < top_k; ++k) std::copy_n(first, stride, packed.data() + size_t(rows[k]) * stride);
+  };
   pool.parallel_for(num_tokens, 1, [&](int32_t, int32_t begin, int32_t end) {
     for (int32_t t = begin; t < end; ++t) {
       const float* x = normed + size_t(t) * size_t(hidden_size);
       const int32_t* rows = &scratch.slot_rows[size_t(t) * top_k];
-      if (rows_stride == 0) {
+      if (fp32_rows) {
         for (int32_t k = 0; k < top_k; ++k) std::copy_n(x, hidden_size, &scratch.rows[size_t(rows[k]) * size_t(hidden_size)]);
-        continue;
       }
-      uint8_t* first = scratch.packed.data() + size_t(rows[0]) * rows_stride;
-      kernels.pack_rows(x, size_t(hidden_size), 1, hidden_size, format, first, rows_stride);
-      for (int32_t k = 1; k < top_k; ++k) std::copy_n(first, rows_stride, scratch.packed.data() + size_t(rows[k]) * rows_stride);
+      if (rows_stride > 0) pack_slots(x, rows, format, rows_stride, scratch.packed);
+      if (up_rows_stride > 0) pack_slots(x, rows, up_format, up_rows_stride, scratch.packed_up);
     }
   });
 
-  grow_panel_scratch(kernels, format, std::max(hidden_size, intermediate), max_rows, pool.num_threads(), scratch);
+  for (const MatrixFormat used : {format, up_format, down_format}) {
+    grow_panel_scratch(kernels, used, std::max(hidden_size, intermediate), max_rows, pool.num_threads(), scratch);
+  }
+  const size_t pairs_stride = size_t(2 * num_tiles(intermediate) * kPanelColumns);
+  grow(scratch.gate_up, size_t(num_slots) * pairs_stride);
   grow(scratch.gate, size_t(num_slots) * size_t(intermediate));
-  grow(scratch.up, size_t(num_slots) * size_t(intermediate));
   run_grouped(pool, kernels,
-              GroupedMatmul{layer, scratch, format, hidden_size, scratch.rows.data(), rows_stride, intermediate, 2, gate_or_up,
-                            {scratch.gate.data(), scratch.up.data()}, &numerics},
+              GroupedMatmul{layer, scratch, format, hidden_size, scratch.rows.data(), rows_stride, intermediate, scratch.gate_up.data(),
+                            pairs_stride, scratch.gate.data(), &numerics, up_format, up_rows_stride},
               scratch.panel_per_thread);
 
   grow(scratch.out, size_t(num_slots) * size_t(hidden_size));
-  const size_t gate_stride = pack_rows(pool, kernels, format, scratch.gate.data(), num_slots, intermediate, scratch);
+  // down's own format: a mixed quantization stores it in another type than gate and up.
+  const size_t gate_stride = pack_rows(pool, kernels, down_format, scratch.gate.data(), num_slots, intermediate, scratch);
   run_grouped(pool, kernels,
-              GroupedMatmul{layer, scratch, format, intermediate, scratch.gate.data(), gate_stride, hidden_size, 1, down,
-                            {scratch.out.data(), nullptr}, nullptr},
+              GroupedMatmul{layer, scratch, down_format, intermediate, scratch.gate.data(), gate_stride, hidden_size, scratch.out.data(),
+                            size_t(hidden_size), nullptr, nullptr, down_format, 0},
               scratch.panel_per_thread);
   if (shard != nullptr) gather_expert_outputs(*shard, scratch.expert_starts, num_experts, hidden_size, scratch.out.data());
 

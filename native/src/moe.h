@@ -33,9 +33,11 @@ struct MoeScratch {
   std::vector<int32_t> expert_cursors;   // [experts]
   std::vector<int32_t> active_experts;   // experts with rows this step, ascending
   std::vector<float> rows;               // [assignments, hidden] each row's token, normed (when the kernel reads fp32 rows); the sums
-  std::vector<float> gate, up;           // [assignments, moe_intermediate]
+  std::vector<float> gate_up;            // [assignments, 2 × moe_intermediate padded to panels] gate's and up's tiles in pairs
+  std::vector<float> gate;               // [assignments, moe_intermediate] the gated activation
   std::vector<float> out;                // [assignments, hidden] each expert's output for the row
   std::vector<uint8_t> packed;           // rows as the kernel reads them (bf16, int16 blocks)
+  std::vector<uint8_t> packed_up;        // the same rows for an up of another format than gate
   std::vector<std::vector<uint8_t>> panel_per_thread;
 };
 

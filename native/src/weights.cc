@@ -279,7 +279,7 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   const bool ggml_mxfp4_blocks = ref.encoding == CD_ENCODING_GGML_MXFP4 && ref.first_column % 32 == 0 && k % 32 == 0;
   const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
   const int32_t num_blocks = (k + 31) / 32;
-  uint8_t* panels = matrices_.allocate(q8_panels_bytes(num_rows, k));
+  uint8_t* panels = allocate_matrix(q8_panels_bytes(num_rows, k), false);
   pool.parallel_for(num_panels, 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     int8_t values[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
@@ -352,7 +352,7 @@ const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t
   const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
   const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
   const int32_t num_blocks = (k + 31) / 32;
-  uint8_t* panels = matrices_.allocate(q4_panels_bytes(num_rows, k));
+  uint8_t* panels = allocate_matrix(q4_panels_bytes(num_rows, k), false);
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     uint8_t codes[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
@@ -411,8 +411,7 @@ void for_each_panel_block(const ElementReader& reader, const uint8_t* source, in
 const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool) {
   const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
   const ElementReader reader(ref, source, nullptr, k);
-  AlignedBuffer buffer = allocate_aligned(q4k_panels_bytes(num_rows, k));
-  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  uint8_t* panels = allocate_matrix(q4k_panels_bytes(num_rows, k), true);
   for_each_panel_block(reader, source, ggml_block_bytes(CD_ENCODING_GGML_Q4_K), kQ4KBlockInputs, num_rows, k, panels,
                        kQ4KPanelBlockBytes, pool, [](uint8_t* out, int32_t column, const uint8_t* block) {
     uint8_t* low_nibbles = out + kQ4KPanelCodeBytes;
@@ -441,7 +440,6 @@ const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t
     }
   });
   release_pages(source, ref.size_bytes);
-  converted_.push_back(std::move(buffer));
   return panels;
 }
 
@@ -450,8 +448,7 @@ const uint8_t* WeightStore::convert_q8k_panels(const cd_tensor_ref& ref, int32_t
   const ElementReader reader(ref, source, nullptr, k);
   const cd_encoding encoding = ref.encoding;
   const bool q6 = encoding == CD_ENCODING_GGML_Q6_K;
-  AlignedBuffer buffer = allocate_aligned(q8k_panels_bytes(num_rows, k));
-  uint8_t* panels = static_cast<uint8_t*>(buffer.get());
+  uint8_t* panels = allocate_matrix(q8k_panels_bytes(num_rows, k), true);
   for_each_panel_block(reader, source, ggml_block_bytes(encoding), kQ8KBlockInputs, num_rows, k, panels,
                        kQ8KPanelBlockBytes, pool, [encoding, q6](uint8_t* out, int32_t column, const uint8_t* block) {
     int8_t* sub_scales = reinterpret_cast<int8_t*>(out + kQ8KPanelCodeBytes);
@@ -478,7 +475,6 @@ const uint8_t* WeightStore::convert_q8k_panels(const cd_tensor_ref& ref, int32_t
     }
   });
   release_pages(source, ref.size_bytes);
-  converted_.push_back(std::move(buffer));
   return panels;
 }
 
@@ -492,7 +488,7 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows,
   // Steps of one input (a column's value) or of a pair (a column's two values side by side).
   const int32_t inputs_per_step = format == MatrixFormat::kBf16Panels ? 2 : 1;
   const size_t elements_per_panel = panel_elements(format, k);
-  void* panels = matrices_.allocate(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype));
+  void* panels = allocate_matrix(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype), false);
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
       size_t index = size_t(panel) * elements_per_panel;
@@ -511,6 +507,43 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows,
   release_pages(source, ref.size_bytes);
   if (reader.mxfp4()) release_pages(base_of(ref.scales_file_index, ref.scales_offset_bytes), ref.scales_size_bytes);
   return panels;
+}
+
+uint8_t* WeightStore::allocate_matrix(size_t size_bytes, bool in_own_buffer) {
+  if (pair_.open && pair_.data == nullptr) {
+    pair_.half_bytes = size_bytes;
+    pair_.data = allocate_matrix_buffer(2 * size_bytes, in_own_buffer);
+    return pair_.data;
+  }
+  if (pair_.open && !pair_.second_packed && size_bytes == pair_.half_bytes) {
+    pair_.second_packed = true;
+    return pair_.data + size_bytes;
+  }
+  return allocate_matrix_buffer(size_bytes, in_own_buffer);
+}
+
+uint8_t* WeightStore::allocate_matrix_buffer(size_t size_bytes, bool in_own_buffer) {
+  if (!in_own_buffer) return matrices_.allocate(size_bytes);
+  AlignedBuffer buffer = allocate_aligned(size_bytes);
+  uint8_t* data = static_cast<uint8_t*>(buffer.get());
+  converted_.push_back(std::move(buffer));
+  return data;
+}
+
+void WeightStore::begin_pair() { pair_ = Pair{true, nullptr, 0, false}; }
+
+const uint8_t* WeightStore::end_pair(int32_t num_panels, bool interleave) {
+  const Pair pair = pair_;
+  pair_ = Pair{};
+  if (!pair.second_packed || !interleave) return nullptr;
+  const size_t panel_bytes = pair.half_bytes / size_t(num_panels);
+  const std::vector<uint8_t> apart(pair.data, pair.data + 2 * pair.half_bytes);
+  for (int32_t p = 0; p < num_panels; ++p) {
+    const uint8_t* first = apart.data() + size_t(p) * panel_bytes;
+    std::copy_n(first, panel_bytes, pair.data + size_t(2 * p) * panel_bytes);
+    std::copy_n(first + pair.half_bytes, panel_bytes, pair.data + size_t(2 * p + 1) * panel_bytes);
+  }
+  return pair.data;
 }
 
 float* WeightStore::own_floats(int32_t n) {

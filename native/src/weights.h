@@ -66,6 +66,15 @@ class WeightStore {
   // kBf16Panels), its values converted as resolve() would.
   const void* pack_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, MatrixFormat format, ThreadPool& pool);
 
+  // Two matrices of one shape packed one after the other (an expert's gate and up): until
+  // end_pair(), the first matrix packed takes a buffer twice its size and the second its other
+  // half when it needs exactly as many bytes (else a buffer of its own). end_pair() then, when
+  // asked to (the two share a format), interleaves their panels in place, first's panel p before
+  // second's (one run per tile of both), and returns the pair's buffer; nullptr when it did not
+  // (not side by side, or not asked: both matrices stay as packed).
+  void begin_pair();
+  const uint8_t* end_pair(int32_t num_panels, bool interleave);
+
   // n uninitialized floats the store owns (values derived at load).
   float* own_floats(int32_t n);
 
@@ -81,11 +90,21 @@ class WeightStore {
   };
 
   void unmap(MappedFile& file);
+  // A packed matrix's bytes: from the arena, or in_own_buffer (the GGUF K-block formats) a
+  // buffer of its own; inside a pair, the pair's halves.
+  uint8_t* allocate_matrix(size_t size_bytes, bool in_own_buffer);
+  uint8_t* allocate_matrix_buffer(size_t size_bytes, bool in_own_buffer);
   const uint8_t* base_of(int32_t file_index, uint64_t offset_bytes) const;
 
   std::vector<MappedFile> files_;
   std::vector<AlignedBuffer> converted_;
   MatrixArena matrices_;  // the packed and quantized matrices
+  struct Pair {
+    bool open = false;
+    uint8_t* data = nullptr;  // both halves, once the first matrix is packed
+    size_t half_bytes = 0;
+    bool second_packed = false;
+  } pair_;
   std::map<std::tuple<int32_t, uint64_t, cd_dtype, cd_dtype>, const void*> resolved_;
 };
 

@@ -87,8 +87,9 @@ test("the estimate counts the tails the matrix arena's full slabs leave unused",
   using temp = makeTempDir('memory');
   // bench:moe's layer: every matrix but q_proj (2 MiB, a buffer of its own) fills the 32 MiB slabs, in the loader's
   // order: k and v (512 KiB each), o_proj's 8 segments (256 KiB each) and the fp32 router (256 KiB), 3.25 MiB in
-  // all, then 64 x 3 experts' 768 KiB matrices. The first slab takes 38 of them and leaves 256 KiB; the next three
-  // take 42 each and leave 512 KiB; the last 28 go to a fifth slab, whose rest stays free for later matrices.
+  // all, then per expert its gate and up as one 1.5 MiB pair and its 768 KiB down. The first slab takes 12 experts
+  // and the 13th's pair (31.75 MiB) and leaves 256 KiB; the next three each take the down left over, 13 experts and
+  // one more pair, and leave 512 KiB; the last 9 experts go to a fifth slab, whose rest stays free for later matrices.
   const modelDir = writeCheckpoint(temp.dir, 'moe', {
     arch: 'qwen3_moe', hiddenSize: 1024, numLayers: 1, numHeads: 16, numKvHeads: 4, headDim: 64, intermediateSize: 3072,
     moeIntermediateSize: 384, numExperts: 64, numExpertsPerToken: 8, vocabSize: 1024, zeros: true,
