@@ -89,15 +89,17 @@ inline IVec imadd_quads(IVec acc, const int8_t* x, Q4Quads w) {
 }
 // Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
 // high bits' words (kernels.h, kQ4KPanels).
-inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, Vec* scale, Vec* min) {
+inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, IVec* scale, IVec* min) {
   const __m512i low = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(low_nibbles)));
   const __m512i high = _mm512_srl_epi32(_mm512_loadu_si512(high_bits), _mm_cvtsi32_si128(4 * j));
-  const __m512i low_mask = _mm512_set1_epi32(0x0f);
-  *scale = _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_and_si512(low, low_mask),
-                                              _mm512_slli_epi32(_mm512_and_si512(high, _mm512_set1_epi32(3)), 4)));
-  *min = _mm512_cvtepi32_ps(_mm512_or_si512(_mm512_srli_epi32(low, 4),
-                                            _mm512_slli_epi32(_mm512_and_si512(high, _mm512_set1_epi32(12)), 2)));
+  *scale = _mm512_ternarylogic_epi32(_mm512_and_si512(low, _mm512_set1_epi32(0x0f)),
+                                     _mm512_slli_epi32(high, 4), _mm512_set1_epi32(0x30), 0xf8);
+  *min = _mm512_ternarylogic_epi32(_mm512_srli_epi32(low, 4), _mm512_slli_epi32(high, 2), _mm512_set1_epi32(0x30), 0xf8);
 }
+// acc + a * b per lane (int32, exact).
+inline IVec imul_add(IVec acc, IVec a, IVec b) { return _mm512_add_epi32(acc, _mm512_mullo_epi32(a, b)); }
+// acc + a * b per lane for 0 <= a < 2^15 and |b| < 2^15: a's high half is zero, so one vpdpwssd.
+inline IVec imul_add_small(IVec acc, IVec a, int32_t b) { return _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(b)); }
 
 #include "kernels_body.inc"
 #include "kernels_q4.inc"
@@ -381,7 +383,8 @@ size_t no_panel_scratch(MatrixFormat, int32_t, int32_t) { return 0; }
 
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
   if (format == MatrixFormat::kQ8Panels) return q8_packed_row_bytes(k);
-  if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels) return q4_int8_packed_row_bytes(k);
+  if (format == MatrixFormat::kQ4Panels) return q4_int8_packed_row_bytes(k);
+  if (format == MatrixFormat::kQ4KPanels) return q4k_packed_row_bytes(k);
   if (format == MatrixFormat::kQ8KPanels) return q4_packed_row_bytes(k);
   if (format == MatrixFormat::kBf16Panels) return size_t(bf16_padded_k(k)) * 2;
   return 0;
@@ -393,7 +396,8 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
     const float* row = x + size_t(m) * x_stride;
     uint8_t* out = packed + size_t(m) * packed_stride;
     if (format == MatrixFormat::kQ8Panels) pack_q8_row(row, k, out);
-    if (format == MatrixFormat::kQ4Panels || format == MatrixFormat::kQ4KPanels) pack_q4_int8_row(row, k, out);
+    if (format == MatrixFormat::kQ4Panels) pack_q4_int8_row(row, k, out);
+    if (format == MatrixFormat::kQ4KPanels) pack_q4k_row(row, k, out);
     if (format == MatrixFormat::kQ8KPanels) pack_q4_row(row, k, out);
     if (format == MatrixFormat::kBf16Panels) pack_bf16_row(row, k, out);
   }

@@ -180,10 +180,12 @@ for (const type of BLOCK_TYPES) {
           t.diagnostic(`${label}: quantized panels ${error.toExponential(2)} off`);
           assert.ok(error <= PANEL_BOUNDS[type], `${label}: quantized panels' logits are ${error.toExponential(2)} off (relative), over ${PANEL_BOUNDS[type]}`);
           if (type === 'Q4_K') {
-            // Q4_K kept as Q4_K (6-bit scales, fp16 d) and as 4-bit panels of fp32 scale and min
-            // (what int4 makes of whole Q4_K blocks, exactly) run the same arithmetic per 32.
+            // The same blocks as 4-bit panels of fp32 scale and min (what int4 makes of whole Q4_K
+            // blocks, exactly), whose rows are int8 per 32 rather than Q4_K's per 256.
             const panels = await trace(loadOptions(gguf, { kernel, quantization: 'int4' }), prompt, seed);
-            assertBitwiseEqual(quantized, panels, `${label}, Q4_K layout against 4-bit panels`);
+            const panelsError = relativeLogitError(panels, expected);
+            t.diagnostic(`${label}: as 4-bit panels ${panelsError.toExponential(2)} off`);
+            assert.ok(panelsError <= PANEL_BOUNDS.Q4_0, `${label}: 4-bit panels' logits are ${panelsError.toExponential(2)} off (relative), over ${PANEL_BOUNDS.Q4_0}`);
           }
         });
       }
