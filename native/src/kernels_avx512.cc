@@ -105,6 +105,42 @@ inline IVec imul_add_small(IVec acc, IVec a, int32_t b) { return _mm512_dpwssd_e
 #include "kernels_q4.inc"
 #include "kernels_q8k.inc"
 
+// pack_q4k_row (kernels_q4.inc) 16 inputs at a time, bitwise its values: the same max, the same
+// division, vcvtps2dq's nearest-even rounding and the same clamp; a permute puts each group of 8
+// in the order 0 4 1 5 2 6 3 7. The scalar loop cost ~3 ns an input, a fifth of a batch-1 matmul's time.
+void pack_q4k_row_avx512(const float* x, int32_t k, uint8_t* packed) {
+  int8_t* q = reinterpret_cast<int8_t*>(packed);
+  float* scales = reinterpret_cast<float*>(packed + k);
+  int32_t* block_sums = reinterpret_cast<int32_t*>(scales + k / kQ4KBlockInputs);
+  const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  const __m512 limit = _mm512_set1_ps(127.0f);
+  for (int32_t s = 0; s < k / kQ4KBlockInputs; ++s) {
+    const float* first = x + s * kQ4KBlockInputs;
+    __m512 max_abs = _mm512_setzero_ps();
+    for (int32_t i = 0; i < kQ4KBlockInputs; i += 16) max_abs = _mm512_max_ps(max_abs, _mm512_abs_ps(_mm512_loadu_ps(first + i)));
+    const float scale = _mm512_reduce_max_ps(max_abs) / 127.0f;
+    scales[s] = scale;
+    if (scale == 0.0f) {
+      __builtin_memset(q + s * kQ4KBlockInputs, 0, kQ4KBlockInputs);
+      for (int32_t block = 0; block < kQ4KBlockInputs / 32; ++block) block_sums[s * 8 + block] = 0;
+      continue;
+    }
+    const __m512 scale_vector = _mm512_set1_ps(scale);
+    for (int32_t block = 0; block < kQ4KBlockInputs / 32; ++block) {
+      __m512i sum = _mm512_setzero_si512();
+      for (int32_t half = 0; half < 2; ++half) {
+        const int32_t offset = block * 32 + half * 16;
+        __m512 value = _mm512_div_ps(_mm512_loadu_ps(first + offset), scale_vector);
+        value = _mm512_max_ps(_mm512_min_ps(value, limit), _mm512_sub_ps(_mm512_setzero_ps(), limit));
+        const __m512i rounded = _mm512_permutexvar_epi32(order, _mm512_cvtps_epi32(value));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + s * kQ4KBlockInputs + offset), _mm512_cvtepi32_epi8(rounded));
+        sum = _mm512_add_epi32(sum, rounded);
+      }
+      block_sums[s * 8 + block] = _mm512_reduce_add_epi32(sum);
+    }
+  }
+}
+
 constexpr int32_t kBf16Chunk = 32;
 
 int32_t bf16_padded_k(int32_t k) { return (k + kBf16Chunk - 1) / kBf16Chunk * kBf16Chunk; }
@@ -397,7 +433,7 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
     uint8_t* out = packed + size_t(m) * packed_stride;
     if (format == MatrixFormat::kQ8Panels) pack_q8_row(row, k, out);
     if (format == MatrixFormat::kQ4Panels) pack_q4_int8_row(row, k, out);
-    if (format == MatrixFormat::kQ4KPanels) pack_q4k_row(row, k, out);
+    if (format == MatrixFormat::kQ4KPanels) pack_q4k_row_avx512(row, k, out);
     if (format == MatrixFormat::kQ8KPanels) pack_q4_row(row, k, out);
     if (format == MatrixFormat::kBf16Panels) pack_bf16_row(row, k, out);
   }
