@@ -103,14 +103,19 @@ inline IVec imadd_quads(IVec acc, const int8_t* x, Q4Quads w) {
 }
 // Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
 // high bits' words (kernels.h, kQ4KPanels).
-inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, Vec* scale, Vec* min) {
+inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, IVec* scale, IVec* min) {
   const __m256i low = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(low_nibbles)));
   const __m256i high = _mm256_srl_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(high_bits)),
                                         _mm_cvtsi32_si128(4 * j));
-  *scale = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0x0f)),
-                                              _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4)));
-  *min = _mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(low, 4),
-                                            _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(12)), 2)));
+  *scale = _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0x0f)),
+                           _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(3)), 4));
+  *min = _mm256_or_si256(_mm256_srli_epi32(low, 4), _mm256_slli_epi32(_mm256_and_si256(high, _mm256_set1_epi32(12)), 2));
+}
+// acc + a * b per lane (int32, exact).
+inline IVec imul_add(IVec acc, IVec a, IVec b) { return _mm256_add_epi32(acc, _mm256_mullo_epi32(a, b)); }
+// acc + a * b per lane for 0 <= a < 2^15 and |b| < 2^15: a's high half is zero, so one vpmaddwd.
+inline IVec imul_add_small(IVec acc, IVec a, int32_t b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(b)));
 }
 
 #include "kernels_body.inc"

@@ -163,12 +163,20 @@ inline IVec imadd_quads(IVec acc, const int8_t* x, const Q4Quads& w) {
 }
 // Q4_K's 6-bit scale and min of sub-block j for kLanes columns: their low nibbles' bytes and
 // high bits' words (kernels.h, kQ4KPanels).
-inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, Vec* scale, Vec* min) {
+inline void q4k_scale_min(const uint8_t* low_nibbles, const uint32_t* high_bits, int32_t j, IVec* scale, IVec* min) {
   for (int32_t i = 0; i < kLanes; ++i) {
     const uint32_t high = high_bits[i] >> (4 * j);
-    scale->lane[i] = float((low_nibbles[i] & 0x0f) | ((high & 3) << 4));
-    min->lane[i] = float((low_nibbles[i] >> 4) | ((high & 12) << 2));
+    scale->lane[i] = int32_t((low_nibbles[i] & 0x0f) | ((high & 3) << 4));
+    min->lane[i] = int32_t((low_nibbles[i] >> 4) | ((high & 12) << 2));
   }
+}
+inline IVec imul_add(IVec acc, const IVec& a, const IVec& b) {
+  for (int32_t i = 0; i < kLanes; ++i) acc.lane[i] += a.lane[i] * b.lane[i];
+  return acc;
+}
+inline IVec imul_add_small(IVec acc, const IVec& a, int32_t b) {
+  for (int32_t i = 0; i < kLanes; ++i) acc.lane[i] += a.lane[i] * b;
+  return acc;
 }
 
 #include "kernels_body.inc"

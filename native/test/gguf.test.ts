@@ -160,8 +160,10 @@ function relativeLogitError(actual: Trace, expected: Trace): number {
  * still far below what a wrong scale or sign gives (order 1). The 4-bit formats meet int8 activations per 32 (llama.cpp's
  * choice for every K-quant dot, there per 256), which costs ~5x the int16 rows' error: Q4_0 and
  * Q4_K 0.7-3.7e-2 over 12 seeds (int16: 3-11e-3), against the 4-bit weights' own ~0.4 (native/README).
+ * Q4_K's rows now take one scale per 256 (its super-block runs in integers): 4.1e-3 to 4.4e-2 over
+ * 8 seeds, where the same blocks as per-32 4-bit panels gave 4.0e-3 to 3.3e-2, so its bound is 8e-2.
  */
-const PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 6e-2, Q4_K: 6e-2, Q5_K: 3e-2, Q6_K: 1e-1 };
+const PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 6e-2, Q4_K: 8e-2, Q5_K: 3e-2, Q6_K: 1e-1 };
 
 for (const type of BLOCK_TYPES) {
   test(`${type}: random blocks compute bitwise what their fp64 dequantization computes, and within ${PANEL_BOUNDS[type]} as quantized panels`, async (t) => {
@@ -180,10 +182,12 @@ for (const type of BLOCK_TYPES) {
           t.diagnostic(`${label}: quantized panels ${error.toExponential(2)} off`);
           assert.ok(error <= PANEL_BOUNDS[type], `${label}: quantized panels' logits are ${error.toExponential(2)} off (relative), over ${PANEL_BOUNDS[type]}`);
           if (type === 'Q4_K') {
-            // Q4_K kept as Q4_K (6-bit scales, fp16 d) and as 4-bit panels of fp32 scale and min
-            // (what int4 makes of whole Q4_K blocks, exactly) run the same arithmetic per 32.
+            // The same blocks as 4-bit panels of fp32 scale and min (what int4 makes of whole Q4_K
+            // blocks, exactly), whose rows are int8 per 32 rather than Q4_K's per 256.
             const panels = await trace(loadOptions(gguf, { kernel, quantization: 'int4' }), prompt, seed);
-            assertBitwiseEqual(quantized, panels, `${label}, Q4_K layout against 4-bit panels`);
+            const panelsError = relativeLogitError(panels, expected);
+            t.diagnostic(`${label}: as 4-bit panels ${panelsError.toExponential(2)} off`);
+            assert.ok(panelsError <= PANEL_BOUNDS.Q4_0, `${label}: 4-bit panels' logits are ${panelsError.toExponential(2)} off (relative), over ${PANEL_BOUNDS.Q4_0}`);
           }
         });
       }
