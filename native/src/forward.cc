@@ -187,7 +187,7 @@ class ForwardPass {
       ws_.query_bf16.resize(num_threads);
       for (std::vector<uint16_t>& query : ws_.query_bf16) grow(query, 2 * size_t(dims_.head_dim));
       ws_.probs_bf16.resize(num_threads);
-      for (std::vector<uint16_t>& probs : ws_.probs_bf16) grow(probs, 2 * context_capacity);
+      for (std::vector<uint16_t>& probs : ws_.probs_bf16) grow(probs, 4 * context_capacity);  // two heads' halves
     }
   }
 

@@ -163,6 +163,7 @@ struct KernelTable {
   // skip + num_visible), value i in slot pair i / 2 at value_groups[i / 16] + (i / 2 % 8) * 2 *
   // head_dim (so i = 0 is an even slot); each output in one fixed pattern for a given range.
   // Slots outside the range are never read into a sum (they may hold anything, NaN included).
+  // probs_scratch: 4 x (skip + num_visible + 1) elements per two heads.
   void (*sum_value_groups)(const float* numerators, size_t numerators_stride, int32_t num_heads, int32_t skip,
                            int32_t num_visible, uint16_t* probs_scratch, const uint16_t* const* value_groups,
                            int32_t head_dim, float* out);

@@ -3,6 +3,8 @@
 // meet int16 activations in vpdpwssd; fp32 and fp16 weights run fp32 FMAs.
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "dtype.h"
 #include "kernels.h"
 
@@ -288,7 +290,7 @@ __attribute__((always_inline)) inline void score_groups(const uint32_t* q_high, 
                                                         const uint16_t* const* groups, size_t pair_stride,
                                                         int32_t num_pairs, float* scores) {
   Vec even[G], odd[G];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int g = 0; g < G; ++g) even[g] = odd[g] = vzero();
   int32_t d = 0;
   for (; d + 2 <= num_pairs; d += 2) {
@@ -296,7 +298,7 @@ __attribute__((always_inline)) inline void score_groups(const uint32_t* q_high, 
     const __m512bh low_even = (__m512bh)_mm512_set1_epi32(int32_t(q_low[d]));
     const __m512bh high_odd = (__m512bh)_mm512_set1_epi32(int32_t(q_high[d + 1]));
     const __m512bh low_odd = (__m512bh)_mm512_set1_epi32(int32_t(q_low[d + 1]));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
       const __m512bh keys_even = (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d) * pair_stride);
       const __m512bh keys_odd = (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d + 1) * pair_stride);
@@ -307,13 +309,13 @@ __attribute__((always_inline)) inline void score_groups(const uint32_t* q_high, 
   if (d < num_pairs) {
     const __m512bh high_last = (__m512bh)_mm512_set1_epi32(int32_t(q_high[d]));
     const __m512bh low_last = (__m512bh)_mm512_set1_epi32(int32_t(q_low[d]));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int g = 0; g < G; ++g) {
       const __m512bh keys = (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d) * pair_stride);
       even[g] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(even[g], high_last, keys), low_last, keys);
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int g = 0; g < G; ++g) vstore(scores + 16 * g, _mm512_add_ps(even[g], odd[g]));
 }
 
@@ -324,6 +326,11 @@ void score_key_groups_of_head(const float* q, uint16_t* q_scratch, const uint16_
   const uint32_t* q_low = reinterpret_cast<const uint32_t*>(q_scratch + head_dim);
   const int32_t num_pairs = head_dim / 2;
   int32_t g = 0;
+  // Eight groups' 16 chains keep vdpbf16ps busy through its latency; a key's sum is the same in
+  // any group count.
+  for (; g + 8 <= num_groups; g += 8) {
+    score_groups<8>(q_high, q_low, key_groups + g, key_pair_stride, num_pairs, scores + 16 * g);
+  }
   for (; g + 4 <= num_groups; g += 4) {
     score_groups<4>(q_high, q_low, key_groups + g, key_pair_stride, num_pairs, scores + 16 * g);
   }
@@ -331,26 +338,34 @@ void score_key_groups_of_head(const float* q, uint16_t* q_scratch, const uint16_
 }
 
 // Value sums: the halves of a broadcast pair of numerators meet 16 dims of a pair of slots in
-// vdpbf16ps. Dims go four vectors at a time; each lane sums its pairs in order in two chains
-// (even and odd pairs), added at the end.
-template <int V>
-__attribute__((always_inline)) inline void sum_value_dims(const uint32_t* prob_high, const uint32_t* prob_low,
+// vdpbf16ps. Each lane sums its pairs in order in two chains (even and odd pairs), added at the
+// end. H query heads of one kv head go together: each pair of slots is loaded once for all, and
+// the H x V x 2 chains overlap vdpbf16ps's latency (a head of 32 dims alone has only four).
+// A lane's sums are the same whatever H and V.
+template <int H, int V>
+__attribute__((always_inline)) inline void sum_value_dims(const uint32_t* const (&prob_high)[H],
+                                                          const uint32_t* const (&prob_low)[H],
                                                           const uint16_t* const* groups,
                                                           int32_t pair_begin, int32_t pair_end, __mmask32 first_mask,
                                                           __mmask32 last_mask, int32_t head_dim, int32_t dim,
                                                           float* out) {
-  Vec even[V], odd[V];
+  Vec even[H][V], odd[H][V];
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) even[v] = odd[v] = vzero();
-  const auto add_pair = [&](Vec(&acc)[V], int32_t j) __attribute__((always_inline)) {
+  for (int h = 0; h < H; ++h)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) even[h][v] = odd[h][v] = vzero();
+  const auto add_pair = [&](Vec(&acc)[H][V], int32_t j) __attribute__((always_inline)) {
     const uint16_t* pair = groups[j / 8] + size_t(j % 8) * 2 * size_t(head_dim) + size_t(dim) * 2;
-    const __m512bh high = (__m512bh)_mm512_set1_epi32(int32_t(prob_high[j]));
-    const __m512bh low = (__m512bh)_mm512_set1_epi32(int32_t(prob_low[j]));
     const __mmask32 mask = j == pair_begin ? first_mask : j == pair_end - 1 ? last_mask : __mmask32(~0u);
+    __m512bh values[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      const __m512bh values = (__m512bh)_mm512_maskz_loadu_epi16(mask, pair + 32 * v);
-      acc[v] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[v], high, values), low, values);
+    for (int v = 0; v < V; ++v) values[v] = (__m512bh)_mm512_maskz_loadu_epi16(mask, pair + 32 * v);
+#pragma GCC unroll 4
+    for (int h = 0; h < H; ++h) {
+      const __m512bh high = (__m512bh)_mm512_set1_epi32(int32_t(prob_high[h][j]));
+      const __m512bh low = (__m512bh)_mm512_set1_epi32(int32_t(prob_low[h][j]));
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[h][v] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[h][v], high, values[v]), low, values[v]);
     }
   };
   int32_t j = pair_begin;
@@ -360,40 +375,64 @@ __attribute__((always_inline)) inline void sum_value_dims(const uint32_t* prob_h
   }
   if (j < pair_end) add_pair(even, j);
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) vstore(out + dim + 16 * v, _mm512_add_ps(even[v], odd[v]));
+  for (int h = 0; h < H; ++h)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) vstore(out + size_t(h) * size_t(head_dim) + dim + 16 * v, _mm512_add_ps(even[h][v], odd[h][v]));
 }
 
-void sum_value_groups_of_head(const float* numerators, int32_t skip, int32_t num_visible, uint16_t* probs_scratch,
-                              const uint16_t* const* value_groups, int32_t head_dim, float* out) {
-  const int32_t pair_begin = skip / 2;
-  const int32_t pair_end = (skip + num_visible + 1) / 2;
-  // Halves indexed like the numerators: high at [0, 2 * pair_end), low right after.
-  uint16_t* high = probs_scratch;
-  uint16_t* low = probs_scratch + 2 * pair_end;
-  split_to_bf16(numerators + 2 * pair_begin, 2 * (pair_end - pair_begin), high + 2 * pair_begin, low + 2 * pair_begin);
+// The visible pairs [pair_begin, pair_end) and the masks of their half-visible ends.
+struct VisiblePairs {
+  int32_t begin;
+  int32_t end;
+  __mmask32 first_mask;
+  __mmask32 last_mask;
+};
+
+inline VisiblePairs visible_pairs(int32_t skip, int32_t num_visible) {
   // A half-visible pair weighs its other slot by zero and does not load it (masked lanes: within
   // a pair's 32 bf16 lanes, even lanes hold the even slot, odd lanes the odd one).
-  const __mmask32 all = __mmask32(~0u);
-  __mmask32 first_mask = all;
-  __mmask32 last_mask = all;
-  if (skip % 2 == 1) {
-    high[skip - 1] = low[skip - 1] = 0;
-    first_mask = __mmask32(0xAAAAAAAAu);
+  VisiblePairs pairs{skip / 2, (skip + num_visible + 1) / 2, __mmask32(~0u), __mmask32(~0u)};
+  if (skip % 2 == 1) pairs.first_mask = __mmask32(0xAAAAAAAAu);
+  if ((skip + num_visible) % 2 == 1) pairs.last_mask = __mmask32(0x55555555u);
+  if (pairs.end - pairs.begin == 1) pairs.first_mask = pairs.last_mask = pairs.first_mask & pairs.last_mask;
+  return pairs;
+}
+
+// A head's numerators as bf16 halves in scratch (high at [0, 2 * pairs.end), low right after,
+// indexed like the numerators), a half-visible pair's other slot weighed zero.
+inline void split_numerators(const float* numerators, int32_t skip, int32_t num_visible, const VisiblePairs& pairs,
+                             uint16_t* scratch, const uint32_t** prob_high, const uint32_t** prob_low) {
+  uint16_t* high = scratch;
+  uint16_t* low = scratch + 2 * pairs.end;
+  split_to_bf16(numerators + 2 * pairs.begin, 2 * (pairs.end - pairs.begin), high + 2 * pairs.begin, low + 2 * pairs.begin);
+  if (skip % 2 == 1) high[skip - 1] = low[skip - 1] = 0;
+  if ((skip + num_visible) % 2 == 1) high[skip + num_visible] = low[skip + num_visible] = 0;
+  *prob_high = reinterpret_cast<const uint32_t*>(high);
+  *prob_low = reinterpret_cast<const uint32_t*>(low);
+}
+
+template <int H>
+void sum_value_groups_of_heads(const float* numerators, size_t numerators_stride, int32_t skip, int32_t num_visible,
+                               uint16_t* probs_scratch, const uint16_t* const* value_groups, int32_t head_dim,
+                               float* out) {
+  const VisiblePairs pairs = visible_pairs(skip, num_visible);
+  const uint32_t* prob_high[H];
+  const uint32_t* prob_low[H];
+  for (int h = 0; h < H; ++h) {
+    split_numerators(numerators + size_t(h) * numerators_stride, skip, num_visible, pairs,
+                     probs_scratch + size_t(h) * 4 * size_t(pairs.end), &prob_high[h], &prob_low[h]);
   }
-  if ((skip + num_visible) % 2 == 1) {
-    high[skip + num_visible] = low[skip + num_visible] = 0;
-    last_mask = __mmask32(0x55555555u);
-  }
-  if (pair_end - pair_begin == 1) first_mask = last_mask = first_mask & last_mask;
-  const uint32_t* prob_high = reinterpret_cast<const uint32_t*>(high);
-  const uint32_t* prob_low = reinterpret_cast<const uint32_t*>(low);
+  const auto sum_dims = [&](auto vectors, int32_t dim) __attribute__((always_inline)) {
+    sum_value_dims<H, decltype(vectors)::value>(prob_high, prob_low, value_groups, pairs.begin, pairs.end,
+                                                pairs.first_mask, pairs.last_mask, head_dim, dim, out);
+  };
   int32_t dim = 0;
-  for (; dim + 64 <= head_dim; dim += 64) {
-    sum_value_dims<4>(prob_high, prob_low, value_groups, pair_begin, pair_end, first_mask, last_mask, head_dim, dim, out);
+  for (; dim + 64 <= head_dim; dim += 64) sum_dims(std::integral_constant<int, 4>{}, dim);
+  if (dim + 32 <= head_dim) {
+    sum_dims(std::integral_constant<int, 2>{}, dim);
+    dim += 32;
   }
-  for (; dim < head_dim; dim += 16) {
-    sum_value_dims<1>(prob_high, prob_low, value_groups, pair_begin, pair_end, first_mask, last_mask, head_dim, dim, out);
-  }
+  for (; dim < head_dim; dim += 16) sum_dims(std::integral_constant<int, 1>{}, dim);
 }
 
 // vdpbf16ps needs each head's query and numerators split, so the heads go one at a time.
@@ -405,12 +444,18 @@ void score_key_groups(const float* q, int32_t num_heads, uint16_t* q_scratch, co
   }
 }
 
+// Two heads at a time: probs_scratch holds both heads' halves (KernelTable::sum_value_groups).
 void sum_value_groups(const float* numerators, size_t numerators_stride, int32_t num_heads, int32_t skip,
                       int32_t num_visible, uint16_t* probs_scratch, const uint16_t* const* value_groups,
                       int32_t head_dim, float* out) {
-  for (int32_t h = 0; h < num_heads; ++h) {
-    sum_value_groups_of_head(numerators + size_t(h) * numerators_stride, skip, num_visible, probs_scratch, value_groups,
-                             head_dim, out + size_t(h) * head_dim);
+  int32_t h = 0;
+  for (; h + 2 <= num_heads; h += 2) {
+    sum_value_groups_of_heads<2>(numerators + size_t(h) * numerators_stride, numerators_stride, skip, num_visible,
+                                 probs_scratch, value_groups, head_dim, out + size_t(h) * head_dim);
+  }
+  if (h < num_heads) {
+    sum_value_groups_of_heads<1>(numerators + size_t(h) * numerators_stride, numerators_stride, skip, num_visible,
+                                 probs_scratch, value_groups, head_dim, out + size_t(h) * head_dim);
   }
 }
 
