@@ -117,9 +117,17 @@ interface TtftSplit {
   gatewayMs: number;
   /** The client's TTFT beyond the gateway's: HTTP and SSE over loopback, the load generator. */
   clientMs: number;
+  /** The worker's steps over the point: how many, their mean time, its engine-loop part (outside the forward pass), their mean tokens. */
+  numSteps: number;
+  stepMs: number;
+  engineLoopMs: number;
+  tokensPerStep: number;
 }
 
-const SPLIT_HISTOGRAMS = ['conduit_time_to_first_token_seconds', 'conduit_request_queue_time_seconds', 'conduit_request_prefill_time_seconds'] as const;
+const SPLIT_HISTOGRAMS = [
+  'conduit_time_to_first_token_seconds', 'conduit_request_queue_time_seconds', 'conduit_request_prefill_time_seconds',
+  'conduit_engine_step_duration_seconds', 'conduit_engine_scheduling_duration_seconds', 'conduit_engine_tokens_per_step',
+] as const;
 
 /** Each histogram's sum and count. */
 async function scrapeHistograms(metricsUrl: string): Promise<Map<string, { sum: number; count: number }>> {
@@ -248,13 +256,20 @@ async function measure(server: RunningServer, point: LoadPoint): Promise<{ figur
   };
   if (before === null) return { figures, split: null };
   const after = await scrapeHistograms(server.metricsUrl!);
-  const meanMs = (name: string) => {
+  const mean = (name: string) => {
     const [a, b] = [after.get(name)!, before.get(name)!];
-    return (1000 * (a.sum - b.sum)) / (a.count - b.count);
+    return (a.sum - b.sum) / (a.count - b.count);
   };
-  const [gatewayTtftMs, queueMs, prefillMs] = SPLIT_HISTOGRAMS.map(meanMs);
+  const [gatewayTtftMs, queueMs, prefillMs, stepMs, engineLoopMs] = SPLIT_HISTOGRAMS.slice(0, 5).map((name) => 1000 * mean(name));
   figures.prefillMs = prefillMs;
-  return { figures, split: { queueMs, prefillMs, gatewayMs: gatewayTtftMs - queueMs - prefillMs, clientMs: results.ttft_ms.mean! - gatewayTtftMs } };
+  const steps = SPLIT_HISTOGRAMS[3];
+  return {
+    figures,
+    split: {
+      queueMs, prefillMs, gatewayMs: gatewayTtftMs - queueMs - prefillMs, clientMs: results.ttft_ms.mean! - gatewayTtftMs,
+      numSteps: after.get(steps)!.count - before.get(steps)!.count, stepMs, engineLoopMs, tokensPerStep: mean('conduit_engine_tokens_per_step'),
+    },
+  };
 }
 
 function median(values: readonly number[]): number {
@@ -412,6 +427,7 @@ async function main(): Promise<void> {
               console.log(`round ${round}, ${server === 'llama' ? 'llama-server' : `conduit ${server}`}, ${point.label}: ${describe(result)}`);
               if (split !== null) {
                 console.log(`  mean TTFT = worker queue ${ms(split.queueMs)} + prefill ${ms(split.prefillMs)} + gateway ${ms(split.gatewayMs)} + HTTP and client ${ms(split.clientMs)}`);
+                console.log(`  ${split.numSteps} steps of ${split.tokensPerStep.toFixed(1)} tokens on average, ${split.stepMs.toFixed(1)} ms each, of which ${split.engineLoopMs.toFixed(2)} ms the engine loop's (outside the forward pass)`);
               }
             }
           } finally {
