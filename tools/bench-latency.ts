@@ -209,11 +209,6 @@ async function buildLoadPoints(conduitUrl: string, scale: number): Promise<LoadP
     const entries: WorkloadEntry[] = [];
     for (let i = 0; i <= numRequests(label, numClients); i++) entries.push({ text: await builder.build(FIXED.inputTokens, rng), output_tokens: FIXED.outputTokens });
     points.push({ label, numClients, phase: 'fixed', entries });
-    if (numClients !== 8) continue;
-    // The same prompts; lengths of their own seed, so the fixed points' draws stay as they were.
-    const outputTokens = mirroredUniformLengths(createRng(3939), entries.length - 1, FIXED.outputTokens, SPREAD_HALF_WIDTH_TOKENS);
-    const spread = entries.map((entry, i) => ({ ...entry, output_tokens: i === 0 ? FIXED.outputTokens : outputTokens[i - 1] }));
-    points.push({ label: SPREAD_LABEL, numClients, phase: 'fixed', entries: spread });
   }
   // As the loadtest's completions transport joins a system prompt and the user's text.
   const prefix = await builder.build(SHARED.prefixTokens, rng);
@@ -223,6 +218,13 @@ async function buildLoadPoints(conduitUrl: string, scale: number): Promise<LoadP
     entries.push({ text: `${prefix}\n\n${await builder.build(SHARED.inputTokens, rng)}`, output_tokens: SHARED.outputTokens });
   }
   points.push({ label, numClients: SHARED.numClients, phase: 'shared-prefix', entries });
+  // Prompts of its own (the fixed point's would be cached by then), drawn after every other
+  // point's so theirs stay as they were; run right after the fixed 8-client point.
+  // The warm-up (first) at the mean; the measured requests' lengths average it exactly.
+  const outputTokens = [FIXED.outputTokens, ...mirroredUniformLengths(createRng(3939), numRequests(SPREAD_LABEL, 8), FIXED.outputTokens, SPREAD_HALF_WIDTH_TOKENS)];
+  const spread: WorkloadEntry[] = [];
+  for (const numOutputTokens of outputTokens) spread.push({ text: await builder.build(FIXED.inputTokens, rng), output_tokens: numOutputTokens });
+  points.splice(points.findIndex((point) => point.label === 'fixed, 8 clients') + 1, 0, { label: SPREAD_LABEL, numClients: 8, phase: 'fixed', entries: spread });
   return points;
 }
 
