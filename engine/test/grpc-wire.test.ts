@@ -29,8 +29,8 @@ const ONE_MILLION = 1_000_000;
 /** The gateway's loop turn for a million-token prompt; the varint encoding took 0.4-0.6 s of CPU at load 20. */
 const MAX_ENCODE_CPU_MS = 150;
 
-async function startWorker() {
-  const runner = new FakeRunner({ numKvBlocks: 64, blockSizeTokens: 4, vocabSize: VOCAB_SIZE, maxModelLen: 128 });
+async function startWorker(maxModelLen = 128) {
+  const runner = new FakeRunner({ numKvBlocks: 64, blockSizeTokens: 4, vocabSize: VOCAB_SIZE, maxModelLen });
   const engine = createEngine(runner, { servedName: 'fake', maxNumSeqs: 8, maxNumBatchedTokens: 64, generationDefaults: { eosTokenIds: [2] } });
   const server = await serveEngine(engine, '127.0.0.1:0');
   const client = new GrpcEngineClient(server.address);
@@ -56,9 +56,9 @@ function collect(client: GrpcEngineClient, request: GenerateRequest): Promise<Re
 }
 
 /** A million ids in the vocabulary, then lastId: a worker that names lastId in its refusal read them all. */
-function millionTokenPrompt(seed: number, lastId: number): number[] {
+function millionTokenPrompt(seed: number, lastId: number, numTokens = ONE_MILLION): number[] {
   const rng = createRng(seed);
-  const tokenIds = Array.from({ length: ONE_MILLION - 1 }, () => Math.floor(rng() * VOCAB_SIZE));
+  const tokenIds = Array.from({ length: numTokens - 1 }, () => Math.floor(rng() * VOCAB_SIZE));
   tokenIds.push(lastId);
   return tokenIds;
 }
@@ -104,6 +104,15 @@ test('a million-token prompt reaches the worker whole over gRPC, and the stream 
   const outputs = await collect(client, { requestId: 'small', promptTokenIds: distinctPrompt('small', 6), sampling: { maxTokens: 3 } });
   assert.equal(outputs.at(-1)!.finishReason, 'length');
   assert.equal(outputs.flatMap((output) => output.newTokenIds).length, 3);
+});
+
+test('a prompt of more than gRPC\'s default 4 MiB of ids gets through to a worker whose context holds it', async (t) => {
+  const numTokens = 1_200_000;
+  const { client, stop } = await startWorker(2 * numTokens);
+  t.after(stop);
+  const [output] = await collect(client, { requestId: 'huge', promptTokenIds: millionTokenPrompt(3, -3, numTokens), sampling: { maxTokens: 1 } });
+  assert.match(output.error?.message ?? '', /holds -3$/, `the worker's answer: ${JSON.stringify(output.error)}`);
+  assert.equal(output.numPromptTokens, numTokens);
 });
 
 test('sending a million-token prompt holds the gateway\'s event loop for a copy, not a varint per id', async (t) => {
