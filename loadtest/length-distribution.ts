@@ -45,3 +45,21 @@ export function drawLength(rng: Rng, distribution: LengthDistribution): number {
 function clampLength(tokens: number): number {
   return Math.max(1, Math.round(tokens));
 }
+
+/**
+ * numLengths lengths drawn uniformly from meanTokens ± halfWidthTokens, in mirrored pairs
+ * (mean + d, mean - d) so that their mean is meanTokens exactly whatever the draws: a workload of
+ * spread lengths then asks for as many tokens as the fixed one it stands beside.
+ */
+export function mirroredUniformLengths(rng: Rng, numLengths: number, meanTokens: number, halfWidthTokens: number): number[] {
+  if (!(Number.isInteger(meanTokens) && Number.isInteger(halfWidthTokens) && halfWidthTokens >= 0 && meanTokens - halfWidthTokens >= 1)) {
+    throw new Error(`expected integers with mean - halfWidth >= 1 but received mean ${meanTokens}, halfWidth ${halfWidthTokens}`);
+  }
+  const lengths: number[] = [];
+  while (lengths.length < numLengths) {
+    const offset = randomInt(rng, -halfWidthTokens, halfWidthTokens);
+    lengths.push(meanTokens + offset);
+    if (lengths.length < numLengths) lengths.push(meanTokens - offset);
+  }
+  return lengths;
+}

@@ -4,7 +4,12 @@
 // binary is given, on the 125 M benchmark model:
 //
 // - closed loop, streaming completions of 256-token prompts and 128 output tokens (ignore_eos),
-//   1, 8 and 32 clients;
+//   1, 8 and 32 clients; at 8 clients also the same prompts with output lengths spread over
+//   96-160 tokens (seeded, mean 128 exactly): with every output the same length the clients'
+//   requests stay in the lockstep the opening burst set (each arrives during the step that
+//   computes the one before it), which real traffic's varied lengths do not keep. The fixed
+//   point is the issue's measure; the spread one shows what the same load gives without the
+//   lockstep;
 // - shared prefix: 8 clients, one 1,024-token prefix plus 32 tokens of their own, 64 out.
 //
 // Per point: output tokens/s, TTFT p50 / p99 and ITL p50 / p99, where ITL is the gap between two
@@ -18,7 +23,7 @@
 // the first token.
 //
 //   npm run bench:latency [-- --llama-server PATH] [--rounds 2] [--servers interactivity,throughput,llama]
-//                         [--part served|simulated|both] [--points 1,8,32,shared (which load points run)]
+//                         [--part served|simulated|both] [--points 1,8,32,shared (which load points run; 8 runs the spread point too)]
 //                         [--threads N (llama-server's -t; default the CPUs)] [--scale 0.25 (fewer requests, a quick look)]
 //   LLAMA_SERVER=PATH npm run bench:latency
 //
@@ -35,6 +40,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import { mirroredUniformLengths } from '../loadtest/length-distribution.ts';
 import { TokenizedPromptBuilder } from '../loadtest/prompt-builder.ts';
 import { createRng } from '../loadtest/random.ts';
 import { runLoadtest } from '../loadtest/run.ts';
@@ -61,9 +67,12 @@ interface LoadPoint {
 }
 
 const FIXED = { inputTokens: 256, outputTokens: 128 };
+/** The spread point's output lengths: FIXED.outputTokens ± this, uniform, mean FIXED.outputTokens exactly. */
+const SPREAD_HALF_WIDTH_TOKENS = 32;
+const SPREAD_LABEL = 'spread outputs, 8 clients';
 const SHARED = { prefixTokens: 1024, inputTokens: 32, outputTokens: 64, numClients: 8 };
 /** Requests per point, besides the warm-up: a few per client, more where the clients are few. */
-const NUM_REQUESTS: Readonly<Record<string, number>> = { 'fixed, 1 client': 8, 'fixed, 8 clients': 64, 'fixed, 32 clients': 128, 'shared prefix, 8 clients': 32 };
+const NUM_REQUESTS: Readonly<Record<string, number>> = { 'fixed, 1 client': 8, 'fixed, 8 clients': 64, [SPREAD_LABEL]: 64, 'fixed, 32 clients': 128, 'shared prefix, 8 clients': 32 };
 
 /** A point's requests at the run's --scale, never fewer than one per client. */
 function numRequestsAt(scale: number, label: string, numClients: number): number {
@@ -108,9 +117,17 @@ interface TtftSplit {
   gatewayMs: number;
   /** The client's TTFT beyond the gateway's: HTTP and SSE over loopback, the load generator. */
   clientMs: number;
+  /** The worker's steps over the point: how many, their mean time, its engine-loop part (outside the forward pass), their mean tokens. */
+  numSteps: number;
+  stepMs: number;
+  engineLoopMs: number;
+  tokensPerStep: number;
 }
 
-const SPLIT_HISTOGRAMS = ['conduit_time_to_first_token_seconds', 'conduit_request_queue_time_seconds', 'conduit_request_prefill_time_seconds'] as const;
+const SPLIT_HISTOGRAMS = [
+  'conduit_time_to_first_token_seconds', 'conduit_request_queue_time_seconds', 'conduit_request_prefill_time_seconds',
+  'conduit_engine_step_duration_seconds', 'conduit_engine_scheduling_duration_seconds', 'conduit_engine_tokens_per_step',
+] as const;
 
 /** Each histogram's sum and count. */
 async function scrapeHistograms(metricsUrl: string): Promise<Map<string, { sum: number; count: number }>> {
@@ -201,6 +218,13 @@ async function buildLoadPoints(conduitUrl: string, scale: number): Promise<LoadP
     entries.push({ text: `${prefix}\n\n${await builder.build(SHARED.inputTokens, rng)}`, output_tokens: SHARED.outputTokens });
   }
   points.push({ label, numClients: SHARED.numClients, phase: 'shared-prefix', entries });
+  // Prompts of its own (the fixed point's would be cached by then), drawn after every other
+  // point's so theirs stay as they were; run right after the fixed 8-client point.
+  // The warm-up (first) at the mean; the measured requests' lengths average it exactly.
+  const outputTokens = [FIXED.outputTokens, ...mirroredUniformLengths(createRng(3939), numRequests(SPREAD_LABEL, 8), FIXED.outputTokens, SPREAD_HALF_WIDTH_TOKENS)];
+  const spread: WorkloadEntry[] = [];
+  for (const numOutputTokens of outputTokens) spread.push({ text: await builder.build(FIXED.inputTokens, rng), output_tokens: numOutputTokens });
+  points.splice(points.findIndex((point) => point.label === 'fixed, 8 clients') + 1, 0, { label: SPREAD_LABEL, numClients: 8, phase: 'fixed', entries: spread });
   return points;
 }
 
@@ -234,13 +258,20 @@ async function measure(server: RunningServer, point: LoadPoint): Promise<{ figur
   };
   if (before === null) return { figures, split: null };
   const after = await scrapeHistograms(server.metricsUrl!);
-  const meanMs = (name: string) => {
+  const mean = (name: string) => {
     const [a, b] = [after.get(name)!, before.get(name)!];
-    return (1000 * (a.sum - b.sum)) / (a.count - b.count);
+    return (a.sum - b.sum) / (a.count - b.count);
   };
-  const [gatewayTtftMs, queueMs, prefillMs] = SPLIT_HISTOGRAMS.map(meanMs);
+  const [gatewayTtftMs, queueMs, prefillMs, stepMs, engineLoopMs] = SPLIT_HISTOGRAMS.slice(0, 5).map((name) => 1000 * mean(name));
   figures.prefillMs = prefillMs;
-  return { figures, split: { queueMs, prefillMs, gatewayMs: gatewayTtftMs - queueMs - prefillMs, clientMs: results.ttft_ms.mean! - gatewayTtftMs } };
+  const steps = SPLIT_HISTOGRAMS[3];
+  return {
+    figures,
+    split: {
+      queueMs, prefillMs, gatewayMs: gatewayTtftMs - queueMs - prefillMs, clientMs: results.ttft_ms.mean! - gatewayTtftMs,
+      numSteps: after.get(steps)!.count - before.get(steps)!.count, stepMs, engineLoopMs, tokensPerStep: mean('conduit_engine_tokens_per_step'),
+    },
+  };
 }
 
 function median(values: readonly number[]): number {
@@ -277,12 +308,15 @@ function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
   const shared = `shared prefix, ${SHARED.numClients} clients`;
   line('TTFT p50 at 8 clients / TTFT p50 at 1 client', get('interactivity', c8, 'ttftP50Ms'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
   line('  the same without the opening burst', get('interactivity', c8, 'ttftP50AfterBurstMs'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
+  line(`  the same with output lengths ${FIXED.outputTokens - SPREAD_HALF_WIDTH_TOKENS}-${FIXED.outputTokens + SPREAD_HALF_WIDTH_TOKENS} (${SPREAD_LABEL}; not the issue's measure)`,
+    get('interactivity', SPREAD_LABEL, 'ttftP50Ms'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
   line('TTFT p50 at 8 clients / llama-server\'s', get('interactivity', c8, 'ttftP50Ms'), get('llama', c8, 'ttftP50Ms'), 1);
   line('TTFT p99 at 32 clients / llama-server\'s', get('interactivity', c32, 'ttftP99Ms'), get('llama', c32, 'ttftP99Ms'), 0.5);
   line('ITL p99 at 8 clients', get('interactivity', c8, 'itlP99Ms'), 0, 250, 'ms');
+  line('ITL p99 at 8 clients, spread outputs', get('interactivity', SPREAD_LABEL, 'itlP99Ms'), 0, 250, 'ms');
   line('ITL p99 at 32 clients', get('interactivity', c32, 'itlP99Ms'), 0, 500, 'ms');
   // Below 1 is a loss: the reference is the scheduler's former way, prompts packed.
-  for (const label of [c8, c32, shared]) {
+  for (const label of [c8, SPREAD_LABEL, c32, shared]) {
     const value = get('interactivity', label, 'outputTokensPerS');
     const reference = get('throughput', label, 'outputTokensPerS');
     if (value !== null && reference !== null) console.log(`  tok/s, ${label}: interactivity / throughput mode ${(value / reference).toFixed(2)}x (target >= 1: ${value >= reference ? 'met' : 'NOT met'})`);
@@ -366,7 +400,8 @@ async function main(): Promise<void> {
   // Conduit's tokenizer builds the prompts, so a Conduit server runs first.
   if (servers[0] === 'llama' || servers.length === 0) throw new Error('--servers: name interactivity or throughput first');
   console.log(`CPU: ${describeCpu()}; load average ${os.loadavg().map((load) => load.toFixed(2)).join(' ')}`);
-  console.log(`closed loop, streaming completions, ignore_eos: ${FIXED.inputTokens} + ${FIXED.outputTokens} tokens at 1, 8 and 32 clients; ` +
+  console.log(`closed loop, streaming completions, ignore_eos: ${FIXED.inputTokens} + ${FIXED.outputTokens} tokens at 1, 8 and 32 clients ` +
+    `(at 8 also ${FIXED.outputTokens - SPREAD_HALF_WIDTH_TOKENS}-${FIXED.outputTokens + SPREAD_HALF_WIDTH_TOKENS} tokens out, seeded, mean ${FIXED.outputTokens}); ` +
     `shared prefix ${SHARED.prefixTokens} + ${SHARED.inputTokens} tokens, ${SHARED.outputTokens} out, ${SHARED.numClients} clients; requests per point ${JSON.stringify(NUM_REQUESTS)}${scale === 1 ? '' : ` x ${scale}`} after 1 warm-up`);
   console.log(`servers: ${servers.join(', ')}${llamaServer === undefined ? ' (llama-server: none given; --llama-server PATH or LLAMA_SERVER)' : ` (llama-server: ${llamaServer} -t ${values.threads})`}`);
 
@@ -394,6 +429,7 @@ async function main(): Promise<void> {
               console.log(`round ${round}, ${server === 'llama' ? 'llama-server' : `conduit ${server}`}, ${point.label}: ${describe(result)}`);
               if (split !== null) {
                 console.log(`  mean TTFT = worker queue ${ms(split.queueMs)} + prefill ${ms(split.prefillMs)} + gateway ${ms(split.gatewayMs)} + HTTP and client ${ms(split.clientMs)}`);
+                console.log(`  ${split.numSteps} steps of ${split.tokensPerStep.toFixed(1)} tokens on average, ${split.stepMs.toFixed(1)} ms each, of which ${split.engineLoopMs.toFixed(2)} ms the engine loop's (outside the forward pass)`);
               }
             }
           } finally {

@@ -9,12 +9,15 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Engine } from '../engine.ts';
 import { silentLogger, type Logger } from '../log.ts';
-import type { RequestOutput } from '../types.ts';
+import type { EngineError } from '../errors.ts';
+import type { GenerateRequest, RequestOutput } from '../types.ts';
 import { errorOutput } from '../request-output.ts';
 import {
   generateFromWire,
   healthToWire,
   loadEngineService,
+  maxClientMessageBytes,
+  WireFormatError,
   outputToWire,
   stepToWire,
   type ClientMessage__Output,
@@ -86,12 +89,21 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, log: L
       return;
     }
     if (!message.generate) return;
-    const request = generateFromWire(message.generate);
+    const refuse = (requestId: string, numPromptTokens: number, refusal: EngineError) => {
+      const output = outputToWire(errorOutput(requestId, numPromptTokens, refusal), requestId);
+      call.write(stepToWire([output], { events: [], load: engine.health().load, stats: null }));
+    };
+    let request: GenerateRequest;
+    try {
+      request = generateFromWire(message.generate);
+    } catch (err) {
+      if (!(err instanceof WireFormatError)) throw err;
+      refuse(message.generate.requestId, 0, { code: 'invalid_request', message: err.message });
+      return;
+    }
     const { requestId } = request;
     if (inFlight.has(requestId)) {
-      const refusal = { code: 'invalid_request', message: `Request ${requestId} is already in flight on this stream` } as const;
-      const output = outputToWire(errorOutput(requestId, request.promptTokenIds.length, refusal), requestId);
-      call.write(stepToWire([output], { events: [], load: engine.health().load, stats: null }));
+      refuse(requestId, request.promptTokenIds.length, { code: 'invalid_request', message: `Request ${requestId} is already in flight on this stream` });
       return;
     }
     const { externalRequestId } = request;
@@ -119,7 +131,7 @@ function serveStream(engine: Engine, call: StreamCall, streamKey: string, log: L
 
 /** Serves the engine on listen ('HOST:PORT', port 0 for any free port, or 'unix:PATH'). */
 export async function serveEngine(engine: Engine, listen: string, log: Logger = silentLogger): Promise<EngineServer> {
-  const server = new grpc.Server();
+  const server = new grpc.Server({ 'grpc.max_receive_message_length': maxClientMessageBytes(engine.model.maxModelLen) });
   const openStreams = new Set<() => void>();
   let numStreams = 0;
   server.addService(loadEngineService().service, {

@@ -79,11 +79,48 @@ const finishReasonFromWire: Record<WireFinishReasonName, FinishReason | null> = 
   FINISH_REASON_ERROR: 'error',
 };
 
+/**
+ * Token ids as GenerateRequest.prompt_token_ids_le carries them, little-endian int32s: protobufjs
+ * copies the bytes whole, where a repeated int32 cost a varint per id on the event loop (seconds
+ * for a million-token prompt).
+ */
+export function tokenIdsToBytes(tokenIds: readonly number[]): Uint8Array {
+  const bytes = new Uint8Array(4 * tokenIds.length);
+  const view = new DataView(bytes.buffer);
+  for (let i = 0; i < tokenIds.length; i++) view.setInt32(4 * i, tokenIds[i], true);
+  return bytes;
+}
+
+/** The ids tokenIdsToBytes wrote; throws a WireFormatError for a length that is not whole ids. */
+export function tokenIdsFromBytes(bytes: Uint8Array): number[] {
+  if (bytes.byteLength % 4 !== 0) throw new WireFormatError(`prompt_token_ids_le has ${bytes.byteLength} bytes, not a whole number of 4-byte ids`);
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  // Sized once: growing a million-element array by push costs several times the reads.
+  const tokenIds = new Array<number>(bytes.byteLength / 4);
+  for (let i = 0; i < tokenIds.length; i++) tokenIds[i] = view.getInt32(4 * i, true);
+  return tokenIds;
+}
+
+/** A message the peer encoded wrongly (never one our own peers send). */
+export class WireFormatError extends Error {}
+
+/** gRPC's own default limit on a received message, kept for everything besides the prompt. */
+const DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The largest message a worker takes from its gateway: a prompt as long as the model's context
+ * (4 bytes an id) beside gRPC's default 4 MiB for the rest, so that a whole context always gets
+ * through and anything larger is refused before it is buffered.
+ */
+export function maxClientMessageBytes(maxModelLen: number): number {
+  return 4 * maxModelLen + DEFAULT_MAX_MESSAGE_BYTES;
+}
+
 export function generateToWire(request: GenerateRequest): WireGenerateRequest {
   const { sampling } = request;
   return {
     requestId: request.requestId,
-    promptTokenIds: request.promptTokenIds,
+    promptTokenIdsLe: tokenIdsToBytes(request.promptTokenIds),
     sampling: {
       temperature: sampling.temperature,
       topP: sampling.topP,
@@ -158,7 +195,7 @@ export function generateFromWire(wire: WireGenerateRequestOutput): GenerateReque
   const logitBias = sampling === null ? [] : Object.entries(sampling.logitBias).map(([tokenId, bias]) => [Number(tokenId), bias] as const);
   return {
     requestId: wire.requestId,
-    promptTokenIds: wire.promptTokenIds,
+    promptTokenIds: tokenIdsFromBytes(wire.promptTokenIdsLe),
     sampling: {
       temperature: sampling?.temperature,
       topP: sampling?.topP,

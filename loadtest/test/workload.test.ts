@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRng } from '../random.ts';
-import { parseLengthDistribution, drawLength } from '../length-distribution.ts';
+import { parseLengthDistribution, drawLength, mirroredUniformLengths } from '../length-distribution.ts';
 import { generateWorkload } from '../scenarios.ts';
 import { WorkloadError, formatWorkload, groupSessions, hasTimestamps, parseWorkload } from '../workload.ts';
 
@@ -48,6 +48,19 @@ test('length distributions stay positive and near their parameters', () => {
   }
   assert.ok(Math.abs(sum / 2000 - 100) < 5, `lognormal mean ${sum / 2000}`);
   assert.throws(() => parseLengthDistribution('normal:abc'), /expected fixed:N/);
+});
+
+test('mirrored uniform lengths: in range, mean exact for an even count, spread, replayed from the seed', () => {
+  const seed = Math.floor(Math.random() * 2 ** 31);
+  const lengths = mirroredUniformLengths(createRng(seed), 64, 128, 32);
+  assert.equal(lengths.length, 64);
+  for (const length of lengths) assert.ok(Number.isInteger(length) && length >= 96 && length <= 160, `seed ${seed}: ${length} outside 96..160`);
+  assert.equal(lengths.reduce((a, b) => a + b, 0), 64 * 128, `seed ${seed}: the mean is not 128`);
+  assert.ok(new Set(lengths).size > 8, `seed ${seed}: ${new Set(lengths).size} distinct lengths in 64 draws`);
+  assert.deepEqual(mirroredUniformLengths(createRng(seed), 64, 128, 32), lengths);
+  assert.equal(mirroredUniformLengths(createRng(seed), 5, 128, 32).length, 5);
+  assert.deepEqual(mirroredUniformLengths(createRng(seed), 4, 10, 0), [10, 10, 10, 10]);
+  assert.throws(() => mirroredUniformLengths(createRng(seed), 4, 10, 10), /mean - halfWidth >= 1/);
 });
 
 test('malformed workload lines are rejected with file, line and field', () => {

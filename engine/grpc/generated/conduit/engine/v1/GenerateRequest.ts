@@ -5,7 +5,6 @@ import type { StructuredOutput as _conduit_engine_v1_StructuredOutput, Structure
 
 export interface GenerateRequest {
   'requestId'?: (string);
-  'promptTokenIds'?: (number)[];
   'sampling'?: (_conduit_engine_v1_SamplingParams | null);
   'priority'?: (number);
   'cacheSalt'?: (string);
@@ -14,6 +13,7 @@ export interface GenerateRequest {
   'externalRequestId'?: (string);
   'structuredOutput'?: (_conduit_engine_v1_StructuredOutput | null);
   'numSpeculativeTokens'?: (number);
+  'promptTokenIdsLe'?: (Buffer | Uint8Array | string);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";
@@ -23,7 +23,6 @@ export interface GenerateRequest {
 
 export interface GenerateRequest__Output {
   'requestId': (string);
-  'promptTokenIds': (number)[];
   'sampling': (_conduit_engine_v1_SamplingParams__Output | null);
   'priority': (number);
   'cacheSalt'?: (string);
@@ -32,6 +31,7 @@ export interface GenerateRequest__Output {
   'externalRequestId'?: (string);
   'structuredOutput': (_conduit_engine_v1_StructuredOutput__Output | null);
   'numSpeculativeTokens'?: (number);
+  'promptTokenIdsLe': (Buffer);
   '_cacheSalt'?: "cacheSalt";
   '_queueTimeoutMs'?: "queueTimeoutMs";
   '_timeoutMs'?: "timeoutMs";
