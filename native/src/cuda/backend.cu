@@ -1126,7 +1126,7 @@ void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
     schedule_slabs_ = slabs;
   }
   for (const TpOp& op : schedule_) {
-    if (op.kind == TpOpKind::kGatherPartials) {
+    if (op.kind == TpOpKind::kGatherAttentionPartials || op.kind == TpOpKind::kGatherMlpPartials) {
       gather_partials(slab_rows(tokens, op.slab));
       continue;
     }

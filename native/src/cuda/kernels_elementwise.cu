@@ -202,12 +202,8 @@ __global__ void pack_segments_kernel(const __nv_bfloat16* src, int32_t src_strid
   const int32_t t = blockIdx.y;
   const int32_t width = (slots.end - slots.first) * slots.slot;
   for (int32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < width; j += gridDim.x * blockDim.x) {
-    const int32_t segment = slots.first + j / slots.slot;
-    const int32_t i = j % slots.slot;
-    const int32_t begin = slots.bounds[segment];
-    const bool inside = i < slots.bounds[segment + 1] - begin;
-    dst[size_t(t) * width + j] =
-        inside ? src[size_t(t) * src_stride + (begin - slots.bounds[slots.first]) + i] : __float2bfloat16_rn(0.0f);
+    const int32_t column = packed_source_column(slots.bounds, slots.first, slots.slot, j);
+    dst[size_t(t) * width + j] = column >= 0 ? src[size_t(t) * src_stride + column] : __float2bfloat16_rn(0.0f);
   }
 }
 

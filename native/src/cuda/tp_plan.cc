@@ -95,19 +95,19 @@ std::vector<TpOp> tp_schedule(int32_t num_layers, int32_t size, int32_t num_slab
   const auto every_rank = [&](TpOpKind kind, int32_t layer, int32_t slab) {
     for (int32_t rank = 0; rank < size; ++rank) ops.push_back(TpOp{kind, rank, layer, slab});
   };
-  const auto reduction = [&](TpOpKind segments, TpOpKind fold, int32_t layer) {
+  const auto reduction = [&](TpOpKind segments, TpOpKind gather, TpOpKind fold, int32_t layer) {
     for (int32_t slab = 0; slab < num_slabs; ++slab) {
       every_rank(segments, layer, slab);
-      ops.push_back(TpOp{TpOpKind::kGatherPartials, -1, layer, slab});
+      ops.push_back(TpOp{gather, -1, layer, slab});
       every_rank(fold, layer, slab);
     }
   };
   every_rank(TpOpKind::kEmbed, -1, -1);
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     every_rank(TpOpKind::kAttention, layer, -1);
-    reduction(TpOpKind::kAttentionSegments, TpOpKind::kFoldAttention, layer);
+    reduction(TpOpKind::kAttentionSegments, TpOpKind::kGatherAttentionPartials, TpOpKind::kFoldAttention, layer);
     every_rank(TpOpKind::kMlp, layer, -1);
-    reduction(TpOpKind::kMlpSegments, TpOpKind::kFoldMlp, layer);
+    reduction(TpOpKind::kMlpSegments, TpOpKind::kGatherMlpPartials, TpOpKind::kFoldMlp, layer);
   }
   every_rank(TpOpKind::kLogitsSlice, -1, -1);
   ops.push_back(TpOp{TpOpKind::kGatherLogits, -1, -1, -1});
