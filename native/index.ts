@@ -20,7 +20,7 @@ import type {
 import { MAX_TOP_LOGPROBS, SEQ_PROMPT_LOGPROBS, SEQ_RETURN_LOGITS, sampleStrideOf } from './api.ts';
 import { readCheckpoint, type ModelSpec } from './checkpoint.ts';
 import { validateForwardBatch } from './forward-batch.ts';
-import { availableMemory, loadFootprint, memoryShortfall } from './memory.ts';
+import { availableMemory, kvHeadsPerRank, loadFootprint, memoryShortfall, ranksOnThisMachine, sumFootprints } from './memory.ts';
 
 type ConcreteKernel = Exclude<KernelPath, 'auto'>;
 
@@ -333,13 +333,22 @@ function checkTensorParallelShape(size: number, spec: ModelSpec): void {
   }
 }
 
-/** Refuses, before C++ allocates anything, a load that needs more memory than it may take. */
+/**
+ * Refuses, before C++ allocates anything, a load that needs more memory than it may take: a
+ * tensor-parallel rank counts the shares of every rank of its group that loads on this machine.
+ */
 function checkMemory(options: LoadOptions, spec: ModelSpec, dtype: WeightDtype, kvCacheDtype: WeightDtype, quantization: Quantization): void {
-  const bytesPerBlock = 2 * spec.layersPerKvBlock * spec.numKvHeads * spec.headDim * options.blockSizeTokens * DTYPE_BYTES[kvCacheDtype];
-  const footprint = loadFootprint(spec, dtype, quantization, bytesPerBlock * options.numKvBlocks);
+  const tp = options.tensorParallel;
+  const size = tp?.size ?? 1;
+  const bytesPerBlock =
+    2 * spec.layersPerKvBlock * kvHeadsPerRank(spec.numKvHeads, size) * spec.headDim * options.blockSizeTokens * DTYPE_BYTES[kvCacheDtype];
+  const ranksHere = tp === undefined ? [0] : ranksOnThisMachine({ rank: tp.rank, size }, tp.group === MPI_GROUP);
+  const footprint = sumFootprints(
+    ranksHere.map((rank) => loadFootprint(spec, dtype, quantization, bytesPerBlock * options.numKvBlocks, { rank, size })),
+  );
   const available =
     options.memoryLimitBytes === undefined ? availableMemory() : { bytes: options.memoryLimitBytes, source: 'LoadOptions.memoryLimitBytes' };
-  const message = memoryShortfall(options.modelDir, footprint, available, { dtype, quantization });
+  const message = memoryShortfall(options.modelDir, footprint, available, { dtype, quantization }, ranksHere.length);
   if (message !== null) throw Object.assign(new Error(message), { code: 'CD_ERR_OUT_OF_MEMORY' });
 }
 

@@ -72,8 +72,31 @@ function q4PanelBytes(numRows: number, k: number): number {
   return Math.ceil(numRows / PANEL_COLUMNS) * Math.ceil(k / 32) * (PANEL_COLUMNS * 16 + PANEL_COLUMNS * 8);
 }
 
-/** native/src/model.cc's choices, weight by weight. */
-export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization: Quantization, kvCacheBytes: number): LoadFootprint {
+/** A tensor-parallel rank's place in its group; rank 0 of 1 holds the whole model. */
+export interface RankShare {
+  rank: number;
+  size: number;
+}
+
+const WHOLE_MODEL: RankShare = { rank: 0, size: 1 };
+
+/** native/src/model.cc's shard_of: with fewer KV heads than ranks, each rank holds a copy of one. */
+export function kvHeadsPerRank(numKvHeads: number, size: number): number {
+  return numKvHeads >= size ? numKvHeads / size : 1;
+}
+
+/**
+ * native/src/model.cc's choices, weight by weight, for one rank: column-parallel rows (q/k/v,
+ * gate/up, the LM head's vocabulary slice), the row-parallel matrices' reduction segments
+ * (o_proj, down_proj), whole experts of its own, and everything else replicated.
+ */
+export function loadFootprint(
+  spec: ModelSpec,
+  dtype: WeightDtype,
+  quantization: Quantization,
+  kvCacheBytes: number,
+  share: RankShare = WHOLE_MODEL,
+): LoadFootprint {
   let packed = 0;
   let borrowed = 0;
   const arena = new ArenaModel();
@@ -86,8 +109,10 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
     const int8 = quantization === 'int8' || (isBlockEncoding(ref) && dtype !== 'fp32');
     arena.allocate(int8 ? q8PanelBytes(numRows, k) : panelBytes(numRows, k, dtype));
   };
+  const { rank, size } = share;
   const segmented = (ref: TensorRef, numRows: number, k: number) => {
-    for (let s = 0; s < REDUCTION_SEGMENTS; ++s) {
+    const endSegment = Math.floor(((rank + 1) * REDUCTION_SEGMENTS) / size);
+    for (let s = Math.floor((rank * REDUCTION_SEGMENTS) / size); s < endSegment; ++s) {
       const segmentK = Math.floor((k * (s + 1)) / REDUCTION_SEGMENTS) - Math.floor((k * s) / REDUCTION_SEGMENTS);
       if (segmentK > 0) matrix(ref, numRows, segmentK);
     }
@@ -99,38 +124,46 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
     else packed += n * 4;
   };
   const { hiddenSize: hidden, headDim, numHeads, numKvHeads, vocabSize } = spec;
-  const qSize = numHeads * headDim;
-  const kvSize = numKvHeads * headDim;
+  const rankHeads = numHeads / size;
+  const qSize = rankHeads * headDim;
+  const kvSize = kvHeadsPerRank(numKvHeads, size) * headDim;
+  const mlpSize = spec.intermediateSize / size;
+  const vocabOf = (r: number) => Math.floor((vocabSize * r) / size);
+  const expertOf = (r: number, numExperts: number) => Math.floor((numExperts * r) / size);
   const embeddingBytes = vocabSize * hidden * DTYPE_BYTES[dtype];
   if (spec.embedTokens.dtype === dtype && !isBlockEncoding(spec.embedTokens)) borrowed += embeddingBytes;
   else packed += embeddingBytes;
-  matrix(spec.lmHead, vocabSize, hidden);
+  matrix(spec.lmHead, vocabOf(rank + 1) - vocabOf(rank), hidden);
   vector(spec.finalNorm, hidden);
   for (const layer of spec.layers) {
     matrix(layer.qProj, qSize, hidden);
     matrix(layer.kProj, kvSize, hidden);
     matrix(layer.vProj, kvSize, hidden);
-    segmented(layer.oProj, hidden, qSize);
+    segmented(layer.oProj, hidden, numHeads * headDim);
     for (const [ref, n] of [
       [layer.inputNorm, hidden], [layer.qBias, qSize], [layer.kBias, kvSize], [layer.vBias, kvSize], [layer.qNorm, headDim],
-      [layer.kNorm, headDim], [layer.sinks, numHeads], [layer.oBias, hidden], [layer.attentionOutputNorm, hidden],
+      [layer.kNorm, headDim], [layer.sinks, rankHeads], [layer.oBias, hidden], [layer.attentionOutputNorm, hidden],
       [layer.ffnNorm, hidden], [layer.ffnOutputNorm, hidden],
     ] as const) {
       vector(ref, n);
     }
     if (layer.experts === null) {
-      matrix(layer.gateProj!, spec.intermediateSize, hidden);
-      matrix(layer.upProj!, spec.intermediateSize, hidden);
+      matrix(layer.gateProj!, mlpSize, hidden);
+      matrix(layer.upProj!, mlpSize, hidden);
       segmented(layer.downProj!, hidden, spec.intermediateSize);
       continue;
     }
     arena.allocate(panelBytes(layer.experts.length, hidden, 'fp32'));
     vector(layer.routerBias, layer.experts.length);
     const width = spec.moeIntermediateSize;
-    for (const expert of layer.experts) {
-      matrix(expert.gateProj, width, hidden);
-      matrix(expert.upProj, width, hidden);
-      matrix(expert.downProj, hidden, width);
+    const firstHeld = expertOf(rank, layer.experts.length);
+    const endHeld = expertOf(rank + 1, layer.experts.length);
+    for (const [e, expert] of layer.experts.entries()) {
+      if (e >= firstHeld && e < endHeld) {
+        matrix(expert.gateProj, width, hidden);
+        matrix(expert.upProj, width, hidden);
+        matrix(expert.downProj, hidden, width);
+      }
       vector(expert.gateBias, width);
       vector(expert.upBias, width);
       vector(expert.downBias, hidden);
@@ -138,6 +171,35 @@ export function loadFootprint(spec: ModelSpec, dtype: WeightDtype, quantization:
   }
   packed += arena.bytes + arena.slabTailBytes;
   return { packedBytes: packed, slabTailBytes: arena.slabTailBytes, borrowedBytes: borrowed, kvCacheBytes, neededBytes: packed + kvCacheBytes };
+}
+
+/** What several ranks loading on one machine hold together. */
+export function sumFootprints(footprints: readonly LoadFootprint[]): LoadFootprint {
+  const sum = (field: keyof LoadFootprint) => footprints.reduce((total, footprint) => total + footprint[field], 0);
+  return {
+    packedBytes: sum('packedBytes'),
+    slabTailBytes: sum('slabTailBytes'),
+    borrowedBytes: sum('borrowedBytes'),
+    kvCacheBytes: sum('kvCacheBytes'),
+    neededBytes: sum('neededBytes'),
+  };
+}
+
+/**
+ * The ranks of a tensor-parallel group that load on this machine, all at once and each seeing the
+ * same free memory. A shared-memory group's ranks are all here. An MPI job's may span machines:
+ * Open MPI (OMPI_COMM_WORLD_LOCAL_*) and MPICH's Hydra (MPI_LOCAL*) tell each rank how many share
+ * its node and its place among them, and both launchers place consecutive ranks on a node by
+ * default; without them every rank is counted, as if the job ran on one machine.
+ */
+export function ranksOnThisMachine(share: RankShare, mpi: boolean, env: NodeJS.ProcessEnv = process.env): number[] {
+  const all = Array.from({ length: share.size }, (_, rank) => rank);
+  if (!mpi) return all;
+  const localSize = Number(env.OMPI_COMM_WORLD_LOCAL_SIZE ?? env.MPI_LOCALNRANKS);
+  const localRank = Number(env.OMPI_COMM_WORLD_LOCAL_RANK ?? env.MPI_LOCALRANKID);
+  const first = share.rank - localRank;
+  if (!Number.isSafeInteger(localSize) || !Number.isSafeInteger(localRank) || first < 0 || first + localSize > share.size) return all;
+  return all.slice(first, first + localSize);
 }
 
 export interface AvailableMemory {
@@ -195,11 +257,13 @@ export function memoryShortfall(
   footprint: LoadFootprint,
   available: AvailableMemory,
   formats: { dtype: WeightDtype; quantization: Quantization },
+  numRanksHere = 1,
 ): string | null {
   if (footprint.neededBytes <= available.bytes) return null;
   const weights = formats.quantization === 'none' ? `${formats.dtype} panels` : `${formats.quantization} blocks`;
+  const ranks = numRanksHere === 1 ? '' : `for the ${numRanksHere} tensor-parallel ranks on this machine `;
   return (
-    `${modelDir}: loading needs about ${gib(footprint.neededBytes)} of memory ` +
+    `${modelDir}: loading needs about ${gib(footprint.neededBytes)} of memory ${ranks}` +
     `(weights ${gib(footprint.packedBytes)} as ${weights}, KV cache ${gib(footprint.kvCacheBytes)}; ` +
     `another ${gib(footprint.borrowedBytes)} is read from the mapped files as needed), ` +
     `but only ${gib(available.bytes)} is available (${available.source}). ` +

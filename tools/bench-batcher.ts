@@ -18,9 +18,9 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { ModelRepository } from '../triton/index.ts';
-import * as grpc from '@grpc/grpc-js';
+import type * as grpc from '@grpc/grpc-js';
 import { createGateway } from '../gateway/server.ts';
-import { loadInferenceService, startKServeGrpc } from '../gateway/kserve/grpc.ts';
+import { connectInferenceClient, startKServeGrpc } from '../gateway/kserve/grpc.ts';
 import { describeCpu } from './bench-model.ts';
 import { heldOutDigits } from './make-classic-models.ts';
 
@@ -114,7 +114,7 @@ async function main() {
   const gateway = await createGateway({ models: [], bodyLimitBytes: 1 << 20, classic: { repository, version: 'bench' } });
   const baseUrl = await gateway.listen({ host: '127.0.0.1', port: 0 });
   const grpcServer = await startKServeGrpc({ repository, llms: [], version: 'bench', host: '127.0.0.1', port: 0 });
-  const grpcClient = new (loadInferenceService())(`127.0.0.1:${grpcServer.port}`, grpc.credentials.createInsecure()) as grpc.Client & Record<string, Function>;
+  const grpcClient = connectInferenceClient(`127.0.0.1:${grpcServer.port}`);
   const images = heldOutDigits(256, 5).images.map((image) => Float32Array.from(image, (v) => v / 255));
 
   const inProcess = (model: string) => async (image: Float32Array) => {

@@ -33,7 +33,7 @@ import { gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import { WebSocket } from 'ws';
 import { loadConfigFile } from '../configs/schema.ts';
-import { loadInferenceService } from '../gateway/kserve/grpc.ts';
+import { connectInferenceClient } from '../gateway/kserve/grpc.ts';
 import { freePort } from './free-port.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -224,7 +224,7 @@ async function gzipLoop(url: string, counts: Counts, stop: () => boolean): Promi
 
 /** KServe gRPC without a key (refused), with it (served), and an administrative call with it (refused: not admin). */
 async function grpcAuthLoop(grpcAddress: string, counts: Counts, stop: () => boolean): Promise<void> {
-  const client = new (loadInferenceService())(grpcAddress, grpc.credentials.createInsecure()) as unknown as grpc.Client & Record<string, Function>;
+  const client = connectInferenceClient(grpcAddress);
   const withKey = new grpc.Metadata();
   withKey.set('authorization', `Bearer ${API_KEY}`);
   const call = (rpc: string, request: unknown, metadata: grpc.Metadata) => new Promise<grpc.status>((resolve) => {

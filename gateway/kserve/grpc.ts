@@ -38,6 +38,14 @@ export function loadInferenceService(): grpc.ServiceClientConstructor {
   return root.inference.GRPCInferenceService;
 }
 
+/** A GRPCInferenceService client: each RPC by its proto name, called as grpc-js calls unary methods. */
+export type InferenceClient = grpc.Client & Record<string, (...args: any[]) => any>;
+
+/** A GRPCInferenceService client over plaintext, as Triton's own clients connect to a local server. */
+export function connectInferenceClient(address: string): InferenceClient {
+  return new (loadInferenceService())(address, grpc.credentials.createInsecure()) as unknown as InferenceClient;
+}
+
 type Parameter = WireParameter;
 
 interface WireInferRequest {

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { readCheckpoint } from '../checkpoint.ts';
 import { loadModel } from '../index.ts';
-import { availableMemory, loadFootprint } from '../memory.ts';
+import { availableMemory, kvHeadsPerRank, loadFootprint, ranksOnThisMachine } from '../memory.ts';
 import { loadOptions, makeTempDir, writeCheckpoint, type ShapeOptions } from './helpers.ts';
 
 // A 70B-like layer: about 1.6 GiB of bf16 weights.
@@ -102,4 +102,55 @@ test("the estimate counts the tails the matrix arena's full slabs leave unused",
   assert.ok(vectorBytes >= 0 && vectorBytes < 64 * KiB, `fp32 vectors: ${vectorBytes} bytes`);
   // int8 experts (408 KiB each) leave other tails: the estimate follows the arena, not a fixed share.
   assert.notEqual(loadFootprint(spec, 'bf16', 'int8', 0).slabTailBytes, footprint.slabTailBytes);
+});
+
+// A rank packs its share (native/src/model.cc): q/k/v, gate/up and the LM head's rows split by
+// rank, o_proj's and down_proj's reduction segments split by rank, the norms whole on every rank.
+// This shape's matrices are multiples of the 64-row panels at every size and fit one 32 MiB slab,
+// so the arithmetic is exact.
+test('a tensor-parallel rank needs its own share of the weights, and a group counts the ranks loading on this machine', async () => {
+  using temp = makeTempDir('memory');
+  const shape = { arch: 'llama', hiddenSize: 512, numLayers: 1, numHeads: 8, numKvHeads: 8, headDim: 64, intermediateSize: 2048, vocabSize: 4096, zeros: true } as const;
+  const modelDir = writeCheckpoint(temp.dir, 'tp', shape);
+  const { spec } = readCheckpoint(modelDir);
+  const hidden = shape.hiddenSize;
+  const matrixBytes = 2 * hidden * (4 * shape.numHeads * shape.headDim + 3 * shape.intermediateSize + shape.vocabSize);
+  const normBytes = 3 * hidden * 4;
+  const whole = loadFootprint(spec, 'bf16', 'none', 0);
+  assert.equal(whole.packedBytes, matrixBytes + normBytes);
+  for (const size of [2, 4, 8]) {
+    for (let rank = 0; rank < size; ++rank) {
+      const share = loadFootprint(spec, 'bf16', 'none', 0, { rank, size });
+      assert.equal(share.packedBytes, matrixBytes / size + normBytes, `rank ${rank} of ${size}`);
+      assert.equal(share.borrowedBytes, whole.borrowedBytes, 'the embedding stays mapped whole on every rank');
+    }
+  }
+  // Fewer KV heads than ranks: each rank holds a copy of one.
+  assert.deepEqual([kvHeadsPerRank(8, 2), kvHeadsPerRank(2, 8), kvHeadsPerRank(1, 4)], [4, 1, 1]);
+
+  // A shared-memory group's ranks all load here: rank 1 of 2 is refused for what both need.
+  const kvBytes = (size: number) => 64 * 2 * spec.layersPerKvBlock * kvHeadsPerRank(shape.numKvHeads, size) * shape.headDim * 16 * 2;
+  const bothRanks = [0, 1].reduce((sum, rank) => sum + loadFootprint(spec, 'bf16', 'none', kvBytes(2), { rank, size: 2 }).neededBytes, 0);
+  const tensorParallel = { size: 2, rank: 1, group: 'memory-test' };
+  await assert.rejects(loadModel(loadOptions(modelDir, { memoryLimitBytes: bothRanks - 1, tensorParallel })), (err: Error & { code?: string }) => {
+    assert.equal(err.code, 'CD_ERR_OUT_OF_MEMORY');
+    const needs = /loading needs about ([\d.]+) GiB of memory for the 2 tensor-parallel ranks on this machine/.exec(err.message);
+    assert.ok(needs !== null, err.message);
+    assert.ok(Math.abs(Number(needs[1]) - bothRanks / 2 ** 30) < 1e-3, err.message);
+    return true;
+  });
+});
+
+test("an MPI job's ranks on this machine come from its launcher's local rank and size", () => {
+  const share = { rank: 5, size: 8 };
+  assert.deepEqual(ranksOnThisMachine(share, true, { OMPI_COMM_WORLD_LOCAL_SIZE: '2', OMPI_COMM_WORLD_LOCAL_RANK: '1' }), [4, 5]);
+  assert.deepEqual(ranksOnThisMachine(share, true, { MPI_LOCALNRANKS: '4', MPI_LOCALRANKID: '1' }), [4, 5, 6, 7]);
+  assert.deepEqual(ranksOnThisMachine(share, true, { MPI_LOCALNRANKS: '1', MPI_LOCALRANKID: '0' }), [5]);
+  const all = [0, 1, 2, 3, 4, 5, 6, 7];
+  // No launcher variables, or ones that do not fit the group: count every rank, as on one machine.
+  assert.deepEqual(ranksOnThisMachine(share, true, {}), all);
+  assert.deepEqual(ranksOnThisMachine(share, true, { OMPI_COMM_WORLD_LOCAL_SIZE: '4', OMPI_COMM_WORLD_LOCAL_RANK: '0' }), all);
+  assert.deepEqual(ranksOnThisMachine(share, true, { OMPI_COMM_WORLD_LOCAL_SIZE: 'x', OMPI_COMM_WORLD_LOCAL_RANK: '1' }), all);
+  // A shared-memory group is one machine whatever the environment says.
+  assert.deepEqual(ranksOnThisMachine(share, false, { OMPI_COMM_WORLD_LOCAL_SIZE: '2', OMPI_COMM_WORLD_LOCAL_RANK: '1' }), all);
 });

@@ -2,14 +2,10 @@
 // asked), and the expected failure of one.
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
-import { loadInferenceService } from '../grpc.ts';
+import { connectInferenceClient, type InferenceClient } from '../grpc.ts';
 
-export type Client = grpc.Client & Record<string, (...args: any[]) => any>;
-
-/** A GRPCInferenceService client over plaintext, as Triton's own clients connect in tests. */
-export function connectInferenceClient(address: string): Client {
-  return new (loadInferenceService())(address, grpc.credentials.createInsecure()) as unknown as Client;
-}
+export { connectInferenceClient };
+export type Client = InferenceClient;
 
 /** Request metadata carrying an API key, as clients send it: `authorization: Bearer <key>`. */
 export function bearerMetadata(key: string): grpc.Metadata {
