@@ -99,8 +99,10 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
   const generationDefaults = readGenerationDefaults(settings.modelDir);
   const tensorParallelSize = settings.tensorParallelSize ?? 1;
   const overMpi = tensorParallelSize > 1 && settings.tensorParallelTransport === 'mpi';
+  // On GPUs this process drives every rank itself (native/README.md, "CUDA backend").
+  const ranksOnGpus = tensorParallelSize > 1 && settings.device === 'cuda';
   const ranks =
-    tensorParallelSize > 1 && !overMpi
+    tensorParallelSize > 1 && !overMpi && !ranksOnGpus
       ? startRanks({ ...settings, numKvBlocks, tensorParallelSize })
       : null;
   let model;
@@ -118,6 +120,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
       ...(ranks === null ? {} : { tensorParallel: { size: tensorParallelSize, rank: 0, group: ranks.group, rankPids: ranks.pids } }),
       ...(overMpi ? { tensorParallel: { size: tensorParallelSize, rank: 0, group: MPI_GROUP } } : {}),
+      ...(ranksOnGpus && !overMpi ? { tensorParallel: { size: tensorParallelSize, rank: 0, group: 'cuda' } } : {}),
     });
   } catch (err) {
     await ranks?.stop();

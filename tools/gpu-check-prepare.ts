@@ -19,6 +19,9 @@ const FAMILIES: Record<string, Shape> = {
   qwen2: { arch: 'qwen2', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 2, headDim: 64, intermediateSize: 512, vocabSize: 512 },
   qwen3: { arch: 'qwen3', hiddenSize: 256, numLayers: 2, numHeads: 2, numKvHeads: 1, headDim: 128, intermediateSize: 512, vocabSize: 512, tieWordEmbeddings: true },
   gemma3: { arch: 'gemma3', hiddenSize: 256, numLayers: 3, numHeads: 4, numKvHeads: 2, headDim: 64, intermediateSize: 512, vocabSize: 512, slidingWindowPattern: 3, slidingWindow: 20, attnLogitSoftcapping: 50, finalLogitSoftcapping: 30 },
+  // Row-parallel inputs (384 q columns, 400 MLP columns) whose segments are not whole k steps (the
+  // packed segment slots), and a vocabulary of 501 that ranks split unevenly.
+  llama_uneven: { arch: 'llama', hiddenSize: 192, numLayers: 2, numHeads: 6, numKvHeads: 2, headDim: 64, intermediateSize: 400, vocabSize: 501 },
   phi3: { arch: 'phi3', hiddenSize: 256, numLayers: 2, numHeads: 4, numKvHeads: 4, headDim: 64, intermediateSize: 512, vocabSize: 512 },
   // MoE families: grouped expert matmuls, each routing rule, expert biases and clamped SwiGLU
   // (gpt-oss with its experts dequantized to bf16: MXFP4 is not read on the GPU).

@@ -137,8 +137,11 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
                         cd_model** out_model, char* error, size_t error_capacity) {
   return guarded(error, error_capacity, [&] {
     if (options->device == CD_DEVICE_CUDA) {
-      if (options->tp_size > 1) {
-        throw conduit::Error(CD_ERR_INVALID_ARGUMENT, "device cuda: tensor parallelism is not on the CUDA backend yet");
+      // One process drives every GPU rank of a group (src/cuda/backend.cu TpGroup), as rank 0.
+      if (options->tp_size > 1 && options->tp_rank != 0) {
+        throw conduit::Error(CD_ERR_INVALID_ARGUMENT,
+                             "device cuda: one process runs every rank of a tensor-parallel group; load rank 0 only, "
+                             "with no rank processes (got rank " + std::to_string(options->tp_rank) + ")");
       }
       *out_model = load_on_device(*spec, *options, 0);
       return;

@@ -88,3 +88,26 @@ test('device cuda: an explicit fp16 or fp32 dtype is refused by name before the 
   assert.equal(model.info.dtype, 'fp16');
   model.close();
 });
+
+test('device cuda with tensorParallel: one process runs every rank, so rank > 0 is refused by name; rank 0 without a GPU names why CUDA cannot run', async () => {
+  using temp = makeTempDir('cuda');
+  const modelDir = writeCheckpoint(temp.dir, 'model', SHAPE);
+  await assert.rejects(
+    loadModel({ ...loadOptions(modelDir), device: 'cuda', tensorParallel: { size: 2, rank: 1, group: 'cuda' } }),
+    (err: Error & { code?: string }) => {
+      assert.equal(err.code, 'CD_ERR_INVALID_ARGUMENT');
+      assert.equal(err.message, 'device cuda: one process runs every rank of a tensor-parallel group; load rank 0 only, with no rank processes (got rank 1)');
+      return true;
+    },
+  );
+  if (gpuHere) return;
+  await assert.rejects(
+    loadModel({ ...loadOptions(modelDir), device: 'cuda', tensorParallel: { size: 2, rank: 0, group: 'cuda' } }),
+    (err: Error & { code?: string }) => {
+      assert.equal(err.code, 'CD_ERR_UNSUPPORTED_DEVICE');
+      assert.match(err.message, /^device 'cuda' is not available: /);
+      assert.ok(err.message.includes(devices.reason ?? '<no reason>'), err.message);
+      return true;
+    },
+  );
+});

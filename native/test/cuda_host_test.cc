@@ -18,6 +18,8 @@
 #include "cuda/tp_plan.h"
 #include "error.h"
 #include "kernels.h"
+#include "row_parallel.h"
+#include "thread_pool.h"
 #include "sampler.h"
 #include "shared/sampling_math.h"
 
@@ -504,6 +506,180 @@ void test_gather_copies(std::mt19937_64& rng) {
   }
 }
 
+// The GPU's fold is the CPU's combine_segments, bit for bit, specials included.
+void test_segment_fold(std::mt19937_64& rng) {
+  ThreadPool pool(1);
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(), 3.0e38f,
+                            -3.0e38f, 1.0f, -1.0f};
+  for (int32_t trial = 0; trial < 50; ++trial) {
+    const int32_t rows = int32_t(1 + rng() % 6);
+    const int32_t n = int32_t(1 + rng() % 70);
+    const size_t partial_size = size_t(rows) * n;
+    std::vector<float> partials(kReductionSegments * partial_size);
+    std::uniform_real_distribution<float> value(-1000.0f, 1000.0f);
+    for (float& p : partials) p = rng() % 8 == 0 ? specials[rng() % 10] : value(rng) * std::ldexp(1.0f, int(rng() % 40) - 20);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> y_cpu(partial_size), y_gpu(partial_size);
+      for (size_t i = 0; i < partial_size; ++i) y_cpu[i] = y_gpu[i] = value(rng);
+      combine_segments(pool, partials.data(), rows, n, y_cpu.data(), size_t(n), accumulate);
+      for (size_t i = 0; i < partial_size; ++i) {
+        const float sum = cuda::fold_segments(partials.data() + i, partial_size);
+        y_gpu[i] = accumulate ? y_gpu[i] + sum : sum;
+      }
+      // Bitwise, but any NaN equals any NaN (x86 and the GPU give NaNs different payloads).
+      for (size_t i = 0; i < partial_size; ++i) {
+        const bool same = std::memcmp(&y_cpu[i], &y_gpu[i], sizeof(float)) == 0 || (std::isnan(y_cpu[i]) && std::isnan(y_gpu[i]));
+        EXPECT(same, "trial %d (accumulate %d) element %zu: fold_segments %a, combine_segments %a", trial,
+               int(accumulate), i, double(y_gpu[i]), double(y_cpu[i]));
+      }
+    }
+  }
+}
+
+// A row-parallel matmul as the GPU group runs it, on the host: each rank's segments read their
+// inputs unpacked or from packed slots (whole k steps, as the GEMM reads them, zero weights past
+// the segment), the partials meet by gather_copies at partials_layout's places, and every rank's
+// fold gives TP = 1's bits at every size.
+void test_row_parallel_group(std::mt19937_64& rng) {
+  constexpr int32_t kStep = 32;
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (int32_t trial = 0; trial < 40; ++trial) {
+    const int32_t k = trial % 4 == 0 ? 256 * int32_t(1 + rng() % 3) : int32_t(8 * (1 + rng() % 60));
+    const int32_t n = int32_t(1 + rng() % 24);
+    const int32_t rows = int32_t(1 + rng() % 4);
+    const cuda::SegmentBounds bounds = cuda::segment_bounds(k);
+    const cuda::SegmentInputs inputs = cuda::segment_inputs(bounds, kStep);
+    EXPECT(inputs.packed == (k % (kStep * kReductionSegments) != 0), "k %d: packed %d", k, int(inputs.packed));
+    std::vector<float> w(size_t(n) * k), x(size_t(rows) * k);
+    for (float& v : w) v = value(rng);
+    for (float& v : x) v = rng() % 50 == 0 ? std::numeric_limits<float>::infinity() : value(rng);
+    std::vector<float> folded_at_1;
+    for (int32_t size : {1, 2, 4, 8}) {
+      const cuda::PartialsLayout layout = cuda::partials_layout(size, rows, n);
+      std::vector<std::vector<float>> gathered(size_t(size), std::vector<float>(layout.total_floats(), -7.0f));
+      for (int32_t rank = 0; rank < size; ++rank) {
+        const int32_t first = rank * kReductionSegments / size;
+        const int32_t end = (rank + 1) * kReductionSegments / size;
+        const int32_t local_k = bounds[size_t(end)] - bounds[size_t(first)];
+        // The rank's inputs as its buffers hold them: local columns, then the row's zeroed padding.
+        const int32_t stride = (local_k + kStep - 1) / kStep * kStep + kStep;
+        std::vector<float> local(size_t(rows) * stride, 0.0f);
+        for (int32_t t = 0; t < rows; ++t) {
+          std::copy_n(x.data() + size_t(t) * k + bounds[size_t(first)], local_k, local.data() + size_t(t) * stride);
+        }
+        std::vector<float> packed;
+        int32_t x_stride = stride;
+        if (inputs.packed) {
+          x_stride = (end - first) * inputs.slot_columns;
+          packed.assign(size_t(rows) * x_stride, -5.0f);
+          for (int32_t t = 0; t < rows; ++t) {
+            for (int32_t j = 0; j < x_stride; ++j) {
+              const int32_t column = cuda::packed_source_column(bounds.data(), first, inputs.slot_columns, j);
+              packed[size_t(t) * x_stride + j] = column >= 0 ? local[size_t(t) * stride + column] : 0.0f;
+            }
+          }
+        }
+        for (int32_t s = first; s < end; ++s) {
+          const int32_t segment_k = bounds[size_t(s) + 1] - bounds[size_t(s)];
+          const int32_t k_padded = (segment_k + kStep - 1) / kStep * kStep;
+          const int32_t column = inputs.packed ? (s - first) * inputs.slot_columns : bounds[size_t(s)] - bounds[size_t(first)];
+          if (!inputs.packed) {
+            EXPECT(k_padded == segment_k && column % 8 == 0, "k %d segment %d: unpacked reads past it or misaligned", k, s);
+          }
+          const std::vector<float>& source = inputs.packed ? packed : local;
+          float* partial = gathered[size_t(rank)].data() + size_t(s) * rows * n;
+          for (int32_t t = 0; t < rows; ++t) {
+            for (int32_t o = 0; o < n; ++o) {
+              float sum = 0.0f;  // one chain over the segment's whole k steps, zero weights past it
+              for (int32_t i = 0; i < k_padded; ++i) {
+                const float weight = i < segment_k ? w[size_t(o) * k + bounds[size_t(s)] + i] : 0.0f;
+                sum += source[size_t(t) * x_stride + column + i] * weight;
+              }
+              partial[size_t(t) * n + o] = segment_k == 0 ? 0.0f : sum;
+            }
+          }
+        }
+      }
+      const size_t bytes = layout.rank_bytes();
+      for (const cuda::GatherCopy& copy : cuda::gather_copies(size, bytes, true)) {
+        std::memcpy(reinterpret_cast<uint8_t*>(gathered[size_t(copy.dst_rank)].data()) + copy.dst_offset_bytes,
+                    gathered[size_t(copy.src_rank)].data() + layout.rank_offset_floats(copy.src_rank), bytes);
+      }
+      for (int32_t rank = 0; rank < size; ++rank) {
+        std::vector<float> folded(size_t(rows) * n);
+        for (size_t i = 0; i < folded.size(); ++i) folded[i] = cuda::fold_segments(gathered[size_t(rank)].data() + i, folded.size());
+        if (size == 1) folded_at_1 = folded;
+        EXPECT(std::memcmp(folded.data(), folded_at_1.data(), folded.size() * sizeof(float)) == 0,
+               "k %d n %d: rank %d of %d folds other bits than TP = 1", k, n, rank, size);
+      }
+    }
+  }
+}
+
+// The group driver's queue (tp_schedule): per rank, TP = 1's order of phases; each all-gather
+// after every rank's segments of its slab and before any rank's fold of them.
+void test_tp_schedule(std::mt19937_64& rng) {
+  using cuda::TpOpKind;
+  for (int32_t size : {1, 2, 4, 8}) {
+    const int32_t layers = int32_t(1 + rng() % 4);
+    const int32_t slabs = int32_t(1 + rng() % 3);
+    const std::vector<cuda::TpOp> ops = cuda::tp_schedule(layers, size, slabs);
+    std::vector<cuda::TpOp> single;  // run_layers' order for one model
+    single.push_back({TpOpKind::kEmbed, 0, -1, -1});
+    for (int32_t layer = 0; layer < layers; ++layer) {
+      single.push_back({TpOpKind::kAttention, 0, layer, -1});
+      for (int32_t slab = 0; slab < slabs; ++slab) {
+        single.push_back({TpOpKind::kAttentionSegments, 0, layer, slab});
+        single.push_back({TpOpKind::kFoldAttention, 0, layer, slab});
+      }
+      single.push_back({TpOpKind::kMlp, 0, layer, -1});
+      for (int32_t slab = 0; slab < slabs; ++slab) {
+        single.push_back({TpOpKind::kMlpSegments, 0, layer, slab});
+        single.push_back({TpOpKind::kFoldMlp, 0, layer, slab});
+      }
+    }
+    single.push_back({TpOpKind::kLogitsSlice, 0, -1, -1});
+    for (int32_t rank = 0; rank < size; ++rank) {
+      size_t next = 0;
+      for (const cuda::TpOp& op : ops) {
+        if (op.rank != rank) continue;
+        const bool same = next < single.size() && single[next].kind == op.kind && single[next].layer == op.layer &&
+                          single[next].slab == op.slab;
+        EXPECT(same, "size %d rank %d: op %zu out of run_layers' order", size, rank, next);
+        ++next;
+      }
+      EXPECT(next == single.size(), "size %d rank %d: %zu ops, run_layers has %zu", size, rank, next, single.size());
+    }
+    int32_t gathers = 0;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].rank >= 0) continue;
+      ++gathers;
+      const bool logits = ops[i].kind == TpOpKind::kGatherLogits;
+      const bool attention = ops[i].kind == TpOpKind::kGatherAttentionPartials;
+      EXPECT(logits == (i + 1 == ops.size()), "size %d: the logits' gather is not last", size);
+      for (size_t j = 0; j < ops.size(); ++j) {
+        const cuda::TpOp& op = ops[j];
+        const bool same_slab = op.layer == ops[i].layer && op.slab == ops[i].slab;
+        const bool produces = logits ? op.kind == TpOpKind::kLogitsSlice
+                                     : op.kind == (attention ? TpOpKind::kAttentionSegments : TpOpKind::kMlpSegments) &&
+                                           same_slab;
+        const bool reads = !logits && op.kind == (attention ? TpOpKind::kFoldAttention : TpOpKind::kFoldMlp) && same_slab;
+        if (produces) EXPECT(j < i, "size %d: rank %d's partials enqueued after their gather", size, op.rank);
+        if (reads) EXPECT(j > i, "size %d: rank %d folds before the gather", size, op.rank);
+        // The partials of one slab are the next's buffer: no rank's next segments before this fold.
+        if (!logits && j > i && reads) {
+          for (size_t m = i + 1; m < j; ++m) {
+            EXPECT(ops[m].kind != TpOpKind::kAttentionSegments && ops[m].kind != TpOpKind::kMlpSegments,
+                   "size %d: segments enqueued between a gather and its folds", size);
+          }
+        }
+      }
+    }
+    EXPECT(gathers == layers * 2 * slabs + 1, "size %d: %d gathers", size, gathers);
+  }
+}
+
 // NCCL opens at run time or says why not, naming the file; a library without NCCL's entry points
 // is refused by the first one missing.
 void test_nccl_loader() {
@@ -536,6 +712,9 @@ int main(int argc, char** argv) {
   test_graph_buckets_and_cache();
   test_tp_plan(rng);
   test_gather_copies(rng);
+  test_segment_fold(rng);
+  test_row_parallel_group(rng);
+  test_tp_schedule(rng);
   test_nccl_loader();
   std::printf("%s (%d failures, seed %llu)\n", failures == 0 ? "ok" : "FAILED", failures, (unsigned long long)seed);
   return failures == 0 ? 0 : 1;

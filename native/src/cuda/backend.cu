@@ -12,11 +12,13 @@
 
 #include "batch_plan.h"
 #include "common.cuh"
+#include "device_group.h"
 #include "host_weights.h"
 #include "kernels.cuh"
 #include "logprobs.h"
 #include "sampler.h"
 #include "shared/sampling_math.h"
+#include "tp_plan.h"
 
 namespace conduit {
 namespace cuda {
@@ -29,6 +31,11 @@ constexpr int32_t kPromptSlabRows = 64;
 // Rows the device sampler's scratch holds at once.
 constexpr int32_t kSamplerRows = 64;
 constexpr size_t kGraphCapacity = 32;
+// Rows per slab of a row-parallel matmul, so its partials ([8][rows][hidden] fp32) stay bounded.
+constexpr int32_t kSegmentSlabRows = 256;
+
+int32_t num_segment_slabs(int32_t tokens) { return (tokens + kSegmentSlabRows - 1) / kSegmentSlabRows; }
+int32_t slab_rows(int32_t tokens, int32_t slab) { return std::min(kSegmentSlabRows, tokens - slab * kSegmentSlabRows); }
 
 int32_t round_up(int32_t value, int32_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
@@ -46,9 +53,25 @@ __global__ void random_f32_kernel(float* out, size_t count, uint64_t seed, float
   }
 }
 
-__global__ void random_int8_kernel(int8_t* out, size_t count, uint64_t seed) {
+// Rows [row_begin, row_begin + n) and inputs [col_begin, col_begin + k) of a [*, full_k] matrix
+// (num_stacked of them), drawn by the whole matrix's index: a rank's share of a synthetic model is
+// the same numbers as the share of the whole one. out: [stacked][n_padded][k_padded].
+__global__ void random_matrix_kernel(void* out, bool q8, int32_t num_stacked, int32_t n, int32_t k, int32_t n_padded,
+                                     int32_t k_padded, int32_t full_n, int32_t row_begin, int32_t col_begin,
+                                     int32_t full_k, uint64_t seed, float scale) {
+  const size_t count = size_t(num_stacked) * n * k;
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-    out[i] = int8_t(int32_t(conduit::sampling::uniform_from_counter(seed, i) * 255.0) - 127);
+    const size_t stack = i / (size_t(n) * k);
+    const int32_t row = int32_t(i / k % n);
+    const int32_t col = int32_t(i % k);
+    const uint64_t index = (stack * full_n + row_begin + row) * uint64_t(full_k) + col_begin + col;
+    const double u = conduit::sampling::uniform_from_counter(seed, index);
+    const size_t at = (stack * n_padded + row) * k_padded + col;
+    if (q8) {
+      static_cast<int8_t*>(out)[at] = int8_t(int32_t(u * 255.0) - 127);
+    } else {
+      static_cast<__nv_bfloat16*>(out)[at] = __float2bfloat16_rn(float((2.0 * u - 1.0) * scale));
+    }
   }
 }
 
@@ -108,9 +131,19 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// A row-parallel matrix (o_proj, down_proj) as the fixed tree's segments along its inputs
+// (src/row_parallel.h): the rank's segments [first, end), each its own matrix (k 0: empty).
+struct SegmentedWeights {
+  SegmentBounds bounds{};
+  SegmentInputs inputs;
+  int32_t first = 0, end = kReductionSegments;
+  std::array<DeviceMatrix, kReductionSegments> segments{};
+};
+
 struct DeviceLayer {
   const float* input_norm = nullptr;
-  DeviceMatrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+  DeviceMatrix q_proj, k_proj, v_proj, gate_proj, up_proj;
+  SegmentedWeights o_proj, down_proj;
   const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;
   const float *q_norm = nullptr, *k_norm = nullptr, *sinks = nullptr;
   const float *o_bias = nullptr, *attn_out_norm = nullptr, *ffn_norm = nullptr, *ffn_out_norm = nullptr;
@@ -131,29 +164,53 @@ struct DeviceRope {
 
 }  // namespace
 
+class TpGroup;
+
 class CudaModel {
  public:
-  CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed);
+  // shard: this model's part of the whole (plan_rank; rank 0 of 1: all of it), on device.
+  CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed, const RankShard& shard,
+            int32_t device);
   ~CudaModel();
   void forward(const cd_batch& batch, cd_forward_output& output);
   uint64_t kv_bytes_per_block() const { return kv_bytes_per_block_; }
 
  private:
+  friend class TpGroup;
   // ---- load ----
   template <typename T>
   T* upload(const std::vector<T>& values);
-  const float* upload_vector(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, bool is_norm);
+  // Elements [begin, begin + n) of a vector of full_n (n = full_n, begin 0: all of it).
+  const float* upload_vector(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n, bool is_norm,
+                             int32_t begin = 0, int32_t full_n = 0);
   DeviceMatrix allocate_matrix(int32_t n, int32_t k, int32_t num_stacked = 1);
-  // Matrix `index` of a stack (0 for a single matrix) from the checkpoint.
-  void fill_matrix(const HostCheckpoint& checkpoint, const cd_tensor_ref& ref, const DeviceMatrix& m, int32_t index);
-  void fill_random(const DeviceMatrix& m, int32_t num_stacked, uint64_t seed);
+  // Matrix `index` of a stack (0 for a single matrix) from the checkpoint: rows [row_begin, row_begin +
+  // m.n) and inputs [col_begin, col_begin + m.k) of a matrix of ref_k inputs (0: m.k).
+  void fill_matrix(const HostCheckpoint& checkpoint, const cd_tensor_ref& ref, const DeviceMatrix& m, int32_t index,
+                   int32_t row_begin = 0, int32_t col_begin = 0, int32_t ref_k = 0);
+  // Synthetic weights, by the index in the whole [full_n, full_k] matrix (0: m's own shape).
+  void fill_random(const DeviceMatrix& m, int32_t num_stacked, uint64_t seed, int32_t row_begin = 0,
+                   int32_t col_begin = 0, int32_t full_n = 0, int32_t full_k = 0);
 
   // ---- forward ----
   void ensure_capacity(const BatchPlan& plan, int32_t num_seqs);
   void upload_plan(const BatchPlan& plan);
   void run_layers(const BatchPlan& plan, int32_t num_logit_rows);
+  // The phases of run_layers, which the tensor-parallel driver (TpGroup) enqueues per rank around
+  // its all-gathers: a layer's attention up to attention_out_, then per slab of rows o_proj's
+  // segments into segment_partials_ and their fold into the residual stream; the MLP likewise.
+  void embed(const BatchPlan& plan);
+  void attention(size_t index, const BatchPlan& plan);
+  void mlp(size_t index, int32_t num_tokens);
+  void segments(const SegmentedWeights& w, const __nv_bfloat16* input, int32_t input_stride, int32_t num_tokens,
+                int32_t slab);
+  void fold(size_t index, bool attention_output, int32_t num_tokens, int32_t slab);
   void run_moe(const DeviceLayer& layer, int32_t num_tokens);
+  // Final norm, LM head (this rank's vocabulary slice) and soft-cap of rows listed in device_rows:
+  // logits_[0, num_rows), or in a group the rank's place in gathered_logits_.
   void final_logits(const int32_t* device_rows, int32_t num_rows);
+  // The logits of num_rows rows listed on the host, into logits_ (prompt logprobs' slabs).
+  void logits_of_rows(const int32_t* host_rows, int32_t num_rows);
   void produce_outputs(const cd_batch& batch, const BatchPlan& plan, bool logits_by_token, cd_forward_output& output);
   void produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& plan, cd_forward_output& output);
   int32_t logits_row(const BatchPlan& plan, int32_t output_row, bool by_token) const {
@@ -162,6 +219,11 @@ class CudaModel {
 
   int32_t device_;
   cudaStream_t stream_ = nullptr;
+  // Tensor parallelism: this rank, its vocabulary slice [vocab_begin_, vocab_begin_ + vocab_slice_)
+  // at gathered_logits_'s stride slice_columns_, and the group that drives it (rank 0 only).
+  int32_t tp_rank_ = 0, tp_size_ = 1;
+  int32_t vocab_begin_ = 0, vocab_slice_ = 0, slice_columns_ = 0;
+  TpGroup* group_ = nullptr;
   bool q8_;
   // Shapes.
   int32_t num_layers_, hidden_, intermediate_, num_heads_, num_kv_heads_, head_dim_, vocab_;
@@ -190,6 +252,11 @@ class CudaModel {
   DeviceBuffer<float> residual_, layer_out_, q_, k_, v_, gate_, up_, gemm_partials_, attention_partials_;
   DeviceBuffer<__nv_bfloat16> normed_, attention_out_, activated_, output_normed_;
   DeviceBuffer<float> logits_, output_hidden_;
+  // [8][slab rows][hidden] (partials_layout), and a slab's inputs in segment slots when packed.
+  DeviceBuffer<float> segment_partials_;
+  DeviceBuffer<__nv_bfloat16> packed_inputs_;
+  // A group's logits: [size][rows][slice_columns_], rank r's slice at r's place.
+  DeviceBuffer<float> gathered_logits_;
   // MoE: per token, then per slot (tokens x top_k) and per grouped row.
   DeviceBuffer<float> router_logits_, slot_weights_, moe_gate_, moe_up_, moe_out_;
   DeviceBuffer<int32_t> slot_experts_, slot_rows_, row_tokens_, row_experts_, expert_starts_;
@@ -209,8 +276,9 @@ class CudaModel {
   bool graphs_enabled_;
 };
 
-CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed)
-    : device_(options.device_index),
+CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed,
+                     const RankShard& shard, int32_t device)
+    : device_(device),
       q8_(options.quantization == CD_QUANTIZATION_INT8),
       host_kernels_(kernels_scalar()),
       graphs_(kGraphCapacity, [](cudaGraphExec_t exec) { cudaGraphExecDestroy(exec); }) {
@@ -227,16 +295,24 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     throw Error(CD_ERR_INVALID_ARGUMENT, "the CUDA attention kernel takes at most 16 query heads per kv head");
   }
   const char* graphs_setting = std::getenv("CONDUIT_CUDA_GRAPHS");
-  graphs_enabled_ = graphs_setting == nullptr || std::string(graphs_setting) != "0";
+  // A group's ranks run on several streams between collectives: no capture across them yet.
+  graphs_enabled_ = (graphs_setting == nullptr || std::string(graphs_setting) != "0") && shard.size == 1;
   CDC_CHECK(cudaSetDevice(device_));
   CDC_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   num_layers_ = spec.num_layers;
   hidden_ = spec.hidden_size;
-  intermediate_ = spec.intermediate_size;
-  num_heads_ = spec.num_heads;
-  num_kv_heads_ = spec.num_kv_heads;
+  intermediate_ = shard.intermediate_size;
+  num_heads_ = shard.num_heads;
+  num_kv_heads_ = shard.num_kv_heads;
   head_dim_ = spec.head_dim;
   vocab_ = spec.vocab_size;
+  tp_rank_ = shard.rank;
+  tp_size_ = shard.size;
+  vocab_begin_ = shard.vocab_begin;
+  vocab_slice_ = shard.vocab_end - shard.vocab_begin;
+  slice_columns_ = (vocab_ + tp_size_ - 1) / tp_size_;
+  const int32_t full_q_size = spec.num_heads * spec.head_dim;
+  const int32_t full_kv_size = spec.num_kv_heads * spec.head_dim;
   q_size_ = num_heads_ * head_dim_;
   kv_size_ = num_kv_heads_ * head_dim_;
   hidden_padded_ = round_up(hidden_, kGemmKStep);
@@ -290,14 +366,39 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
       }
     }
   }
-  const auto matrix = [&](const cd_tensor_ref& ref, int32_t n, int32_t k) {
+  // Rows [row_begin, row_begin + n) of a column-parallel [full_n, k] matrix, split along K as
+  // the whole matrix is (so a row's chains do not depend on the tensor-parallel size).
+  const auto matrix = [&](const cd_tensor_ref& ref, int32_t row_begin, int32_t n, int32_t full_n, int32_t k) {
     DeviceMatrix m = allocate_matrix(n, k);
+    m.splits = gemm_splits(full_n, m.k_padded);
     if (checkpoint != nullptr) {
-      fill_matrix(*checkpoint, ref, m, 0);
+      fill_matrix(*checkpoint, ref, m, 0, row_begin);
     } else {
-      fill_random(m, 1, synthetic());
+      fill_random(m, 1, synthetic(), row_begin, 0, full_n, k);
     }
     return m;
+  };
+  // A row-parallel [n, full_k] matrix: the shard's segments of its inputs.
+  const auto segmented = [&](const cd_tensor_ref& ref, int32_t n, int32_t full_k) {
+    SegmentedWeights w;
+    w.bounds = segment_bounds(full_k);
+    w.inputs = segment_inputs(w.bounds, kGemmKStep);
+    w.first = shard.first_segment;
+    w.end = shard.end_segment;
+    const uint64_t seed = synthetic();
+    for (int32_t s = w.first; s < w.end; ++s) {
+      const int32_t begin = w.bounds[size_t(s)];
+      const int32_t segment_k = w.bounds[size_t(s) + 1] - begin;
+      if (segment_k == 0) continue;
+      DeviceMatrix& m = w.segments[size_t(s)];
+      m = allocate_matrix(n, segment_k);
+      if (checkpoint != nullptr) {
+        fill_matrix(*checkpoint, ref, m, 0, 0, begin, full_k);
+      } else {
+        fill_random(m, 1, seed, 0, begin, n, full_k);
+      }
+    }
+    return w;
   };
   // One matrix of every expert, stacked: field picks it from an expert's spec.
   const auto experts = [&](const cd_layer_spec& source, cd_tensor_ref cd_expert_spec::*field, int32_t n, int32_t k) {
@@ -319,11 +420,13 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     }
     return upload(values);
   };
-  const auto vector = [&](const cd_tensor_ref& ref, int32_t n, bool is_norm) -> const float* {
-    if (checkpoint != nullptr) return upload_vector(checkpoint.get(), ref, n, is_norm);
+  // Elements [begin, begin + n) of a vector of full_n.
+  const auto vector = [&](const cd_tensor_ref& ref, int32_t n, bool is_norm, int32_t begin = 0,
+                          int32_t full_n = 0) -> const float* {
+    if (checkpoint != nullptr) return upload_vector(checkpoint.get(), ref, n, is_norm, begin, full_n);
     return is_norm ? upload(std::vector<float>(size_t(n), 1.0f)) : nullptr;
   };
-  lm_head_ = matrix(spec.lm_head, vocab_, hidden_);
+  lm_head_ = matrix(spec.lm_head, vocab_begin_, vocab_slice_, vocab_, hidden_);
   final_norm_ = vector(spec.final_norm, hidden_, true);
   for (int32_t r = 0; r < spec.num_ropes; ++r) {
     const cd_rope_spec& rope = spec.ropes[r];
@@ -335,16 +438,20 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     const cd_layer_spec& source = spec.layers[i];
     DeviceLayer& layer = layers_[size_t(i)];
     layer.input_norm = vector(source.input_norm, hidden_, true);
-    layer.q_proj = matrix(source.q_proj, q_size_, hidden_);
-    layer.k_proj = matrix(source.k_proj, kv_size_, hidden_);
-    layer.v_proj = matrix(source.v_proj, kv_size_, hidden_);
-    layer.q_bias = vector(source.q_bias, q_size_, false);
-    layer.k_bias = vector(source.k_bias, kv_size_, false);
-    layer.v_bias = vector(source.v_bias, kv_size_, false);
+    const int32_t q_begin = shard.head_begin * head_dim_;
+    const int32_t kv_begin = shard.kv_head_begin * head_dim_;
+    layer.q_proj = matrix(source.q_proj, q_begin, q_size_, full_q_size, hidden_);
+    layer.k_proj = matrix(source.k_proj, kv_begin, kv_size_, full_kv_size, hidden_);
+    layer.v_proj = matrix(source.v_proj, kv_begin, kv_size_, full_kv_size, hidden_);
+    layer.q_bias = vector(source.q_bias, q_size_, false, q_begin, full_q_size);
+    layer.k_bias = vector(source.k_bias, kv_size_, false, kv_begin, full_kv_size);
+    layer.v_bias = vector(source.v_bias, kv_size_, false, kv_begin, full_kv_size);
     layer.q_norm = vector(source.q_norm, head_dim_, true);
     layer.k_norm = vector(source.k_norm, head_dim_, true);
-    layer.sinks = checkpoint != nullptr ? upload_vector(checkpoint.get(), source.sinks, num_heads_, false) : nullptr;
-    layer.o_proj = matrix(source.o_proj, hidden_, q_size_);
+    layer.sinks = checkpoint != nullptr ? upload_vector(checkpoint.get(), source.sinks, num_heads_, false,
+                                                        shard.head_begin, spec.num_heads)
+                                        : nullptr;
+    layer.o_proj = segmented(source.o_proj, hidden_, full_q_size);
     layer.o_bias = vector(source.o_bias, hidden_, false);
     layer.attn_out_norm = vector(source.attn_out_norm, hidden_, true);
     layer.ffn_norm = vector(source.ffn_norm, hidden_, true);
@@ -370,9 +477,9 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
       layer.expert_up_bias = expert_biases(source, &cd_expert_spec::up_bias, moe_intermediate_);
       layer.expert_down_bias = expert_biases(source, &cd_expert_spec::down_bias, hidden_);
     } else {
-      layer.gate_proj = matrix(source.gate_proj, intermediate_, hidden_);
-      layer.up_proj = matrix(source.up_proj, intermediate_, hidden_);
-      layer.down_proj = matrix(source.down_proj, hidden_, intermediate_);
+      layer.gate_proj = matrix(source.gate_proj, shard.intermediate_begin, intermediate_, spec.intermediate_size, hidden_);
+      layer.up_proj = matrix(source.up_proj, shard.intermediate_begin, intermediate_, spec.intermediate_size, hidden_);
+      layer.down_proj = segmented(source.down_proj, hidden_, spec.intermediate_size);
     }
     layer.window = source.sliding_window_tokens;
     layer.rope = source.rope_index;
@@ -419,9 +526,10 @@ T* CudaModel::upload(const std::vector<T>& values) {
 }
 
 const float* CudaModel::upload_vector(const HostCheckpoint* checkpoint, const cd_tensor_ref& ref, int32_t n,
-                                      bool is_norm) {
-  std::vector<float> values = checkpoint->vector(ref, n);
+                                      bool is_norm, int32_t begin, int32_t full_n) {
+  std::vector<float> values = checkpoint->vector(ref, full_n > 0 ? full_n : n);
   if (values.empty()) return nullptr;
+  if (full_n > 0) values = std::vector<float>(values.begin() + begin, values.begin() + begin + n);
   // Gemma's norms multiply by (1 + w), computed in fp32 as the CPU runtime does.
   if (is_norm && norm_adds_one_) {
     for (float& value : values) value = 1.0f + value;
@@ -453,38 +561,41 @@ DeviceMatrix CudaModel::allocate_matrix(int32_t n, int32_t k, int32_t num_stacke
   return m;
 }
 
-void CudaModel::fill_random(const DeviceMatrix& m, int32_t num_stacked, uint64_t seed) {
-  const size_t count = size_t(num_stacked) * m.n_padded * m.k_padded;
-  if (q8_) {
-    random_int8_kernel<<<1024, 256, 0, stream_>>>(static_cast<int8_t*>(m.values), count, seed);
-    fill_half_kernel<<<256, 256, 0, stream_>>>(m.scales, size_t(num_stacked) * (m.k_padded / 32) * m.n_padded,
-                                               float(1.0 / (127.0 * std::sqrt(double(m.k)))));
-  } else {
-    random_bf16_kernel<<<1024, 256, 0, stream_>>>(static_cast<__nv_bfloat16*>(m.values), count, seed,
-                                                  float(1.0 / std::sqrt(double(m.k))));
-  }
+void CudaModel::fill_random(const DeviceMatrix& m, int32_t num_stacked, uint64_t seed, int32_t row_begin,
+                            int32_t col_begin, int32_t full_n, int32_t full_k) {
+  full_n = full_n > 0 ? full_n : m.n;
+  full_k = full_k > 0 ? full_k : m.k;
+  random_matrix_kernel<<<1024, 256, 0, stream_>>>(m.values, q8_, num_stacked, m.n, m.k, m.n_padded, m.k_padded, full_n,
+                                                  row_begin, col_begin, full_k, seed,
+                                                  float(1.0 / std::sqrt(double(full_k))));
   CDC_CHECK_LAUNCH();
+  if (q8_) {
+    fill_half_kernel<<<256, 256, 0, stream_>>>(m.scales, size_t(num_stacked) * (m.k_padded / 32) * m.n_padded,
+                                               float(1.0 / (127.0 * std::sqrt(double(full_k)))));
+    CDC_CHECK_LAUNCH();
+  }
 }
 
 void CudaModel::fill_matrix(const HostCheckpoint& checkpoint, const cd_tensor_ref& ref, const DeviceMatrix& m,
-                            int32_t index) {
+                            int32_t index, int32_t row_begin, int32_t col_begin, int32_t ref_k) {
   const int32_t n = m.n;
   const int32_t k = m.k;
+  ref_k = ref_k > 0 ? ref_k : k;
   const size_t element_bytes = q8_ ? 1 : 2;
   uint8_t* values = static_cast<uint8_t*>(m.values) + size_t(index) * m.n_padded * m.k_padded * element_bytes;
   std::vector<uint16_t> scale_bits;  // [k_padded / 32][n_padded] fp16 bits
   if (q8_) scale_bits.assign(size_t(m.k_padded / 32) * m.n_padded, 0);
   constexpr int32_t kSlabRows = 256;
-  std::vector<float> rows(size_t(kSlabRows) * k);
+  std::vector<float> rows(size_t(kSlabRows) * ref_k);
   std::vector<float> padded_row(size_t(m.k_padded));
   std::vector<uint16_t> bf16(size_t(kSlabRows) * m.k_padded);
   std::vector<int8_t> int8(size_t(kSlabRows) * m.k_padded);
   std::vector<uint16_t> row_scales(size_t(m.k_padded / 32));
   for (int32_t first = 0; first < n; first += kSlabRows) {
     const int32_t last = std::min(n, first + kSlabRows);
-    checkpoint.read_rows(ref, k, first, last, rows.data());
+    checkpoint.read_rows(ref, ref_k, row_begin + first, row_begin + last, rows.data());
     for (int32_t r = first; r < last; ++r) {
-      const float* row = rows.data() + size_t(r - first) * k;
+      const float* row = rows.data() + size_t(r - first) * ref_k + col_begin;
       std::fill(padded_row.begin(), padded_row.end(), 0.0f);
       std::copy_n(row, k, padded_row.begin());
       if (q8_) {
@@ -548,15 +659,23 @@ void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
   const int32_t logit_rows = std::max({output_rows, kPromptSlabRows, 1});
   moved |= logits_.reserve(size_t(logit_rows) * vocab_);
   moved |= output_normed_.reserve(size_t(logit_rows) * hidden_padded_);
+  if (tp_size_ > 1) moved |= gathered_logits_.reserve(size_t(tp_size_) * logit_rows * slice_columns_);
   // Split-K partials of the largest matrix at few rows (the LM head's rows included).
   size_t partials = 0;
+  size_t packed_columns = 0;
   const int32_t few_rows = std::min(logit_rows, 32);
   for (const DeviceLayer& layer : layers_) {
-    for (const DeviceMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
-                                  &layer.up_proj, &layer.down_proj}) {
+    for (const DeviceMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.gate_proj, &layer.up_proj}) {
       partials = std::max(partials, gemm_partials_floats(few_rows, *m));
     }
+    for (const SegmentedWeights* w : {&layer.o_proj, &layer.down_proj}) {
+      for (const DeviceMatrix& m : w->segments) partials = std::max(partials, gemm_partials_floats(few_rows, m));
+      if (w->inputs.packed) packed_columns = std::max(packed_columns, size_t(w->end - w->first) * w->inputs.slot_columns);
+    }
   }
+  const int32_t segment_rows = std::min(tokens, kSegmentSlabRows);
+  moved |= segment_partials_.reserve(size_t(kReductionSegments) * segment_rows * hidden_);
+  moved |= packed_inputs_.reserve(size_t(segment_rows) * packed_columns);
   partials = std::max(partials, gemm_partials_floats(few_rows, lm_head_));
   moved |= gemm_partials_.reserve(partials);
   // Attention partials for a slab of tokens (run_layers attends in slabs).
@@ -595,81 +714,150 @@ void CudaModel::final_logits(const int32_t* device_rows, int32_t num_rows) {
   launch_gather_rows(residual_.get(), hidden_, device_rows, num_rows, layer_out_.get(), stream_);
   launch_rms_norm_bf16(layer_out_.get(), hidden_, final_norm_, hidden_, eps_, num_rows, output_normed_.get(),
                        hidden_padded_, stream_);
-  launch_gemm(output_normed_.get(), hidden_padded_, num_rows, lm_head_, logits_.get(), vocab_, false,
-              gemm_partials_.get(), stream_);
-  if (final_softcap_ != 0.0f) launch_softcap(logits_.get(), size_t(num_rows) * vocab_, final_softcap_, stream_);
+  // Alone: every column at its place in logits_. In a group: the rank's slice at its place in
+  // gathered_logits_ ([size][rows][slice_columns_]), which TpGroup gathers and lays out.
+  const bool alone = tp_size_ == 1;
+  const int32_t stride = alone ? vocab_ : slice_columns_;
+  float* logits = alone ? logits_.get() : gathered_logits_.get() + size_t(tp_rank_) * num_rows * slice_columns_;
+  launch_gemm(output_normed_.get(), hidden_padded_, num_rows, lm_head_, logits, stride, false, gemm_partials_.get(),
+              stream_);
+  if (final_softcap_ != 0.0f) launch_softcap(logits, size_t(num_rows) * stride, final_softcap_, stream_);
 }
 
 // Embedding, every layer, then the logits of num_logit_rows rows listed in output_tokens_.
 void CudaModel::run_layers(const BatchPlan& plan, int32_t num_logit_rows) {
   const int32_t tokens = plan.padded_tokens;
-  launch_embed(embed_, hidden_, token_ids_.get(), tokens, embedding_scale_, residual_.get(), stream_);
-  float* partials = gemm_partials_.get();
-  for (const DeviceLayer& layer : layers_) {
-    launch_rms_norm_bf16(residual_.get(), hidden_, layer.input_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
-                         stream_);
-    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.q_proj, q_.get(), q_size_, false, partials, stream_);
-    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.k_proj, k_.get(), kv_size_, false, partials, stream_);
-    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.v_proj, v_.get(), kv_size_, false, partials, stream_);
-    const DeviceRope& rope = ropes_[size_t(layer.rope)];
-    RopeKvArgs rope_args{q_.get(), k_.get(), v_.get(), layer.q_bias, layer.k_bias, layer.v_bias, layer.q_norm,
-                         layer.k_norm, eps_, positions_.get(), slots_.get() + size_t(layer.kv_group) * tokens,
-                         rope.inv_freq, rope.rotary_dim, rope.attention_scaling, num_heads_, num_kv_heads_, head_dim_,
-                         kv_cache_, layers_per_block_, layer.kv_slot, block_size_, tokens};
-    launch_rope_kv(rope_args, stream_);
-    // Attention in slabs of tokens, so its partials stay bounded for long prompts.
-    constexpr int32_t kSlab = 256;
-    for (int32_t first = 0; first < tokens; first += kSlab) {
-      const int32_t count = std::min(kSlab, tokens - first);
-      AttentionArgs attention{q_.get() + size_t(first) * q_size_,
-                              kv_cache_,
-                              block_tables_.get() + size_t(layer.kv_group) * plan.table_rows * plan.block_table_stride,
-                              plan.block_table_stride,
-                              token_seqs_.get() + first,
-                              positions_.get() + first,
-                              layer.sinks,
-                              num_heads_,
-                              num_kv_heads_,
-                              head_dim_,
-                              layers_per_block_,
-                              layer.kv_slot,
-                              block_size_,
-                              layer.window,
-                              attention_scale_,
-                              attention_softcap_,
-                              count,
-                              plan.num_chunks,
-                              attention_partials_.get(),
-                              attention_out_.get() + size_t(first) * q_padded_,
-                              q_padded_};
-      launch_attention(attention, stream_);
+  embed(plan);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    attention(i, plan);
+    for (int32_t slab = 0; slab < num_segment_slabs(tokens); ++slab) {
+      segments(layers_[i].o_proj, attention_out_.get(), q_padded_, tokens, slab);
+      fold(i, true, tokens, slab);
     }
-    const bool attention_adds = layer.attn_out_norm == nullptr && layer.o_bias == nullptr;
-    launch_gemm(attention_out_.get(), q_padded_, tokens, layer.o_proj, attention_adds ? residual_.get() : layer_out_.get(),
-                hidden_, attention_adds, partials, stream_);
-    if (!attention_adds) {
-      launch_add_to_residual(residual_.get(), layer_out_.get(), layer.o_bias, layer.attn_out_norm, hidden_, eps_, tokens,
-                             stream_);
-    }
-    launch_rms_norm_bf16(residual_.get(), hidden_, layer.ffn_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
-                         stream_);
-    if (layer.num_experts > 0) {
-      run_moe(layer, tokens);
-      continue;
-    }
-    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.gate_proj, gate_.get(), intermediate_, false, partials,
-                stream_);
-    launch_gemm(normed_.get(), hidden_padded_, tokens, layer.up_proj, up_.get(), intermediate_, false, partials, stream_);
-    launch_gated_activation(gate_.get(), up_.get(), intermediate_, tokens, activation_, swiglu_alpha_, swiglu_limit_,
-                            activated_.get(), intermediate_padded_, stream_);
-    const bool mlp_adds = layer.ffn_out_norm == nullptr;
-    launch_gemm(activated_.get(), intermediate_padded_, tokens, layer.down_proj, mlp_adds ? residual_.get() : layer_out_.get(),
-                hidden_, mlp_adds, partials, stream_);
-    if (!mlp_adds) {
-      launch_add_to_residual(residual_.get(), layer_out_.get(), nullptr, layer.ffn_out_norm, hidden_, eps_, tokens, stream_);
+    mlp(i, tokens);
+    if (layers_[i].num_experts > 0) continue;
+    for (int32_t slab = 0; slab < num_segment_slabs(tokens); ++slab) {
+      segments(layers_[i].down_proj, activated_.get(), intermediate_padded_, tokens, slab);
+      fold(i, false, tokens, slab);
     }
   }
   final_logits(output_tokens_.get(), num_logit_rows);
+}
+
+void CudaModel::embed(const BatchPlan& plan) {
+  launch_embed(embed_, hidden_, token_ids_.get(), plan.padded_tokens, embedding_scale_, residual_.get(), stream_);
+}
+
+// The input norm, q/k/v, RoPE and the KV write, attention: attention_out_.
+void CudaModel::attention(size_t index, const BatchPlan& plan) {
+  const int32_t tokens = plan.padded_tokens;
+  const DeviceLayer& layer = layers_[index];
+  float* partials = gemm_partials_.get();
+  launch_rms_norm_bf16(residual_.get(), hidden_, layer.input_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
+                       stream_);
+  launch_gemm(normed_.get(), hidden_padded_, tokens, layer.q_proj, q_.get(), q_size_, false, partials, stream_);
+  launch_gemm(normed_.get(), hidden_padded_, tokens, layer.k_proj, k_.get(), kv_size_, false, partials, stream_);
+  launch_gemm(normed_.get(), hidden_padded_, tokens, layer.v_proj, v_.get(), kv_size_, false, partials, stream_);
+  const DeviceRope& rope = ropes_[size_t(layer.rope)];
+  RopeKvArgs rope_args{q_.get(), k_.get(), v_.get(), layer.q_bias, layer.k_bias, layer.v_bias, layer.q_norm,
+                       layer.k_norm, eps_, positions_.get(), slots_.get() + size_t(layer.kv_group) * tokens,
+                       rope.inv_freq, rope.rotary_dim, rope.attention_scaling, num_heads_, num_kv_heads_, head_dim_,
+                       kv_cache_, layers_per_block_, layer.kv_slot, block_size_, tokens};
+  launch_rope_kv(rope_args, stream_);
+  // Attention in slabs of tokens, so its partials stay bounded for long prompts.
+  constexpr int32_t kSlab = 256;
+  for (int32_t first = 0; first < tokens; first += kSlab) {
+    const int32_t count = std::min(kSlab, tokens - first);
+    AttentionArgs attention{q_.get() + size_t(first) * q_size_,
+                            kv_cache_,
+                            block_tables_.get() + size_t(layer.kv_group) * plan.table_rows * plan.block_table_stride,
+                            plan.block_table_stride,
+                            token_seqs_.get() + first,
+                            positions_.get() + first,
+                            layer.sinks,
+                            num_heads_,
+                            num_kv_heads_,
+                            head_dim_,
+                            layers_per_block_,
+                            layer.kv_slot,
+                            block_size_,
+                            layer.window,
+                            attention_scale_,
+                            attention_softcap_,
+                            count,
+                            plan.num_chunks,
+                            attention_partials_.get(),
+                            attention_out_.get() + size_t(first) * q_padded_,
+                            q_padded_};
+    launch_attention(attention, stream_);
+  }
+}
+
+// The ffn norm, then gate/up and the activation (activated_, down_proj's input), or a MoE layer's
+// whole MLP added to the residual stream.
+void CudaModel::mlp(size_t index, int32_t num_tokens) {
+  const DeviceLayer& layer = layers_[index];
+  const int32_t tokens = num_tokens;
+  float* partials = gemm_partials_.get();
+  launch_rms_norm_bf16(residual_.get(), hidden_, layer.ffn_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
+                       stream_);
+  if (layer.num_experts > 0) {
+    run_moe(layer, tokens);
+    return;
+  }
+  launch_gemm(normed_.get(), hidden_padded_, tokens, layer.gate_proj, gate_.get(), intermediate_, false, partials,
+              stream_);
+  launch_gemm(normed_.get(), hidden_padded_, tokens, layer.up_proj, up_.get(), intermediate_, false, partials, stream_);
+  launch_gated_activation(gate_.get(), up_.get(), intermediate_, tokens, activation_, swiglu_alpha_, swiglu_limit_,
+                          activated_.get(), intermediate_padded_, stream_);
+}
+
+// Segment s's product for the slab's rows into segment_partials_[s] ([8][rows][hidden]), for the
+// rank's segments: input holds the rank's inputs (local columns from w.bounds[w.first]).
+void CudaModel::segments(const SegmentedWeights& w, const __nv_bfloat16* input, int32_t input_stride,
+                         int32_t num_tokens, int32_t slab) {
+  const int32_t rows = slab_rows(num_tokens, slab);
+  const __nv_bfloat16* x = input + size_t(slab) * kSegmentSlabRows * input_stride;
+  int32_t x_stride = input_stride;
+  if (w.inputs.packed) {
+    SegmentSlots slots{};
+    std::copy(w.bounds.begin(), w.bounds.end(), slots.bounds);
+    slots.first = w.first;
+    slots.end = w.end;
+    slots.slot = w.inputs.slot_columns;
+    launch_pack_segments(x, input_stride, rows, slots, packed_inputs_.get(), stream_);
+    x = packed_inputs_.get();
+    x_stride = (w.end - w.first) * w.inputs.slot_columns;
+  }
+  for (int32_t s = w.first; s < w.end; ++s) {
+    float* partial = segment_partials_.get() + size_t(s) * rows * hidden_;
+    const DeviceMatrix& m = w.segments[size_t(s)];
+    if (m.k == 0) {
+      CDC_CHECK(cudaMemsetAsync(partial, 0, size_t(rows) * hidden_ * sizeof(float), stream_));
+      continue;
+    }
+    const size_t column = w.inputs.packed ? size_t(s - w.first) * w.inputs.slot_columns
+                                          : size_t(w.bounds[size_t(s)] - w.bounds[size_t(w.first)]);
+    launch_gemm(x + column, x_stride, rows, m, partial, hidden_, false, gemm_partials_.get(), stream_);
+  }
+}
+
+// The slab's eight partials folded by the fixed tree into the residual stream (through the
+// layer's output bias and norm when it has them).
+void CudaModel::fold(size_t index, bool attention_output, int32_t num_tokens, int32_t slab) {
+  const DeviceLayer& layer = layers_[index];
+  const int32_t rows = slab_rows(num_tokens, slab);
+  const size_t first_row = size_t(slab) * kSegmentSlabRows;
+  const float* bias = attention_output ? layer.o_bias : nullptr;
+  const float* norm = attention_output ? layer.attn_out_norm : layer.ffn_out_norm;
+  float* residual = residual_.get() + first_row * hidden_;
+  if (bias == nullptr && norm == nullptr) {
+    launch_fold_segments(segment_partials_.get(), rows, hidden_, residual, hidden_, true, stream_);
+    return;
+  }
+  float* out = layer_out_.get() + first_row * hidden_;
+  launch_fold_segments(segment_partials_.get(), rows, hidden_, out, hidden_, false, stream_);
+  launch_add_to_residual(residual, out, bias, norm, hidden_, eps_, rows, stream_);
 }
 
 // The MoE MLP over normed_ (the ffn norm's bf16 rows), added to the residual stream: src/moe.cc's
@@ -842,9 +1030,7 @@ void CudaModel::produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& 
   const int32_t num_rows = int32_t(prompt_tokens.size());
   for (int32_t first = 0; first < num_rows; first += kPromptSlabRows) {
     const int32_t count = std::min(kPromptSlabRows, num_rows - first);
-    CDC_CHECK(cudaMemcpyAsync(output_tokens_.get(), prompt_tokens.data() + first, size_t(count) * sizeof(int32_t),
-                              cudaMemcpyHostToDevice, stream_));
-    final_logits(output_tokens_.get(), count);
+    logits_of_rows(prompt_tokens.data() + first, count);
     host_logits_.resize(size_t(count) * vocab);
     CDC_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.get(), size_t(count) * vocab * sizeof(float),
                               cudaMemcpyDeviceToHost, stream_));
@@ -866,15 +1052,206 @@ void CudaModel::produce_prompt_logprobs(const cd_batch& batch, const BatchPlan& 
   }
 }
 
+// A tensor-parallel group of ranks in this process (plan_rank's shards), one stream each, driven
+// by one host thread through tp_schedule: every rank's work before the all-gather that needs it,
+// the all-gather (DeviceGroup: NCCL, or copies between ranks on one GPU) before any rank reads
+// it. Every rank folds the same gathered partials in the same tree, so the residual streams stay
+// equal, and the logits are TP = 1's bits. Rank 0 samples and returns the outputs.
+class TpGroup {
+ public:
+  TpGroup(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed,
+          const std::vector<int32_t>& devices);
+  ~TpGroup();
+  void forward(const cd_batch& batch, cd_forward_output& output);
+  // The logits of num_rows rows listed on the host, laid out in rank 0's logits_.
+  void logits_of_rows(const int32_t* host_rows, int32_t num_rows);
+  uint64_t kv_bytes_per_block() const { return ranks_[0]->kv_bytes_per_block(); }
+
+ private:
+  void run(const BatchPlan& plan, int32_t num_logit_rows);
+  void gather_partials(int32_t num_rows);
+  void gather_logits(int32_t num_rows);
+
+  int32_t size_;
+  std::vector<std::unique_ptr<CudaModel>> ranks_;
+  std::unique_ptr<DeviceGroup> group_;
+  std::string nccl_why_;
+  std::vector<TpOp> schedule_;
+  int32_t schedule_slabs_ = -1;
+  std::vector<const void*> mine_;
+  std::vector<void*> all_;
+};
+
+TpGroup::TpGroup(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed,
+                 const std::vector<int32_t>& devices)
+    : size_(int32_t(devices.size())), mine_(devices.size()), all_(devices.size()) {
+  std::vector<DeviceRank> streams;
+  for (int32_t rank = 0; rank < size_; ++rank) {
+    const RankShard shard = plan_rank(spec, rank, size_);
+    ranks_.push_back(std::make_unique<CudaModel>(spec, options, random_seed, shard, devices[size_t(rank)]));
+    streams.push_back(DeviceRank{devices[size_t(rank)], ranks_.back()->stream_});
+  }
+  ranks_[0]->group_ = this;
+  group_ = open_device_group(streams, nccl_why_);
+}
+
+TpGroup::~TpGroup() {
+  group_.reset();
+  ranks_.clear();
+}
+
+void TpGroup::forward(const cd_batch& batch, cd_forward_output& output) {
+  CudaModel& lead = *ranks_[0];
+  const BatchPlan plan = plan_batch(batch, lead.num_kv_groups_, lead.block_size_, kKvChunkTokens, false);
+  for (const std::unique_ptr<CudaModel>& rank : ranks_) {
+    CDC_CHECK(cudaSetDevice(rank->device_));
+    rank->ensure_capacity(plan, batch.num_seqs);
+    rank->upload_plan(plan);
+  }
+  run(plan, int32_t(plan.outputs.tokens.size()));
+  CDC_CHECK(cudaSetDevice(lead.device_));
+  lead.produce_outputs(batch, plan, false, output);
+  lead.produce_prompt_logprobs(batch, plan, output);
+  for (const std::unique_ptr<CudaModel>& rank : ranks_) {
+    CDC_CHECK(cudaSetDevice(rank->device_));
+    CDC_CHECK(cudaStreamSynchronize(rank->stream_));
+  }
+}
+
+void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
+  const int32_t tokens = plan.padded_tokens;
+  const int32_t slabs = num_segment_slabs(tokens);
+  if (slabs != schedule_slabs_) {
+    schedule_ = tp_schedule(int32_t(ranks_[0]->layers_.size()), size_, slabs);
+    schedule_slabs_ = slabs;
+  }
+  for (const TpOp& op : schedule_) {
+    if (op.kind == TpOpKind::kGatherAttentionPartials || op.kind == TpOpKind::kGatherMlpPartials) {
+      gather_partials(slab_rows(tokens, op.slab));
+      continue;
+    }
+    if (op.kind == TpOpKind::kGatherLogits) {
+      gather_logits(num_logit_rows);
+      continue;
+    }
+    CudaModel& rank = *ranks_[size_t(op.rank)];
+    CDC_CHECK(cudaSetDevice(rank.device_));
+    const size_t layer = size_t(op.layer);
+    switch (op.kind) {
+      case TpOpKind::kEmbed: rank.embed(plan); break;
+      case TpOpKind::kAttention: rank.attention(layer, plan); break;
+      case TpOpKind::kAttentionSegments:
+        rank.segments(rank.layers_[layer].o_proj, rank.attention_out_.get(), rank.q_padded_, tokens, op.slab);
+        break;
+      case TpOpKind::kFoldAttention: rank.fold(layer, true, tokens, op.slab); break;
+      case TpOpKind::kMlp: rank.mlp(layer, tokens); break;
+      case TpOpKind::kMlpSegments:
+        rank.segments(rank.layers_[layer].down_proj, rank.activated_.get(), rank.intermediate_padded_, tokens, op.slab);
+        break;
+      case TpOpKind::kFoldMlp: rank.fold(layer, false, tokens, op.slab); break;
+      case TpOpKind::kLogitsSlice: rank.final_logits(rank.output_tokens_.get(), num_logit_rows); break;
+      default: break;
+    }
+  }
+}
+
+// Every rank's segments of the slab's partials onto every rank, in place (partials_layout).
+void TpGroup::gather_partials(int32_t num_rows) {
+  const PartialsLayout layout = partials_layout(size_, num_rows, ranks_[0]->hidden_);
+  for (int32_t r = 0; r < size_; ++r) {
+    float* partials = ranks_[size_t(r)]->segment_partials_.get();
+    mine_[size_t(r)] = partials + layout.rank_offset_floats(r);
+    all_[size_t(r)] = partials;
+  }
+  group_->all_gather(mine_.data(), layout.rank_bytes(), all_.data());
+}
+
+// Every rank's vocabulary slice gathered (in place), then laid out as rank 0's logits_ [rows][vocab].
+void TpGroup::gather_logits(int32_t num_rows) {
+  if (num_rows == 0) return;
+  CudaModel& lead = *ranks_[0];
+  const size_t slice_floats = size_t(num_rows) * lead.slice_columns_;
+  for (int32_t r = 0; r < size_; ++r) {
+    float* gathered = ranks_[size_t(r)]->gathered_logits_.get();
+    mine_[size_t(r)] = gathered + size_t(r) * slice_floats;
+    all_[size_t(r)] = gathered;
+  }
+  group_->all_gather(mine_.data(), slice_floats * sizeof(float), all_.data());
+  CDC_CHECK(cudaSetDevice(lead.device_));
+  for (const std::unique_ptr<CudaModel>& rank : ranks_) {
+    CDC_CHECK(cudaMemcpy2DAsync(lead.logits_.get() + rank->vocab_begin_, size_t(lead.vocab_) * sizeof(float),
+                                lead.gathered_logits_.get() + size_t(rank->tp_rank_) * slice_floats,
+                                size_t(lead.slice_columns_) * sizeof(float), size_t(rank->vocab_slice_) * sizeof(float),
+                                size_t(num_rows), cudaMemcpyDeviceToDevice, lead.stream_));
+  }
+}
+
+void TpGroup::logits_of_rows(const int32_t* host_rows, int32_t num_rows) {
+  for (const std::unique_ptr<CudaModel>& rank : ranks_) {
+    CDC_CHECK(cudaSetDevice(rank->device_));
+    CDC_CHECK(cudaMemcpyAsync(rank->output_tokens_.get(), host_rows, size_t(num_rows) * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, rank->stream_));
+    rank->final_logits(rank->output_tokens_.get(), num_rows);
+  }
+  gather_logits(num_rows);
+}
+
+void CudaModel::logits_of_rows(const int32_t* host_rows, int32_t num_rows) {
+  if (group_ != nullptr) {
+    group_->logits_of_rows(host_rows, num_rows);
+    return;
+  }
+  CDC_CHECK(cudaMemcpyAsync(output_tokens_.get(), host_rows, size_t(num_rows) * sizeof(int32_t),
+                            cudaMemcpyHostToDevice, stream_));
+  final_logits(output_tokens_.get(), num_rows);
+}
+
+namespace {
+
+// The devices of a group's ranks: deviceIndex + rank, or every rank on deviceIndex when
+// CONDUIT_CUDA_TP_ONE_DEVICE=1 (how one GPU tests tensor parallelism; not for serving).
+std::vector<int32_t> group_devices(const cd_load_options& options) {
+  const char* one_device = std::getenv("CONDUIT_CUDA_TP_ONE_DEVICE");
+  const bool shared = one_device != nullptr && std::string(one_device) == "1";
+  int32_t count = 0;
+  CDC_CHECK(cudaGetDeviceCount(&count));
+  const int32_t size = options.tp_size;
+  if (!shared && options.device_index + size > count) {
+    throw Error(CD_ERR_UNSUPPORTED_DEVICE,
+                "tensorParallel size " + std::to_string(size) + " runs one rank per GPU, on devices " +
+                    std::to_string(options.device_index) + ".." + std::to_string(options.device_index + size - 1) +
+                    ", but this machine has " + std::to_string(count) +
+                    " CUDA device(s) (CONDUIT_CUDA_TP_ONE_DEVICE=1 puts every rank on deviceIndex, for testing)");
+  }
+  std::vector<int32_t> devices;
+  for (int32_t rank = 0; rank < size; ++rank) devices.push_back(shared ? options.device_index : options.device_index + rank);
+  return devices;
+}
+
+}  // namespace
+
+CudaModelHandle::CudaModelHandle() = default;
+CudaModelHandle::~CudaModelHandle() = default;
+
 CudaModelHandle* load_model(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed) {
   auto handle = std::make_unique<CudaModelHandle>();
-  handle->model = std::make_unique<CudaModel>(spec, options, random_seed);
+  if (options.tp_size > 1) {
+    handle->group = std::make_unique<TpGroup>(spec, options, random_seed, group_devices(options));
+  } else {
+    handle->model = std::make_unique<CudaModel>(spec, options, random_seed, plan_rank(spec, 0, 1), options.device_index);
+  }
   return handle.release();
 }
 
-uint64_t kv_bytes_per_block(const CudaModelHandle& handle) { return handle.model->kv_bytes_per_block(); }
+uint64_t kv_bytes_per_block(const CudaModelHandle& handle) {
+  return handle.group != nullptr ? handle.group->kv_bytes_per_block() : handle.model->kv_bytes_per_block();
+}
 
 void forward(CudaModelHandle& handle, const cd_batch& batch, cd_forward_output& output) {
+  if (handle.group != nullptr) {
+    handle.group->forward(batch, output);
+    return;
+  }
   handle.model->forward(batch, output);
 }
 

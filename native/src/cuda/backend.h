@@ -13,9 +13,14 @@ namespace conduit {
 namespace cuda {
 
 class CudaModel;
+class TpGroup;
 
+// One model, or with options.tp_size > 1 a tensor-parallel group of ranks in this process.
 struct CudaModelHandle {
+  CudaModelHandle();
+  ~CudaModelHandle();
   std::unique_ptr<CudaModel> model;
+  std::unique_ptr<TpGroup> group;
 };
 
 // Throws conduit::Error. seed != 0 with spec->num_files == 0: weights drawn on the device

@@ -313,15 +313,19 @@ int32_t gemm_splits(int32_t n, int32_t k_padded) {
   return splits;
 }
 
+namespace {
+int32_t splits_of(const DeviceMatrix& w) { return w.splits > 0 ? w.splits : gemm_splits(w.n, w.k_padded); }
+}  // namespace
+
 size_t gemm_partials_floats(int32_t num_rows, const DeviceMatrix& w) {
   if (num_rows > kFewRows) return 0;
-  return size_t(gemm_splits(w.n, w.k_padded)) * size_t(num_rows) * size_t(w.n_padded);
+  return size_t(splits_of(w)) * size_t(num_rows) * size_t(w.n_padded);
 }
 
 void launch_gemm(const __nv_bfloat16* x, int32_t x_stride, int32_t num_rows, const DeviceMatrix& w, float* y,
                  int32_t y_stride, bool accumulate, float* partials, cudaStream_t stream) {
   if (num_rows == 0) return;
-  const int32_t splits = gemm_splits(w.n, w.k_padded);
+  const int32_t splits = splits_of(w);
   if (num_rows <= kFewRows) {
     if (w.q8) {
       launch_tile<1, 4, 1, 4, true, false>(x, x_stride, num_rows, w, splits, y, y_stride, accumulate, partials,
@@ -349,7 +353,7 @@ void launch_grouped_gemm(const __nv_bfloat16* x, int32_t x_stride, int32_t max_g
                          cudaStream_t stream) {
   if (max_group_rows == 0) return;
   // Every segment inside the block, in order: the same fp32 additions as launch_gemm's either path.
-  const int32_t splits = gemm_splits(w.n, w.k_padded);
+  const int32_t splits = splits_of(w);
   if (max_group_rows <= kFewRows) {
     if (w.q8) {
       launch_tile<1, 4, 1, 4, true, true>(x, x_stride, max_group_rows, w, splits, y, y_stride, false, nullptr,

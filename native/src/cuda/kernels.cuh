@@ -60,6 +60,21 @@ void launch_add_to_residual(float* hidden, float* layer_out, const float* bias, 
 // x = cap * tanh(x / cap), row-major [rows, width].
 void launch_softcap(float* x, size_t count, float cap, cudaStream_t stream);
 
+// y[r] = fold_segments (src/cuda/tp_plan.h) of partials [8][num_rows][n] (or y[r] += it) for
+// num_rows rows of n outputs: row-parallel matmuls' fixed tree, the CPU's combine_segments.
+void launch_fold_segments(const float* partials, int32_t num_rows, int32_t n, float* y, int32_t y_stride,
+                          bool accumulate, cudaStream_t stream);
+
+// A rank's row-parallel inputs (local columns [0, bounds[end] - bounds[first]) of src) copied per
+// segment into zero-padded slots: dst[t][(s - first) * slot + i] = src[t][bounds[s] - bounds[first]
+// + i] for i < the segment's width, 0 after it up to slot (SegmentInputs, src/cuda/tp_plan.h).
+struct SegmentSlots {
+  int32_t bounds[9];
+  int32_t first, end, slot;
+};
+void launch_pack_segments(const __nv_bfloat16* src, int32_t src_stride, int32_t num_rows, const SegmentSlots& slots,
+                          __nv_bfloat16* dst, cudaStream_t stream);
+
 // Rows of src (row ids) gathered into dst: dst[i] = src[rows[i]].
 void launch_gather_rows(const float* src, int32_t width, const int32_t* rows, int32_t num_rows, float* dst,
                         cudaStream_t stream);
@@ -74,6 +89,9 @@ struct DeviceMatrix {
   bool q8 = false;
   void* values = nullptr;
   __half* scales = nullptr;
+  // K's split, 0: gemm_splits(n, k_padded). A rank's rows of a column-parallel matrix keep the
+  // whole matrix's split, so each output is the same chain at every tensor-parallel size.
+  int32_t splits = 0;
 };
 
 // Matrix rows are padded to this (the widest column tile) and inputs to the k step.

@@ -6,6 +6,7 @@
 #include "common.cuh"
 #include "kernels.cuh"
 #include "reduce.cuh"
+#include "segment_fold.h"
 
 namespace conduit {
 namespace cuda {
@@ -186,6 +187,26 @@ __global__ void gather_rows_kernel(const float* src, int32_t width, const int32_
   for (int32_t i = threadIdx.x; i < width; i += blockDim.x) to[i] = from[i];
 }
 
+__global__ void fold_segments_kernel(const float* partials, int32_t num_rows, int32_t n, float* y, int32_t y_stride,
+                                     bool accumulate) {
+  const int32_t col = blockIdx.x * blockDim.x + threadIdx.x;
+  const int32_t row = blockIdx.y;
+  if (col >= n) return;
+  const float sum = fold_segments(partials + size_t(row) * n + col, size_t(num_rows) * size_t(n));
+  float* out = y + size_t(row) * y_stride + col;
+  *out = accumulate ? *out + sum : sum;
+}
+
+__global__ void pack_segments_kernel(const __nv_bfloat16* src, int32_t src_stride, SegmentSlots slots,
+                                     __nv_bfloat16* dst) {
+  const int32_t t = blockIdx.y;
+  const int32_t width = (slots.end - slots.first) * slots.slot;
+  for (int32_t j = blockIdx.x * blockDim.x + threadIdx.x; j < width; j += gridDim.x * blockDim.x) {
+    const int32_t column = packed_source_column(slots.bounds, slots.first, slots.slot, j);
+    dst[size_t(t) * width + j] = column >= 0 ? src[size_t(t) * src_stride + column] : __float2bfloat16_rn(0.0f);
+  }
+}
+
 }  // namespace
 
 void launch_embed(const __nv_bfloat16* table, int32_t hidden_size, const int32_t* token_ids, int32_t num_tokens,
@@ -243,6 +264,24 @@ void launch_gather_rows(const float* src, int32_t width, const int32_t* rows, in
   gather_rows_kernel<<<num_rows, kRowThreads, 0, stream>>>(src, width, rows, dst);
   CDC_CHECK_LAUNCH();
 }
+
+void launch_fold_segments(const float* partials, int32_t num_rows, int32_t n, float* y, int32_t y_stride,
+                          bool accumulate, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  const dim3 grid((n + kRowThreads - 1) / kRowThreads, num_rows);
+  fold_segments_kernel<<<grid, kRowThreads, 0, stream>>>(partials, num_rows, n, y, y_stride, accumulate);
+  CDC_CHECK_LAUNCH();
+}
+
+void launch_pack_segments(const __nv_bfloat16* src, int32_t src_stride, int32_t num_rows, const SegmentSlots& slots,
+                          __nv_bfloat16* dst, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  const int32_t width = (slots.end - slots.first) * slots.slot;
+  const dim3 grid((width + kRowThreads - 1) / kRowThreads, num_rows);
+  pack_segments_kernel<<<grid, kRowThreads, 0, stream>>>(src, src_stride, slots, dst);
+  CDC_CHECK_LAUNCH();
+}
+
 
 }  // namespace cuda
 }  // namespace conduit

@@ -1,5 +1,6 @@
 #include "cuda/tp_plan.h"
 
+#include <algorithm>
 #include <string>
 
 #include "error.h"
@@ -73,6 +74,44 @@ std::vector<GatherCopy> gather_copies(int32_t size, size_t rank_bytes, bool in_p
     }
   }
   return copies;
+}
+
+static_assert(kReductionSegments == 8, "fold_segments (segment_fold.h) folds eight segments");
+
+SegmentInputs segment_inputs(const SegmentBounds& bounds, int32_t k_step) {
+  SegmentInputs inputs;
+  for (int32_t s = 0; s < kReductionSegments; ++s) {
+    const int32_t begin = bounds[size_t(s)];
+    const int32_t width = bounds[size_t(s) + 1] - begin;
+    if (begin % k_step != 0 || width % k_step != 0) inputs.packed = true;
+    inputs.slot_columns = std::max(inputs.slot_columns, (width + k_step - 1) / k_step * k_step);
+  }
+  if (!inputs.packed) inputs.slot_columns = 0;
+  return inputs;
+}
+
+std::vector<TpOp> tp_schedule(int32_t num_layers, int32_t size, int32_t num_slabs) {
+  std::vector<TpOp> ops;
+  const auto every_rank = [&](TpOpKind kind, int32_t layer, int32_t slab) {
+    for (int32_t rank = 0; rank < size; ++rank) ops.push_back(TpOp{kind, rank, layer, slab});
+  };
+  const auto reduction = [&](TpOpKind segments, TpOpKind gather, TpOpKind fold, int32_t layer) {
+    for (int32_t slab = 0; slab < num_slabs; ++slab) {
+      every_rank(segments, layer, slab);
+      ops.push_back(TpOp{gather, -1, layer, slab});
+      every_rank(fold, layer, slab);
+    }
+  };
+  every_rank(TpOpKind::kEmbed, -1, -1);
+  for (int32_t layer = 0; layer < num_layers; ++layer) {
+    every_rank(TpOpKind::kAttention, layer, -1);
+    reduction(TpOpKind::kAttentionSegments, TpOpKind::kGatherAttentionPartials, TpOpKind::kFoldAttention, layer);
+    every_rank(TpOpKind::kMlp, layer, -1);
+    reduction(TpOpKind::kMlpSegments, TpOpKind::kGatherMlpPartials, TpOpKind::kFoldMlp, layer);
+  }
+  every_rank(TpOpKind::kLogitsSlice, -1, -1);
+  ops.push_back(TpOp{TpOpKind::kGatherLogits, -1, -1, -1});
+  return ops;
 }
 
 }  // namespace cuda

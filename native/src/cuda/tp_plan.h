@@ -12,6 +12,7 @@
 
 #include "conduit.h"
 #include "row_parallel.h"
+#include "cuda/segment_fold.h"
 
 namespace conduit {
 namespace cuda {
@@ -70,6 +71,46 @@ struct GatherCopy {
 // (by destination rank, then source rank). in_place: each rank's own bytes already lie at its
 // place in its gather buffer, so a rank copies only the others'.
 std::vector<GatherCopy> gather_copies(int32_t size, size_t rank_bytes, bool in_place);
+
+// How a rank's segment GEMMs read their inputs. The GEMM reads whole k steps of k_step inputs, so
+// a segment whose bounds are not all on k steps would read past its end into its neighbour's
+// inputs (and 0 * x is not 0 when x is Inf or NaN; on another rank there is no neighbour). Then
+// every segment's inputs are first copied to a zero-padded slot of slot_columns of their own.
+// The choice depends on the whole matrix's k alone, so every tensor-parallel size makes it alike.
+struct SegmentInputs {
+  bool packed = false;
+  int32_t slot_columns = 0;  // packed: each segment's slot, a multiple of k_step
+};
+SegmentInputs segment_inputs(const SegmentBounds& bounds, int32_t k_step);
+
+// One step of a tensor-parallel forward pass as the group driver (src/cuda/backend.cu) enqueues
+// it: a rank's work on its own stream, or a collective over every rank (rank -1). Per layer:
+// attention up to its output, then for each slab of rows o_proj's segments, the all-gather of
+// their partials and every rank's fold into its residual; then the MLP's likewise; after the last
+// layer every rank's slice of the LM head and the gather of the logits.
+enum class TpOpKind : uint8_t {
+  kEmbed,
+  kAttention,
+  kAttentionSegments,
+  kMlp,
+  kMlpSegments,
+  kGatherAttentionPartials,
+  kGatherMlpPartials,
+  kFoldAttention,
+  kFoldMlp,
+  kLogitsSlice,
+  kGatherLogits,
+};
+struct TpOp {
+  TpOpKind kind;
+  int32_t rank;   // -1: every rank (a collective)
+  int32_t layer;  // -1: none
+  int32_t slab;   // -1: none
+};
+// The pass over num_layers layers and num_slabs slabs of rows per row-parallel matmul. Within a
+// phase every rank's work is enqueued before the collective that needs it, and the collective
+// before any rank's work that reads its result.
+std::vector<TpOp> tp_schedule(int32_t num_layers, int32_t size, int32_t num_slabs);
 
 }  // namespace cuda
 }  // namespace conduit

@@ -10,7 +10,8 @@
 //      the MoE families' batch invariance;
 //   6. tensor parallelism: the in-process group's all-gather (2 and 8 ranks sharing the GPU, each
 //      on its own stream; NCCL where ranks have GPUs of their own), bitwise, and its time for one
-//      decode step's o_proj partials; a sharded model's TP = 2 vs TP = 1 is not on the GPU yet;
+//      decode step's o_proj partials; then sharded models (TP = 2 and 4, every rank on this GPU)
+//      against the whole one: logits and sampled tokens bitwise;
 //   7. decode tokens/s at batch 1, 64 and 256 (512-token contexts) and prefill tokens/s of a
 //      2048-token prompt on a Llama-3-8B-shaped model with random weights drawn on the device, as
 //      fractions of the measured ceilings (MBU, MFU) and of the datasheet's.
@@ -185,7 +186,8 @@ void run(cd_model* model, Step& step) {
   if (waiter.status != CD_OK) throw std::runtime_error("forward failed: " + waiter.error);
 }
 
-cd_model* load(const cd_model_spec& spec, cd_device device, int32_t blocks, bool quantized, uint64_t synthetic_seed = 0) {
+cd_model* load(const cd_model_spec& spec, cd_device device, int32_t blocks, bool quantized, uint64_t synthetic_seed = 0,
+               int32_t tp_size = 1) {
   cd_load_options options{};
   options.weight_dtype = CD_DTYPE_BF16;
   options.quantization = quantized ? CD_QUANTIZATION_INT8 : CD_QUANTIZATION_NONE;
@@ -195,7 +197,7 @@ cd_model* load(const cd_model_spec& spec, cd_device device, int32_t blocks, bool
   options.num_threads = 8;
   options.kernel = CD_KERNEL_AUTO;
   options.device = device;
-  options.tp_size = 1;
+  options.tp_size = tp_size;
   cd_model* model = nullptr;
   char error[1024] = {};
   const cd_status status = synthetic_seed != 0 ? cd_model_load_synthetic(&spec, &options, synthetic_seed, &model, error, sizeof error)
@@ -491,6 +493,48 @@ void tp_communicator() {
   json_field("tp_all_gather", "[" + rows_json + "]");
 }
 
+// A sharded model against the whole one, every rank sharing GPU 0 (CONDUIT_CUDA_TP_ONE_DEVICE):
+// the same logits and sampled tokens, bitwise, over a 300-token prefill (two slabs of the
+// row-parallel partials) beside a short one, then 6 decode steps of both (one greedy, one at
+// temperature 0.8), each fed its own sampled tokens.
+bool tp_equals_tp1(const SpecFile& file, const std::string& label, int32_t tp_size, std::mt19937& rng) {
+  const cd_model_spec& spec = file.spec;
+  const int32_t groups = spec.num_kv_groups, vocab = spec.vocab_size, max_blocks = 24, per_group = 2 * 24;
+  cd_model* whole = load(spec, CD_DEVICE_CUDA, groups * per_group, false);
+  cd_model* sharded = nullptr;
+  try {
+    sharded = load(spec, CD_DEVICE_CUDA, groups * per_group, false, 0, tp_size);
+  } catch (const std::exception& e) {
+    cd_model_free(whole);
+    std::printf("  --   %s TP = %d: not run: %s\n", label.c_str(), tp_size, e.what());
+    return true;
+  }
+  std::vector<Chunk> chunks{Chunk{random_tokens(rng, 300, vocab), 0, blocks_for(groups, max_blocks, 0, per_group)},
+                            Chunk{random_tokens(rng, 17, vocab), 0, blocks_for(groups, max_blocks, max_blocks, per_group)}};
+  chunks[1].temperature = 0.8f;
+  chunks[1].seed = rng();
+  bool logits_same = true, tokens_same = true;
+  for (int32_t step = 0; step < 7; ++step) {
+    Step a(chunks, groups, max_blocks, vocab);
+    Step b(chunks, groups, max_blocks, vocab);
+    run(whole, a);
+    run(sharded, b);
+    logits_same &= std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
+    tokens_same &= a.sampled == b.sampled;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      chunks[c].first_position += int32_t(chunks[c].tokens.size());
+      chunks[c].tokens = {a.sampled[c]};
+      chunks[c].output_index = step + 1;
+    }
+  }
+  check(logits_same && tokens_same, label + ": TP = " + std::to_string(tp_size) + " on one GPU vs TP = 1: logits " +
+                                        (logits_same ? "bitwise equal" : "DIFFER") + ", sampled tokens " +
+                                        (tokens_same ? "equal" : "DIFFER") + " (prefill 300 + 17, 6 decode steps)");
+  cd_model_free(sharded);
+  cd_model_free(whole);
+  return logits_same && tokens_same;
+}
+
 void performance(double read_bandwidth, double mma_peak, double datasheet_bandwidth, double datasheet_peak) {
   PerfSpec perf;
   const cd_model_spec& spec = perf.spec;
@@ -659,8 +703,23 @@ int main(int argc, char** argv) {
   }
   std::printf("\n6. tensor parallelism\n");
   tp_communicator();
-  std::printf("  TP = 2 vs TP = 1 logits: not run (sharded GPU models are not on the CUDA backend yet)\n");
-  json_field("tp2_equals_tp1", "null");
+  setenv("CONDUIT_CUDA_TP_ONE_DEVICE", "1", 1);
+  std::string tp_json;
+  for (const std::string& tp_name : std::vector<std::string>{"conduit-tiny", "qwen3", "gemma3", "llama_uneven"}) {
+    for (int32_t tp_size : {2, 4}) {
+      try {
+        SpecFile file;
+        conduit::check::read_spec_file(spec_dir + "/" + tp_name + ".spec", file);
+        const bool same = tp_equals_tp1(file, tp_name, tp_size, rng);
+        tp_json += (tp_json.empty() ? "" : ",") + std::string("{\"model\":") + quoted(tp_name) + ",\"tp\":" +
+                   std::to_string(tp_size) + ",\"equal\":" + (same ? "true" : "false") + "}";
+      } catch (const std::exception& e) {
+        check(false, tp_name + " TP = " + std::to_string(tp_size) + ": " + e.what());
+      }
+    }
+  }
+  unsetenv("CONDUIT_CUDA_TP_ONE_DEVICE");
+  json_field("tp_equals_tp1", "[" + tp_json + "]");
   if (!skip_perf) {
     std::printf("\n7. performance (Llama-3-8B shape, bf16)\n");
     try {
