@@ -41,6 +41,8 @@ const ROUTER_MARGIN: Readonly<Record<WeightDtype, number>> = { fp32: 1e-4, bf16:
 const MAX_PROMPT_DRAWS = 400;
 
 export interface FamilyCase extends ShapeOptions {
+  /** Replaces TOLERANCE's bf16 and fp16 bound where a case's measured spread needs it (said why beside the case). */
+  halfPrecisionTolerance?: number;
   promptTokens: number;
   firstChunkTokens: number;
   load?: Partial<LoadOptions>;
@@ -66,6 +68,11 @@ export const FAMILY_CASES: Readonly<Record<string, FamilyCase>> = {
     arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 12, intermediateSize: 64, vocabSize: 80,
     numExperts: 6, numExpertsPerToken: 3, moeIntermediateSize: 36, normTopkProb: true,
     promptTokens: 40, firstChunkTokens: 23,
+    // Renormalized top-3 weights over 40 positions spread bf16's roundings wider than the dense
+    // cases': avx512 bf16 (which rounds activations to bf16 for its dot) measured 5.8e-3 to 2.4e-2
+    // over 14 seeds, median 9e-3, two of them past 2e-2 (88, 1179987566); the bound is about
+    // twice the largest seen.
+    halfPrecisionTolerance: 4e-2,
   },
   'mixtral, 4 experts top 2, sliding window': {
     arch: 'mixtral', hiddenSize: 48, numLayers: 2, numHeads: 4, numKvHeads: 2, intermediateSize: 72, vocabSize: 90,
@@ -121,7 +128,7 @@ async function runtimeLogits(model: NativeModel, tokenIds: readonly number[], fi
 }
 
 export function familyNumericsTests(cases: Readonly<Record<string, FamilyCase>>): void {
-  for (const [caseName, { promptTokens, firstChunkTokens, load, reference, ...shape }] of Object.entries(cases)) {
+  for (const [caseName, { promptTokens, firstChunkTokens, load, reference, halfPrecisionTolerance, ...shape }] of Object.entries(cases)) {
     test(`logits match the fp64 reference: ${caseName}`, async (t) => {
       using temp = makeTempDir('family');
       for (const dtype of ['fp32', 'bf16', 'fp16'] as const) {
@@ -145,7 +152,8 @@ export function familyNumericsTests(cases: Readonly<Record<string, FamilyCase>>)
               rows.forEach((row, i) => {
                 const position = firstChunkTokens - 1 + i;
                 const error = relativeError(row, expected.logits[position]);
-                assert.ok(error <= TOLERANCE[dtype], `seed ${seed}, ${kernel}, ${dtype}: position ${position} error ${error.toExponential(3)} > ${TOLERANCE[dtype]}`);
+                const tolerance = dtype === 'fp32' ? TOLERANCE.fp32 : (halfPrecisionTolerance ?? TOLERANCE[dtype]);
+                assert.ok(error <= tolerance, `seed ${seed}, ${kernel}, ${dtype}: position ${position} error ${error.toExponential(3)} > ${tolerance}`);
               });
             });
           });
