@@ -149,8 +149,11 @@ struct DeviceLayer {
   const float *o_bias = nullptr, *attn_out_norm = nullptr, *ffn_norm = nullptr, *ffn_out_norm = nullptr;
   int32_t window = 0, rope = 0, kv_group = 0, kv_slot = 0;
   // MoE layers (num_experts > 0) instead of the dense MLP: the router in fp32 [experts, hidden],
-  // each expert matrix a stack of num_experts (launch_grouped_gemm), biases [experts, n] or null.
-  int32_t num_experts = 0;
+  // each expert matrix a stack of the rank's experts [expert_begin, expert_begin + held_experts)
+  // (launch_grouped_gemm), biases [experts, n] of every expert or null; in a group, expert_owners
+  // [experts] (tp_plan.h).
+  int32_t num_experts = 0, expert_begin = 0, held_experts = 0;
+  const int32_t* expert_owners = nullptr;
   const float *router = nullptr, *router_bias = nullptr;
   DeviceMatrix expert_gate, expert_up, expert_down;
   const float *expert_gate_bias = nullptr, *expert_up_bias = nullptr, *expert_down_bias = nullptr;
@@ -205,7 +208,13 @@ class CudaModel {
   void segments(const SegmentedWeights& w, const __nv_bfloat16* input, int32_t input_stride, int32_t num_tokens,
                 int32_t slab);
   void fold(size_t index, bool attention_output, int32_t num_tokens, int32_t slab);
-  void run_moe(const DeviceLayer& layer, int32_t num_tokens);
+  // A MoE layer in two phases around a group's gather: routing and the rank's experts into
+  // expert_outputs(), then (after the gather) the combine into the residual stream.
+  void run_experts(const DeviceLayer& layer, int32_t num_tokens);
+  void combine_experts(size_t index, int32_t num_tokens);
+  float* expert_outputs(int32_t num_tokens) {
+    return tp_size_ == 1 ? moe_out_.get() : gathered_experts_.get() + size_t(tp_rank_) * num_tokens * top_k_ * hidden_;
+  }
   // Final norm, LM head (this rank's vocabulary slice) and soft-cap of rows listed in device_rows:
   // logits_[0, num_rows), or in a group the rank's place in gathered_logits_.
   void final_logits(const int32_t* device_rows, int32_t num_rows);
@@ -261,6 +270,8 @@ class CudaModel {
   DeviceBuffer<float> router_logits_, slot_weights_, moe_gate_, moe_up_, moe_out_;
   DeviceBuffer<int32_t> slot_experts_, slot_rows_, row_tokens_, row_experts_, expert_starts_;
   DeviceBuffer<__nv_bfloat16> moe_rows_, moe_activated_;
+  // A group's expert outputs: [size][slots][hidden], rank r's experts' rows in slot r.
+  DeviceBuffer<float> gathered_experts_;
   DeviceBuffer<int32_t> token_ids_, positions_, token_seqs_, slots_, block_tables_, output_tokens_;
   DeviceBuffer<DeviceSamplingRow> sampling_rows_;
   DeviceBuffer<int32_t> sampled_tokens_;
@@ -401,12 +412,16 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     return w;
   };
   // One matrix of every expert, stacked: field picks it from an expert's spec.
+  // A rank holds only its experts; synthetic ones are drawn by the whole stack's index.
   const auto experts = [&](const cd_layer_spec& source, cd_tensor_ref cd_expert_spec::*field, int32_t n, int32_t k) {
-    DeviceMatrix m = allocate_matrix(n, k, source.num_experts);
-    for (int32_t e = 0; checkpoint != nullptr && e < source.num_experts; ++e) {
-      fill_matrix(*checkpoint, source.experts[e].*field, m, e);
+    const ExpertRange held = held_experts(shard.rank, shard.size, source.num_experts);
+    const uint64_t seed = synthetic();
+    if (held.end == held.begin) return DeviceMatrix{};
+    DeviceMatrix m = allocate_matrix(n, k, held.end - held.begin);
+    for (int32_t e = held.begin; checkpoint != nullptr && e < held.end; ++e) {
+      fill_matrix(*checkpoint, source.experts[e].*field, m, e - held.begin);
     }
-    if (checkpoint == nullptr) fill_random(m, source.num_experts, synthetic());
+    if (checkpoint == nullptr) fill_random(m, held.end - held.begin, seed, held.begin * n, 0, n, k);
     return m;
   };
   // A bias of every expert, [experts, n]; null when the checkpoint has none.
@@ -458,6 +473,10 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     layer.ffn_out_norm = vector(source.ffn_out_norm, hidden_, true);
     layer.num_experts = source.num_experts;
     if (source.num_experts > 0) {
+      const ExpertRange held = held_experts(shard.rank, shard.size, source.num_experts);
+      layer.expert_begin = held.begin;
+      layer.held_experts = held.end - held.begin;
+      if (shard.size > 1) layer.expert_owners = upload(expert_owners(shard.size, source.num_experts));
       const size_t router_count = size_t(source.num_experts) * hidden_;
       if (checkpoint != nullptr) {
         std::vector<float> router(router_count);
@@ -651,6 +670,7 @@ void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
       moe_up_.reserve(slots * moe_intermediate_);
       moe_activated_.reserve(slots * moe_intermediate_padded_);
       moe_out_.reserve(slots * hidden_);
+      if (tp_size_ > 1) gathered_experts_.reserve(size_t(tp_size_) * slots * hidden_);
     }
     moved = true;
   }
@@ -735,7 +755,10 @@ void CudaModel::run_layers(const BatchPlan& plan, int32_t num_logit_rows) {
       fold(i, true, tokens, slab);
     }
     mlp(i, tokens);
-    if (layers_[i].num_experts > 0) continue;
+    if (layers_[i].num_experts > 0) {
+      combine_experts(i, tokens);
+      continue;
+    }
     for (int32_t slab = 0; slab < num_segment_slabs(tokens); ++slab) {
       segments(layers_[i].down_proj, activated_.get(), intermediate_padded_, tokens, slab);
       fold(i, false, tokens, slab);
@@ -794,7 +817,7 @@ void CudaModel::attention(size_t index, const BatchPlan& plan) {
 }
 
 // The ffn norm, then gate/up and the activation (activated_, down_proj's input), or a MoE layer's
-// whole MLP added to the residual stream.
+// routing and experts (combine_experts adds them to the residual stream).
 void CudaModel::mlp(size_t index, int32_t num_tokens) {
   const DeviceLayer& layer = layers_[index];
   const int32_t tokens = num_tokens;
@@ -802,7 +825,7 @@ void CudaModel::mlp(size_t index, int32_t num_tokens) {
   launch_rms_norm_bf16(residual_.get(), hidden_, layer.ffn_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
                        stream_);
   if (layer.num_experts > 0) {
-    run_moe(layer, tokens);
+    run_experts(layer, tokens);
     return;
   }
   launch_gemm(normed_.get(), hidden_padded_, tokens, layer.gate_proj, gate_.get(), intermediate_, false, partials,
@@ -860,9 +883,11 @@ void CudaModel::fold(size_t index, bool attention_output, int32_t num_tokens, in
   launch_add_to_residual(residual, out, bias, norm, hidden_, eps_, rows, stream_);
 }
 
-// The MoE MLP over normed_ (the ffn norm's bf16 rows), added to the residual stream: src/moe.cc's
-// steps on the device, routed from fp32 rows as the CPU routes.
-void CudaModel::run_moe(const DeviceLayer& layer, int32_t num_tokens) {
+// The MoE MLP over normed_ (the ffn norm's bf16 rows): src/moe.cc's steps on the device, routed
+// from fp32 rows as the CPU routes. Every rank routes and groups alike and runs its own experts'
+// rows (at their grouped places) into expert_outputs(); the rows of other ranks' experts are left
+// as they are, the gather brings them.
+void CudaModel::run_experts(const DeviceLayer& layer, int32_t num_tokens) {
   const int32_t num_experts = layer.num_experts;
   const int32_t num_slots = num_tokens * top_k_;
   float* normed_f32 = layer_out_.get();
@@ -873,19 +898,35 @@ void CudaModel::run_moe(const DeviceLayer& layer, int32_t num_tokens) {
                    slot_weights_.get(), stream_);
   launch_moe_group(slot_experts_.get(), num_slots, top_k_, num_experts, expert_starts_.get(), slot_rows_.get(),
                    row_tokens_.get(), row_experts_.get(), stream_);
+  // A rank with no expert of this layer (fewer experts than ranks) only routes, for the combine.
+  if (layer.held_experts == 0) return;
   launch_gather_bf16(normed_.get(), hidden_padded_, row_tokens_.get(), num_slots, hidden_padded_, moe_rows_.get(),
                      hidden_padded_, stream_);
-  // A token picks distinct experts, so no expert has more rows than there are tokens.
-  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_gate, expert_starts_.get(), num_experts,
+  // The rank's experts are groups [expert_begin, expert_begin + held_experts) of the grouping, their
+  // rows at the same places as at TP = 1. A token picks distinct experts, so no expert has more
+  // rows than there are tokens.
+  const int32_t* starts = expert_starts_.get() + layer.expert_begin;
+  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_gate, starts, layer.held_experts,
                       moe_gate_.get(), moe_intermediate_, stream_);
-  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_up, expert_starts_.get(), num_experts,
+  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_up, starts, layer.held_experts,
                       moe_up_.get(), moe_intermediate_, stream_);
   launch_expert_bias(moe_gate_.get(), moe_intermediate_, num_slots, row_experts_.get(), layer.expert_gate_bias, stream_);
   launch_expert_bias(moe_up_.get(), moe_intermediate_, num_slots, row_experts_.get(), layer.expert_up_bias, stream_);
   launch_gated_activation(moe_gate_.get(), moe_up_.get(), moe_intermediate_, num_slots, activation_, swiglu_alpha_,
                           swiglu_limit_, moe_activated_.get(), moe_intermediate_padded_, stream_);
-  launch_grouped_gemm(moe_activated_.get(), moe_intermediate_padded_, num_tokens, layer.expert_down, expert_starts_.get(),
-                      num_experts, moe_out_.get(), hidden_, stream_);
+  launch_grouped_gemm(moe_activated_.get(), moe_intermediate_padded_, num_tokens, layer.expert_down, starts,
+                      layer.held_experts, expert_outputs(num_tokens), hidden_, stream_);
+}
+
+// Every expert's rows (in a group: each from its owner's slot of the gathered outputs), combined in
+// each token's slot order into the residual stream.
+void CudaModel::combine_experts(size_t index, int32_t num_tokens) {
+  const DeviceLayer& layer = layers_[index];
+  const int32_t num_slots = num_tokens * top_k_;
+  if (tp_size_ > 1) {
+    launch_select_expert_rows(gathered_experts_.get(), size_t(num_slots) * hidden_, hidden_, row_experts_.get(),
+                              layer.expert_owners, num_slots, moe_out_.get(), stream_);
+  }
   launch_moe_combine(moe_out_.get(), hidden_, slot_rows_.get(), slot_experts_.get(), slot_weights_.get(),
                      layer.expert_down_bias, top_k_, num_tokens, residual_.get(), stream_);
 }
@@ -1071,6 +1112,7 @@ class TpGroup {
   void run(const BatchPlan& plan, int32_t num_logit_rows);
   void gather_partials(int32_t num_rows);
   void gather_logits(int32_t num_rows);
+  void gather_expert_outputs(int32_t num_tokens);
 
   int32_t size_;
   std::vector<std::unique_ptr<CudaModel>> ranks_;
@@ -1122,7 +1164,9 @@ void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
   const int32_t tokens = plan.padded_tokens;
   const int32_t slabs = num_segment_slabs(tokens);
   if (slabs != schedule_slabs_) {
-    schedule_ = tp_schedule(int32_t(ranks_[0]->layers_.size()), size_, slabs);
+    std::vector<int32_t> layer_experts;
+    for (const DeviceLayer& layer : ranks_[0]->layers_) layer_experts.push_back(layer.num_experts);
+    schedule_ = tp_schedule(layer_experts, size_, slabs);
     schedule_slabs_ = slabs;
   }
   for (const TpOp& op : schedule_) {
@@ -1132,6 +1176,10 @@ void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
     }
     if (op.kind == TpOpKind::kGatherLogits) {
       gather_logits(num_logit_rows);
+      continue;
+    }
+    if (op.kind == TpOpKind::kGatherExpertOutputs) {
+      gather_expert_outputs(tokens);
       continue;
     }
     CudaModel& rank = *ranks_[size_t(op.rank)];
@@ -1149,6 +1197,7 @@ void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
         rank.segments(rank.layers_[layer].down_proj, rank.activated_.get(), rank.intermediate_padded_, tokens, op.slab);
         break;
       case TpOpKind::kFoldMlp: rank.fold(layer, false, tokens, op.slab); break;
+      case TpOpKind::kCombineExperts: rank.combine_experts(layer, tokens); break;
       case TpOpKind::kLogitsSlice: rank.final_logits(rank.output_tokens_.get(), num_logit_rows); break;
       default: break;
     }
@@ -1164,6 +1213,19 @@ void TpGroup::gather_partials(int32_t num_rows) {
     all_[size_t(r)] = partials;
   }
   group_->all_gather(mine_.data(), layout.rank_bytes(), all_.data());
+}
+
+// Every rank's expert output rows onto every rank, in place: slot r of gathered_experts_ holds rank
+// r's experts' rows at their grouped places (the rest of the slot is never read).
+void TpGroup::gather_expert_outputs(int32_t num_tokens) {
+  const size_t slot_floats = size_t(num_tokens) * ranks_[0]->top_k_ * ranks_[0]->hidden_;
+  if (slot_floats == 0) return;
+  for (int32_t r = 0; r < size_; ++r) {
+    float* gathered = ranks_[size_t(r)]->gathered_experts_.get();
+    mine_[size_t(r)] = gathered + size_t(r) * slot_floats;
+    all_[size_t(r)] = gathered;
+  }
+  group_->all_gather(mine_.data(), slot_floats * sizeof(float), all_.data());
 }
 
 // Every rank's vocabulary slice gathered (in place), then laid out as rank 0's logits_ [rows][vocab].
