@@ -196,7 +196,8 @@ class CudaModel {
                    int32_t col_begin = 0, int32_t full_n = 0, int32_t full_k = 0);
 
   // ---- forward ----
-  void ensure_capacity(const BatchPlan& plan, int32_t num_seqs);
+  // True when a buffer moved (this rank's graphs are dropped; a group drops its own).
+  bool ensure_capacity(const BatchPlan& plan, int32_t num_seqs);
   void upload_plan(const BatchPlan& plan);
   void run_layers(const BatchPlan& plan, int32_t num_logit_rows);
   // The phases of run_layers, which the tensor-parallel driver (TpGroup) enqueues per rank around
@@ -285,6 +286,7 @@ class CudaModel {
   const KernelTable& host_kernels_;
   GraphCache<cudaGraphExec_t> graphs_;
   bool graphs_enabled_;
+  bool group_graphs_ = false;
 };
 
 CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed,
@@ -306,8 +308,9 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     throw Error(CD_ERR_INVALID_ARGUMENT, "the CUDA attention kernel takes at most 16 query heads per kv head");
   }
   const char* graphs_setting = std::getenv("CONDUIT_CUDA_GRAPHS");
-  // A group's ranks run on several streams between collectives: no capture across them yet.
+  // A group captures its step across every rank's stream itself (TpGroup::forward).
   graphs_enabled_ = (graphs_setting == nullptr || std::string(graphs_setting) != "0") && shard.size == 1;
+  group_graphs_ = graphs_setting == nullptr || std::string(graphs_setting) != "0";
   CDC_CHECK(cudaSetDevice(device_));
   CDC_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   num_layers_ = spec.num_layers;
@@ -634,7 +637,7 @@ void CudaModel::fill_matrix(const HostCheckpoint& checkpoint, const cd_tensor_re
   }
 }
 
-void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
+bool CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
   bool moved = false;
   const int32_t tokens = std::max(plan.padded_tokens, 1);
   if (tokens > token_capacity_) {
@@ -712,6 +715,7 @@ void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
     sampler_keys_.reserve(size_t(kSamplerRows) * sampler_key_stride(vocab_));
   }
   if (moved) graphs_.clear();
+  return moved;
 }
 
 void CudaModel::upload_plan(const BatchPlan& plan) {
@@ -1113,8 +1117,16 @@ class TpGroup {
   void gather_partials(int32_t num_rows);
   void gather_logits(int32_t num_rows);
   void gather_expert_outputs(int32_t num_tokens);
+  // Every other rank's stream waits for the work already on `from`'s stream.
+  void others_wait_for(int32_t from);
+  // `to`'s stream waits for the work already on every other rank's stream.
+  void wait_for_others(int32_t to);
+  void capture(const BatchPlan& plan, cudaGraphExec_t& exec);
 
   int32_t size_;
+  bool graphs_enabled_;
+  GraphCache<cudaGraphExec_t> graphs_;
+  std::vector<cudaEvent_t> events_;  // one per rank, on its device
   std::vector<std::unique_ptr<CudaModel>> ranks_;
   std::unique_ptr<DeviceGroup> group_;
   std::string nccl_why_;
@@ -1126,38 +1138,126 @@ class TpGroup {
 
 TpGroup::TpGroup(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed,
                  const std::vector<int32_t>& devices)
-    : size_(int32_t(devices.size())), mine_(devices.size()), all_(devices.size()) {
+    : size_(int32_t(devices.size())),
+      graphs_(kGraphCapacity, [](cudaGraphExec_t exec) { cudaGraphExecDestroy(exec); }),
+      mine_(devices.size()),
+      all_(devices.size()) {
   std::vector<DeviceRank> streams;
   for (int32_t rank = 0; rank < size_; ++rank) {
     const RankShard shard = plan_rank(spec, rank, size_);
     ranks_.push_back(std::make_unique<CudaModel>(spec, options, random_seed, shard, devices[size_t(rank)]));
     streams.push_back(DeviceRank{devices[size_t(rank)], ranks_.back()->stream_});
+    cudaEvent_t event = nullptr;
+    CDC_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    events_.push_back(event);
   }
+  graphs_enabled_ = ranks_[0]->group_graphs_;
   ranks_[0]->group_ = this;
   group_ = open_device_group(streams, nccl_why_);
 }
 
 TpGroup::~TpGroup() {
+  for (const std::unique_ptr<CudaModel>& rank : ranks_) {
+    cudaSetDevice(rank->device_);
+    cudaStreamSynchronize(rank->stream_);
+  }
+  graphs_.clear();
+  for (size_t r = 0; r < events_.size(); ++r) {
+    cudaSetDevice(ranks_[r]->device_);
+    cudaEventDestroy(events_[r]);
+  }
   group_.reset();
   ranks_.clear();
 }
 
 void TpGroup::forward(const cd_batch& batch, cd_forward_output& output) {
   CudaModel& lead = *ranks_[0];
-  const BatchPlan plan = plan_batch(batch, lead.num_kv_groups_, lead.block_size_, kKvChunkTokens, false);
+  const BatchPlan plan = plan_batch(batch, lead.num_kv_groups_, lead.block_size_, kKvChunkTokens, graphs_enabled_);
+  // A decode step replays one graph over every rank's stream, captured as TP = 1's is
+  // (CudaModel::forward): logits for every padded token, keyed by (bucket, chunks).
+  const bool graphed = graphs_enabled_ && plan.decode_only && graph_bucket(plan.num_tokens) > 0;
+  BatchPlan uploaded = plan;
+  if (graphed) {
+    uploaded.outputs.tokens.resize(size_t(plan.padded_tokens));
+    for (int32_t t = 0; t < plan.padded_tokens; ++t) uploaded.outputs.tokens[size_t(t)] = t;
+  }
+  bool moved = false;
   for (const std::unique_ptr<CudaModel>& rank : ranks_) {
     CDC_CHECK(cudaSetDevice(rank->device_));
-    rank->ensure_capacity(plan, batch.num_seqs);
-    rank->upload_plan(plan);
+    moved |= rank->ensure_capacity(plan, batch.num_seqs);
+    rank->upload_plan(uploaded);
   }
-  run(plan, int32_t(plan.outputs.tokens.size()));
+  if (moved) graphs_.clear();
+  if (graphed) {
+    const GraphCache<cudaGraphExec_t>::Key key{plan.padded_tokens, plan.num_chunks};
+    cudaGraphExec_t exec = graphs_.find(key);
+    if (exec == nullptr) {
+      capture(plan, exec);
+      graphs_.insert(key, exec);
+    }
+    // The graph runs on rank 0's stream after every rank's upload; every rank's later work after it.
+    wait_for_others(0);
+    CDC_CHECK(cudaSetDevice(lead.device_));
+    CDC_CHECK(cudaGraphLaunch(exec, lead.stream_));
+    others_wait_for(0);
+  } else {
+    run(plan, int32_t(plan.outputs.tokens.size()));
+  }
   CDC_CHECK(cudaSetDevice(lead.device_));
-  lead.produce_outputs(batch, plan, false, output);
+  lead.produce_outputs(batch, plan, graphed, output);
   lead.produce_prompt_logprobs(batch, plan, output);
   for (const std::unique_ptr<CudaModel>& rank : ranks_) {
     CDC_CHECK(cudaSetDevice(rank->device_));
     CDC_CHECK(cudaStreamSynchronize(rank->stream_));
   }
+}
+
+void TpGroup::others_wait_for(int32_t from) {
+  CudaModel& source = *ranks_[size_t(from)];
+  CDC_CHECK(cudaSetDevice(source.device_));
+  CDC_CHECK(cudaEventRecord(events_[size_t(from)], source.stream_));
+  for (int32_t r = 0; r < size_; ++r) {
+    if (r == from) continue;
+    CDC_CHECK(cudaSetDevice(ranks_[size_t(r)]->device_));
+    CDC_CHECK(cudaStreamWaitEvent(ranks_[size_t(r)]->stream_, events_[size_t(from)], 0));
+  }
+}
+
+void TpGroup::wait_for_others(int32_t to) {
+  for (int32_t r = 0; r < size_; ++r) {
+    if (r == to) continue;
+    CDC_CHECK(cudaSetDevice(ranks_[size_t(r)]->device_));
+    CDC_CHECK(cudaEventRecord(events_[size_t(r)], ranks_[size_t(r)]->stream_));
+  }
+  CDC_CHECK(cudaSetDevice(ranks_[size_t(to)]->device_));
+  for (int32_t r = 0; r < size_; ++r) {
+    if (r != to) CDC_CHECK(cudaStreamWaitEvent(ranks_[size_t(to)]->stream_, events_[size_t(r)], 0));
+  }
+}
+
+// The step's whole schedule captured from rank 0's stream: the other ranks' streams join the
+// capture by waiting on an event recorded in it (fork) and leave it when rank 0 waits on theirs
+// (join). The collectives (NCCL's, or the copy group's copies and events) are captured with it.
+void TpGroup::capture(const BatchPlan& plan, cudaGraphExec_t& exec) {
+  CudaModel& lead = *ranks_[0];
+  cudaGraph_t graph = nullptr;
+  CDC_CHECK(cudaSetDevice(lead.device_));
+  CDC_CHECK(cudaStreamBeginCapture(lead.stream_, cudaStreamCaptureModeRelaxed));
+  try {
+    others_wait_for(0);
+    run(plan, plan.padded_tokens);
+    wait_for_others(0);
+  } catch (...) {
+    cudaSetDevice(lead.device_);
+    cudaStreamEndCapture(lead.stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  CDC_CHECK(cudaSetDevice(lead.device_));
+  CDC_CHECK(cudaStreamEndCapture(lead.stream_, &graph));
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CDC_CHECK(instantiated);
 }
 
 void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
