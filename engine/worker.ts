@@ -24,7 +24,7 @@ export interface WorkerSettings {
   kvCacheDtype: DtypeSetting;
   /** Defaults to the checkpoint's max_position_embeddings, capped by what the KV cache holds. */
   maxModelLen?: number;
-  /** KV-cache size: blocks, or bytes (blocks win when both are set). */
+  /** KV-cache size: blocks, or bytes per tensor-parallel rank (blocks win when both are set). */
   kvCacheBlocks?: number;
   kvCacheBytes?: number;
   blockSizeTokens: number;
@@ -85,7 +85,14 @@ export interface RunningWorker {
 function numKvBlocksOf(settings: WorkerSettings): number {
   if (settings.kvCacheBlocks !== undefined) return settings.kvCacheBlocks;
   if (settings.kvCacheBytes === undefined) throw new Error('worker: set kvCacheBlocks or kvCacheBytes');
-  const { bytesPerBlock } = describeKvCache(settings.modelDir, settings.dtype, settings.kvCacheDtype, settings.blockSizeTokens);
+  // Every rank holds numKvBlocks blocks of its own KV heads, so the bytes buy blocks of a rank's size.
+  const { bytesPerBlock } = describeKvCache(
+    settings.modelDir,
+    settings.dtype,
+    settings.kvCacheDtype,
+    settings.blockSizeTokens,
+    settings.tensorParallelSize ?? 1,
+  );
   const numBlocks = Math.floor(settings.kvCacheBytes / bytesPerBlock);
   if (numBlocks < 1) {
     throw new Error(`worker: a KV cache of ${settings.kvCacheBytes} bytes holds no block of ${bytesPerBlock} bytes`);

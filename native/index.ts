@@ -209,20 +209,24 @@ const DTYPE_BYTES: Readonly<Record<WeightDtype, number>> = { fp32: 4, bf16: 2, f
  * What one KV block will take once the checkpoint loads with these dtypes, and its KV-cache
  * groups, from config.json and the safetensors headers alone: a worker sizes its cache in blocks
  * before it loads. The runtime's layout (native/README.md): a block holds layersPerKvBlock layers
- * of one group, K and V for every KV head, slot and head dim.
+ * of one group, K and V for every KV head a rank holds (kvHeadsPerRank of a tensor-parallel
+ * group of tensorParallelSize: each rank, CPU or GPU, caches only its own heads), slot and head dim.
  */
 export function describeKvCache(
   modelDir: string,
   dtype: DtypeSetting,
   kvCacheDtype: DtypeSetting,
   blockSizeTokens: number,
+  tensorParallelSize = 1,
 ): { bytesPerBlock: number; groups: ModelInfo['kvCacheGroups'] } {
   const checkpoint = readCheckpoint(modelDir);
   const weightDtype = dtype === 'auto' ? checkpoint.storedDtype : dtype;
   const cacheDtype = kvCacheDtype === 'auto' ? weightDtype : kvCacheDtype;
   const { spec, kvGroups } = checkpoint;
   return {
-    bytesPerBlock: 2 * kvGroups.layersPerBlock * spec.numKvHeads * spec.headDim * blockSizeTokens * DTYPE_BYTES[cacheDtype],
+    bytesPerBlock:
+      2 * kvGroups.layersPerBlock * kvHeadsPerRank(spec.numKvHeads, tensorParallelSize) * spec.headDim * blockSizeTokens *
+      DTYPE_BYTES[cacheDtype],
     groups: kvGroups.groups.map((group) => ({
       slidingWindowTokens: group.slidingWindowTokens === 0 ? null : group.slidingWindowTokens,
       numLayers: group.layers.length,

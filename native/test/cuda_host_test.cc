@@ -18,6 +18,7 @@
 #include "cuda/tp_plan.h"
 #include "error.h"
 #include "kernels.h"
+#include "moe_parallel.h"
 #include "row_parallel.h"
 #include "thread_pool.h"
 #include "sampler.h"
@@ -473,8 +474,106 @@ void test_tp_plan(std::mt19937_64& rng) {
   EXPECT(refusal(narrow, 0, 8).find("does not divide intermediate_size (60)") != std::string::npos, "%s", refusal(narrow, 0, 8).c_str());
   layers[1].num_experts = 4;
   const cd_model_spec moe = tp_spec(layers, 8, 2, 16, 64, 100);
-  EXPECT(refusal(moe, 0, 2).find("MoE layers") != std::string::npos, "%s", refusal(moe, 0, 2).c_str());
-  EXPECT(refusal(moe, 0, 1).empty(), "size 1 refuses a MoE model: %s", refusal(moe, 0, 1).c_str());
+  for (int32_t size : {1, 2, 4, 8}) EXPECT(refusal(moe, 0, size).empty(), "size %d refuses a MoE model: %s", size, refusal(moe, 0, size).c_str());
+  // Whole experts per rank, the CPU's split (moe_parallel.h), tiled in rank order, owners agreeing.
+  for (int32_t num_experts : {1, 3, 4, 8, 60, 128}) {
+    for (int32_t size : {1, 2, 4, 8}) {
+      const std::vector<int32_t> owners = cuda::expert_owners(size, num_experts);
+      int32_t next = 0;
+      for (int32_t rank = 0; rank < size; ++rank) {
+        const cuda::ExpertRange held = cuda::held_experts(rank, size, num_experts);
+        EXPECT(held.begin == next && held.begin == first_expert_of(rank, size, num_experts) && held.end >= held.begin,
+               "experts %d size %d: rank %d holds [%d, %d)", num_experts, size, rank, held.begin, held.end);
+        for (int32_t e = held.begin; e < held.end; ++e) EXPECT(owners[size_t(e)] == rank, "expert %d owned by %d", e, owners[size_t(e)]);
+        next = held.end;
+      }
+      EXPECT(next == num_experts, "experts %d size %d: the ranks hold %d", num_experts, size, next);
+    }
+  }
+}
+
+// A MoE layer across a GPU group, composed on the host as the group runs it: every rank groups the
+// slots alike (group_kernel), writes only its experts' rows at their grouped places in its slot of
+// the gathered outputs (the rest poisoned), the in-place all-gather, then every rank selects each
+// row from its expert's owner and combines a token's experts in slot order. Bitwise TP = 1's.
+void test_expert_parallel_group(std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (int32_t trial = 0; trial < 60; ++trial) {
+    const int32_t num_experts = int32_t(1 + rng() % 20);
+    const int32_t top_k = int32_t(1 + rng() % std::min(num_experts, 4));
+    const int32_t tokens = int32_t(1 + rng() % 9);
+    const int32_t hidden = int32_t(1 + rng() % 12);
+    const int32_t slots = tokens * top_k;
+    std::vector<int32_t> slot_experts(static_cast<size_t>(slots));
+    std::vector<float> slot_weights(static_cast<size_t>(slots));
+    for (int32_t t = 0; t < tokens; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(num_experts));
+      for (int32_t e = 0; e < num_experts; ++e) all[size_t(e)] = e;
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int32_t k = 0; k < top_k; ++k) {
+        slot_experts[size_t(t * top_k + k)] = all[size_t(k)];
+        slot_weights[size_t(t * top_k + k)] = value(rng);
+      }
+    }
+    // group_kernel's grouping: rows by expert, then slot order.
+    std::vector<int32_t> starts(static_cast<size_t>(num_experts) + 1, 0), slot_rows(static_cast<size_t>(slots)), row_experts(static_cast<size_t>(slots));
+    for (int32_t e : slot_experts) ++starts[size_t(e) + 1];
+    for (int32_t e = 0; e < num_experts; ++e) starts[size_t(e) + 1] += starts[size_t(e)];
+    std::vector<int32_t> next_row(starts.begin(), starts.end() - 1);
+    for (int32_t slot = 0; slot < slots; ++slot) {
+      const int32_t row = next_row[size_t(slot_experts[size_t(slot)])]++;
+      slot_rows[size_t(slot)] = row;
+      row_experts[size_t(row)] = slot_experts[size_t(slot)];
+    }
+    // An expert's output row: any function of (expert, row), Inf and -0 among them.
+    std::vector<float> outputs(size_t(slots) * hidden);
+    for (float& v : outputs) v = rng() % 40 == 0 ? -0.0f : rng() % 40 == 0 ? std::numeric_limits<float>::infinity() : value(rng);
+    const auto combine = [&](const std::vector<float>& rows) {
+      std::vector<float> hidden_out(size_t(tokens) * hidden);
+      for (int32_t t = 0; t < tokens; ++t) {
+        for (int32_t i = 0; i < hidden; ++i) {
+          float acc = 0.0f;
+          for (int32_t k = 0; k < top_k; ++k) {
+            const int32_t slot = t * top_k + k;
+            const float weighted = slot_weights[size_t(slot)] * rows[size_t(slot_rows[size_t(slot)]) * hidden + i];
+            acc = k == 0 ? weighted : acc + weighted;
+          }
+          hidden_out[size_t(t) * hidden + i] = acc;
+        }
+      }
+      return hidden_out;
+    };
+    const std::vector<float> at_1 = combine(outputs);
+    for (int32_t size : {2, 4, 8}) {
+      const size_t slot_floats = size_t(slots) * hidden;
+      const std::vector<int32_t> owners = cuda::expert_owners(size, num_experts);
+      std::vector<std::vector<float>> gathered(size_t(size), std::vector<float>(size_t(size) * slot_floats, std::nanf("")));
+      for (int32_t rank = 0; rank < size; ++rank) {
+        const cuda::ExpertRange held = cuda::held_experts(rank, size, num_experts);
+        // The grouped GEMM over groups [held.begin, held.end) of starts: exactly those rows.
+        for (int32_t row = starts[size_t(held.begin)]; row < starts[size_t(held.end)]; ++row) {
+          std::memcpy(gathered[size_t(rank)].data() + size_t(rank) * slot_floats + size_t(row) * hidden,
+                      outputs.data() + size_t(row) * hidden, size_t(hidden) * sizeof(float));
+        }
+      }
+      const size_t bytes = slot_floats * sizeof(float);
+      for (const cuda::GatherCopy& copy : cuda::gather_copies(size, bytes, true)) {
+        std::memcpy(reinterpret_cast<uint8_t*>(gathered[size_t(copy.dst_rank)].data()) + copy.dst_offset_bytes,
+                    gathered[size_t(copy.src_rank)].data() + size_t(copy.src_rank) * slot_floats, bytes);
+      }
+      for (int32_t rank = 0; rank < size; ++rank) {
+        std::vector<float> selected(slot_floats);
+        for (int32_t row = 0; row < slots; ++row) {
+          const float* source = gathered[size_t(rank)].data() + size_t(owners[size_t(row_experts[size_t(row)])]) * slot_floats;
+          std::memcpy(selected.data() + size_t(row) * hidden, source + size_t(row) * hidden, size_t(hidden) * sizeof(float));
+        }
+        const std::vector<float> got = combine(selected);
+        EXPECT(std::memcmp(got.data(), at_1.data(), got.size() * sizeof(float)) == 0,
+               "experts %d top_k %d tokens %d: rank %d of %d combines other bits than TP = 1", num_experts, top_k, tokens,
+               rank, size);
+      }
+    }
+  }
 }
 
 // The in-process group's copies, executed on host memory: every rank ends with every rank's bytes
@@ -624,7 +723,13 @@ void test_tp_schedule(std::mt19937_64& rng) {
   for (int32_t size : {1, 2, 4, 8}) {
     const int32_t layers = int32_t(1 + rng() % 4);
     const int32_t slabs = int32_t(1 + rng() % 3);
-    const std::vector<cuda::TpOp> ops = cuda::tp_schedule(layers, size, slabs);
+    std::vector<int32_t> layer_experts(static_cast<size_t>(layers));
+    int32_t moe_layers = 0;
+    for (int32_t& experts : layer_experts) {
+      experts = rng() % 2 == 0 ? 0 : int32_t(1 + rng() % 16);
+      moe_layers += experts > 0 ? 1 : 0;
+    }
+    const std::vector<cuda::TpOp> ops = cuda::tp_schedule(layer_experts, size, slabs);
     std::vector<cuda::TpOp> single;  // run_layers' order for one model
     single.push_back({TpOpKind::kEmbed, 0, -1, -1});
     for (int32_t layer = 0; layer < layers; ++layer) {
@@ -634,6 +739,10 @@ void test_tp_schedule(std::mt19937_64& rng) {
         single.push_back({TpOpKind::kFoldAttention, 0, layer, slab});
       }
       single.push_back({TpOpKind::kMlp, 0, layer, -1});
+      if (layer_experts[size_t(layer)] > 0) {
+        single.push_back({TpOpKind::kCombineExperts, 0, layer, -1});
+        continue;
+      }
       for (int32_t slab = 0; slab < slabs; ++slab) {
         single.push_back({TpOpKind::kMlpSegments, 0, layer, slab});
         single.push_back({TpOpKind::kFoldMlp, 0, layer, slab});
@@ -657,6 +766,15 @@ void test_tp_schedule(std::mt19937_64& rng) {
       ++gathers;
       const bool logits = ops[i].kind == TpOpKind::kGatherLogits;
       const bool attention = ops[i].kind == TpOpKind::kGatherAttentionPartials;
+      if (ops[i].kind == TpOpKind::kGatherExpertOutputs) {
+        EXPECT(layer_experts[size_t(ops[i].layer)] > 0, "size %d: an expert gather in dense layer %d", size, ops[i].layer);
+        for (size_t j = 0; j < ops.size(); ++j) {
+          if (ops[j].layer != ops[i].layer) continue;
+          if (ops[j].kind == TpOpKind::kMlp) EXPECT(j < i, "size %d: rank %d's experts enqueued after their gather", size, ops[j].rank);
+          if (ops[j].kind == TpOpKind::kCombineExperts) EXPECT(j > i, "size %d: rank %d combines before the gather", size, ops[j].rank);
+        }
+        continue;
+      }
       EXPECT(logits == (i + 1 == ops.size()), "size %d: the logits' gather is not last", size);
       for (size_t j = 0; j < ops.size(); ++j) {
         const cuda::TpOp& op = ops[j];
@@ -676,7 +794,7 @@ void test_tp_schedule(std::mt19937_64& rng) {
         }
       }
     }
-    EXPECT(gathers == layers * 2 * slabs + 1, "size %d: %d gathers", size, gathers);
+    EXPECT(gathers == layers * slabs + (layers - moe_layers) * slabs + moe_layers + 1, "size %d: %d gathers", size, gathers);
   }
 }
 
@@ -715,6 +833,7 @@ int main(int argc, char** argv) {
   test_segment_fold(rng);
   test_row_parallel_group(rng);
   test_tp_schedule(rng);
+  test_expert_parallel_group(rng);
   test_nccl_loader();
   std::printf("%s (%d failures, seed %llu)\n", failures == 0 ? "ok" : "FAILED", failures, (unsigned long long)seed);
   return failures == 0 ? 0 : 1;

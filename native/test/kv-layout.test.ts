@@ -16,6 +16,9 @@ test('K and V of a block: every layer, KV head and head dim, in the cache dtype'
   assert.deepEqual(describeKvCache(modelDir, 'auto', 'auto', 16), { bytesPerBlock: 4096, groups: [{ slidingWindowTokens: null, numLayers: 4 }] });
   assert.equal(describeKvCache(modelDir, 'fp32', 'auto', 16).bytesPerBlock, 8192);
   assert.equal(describeKvCache(modelDir, 'fp32', 'fp16', 16).bytesPerBlock, 4096);
+  // A tensor-parallel rank caches its own KV heads: 1 of 2 at size 2, a copy of one at 4 and 8.
+  for (const size of [2, 4, 8]) assert.equal(describeKvCache(modelDir, 'auto', 'auto', 16, size).bytesPerBlock, 2048, `size ${size}`);
+  assert.equal(describeKvCache(modelDir, 'auto', 'auto', 16, 1).bytesPerBlock, 4096);
   for (const [dtype, kvCacheDtype] of [['auto', 'auto'], ['fp32', 'fp16']] as const) {
     await withModel(loadOptions(modelDir, { dtype, kvCacheDtype }), async (model) => {
       assert.equal(model.info.kvBytesPerBlock, describeKvCache(modelDir, dtype, kvCacheDtype, 16).bytesPerBlock);

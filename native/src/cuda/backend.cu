@@ -149,8 +149,11 @@ struct DeviceLayer {
   const float *o_bias = nullptr, *attn_out_norm = nullptr, *ffn_norm = nullptr, *ffn_out_norm = nullptr;
   int32_t window = 0, rope = 0, kv_group = 0, kv_slot = 0;
   // MoE layers (num_experts > 0) instead of the dense MLP: the router in fp32 [experts, hidden],
-  // each expert matrix a stack of num_experts (launch_grouped_gemm), biases [experts, n] or null.
-  int32_t num_experts = 0;
+  // each expert matrix a stack of the rank's experts [expert_begin, expert_begin + held_experts)
+  // (launch_grouped_gemm), biases [experts, n] of every expert or null; in a group, expert_owners
+  // [experts] (tp_plan.h).
+  int32_t num_experts = 0, expert_begin = 0, held_experts = 0;
+  const int32_t* expert_owners = nullptr;
   const float *router = nullptr, *router_bias = nullptr;
   DeviceMatrix expert_gate, expert_up, expert_down;
   const float *expert_gate_bias = nullptr, *expert_up_bias = nullptr, *expert_down_bias = nullptr;
@@ -193,7 +196,8 @@ class CudaModel {
                    int32_t col_begin = 0, int32_t full_n = 0, int32_t full_k = 0);
 
   // ---- forward ----
-  void ensure_capacity(const BatchPlan& plan, int32_t num_seqs);
+  // True when a buffer moved (this rank's graphs are dropped; a group drops its own).
+  bool ensure_capacity(const BatchPlan& plan, int32_t num_seqs);
   void upload_plan(const BatchPlan& plan);
   void run_layers(const BatchPlan& plan, int32_t num_logit_rows);
   // The phases of run_layers, which the tensor-parallel driver (TpGroup) enqueues per rank around
@@ -205,7 +209,13 @@ class CudaModel {
   void segments(const SegmentedWeights& w, const __nv_bfloat16* input, int32_t input_stride, int32_t num_tokens,
                 int32_t slab);
   void fold(size_t index, bool attention_output, int32_t num_tokens, int32_t slab);
-  void run_moe(const DeviceLayer& layer, int32_t num_tokens);
+  // A MoE layer in two phases around a group's gather: routing and the rank's experts into
+  // expert_outputs(), then (after the gather) the combine into the residual stream.
+  void run_experts(const DeviceLayer& layer, int32_t num_tokens);
+  void combine_experts(size_t index, int32_t num_tokens);
+  float* expert_outputs(int32_t num_tokens) {
+    return tp_size_ == 1 ? moe_out_.get() : gathered_experts_.get() + size_t(tp_rank_) * num_tokens * top_k_ * hidden_;
+  }
   // Final norm, LM head (this rank's vocabulary slice) and soft-cap of rows listed in device_rows:
   // logits_[0, num_rows), or in a group the rank's place in gathered_logits_.
   void final_logits(const int32_t* device_rows, int32_t num_rows);
@@ -261,6 +271,8 @@ class CudaModel {
   DeviceBuffer<float> router_logits_, slot_weights_, moe_gate_, moe_up_, moe_out_;
   DeviceBuffer<int32_t> slot_experts_, slot_rows_, row_tokens_, row_experts_, expert_starts_;
   DeviceBuffer<__nv_bfloat16> moe_rows_, moe_activated_;
+  // A group's expert outputs: [size][slots][hidden], rank r's experts' rows in slot r.
+  DeviceBuffer<float> gathered_experts_;
   DeviceBuffer<int32_t> token_ids_, positions_, token_seqs_, slots_, block_tables_, output_tokens_;
   DeviceBuffer<DeviceSamplingRow> sampling_rows_;
   DeviceBuffer<int32_t> sampled_tokens_;
@@ -274,6 +286,7 @@ class CudaModel {
   const KernelTable& host_kernels_;
   GraphCache<cudaGraphExec_t> graphs_;
   bool graphs_enabled_;
+  bool group_graphs_ = false;
 };
 
 CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed,
@@ -295,8 +308,9 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     throw Error(CD_ERR_INVALID_ARGUMENT, "the CUDA attention kernel takes at most 16 query heads per kv head");
   }
   const char* graphs_setting = std::getenv("CONDUIT_CUDA_GRAPHS");
-  // A group's ranks run on several streams between collectives: no capture across them yet.
+  // A group captures its step across every rank's stream itself (TpGroup::forward).
   graphs_enabled_ = (graphs_setting == nullptr || std::string(graphs_setting) != "0") && shard.size == 1;
+  group_graphs_ = graphs_setting == nullptr || std::string(graphs_setting) != "0";
   CDC_CHECK(cudaSetDevice(device_));
   CDC_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   num_layers_ = spec.num_layers;
@@ -401,12 +415,16 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     return w;
   };
   // One matrix of every expert, stacked: field picks it from an expert's spec.
+  // A rank holds only its experts; synthetic ones are drawn by the whole stack's index.
   const auto experts = [&](const cd_layer_spec& source, cd_tensor_ref cd_expert_spec::*field, int32_t n, int32_t k) {
-    DeviceMatrix m = allocate_matrix(n, k, source.num_experts);
-    for (int32_t e = 0; checkpoint != nullptr && e < source.num_experts; ++e) {
-      fill_matrix(*checkpoint, source.experts[e].*field, m, e);
+    const ExpertRange held = held_experts(shard.rank, shard.size, source.num_experts);
+    const uint64_t seed = synthetic();
+    if (held.end == held.begin) return DeviceMatrix{};
+    DeviceMatrix m = allocate_matrix(n, k, held.end - held.begin);
+    for (int32_t e = held.begin; checkpoint != nullptr && e < held.end; ++e) {
+      fill_matrix(*checkpoint, source.experts[e].*field, m, e - held.begin);
     }
-    if (checkpoint == nullptr) fill_random(m, source.num_experts, synthetic());
+    if (checkpoint == nullptr) fill_random(m, held.end - held.begin, seed, held.begin * n, 0, n, k);
     return m;
   };
   // A bias of every expert, [experts, n]; null when the checkpoint has none.
@@ -458,6 +476,10 @@ CudaModel::CudaModel(const cd_model_spec& spec, const cd_load_options& options, 
     layer.ffn_out_norm = vector(source.ffn_out_norm, hidden_, true);
     layer.num_experts = source.num_experts;
     if (source.num_experts > 0) {
+      const ExpertRange held = held_experts(shard.rank, shard.size, source.num_experts);
+      layer.expert_begin = held.begin;
+      layer.held_experts = held.end - held.begin;
+      if (shard.size > 1) layer.expert_owners = upload(expert_owners(shard.size, source.num_experts));
       const size_t router_count = size_t(source.num_experts) * hidden_;
       if (checkpoint != nullptr) {
         std::vector<float> router(router_count);
@@ -615,7 +637,7 @@ void CudaModel::fill_matrix(const HostCheckpoint& checkpoint, const cd_tensor_re
   }
 }
 
-void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
+bool CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
   bool moved = false;
   const int32_t tokens = std::max(plan.padded_tokens, 1);
   if (tokens > token_capacity_) {
@@ -651,6 +673,7 @@ void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
       moe_up_.reserve(slots * moe_intermediate_);
       moe_activated_.reserve(slots * moe_intermediate_padded_);
       moe_out_.reserve(slots * hidden_);
+      if (tp_size_ > 1) gathered_experts_.reserve(size_t(tp_size_) * slots * hidden_);
     }
     moved = true;
   }
@@ -692,6 +715,7 @@ void CudaModel::ensure_capacity(const BatchPlan& plan, int32_t num_seqs) {
     sampler_keys_.reserve(size_t(kSamplerRows) * sampler_key_stride(vocab_));
   }
   if (moved) graphs_.clear();
+  return moved;
 }
 
 void CudaModel::upload_plan(const BatchPlan& plan) {
@@ -735,7 +759,10 @@ void CudaModel::run_layers(const BatchPlan& plan, int32_t num_logit_rows) {
       fold(i, true, tokens, slab);
     }
     mlp(i, tokens);
-    if (layers_[i].num_experts > 0) continue;
+    if (layers_[i].num_experts > 0) {
+      combine_experts(i, tokens);
+      continue;
+    }
     for (int32_t slab = 0; slab < num_segment_slabs(tokens); ++slab) {
       segments(layers_[i].down_proj, activated_.get(), intermediate_padded_, tokens, slab);
       fold(i, false, tokens, slab);
@@ -794,7 +821,7 @@ void CudaModel::attention(size_t index, const BatchPlan& plan) {
 }
 
 // The ffn norm, then gate/up and the activation (activated_, down_proj's input), or a MoE layer's
-// whole MLP added to the residual stream.
+// routing and experts (combine_experts adds them to the residual stream).
 void CudaModel::mlp(size_t index, int32_t num_tokens) {
   const DeviceLayer& layer = layers_[index];
   const int32_t tokens = num_tokens;
@@ -802,7 +829,7 @@ void CudaModel::mlp(size_t index, int32_t num_tokens) {
   launch_rms_norm_bf16(residual_.get(), hidden_, layer.ffn_norm, hidden_, eps_, tokens, normed_.get(), hidden_padded_,
                        stream_);
   if (layer.num_experts > 0) {
-    run_moe(layer, tokens);
+    run_experts(layer, tokens);
     return;
   }
   launch_gemm(normed_.get(), hidden_padded_, tokens, layer.gate_proj, gate_.get(), intermediate_, false, partials,
@@ -860,9 +887,11 @@ void CudaModel::fold(size_t index, bool attention_output, int32_t num_tokens, in
   launch_add_to_residual(residual, out, bias, norm, hidden_, eps_, rows, stream_);
 }
 
-// The MoE MLP over normed_ (the ffn norm's bf16 rows), added to the residual stream: src/moe.cc's
-// steps on the device, routed from fp32 rows as the CPU routes.
-void CudaModel::run_moe(const DeviceLayer& layer, int32_t num_tokens) {
+// The MoE MLP over normed_ (the ffn norm's bf16 rows): src/moe.cc's steps on the device, routed
+// from fp32 rows as the CPU routes. Every rank routes and groups alike and runs its own experts'
+// rows (at their grouped places) into expert_outputs(); the rows of other ranks' experts are left
+// as they are, the gather brings them.
+void CudaModel::run_experts(const DeviceLayer& layer, int32_t num_tokens) {
   const int32_t num_experts = layer.num_experts;
   const int32_t num_slots = num_tokens * top_k_;
   float* normed_f32 = layer_out_.get();
@@ -873,19 +902,35 @@ void CudaModel::run_moe(const DeviceLayer& layer, int32_t num_tokens) {
                    slot_weights_.get(), stream_);
   launch_moe_group(slot_experts_.get(), num_slots, top_k_, num_experts, expert_starts_.get(), slot_rows_.get(),
                    row_tokens_.get(), row_experts_.get(), stream_);
+  // A rank with no expert of this layer (fewer experts than ranks) only routes, for the combine.
+  if (layer.held_experts == 0) return;
   launch_gather_bf16(normed_.get(), hidden_padded_, row_tokens_.get(), num_slots, hidden_padded_, moe_rows_.get(),
                      hidden_padded_, stream_);
-  // A token picks distinct experts, so no expert has more rows than there are tokens.
-  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_gate, expert_starts_.get(), num_experts,
+  // The rank's experts are groups [expert_begin, expert_begin + held_experts) of the grouping, their
+  // rows at the same places as at TP = 1. A token picks distinct experts, so no expert has more
+  // rows than there are tokens.
+  const int32_t* starts = expert_starts_.get() + layer.expert_begin;
+  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_gate, starts, layer.held_experts,
                       moe_gate_.get(), moe_intermediate_, stream_);
-  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_up, expert_starts_.get(), num_experts,
+  launch_grouped_gemm(moe_rows_.get(), hidden_padded_, num_tokens, layer.expert_up, starts, layer.held_experts,
                       moe_up_.get(), moe_intermediate_, stream_);
   launch_expert_bias(moe_gate_.get(), moe_intermediate_, num_slots, row_experts_.get(), layer.expert_gate_bias, stream_);
   launch_expert_bias(moe_up_.get(), moe_intermediate_, num_slots, row_experts_.get(), layer.expert_up_bias, stream_);
   launch_gated_activation(moe_gate_.get(), moe_up_.get(), moe_intermediate_, num_slots, activation_, swiglu_alpha_,
                           swiglu_limit_, moe_activated_.get(), moe_intermediate_padded_, stream_);
-  launch_grouped_gemm(moe_activated_.get(), moe_intermediate_padded_, num_tokens, layer.expert_down, expert_starts_.get(),
-                      num_experts, moe_out_.get(), hidden_, stream_);
+  launch_grouped_gemm(moe_activated_.get(), moe_intermediate_padded_, num_tokens, layer.expert_down, starts,
+                      layer.held_experts, expert_outputs(num_tokens), hidden_, stream_);
+}
+
+// Every expert's rows (in a group: each from its owner's slot of the gathered outputs), combined in
+// each token's slot order into the residual stream.
+void CudaModel::combine_experts(size_t index, int32_t num_tokens) {
+  const DeviceLayer& layer = layers_[index];
+  const int32_t num_slots = num_tokens * top_k_;
+  if (tp_size_ > 1) {
+    launch_select_expert_rows(gathered_experts_.get(), size_t(num_slots) * hidden_, hidden_, row_experts_.get(),
+                              layer.expert_owners, num_slots, moe_out_.get(), stream_);
+  }
   launch_moe_combine(moe_out_.get(), hidden_, slot_rows_.get(), slot_experts_.get(), slot_weights_.get(),
                      layer.expert_down_bias, top_k_, num_tokens, residual_.get(), stream_);
 }
@@ -1071,8 +1116,17 @@ class TpGroup {
   void run(const BatchPlan& plan, int32_t num_logit_rows);
   void gather_partials(int32_t num_rows);
   void gather_logits(int32_t num_rows);
+  void gather_expert_outputs(int32_t num_tokens);
+  // Every other rank's stream waits for the work already on `from`'s stream.
+  void others_wait_for(int32_t from);
+  // `to`'s stream waits for the work already on every other rank's stream.
+  void wait_for_others(int32_t to);
+  void capture(const BatchPlan& plan, cudaGraphExec_t& exec);
 
   int32_t size_;
+  bool graphs_enabled_;
+  GraphCache<cudaGraphExec_t> graphs_;
+  std::vector<cudaEvent_t> events_;  // one per rank, on its device
   std::vector<std::unique_ptr<CudaModel>> ranks_;
   std::unique_ptr<DeviceGroup> group_;
   std::string nccl_why_;
@@ -1084,33 +1138,73 @@ class TpGroup {
 
 TpGroup::TpGroup(const cd_model_spec& spec, const cd_load_options& options, uint64_t random_seed,
                  const std::vector<int32_t>& devices)
-    : size_(int32_t(devices.size())), mine_(devices.size()), all_(devices.size()) {
+    : size_(int32_t(devices.size())),
+      graphs_(kGraphCapacity, [](cudaGraphExec_t exec) { cudaGraphExecDestroy(exec); }),
+      mine_(devices.size()),
+      all_(devices.size()) {
   std::vector<DeviceRank> streams;
   for (int32_t rank = 0; rank < size_; ++rank) {
     const RankShard shard = plan_rank(spec, rank, size_);
     ranks_.push_back(std::make_unique<CudaModel>(spec, options, random_seed, shard, devices[size_t(rank)]));
     streams.push_back(DeviceRank{devices[size_t(rank)], ranks_.back()->stream_});
+    cudaEvent_t event = nullptr;
+    CDC_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    events_.push_back(event);
   }
+  graphs_enabled_ = ranks_[0]->group_graphs_;
   ranks_[0]->group_ = this;
   group_ = open_device_group(streams, nccl_why_);
 }
 
 TpGroup::~TpGroup() {
+  for (const std::unique_ptr<CudaModel>& rank : ranks_) {
+    cudaSetDevice(rank->device_);
+    cudaStreamSynchronize(rank->stream_);
+  }
+  graphs_.clear();
+  for (size_t r = 0; r < events_.size(); ++r) {
+    cudaSetDevice(ranks_[r]->device_);
+    cudaEventDestroy(events_[r]);
+  }
   group_.reset();
   ranks_.clear();
 }
 
 void TpGroup::forward(const cd_batch& batch, cd_forward_output& output) {
   CudaModel& lead = *ranks_[0];
-  const BatchPlan plan = plan_batch(batch, lead.num_kv_groups_, lead.block_size_, kKvChunkTokens, false);
+  const BatchPlan plan = plan_batch(batch, lead.num_kv_groups_, lead.block_size_, kKvChunkTokens, graphs_enabled_);
+  // A decode step replays one graph over every rank's stream, captured as TP = 1's is
+  // (CudaModel::forward): logits for every padded token, keyed by (bucket, chunks).
+  const bool graphed = graphs_enabled_ && plan.decode_only && graph_bucket(plan.num_tokens) > 0;
+  BatchPlan uploaded = plan;
+  if (graphed) {
+    uploaded.outputs.tokens.resize(size_t(plan.padded_tokens));
+    for (int32_t t = 0; t < plan.padded_tokens; ++t) uploaded.outputs.tokens[size_t(t)] = t;
+  }
+  bool moved = false;
   for (const std::unique_ptr<CudaModel>& rank : ranks_) {
     CDC_CHECK(cudaSetDevice(rank->device_));
-    rank->ensure_capacity(plan, batch.num_seqs);
-    rank->upload_plan(plan);
+    moved |= rank->ensure_capacity(plan, batch.num_seqs);
+    rank->upload_plan(uploaded);
   }
-  run(plan, int32_t(plan.outputs.tokens.size()));
+  if (moved) graphs_.clear();
+  if (graphed) {
+    const GraphCache<cudaGraphExec_t>::Key key{plan.padded_tokens, plan.num_chunks};
+    cudaGraphExec_t exec = graphs_.find(key);
+    if (exec == nullptr) {
+      capture(plan, exec);
+      graphs_.insert(key, exec);
+    }
+    // The graph runs on rank 0's stream after every rank's upload; every rank's later work after it.
+    wait_for_others(0);
+    CDC_CHECK(cudaSetDevice(lead.device_));
+    CDC_CHECK(cudaGraphLaunch(exec, lead.stream_));
+    others_wait_for(0);
+  } else {
+    run(plan, int32_t(plan.outputs.tokens.size()));
+  }
   CDC_CHECK(cudaSetDevice(lead.device_));
-  lead.produce_outputs(batch, plan, false, output);
+  lead.produce_outputs(batch, plan, graphed, output);
   lead.produce_prompt_logprobs(batch, plan, output);
   for (const std::unique_ptr<CudaModel>& rank : ranks_) {
     CDC_CHECK(cudaSetDevice(rank->device_));
@@ -1118,11 +1212,61 @@ void TpGroup::forward(const cd_batch& batch, cd_forward_output& output) {
   }
 }
 
+void TpGroup::others_wait_for(int32_t from) {
+  CudaModel& source = *ranks_[size_t(from)];
+  CDC_CHECK(cudaSetDevice(source.device_));
+  CDC_CHECK(cudaEventRecord(events_[size_t(from)], source.stream_));
+  for (int32_t r = 0; r < size_; ++r) {
+    if (r == from) continue;
+    CDC_CHECK(cudaSetDevice(ranks_[size_t(r)]->device_));
+    CDC_CHECK(cudaStreamWaitEvent(ranks_[size_t(r)]->stream_, events_[size_t(from)], 0));
+  }
+}
+
+void TpGroup::wait_for_others(int32_t to) {
+  for (int32_t r = 0; r < size_; ++r) {
+    if (r == to) continue;
+    CDC_CHECK(cudaSetDevice(ranks_[size_t(r)]->device_));
+    CDC_CHECK(cudaEventRecord(events_[size_t(r)], ranks_[size_t(r)]->stream_));
+  }
+  CDC_CHECK(cudaSetDevice(ranks_[size_t(to)]->device_));
+  for (int32_t r = 0; r < size_; ++r) {
+    if (r != to) CDC_CHECK(cudaStreamWaitEvent(ranks_[size_t(to)]->stream_, events_[size_t(r)], 0));
+  }
+}
+
+// The step's whole schedule captured from rank 0's stream: the other ranks' streams join the
+// capture by waiting on an event recorded in it (fork) and leave it when rank 0 waits on theirs
+// (join). The collectives (NCCL's, or the copy group's copies and events) are captured with it.
+void TpGroup::capture(const BatchPlan& plan, cudaGraphExec_t& exec) {
+  CudaModel& lead = *ranks_[0];
+  cudaGraph_t graph = nullptr;
+  CDC_CHECK(cudaSetDevice(lead.device_));
+  CDC_CHECK(cudaStreamBeginCapture(lead.stream_, cudaStreamCaptureModeRelaxed));
+  try {
+    others_wait_for(0);
+    run(plan, plan.padded_tokens);
+    wait_for_others(0);
+  } catch (...) {
+    cudaSetDevice(lead.device_);
+    cudaStreamEndCapture(lead.stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    throw;
+  }
+  CDC_CHECK(cudaSetDevice(lead.device_));
+  CDC_CHECK(cudaStreamEndCapture(lead.stream_, &graph));
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CDC_CHECK(instantiated);
+}
+
 void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
   const int32_t tokens = plan.padded_tokens;
   const int32_t slabs = num_segment_slabs(tokens);
   if (slabs != schedule_slabs_) {
-    schedule_ = tp_schedule(int32_t(ranks_[0]->layers_.size()), size_, slabs);
+    std::vector<int32_t> layer_experts;
+    for (const DeviceLayer& layer : ranks_[0]->layers_) layer_experts.push_back(layer.num_experts);
+    schedule_ = tp_schedule(layer_experts, size_, slabs);
     schedule_slabs_ = slabs;
   }
   for (const TpOp& op : schedule_) {
@@ -1132,6 +1276,10 @@ void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
     }
     if (op.kind == TpOpKind::kGatherLogits) {
       gather_logits(num_logit_rows);
+      continue;
+    }
+    if (op.kind == TpOpKind::kGatherExpertOutputs) {
+      gather_expert_outputs(tokens);
       continue;
     }
     CudaModel& rank = *ranks_[size_t(op.rank)];
@@ -1149,6 +1297,7 @@ void TpGroup::run(const BatchPlan& plan, int32_t num_logit_rows) {
         rank.segments(rank.layers_[layer].down_proj, rank.activated_.get(), rank.intermediate_padded_, tokens, op.slab);
         break;
       case TpOpKind::kFoldMlp: rank.fold(layer, false, tokens, op.slab); break;
+      case TpOpKind::kCombineExperts: rank.combine_experts(layer, tokens); break;
       case TpOpKind::kLogitsSlice: rank.final_logits(rank.output_tokens_.get(), num_logit_rows); break;
       default: break;
     }
@@ -1164,6 +1313,19 @@ void TpGroup::gather_partials(int32_t num_rows) {
     all_[size_t(r)] = partials;
   }
   group_->all_gather(mine_.data(), layout.rank_bytes(), all_.data());
+}
+
+// Every rank's expert output rows onto every rank, in place: slot r of gathered_experts_ holds rank
+// r's experts' rows at their grouped places (the rest of the slot is never read).
+void TpGroup::gather_expert_outputs(int32_t num_tokens) {
+  const size_t slot_floats = size_t(num_tokens) * ranks_[0]->top_k_ * ranks_[0]->hidden_;
+  if (slot_floats == 0) return;
+  for (int32_t r = 0; r < size_; ++r) {
+    float* gathered = ranks_[size_t(r)]->gathered_experts_.get();
+    mine_[size_t(r)] = gathered + size_t(r) * slot_floats;
+    all_[size_t(r)] = gathered;
+  }
+  group_->all_gather(mine_.data(), slot_floats * sizeof(float), all_.data());
 }
 
 // Every rank's vocabulary slice gathered (in place), then laid out as rank 0's logits_ [rows][vocab].

@@ -149,6 +149,11 @@ void launch_expert_bias(float* y, int32_t width, int32_t num_rows, const int32_t
 void launch_moe_combine(const float* expert_out, int32_t hidden_size, const int32_t* slot_rows,
                         const int32_t* slot_experts, const float* slot_weights, const float* down_bias, int32_t top_k,
                         int32_t num_tokens, float* hidden, cudaStream_t stream);
+// out[i] = row i of slot expert_owners[row_experts[i]] of a group's gathered expert outputs
+// ([size][slot_floats], tp_plan.h's expert parallelism), for the grouped rows [0, num_rows).
+void launch_select_expert_rows(const float* gathered, size_t slot_floats, int32_t hidden_size,
+                               const int32_t* row_experts, const int32_t* expert_owners, int32_t num_rows, float* out,
+                               cudaStream_t stream);
 
 // ---- attention (attention.cu) ----
 

@@ -117,7 +117,25 @@ __global__ void combine_kernel(const float* expert_out, int32_t hidden_size, con
   }
 }
 
+// Row i of the grouped expert outputs from the slot of the rank that holds its expert.
+__global__ void select_expert_rows_kernel(const float* gathered, size_t slot_floats, int32_t hidden_size,
+                                          const int32_t* row_experts, const int32_t* expert_owners, float* out) {
+  const float* source = gathered + size_t(expert_owners[row_experts[blockIdx.x]]) * slot_floats +
+                        size_t(blockIdx.x) * hidden_size;
+  float* target = out + size_t(blockIdx.x) * hidden_size;
+  for (int32_t i = threadIdx.x; i < hidden_size; i += blockDim.x) target[i] = source[i];
+}
+
 }  // namespace
+
+void launch_select_expert_rows(const float* gathered, size_t slot_floats, int32_t hidden_size,
+                               const int32_t* row_experts, const int32_t* expert_owners, int32_t num_rows, float* out,
+                               cudaStream_t stream) {
+  if (num_rows == 0) return;
+  select_expert_rows_kernel<<<num_rows, 256, 0, stream>>>(gathered, slot_floats, hidden_size, row_experts,
+                                                          expert_owners, out);
+  CDC_CHECK_LAUNCH();
+}
 
 void launch_router_logits(const float* x, int32_t x_stride, int32_t num_tokens, const float* router, int32_t num_experts,
                           int32_t hidden_size, const float* bias, float* logits, cudaStream_t stream) {

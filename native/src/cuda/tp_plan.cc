@@ -4,6 +4,7 @@
 #include <string>
 
 #include "error.h"
+#include "moe_parallel.h"
 
 namespace conduit {
 namespace cuda {
@@ -34,9 +35,6 @@ RankShard plan_rank(const cd_model_spec& spec, int32_t rank, int32_t size) {
     refuse("size " + std::to_string(size) + " neither divides nor is a multiple of num_key_value_heads (" +
            std::to_string(spec.num_kv_heads) + ")");
   }
-  for (int32_t i = 0; size > 1 && i < spec.num_layers; ++i) {
-    if (spec.layers[i].num_experts > 0) refuse("MoE layers are not split across GPUs yet; load MoE models with size 1");
-  }
   RankShard shard;
   shard.rank = rank;
   shard.size = size;
@@ -56,6 +54,19 @@ RankShard plan_rank(const cd_model_spec& spec, int32_t rank, int32_t size) {
   shard.vocab_begin = int32_t(int64_t(spec.vocab_size) * rank / size);
   shard.vocab_end = int32_t(int64_t(spec.vocab_size) * (rank + 1) / size);
   return shard;
+}
+
+ExpertRange held_experts(int32_t rank, int32_t size, int32_t num_experts) {
+  return ExpertRange{first_expert_of(rank, size, num_experts), first_expert_of(rank + 1, size, num_experts)};
+}
+
+std::vector<int32_t> expert_owners(int32_t size, int32_t num_experts) {
+  std::vector<int32_t> owners(size_t(num_experts), 0);
+  for (int32_t rank = 0; rank < size; ++rank) {
+    const ExpertRange held = held_experts(rank, size, num_experts);
+    for (int32_t e = held.begin; e < held.end; ++e) owners[size_t(e)] = rank;
+  }
+  return owners;
 }
 
 PartialsLayout partials_layout(int32_t size, int32_t num_rows, int32_t n) {
@@ -90,7 +101,8 @@ SegmentInputs segment_inputs(const SegmentBounds& bounds, int32_t k_step) {
   return inputs;
 }
 
-std::vector<TpOp> tp_schedule(int32_t num_layers, int32_t size, int32_t num_slabs) {
+std::vector<TpOp> tp_schedule(const std::vector<int32_t>& layer_experts, int32_t size, int32_t num_slabs) {
+  const int32_t num_layers = int32_t(layer_experts.size());
   std::vector<TpOp> ops;
   const auto every_rank = [&](TpOpKind kind, int32_t layer, int32_t slab) {
     for (int32_t rank = 0; rank < size; ++rank) ops.push_back(TpOp{kind, rank, layer, slab});
@@ -107,6 +119,11 @@ std::vector<TpOp> tp_schedule(int32_t num_layers, int32_t size, int32_t num_slab
     every_rank(TpOpKind::kAttention, layer, -1);
     reduction(TpOpKind::kAttentionSegments, TpOpKind::kGatherAttentionPartials, TpOpKind::kFoldAttention, layer);
     every_rank(TpOpKind::kMlp, layer, -1);
+    if (layer_experts[size_t(layer)] > 0) {
+      ops.push_back(TpOp{TpOpKind::kGatherExpertOutputs, -1, layer, -1});
+      every_rank(TpOpKind::kCombineExperts, layer, -1);
+      continue;
+    }
     reduction(TpOpKind::kMlpSegments, TpOpKind::kGatherMlpPartials, TpOpKind::kFoldMlp, layer);
   }
   every_rank(TpOpKind::kLogitsSlice, -1, -1);

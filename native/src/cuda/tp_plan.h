@@ -43,10 +43,22 @@ struct RankShard {
 
 // Throws Error(CD_ERR_INVALID_ARGUMENT) naming the field when the model does not split over size
 // ranks (size 1, 2, 4 or 8 dividing the heads and the MLP columns, and dividing or a multiple of
-// the KV heads), or when size > 1 and a layer is MoE (its experts are not split on the GPU yet). A rank's
+// the KV heads). A MoE layer is split by whole experts (held_experts), as the CPU splits it. A rank's
 // heads and MLP columns are then whole segments [first_segment, end_segment) of o_proj's and
 // down_proj's inputs, since size divides kReductionSegments.
 RankShard plan_rank(const cd_model_spec& spec, int32_t rank, int32_t size);
+
+// Expert parallelism (src/moe_parallel.h, the CPU's split): rank r holds experts [begin, end) of a
+// MoE layer of num_experts, and owner[e] is the rank holding expert e. Every rank routes and groups
+// alike, so each writes its experts' grouped rows at their places in its slot of the gathered
+// expert outputs ([size][slots][hidden]); one all-gather, then every rank takes row i from
+// owner[row_experts[i]]'s slot and combines a token's experts in its own slot order as TP = 1.
+struct ExpertRange {
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+ExpertRange held_experts(int32_t rank, int32_t size, int32_t num_experts);
+std::vector<int32_t> expert_owners(int32_t size, int32_t num_experts);
 
 // The partials of a row-parallel matmul over num_rows rows and n outputs, as the group gathers
 // them: fp32 [kReductionSegments][num_rows][n], rank r's segments contiguous, so one all-gather of
@@ -87,7 +99,9 @@ SegmentInputs segment_inputs(const SegmentBounds& bounds, int32_t k_step);
 // it: a rank's work on its own stream, or a collective over every rank (rank -1). Per layer:
 // attention up to its output, then for each slab of rows o_proj's segments, the all-gather of
 // their partials and every rank's fold into its residual; then the MLP's likewise; after the last
-// layer every rank's slice of the LM head and the gather of the logits.
+// layer every rank's slice of the LM head and the gather of the logits. A MoE layer's MLP (kMlp:
+// routing and the rank's experts) has no segments: the gather of the expert outputs, then every
+// rank's combine.
 enum class TpOpKind : uint8_t {
   kEmbed,
   kAttention,
@@ -100,6 +114,8 @@ enum class TpOpKind : uint8_t {
   kFoldMlp,
   kLogitsSlice,
   kGatherLogits,
+  kGatherExpertOutputs,
+  kCombineExperts,
 };
 struct TpOp {
   TpOpKind kind;
@@ -107,10 +123,10 @@ struct TpOp {
   int32_t layer;  // -1: none
   int32_t slab;   // -1: none
 };
-// The pass over num_layers layers and num_slabs slabs of rows per row-parallel matmul. Within a
-// phase every rank's work is enqueued before the collective that needs it, and the collective
-// before any rank's work that reads its result.
-std::vector<TpOp> tp_schedule(int32_t num_layers, int32_t size, int32_t num_slabs);
+// The pass over layers (layer_experts[i]: layer i's num_experts, 0 for a dense MLP) and num_slabs
+// slabs of rows per row-parallel matmul. Within a phase every rank's work is enqueued before the
+// collective that needs it, and the collective before any rank's work that reads its result.
+std::vector<TpOp> tp_schedule(const std::vector<int32_t>& layer_experts, int32_t size, int32_t num_slabs);
 
 }  // namespace cuda
 }  // namespace conduit

@@ -705,7 +705,10 @@ int main(int argc, char** argv) {
   tp_communicator();
   setenv("CONDUIT_CUDA_TP_ONE_DEVICE", "1", 1);
   std::string tp_json;
-  for (const std::string& tp_name : std::vector<std::string>{"conduit-tiny", "qwen3", "gemma3", "llama_uneven"}) {
+  // MoE across the group: whole experts per rank, the gather of expert outputs, TP = 1's combine
+  // (qwen3_moe: 16 experts, top 4; gpt_oss: expert biases, sinks, 8 experts, so TP = 4 holds 2 each).
+  for (const std::string& tp_name :
+       std::vector<std::string>{"conduit-tiny", "qwen3", "gemma3", "llama_uneven", "qwen3_moe", "gpt_oss"}) {
     for (int32_t tp_size : {2, 4}) {
       try {
         SpecFile file;
