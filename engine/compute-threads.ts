@@ -9,12 +9,15 @@
 // compile took 1.8x that of a cached schema's; with one compute thread, 1.14x, as a short prefill
 // on one thread costs about what it costs on two.
 //
-// So while compiles run, a step leaves them their cores: compute threads + compiling grammar
-// threads <= the cores the process may use, and never fewer than one compute thread. As soon as
-// no compile runs, steps take the configured threads again. A grammar thread compiles one grammar
+// So while compiles run, the pass leaves them their cores: compute threads + compiling grammar
+// threads <= the cores the process may use, and never fewer than one compute thread. The moment
+// no compile runs, the configured threads rejoin, inside the pass running then: the engine sets
+// the count on each change of the compiling threads (ModelRunner.setActiveThreads), and the
+// native pool reads it at each parallel call (each op). Fixed per step, a 512-token prefill
+// (~176 ms) that began beside a 25-70 ms compile ran all on one thread. A grammar thread compiles one grammar
 // at a time, so it is threads compiling that count, not compiles queued. Mask fills are left out:
 // they take tenths of a millisecond and overlap the pass by design. The outputs do not depend on
-// the thread count (native/api.ts, ForwardBatch.numActiveThreads), only the step's speed does.
+// the thread count (native/index.ts, NativeModel.setActiveThreads), only the step's speed does.
 import os from 'node:os';
 
 /** The cores this process may use: its CPU affinity where the platform has one. */

@@ -109,6 +109,7 @@ export class Engine {
     this.numCores = settings.numCores ?? availableCores();
     this.eosTokenIds = settings.generationDefaults.eosTokenIds;
     if (this.grammars !== null) this.grammars.onChange = () => this.notify();
+    if (this.grammars !== null) this.grammars.onCompilingChange = () => this.applyComputeThreads();
     this.model = {
       modelName: settings.servedName,
       maxModelLen,
@@ -298,7 +299,7 @@ export class Engine {
     let outputs: RequestOutput[];
     let forwardMs: number;
     try {
-      const pass = this.runner.execute(output, bitmasks, this.computeThreads());
+      const pass = this.runner.execute(output, bitmasks);
       // Both settle before the next step: the threads' rows, and what they found to force.
       const [result] = await Promise.all([pass, bitmasks === null ? null : grammars!.stepDone()]);
       forwardMs = performance.now() - forwardStart;
@@ -332,12 +333,16 @@ export class Engine {
     };
   }
 
-  /** The step's compute threads: fewer while grammars compile (compute-threads.ts); undefined for all. */
-  private computeThreads(): number | undefined {
+  /**
+   * Fewer compute threads while grammars compile, all again the moment they end
+   * (compute-threads.ts); called on each change of the count, so a pass running then follows it
+   * from its next op.
+   */
+  private applyComputeThreads(): void {
     const numComputeThreads = this.runner.info.numComputeThreads;
+    if (numComputeThreads === undefined || this.runner.setActiveThreads === undefined) return;
     const numCompiling = this.grammars?.numCompilingThreads ?? 0;
-    if (numComputeThreads === undefined || numCompiling === 0) return undefined;
-    return activeComputeThreads(numComputeThreads, this.numCores, numCompiling);
+    this.runner.setActiveThreads(activeComputeThreads(numComputeThreads, this.numCores, numCompiling));
   }
 
   /** Reading the RSS costs a read of /proc: once a second is plenty for a gauge. */

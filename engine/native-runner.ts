@@ -41,10 +41,9 @@ export class NativeRunner implements ModelRunner {
     this.batch = emptyForwardBatch(maxNumSeqs, maxNumBatchedTokens, this.numKvGroups * maxNumSeqs * maxBlocksPerSeq);
   }
 
-  execute(output: SchedulerOutput, bitmasks: StepBitmasks | null = null, numActiveThreads = 0): Promise<RunnerResult> {
+  execute(output: SchedulerOutput, bitmasks: StepBitmasks | null = null): Promise<RunnerResult> {
     this.fill(output);
     const { batch } = this;
-    batch.numActiveThreads = numActiveThreads;
     batch.bitmaskRows = bitmasks?.bitmaskRows ?? null;
     batch.tokenBitmask = bitmasks?.tokenBitmask ?? null;
     batch.bitmaskWords = bitmasks?.bitmaskWords;
@@ -52,6 +51,10 @@ export class NativeRunner implements ModelRunner {
     batch.bitmaskReadyTarget = bitmasks?.bitmaskReadyTarget;
     const sampleStride = sampleStrideOf(batch);
     return this.model.forward(batch).then((result) => Object.assign(result, { sampleStride }));
+  }
+
+  setActiveThreads(numActiveThreads: number): void {
+    this.model.setActiveThreads(numActiveThreads);
   }
 
   close(): void {

@@ -20,9 +20,13 @@ export interface ModelRunner {
   /**
    * One call at a time; rejects when the step failed (the engine fails that step's requests).
    * bitmasks restrict the samples of structured outputs (rows perhaps still being written).
-   * numActiveThreads (1 .. info.numComputeThreads; absent: all) is how many compute threads run
-   * the step; the results are the same whatever it is.
    */
-  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null, numActiveThreads?: number): Promise<RunnerResult>;
+  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null): Promise<RunnerResult>;
+  /**
+   * How many compute threads run steps from now on (1 .. info.numComputeThreads); also while a
+   * step runs, whose next op follows it. The results are the same whatever it is. Optional: a
+   * runner without it keeps its threads.
+   */
+  setActiveThreads?(numActiveThreads: number): void;
   close(): void;
 }

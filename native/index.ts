@@ -49,6 +49,7 @@ interface Binding {
   freeModel(handle: ModelHandle): void;
   serveRank(handle: ModelHandle): Promise<void>;
   collectiveNs(handle: ModelHandle): number;
+  setActiveThreads(handle: ModelHandle, numThreads: number): void;
   kernelSupported(kernel: KernelPath): boolean;
   cudaDeviceCount(): { count: number; reason: string };
   probeStreamRead(sizeBytes: number, numThreads: number, numRepeats: number): number;
@@ -443,6 +444,15 @@ export class LoadedModel implements NativeModel {
   /** Seconds this rank has spent in collectives since it loaded (waiting for peers included). */
   collectiveSeconds(): number {
     return this.closed ? 0 : binding.collectiveNs(this.handle) / 1e9;
+  }
+
+  /**
+   * The CPU compute threads parallel calls use from now on (1 .. info.numThreads; anything else:
+   * all), also while a forward is in flight: its next op (parallel call) follows the new count.
+   * The outputs are bitwise the same whatever the count; only the speed changes.
+   */
+  setActiveThreads(numThreads: number): void {
+    if (!this.closed) binding.setActiveThreads(this.handle, numThreads);
   }
 
   /** Frees at once, or as soon as the forward in flight settles. */

@@ -219,6 +219,8 @@ export class GrammarService {
   private isClosed = false;
   /** Called when a grammar becomes ready or fails: the engine loop may have something to do. */
   onChange: () => void = () => {};
+  /** Called the moment numCompilingThreads changes, also while a pass runs (compute-threads.ts). */
+  onCompilingChange: () => void = () => {};
 
   constructor(settings: GrammarServiceSettings) {
     this.settings = settings;
@@ -466,12 +468,17 @@ export class GrammarService {
   }
 
   private startCompiling(thread: GrammarThread, slot: number): void {
-    if (thread.compilingSlots.size === 0) this.numCompiling++;
     thread.compilingSlots.add(slot);
+    if (thread.compilingSlots.size === 1) this.setNumCompiling(this.numCompiling + 1);
   }
 
   private stopCompiling(thread: GrammarThread, slot: number): void {
-    if (thread.compilingSlots.delete(slot) && thread.compilingSlots.size === 0) this.numCompiling--;
+    if (thread.compilingSlots.delete(slot) && thread.compilingSlots.size === 0) this.setNumCompiling(this.numCompiling - 1);
+  }
+
+  private setNumCompiling(numCompiling: number): void {
+    this.numCompiling = numCompiling;
+    this.onCompilingChange();
   }
 
   /** The thread owes no more rows this step; the step is done when no thread does. */
@@ -486,8 +493,9 @@ export class GrammarService {
     if (thread.worker !== worker) return;
     thread.worker = null;
     thread.keys.clear();
-    if (thread.compilingSlots.size > 0) this.numCompiling--;
+    const wasCompiling = thread.compilingSlots.size > 0;
     thread.compilingSlots.clear();
+    if (wasCompiling) this.setNumCompiling(this.numCompiling - 1);
     if (thread.numPendingRows > 0) {
       Atomics.add(this.ready, 0, thread.numPendingRows);
       this.answered(thread);

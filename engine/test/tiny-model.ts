@@ -36,17 +36,20 @@ export function load(modelDir: string, numKvBlocks: number): Promise<NativeModel
 /** Records every SchedulerOutput the engine runs, to show what the scheduler did. */
 export class RecordingRunner implements ModelRunner {
   readonly steps: SchedulerOutput[] = [];
-  /** Each step's compute threads as the engine asked (undefined: all). */
-  readonly numActiveThreads: Array<number | undefined> = [];
+  /** Each change of the compute threads the engine asked for, with the steps begun before it. */
+  readonly activeThreadChanges: Array<{ numActiveThreads: number; numStepsBegun: number }> = [];
   constructor(private readonly inner: ModelRunner) {}
   get info() {
     return this.inner.info;
   }
-  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null, numActiveThreads?: number) {
-    this.numActiveThreads.push(numActiveThreads);
+  setActiveThreads(numActiveThreads: number) {
+    this.activeThreadChanges.push({ numActiveThreads, numStepsBegun: this.steps.length });
+    this.inner.setActiveThreads?.(numActiveThreads);
+  }
+  execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null) {
     // The grammar gates are live objects of the engine: recorded as whether each was ready.
     this.steps.push(structuredClone({ ...output, scheduled: output.scheduled.map((entry) => ({ ...entry, grammar: entry.grammar === null ? null : { isReady: entry.grammar.isReady, stopTokenIds: [...entry.grammar.stopTokenIds] } })) }));
-    return this.inner.execute(output, bitmasks, numActiveThreads);
+    return this.inner.execute(output, bitmasks);
   }
   close() {
     this.inner.close();

@@ -390,6 +390,12 @@ void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data)
 /* Nanoseconds this rank has spent in collectives since load (0 without tensor parallelism). */
 uint64_t cd_model_collective_ns(const cd_model* model);
 
+/* The CPU compute threads that parallel calls use from now on: 1..numThreads, anything else all.
+   Any time, from any thread, also while a pass runs: the pass's next parallel call (each op) uses
+   the new count, and results are bitwise the same whatever the count. A batch's
+   num_active_threads, when not 0, sets it at its pass's start. Device models ignore it. */
+void cd_model_set_active_threads(cd_model* model, int32_t num_threads);
+
 /* Only while no pass is running. */
 void cd_model_free(cd_model* model);
 

@@ -48,7 +48,7 @@ constexpr size_t kForwardErrorCapacity = 1024;
 void run_forward(void* context) {
   cd_model* model = static_cast<cd_model*>(context);
   char error[kForwardErrorCapacity] = {};
-  model->model->pool.set_active_threads(model->batch->num_active_threads);
+  if (model->batch->num_active_threads != 0) model->model->pool.set_active_threads(model->batch->num_active_threads);
   const cd_status status = guarded(error, sizeof error, [&] { model->model->forward(*model->batch, *model->output); });
   model->done(model->user_data, status, status == CD_OK ? nullptr : error);
 }
@@ -269,6 +269,10 @@ uint64_t cd_model_collective_ns(const cd_model* model) {
   if (model->model == nullptr) return 0;
   const auto& comm = model->model->tp.comm;
   return comm == nullptr ? 0 : comm->collective_ns();
+}
+
+void cd_model_set_active_threads(cd_model* model, int32_t num_threads) {
+  if (model->model != nullptr) model->model->pool.set_active_threads(num_threads);
 }
 
 void cd_model_free(cd_model* model) {

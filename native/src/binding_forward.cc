@@ -202,6 +202,13 @@ Napi::Value CollectiveNs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), double(cd_model_collective_ns(handle_of(info[0])->model)));
 }
 
+// setActiveThreads(handle, numThreads): also while a forward is in flight (its next op follows it).
+Napi::Value SetActiveThreads(const Napi::CallbackInfo& info) {
+  ModelHandle* handle = handle_of(info[0]);
+  if (handle->model != nullptr) cd_model_set_active_threads(handle->model, info[1].As<Napi::Number>().Int32Value());
+  return info.Env().Undefined();
+}
+
 // freeModel(handle): idempotent; the caller guarantees no forward is in flight.
 Napi::Value FreeModel(const Napi::CallbackInfo& info) {
   ModelHandle* handle = handle_of(info[0]);

@@ -4,6 +4,7 @@
 // of threads, and its seeded samples are the same. So are its top logprobs and prompt logprobs
 // when it uses min-p, penalties, logit bias and logprobs, or a structured output's token bitmask,
 // among companions that use other settings (some of them constrained by bitmasks of their own).
+import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KERNELS, kernelSkip, freshSeed, loadOptions, makeTempDir, randomTokens, withModel, writeCheckpoint } from './helpers.ts';
 import {
@@ -72,6 +73,13 @@ test('logits, samples and logprobs are bitwise identical alone, in a batch of 16
               const activeThreadsOf = (step: number) => [1, numThreads - 1, 0, 2, numThreads][step % 5];
               const varying = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, targetSampling), companionsFor(0), 3, activeThreadsOf);
               assertBitwiseEqual(varying, alone, label(`in chunks of 7 in a batch on 1 to ${numThreads} of ${numThreads} threads, changing pass by pass`));
+              // ... and within a pass, from this thread while the pass runs on the pool's: the
+              // engine raises it the moment a compile ends.
+              let numChanges = 0;
+              const midPass = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, targetSampling), companionsFor(0), 3, undefined,
+                () => 1 + (numChanges++ % numThreads));
+              assert.ok(numChanges > 0, 'the count changed during passes');
+              assertBitwiseEqual(midPass, alone, label(`in chunks of 7 in a batch on 1 to ${numThreads} of ${numThreads} threads, changing within passes`));
             });
           }
         }

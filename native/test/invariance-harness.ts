@@ -111,10 +111,12 @@ function recordPromptLogprobs(trace: Trace, result: ForwardResult, batch: Forwar
  * A miniature engine loop: every step each sequence computes its next chunk (or its one decode
  * token); a sequence whose chunk reaches its last token samples and, for the target, returns
  * logits. Runs until the target has sampled NUM_DECODE_STEPS + 1 tokens. activeThreadsOf(step)
- * sets each pass's numActiveThreads (absent: all threads).
+ * sets each pass's numActiveThreads (absent: all threads). midPassThreads(), when given, is set
+ * with model.setActiveThreads again and again while each pass runs on the native threads (the
+ * count is all threads again when it returns).
  */
 export async function runTarget(model: NativeModel, target: Sequence, companions: Sequence[], targetIndex: number,
-  activeThreadsOf?: (step: number) => number): Promise<Trace> {
+  activeThreadsOf?: (step: number) => number, midPassThreads?: () => number): Promise<Trace> {
   const sequences = [...companions];
   sequences.splice(targetIndex, 0, target);
   const trace = emptyTrace();
@@ -123,7 +125,9 @@ export async function runTarget(model: NativeModel, target: Sequence, companions
     const chunks = sequences.map((seq) => nextChunk(seq, seq === target, vocabSize));
     const batch = buildBatch(chunks, { numKvGroups: model.info.kvCacheGroups.length, vocabSize });
     if (activeThreadsOf !== undefined) batch.numActiveThreads = activeThreadsOf(step);
-    const result = await model.forward(batch);
+    const pass = model.forward(batch);
+    if (midPassThreads !== undefined) changeThreadsDuring(model, midPassThreads);
+    const result = await pass;
     recordPromptLogprobs(trace, result, batch, targetIndex, chunks[targetIndex]);
     sequences.forEach((seq, i) => {
       seq.numComputedTokens += chunks[i].tokenIds.length;
@@ -140,6 +144,21 @@ export async function runTarget(model: NativeModel, target: Sequence, companions
     });
   }
   return trace;
+}
+
+// The event loop cannot run while this thread changes the count, so it changes it for a fixed
+// time, about what a pass of these models takes, pausing between changes as the engine's
+// grammar replies would.
+const MID_PASS_CHANGE_MS = 4;
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+function changeThreadsDuring(model: NativeModel, numThreadsOf: () => number): void {
+  const untilMs = performance.now() + MID_PASS_CHANGE_MS;
+  while (performance.now() < untilMs) {
+    model.setActiveThreads(numThreadsOf());
+    Atomics.wait(sleeper, 0, 0, 0.05);
+  }
+  model.setActiveThreads(0);
 }
 
 /** The reference reports what the settings ask for, so the comparisons are not of empty rows. */

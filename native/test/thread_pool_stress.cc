@@ -1,7 +1,9 @@
 // The thread pool under stress, run by thread-pool.test.ts: thousands of calls with random task
 // counts, chunk sizes and task lengths on 1 to 8 threads, with pauses between calls that send
 // the workers to sleep and calls whose tasks outlast the polling (so the caller sleeps too), and
-// the active thread count changed between calls (no thread beyond it may run a range).
+// the active thread count changed between calls (no thread beyond it may run a range), then
+// again with the count changed from another thread at random moments, mid-call included (as the
+// engine does when a grammar compile ends).
 // Every task must run exactly once, in a range handed to one thread at a time, and a call must
 // not return before its tasks are done; a lost wake-up hangs, and the test's timeout fails it.
 //
@@ -65,19 +67,31 @@ Shape draw_shape(std::mt19937_64& rng) {
   return shape;
 }
 
-void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng) {
+void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng, bool changed_concurrently) {
   conduit::ThreadPool pool(num_threads);
+  // The other thread's changes: any count (0: all), every 0-50 us; on_every_thread is left out,
+  // as it needs every thread.
+  std::atomic<bool> changing{changed_concurrently};
+  std::thread changer([&, seed = rng()] {
+    std::mt19937_64 changer_rng(seed);
+    while (changing.load()) {
+      pool.set_active_threads(int32_t(changer_rng() % uint64_t(num_threads + 1)));
+      std::this_thread::sleep_for(std::chrono::microseconds(changer_rng() % 50));
+    }
+  });
   constexpr int32_t kMaxTasks = 20000;
   std::vector<std::atomic<int32_t>> runs(kMaxTasks);
   std::vector<std::atomic<int32_t>> busy(static_cast<size_t>(num_threads));
   int64_t num_tasks_run = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int32_t call = 0; call < num_calls; ++call) {
-    const Shape shape = draw_shape(rng);
+    Shape shape = draw_shape(rng);
+    if (changed_concurrently) shape.every_thread = false;
     if (shape.pause_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(shape.pause_ns));
     // 0 (all) for on_every_thread, which needs every thread.
-    if (shape.every_thread || rng() % 4 == 0) pool.set_active_threads(shape.every_thread ? 0 : int32_t(rng() % (num_threads + 1)));
-    const int32_t num_active = pool.active_threads();
+    if (!changed_concurrently && (shape.every_thread || rng() % 4 == 0)) pool.set_active_threads(shape.every_thread ? 0 : int32_t(rng() % (num_threads + 1)));
+    // Changed concurrently, the count a call goes by is unknown here: at most all threads.
+    const int32_t num_active = changed_concurrently ? num_threads : pool.active_threads();
     const auto enter = [&](int32_t thread_index) {
       if (thread_index < 0 || thread_index >= num_threads) fail("thread index out of range", num_threads, call, thread_index);
       if (thread_index >= num_active) fail("a thread beyond the active count ran a range", num_threads, call, thread_index);
@@ -114,9 +128,11 @@ void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng) {
     }
     num_tasks_run += expected_tasks;
   }
+  changing.store(false);
+  changer.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%d threads: %d calls, %lld tasks, each exactly once, %.2f s; wake-up %.1f us at start, polling %.1f us now\n",
-              num_threads, num_calls, static_cast<long long>(num_tasks_run), seconds, pool.wake_latency_ns() / 1e3,
+  std::printf("%d threads%s: %d calls, %lld tasks, each exactly once, %.2f s; wake-up %.1f us at start, polling %.1f us now\n",
+              num_threads, changed_concurrently ? " (count changed from another thread)" : "", num_calls, static_cast<long long>(num_tasks_run), seconds, pool.wake_latency_ns() / 1e3,
               pool.spin_ns() / 1e3);
 }
 
@@ -130,6 +146,9 @@ int main(int argc, char** argv) {
   g_seed = std::atoi(argv[1]);
   const int32_t num_calls = argc > 2 ? std::atoi(argv[2]) : 2000;
   std::mt19937_64 rng(static_cast<uint64_t>(g_seed));
-  for (int32_t num_threads = 1; num_threads <= 8; ++num_threads) stress(num_threads, num_calls, rng);
+  for (int32_t num_threads = 1; num_threads <= 8; ++num_threads) {
+    stress(num_threads, num_calls, rng, false);
+    stress(num_threads, num_calls, rng, true);
+  }
   return 0;
 }
