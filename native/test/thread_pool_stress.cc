@@ -2,8 +2,8 @@
 // counts, chunk sizes and task lengths on 1 to 8 threads, with pauses between calls that send
 // the workers to sleep and calls whose tasks outlast the polling (so the caller sleeps too), and
 // the active thread count changed between calls (no thread beyond it may run a range).
-// Every task must run exactly once, in a range handed to one thread at a time, and a call must
-// not return before its tasks are done; a lost wake-up hangs, and the test's timeout fails it.
+// Every task must run exactly once, in a range handed to one thread at a time (a call of one
+// chunk: the caller's, whole), and a call must not return before its tasks are done; a lost wake-up hangs, and the test's timeout fails it.
 //
 //   thread_pool_stress SEED [NUM_CALLS_PER_THREAD_COUNT]
 // Prints one line per thread count; exits non-zero on the first violation, naming the seed.
@@ -97,6 +97,10 @@ void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng) {
       pool.parallel_for(shape.num_tasks, shape.min_chunk_tasks, [&](int32_t thread_index, int32_t begin, int32_t end) {
         enter(thread_index);
         if (begin < 0 || end > shape.num_tasks || begin >= end) fail("bad range", num_threads, call, begin);
+        // A call of one chunk has nothing to share: the caller runs it whole.
+        if (shape.min_chunk_tasks >= shape.num_tasks && (thread_index != 0 || end - begin != shape.num_tasks)) {
+          fail("a call of one chunk left the caller", num_threads, call, thread_index);
+        }
         for (int32_t task = begin; task < end; ++task) {
           runs[size_t(task)].fetch_add(1);
           spin_for_ns(shape.task_ns);
