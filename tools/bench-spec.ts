@@ -197,6 +197,9 @@ async function runWorkload(model: NativeModel, prompts: number[][], maxTokens: n
     spec.numDrafts += stats.specDecode.numDrafts;
     spec.numDraftTokens += stats.specDecode.numDraftTokens;
     spec.numAcceptedTokens += stats.specDecode.numAcceptedTokens;
+    stats.specDecode.numAcceptedTokensPerPosition.forEach((count, position) => {
+      spec.numAcceptedTokensPerPosition[position] = (spec.numAcceptedTokensPerPosition[position] ?? 0) + count;
+    });
   });
   const generate = (promptTokenIds: number[], index: number) =>
     new Promise<number[]>((resolve, reject) => {
@@ -344,11 +347,23 @@ async function compareModes(model: NativeModel, workload: string, prompts: numbe
       `   ${name.padEnd(15)} ${(numTokens / median(seconds)).toFixed(0)} tok/s = ${verdict(ratio, target)}; ` +
         `acceptance ${(100 * acceptance).toFixed(1)} % of ${numDraftTokens} proposed, ${(numTokens / run!.numSteps).toFixed(2)} tokens/step; outputs identical`,
     );
+    console.log(`   ${''.padEnd(15)} ${acceptedByPosition(run!.spec)}`);
     console.log(`   ${''.padEnd(15)} ${stepSplit(medianRun(totals.get(name)!.runs), plainRun)}`);
     if (!concurrent) console.log(`   ${''.padEnd(15)} ${projected(run!, plain.run!)}`);
   }
   summary.push({ workload, target, ratios });
   return plain.run!.outputs;
+}
+
+/**
+ * The share of proposing steps whose proposals were accepted up to each position (vLLM's
+ * accepted tokens per position over drafts): where it stays high at the last position, longer
+ * proposals would have been accepted too.
+ */
+function acceptedByPosition(spec: SpecDecodeCounters): string {
+  if (spec.numDrafts === 0) return 'no proposals';
+  const shares = spec.numAcceptedTokensPerPosition.map((count) => `${((100 * count) / spec.numDrafts).toFixed(0)}`);
+  return `of ${spec.numDrafts} proposing steps, % accepted through position 1..${shares.length}: ${shares.join(' ')}`;
 }
 
 /** Every ratio against its target, as measured above. */

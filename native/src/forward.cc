@@ -193,7 +193,7 @@ class ForwardPass {
 
   void embed_and_rope_tables() {
     const float scale = model_.numerics.embedding_scale;
-    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+    model_.pool.parallel_for(batch_.num_tokens, rows_per_chunk(dims_.hidden_size), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         const size_t row = size_t(batch_.token_ids[t]) * dims_.hidden_size;
         const Embedding& embed = model_.embed_tokens;
@@ -262,7 +262,7 @@ class ForwardPass {
     const RopeTable& rope = model_.ropes[size_t(layer.rope)];
     const int32_t half = rope.rotary_dim / 2;
     KvCache& cache = model_.kv_cache;
-    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+    model_.pool.parallel_for(batch_.num_tokens, rows_per_chunk(dims_.q_size() + 2 * dims_.kv_size()), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         float* q = &ws_.q[size_t(t) * dims_.q_size()];
         float* k = &ws_.k[size_t(t) * dims_.kv_size()];
@@ -471,7 +471,7 @@ class ForwardPass {
   // Every row's RMS norm into out.
   void norm_rows(const float* x, const float* weight, float* out) {
     const size_t width = size_t(dims_.hidden_size);
-    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+    model_.pool.parallel_for(batch_.num_tokens, rows_per_chunk(dims_.hidden_size), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         rms_norm(model_.kernels, x + size_t(t) * width, weight, dims_.hidden_size, dims_.rms_norm_eps, out + size_t(t) * width);
       }
@@ -482,7 +482,7 @@ class ForwardPass {
   // MLP output that does not add straight into the residual stream.
   void add_to_residual(const float* bias, const float* norm_weight) {
     const size_t width = size_t(dims_.hidden_size);
-    parallel_tasks(batch_.num_tokens, [&](int32_t, int32_t begin, int32_t end) {
+    model_.pool.parallel_for(batch_.num_tokens, rows_per_chunk(dims_.hidden_size), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t t = begin; t < end; ++t) {
         float* out = &ws_.layer_out[size_t(t) * width];
         add_bias(out, bias, dims_.hidden_size);
@@ -537,7 +537,7 @@ class ForwardPass {
     const size_t hidden_size = size_t(dims_.hidden_size);
     grow(ws_.output_hidden, size_t(num_rows) * hidden_size);
     grow(ws_.output_logits, size_t(num_rows) * size_t(dims_.vocab_size));
-    parallel_tasks(num_rows, [&](int32_t, int32_t begin, int32_t end) {
+    model_.pool.parallel_for(num_rows, rows_per_chunk(dims_.hidden_size), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
         rms_norm(model_.kernels, &ws_.hidden[size_t(tokens[i]) * hidden_size], model_.final_norm, dims_.hidden_size,
                  dims_.rms_norm_eps, &ws_.output_hidden[size_t(i) * hidden_size]);
@@ -552,7 +552,7 @@ class ForwardPass {
     }
     const float cap = model_.numerics.final_softcap;
     if (cap == 0.0f || tp.rank != 0) return;
-    parallel_tasks(num_rows, [&](int32_t, int32_t begin, int32_t end) {
+    model_.pool.parallel_for(num_rows, rows_per_chunk(dims_.vocab_size), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t i = begin; i < end; ++i) {
         model_.kernels.softcap(&ws_.output_logits[size_t(i) * size_t(dims_.vocab_size)], dims_.vocab_size, 1.0f, cap);
       }

@@ -40,13 +40,13 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
   const size_t panel_scratch_bytes = kernels.panel_scratch_bytes(format, k, num_rows);
   if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
   if (input.prepare != nullptr && !prepares_per_thread) {
-    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for(num_rows, rows_per_chunk(k), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
     });
   }
   if (packed_stride > 0 && !packs_per_thread) {
     if (scratch.shared.size() < size_t(num_rows) * packed_stride) scratch.shared.resize(size_t(num_rows) * packed_stride);
-    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for(num_rows, rows_per_chunk(k), [&](int32_t, int32_t begin, int32_t end) {
       kernels.pack_rows(input.x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
                         &scratch.shared[size_t(begin) * packed_stride], packed_stride);
     });

@@ -47,7 +47,7 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
   const size_t panel_scratch_bytes = kernels.panel_scratch_bytes(format, widest_k, num_rows);
   if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
   if (input.prepare != nullptr && !prepares_per_thread) {
-    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for(num_rows, rows_per_chunk(input_k), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(input_k));
     });
   }
@@ -63,7 +63,7 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
   };
   if (packed_stride > 0 && !packs_per_thread) {
     if (scratch.packed_shared.size() < num_segments * packed_segment_bytes) scratch.packed_shared.resize(num_segments * packed_segment_bytes);
-    pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+    pool.parallel_for(num_rows, rows_per_chunk(input_k), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t s = first_segment; s < end_segment; ++s) pack_segment(input.x, s, begin, end, scratch.packed_shared.data());
     });
   }
@@ -104,7 +104,7 @@ void combine_segments(ThreadPool& pool, const float* partials, int32_t num_rows,
                       bool accumulate) {
   static_assert(kReductionSegments == 8, "the tree below combines eight segments");
   const size_t partial_size = size_t(num_rows) * size_t(n);
-  pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
+  pool.parallel_for(num_rows, rows_per_chunk(int64_t(kReductionSegments) * n), [&](int32_t, int32_t begin, int32_t end) {
     for (int32_t row = begin; row < end; ++row) {
       const float* p = partials + size_t(row) * size_t(n);
       float* out = y + size_t(row) * y_stride;

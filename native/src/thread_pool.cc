@@ -156,7 +156,7 @@ void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_p
                      const void* context) {
   if (num_tasks <= 0) return;
   const int32_t num_active = one_task_per_thread ? num_threads_ : active_threads_.load(std::memory_order_relaxed);
-  if (num_active == 1) {
+  if (num_active == 1 || (!one_task_per_thread && min_chunk_tasks >= num_tasks)) {
     invoke(context, 0, 0, num_tasks);
     return;
   }

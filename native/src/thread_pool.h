@@ -29,6 +29,15 @@
 
 namespace conduit {
 
+// Element-wise work over rows (norms, rotary, residual adds, summing partials) is split between
+// threads only in chunks of at least this many elements: below it a hand-off costs more than the
+// half it saves. PyTorch's at::parallel_for grain size, not a figure of this machine.
+constexpr int64_t kElementsPerChunk = 32768;
+// The min_chunk_tasks for rows of elements_per_row elements each.
+inline int32_t rows_per_chunk(int64_t elements_per_row) {
+  return int32_t(elements_per_row >= kElementsPerChunk ? 1 : (kElementsPerChunk + elements_per_row - 1) / elements_per_row);
+}
+
 class ThreadPool {
  public:
   explicit ThreadPool(int32_t num_threads);
@@ -53,8 +62,9 @@ class ThreadPool {
   // Calls body(thread_index, begin, end) on chunks of [0, num_tasks) claimed by whichever thread
   // comes first, and returns when all have run. Chunks shrink as the tasks run out (a quarter of
   // what is left per thread, at least min_chunk_tasks), so the threads finish close together.
-  // thread_index (0 for the caller) names per-thread scratch; no result may depend on it. One
-  // caller at a time, never from inside a body.
+  // thread_index (0 for the caller) names per-thread scratch; no result may depend on it. A call
+  // whose tasks fit one chunk runs on the caller alone, with no hand-off. One caller at a time,
+  // never from inside a body.
   template <typename Body>
   void parallel_for(int32_t num_tasks, int32_t min_chunk_tasks, const Body& body) {
     run(num_tasks, min_chunk_tasks, false, invoke_body<Body>, &body);

@@ -4,8 +4,9 @@
 // the active thread count changed between calls (no thread beyond it may run a range), then
 // again with the count changed from another thread at random moments, mid-call included (as the
 // engine does when a grammar compile ends).
-// Every task must run exactly once, in a range handed to one thread at a time, and a call must
-// not return before its tasks are done; a lost wake-up hangs, and the test's timeout fails it.
+// Every task must run exactly once, in a range handed to one thread at a time (a call of one
+// chunk: the caller's, whole), and a call must not return before its tasks are done; a lost
+// wake-up hangs, and the test's timeout fails it.
 //
 //   thread_pool_stress SEED [NUM_CALLS_PER_THREAD_COUNT]
 // Prints one line per thread count; exits non-zero on the first violation, naming the seed.
@@ -111,6 +112,10 @@ void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng, bool c
       pool.parallel_for(shape.num_tasks, shape.min_chunk_tasks, [&](int32_t thread_index, int32_t begin, int32_t end) {
         enter(thread_index);
         if (begin < 0 || end > shape.num_tasks || begin >= end) fail("bad range", num_threads, call, begin);
+        // A call of one chunk has nothing to share: the caller runs it whole.
+        if (shape.min_chunk_tasks >= shape.num_tasks && (thread_index != 0 || end - begin != shape.num_tasks)) {
+          fail("a call of one chunk left the caller", num_threads, call, thread_index);
+        }
         for (int32_t task = begin; task < end; ++task) {
           runs[size_t(task)].fetch_add(1);
           spin_for_ns(shape.task_ns);
