@@ -262,8 +262,10 @@ void ThreadPool::submit(Task task, void* context) {
   last_submitted_ticks_ = submitted_ticks;
   task_.store(task, std::memory_order_relaxed);
   task_context_.store(context, std::memory_order_relaxed);
-  in_task_.store(true, std::memory_order_relaxed);
+  // Counted before it is marked in a task: the driver, marking the last task's end, sees the count
+  // or this mark comes after its own (driver_loop).
   num_submitted_.fetch_add(1);
+  in_task_.store(true);
   wake(driver_asleep_);
   wake(workers_asleep_);
 }
@@ -279,7 +281,10 @@ void ThreadPool::driver_loop() {
     ++num_run;
     task_.load(std::memory_order_relaxed)(task_context_.load(std::memory_order_relaxed));
     if (!measuring_) task_ended_ticks_.store(now_ticks(), std::memory_order_relaxed);
-    in_task_.store(false, std::memory_order_relaxed);
+    // The next task may have been submitted while this one reported its end: the workers would
+    // then poll its parallel calls politely, a system call per poll.
+    in_task_.store(false);
+    if (num_submitted_.load() != num_run) in_task_.store(true);
   }
 }
 
