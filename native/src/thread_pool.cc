@@ -45,6 +45,14 @@ constexpr int64_t kIdleBeforeWakeNs = 1'000'000;
 constexpr int64_t kMaxWakeLatencyNs = 1'000'000;
 // Weight of each wake-up seen in operation in the running estimate.
 constexpr int64_t kWakeEstimateWeight = 8;
+// Between passes the threads poll through a gap like the recent ones if it is at most this many
+// wake-ups long: a decode loop's next pass comes after a steady gap (the event loop's own wake-up
+// and a step's bookkeeping), and polling through it, yielding at every poll, spends idle CPU time
+// nobody else asked for to save a wake-up per pass. A longer gap (an idle server) leaves them to
+// poll for one wake-up and sleep.
+constexpr int64_t kMaxPolledGapWakeUps = 8;
+// Weight of each gap between passes in the running estimate.
+constexpr int64_t kGapEstimateWeight = 4;
 
 // Lets any other runnable thread have this CPU: a system call, made only between passes.
 void yield_cpu() {
@@ -87,6 +95,22 @@ void ThreadPool::set_active_threads(int32_t count) {
 
 int64_t ThreadPool::spin_ns() const { return int64_t(double(spin_ticks_.load()) / ticks_per_ns_.load()); }
 
+int64_t ThreadPool::between_passes_spin_ticks() const {
+  const int64_t spin = spin_ticks_.load(std::memory_order_relaxed);
+  const int64_t gap = gap_ticks_.load(std::memory_order_relaxed);
+  // Half as long again as the recent gaps: the gap varies from pass to pass.
+  return gap <= kMaxPolledGapWakeUps * spin ? std::max(spin, gap + gap / 2) : spin;
+}
+
+// Only gaps between a pass's end and the next submit count; one long pause moves the estimate
+// no further than a gap just too long to poll through, so polling resumes a few passes after it.
+void ThreadPool::observe_gap(uint64_t gap_ticks) {
+  const int64_t limit = (kMaxPolledGapWakeUps + 1) * spin_ticks_.load(std::memory_order_relaxed);
+  const int64_t sample = std::min(int64_t(gap_ticks), limit);
+  const int64_t estimate = gap_ticks_.load(std::memory_order_relaxed);
+  gap_ticks_.store(estimate + (sample - estimate) / kGapEstimateWeight, std::memory_order_relaxed);
+}
+
 // The driver's wake-ups, from a task submitted while it sleeps to the task running. While this
 // runs, spin_ticks_ is 0: every waiting thread sleeps at once. The submitting thread stays busy
 // through the idle time and the wake-up, as the event loop does, so the driver wakes on another
@@ -126,11 +150,18 @@ void ThreadPool::await(Sleepers& sleepers, const Ready& ready, const Politely& p
   if (ready()) return;
   // No PAUSE: under KVM a run of PAUSEs trips pause-loop exiting, and the hypervisor deschedules
   // the polling vCPU (measured: decode -40%).
-  const uint64_t deadline = now_ticks() + uint64_t(spin_ticks_.load(std::memory_order_relaxed));
+  const uint64_t started_ticks = now_ticks();
+  const uint64_t deadline = started_ticks + uint64_t(spin_ticks_.load(std::memory_order_relaxed));
   for (uint32_t i = 1;; ++i) {
     if (ready()) return;
-    if (politely()) yield_cpu();
-    if (i % 8 == 0 && now_ticks() >= deadline) break;
+    const bool polite = politely();
+    if (polite) yield_cpu();
+    if (i % 8 == 0) {
+      // Between passes the polling is counted from the end of the last pass.
+      const uint64_t polite_deadline = std::max(started_ticks, task_ended_ticks_.load(std::memory_order_relaxed)) +
+                                       uint64_t(between_passes_spin_ticks());
+      if (now_ticks() >= (polite ? std::max(deadline, polite_deadline) : deadline)) break;
+    }
   }
   std::unique_lock<std::mutex> lock(mutex_);
   const uint64_t slept_ticks = now_ticks();
@@ -156,6 +187,9 @@ void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_p
                      const void* context) {
   if (num_tasks <= 0) return;
   const int32_t num_active = one_task_per_thread ? num_threads_ : active_threads_.load(std::memory_order_relaxed);
+  // A call that fits one chunk runs on the caller without publishing it: there is nothing to share,
+  // and a polling worker could otherwise claim it and leave the caller waiting on another core's
+  // caches (a decode's per-token steps).
   if (num_active == 1 || (!one_task_per_thread && min_chunk_tasks >= num_tasks)) {
     invoke(context, 0, 0, num_tasks);
     return;
@@ -221,10 +255,18 @@ void ThreadPool::finish_tasks(int32_t num_tasks_done, int32_t num_tasks) {
 // The submitting thread (the event loop's) also wakes sleeping workers, so they come up while the
 // driver starts the task instead of after its first parallel call.
 void ThreadPool::submit(Task task, void* context) {
+  // A task reports its end (to the event loop) before the driver marks it: a submit that comes
+  // before the mark found no gap at all.
+  const uint64_t ended_ticks = task_ended_ticks_.load(std::memory_order_relaxed);
+  const uint64_t submitted_ticks = now_ticks();
+  if (!measuring_ && ended_ticks != 0) observe_gap(ended_ticks >= last_submitted_ticks_ ? submitted_ticks - ended_ticks : 0);
+  last_submitted_ticks_ = submitted_ticks;
   task_.store(task, std::memory_order_relaxed);
   task_context_.store(context, std::memory_order_relaxed);
-  in_task_.store(true, std::memory_order_relaxed);
+  // Counted before it is marked in a task: the driver, marking the last task's end, sees the count
+  // or this mark comes after its own (driver_loop).
   num_submitted_.fetch_add(1);
+  in_task_.store(true);
   wake(driver_asleep_);
   wake(workers_asleep_);
 }
@@ -239,7 +281,11 @@ void ThreadPool::driver_loop() {
     if (stopping_.load()) return;
     ++num_run;
     task_.load(std::memory_order_relaxed)(task_context_.load(std::memory_order_relaxed));
-    in_task_.store(false, std::memory_order_relaxed);
+    if (!measuring_) task_ended_ticks_.store(now_ticks(), std::memory_order_relaxed);
+    // The next task may have been submitted while this one reported its end: the workers would
+    // then poll its parallel calls politely, a system call per poll.
+    in_task_.store(false);
+    if (num_submitted_.load() != num_run) in_task_.store(true);
   }
 }
 

@@ -17,7 +17,9 @@
 // driver waiting for the next, the workers once a pass has ended) they poll politely, yielding
 // the CPU at every poll: the event loop and the gateway get a core the moment they want one, yet
 // a pass that follows within a wake-up finds every thread already running, which matters most
-// where wake-ups are slow. A longer gap (an idle server) puts them to sleep.
+// where wake-ups are slow. Where the recent gaps between passes were short (a decode loop: the
+// event loop's own wake-up and a step's bookkeeping), they poll politely through a gap like those,
+// up to a few wake-ups. A longer gap (an idle server) puts them to sleep.
 #pragma once
 
 #include <atomic>
@@ -132,6 +134,10 @@ class ThreadPool {
   void await(Sleepers& sleepers, const Ready& ready, const Politely& politely);
   // After a change that sleepers may await: a system call only if one sleeps.
   void wake(Sleepers& sleepers);
+  // How long a thread polls between passes: through a gap like the recent ones where that is
+  // short, else as long as a wake-up.
+  int64_t between_passes_spin_ticks() const;
+  void observe_gap(uint64_t gap_ticks);
   int64_t measure_wake_latency_ns();
   void observe_wake_latency(uint64_t latency_ticks);
 
@@ -147,6 +153,11 @@ class ThreadPool {
   // then the workers, like the driver, wait politely.
   std::atomic<bool> in_task_{true};
   std::atomic<bool> measuring_{false};
+  // When the last submitted task ended (0 before the first), and a running estimate of the gap
+  // from a task's end to the next submit.
+  std::atomic<uint64_t> task_ended_ticks_{0};
+  std::atomic<int64_t> gap_ticks_{0};
+  uint64_t last_submitted_ticks_ = 0;  // the submitting thread's own
 
   // Generation (high 32 bits) and the job's next unclaimed task (low 32 bits); kWriting while the
   // caller rewrites job_, so a late worker can never pair an old generation with the new job.

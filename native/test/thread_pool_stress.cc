@@ -4,6 +4,8 @@
 // the active thread count changed between calls (no thread beyond it may run a range), then
 // again with the count changed from another thread at random moments, mid-call included (as the
 // engine does when a grammar compile ends).
+// Half the calls run inside submitted tasks (the driver thread as their caller, as a forward pass
+// runs), so the gaps between passes, short and long, drive the polling between passes too.
 // Every task must run exactly once, in a range handed to one thread at a time (a call of one
 // chunk: the caller's, whole), and a call must not return before its tasks are done; a lost
 // wake-up hangs, and the test's timeout fails it.
@@ -12,9 +14,12 @@
 // Prints one line per thread count; exits non-zero on the first violation, naming the seed.
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <mutex>
 #include <algorithm>
 #include <random>
 #include <thread>
@@ -45,7 +50,29 @@ struct Shape {
   int64_t task_ns;      // each task's work (0 for most)
   int64_t pause_ns;     // the caller's pause before the call (sends waiting workers to sleep)
   bool every_thread;    // on_every_thread instead of parallel_for
+  bool submitted;       // made by a task submitted to the driver thread
 };
+
+// Runs call on the pool's driver thread and waits for it to end, as the event loop waits for a
+// forward pass.
+void run_submitted(conduit::ThreadPool& pool, const std::function<void()>& call) {
+  struct Pass {
+    const std::function<void()>* call;
+    std::mutex mutex;
+    std::condition_variable ended;
+    bool done = false;
+  } pass;
+  pass.call = &call;
+  pool.submit([](void* context) {
+    Pass& p = *static_cast<Pass*>(context);
+    (*p.call)();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.done = true;
+    p.ended.notify_one();
+  }, &pass);
+  std::unique_lock<std::mutex> lock(pass.mutex);
+  pass.ended.wait(lock, [&] { return pass.done; });
+}
 
 Shape draw_shape(std::mt19937_64& rng) {
   Shape shape{};
@@ -65,6 +92,7 @@ Shape draw_shape(std::mt19937_64& rng) {
   const uint64_t pause = rng() % 100;
   shape.pause_ns = pause < 90 ? 0 : pause < 98 ? int64_t(rng() % 300'000) : int64_t(rng() % 3'000'000);
   shape.every_thread = rng() % 20 == 0;
+  shape.submitted = rng() % 2 == 0;
   return shape;
 }
 
@@ -99,29 +127,35 @@ void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng, bool c
       if (busy[size_t(thread_index)].exchange(1) != 0) fail("two ranges at once on one thread index", num_threads, call, thread_index);
     };
     const auto leave = [&](int32_t thread_index) { busy[size_t(thread_index)].store(0); };
-    int32_t expected_tasks = shape.num_tasks;
-    if (shape.every_thread) {
-      expected_tasks = num_threads;
-      pool.on_every_thread([&](int32_t thread_index) {
-        enter(thread_index);
-        runs[size_t(thread_index)].fetch_add(1);
-        spin_for_ns(shape.task_ns);
-        leave(thread_index);
-      });
-    } else {
-      pool.parallel_for(shape.num_tasks, shape.min_chunk_tasks, [&](int32_t thread_index, int32_t begin, int32_t end) {
-        enter(thread_index);
-        if (begin < 0 || end > shape.num_tasks || begin >= end) fail("bad range", num_threads, call, begin);
-        // A call of one chunk has nothing to share: the caller runs it whole.
-        if (shape.min_chunk_tasks >= shape.num_tasks && (thread_index != 0 || end - begin != shape.num_tasks)) {
-          fail("a call of one chunk left the caller", num_threads, call, thread_index);
-        }
-        for (int32_t task = begin; task < end; ++task) {
-          runs[size_t(task)].fetch_add(1);
+    int32_t expected_tasks = shape.every_thread ? num_threads : shape.num_tasks;
+    const std::function<void()> call_pool = [&] {
+      if (shape.every_thread) {
+        pool.on_every_thread([&](int32_t thread_index) {
+          enter(thread_index);
+          runs[size_t(thread_index)].fetch_add(1);
           spin_for_ns(shape.task_ns);
-        }
-        leave(thread_index);
-      });
+          leave(thread_index);
+        });
+      } else {
+        pool.parallel_for(shape.num_tasks, shape.min_chunk_tasks, [&](int32_t thread_index, int32_t begin, int32_t end) {
+          enter(thread_index);
+          if (begin < 0 || end > shape.num_tasks || begin >= end) fail("bad range", num_threads, call, begin);
+          // A call of one chunk has nothing to share: the caller runs it whole.
+          if (shape.min_chunk_tasks >= shape.num_tasks && (thread_index != 0 || end - begin != shape.num_tasks)) {
+            fail("a call of one chunk left the caller", num_threads, call, thread_index);
+          }
+          for (int32_t task = begin; task < end; ++task) {
+            runs[size_t(task)].fetch_add(1);
+            spin_for_ns(shape.task_ns);
+          }
+          leave(thread_index);
+        });
+      }
+    };
+    if (shape.submitted) {
+      run_submitted(pool, call_pool);
+    } else {
+      call_pool();
     }
     // Returned: every task ran exactly once, none is still running, and nothing ran past the end.
     for (int32_t task = 0; task < std::min(kMaxTasks, expected_tasks + 64); ++task) {
