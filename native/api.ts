@@ -385,6 +385,11 @@ export interface NativeModel {
   readonly info: ModelInfo;
   /** Runs off the event loop on the runtime's own threads; rejects on error. One call at a time. */
   forward(batch: ForwardBatch): Promise<ForwardResult>;
+  /**
+   * How many of the pool's threads CPU passes use from now on (0: all), a pass in flight included:
+   * the pool reads it at each parallel op. Outputs are bitwise the same whatever the count.
+   */
+  setActiveThreads(numThreads: number): void;
   /** Unmaps weights and frees the KV cache. */
   close(): void;
 }

@@ -56,6 +56,9 @@ class TimedModel implements NativeModel {
       this.nativeMs += performance.now() - start;
     }
   }
+  setActiveThreads(numThreads: number) {
+    this.inner.setActiveThreads(numThreads);
+  }
   close() {
     this.inner.close();
   }

@@ -174,9 +174,9 @@ async function runWorkload(model: NativeModel, prompts: number[][], maxTokens: n
   const maxModelLen = Math.max(...prompts.map((p) => p.length)) + maxTokens + 1;
   const maxNumSeqs = concurrent ? prompts.length : 1;
   // The engine closes its runner, and the runner its model: this one outlives every run.
-  const shared: NativeModel = { info: model.info, forward: (batch) => model.forward(batch), close: () => {} };
+  const shared: NativeModel = { info: model.info, forward: (batch) => model.forward(batch), setActiveThreads: (n) => model.setActiveThreads(n), close: () => {} };
   const runner = new NativeRunner(shared, { maxModelLen, maxNumSeqs, maxNumBatchedTokens: 2048 });
-  const sharedDraft: NativeModel | null = draftModel === null ? null : { info: draftModel.info, forward: (batch) => draftModel!.forward(batch), close: () => {} };
+  const sharedDraft: NativeModel | null = draftModel === null ? null : { info: draftModel.info, forward: (batch) => draftModel!.forward(batch), setActiveThreads: (n) => draftModel!.setActiveThreads(n), close: () => {} };
   const engine = createEngine(runner, {
     servedName: 'bench',
     maxNumSeqs,
