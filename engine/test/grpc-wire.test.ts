@@ -4,9 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
-import { createEngine } from '../engine.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
-import { serveEngine } from '../grpc/service.ts';
 import {
   WireFormatError,
   generateFromWire,
@@ -22,27 +20,16 @@ import {
 import type { GenerateRequest, RequestOutput } from '../types.ts';
 import { createRng } from '../../loadtest/random.ts';
 import { within } from '../../test/wait.ts';
-import { FakeRunner, distinctPrompt } from './fake-runner.ts';
+import { distinctPrompt } from './fake-runner.ts';
+import { FAKE_WORKER_VOCAB_SIZE, startFakeWorker } from './fake-worker.ts';
 
-const VOCAB_SIZE = 500;
+const VOCAB_SIZE = FAKE_WORKER_VOCAB_SIZE;
 const ONE_MILLION = 1_000_000;
 /** The gateway's loop turn for a million-token prompt; the varint encoding took 0.4-0.6 s of CPU at load 20. */
 const MAX_ENCODE_CPU_MS = 150;
 
-async function startWorker(maxModelLen = 128) {
-  const runner = new FakeRunner({ numKvBlocks: 64, blockSizeTokens: 4, vocabSize: VOCAB_SIZE, maxModelLen });
-  const engine = createEngine(runner, { servedName: 'fake', maxNumSeqs: 8, maxNumBatchedTokens: 64, generationDefaults: { eosTokenIds: [2] } });
-  const server = await serveEngine(engine, '127.0.0.1:0');
-  const client = new GrpcEngineClient(server.address);
-  return {
-    server,
-    client,
-    stop: async () => {
-      client.close();
-      await server.close();
-      await engine.close();
-    },
-  };
+function startWorker(maxModelLen = 128) {
+  return startFakeWorker({ maxModelLen });
 }
 
 function collect(client: GrpcEngineClient, request: GenerateRequest): Promise<RequestOutput[]> {

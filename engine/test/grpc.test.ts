@@ -4,17 +4,16 @@ import { HASH_SCHEME } from '../kv/block-hash.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createEngine } from '../engine.ts';
 import * as grpc from '@grpc/grpc-js';
 import { GrpcEngineClient } from '../grpc/client.ts';
-import { serveEngine } from '../grpc/service.ts';
 import { generateToWire, loadEngineService, stepFromWire, type ClientMessage, type StepOutput__Output } from '../grpc/wire.ts';
 import type { GenerateRequest, RequestOutput, StepReport } from '../types.ts';
 import { pollUntil, within } from '../../test/wait.ts';
-import { FakeRunner, distinctPrompt, scriptedTokenId } from './fake-runner.ts';
+import { distinctPrompt, scriptedTokenId } from './fake-runner.ts';
+import { FAKE_WORKER_KV_BLOCKS, startFakeWorker } from './fake-worker.ts';
 import { createWorkerLogger, type Logger } from '../log.ts';
 
-const numKvBlocks = 64;
+const numKvBlocks = FAKE_WORKER_KV_BLOCKS;
 
 /** Lets the engine take one step per permit. */
 class StepGate {
@@ -41,22 +40,8 @@ class StepGate {
   }
 }
 
-async function startWorker(listen = '127.0.0.1:0', log?: Logger) {
-  const runner = new FakeRunner({ numKvBlocks, blockSizeTokens: 4, vocabSize: 500, maxModelLen: 128 });
-  const engine = createEngine(runner, {
-    servedName: 'fake',
-    maxNumSeqs: 8,
-    maxNumBatchedTokens: 64,
-    generationDefaults: { eosTokenIds: [2], temperature: 0.5 },
-  });
-  const server = await serveEngine(engine, listen, log);
-  const client = new GrpcEngineClient(server.address);
-  const stop = async () => {
-    client.close();
-    await server.close();
-    await engine.close();
-  };
-  return { runner, engine, server, client, stop };
+function startWorker(listen = '127.0.0.1:0', log?: Logger) {
+  return startFakeWorker({ listen, log, temperature: 0.5 });
 }
 
 function request(requestId: string, maxTokens: number, extra: Partial<GenerateRequest['sampling']> = {}): GenerateRequest {
