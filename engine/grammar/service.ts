@@ -209,8 +209,6 @@ export class GrammarService {
   private readonly ready: Int32Array;
   private forcedTokenizer: ForcedTokenizer | null = null;
   private nextSlot = 0;
-  /** Threads with a compile in flight. */
-  private numCompiling = 0;
   private step = 0;
   private pendingStep: Promise<void> | null = null;
   /** Threads yet to answer the last fillStep(), and what resolves pendingStep when none are. */
@@ -281,7 +279,9 @@ export class GrammarService {
    * leaves it (compute-threads.ts).
    */
   get numCompilingThreads(): number {
-    return this.numCompiling;
+    let numCompiling = 0;
+    for (const thread of this.threads) if (thread.compilingSlots.size > 0) numCompiling++;
+    return numCompiling;
   }
 
   /** Frees the request's matcher; its grammar stays cached in its thread. */
@@ -469,16 +469,11 @@ export class GrammarService {
 
   private startCompiling(thread: GrammarThread, slot: number): void {
     thread.compilingSlots.add(slot);
-    if (thread.compilingSlots.size === 1) this.setNumCompiling(this.numCompiling + 1);
+    if (thread.compilingSlots.size === 1) this.onCompilingChange();
   }
 
   private stopCompiling(thread: GrammarThread, slot: number): void {
-    if (thread.compilingSlots.delete(slot) && thread.compilingSlots.size === 0) this.setNumCompiling(this.numCompiling - 1);
-  }
-
-  private setNumCompiling(numCompiling: number): void {
-    this.numCompiling = numCompiling;
-    this.onCompilingChange();
+    if (thread.compilingSlots.delete(slot) && thread.compilingSlots.size === 0) this.onCompilingChange();
   }
 
   /** The thread owes no more rows this step; the step is done when no thread does. */
@@ -495,7 +490,7 @@ export class GrammarService {
     thread.keys.clear();
     const wasCompiling = thread.compilingSlots.size > 0;
     thread.compilingSlots.clear();
-    if (wasCompiling) this.setNumCompiling(this.numCompiling - 1);
+    if (wasCompiling) this.onCompilingChange();
     if (thread.numPendingRows > 0) {
       Atomics.add(this.ready, 0, thread.numPendingRows);
       this.answered(thread);
