@@ -293,7 +293,9 @@ test('the draft-model proposer: bitwise plain decoding, every greedy guess of th
   // hold guess nothing).
   const variants = [
     { label: 'self-draft, alone', batched: false, numKvBlocks: 256, draftDir: modelDir, draftBlocks: 64, accepts: true },
-    { label: 'self-draft adaptive, batched under preemption', batched: true, numKvBlocks: 40, draftDir: modelDir, draftBlocks: 40, accepts: false, adaptive: true },
+    // Adaptive k follows measured step times, so whether this run runs out of blocks depends on
+    // the machine's timing: preemption with a draft is the next variant's to show.
+    { label: 'self-draft adaptive, batched, 40 KV blocks', batched: true, numKvBlocks: 40, draftDir: modelDir, draftBlocks: 40, accepts: false, adaptive: true },
     { label: 'other draft, batched under preemption, small draft pool', batched: true, numKvBlocks: 40, draftDir: otherCheckpoint(dir, TINY_VOCAB_SIZE), draftBlocks: 20, accepts: false },
   ];
   for (const variant of variants) {
@@ -310,7 +312,7 @@ test('the draft-model proposer: bitwise plain decoding, every greedy guess of th
         assert.ok(result.counters.numAcceptedTokens > 0, `${variant.label}: proposals were accepted`);
         assert.ok(result.counters.numAcceptedTokens < result.counters.numDraftTokens, `${variant.label}: proposals were rejected`);
       }
-      if (variant.numKvBlocks === 40) assert.ok(result.numPreempted > 0, `${variant.label}: a request was preempted`);
+      if (variant.numKvBlocks === 40 && !speculative.adaptive) assert.ok(result.numPreempted > 0, `${variant.label}: a request was preempted`);
       assert.equal(draft.numFreeBlocks, variant.draftBlocks, `${variant.label}: every draft KV block is free at the end`);
     } finally {
       draft.close();
