@@ -5,6 +5,7 @@
 // native sampler reads, each row counted on the shared ready counter as soon as it is written.
 // Messages are handled one at a time, in order.
 import os from 'node:os';
+import v8 from 'node:v8';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint, FillItem } from './messages.ts';
 import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
@@ -31,6 +32,13 @@ for (const method of ['log', 'warn', 'error'] as const) {
   const original = console[method].bind(console);
   console[method] = (...args: unknown[]) => (diagnostics === null ? original(...args) : diagnostics.push(args.map(String).join(' ')));
 }
+// V8 runs WebAssembly first in its baseline tier (Liftoff) and optimizes a function only after it
+// has spent a budget of work there: a grammar thread's first ~20 compiles ran 3-10x slower than
+// its later ones (an agent's schema: 60-400 ms against 5-20 ms), its masks likewise. A budget of 1
+// has each function optimized in the background from its first call. The flag is the process's,
+// read as a module is instantiated (so it is set before xgrammar's exists); for any other
+// WebAssembly in the process it only means optimized code sooner.
+v8.setFlagsFromString('--wasm-tiering-budget=1');
 const xgrammar = loadXgrammar();
 const bitmask = new Int32Array(init.bitmask);
 const ready = new Int32Array(init.ready);
