@@ -11,7 +11,7 @@ import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint,
 import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
 import { hasRangeMarkers, replaceRangeMarkers } from './number-range.ts';
 import { loadXgrammar } from './xgrammar.ts';
-import type { CompiledGrammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
+import type { CompiledGrammar, Grammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
 
 const init = workerData as GrammarThreadInit;
 // On Linux a priority set for "this process" (pid 0) applies to the calling thread alone;
@@ -117,28 +117,31 @@ function formatOf(constraint: PreparedConstraint): StructuralTagFormat {
   }
 }
 
-async function compile(constraint: PreparedConstraint, constrainAfter: string | null, grammarCompiler: GrammarCompiler): Promise<CompiledGrammar> {
+/**
+ * The constraint as one xgrammar Grammar (parsed and converted once), which the thread compiles
+ * over bytes for its forced start and over the vocabulary for its masks.
+ */
+async function grammarOf(constraint: PreparedConstraint, constrainAfter: string | null): Promise<Grammar> {
   if (constrainAfter !== null) {
     const format: StructuralTagFormat = {
       type: 'sequence',
       elements: [{ type: 'tag', begin: '', content: { type: 'any_text' }, end: constrainAfter }, formatOf(constraint)],
     };
-    return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(format)) as StructuralTagFormat });
-  }
-  if (constraint.kind === 'structural_tag') {
-    return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(formatOf(constraint))) as StructuralTagFormat });
+    return xgrammar.Grammar.fromStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(format)) as StructuralTagFormat });
   }
   switch (constraint.kind) {
+    case 'structural_tag':
+      return xgrammar.Grammar.fromStructuralTag({ type: 'structural_tag', format: (await withSchemaGrammars(formatOf(constraint))) as StructuralTagFormat });
     case 'json_schema':
       // Bounded numbers are markers in the schema, replaced in its EBNF (number-range.ts).
-      if (hasRangeMarkers(constraint.schema)) return grammarCompiler.compileGrammar(await schemaGrammar(constraint.schema));
-      return grammarCompiler.compileJSONSchema(constraint.schema, ...JSON_OPTIONS);
+      if (hasRangeMarkers(constraint.schema)) return xgrammar.Grammar.fromEBNF(await schemaGrammar(constraint.schema));
+      return xgrammar.Grammar.fromJSONSchema(constraint.schema, ...JSON_OPTIONS);
     case 'json_object':
-      return grammarCompiler.compileJSONSchema('{"type": "object"}', ...JSON_OPTIONS);
+      return xgrammar.Grammar.fromJSONSchema('{"type": "object"}', ...JSON_OPTIONS);
     case 'grammar':
-      return grammarCompiler.compileGrammar(constraint.grammar);
+      return xgrammar.Grammar.fromEBNF(constraint.grammar);
     default:
-      return grammarCompiler.compileStructuralTag({ type: 'structural_tag', format: formatOf(constraint) });
+      return xgrammar.Grammar.fromStructuralTag({ type: 'structural_tag', format: formatOf(constraint) });
   }
 }
 
@@ -170,26 +173,29 @@ async function forcedStartOf(grammar: CompiledGrammar): Promise<string> {
 }
 
 /**
- * The forced start first (from the cached grammar, or one compiled over bytes alone, so it comes
- * at once), then the grammar compiled and its matcher opened.
+ * The forced start first (from the cached grammar, or the grammar compiled over bytes alone, so it
+ * comes at once), then the grammar compiled and its matcher opened.
  */
 async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<ThreadReply> {
   const { slot, key, constraint, constrainAfter, stopTokenIds, jumpForward } = request;
   const started = performance.now();
+  let source: Grammar | null = null;
   try {
     let grammar = compiled.get(key);
     const cached = grammar !== undefined;
+    if (grammar === undefined) source = await withDiagnostics(async () => grammarOf(constraint, constrainAfter));
     if (jumpForward) {
       try {
-        const source = grammar ?? (await withDiagnostics(async () => compile(constraint, constrainAfter, await byteCompilerOf())));
-        parentPort!.postMessage({ kind: 'prefix', slot, text: await forcedStartOf(source) } satisfies ThreadReply);
-        if (source !== grammar) source.dispose();
+        const overBytes = grammar ?? (await withDiagnostics(async () => (await byteCompilerOf()).compileGrammar(source!)));
+        parentPort!.postMessage({ kind: 'prefix', slot, text: await forcedStartOf(overBytes) } satisfies ThreadReply);
+        if (overBytes !== grammar) overBytes.dispose();
       } catch {
         // The full compile below reports what is wrong with the grammar.
       }
     }
     if (grammar === undefined) {
-      grammar = await withDiagnostics(async () => compile(constraint, constrainAfter, await compilerOf()));
+      const full = source!;
+      grammar = await withDiagnostics(async () => (await compilerOf()).compileGrammar(full));
       compiled.set(key, grammar);
       evictBeyond(init.maxCachedGrammars);
     } else {
@@ -201,6 +207,9 @@ async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<
     return { kind: 'opened', slot, error: null, cached, compileMs: performance.now() - started };
   } catch (err) {
     return { kind: 'opened', slot, error: (err as Error).message, cached: false, compileMs: performance.now() - started };
+  } finally {
+    // The compiled grammar keeps what it needs of it.
+    source?.dispose();
   }
 }
 
