@@ -252,14 +252,6 @@ export interface ForwardBatch {
    * every row, so the caller keeps a sequence's rows on one side of its min_tokens.
    */
   numDraftTokens?: Int32Array | null;
-  /**
-   * How many of the model's numThreads compute threads run this pass on CPU, set at its start
-   * (optional; absent or 0: the count NativeModel.setActiveThreads last set, all by default). The
-   * outputs are bitwise the same whatever the count (each task's work does not depend on which
-   * thread runs it); only the pass's speed changes. The engine uses setActiveThreads instead, which
-   * also acts mid-pass, so that compute and compiling threads together fit the cores.
-   */
-  numActiveThreads?: number;
 }
 
 /** Rows per sequence of the sampled outputs: 1 + the most proposals a sequence of the batch carries. */

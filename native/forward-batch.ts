@@ -81,7 +81,6 @@ export function validateForwardBatch(batch: ForwardBatch, info: ModelInfo): void
   for (let seq = 0; seq < numSeqs; seq++) validateSequence(batch, info, seq);
   validateBitmasks(batch, info);
   validateDrafts(batch);
-  if (batch.numActiveThreads !== undefined) requireCount('numActiveThreads', batch.numActiveThreads);
 }
 
 /** Proposals end a sampled, unconstrained chunk that holds at least one token before them. */

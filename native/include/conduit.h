@@ -325,12 +325,6 @@ typedef struct cd_batch {
    * a sequence's rows on one side of its min_tokens.
    */
   const int32_t* num_draft_tokens; /* [num_seqs] or NULL */
-  /*
-   * How many of the model's compute threads run this pass on CPU (0: all of them); the outputs
-   * are bitwise the same whatever the count. The caller lowers it while other work of its own
-   * (a grammar compiling) needs a core, so that the pass never waits on a thread sharing one.
-   */
-  int32_t num_active_threads;
 } cd_batch;
 
 /* How long a pass waits for its token bitmasks before it fails. */
@@ -392,8 +386,9 @@ uint64_t cd_model_collective_ns(const cd_model* model);
 
 /* The CPU compute threads that parallel calls use from now on: 1..numThreads, anything else all.
    Any time, from any thread, also while a pass runs: the pass's next parallel call (each op) uses
-   the new count, and results are bitwise the same whatever the count. A batch's
-   num_active_threads, when not 0, sets it at its pass's start. Device models ignore it. */
+   the new count, and results are bitwise the same whatever the count. The caller lowers it while
+   other work of its own (a grammar compiling) needs a core, so that a pass never waits on a
+   thread sharing one. Device models ignore it. */
 void cd_model_set_active_threads(cd_model* model, int32_t num_threads);
 
 /* Only while no pass is running. */

@@ -48,7 +48,6 @@ constexpr size_t kForwardErrorCapacity = 1024;
 void run_forward(void* context) {
   cd_model* model = static_cast<cd_model*>(context);
   char error[kForwardErrorCapacity] = {};
-  if (model->batch->num_active_threads != 0) model->model->pool.set_active_threads(model->batch->num_active_threads);
   const cd_status status = guarded(error, sizeof error, [&] { model->model->forward(*model->batch, *model->output); });
   model->done(model->user_data, status, status == CD_OK ? nullptr : error);
 }

@@ -9,10 +9,6 @@
   X(num_tokens, "numTokens")               \
   X(max_blocks_per_seq, "maxBlocksPerSeq")
 
-// Scalars a batch may leave absent (the C field is then 0).
-#define CD_BATCH_OPTIONAL_SCALARS(X) \
-  X(num_active_threads, "numActiveThreads")
-
 // Arrays every batch carries; the binding copies them, so the caller may refill its arrays at once.
 #define CD_BATCH_ARRAYS(X)                                  \
   X(token_ids, "tokenIds", int32_t)                         \

@@ -72,10 +72,6 @@ struct ForwardRequest {
 #define CONDUIT_SCALAR(field, key) batch.field = int_of(batch_object, key);
     CD_BATCH_SCALARS(CONDUIT_SCALAR)
 #undef CONDUIT_SCALAR
-#define CONDUIT_OPTIONAL_SCALAR(field, key) \
-  if (const Napi::Value value = batch_object.Get(key); !absent(value)) batch.field = value.As<Napi::Number>().Int32Value();
-    CD_BATCH_OPTIONAL_SCALARS(CONDUIT_OPTIONAL_SCALAR)
-#undef CONDUIT_OPTIONAL_SCALAR
 #define CONDUIT_ARRAY(field, key, type) batch.field = assign_from(buffers.field, batch_object.Get(key));
     CD_BATCH_ARRAYS(CONDUIT_ARRAY)
 #undef CONDUIT_ARRAY

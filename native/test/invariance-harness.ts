@@ -110,10 +110,10 @@ function recordPromptLogprobs(trace: Trace, result: ForwardResult, batch: Forwar
 /**
  * A miniature engine loop: every step each sequence computes its next chunk (or its one decode
  * token); a sequence whose chunk reaches its last token samples and, for the target, returns
- * logits. Runs until the target has sampled NUM_DECODE_STEPS + 1 tokens. activeThreadsOf(step)
- * sets each pass's numActiveThreads (absent: all threads). midPassThreads(), when given, is set
- * with model.setActiveThreads again and again while each pass runs on the native threads (the
- * count is all threads again when it returns).
+ * logits. Runs until the target has sampled NUM_DECODE_STEPS + 1 tokens. activeThreadsOf(step),
+ * when given, is set with model.setActiveThreads before each pass; midPassThreads(), when given,
+ * again and again while each pass runs on the native threads. The count is all threads again
+ * when it returns.
  */
 export async function runTarget(model: NativeModel, target: Sequence, companions: Sequence[], targetIndex: number,
   activeThreadsOf?: (step: number) => number, midPassThreads?: () => number): Promise<Trace> {
@@ -124,7 +124,7 @@ export async function runTarget(model: NativeModel, target: Sequence, companions
   for (let step = 0; target.numOutputTokens <= NUM_DECODE_STEPS; step++) {
     const chunks = sequences.map((seq) => nextChunk(seq, seq === target, vocabSize));
     const batch = buildBatch(chunks, { numKvGroups: model.info.kvCacheGroups.length, vocabSize });
-    if (activeThreadsOf !== undefined) batch.numActiveThreads = activeThreadsOf(step);
+    if (activeThreadsOf !== undefined) model.setActiveThreads(activeThreadsOf(step));
     const pass = model.forward(batch);
     if (midPassThreads !== undefined) changeThreadsDuring(model, midPassThreads);
     const result = await pass;
@@ -143,6 +143,7 @@ export async function runTarget(model: NativeModel, target: Sequence, companions
       trace.topLogprobs.push(result.topLogprobs.slice(i * MAX_TOP_LOGPROBS, (i + 1) * MAX_TOP_LOGPROBS));
     });
   }
+  model.setActiveThreads(0);
   return trace;
 }
 
