@@ -33,9 +33,10 @@ for (const method of ['log', 'warn', 'error'] as const) {
   console[method] = (...args: unknown[]) => (diagnostics === null ? original(...args) : diagnostics.push(args.map(String).join(' ')));
 }
 // V8 runs WebAssembly first in its baseline tier (Liftoff) and optimizes a function only after it
-// has spent a budget of work there: a grammar thread's first ~20 compiles ran 3-10x slower than
-// its later ones (an agent's schema: 60-400 ms against 5-20 ms), its masks likewise. A budget of 1
-// has each function optimized in the background from its first call. The flag is the process's,
+// has spent a budget of work there, so a new thread compiles and fills masks slowly for a while:
+// an agent's schema took 1.5-2x as long in a thread's first opens, its very first 2x (the
+// vocabulary's TokenizerInfo included). A budget of 1 has each function optimized in the
+// background from its first call. The flag is the process's,
 // read as a module is instantiated (so it is set before xgrammar's exists); for any other
 // WebAssembly in the process it only means optimized code sooner.
 v8.setFlagsFromString('--wasm-tiering-budget=1');
