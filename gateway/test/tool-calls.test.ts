@@ -191,6 +191,11 @@ test('chat: past calls and their results render through the template', async () 
 test('response formats and structured_outputs reach the worker as constraints; bad schemas are 400s naming the field', async () => {
   say(hermes, '{"a": 1}');
   const schema = { type: 'object', properties: { a: { type: 'integer' } }, required: ['a'], additionalProperties: false };
+  const referring = {
+    type: 'object',
+    properties: { a: { $ref: '#/$defs/a~1b' }, b: { $ref: '#point' }, pattern: { enum: [{ pattern: '(' }] } },
+    $defs: { 'a/b': { type: 'string', pattern: '^[a-z]+$' }, point: { $anchor: 'point', type: 'integer' } },
+  };
   const cases: Array<[string, object, StructuredOutput['constraint']]> = [
     ['/v1/chat/completions', { messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: true } } }, { kind: 'json_schema', schema: JSON.stringify(schema) }],
     ['/v1/chat/completions', { messages, response_format: { type: 'json_object' } }, { kind: 'json_object' }],
@@ -199,6 +204,8 @@ test('response formats and structured_outputs reach the worker as constraints; b
     ['/v1/completions', { prompt: 'x', structured_outputs: { grammar: 'root ::= "a"' } }, { kind: 'grammar', grammar: 'root ::= "a"' }],
     ['/v1/completions', { prompt: 'x', response_format: { type: 'json_schema', json_schema: { name: 'x', schema } } }, { kind: 'json_schema', schema: JSON.stringify(schema) }],
     ['/v1/completions', { prompt: 'x', structured_outputs: { json: schema } }, { kind: 'json_schema', schema: JSON.stringify(schema) }],
+    // References that find their targets (an escaped pointer, an anchor); values that only look like broken patterns.
+    ['/v1/completions', { prompt: 'x', structured_outputs: { json: referring } }, { kind: 'json_schema', schema: JSON.stringify(referring) }],
   ];
   for (const [route, body, constraint] of cases) {
     const response = await postJson(hermes, route, body);
@@ -212,6 +219,10 @@ test('response formats and structured_outputs reach the worker as constraints; b
     ['/v1/chat/completions', { messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: {} } }, strict: true } } }, 'response_format.json_schema.schema', /'additionalProperties' is required to be supplied and to be false/],
     ['/v1/chat/completions', { messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { a: {} }, additionalProperties: false }, strict: true } } }, 'response_format.json_schema.schema', /Missing 'a'/],
     ['/v1/chat/completions', { messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'nope' } } } }, 'response_format.json_schema.schema', /Invalid schema for response_format 'x'/],
+    ['/v1/chat/completions', { messages, structured_outputs: { json: { type: 'object', properties: { a: { $ref: '#/$defs/missing' } }, $defs: { present: {} } } } }, 'structured_outputs.json', /can't resolve reference #\/\$defs\/missing from #\/properties\/a/],
+    ['/v1/chat/completions', { messages, structured_outputs: { json: { type: 'object', properties: { a: { $ref: '#nowhere' } } } } }, 'structured_outputs.json', /can't resolve reference #nowhere/],
+    ['/v1/chat/completions', { messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', items: { anyOf: [{ type: 'string', pattern: '(a' }] } } } } }, 'response_format.json_schema.schema', /pattern "\(a" at #\/items\/anyOf\/0 is not a regular expression/],
+    ['/v1/chat/completions', { messages, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', patternProperties: { '[': {} } } } } }, 'response_format.json_schema.schema', /pattern "\[" at #\/patternProperties is not a regular expression/],
     ['/v1/chat/completions', { messages, response_format: { type: 'json_schema', json_schema: { name: 'bad name', schema } } }, 'response_format.json_schema.name', /name/],
     ['/v1/chat/completions', { messages, structured_outputs: { regex: 'a', choice: ['b'] } }, 'structured_outputs', /exactly one/],
     ['/v1/chat/completions', { messages, response_format: { type: 'json_object' }, structured_outputs: { regex: 'a' } }, 'structured_outputs', /not both/],
