@@ -3,7 +3,7 @@
 import type { SpeculativeConfig } from './spec/proposer.ts';
 import type { LevelWithSilent } from 'pino';
 import type { Device, DtypeSetting, KernelPath, Quantization } from '../native/api.ts';
-import { MPI_GROUP, describeKvCache, loadModel } from '../native/index.ts';
+import { GPU_GROUP, MPI_GROUP, describeKvCache, loadModel } from '../native/index.ts';
 import { createEngine } from './engine.ts';
 import { loadDraftProposer, type DraftProposer } from './spec/draft.ts';
 import { startRanks } from './tensor-parallel.ts';
@@ -127,7 +127,7 @@ export async function startWorker(settings: WorkerSettings): Promise<RunningWork
       ...(settings.maxModelLen === undefined ? {} : { maxModelLen: settings.maxModelLen }),
       ...(ranks === null ? {} : { tensorParallel: { size: tensorParallelSize, rank: 0, group: ranks.group, rankPids: ranks.pids } }),
       ...(overMpi ? { tensorParallel: { size: tensorParallelSize, rank: 0, group: MPI_GROUP } } : {}),
-      ...(ranksOnGpus && !overMpi ? { tensorParallel: { size: tensorParallelSize, rank: 0, group: 'cuda' } } : {}),
+      ...(ranksOnGpus && !overMpi ? { tensorParallel: { size: tensorParallelSize, rank: 0, group: GPU_GROUP } } : {}),
     });
   } catch (err) {
     await ranks?.stop();

@@ -66,6 +66,7 @@ export interface TensorParallelOptions {
    * The group's name: its segment is /dev/shm/<group> ([A-Za-z0-9._-]+). Or 'mpi:': the ranks of
    * MPI_COMM_WORLD, started by an MPI launcher on one machine or several, joined through the MPI
    * library (MPICH ABI, libmpich.so.12 / libmpi.so.12, or CONDUIT_MPI_LIBRARY), opened at run time.
+   * With device cuda one process drives every rank and the name is not used (GPU_GROUP).
    */
   group: string;
   /** How long a rank waits for rank 0's segment, and rank 0 for every rank to load (default 600 000). */

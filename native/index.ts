@@ -162,6 +162,9 @@ function checkOption(field: string, ok: boolean, expected: string, value: unknow
 /** The group of MPI_COMM_WORLD: ranks an MPI launcher (mpiexec) started, on one machine or several. */
 export const MPI_GROUP = 'mpi:';
 
+/** The group of device cuda's ranks: one process drives every GPU, so the name opens no segment. */
+export const GPU_GROUP = 'cuda';
+
 function validateLoadOptions(options: LoadOptions): void {
   checkOption('modelDir', typeof options.modelDir === 'string' && options.modelDir !== '', 'a directory path', options.modelDir);
   checkOption('dtype', DTYPE_SETTINGS.includes(options.dtype), DTYPE_SETTINGS.join(' | '), options.dtype);

@@ -15,6 +15,11 @@ void grow(std::vector<T>& buffer, size_t size) {
   if (buffer.size() < size) buffer.resize(size);
 }
 
+// Experts are tasks of their own (run_whole_experts) when there are at least this many per
+// thread: then the last task's wait is a small part of a thread's share. Fewer (a small batch)
+// are split into tiles so that every thread has work.
+constexpr int32_t kWholeExpertsPerThread = 8;
+
 int32_t num_tiles(int32_t num_columns) { return (num_columns + kPanelColumns - 1) / kPanelColumns; }
 
 // A token's experts, best first (ties to the lower expert; softmax keeps the order of the
@@ -42,17 +47,18 @@ void route(const float* logits, int32_t num_experts, int32_t top_k, cd_routing r
   for (int32_t k = 0; k < top_k; ++k) weights[k] = float(std::exp(double(logits[experts[k]]) - max) / denominator);
 }
 
-// One grouped matmul: for each expert with rows, a task per 64-column tile, so each matrix is read
-// once whatever its rows. Gate and up: the task computes its tile of both into one tile pair of y
-// (gate's columns, then up's: with the expert's gate_up interleaved, one matmul over one run of
-// weights), then applies the gated activation to the tile (elementwise, so a tile gives the bits
-// the whole row would) into activated: no pass of its own, no wait between. Down: the tile into y.
+// One grouped matmul's operands: gate and up (with the gated activation) or down. Each matrix is
+// read once per step whatever its rows. Gate and up: a 64-column tile computes its tile of both
+// into one tile pair of y (gate's columns, then up's: with the expert's gate_up interleaved, one
+// matmul over one run of weights), then applies the gated activation to the tile (elementwise, so
+// a tile gives the bits the whole row would) into activated. Down: the tile into y.
 struct GroupedMatmul {
   const Layer& layer;
   const MoeScratch& scratch;
   MatrixFormat format;
   int32_t k;
-  const float* x;  // [assignments, k]
+  const float* x;         // [assignments, k]
+  const uint8_t* packed;  // x's rows packed for format, packed_stride apart (null when the kernel reads x)
   size_t packed_stride;
   int32_t num_columns;  // of each matrix
   float* y;             // down: [assignments, num_columns]; gate and up: [assignments, 2 × padded num_columns]
@@ -60,8 +66,31 @@ struct GroupedMatmul {
   float* activated;            // gate and up: [assignments, num_columns]; down: nullptr
   const Numerics* activation;  // gate and up: the activation's numerics; down: nullptr
   MatrixFormat up_format;      // up stored apart in another format: the rows it reads packed for it
+  const uint8_t* up_packed;
   size_t up_packed_stride;
 };
+
+// One expert's rows as its matmul reads them, worked out once per expert rather than per tile.
+struct ExpertInput {
+  const Expert* expert;
+  int32_t first_row;
+  int32_t num_rows;
+  Activations activations;
+  Activations up_activations;  // an up of another format than gate's
+};
+
+ExpertInput expert_input(const KernelTable& kernels, const GroupedMatmul& job, int32_t expert_index, uint8_t* panel_scratch) {
+  const int32_t first_row = job.scratch.expert_starts[size_t(expert_index)];
+  const int32_t num_rows = job.scratch.expert_starts[size_t(expert_index) + 1] - first_row;
+  const float* x = job.x + size_t(first_row) * size_t(job.k);
+  const auto rows_for = [&](MatrixFormat format, const uint8_t* packed, size_t stride) {
+    return Activations{x, size_t(job.k), stride > 0 ? packed + size_t(first_row) * stride : nullptr, stride,
+                       kernels.panel_scratch_bytes(format, job.k, num_rows) > 0 ? panel_scratch : nullptr};
+  };
+  const Activations activations = rows_for(job.format, job.packed, job.packed_stride);
+  return ExpertInput{&job.layer.experts[size_t(expert_index)], first_row, num_rows, activations,
+                     job.up_format == job.format ? activations : rows_for(job.up_format, job.up_packed, job.up_packed_stride)};
+}
 
 // The gated activation of one tile: gate and up are the tile's columns column_begin.. of a row.
 void activate_tile(const KernelTable& kernels, const Numerics& numerics, const Expert& expert, float* gate, float* up,
@@ -79,61 +108,84 @@ void activate_tile(const KernelTable& kernels, const Numerics& numerics, const E
   }
 }
 
-void run_grouped(ThreadPool& pool, const KernelTable& kernels, const GroupedMatmul& job,
-                 std::vector<std::vector<uint8_t>>& panel_per_thread) {
-  const MoeScratch& scratch = job.scratch;
+// One 64-column tile of an expert's matmul.
+void run_tile(const KernelTable& kernels, const GroupedMatmul& job, const ExpertInput& input, int32_t tile) {
+  const Expert& expert = *input.expert;
+  const int32_t column_begin = tile * kPanelColumns;
+  const int32_t column_end = std::min(column_begin + kPanelColumns, job.num_columns);
+  float* y = job.y + size_t(input.first_row) * job.y_stride;
+  if (job.activation == nullptr) {
+    kernels.matmul(input.activations, input.num_rows, job.k, expert.down_proj, column_begin, column_end, y, job.y_stride, false);
+    return;
+  }
+  // Tile t's pair: gate's columns at 2 × 64 t, up's at 2 × 64 t + 64.
+  if (expert.gate_up.data != nullptr) {
+    kernels.matmul(input.activations, input.num_rows, job.k, expert.gate_up, 2 * column_begin, 2 * column_begin + 2 * kPanelColumns,
+                   y, job.y_stride, false);
+  } else {
+    kernels.matmul(input.activations, input.num_rows, job.k, expert.gate_proj, column_begin, column_end, y + column_begin,
+                   job.y_stride, false);
+    kernels.matmul(input.up_activations, input.num_rows, job.k, expert.up_proj, column_begin, column_end,
+                   y + column_begin + kPanelColumns, job.y_stride, false);
+  }
+  for (int32_t row = 0; row < input.num_rows; ++row) {
+    float* gate = y + size_t(row) * job.y_stride + size_t(2 * column_begin);
+    activate_tile(kernels, *job.activation, expert, gate, gate + kPanelColumns, column_begin, column_end - column_begin,
+                  job.activated + size_t(input.first_row + row) * size_t(job.num_columns) + column_begin);
+  }
+}
+
+// A grouped matmul split into (expert, tile) tasks, so a few experts (a small batch) still
+// give every thread work.
+void run_tiles(ThreadPool& pool, const KernelTable& kernels, const GroupedMatmul& job,
+               std::vector<std::vector<uint8_t>>& panel_per_thread) {
+  const std::vector<int32_t>& experts = job.scratch.active_experts;
   const int32_t tiles_per_expert = num_tiles(job.num_columns);
-  const int32_t num_tasks = int32_t(scratch.active_experts.size()) * tiles_per_expert;
-  pool.parallel_for(num_tasks, 1, [&](int32_t thread_index, int32_t begin, int32_t end) {
+  pool.parallel_for(int32_t(experts.size()) * tiles_per_expert, 1, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    ExpertInput input{};
     for (int32_t task = begin; task < end; ++task) {
-      const int32_t expert_index = scratch.active_experts[size_t(task / tiles_per_expert)];
-      const Expert& expert = job.layer.experts[size_t(expert_index)];
-      const int32_t tile = task % tiles_per_expert;
-      const int32_t first_row = scratch.expert_starts[size_t(expert_index)];
-      const int32_t num_rows = scratch.expert_starts[size_t(expert_index) + 1] - first_row;
-      const bool widens = kernels.panel_scratch_bytes(job.format, job.k, num_rows) > 0;
-      const Activations activations{job.x + size_t(first_row) * size_t(job.k), size_t(job.k),
-                                    job.packed_stride > 0 ? scratch.packed.data() + size_t(first_row) * job.packed_stride : nullptr,
-                                    job.packed_stride, widens ? panel_per_thread[size_t(thread_index)].data() : nullptr};
-      const int32_t column_begin = tile * kPanelColumns;
-      const int32_t column_end = std::min(column_begin + kPanelColumns, job.num_columns);
-      float* y = job.y + size_t(first_row) * job.y_stride;
-      if (job.activation == nullptr) {
-        kernels.matmul(activations, num_rows, job.k, expert.down_proj, column_begin, column_end, y, job.y_stride, false);
-        continue;
+      if (task == begin || task % tiles_per_expert == 0) {
+        uint8_t* panel_scratch = panel_per_thread.empty() ? nullptr : panel_per_thread[size_t(thread_index)].data();
+        input = expert_input(kernels, job, experts[size_t(task / tiles_per_expert)], panel_scratch);
       }
-      // Tile t's pair: gate's columns at 2 × 64 t, up's at 2 × 64 t + 64.
-      if (expert.gate_up.data != nullptr) {
-        kernels.matmul(activations, num_rows, job.k, expert.gate_up, 2 * column_begin, 2 * column_begin + 2 * kPanelColumns, y,
-                       job.y_stride, false);
-      } else {
-        kernels.matmul(activations, num_rows, job.k, expert.gate_proj, column_begin, column_end, y + column_begin, job.y_stride, false);
-        const bool up_widens = kernels.panel_scratch_bytes(job.up_format, job.k, num_rows) > 0;
-        const Activations up_activations{
-            activations.x, activations.x_stride,
-            job.up_packed_stride > 0 ? scratch.packed_up.data() + size_t(first_row) * job.up_packed_stride : nullptr,
-            job.up_packed_stride, up_widens ? panel_per_thread[size_t(thread_index)].data() : nullptr};
-        kernels.matmul(job.up_format == job.format ? activations : up_activations, num_rows, job.k, expert.up_proj, column_begin,
-                       column_end, y + column_begin + kPanelColumns, job.y_stride, false);
-      }
-      for (int32_t row = 0; row < num_rows; ++row) {
-        float* gate = y + size_t(row) * job.y_stride + size_t(2 * column_begin);
-        activate_tile(kernels, *job.activation, expert, gate, gate + kPanelColumns, column_begin, column_end - column_begin,
-                      job.activated + size_t(first_row + row) * size_t(job.num_columns) + column_begin);
-      }
+      run_tile(kernels, job, input, task % tiles_per_expert);
     }
   });
 }
 
-// Rows of x as the kernel reads them for this format, into scratch.packed; returns the stride.
+// Both grouped matmuls with whole experts as tasks, largest first: a thread streams its own
+// expert's gate_up then down front to back, packs the activated rows for down itself, and goes
+// on to its next expert with no wait for the other threads in between (an expert's rows are
+// its own). The results are the tile tasks' bits: the same chains over the same rows.
+void run_whole_experts(ThreadPool& pool, const KernelTable& kernels, const GroupedMatmul& gate_up, const GroupedMatmul& down,
+                       MoeScratch& scratch) {
+  std::vector<int32_t>& order = scratch.expert_order;
+  order.assign(scratch.active_experts.begin(), scratch.active_experts.end());
+  const auto rows_of = [&](int32_t e) { return scratch.expert_starts[size_t(e) + 1] - scratch.expert_starts[size_t(e)]; };
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return rows_of(a) > rows_of(b); });
+  pool.parallel_for(int32_t(order.size()), 1, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    uint8_t* panel_scratch = scratch.panel_per_thread.empty() ? nullptr : scratch.panel_per_thread[size_t(thread_index)].data();
+    for (int32_t task = begin; task < end; ++task) {
+      const int32_t expert_index = order[size_t(task)];
+      const ExpertInput input = expert_input(kernels, gate_up, expert_index, panel_scratch);
+      for (int32_t tile = 0; tile < num_tiles(gate_up.num_columns); ++tile) run_tile(kernels, gate_up, input, tile);
+      if (down.packed_stride > 0) {
+        kernels.pack_rows(down.x + size_t(input.first_row) * size_t(down.k), size_t(down.k), input.num_rows, down.k, down.format,
+                          scratch.packed_down.data() + size_t(input.first_row) * down.packed_stride, down.packed_stride);
+      }
+      const ExpertInput down_input = expert_input(kernels, down, expert_index, panel_scratch);
+      for (int32_t tile = 0; tile < num_tiles(down.num_columns); ++tile) run_tile(kernels, down, down_input, tile);
+    }
+  });
+}
+
+// Rows of x as the kernel reads them for this format, into packed; returns the stride.
 size_t pack_rows(ThreadPool& pool, const KernelTable& kernels, MatrixFormat format, const float* x, int32_t num_rows,
-                 int32_t k, MoeScratch& scratch) {
+                 int32_t k, std::vector<uint8_t>& packed) {
   const size_t stride = kernels.packed_row_bytes(format, k);
   if (stride == 0) return 0;
-  grow(scratch.packed, size_t(num_rows) * stride);
   pool.parallel_for(num_rows, 1, [&](int32_t, int32_t begin, int32_t end) {
-    kernels.pack_rows(x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
-                      scratch.packed.data() + size_t(begin) * stride, stride);
+    kernels.pack_rows(x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format, packed.data() + size_t(begin) * stride, stride);
   });
   return stride;
 }
@@ -233,18 +285,22 @@ void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, c
   const size_t pairs_stride = size_t(2 * num_tiles(intermediate) * kPanelColumns);
   grow(scratch.gate_up, size_t(num_slots) * pairs_stride);
   grow(scratch.gate, size_t(num_slots) * size_t(intermediate));
-  run_grouped(pool, kernels,
-              GroupedMatmul{layer, scratch, format, hidden_size, scratch.rows.data(), rows_stride, intermediate, scratch.gate_up.data(),
-                            pairs_stride, scratch.gate.data(), &numerics, up_format, up_rows_stride},
-              scratch.panel_per_thread);
-
   grow(scratch.out, size_t(num_slots) * size_t(hidden_size));
   // down's own format: a mixed quantization stores it in another type than gate and up.
-  const size_t gate_stride = pack_rows(pool, kernels, down_format, scratch.gate.data(), num_slots, intermediate, scratch);
-  run_grouped(pool, kernels,
-              GroupedMatmul{layer, scratch, down_format, intermediate, scratch.gate.data(), gate_stride, hidden_size, scratch.out.data(),
-                            size_t(hidden_size), nullptr, nullptr, down_format, 0},
-              scratch.panel_per_thread);
+  const size_t gate_stride = kernels.packed_row_bytes(down_format, intermediate);
+  grow(scratch.packed_down, size_t(num_slots) * gate_stride);
+  const GroupedMatmul gate_up{layer, scratch, format, hidden_size, scratch.rows.data(), scratch.packed.data(), rows_stride,
+                              intermediate, scratch.gate_up.data(), pairs_stride, scratch.gate.data(), &numerics, up_format,
+                              scratch.packed_up.data(), up_rows_stride};
+  const GroupedMatmul down{layer, scratch, down_format, intermediate, scratch.gate.data(), scratch.packed_down.data(), gate_stride,
+                           hidden_size, scratch.out.data(), size_t(hidden_size), nullptr, nullptr, down_format, nullptr, 0};
+  if (int32_t(scratch.active_experts.size()) >= kWholeExpertsPerThread * pool.active_threads()) {
+    run_whole_experts(pool, kernels, gate_up, down, scratch);
+  } else {
+    run_tiles(pool, kernels, gate_up, scratch.panel_per_thread);
+    pack_rows(pool, kernels, down_format, scratch.gate.data(), num_slots, intermediate, scratch.packed_down);
+    run_tiles(pool, kernels, down, scratch.panel_per_thread);
+  }
   if (shard != nullptr) gather_expert_outputs(*shard, scratch.expert_starts, num_experts, hidden_size, scratch.out.data());
 
   // Each token's experts in its own slot order, one chain per element: acc = w0 o0, then

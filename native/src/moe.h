@@ -38,6 +38,8 @@ struct MoeScratch {
   std::vector<float> out;                // [assignments, hidden] each expert's output for the row
   std::vector<uint8_t> packed;           // rows as the kernel reads them (bf16, int16 blocks)
   std::vector<uint8_t> packed_up;        // the same rows for an up of another format than gate
+  std::vector<uint8_t> packed_down;      // the activated rows as down reads them
+  std::vector<int32_t> expert_order;     // active experts, most rows first
   std::vector<std::vector<uint8_t>> panel_per_thread;
 };
 

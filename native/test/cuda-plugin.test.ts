@@ -8,7 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cudaDevices, loadModel } from '../index.ts';
+import { GPU_GROUP, cudaDevices, loadModel } from '../index.ts';
 import { loadOptions, makeTempDir, writeCheckpoint, type ShapeOptions } from './helpers.ts';
 
 const PLUGIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'build', 'Release', 'libconduit_cuda.so');
@@ -93,7 +93,7 @@ test('device cuda with tensorParallel: one process runs every rank, so rank > 0 
   using temp = makeTempDir('cuda');
   const modelDir = writeCheckpoint(temp.dir, 'model', SHAPE);
   await assert.rejects(
-    loadModel({ ...loadOptions(modelDir), device: 'cuda', tensorParallel: { size: 2, rank: 1, group: 'cuda' } }),
+    loadModel({ ...loadOptions(modelDir), device: 'cuda', tensorParallel: { size: 2, rank: 1, group: GPU_GROUP } }),
     (err: Error & { code?: string }) => {
       assert.equal(err.code, 'CD_ERR_INVALID_ARGUMENT');
       assert.equal(err.message, 'device cuda: one process runs every rank of a tensor-parallel group; load rank 0 only, with no rank processes (got rank 1)');
@@ -102,7 +102,7 @@ test('device cuda with tensorParallel: one process runs every rank, so rank > 0 
   );
   if (gpuHere) return;
   await assert.rejects(
-    loadModel({ ...loadOptions(modelDir), device: 'cuda', tensorParallel: { size: 2, rank: 0, group: 'cuda' } }),
+    loadModel({ ...loadOptions(modelDir), device: 'cuda', tensorParallel: { size: 2, rank: 0, group: GPU_GROUP } }),
     (err: Error & { code?: string }) => {
       assert.equal(err.code, 'CD_ERR_UNSUPPORTED_DEVICE');
       assert.match(err.message, /^device 'cuda' is not available: /);

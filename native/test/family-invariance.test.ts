@@ -30,6 +30,13 @@ export const INVARIANCE_SHAPES: Readonly<Record<string, ShapeOptions>> = {
     arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 100, vocabSize: VOCAB_SIZE,
     numExperts: 4, numExpertsPerToken: 2, moeIntermediateSize: 136, normTopkProb: true, mlpOnlyLayers: [1],
   },
+  // 32 experts, top 4: a token alone in a step (4 experts) has its expert tiles split between the
+  // threads, while a step of many (most experts) gives each thread whole experts, gate/up straight
+  // into down (moe.cc's two schedules), so this compares the two bitwise.
+  'qwen3-moe, 32 experts': {
+    arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 100, vocabSize: VOCAB_SIZE,
+    numExperts: 32, numExpertsPerToken: 4, moeIntermediateSize: 136, normTopkProb: true,
+  },
   gemma3: { arch: 'gemma3', hiddenSize: 48, numLayers: 3, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, tieWordEmbeddings: true, slidingWindow: 20, slidingWindowPattern: 3 },
   phi3: { arch: 'phi3', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, partialRotaryFactor: 0.75, longRope: { originalMaxPositionEmbeddings: 32 }, maxPositionEmbeddings: 128 },
   'gpt-oss': { arch: 'gpt_oss', hiddenSize: 64, numLayers: 2, numHeads: 4, numKvHeads: 1, headDim: 16, intermediateSize: 128, vocabSize: VOCAB_SIZE, numExperts: 4, numExpertsPerToken: 2, slidingWindow: 20 },

@@ -166,27 +166,31 @@ for (const family of ['qwen3_moe', 'mixtral', 'gpt_oss', 'phi3']) {
 // An expert's gate and up in one format are packed as one matrix, their panels interleaved
 // (native/src/model.cc); stored in two types they stay two matrices, which this load exercises,
 // and each matrix (down too, in gate's other type) reads rows packed for its own format.
-test('qwen3_moe: experts whose gate, up and down are stored in different types (Q8_0, Q4_0, Q4_0) compute what their fp64 dequantization computes', async (t) => {
-  using temp = makeTempDir('gguf-family-mixed');
-  const seed = freshSeed(t);
-  const dir = writeCheckpoint(temp.dir, 'qwen3_moe', { ...FAMILIES.qwen3_moe, numExpertsPerToken: FAMILIES.qwen3_moe.numExperts, dtype: 'fp32', seed });
-  const gguf = path.join(temp.dir, 'model.gguf');
-  writeLlamaGguf(dir, gguf, { matrixType: 'Q8_0', typesBySuffix: { 'ffn_up_exps.weight': 'Q4_0', 'ffn_down_exps.weight': 'Q4_0' } });
-  const reference = dequantizedReference(temp.dir, dir, gguf);
-  const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
-  // Q4_0's bound (gguf.test.ts): its 4-bit panels meet int8 activations per 32.
-  const bound = 6e-2;
-  for (const kernel of KERNELS) {
-    await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
-      const label = `seed ${seed}, Q8_0 gate, Q4_0 up and down, ${kernel}`;
-      const expected = await trace(loadOptions(reference, { kernel }), prompt, seed);
-      assertBitwiseEqual(await trace(loadOptions(gguf, { kernel, dtype: 'fp32' }), prompt, seed), expected, `${label}, fp32 weights`);
-      const error = relativeLogitError(await trace(loadOptions(gguf, { kernel }), prompt, seed), expected);
-      t.diagnostic(`${label}: quantized panels ${error.toExponential(2)} off`);
-      assert.ok(error <= bound, `${label}: quantized panels' logits are ${error.toExponential(2)} off (relative), over ${bound}`);
-    });
-  }
-});
+// Every token takes every expert (no choice for quantization to flip); 4 experts run as (expert,
+// tile) tasks, 32 as whole experts per thread (moe.cc's two schedules, each packing its own rows).
+for (const numExperts of [4, 32]) {
+  test(`qwen3_moe, ${numExperts} experts: experts whose gate, up and down are stored in different types (Q8_0, Q4_0, Q4_0) compute what their fp64 dequantization computes`, async (t) => {
+    using temp = makeTempDir('gguf-family-mixed');
+    const seed = freshSeed(t);
+    const dir = writeCheckpoint(temp.dir, 'qwen3_moe', { ...FAMILIES.qwen3_moe, numExperts, numExpertsPerToken: numExperts, dtype: 'fp32', seed });
+    const gguf = path.join(temp.dir, 'model.gguf');
+    writeLlamaGguf(dir, gguf, { matrixType: 'Q8_0', typesBySuffix: { 'ffn_up_exps.weight': 'Q4_0', 'ffn_down_exps.weight': 'Q4_0' } });
+    const reference = dequantizedReference(temp.dir, dir, gguf);
+    const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
+    // Q4_0's bound (gguf.test.ts): its 4-bit panels meet int8 activations per 32.
+    const bound = 6e-2;
+    for (const kernel of KERNELS) {
+      await t.test(kernel, { skip: kernelSkip(kernel) }, async () => {
+        const label = `seed ${seed}, ${numExperts} experts, Q8_0 gate, Q4_0 up and down, ${kernel}`;
+        const expected = await trace(loadOptions(reference, { kernel }), prompt, seed);
+        assertBitwiseEqual(await trace(loadOptions(gguf, { kernel, dtype: 'fp32' }), prompt, seed), expected, `${label}, fp32 weights`);
+        const error = relativeLogitError(await trace(loadOptions(gguf, { kernel }), prompt, seed), expected);
+        t.diagnostic(`${label}: quantized panels ${error.toExponential(2)} off`);
+        assert.ok(error <= bound, `${label}: quantized panels' logits are ${error.toExponential(2)} off (relative), over ${bound}`);
+      });
+    }
+  });
+}
 
 test('the writer refuses what llama.cpp cannot hold, naming it', (t) => {
   using temp = makeTempDir('gguf-family-refusals');
