@@ -6,10 +6,12 @@
 // appended extends the d paths still short of d by one node each.
 //
 // Nodes live in flat typed arrays (counts, token, parent and child links) reused through a free
-// list, and child lookup goes through one Map keyed by parent and token: a tree is a handful of
-// objects however many nodes it holds.
+// list, and child lookup goes through one hash table of typed arrays keyed by parent and token
+// (child-table.ts): a tree is a handful of objects however many nodes it holds, and indexing a
+// token allocates nothing.
+import { ChildTable } from './child-table.ts';
 
-/** Token ids below this; node ids times it stay within a double's exact integers. */
+/** Token ids below this. */
 const TOKEN_SPACE = 2 ** 24;
 const NONE = -1;
 
@@ -29,7 +31,7 @@ export class SuffixTree {
   private previousSiblings: Int32Array;
   /** The node of the path one token shorter at its start (a suffix of the path is indexed whenever the path is). */
   private suffixLinks: Int32Array;
-  private readonly childByKey = new Map<number, number>();
+  private readonly childByKey = new ChildTable();
   private readonly freeNodes: number[] = [];
   private numAllocated = 1;
   /** Nodes that end the paths of the latest suffixes still shorter than maxDepth, for append. */
@@ -97,8 +99,8 @@ export class SuffixTree {
       let node = 0;
       const pathEnd = Math.min(i + this.maxDepth, tokenIds.length);
       for (let j = i; j < pathEnd; j++) {
-        const child = this.childByKey.get(node * TOKEN_SPACE + tokenIds[j]);
-        if (child === undefined) throw new Error('suffix tree: removing a suffix that was never indexed');
+        const child = this.childByKey.get(node, tokenIds[j]);
+        if (child === NONE) throw new Error('suffix tree: removing a suffix that was never indexed');
         node = child;
         // A node this suffix alone passed through has nothing below but this suffix's rest.
         if (--this.counts[node] === 0) {
@@ -176,7 +178,7 @@ export class SuffixTree {
   /** The node of the path tokens[start, end) from the root, or NONE. */
   private find(tokenIds: readonly number[], start: number, end: number): number {
     let node = 0;
-    for (let i = start; i < end && node !== NONE; i++) node = this.childByKey.get(node * TOKEN_SPACE + tokenIds[i]) ?? NONE;
+    for (let i = start; i < end && node !== NONE; i++) node = this.childByKey.get(node, tokenIds[i]);
     return node;
   }
 
@@ -191,9 +193,8 @@ export class SuffixTree {
 
   private childOrCreate(parent: number, tokenId: number): number {
     if (!(tokenId >= 0 && tokenId < TOKEN_SPACE)) throw new RangeError(`suffix tree: token id ${tokenId} out of range`);
-    const key = parent * TOKEN_SPACE + tokenId;
-    const existing = this.childByKey.get(key);
-    if (existing !== undefined) return existing;
+    const existing = this.childByKey.get(parent, tokenId);
+    if (existing !== NONE) return existing;
     const node = this.allocate();
     this.tokens[node] = tokenId;
     this.counts[node] = 0;
@@ -204,7 +205,7 @@ export class SuffixTree {
     this.previousSiblings[node] = NONE;
     if (next !== NONE) this.previousSiblings[next] = node;
     this.firstChildren[parent] = node;
-    this.childByKey.set(key, node);
+    this.childByKey.add(parent, tokenId, node);
     return node;
   }
 
@@ -212,8 +213,8 @@ export class SuffixTree {
   private freeSubpath(node: number, tokenIds: readonly number[], from: number, pathEnd: number): void {
     let below = node;
     for (let j = from; j < pathEnd; j++) {
-      const child = this.childByKey.get(below * TOKEN_SPACE + tokenIds[j]);
-      if (child === undefined) break;
+      const child = this.childByKey.get(below, tokenIds[j]);
+      if (child === NONE) break;
       this.unlink(below);
       this.freeNodes.push(below);
       below = child;
@@ -229,7 +230,7 @@ export class SuffixTree {
     if (previous === NONE) this.firstChildren[parent] = next;
     else this.nextSiblings[previous] = next;
     if (next !== NONE) this.previousSiblings[next] = previous;
-    this.childByKey.delete(parent * TOKEN_SPACE + this.tokens[node]);
+    this.childByKey.delete(parent, this.tokens[node]);
     this.parents[node] = NONE;
   }
 

@@ -65,12 +65,26 @@ inline size_t q4_panels_bytes(int32_t n, int32_t k) {
 }
 
 constexpr int32_t kQ4KBlockInputs = 256;
-constexpr size_t kQ4KPanelCodeBytes = 8 * kPanelColumns * 16;
-constexpr size_t kQ4KPanelBlockBytes = kQ4KPanelCodeBytes + 8 * kPanelColumns + kPanelColumns * (4 + 2 + 2);
 
-// k is a multiple of kQ4KBlockInputs.
-inline size_t q4k_panels_bytes(int32_t n, int32_t k) {
-  return size_t(num_panels(n)) * size_t(k / kQ4KBlockInputs) * kQ4KPanelBlockBytes;
+// A reduction segment zero-padded to whole super-blocks (row_parallel.h) holds only its own
+// sub-blocks [first_sub_block, end_sub_block) of k / 32, so it streams as densely as a whole
+// matrix: a super-block holding num_held of its 8 keeps their codes, then their scale and min
+// bytes, then the high bits, d and dmin as ever.
+constexpr size_t q4k_held_block_bytes(int32_t num_held) {
+  return size_t(num_held) * (kPanelColumns * 16 + kPanelColumns) + kPanelColumns * (4 + 2 + 2);
+}
+static_assert(q4k_held_block_bytes(8) == kPanelColumns * 144, "a whole super-block is the file's 144 bytes per column");
+
+// Sub-blocks [first_sub_block, end_sub_block) held of super-block s.
+inline int32_t q4k_first_held(int32_t s, int32_t first_sub_block) { return first_sub_block > 8 * s ? first_sub_block - 8 * s : 0; }
+inline int32_t q4k_end_held(int32_t s, int32_t end_sub_block) { return end_sub_block - 8 * s < 8 ? end_sub_block - 8 * s : 8; }
+
+inline size_t q4k_held_panel_bytes(int32_t first_sub_block, int32_t end_sub_block) {
+  size_t bytes = 0;
+  for (int32_t s = first_sub_block / 8; 8 * s < end_sub_block; ++s) {
+    bytes += q4k_held_block_bytes(q4k_end_held(s, end_sub_block) - q4k_first_held(s, first_sub_block));
+  }
+  return bytes;
 }
 
 constexpr int32_t kQ8KBlockInputs = 256;
@@ -100,6 +114,11 @@ struct Activations {
   const uint8_t* packed;
   size_t packed_stride;
   uint8_t* panel_scratch;
+  // kQ4KPanels only: the 32-input sub-blocks [first_sub_block, end_sub_block) of k that the
+  // matrix holds (a reduction segment zero-padded to whole super-blocks, row_parallel.h); the
+  // others' activations are zero.
+  int32_t first_sub_block = 0;
+  int32_t end_sub_block = INT32_MAX;
 };
 
 struct ArgMax {

@@ -178,6 +178,22 @@ Model::Model(const cd_model_spec& spec, const cd_load_options& options, const Ke
       if (blocks) {  // ggml blocks are addressed by element, from the tensor's start
         part.row_stride = row_stride;
         part.first_column = ref.first_column + w.k_begin[size_t(s)];
+        // A Q4_K segment of whole 32-input sub-blocks inside a matrix of whole super-blocks keeps
+        // Q4_K over the super-blocks it touches (row_parallel.h) instead of becoming kQ4Panels.
+        const int32_t lead = int32_t(part.first_column % kQ4KBlockInputs);
+        const bool pads_to_q4k = ref.encoding == CD_ENCODING_GGML_Q4_K && options.quantization == CD_QUANTIZATION_NONE &&
+                                 options.weight_dtype != CD_DTYPE_F32 && (lead != 0 || segment_k % kQ4KBlockInputs != 0) &&
+                                 lead % 32 == 0 && segment_k % 32 == 0 && k % kQ4KBlockInputs == 0 &&
+                                 ref.first_column % kQ4KBlockInputs == 0 && row_stride % kQ4KBlockInputs == 0;
+        if (pads_to_q4k) {
+          const int32_t padded_k = (lead + segment_k + kQ4KBlockInputs - 1) / kQ4KBlockInputs * kQ4KBlockInputs;
+          part.first_column -= lead;
+          w.segments[size_t(s)] = Matrix{weights.convert_q4k_panels(part, num_rows, padded_k, pool, lead / 32, (lead + segment_k) / 32),
+                                         MatrixFormat::kQ4KPanels};
+          w.padded_k[size_t(s)] = padded_k;
+          w.lead_inputs[size_t(s)] = lead;
+          continue;
+        }
         w.segments[size_t(s)] = matrix(part, num_rows, segment_k);
         continue;
       }

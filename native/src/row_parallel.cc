@@ -23,6 +23,11 @@ void grow_each(std::vector<std::vector<T>>& buffers, size_t count, size_t size) 
 
 int32_t segment_k(const SegmentedMatrix& w, int32_t s) { return w.k_begin[size_t(s) + 1] - w.k_begin[size_t(s)]; }
 
+// Inputs of segment s as its matrix and packed rows hold them.
+int32_t packed_k(const SegmentedMatrix& w, int32_t s) {
+  return w.padded_k[size_t(s)] != 0 ? w.padded_k[size_t(s)] : segment_k(w, s);
+}
+
 }  // namespace
 
 void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input, int32_t num_rows,
@@ -31,8 +36,10 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
   const size_t partial_size = size_t(num_rows) * size_t(n);
   const MatrixFormat format = w.segments[size_t(first_segment)].format;
   int32_t widest_k = 0;
+  int32_t widest_padded_k = 0;
   for (int32_t s = first_segment; s < end_segment; ++s) {
-    widest_k = std::max(widest_k, segment_k(w, s));
+    widest_k = std::max(widest_k, packed_k(w, s));
+    widest_padded_k = std::max(widest_padded_k, w.padded_k[size_t(s)]);
     // A model narrower than kReductionSegments inputs leaves some segments empty: their partial is 0.
     if (segment_k(w, s) == 0) std::fill_n(partials + size_t(s) * partial_size, partial_size, 0.0f);
   }
@@ -46,6 +53,7 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
   if (packs_per_thread) grow_each(scratch.packed_per_thread, num_threads, num_segments * packed_segment_bytes);
   const size_t panel_scratch_bytes = kernels.panel_scratch_bytes(format, widest_k, num_rows);
   if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
+  if (widest_padded_k > 0) grow_each(scratch.padded_per_thread, num_threads, size_t(widest_padded_k));
   if (input.prepare != nullptr && !prepares_per_thread) {
     pool.parallel_for(num_rows, rows_per_chunk(input_k), [&](int32_t, int32_t begin, int32_t end) {
       for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(input_k));
@@ -53,18 +61,32 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
   }
   // Each segment's slice of the rows is packed as a matrix of its own k, so its bytes are the same
   // whichever rank packs it.
-  const auto pack_segment = [&](const float* x, int32_t s, int32_t row_begin, int32_t row_end, uint8_t* packed) {
+  const auto pack_segment = [&](const float* x, int32_t s, int32_t row_begin, int32_t row_end, uint8_t* packed,
+                                int32_t thread_index) {
     const int32_t k = segment_k(w, s);
     if (k == 0) return;
-    kernels.pack_rows(x + size_t(row_begin) * size_t(input_k) + size_t(w.k_begin[size_t(s)] - input_k_begin),
-                      size_t(input_k), row_end - row_begin, k, format,
-                      packed + size_t(s - first_segment) * packed_segment_bytes + size_t(row_begin) * packed_stride,
-                      packed_stride);
+    const float* segment_x = x + size_t(w.k_begin[size_t(s)] - input_k_begin);
+    uint8_t* segment_packed = packed + size_t(s - first_segment) * packed_segment_bytes;
+    const int32_t padded_k = w.padded_k[size_t(s)];
+    if (padded_k == 0) {
+      kernels.pack_rows(segment_x + size_t(row_begin) * size_t(input_k), size_t(input_k), row_end - row_begin, k, format,
+                        segment_packed + size_t(row_begin) * packed_stride, packed_stride);
+      return;
+    }
+    float* padded = scratch.padded_per_thread[size_t(thread_index)].data();
+    std::fill_n(padded, padded_k, 0.0f);
+    for (int32_t row = row_begin; row < row_end; ++row) {
+      std::copy_n(segment_x + size_t(row) * size_t(input_k), k, padded + w.lead_inputs[size_t(s)]);
+      kernels.pack_rows(padded, size_t(padded_k), 1, padded_k, format, segment_packed + size_t(row) * packed_stride,
+                        packed_stride);
+    }
   };
   if (packed_stride > 0 && !packs_per_thread) {
     if (scratch.packed_shared.size() < num_segments * packed_segment_bytes) scratch.packed_shared.resize(num_segments * packed_segment_bytes);
-    pool.parallel_for(num_rows, rows_per_chunk(input_k), [&](int32_t, int32_t begin, int32_t end) {
-      for (int32_t s = first_segment; s < end_segment; ++s) pack_segment(input.x, s, begin, end, scratch.packed_shared.data());
+    pool.parallel_for(num_rows, rows_per_chunk(input_k), [&](int32_t thread_index, int32_t begin, int32_t end) {
+      for (int32_t s = first_segment; s < end_segment; ++s) {
+        pack_segment(input.x, s, begin, end, scratch.packed_shared.data(), thread_index);
+      }
     });
   }
   const int32_t tiles_per_segment = (n + kColumnTile - 1) / kColumnTile;
@@ -80,7 +102,7 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
         for (int32_t row = 0; row < num_rows; ++row) input.prepare(input.context, row, own_x + size_t(row) * size_t(input_k));
       }
       if (own_packed != nullptr) {
-        for (int32_t s = first_segment; s < end_segment; ++s) pack_segment(x, s, 0, num_rows, own_packed);
+        for (int32_t s = first_segment; s < end_segment; ++s) pack_segment(x, s, 0, num_rows, own_packed, thread_index);
       }
     }
     uint8_t* panel_scratch = panel_scratch_bytes > 0 ? scratch.panel_per_thread[size_t(thread_index)].data() : nullptr;
@@ -92,9 +114,13 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
       task += tile_end - tile_begin;
       const int32_t k = segment_k(w, s);
       if (k == 0) continue;
-      const Activations activations{x + size_t(w.k_begin[size_t(s)] - input_k_begin), size_t(input_k),
-                                    packed + size_t(s - first_segment) * packed_segment_bytes, packed_stride, panel_scratch};
-      kernels.matmul(activations, num_rows, k, w.segments[size_t(s)], tile_begin * kColumnTile,
+      Activations activations{x + size_t(w.k_begin[size_t(s)] - input_k_begin), size_t(input_k),
+                              packed + size_t(s - first_segment) * packed_segment_bytes, packed_stride, panel_scratch};
+      if (w.padded_k[size_t(s)] != 0) {
+        activations.first_sub_block = w.lead_inputs[size_t(s)] / 32;
+        activations.end_sub_block = (w.lead_inputs[size_t(s)] + k) / 32;
+      }
+      kernels.matmul(activations, num_rows, packed_k(w, s), w.segments[size_t(s)], tile_begin * kColumnTile,
                      std::min(tile_end * kColumnTile, n), partials + size_t(s) * partial_size, size_t(n), false);
     }
   });

@@ -26,6 +26,13 @@ constexpr int32_t kReductionSegments = 8;
 struct SegmentedMatrix {
   std::array<int32_t, kReductionSegments + 1> k_begin{};
   std::array<Matrix, kReductionSegments> segments{};
+  // A Q4_K segment that does not cover whole super-blocks of the file keeps Q4_K: its matrix holds
+  // the super-blocks it touches (padded_k inputs, 0 when not padded), its own inputs starting
+  // lead_inputs in. Its activations are packed zero-padded the same way, so each super-block's
+  // activation scale is over the segment's own inputs only, whichever rank packs it, and the
+  // kernel skips the sub-blocks outside it.
+  std::array<int32_t, kReductionSegments> padded_k{};
+  std::array<int32_t, kReductionSegments> lead_inputs{};
 };
 
 inline int32_t segment_begin(int64_t k, int32_t segment) { return int32_t(k * segment / kReductionSegments); }
@@ -35,6 +42,7 @@ struct SegmentScratch {
   std::vector<std::vector<uint8_t>> packed_per_thread;  // [threads][segments × rows × stride]
   std::vector<uint8_t> packed_shared;
   std::vector<std::vector<uint8_t>> panel_per_thread;
+  std::vector<std::vector<float>> padded_per_thread;  // a padded segment's row before packing
   std::vector<uint8_t> ready_per_thread;  // whether the thread prepared and packed its copy this call
 };
 

@@ -384,23 +384,25 @@ namespace {
 
 // Calls fill(out, column, block) for every column of every block_inputs-wide super-block of a
 // GGUF K-quant matrix converted to panels (kQ4KPanels, kQ8KPanels), panels spread over the pool:
-// out is the panel's super-block (panel_block_bytes), block the column's block in the file
+// out is the panel's super-block s (panel_bytes per panel, block_bytes(s) per super-block, for s
+// in [first_super_block, end_super_block)), block the column's block in the file
 // (file_block_bytes), nullptr for the padding columns past num_rows.
-template <typename Fill>
+template <typename BlockBytes, typename Fill>
 void for_each_panel_block(const ElementReader& reader, const uint8_t* source, int32_t file_block_bytes,
-                          int32_t block_inputs, int32_t num_rows, int32_t k, uint8_t* panels, size_t panel_block_bytes,
-                          ThreadPool& pool, const Fill& fill) {
-  const int32_t num_super_blocks = k / block_inputs;
+                          int32_t block_inputs, int32_t num_rows, int32_t first_super_block, int32_t end_super_block,
+                          uint8_t* panels, size_t panel_bytes, const BlockBytes& block_bytes, ThreadPool& pool,
+                          const Fill& fill) {
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
-      for (int32_t s = 0; s < num_super_blocks; ++s) {
-        uint8_t* out = panels + (size_t(panel) * size_t(num_super_blocks) + size_t(s)) * panel_block_bytes;
+      uint8_t* out = panels + size_t(panel) * panel_bytes;
+      for (int32_t s = first_super_block; s < end_super_block; ++s) {
         for (int32_t column = 0; column < kPanelColumns; ++column) {
           const int32_t row = panel * kPanelColumns + column;
           const uint8_t* block =
               row < num_rows ? source + reader.index_of(row, s * block_inputs) / block_inputs * file_block_bytes : nullptr;
-          fill(out, column, block);
+          fill(out, s, column, block);
         }
+        out += block_bytes(s);
       }
     }
   });
@@ -408,14 +410,22 @@ void for_each_panel_block(const ElementReader& reader, const uint8_t* source, in
 
 }  // namespace
 
-const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool) {
+const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool,
+                                               int32_t first_sub_block, int32_t end_sub_block) {
   const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
   const ElementReader reader(ref, source, nullptr, k);
-  uint8_t* panels = allocate_matrix(q4k_panels_bytes(num_rows, k), true);
-  for_each_panel_block(reader, source, ggml_block_bytes(CD_ENCODING_GGML_Q4_K), kQ4KBlockInputs, num_rows, k, panels,
-                       kQ4KPanelBlockBytes, pool, [](uint8_t* out, int32_t column, const uint8_t* block) {
-    uint8_t* low_nibbles = out + kQ4KPanelCodeBytes;
-    uint32_t* high_bits = reinterpret_cast<uint32_t*>(low_nibbles + 8 * kPanelColumns);
+  if (end_sub_block < 0) end_sub_block = k / 32;
+  const size_t panel_bytes = q4k_held_panel_bytes(first_sub_block, end_sub_block);
+  uint8_t* panels = allocate_matrix(size_t(num_panels(num_rows)) * panel_bytes, true);
+  const auto first_held = [first_sub_block](int32_t s) { return q4k_first_held(s, first_sub_block); };
+  const auto end_held = [end_sub_block](int32_t s) { return q4k_end_held(s, end_sub_block); };
+  for_each_panel_block(reader, source, ggml_block_bytes(CD_ENCODING_GGML_Q4_K), kQ4KBlockInputs, num_rows,
+                       first_sub_block / 8, (end_sub_block + 7) / 8, panels, panel_bytes,
+                       [&](int32_t s) { return q4k_held_block_bytes(end_held(s) - first_held(s)); }, pool,
+                       [&](uint8_t* out, int32_t s, int32_t column, const uint8_t* block) {
+    const int32_t num_held = end_held(s) - first_held(s);
+    uint8_t* low_nibbles = out + size_t(num_held) * kPanelColumns * 16;
+    uint32_t* high_bits = reinterpret_cast<uint32_t*>(low_nibbles + num_held * kPanelColumns);
     uint16_t* d = reinterpret_cast<uint16_t*>(high_bits + kPanelColumns);
     uint16_t* dmin = d + kPanelColumns;
     uint8_t codes[32];
@@ -423,6 +433,7 @@ const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t
     dmin[column] = block != nullptr ? uint16_t(block[2] | (block[3] << 8)) : 0;
     high_bits[column] = 0;
     for (int32_t j = 0; j < 8; ++j) {
+      const int32_t held = j - first_held(s);
       int32_t scale = 0, min = 0;
       if (block != nullptr) {
         ggml_k4_scale_min(j, block + 4, &scale, &min);
@@ -433,9 +444,10 @@ const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t
       } else {
         std::fill(codes, codes + 32, uint8_t(0));
       }
-      low_nibbles[j * kPanelColumns + column] = uint8_t((scale & 0x0f) | ((min & 0x0f) << 4));
       high_bits[column] |= uint32_t((scale >> 4) | ((min >> 4) << 2)) << (4 * j);
-      uint8_t* sub_block = out + size_t(j) * kPanelColumns * 16;
+      if (held < 0 || held >= num_held) continue;
+      low_nibbles[held * kPanelColumns + column] = uint8_t((scale & 0x0f) | ((min & 0x0f) << 4));
+      uint8_t* sub_block = out + size_t(held) * kPanelColumns * 16;
       for (int32_t g = 0; g < 4; ++g) q4_words(sub_block)[g * kPanelColumns + column] = q4_word(codes + 8 * g);
     }
   });
@@ -449,8 +461,9 @@ const uint8_t* WeightStore::convert_q8k_panels(const cd_tensor_ref& ref, int32_t
   const cd_encoding encoding = ref.encoding;
   const bool q6 = encoding == CD_ENCODING_GGML_Q6_K;
   uint8_t* panels = allocate_matrix(q8k_panels_bytes(num_rows, k), true);
-  for_each_panel_block(reader, source, ggml_block_bytes(encoding), kQ8KBlockInputs, num_rows, k, panels,
-                       kQ8KPanelBlockBytes, pool, [encoding, q6](uint8_t* out, int32_t column, const uint8_t* block) {
+  for_each_panel_block(reader, source, ggml_block_bytes(encoding), kQ8KBlockInputs, num_rows, 0, k / kQ8KBlockInputs, panels,
+                       q8k_panels_bytes(kPanelColumns, k), [](int32_t) { return kQ8KPanelBlockBytes; }, pool,
+                       [encoding, q6](uint8_t* out, int32_t, int32_t column, const uint8_t* block) {
     int8_t* sub_scales = reinterpret_cast<int8_t*>(out + kQ8KPanelCodeBytes);
     uint8_t* mins = reinterpret_cast<uint8_t*>(sub_scales + 16 * kPanelColumns);
     uint16_t* d = reinterpret_cast<uint16_t*>(mins + 8 * kPanelColumns);

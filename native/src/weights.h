@@ -55,8 +55,11 @@ class WeightStore {
                                     ThreadPool& pool);
 
   // A [num_rows, k] GGUF Q4_K matrix in MatrixFormat::kQ4KPanels (kernels.h), its blocks' values
-  // moved, none changed; k and each row's first element are multiples of 256.
-  const uint8_t* convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool);
+  // moved, none changed; k and each row's first element are multiples of 256. It holds the
+  // 32-input sub-blocks [first_sub_block, end_sub_block) (-1: k / 32) of each row (kernels.h,
+  // q4k_held_block_bytes).
+  const uint8_t* convert_q4k_panels(const cd_tensor_ref& ref, int32_t num_rows, int32_t k, ThreadPool& pool,
+                                    int32_t first_sub_block = 0, int32_t end_sub_block = -1);
 
   // A [num_rows, k] GGUF Q5_K or Q6_K matrix in MatrixFormat::kQ8KPanels (kernels.h), its values
   // as stored; k and each row's first element are multiples of 256.
