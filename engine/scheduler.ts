@@ -27,9 +27,10 @@ export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'max
 
 /**
  * A mode's prefill limits. interactivity: one long prompt a step, short ones (an eighth of the
- * budget or less: each costs the step little) beside it as they come, and beside decodes at most
- * 3/16 of the budget of prompt tokens (a chunk of a 256-token prompt takes a step about a third
- * as long as the whole; tools/scheduler-sim.ts measures the choice), never fewer than
+ * budget or less: each costs the step little) beside it as they come, and beside decodes, while
+ * two or more prompts wait, at most 3/16 of the budget of prompt tokens (a chunk of a 256-token
+ * prompt takes a step about a third as long as the whole; tools/scheduler-sim.ts measures the
+ * choice), never fewer than
  * MIN_PREFILL_TOKENS_BESIDE_DECODES; throughput: every prompt the budget holds, as the scheduler
  * did before it had modes.
  */
@@ -78,14 +79,15 @@ export interface SchedulerConfig {
   maxLongPartialPrefills: number;
   longPrefillTokenThreshold: number;
   /**
-   * Most prompt tokens in a step that also decodes (absent: the whole budget). A step is as long
-   * as its tokens: a whole prompt beside the decodes stalls every stream for its compute, so
-   * streams that started apart advance in lockstep, end together, and their clients' next
-   * prompts arrive together and queue behind each other (each waits for the one before: TTFT
-   * twice a prompt's step at 8 closed-loop clients). In small chunks the decodes keep their
-   * pace, ends stay apart, and a new prompt meets a short step. This holds for a burst of
-   * arrivals too: drained whole beside the decodes, it would leave its streams in lockstep for
-   * many rounds. A prompt with no decodes beside it is computed whole.
+   * Most prompt tokens in a step that also decodes while prompts contend, two or more with
+   * tokens to compute (absent: the whole budget). A step is as long as its tokens: prompts
+   * drained whole beside the decodes stall every stream for their compute and queue behind each
+   * other, so a burst's streams advance in lockstep, end together, and their clients' next
+   * prompts arrive together again (TTFT twice a prompt's step at 8 closed-loop clients). In
+   * small chunks the decodes keep their pace, ends stay apart, and a new prompt meets a short
+   * step. A lone prompt (none other waiting) is computed whole: it holds nobody back, and in
+   * chunks its first token would wait for more steps, each with its fixed cost and the decodes'
+   * rows. A prompt with no decodes beside it is computed whole too.
    */
   maxPrefillTokensBesideDecodes?: number;
   generationDefaults: GenerationDefaults;
@@ -379,7 +381,9 @@ export class Scheduler {
     order.length = 0;
     tokenBudget -= this.addProposals(scheduled.length, tokenBudget);
     const { maxPrefillTokensBesideDecodes } = this.config;
-    const chunksSmall = scheduled.length > 0 && maxPrefillTokensBesideDecodes !== undefined;
+    // Chunks only while prompts contend: a lone prompt taken whole holds nobody back.
+    const numPendingPrompts = prefilling.length + this.waiting.size;
+    const chunksSmall = scheduled.length > 0 && maxPrefillTokensBesideDecodes !== undefined && numPendingPrompts > 1;
     const numWithheldTokens = chunksSmall ? Math.max(0, tokenBudget - maxPrefillTokensBesideDecodes!) : 0;
     tokenBudget -= numWithheldTokens;
 

@@ -19,17 +19,16 @@ test('one client: a prompt\'s step, then a decode step per token, and the next r
 test('two clients at once: one long prompt a step gives the first its token a prompt sooner than packing both', () => {
   const interactivity = simulateClosedLoop(prefillLimitsFor('interactivity', 8, 512), cost, { ...load, numClients: 2, numRequests: 2 });
   const throughput = simulateClosedLoop(prefillLimitsFor('throughput', 8, 512), cost, { ...load, numClients: 2, numRequests: 2 });
-  // One at a time: 3 + 110, then beside a's decodes in chunks of 96 (512 × 3/16):
-  // 3 + 110 + (10 + 1 + 96) + (10 + 1 + 4); packed: both 3 + (10 + 200).
-  assert.deepEqual(interactivity.ttftsMs, [113, 235]);
+  // One at a time: 3 + 110, then b whole beside a's decode (no other prompt waits, so no
+  // chunks): 3 + 110 + (10 + 1 + 100); packed: both 3 + (10 + 200).
+  assert.deepEqual(interactivity.ttftsMs, [113, 224]);
   assert.deepEqual(throughput.ttftsMs, [213, 213]);
 });
 
 test('a request that reaches the worker during a step waits for it, and its TTFT counts the wait', () => {
   const result = simulateClosedLoop(prefillLimitsFor('interactivity', 8, 512), cost, { ...load, numClients: 2, numRequests: 3 });
-  // a: prompt 3-113, decodes end at 220, 235, 247 (its last). b: prompt in steps 113-220 and
-  // 220-235, decodes at 247, 258 (alone: 11), 365. a's next request reaches the worker at 250,
-  // during 247-258; then its prompt's first chunk goes beside b's last decode (258-365) and the
-  // rest alone (365-379): TTFT 379 - 247.
-  assert.deepEqual(result.ttftsMs, [113, 235, 132]);
+  // a: prompt 3-113, decodes end at 224, 236, 248 (its last). b: prompt whole in 113-224,
+  // decodes at 236, 248, 259 (alone: 11). a's next request reaches the worker at 251, during
+  // 248-259; then its prompt alone (259-369): TTFT 369 - 248.
+  assert.deepEqual(result.ttftsMs, [113, 224, 121]);
 });

@@ -126,19 +126,23 @@ test('the prefill limits are checked: positive counts, no more long prompts than
   assert.ok(setup(limits).scheduler instanceof Scheduler);
 });
 
-test('beside decodes a prompt goes in chunks of maxPrefillTokensBesideDecodes, a queue of them too, and alone it goes whole', async () => {
+test('beside decodes prompts go in chunks of maxPrefillTokensBesideDecodes while two or more contend; a lone one goes whole', async () => {
   const { scheduler, step } = setup({ maxNumBatchedTokens: 64, ...oneLong(4), maxPrefillTokensBesideDecodes: 8 });
-  scheduler.add(request('a', 20, { maxTokens: 6 }));
+  scheduler.add(request('a', 20, { maxTokens: 7 }));
   assert.deepEqual(plan((await step()).output), ['a:20*']);
-  scheduler.add(request('b', 20, { maxTokens: 2 }));
-  // a decodes every step while b's prompt goes 8 tokens at a time.
-  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:8']);
-  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:8']);
-  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:4*']);
-  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*']);
-  // Five prompts queued behind a decode (a burst): still chunks while a decodes, then whole.
-  for (const id of ['c', 'd', 'e', 'f', 'g']) scheduler.add(request(id, 20, { maxTokens: 1 }));
-  assert.deepEqual(plan((await step()).output), ['a:1*', 'c:8']);
-  assert.deepEqual(plan((await step()).output), ['c:12*']);
-  assert.deepEqual(plan((await step()).output), ['d:20*']);
+  // b alone: no other prompt waits for the step, so it takes its whole prompt beside a's decode.
+  scheduler.add(request('b', 20, { maxTokens: 5 }));
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:20*']);
+  // c and d together: 8 prompt tokens a step while both have some to compute, then d alone goes whole.
+  scheduler.add(request('c', 20, { maxTokens: 1 }));
+  scheduler.add(request('d', 20, { maxTokens: 1 }));
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*', 'c:8']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*', 'c:8']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*', 'c:4*', 'd:4']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*', 'd:16*']);
+  // A burst of five behind a decode: chunks while a decodes, then whole with no decodes beside.
+  for (const id of ['e', 'f', 'g', 'h', 'i']) scheduler.add(request(id, 20, { maxTokens: 1 }));
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'e:8']);
+  assert.deepEqual(plan((await step()).output), ['e:12*']);
+  assert.deepEqual(plan((await step()).output), ['f:20*']);
 });
