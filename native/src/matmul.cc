@@ -27,10 +27,13 @@ void grow_each(std::vector<std::vector<T>>& buffers, size_t count, size_t size) 
 
 }  // namespace
 
-void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input,
-                      int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs,
-                      MatmulScratch& scratch) {
-  const MatrixFormat format = jobs.begin()->weight.format;
+namespace {
+
+// Jobs of one weight format: their activations are packed once, for that format.
+void matmuls_of_one_format(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input,
+                           int32_t num_rows, int32_t k, const MatmulJob* first_job, const MatmulJob* end_job,
+                           MatmulScratch& scratch) {
+  const MatrixFormat format = first_job->weight.format;
   const size_t packed_stride = kernels.packed_row_bytes(format, k);
   const size_t num_threads = size_t(pool.num_threads());
   const bool prepares_per_thread = input.prepare != nullptr && num_rows <= kMaxRowsPreparedPerThread;
@@ -52,7 +55,7 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
     });
   }
   int32_t num_tiles = 0;
-  for (const MatmulJob& job : jobs) num_tiles += (job.num_columns + kColumnTile - 1) / kColumnTile;
+  for (const MatmulJob* job = first_job; job != end_job; ++job) num_tiles += (job->num_columns + kColumnTile - 1) / kColumnTile;
   // Each thread prepares and packs its own rows once, on its first chunk.
   std::vector<Activations>& activations_of = scratch.activations_per_thread;
   activations_of.assign(num_threads, Activations{nullptr, 0, nullptr, 0, nullptr});
@@ -75,7 +78,8 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
       }
     }
     int32_t first_tile_of_job = 0;
-    for (const MatmulJob& job : jobs) {
+    for (const MatmulJob* each = first_job; each != end_job; ++each) {
+      const MatmulJob& job = *each;
       const int32_t job_tiles = (job.num_columns + kColumnTile - 1) / kColumnTile;
       const int32_t begin = std::max(tile_begin, first_tile_of_job) - first_tile_of_job;
       const int32_t end = std::min(tile_end, first_tile_of_job + job_tiles) - first_tile_of_job;
@@ -87,6 +91,24 @@ void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const Matmul
       first_tile_of_job += job_tiles;
     }
   });
+}
+
+}  // namespace
+
+void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input,
+                      int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs,
+                      MatmulScratch& scratch) {
+  // A mixed GGUF (Q4_K_M's Q6_K attn_v beside Q4_K q and k) gives one input matrices of different
+  // formats, each of which reads activations packed its own way: one pass per run of a format.
+  // Only the first runs a shared prepare (it fills input.x); private per-thread copies are redone.
+  MatmulInput run_input = input;
+  for (const MatmulJob* begin = jobs.begin(); begin != jobs.end();) {
+    const MatmulJob* end = begin + 1;
+    while (end != jobs.end() && end->weight.format == begin->weight.format) ++end;
+    matmuls_of_one_format(pool, kernels, run_input, num_rows, k, begin, end, scratch);
+    if (num_rows > kMaxRowsPreparedPerThread) run_input.prepare = nullptr;
+    begin = end;
+  }
 }
 
 }  // namespace conduit

@@ -38,7 +38,7 @@ struct MatmulScratch {
   std::vector<Activations> activations_per_thread;  // what each thread's chunks read
 };
 
-// y_j = input · W_j^T for each job, all sharing the input and so one weight format.
+// y_j = input · W_j^T for each job, all sharing the input (of any weight formats).
 void parallel_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input,
                       int32_t num_rows, int32_t k, std::initializer_list<MatmulJob> jobs,
                       MatmulScratch& scratch);
