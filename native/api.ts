@@ -13,6 +13,13 @@ export type KernelPath = 'auto' | 'amx' | 'avx512' | 'avx2' | 'scalar';
  * whatever the setting).
  */
 export type Quantization = 'none' | 'int8' | 'int4';
+/**
+ * How a loaded weight matrix is held, as its kernels read it: panels of fp32, fp16 or bf16;
+ * `int8` and `int4` (Quantization's formats); `q4_k`: GGUF Q4_K blocks as they are (4-bit codes,
+ * 6-bit scales and mins per 32, fp16 factors per 256); `q8_k`: GGUF Q5_K and Q6_K values as int8
+ * with their blocks' scales.
+ */
+export type MatrixFormat = 'fp32' | 'fp16' | 'bf16' | 'int8' | 'int4' | 'q4_k' | 'q8_k';
 /** Where the weights and KV cache live and passes run: `cpu`, or `cuda` (a plugin opened on demand). */
 export type Device = 'cpu' | 'cuda';
 

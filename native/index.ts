@@ -11,6 +11,7 @@ import type {
   ForwardResult,
   KernelPath,
   LoadOptions,
+  MatrixFormat,
   ModelInfo,
   NativeModel,
   Quantization,
@@ -49,6 +50,7 @@ interface Binding {
   freeModel(handle: ModelHandle): void;
   serveRank(handle: ModelHandle): Promise<void>;
   collectiveNs(handle: ModelHandle): number;
+  matrixFormats(handle: ModelHandle): string;
   setActiveThreads(handle: ModelHandle, numThreads: number): void;
   kernelSupported(kernel: KernelPath): boolean;
   cudaDeviceCount(): { count: number; reason: string };
@@ -447,6 +449,22 @@ export class LoadedModel implements NativeModel {
   /** Seconds this rank has spent in collectives since it loaded (waiting for peers included). */
   collectiveSeconds(): number {
     return this.closed ? 0 : binding.collectiveNs(this.handle) / 1e9;
+  }
+
+  /**
+   * The format each weight matrix is held in, by name (lm_head, layers.3.q_proj, a row-parallel
+   * matrix's segments as layers.3.o_proj.0 .. .7, experts as layers.3.experts.5.down_proj): what
+   * the load chose for this file, these options and this rank. Empty on a GPU and after close().
+   */
+  matrixFormats(): Map<string, MatrixFormat> {
+    const formats = new Map<string, MatrixFormat>();
+    if (this.closed) return formats;
+    for (const line of binding.matrixFormats(this.handle).split('\n')) {
+      if (line === '') continue;
+      const [name, format] = line.split(' ');
+      formats.set(name!, format as MatrixFormat);
+    }
+    return formats;
   }
 
   /**

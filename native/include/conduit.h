@@ -394,6 +394,14 @@ void cd_model_set_active_threads(cd_model* model, int32_t num_threads);
 /* Only while no pass is running. */
 void cd_model_free(cd_model* model);
 
+/* The format each weight matrix is held in, as lines "name format\n": names as Hugging Face's
+   modules under the model (lm_head, layers.3.q_proj, layers.3.experts.5.down_proj), a row-parallel
+   matrix's segments as layers.3.o_proj.S (S of 8; a rank lists those it holds); formats fp32,
+   fp16, bf16, int8, int4, q4_k (GGUF Q4_K blocks) and q8_k (GGUF Q5_K/Q6_K as int8 super-blocks).
+   Writes at most capacity bytes, NUL included, and returns the text's length (snprintf's
+   contract). A device model lists none. */
+size_t cd_model_matrix_formats(const cd_model* model, char* out, size_t capacity);
+
 /* Benchmark probes (tools/bench-native.ts); the ceilings need an x86-64 CPU with AVX2 at least. */
 
 /* Best streaming-read bandwidth of num_threads threads over a size_bytes buffer, with the widest

@@ -17,6 +17,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("freeModel", Napi::Function::New(env, FreeModel));
   exports.Set("serveRank", Napi::Function::New(env, ServeRank));
   exports.Set("collectiveNs", Napi::Function::New(env, CollectiveNs));
+  exports.Set("matrixFormats", Napi::Function::New(env, MatrixFormats));
   exports.Set("setActiveThreads", Napi::Function::New(env, SetActiveThreads));
   exports.Set("kernelSupported", Napi::Function::New(env, KernelSupported));
   exports.Set("cudaDeviceCount", Napi::Function::New(env, CudaDeviceCount));

@@ -31,6 +31,7 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info);
 Napi::Value Forward(const Napi::CallbackInfo& info);
 Napi::Value ServeRank(const Napi::CallbackInfo& info);
 Napi::Value CollectiveNs(const Napi::CallbackInfo& info);
+Napi::Value MatrixFormats(const Napi::CallbackInfo& info);
 Napi::Value SetActiveThreads(const Napi::CallbackInfo& info);
 Napi::Value FreeModel(const Napi::CallbackInfo& info);
 // The JS handle of a loaded model (binding_load.cc hands it out; binding_forward.cc owns its layout).

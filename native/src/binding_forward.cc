@@ -198,6 +198,15 @@ Napi::Value CollectiveNs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), double(cd_model_collective_ns(handle_of(info[0])->model)));
 }
 
+// matrixFormats(handle) -> "name format\n" lines (cd_model_matrix_formats); "" once freed.
+Napi::Value MatrixFormats(const Napi::CallbackInfo& info) {
+  const cd_model* model = handle_of(info[0])->model;
+  if (model == nullptr) return Napi::String::New(info.Env(), "");
+  std::string text(cd_model_matrix_formats(model, nullptr, 0), '\0');
+  cd_model_matrix_formats(model, text.data(), text.size() + 1);
+  return Napi::String::New(info.Env(), text);
+}
+
 // setActiveThreads(handle, numThreads): also while a forward is in flight (its next op follows it).
 Napi::Value SetActiveThreads(const Napi::CallbackInfo& info) {
   ModelHandle* handle = handle_of(info[0]);
