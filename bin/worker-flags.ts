@@ -120,6 +120,7 @@ function prefillLimitsOf(model: LlmModelConfig): PrefillLimits {
     maxLongPartialPrefills: model.max_long_partial_prefills ?? Math.min(preset.maxLongPartialPrefills, maxNumPartialPrefills),
     longPrefillTokenThreshold: model.long_prefill_token_threshold ?? preset.longPrefillTokenThreshold,
     ...(maxPrefillTokensBesideDecodes === undefined ? {} : { maxPrefillTokensBesideDecodes }),
+    ...(preset.backlogPromptTokens === undefined ? {} : { backlogPromptTokens: preset.backlogPromptTokens }),
   };
 }
 

@@ -23,7 +23,7 @@ export type SchedulingPolicy = 'fcfs' | 'priority';
 /** What the scheduler favours when prompts queue (vLLM's performance_mode). */
 export type PerformanceMode = 'interactivity' | 'throughput';
 
-export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'maxLongPartialPrefills' | 'longPrefillTokenThreshold' | 'maxPrefillTokensBesideDecodes'>;
+export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'maxLongPartialPrefills' | 'longPrefillTokenThreshold' | 'maxPrefillTokensBesideDecodes' | 'backlogPromptTokens'>;
 
 /**
  * A mode's prefill limits. interactivity: one long prompt a step, short ones (an eighth of the
@@ -31,7 +31,8 @@ export type PrefillLimits = Pick<SchedulerConfig, 'maxNumPartialPrefills' | 'max
  * two or more prompts wait, at most 3/16 of the budget of prompt tokens (a chunk of a 256-token
  * prompt takes a step about a third as long as the whole; tools/scheduler-sim.ts measures the
  * choice), never fewer than
- * MIN_PREFILL_TOKENS_BESIDE_DECODES; throughput: every prompt the budget holds, as the scheduler
+ * MIN_PREFILL_TOKENS_BESIDE_DECODES, unless more than BACKLOG_STEPS budgets of prompt tokens wait;
+ * throughput: every prompt the budget holds, as the scheduler
  * did before it had modes.
  */
 export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxNumBatchedTokens: number): PrefillLimits {
@@ -43,8 +44,18 @@ export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxN
     maxLongPartialPrefills: 1,
     longPrefillTokenThreshold: Math.floor(maxNumBatchedTokens / 8),
     maxPrefillTokensBesideDecodes: defaultPrefillTokensBesideDecodes(maxNumBatchedTokens),
+    backlogPromptTokens: BACKLOG_STEPS * maxNumBatchedTokens,
   };
 }
+
+/**
+ * How many whole steps of prompt work make a backlog in the interactivity mode. Fewer, and the
+ * queue a handful of closed-loop clients leave (eight 256-token prompts in a 512 budget) would
+ * drain in whole prompts, in lockstep, and bring the next prompts back together (TTFT p50 1.5x the
+ * small chunks' at 8 clients on a CPU-time replay); at 32 clients' opening burst, four steps cut the last
+ * first token by a tenth (tools/README.md, "Sixth session").
+ */
+export const BACKLOG_STEPS = 4;
 
 /**
  * The fewest prompt tokens the interactivity mode puts beside decodes: a step pays a fixed cost
@@ -90,6 +101,17 @@ export interface SchedulerConfig {
    * rows. A prompt with no decodes beside it is computed whole too.
    */
   maxPrefillTokensBesideDecodes?: number;
+  /**
+   * Prompt tokens still to compute (waiting and partly computed) above which the prompts are a
+   * backlog (absent: never): beside the decodes a step then takes its whole budget, not
+   * maxPrefillTokensBesideDecodes. Small chunks keep a step short for the next arrival, but
+   * behind a backlog the next arrival waits for the queue anyway, and every step spent on a
+   * small chunk pays the step's fixed cost and the decodes' rows again: a burst's last first
+   * token comes when the queue is drained. Still one long prompt a step: two in a whole budget
+   * drain the queue sooner yet, but start their streams, and so end them, in pairs and bunches,
+   * and the clients' next prompts come back as another backlog (TTFT p50 5x at 32 clients).
+   */
+  backlogPromptTokens?: number;
   generationDefaults: GenerationDefaults;
   /** The served model's name, the root of its prefix-cache hashes. */
   modelName: string;
@@ -153,6 +175,7 @@ export class Scheduler {
       ['maxLongPartialPrefills', config.maxLongPartialPrefills, 1],
       ['longPrefillTokenThreshold', config.longPrefillTokenThreshold, 0],
       ['maxPrefillTokensBesideDecodes', config.maxPrefillTokensBesideDecodes ?? 1, 1],
+      ['backlogPromptTokens', config.backlogPromptTokens ?? 0, 0],
     ] as const) {
       if (!(Number.isInteger(value) && value >= min)) throw new RangeError(`${name} must be an integer >= ${min}, not ${value}`);
     }
@@ -380,10 +403,12 @@ export class Scheduler {
     }
     order.length = 0;
     tokenBudget -= this.addProposals(scheduled.length, tokenBudget);
-    const { maxPrefillTokensBesideDecodes } = this.config;
-    // Chunks only while prompts contend: a lone prompt taken whole holds nobody back.
+    const { maxPrefillTokensBesideDecodes, backlogPromptTokens } = this.config;
+    // Chunks only while prompts contend: a lone prompt taken whole holds nobody back; nor while
+    // they are a backlog, which only the whole budget drains soonest.
     const numPendingPrompts = prefilling.length + this.waiting.size;
-    const chunksSmall = scheduled.length > 0 && maxPrefillTokensBesideDecodes !== undefined && numPendingPrompts > 1;
+    const isBacklog = backlogPromptTokens !== undefined && this.numPendingPromptTokens(prefilling) > backlogPromptTokens;
+    const chunksSmall = scheduled.length > 0 && maxPrefillTokensBesideDecodes !== undefined && numPendingPrompts > 1 && !isBacklog;
     const numWithheldTokens = chunksSmall ? Math.max(0, tokenBudget - maxPrefillTokensBesideDecodes!) : 0;
     tokenBudget -= numWithheldTokens;
 
@@ -560,6 +585,13 @@ export class Scheduler {
       outputs.push({ ...this.outputOf(sequence, 'error'), error });
     }
     return outputs;
+  }
+
+  /** Prompt tokens still to compute: those waiting (less their cached prefixes) and those partly computed. */
+  private numPendingPromptTokens(prefilling: readonly Sequence[]): number {
+    let numTokens = this.numQueuedPrefillTokens;
+    for (const sequence of prefilling) numTokens += sequence.numTokens - sequence.numComputedTokens;
+    return numTokens;
   }
 
   /**

@@ -146,3 +146,21 @@ test('beside decodes prompts go in chunks of maxPrefillTokensBesideDecodes while
   assert.deepEqual(plan((await step()).output), ['e:12*']);
   assert.deepEqual(plan((await step()).output), ['f:20*']);
 });
+
+test('a backlog of more than backlogPromptTokens goes in whole prompts beside the decodes, one long a step, then chunks again', async () => {
+  const { scheduler, runner, step } = setup({ maxNumBatchedTokens: 64, ...oneLong(4), maxPrefillTokensBesideDecodes: 8, backlogPromptTokens: 50 });
+  scheduler.add(request('a', 20, { maxTokens: 6 }));
+  assert.deepEqual(plan((await step()).output), ['a:20*']);
+  for (const id of ['b', 'c', 'd']) scheduler.add(request(id, 20, { maxTokens: 2 }));
+  // 60 prompt tokens wait (over 50): b whole beside the decode, and c, long too, waits for the next step.
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:20*']);
+  // 40 wait: no longer a backlog, so 8-token chunks while c and d contend, then d whole.
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'b:1*', 'c:8']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'c:8']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'c:4*', 'd:4']);
+  assert.deepEqual(plan((await step()).output), ['a:1*', 'c:1*', 'd:16*']);
+  const tokens = new Map<string, number[]>();
+  while (scheduler.hasUnfinished) for (const news of (await step()).news) tokens.set(news.requestId, [...(tokens.get(news.requestId) ?? []), ...news.newTokenIds]);
+  assert.deepEqual(tokens.get('d'), runner.scriptedTokenIds('d', 2).slice(1));
+  assert.throws(() => setup({ backlogPromptTokens: -1 }), /backlogPromptTokens must be an integer >= 0/);
+});
