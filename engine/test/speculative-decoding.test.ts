@@ -340,8 +340,10 @@ test('the draft keeps exactly the KV of the tokens that followed its guesses, ho
   try {
     // Three sequences at once, each moved on between prepares as a step would (some guesses
     // accepted, then a token of the target's own), or several steps.
+    // Prompts of at most 16 tokens: all three catch-ups fit the 48-token budget, so every
+    // sequence guesses in every round (one that does not fit guesses nothing, by design).
     const sequences = Array.from({ length: 3 }, () => {
-      const prompt = Array.from({ length: 1 + Math.floor(random() * 20) }, token);
+      const prompt = Array.from({ length: 1 + Math.floor(random() * 16) }, token);
       return { tokenIds: prompt, numPromptTokens: prompt.length, maxDraftTokens: 1 + Math.floor(random() * 5) };
     });
     const guesses: number[] = [];
