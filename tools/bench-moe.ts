@@ -17,7 +17,9 @@
 //     (tools/bench-moe-gguf.py; bf16, and Q8_0 for int8) and measured by llama-bench (batch-1
 //     decode) and llama-batched-bench (32 sequences decoding together) on the same threads.
 //
-//   npm run bench:moe [-- --threads 2 --steps 32 --rounds 3 --modes bf16,int8 --llama-cpp DIR]
+//   - with --tiles, first one core's expert matmul at 1-32 rows against its read rate and peak.
+//
+//   npm run bench:moe [-- --threads 2 --steps 32 --rounds 3 --modes bf16,int8 --llama-cpp DIR --tiles]
 //
 // Memory: one mode's two models at a time (bf16: ~2.4 GiB packed), plus the 1 GiB buffer the
 // bandwidth probe reads before they load.
@@ -27,7 +29,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { NativeModel, Quantization } from '../native/api.ts';
-import { loadModel, probes } from '../native/index.ts';
+import { kernelSupported, loadModel, probes } from '../native/index.ts';
 import { describeCpu } from './bench-model.ts';
 import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint, type CheckpointOptions } from './make-checkpoint.ts';
@@ -152,6 +154,35 @@ function ggufOf(llamaDir: string, modelDir: string, mode: Mode): string {
   return q8;
 }
 
+// Rows per expert in a batch-32 step run from 1 to ~10 (256 routed rows over 64 experts), and a
+// step streams every expert once. This measures one core's expert matmul (k = hidden) at such row
+// counts on a matrix far beyond the caches, as the step streams it, against one thread's streaming
+// read and the path's multiply-add peak: where the experts run read-bound at the core's read rate,
+// only the machine's bandwidth moves the batch-32 figure; where they fall below both, the kernel does.
+const TILE_ROWS = [1, 2, 4, 8, 16, 32];
+const TILE_COLUMNS = 131072;
+
+function printTileProfile(modes: readonly Mode[]): void {
+  const kernel = kernelSupported('avx512') ? 'avx512' : 'avx2';
+  const read = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, 1, 5);
+  const peak = probes.peakFlopsPerSecond(kernel, 1);
+  console.log(`expert matmul on one thread (${kernel}; one thread's streaming read ${fmt(read / 1e9)} GB/s, bf16 multiply-add peak ${fmt(peak / 1e9)} GFLOP/s):`);
+  for (const mode of modes) {
+    const bytes = H * TILE_COLUMNS * mode.bytesPerWeight;
+    const cells = TILE_ROWS.map((numRows) => {
+      const seconds = probes.matmulSeconds({
+        kernel, dtype: 'bf16', quantization: mode.quantization, numRows, k: H, n: TILE_COLUMNS, numThreads: 1, numRepeats: 3,
+      });
+      const flops = 2 * numRows * H * TILE_COLUMNS;
+      // The peak is bf16's (vdpbf16ps) or fp32's (FMA); int8 runs other instructions.
+      const ofPeak = mode.quantization === 'none' ? `, ${fmt((flops / seconds / peak) * 100, 0)}% of peak` : '';
+      return `${numRows} rows ${fmt(bytes / seconds / read, 2)} of read${ofPeak}`;
+    });
+    console.log(`  ${mode.label} (${fmt(bytes / 2 ** 20, 0)} MiB): ${cells.join('; ')}`);
+  }
+  console.log('');
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -160,6 +191,7 @@ async function main(): Promise<void> {
       rounds: { type: 'string', default: '3' },
       modes: { type: 'string', default: 'bf16,int8' },
       'llama-cpp': { type: 'string' },
+      tiles: { type: 'boolean', default: false },
     },
   });
   const numThreads = Number(values.threads);
@@ -176,6 +208,8 @@ async function main(): Promise<void> {
   const started = performance.now();
   const bandwidth = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
   console.log(`threads ${numThreads}; streaming read ${fmt(bandwidth / 1e9)} GB/s\n`);
+
+  if (values.tiles) printTileProfile(modes);
 
   const shapeOf = (numSeqs: number) => ({ numSeqs, numPromptTokens: PROMPT_TOKENS, numSteps });
   const numKvBlocks = decodeKvBlocks(shapeOf(Math.max(...BATCH_SIZES)), BLOCK_SIZE_TOKENS);
