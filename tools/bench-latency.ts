@@ -12,6 +12,11 @@
 //   lockstep;
 // - shared prefix: 8 clients, one 1,024-token prefix plus 32 tokens of their own, 64 out.
 //
+// Before any server starts, the machine's compute ceiling (tools/prefill-ceiling.ts): the peak of
+// the instruction the prefill's matmuls run, the prefill rate a forward pass of two 256-token
+// prompts achieves, both on CPU time, and the lower bound they set on TTFT p99 at 32 clients
+// (the opening burst's prompts alone), printed beside that target as a ratio to llama-server's.
+//
 // Per point: output tokens/s, TTFT p50 / p99 and ITL p50 / p99, where ITL is the gap between two
 // consecutive streamed tokens (loadtest's chunk_gap_ms: a prefill that stalls the decodes shows
 // in its tail), and for Conduit where its mean TTFT went (its own histograms: the worker's
@@ -47,11 +52,12 @@ import { runLoadtest } from '../loadtest/run.ts';
 import { ServerTokenizer } from '../loadtest/server-tokenizer.ts';
 import { summarize } from '../loadtest/stats.ts';
 import type { WorkloadEntry } from '../loadtest/workload.ts';
-import { describeCpu, writeServableBenchModel } from './bench-model.ts';
+import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
 import { freePort } from './free-port.ts';
 import { writeLlamaGguf } from './llama-gguf.ts';
 import { simulateClosedLoop, type StepCostModel } from './scheduler-sim.ts';
 import { prefillLimitsFor, type PerformanceMode } from '../engine/scheduler.ts';
+import { burstTtftBoundMs, describePrefillCeiling, measurePrefillCeiling, peakPrefillTokensPerSecond, type PrefillCeiling } from './prefill-ceiling.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -288,8 +294,39 @@ function describe(figures: Figures): string {
     `ITL p50 ${ms(figures.itlP50Ms)} p99 ${ms(figures.itlP99Ms)}`;
 }
 
+/** The lower bounds on TTFT p99 at 32 clients: the opening burst's prompts at the compute peak, and at the prefill rate measured. */
+interface BurstBounds {
+  atPeakMs: number;
+  atAchievedMs: number;
+}
+
+/**
+ * The compute peak and the achieved prefill rate (tools/prefill-ceiling.ts), measured before any
+ * server starts, printed with the bound they set on the 32-client TTFT p99. Null, with a line
+ * saying why, where this machine has no probe.
+ */
+async function measureBurstBounds(numThreads: number, scale: number): Promise<BurstBounds | null> {
+  let ceiling: PrefillCeiling;
+  try {
+    // Two prompts: a step of the burst at the default budget (max_num_batched_tokens 512).
+    ceiling = await measurePrefillCeiling(ensureBenchCheckpoint(), numThreads, { promptTokens: FIXED.inputTokens, numPrompts: 2, shape: BENCH_SHAPE });
+  } catch (err) {
+    console.log(`compute peak and prefill rate: not measured (${(err as Error).message})`);
+    return null;
+  }
+  console.log(describePrefillCeiling(ceiling));
+  const numClients = 32;
+  const numRequests = numRequestsAt(scale, 'fixed, 32 clients', numClients);
+  const bound = (tokensPerSecond: number) => burstTtftBoundMs(numClients, numRequests, FIXED.inputTokens, tokensPerSecond, 0.99);
+  const bounds = { atPeakMs: bound(peakPrefillTokensPerSecond(ceiling)), atAchievedMs: bound(ceiling.achievedTokensPerSecond) };
+  if (Number.isNaN(bounds.atPeakMs)) return null;
+  console.log(`TTFT p99 at ${numClients} clients (${numRequests} requests, the first ${numClients} at once) is at least ${ms(bounds.atPeakMs)} at the compute peak, ` +
+    `${ms(bounds.atAchievedMs)} at the prefill rate measured (the k-th of a burst's ${FIXED.inputTokens}-token prompts waits for k prompts' compute, whatever the order)`);
+  return bounds;
+}
+
 /** One line per target: the figure, its reference from this run, and whether it holds. */
-function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
+function printTargets(figures: Map<ServerName, Map<string, Figures[]>>, burstBounds: BurstBounds | null): void {
   const get = (server: ServerName, label: string, key: keyof Figures): number | null => {
     const runs = figures.get(server)?.get(label);
     return runs === undefined ? null : median(runs.map((run) => run[key]));
@@ -312,6 +349,16 @@ function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
     get('interactivity', SPREAD_LABEL, 'ttftP50Ms'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
   line('TTFT p50 at 8 clients / llama-server\'s', get('interactivity', c8, 'ttftP50Ms'), get('llama', c8, 'ttftP50Ms'), 1);
   line('TTFT p99 at 32 clients / llama-server\'s', get('interactivity', c32, 'ttftP99Ms'), get('llama', c32, 'ttftP99Ms'), 0.5);
+  const llamaP99Ms = get('llama', c32, 'ttftP99Ms');
+  const conduitP99Ms = get('interactivity', c32, 'ttftP99Ms');
+  if (burstBounds !== null && (llamaP99Ms !== null || conduitP99Ms !== null)) {
+    const against = (boundMs: number) => [
+      llamaP99Ms === null ? '' : ` = ${(boundMs / llamaP99Ms).toFixed(2)}x llama-server's p99`,
+      conduitP99Ms === null ? '' : `, ${(boundMs / conduitP99Ms).toFixed(2)}x Conduit's`,
+    ].join('');
+    console.log(`    its lower bound (the burst's prompts alone, no decodes, no serving): ${ms(burstBounds.atPeakMs)} at the compute peak${against(burstBounds.atPeakMs)}; ` +
+      `${ms(burstBounds.atAchievedMs)} at this run's prefill rate${against(burstBounds.atAchievedMs)}`);
+  }
   line('ITL p99 at 8 clients', get('interactivity', c8, 'itlP99Ms'), 0, 250, 'ms');
   line('ITL p99 at 8 clients, spread outputs', get('interactivity', SPREAD_LABEL, 'itlP99Ms'), 0, 250, 'ms');
   line('ITL p99 at 32 clients', get('interactivity', c32, 'itlP99Ms'), 0, 500, 'ms');
@@ -403,6 +450,7 @@ async function main(): Promise<void> {
   console.log(`closed loop, streaming completions, ignore_eos: ${FIXED.inputTokens} + ${FIXED.outputTokens} tokens at 1, 8 and 32 clients ` +
     `(at 8 also ${FIXED.outputTokens - SPREAD_HALF_WIDTH_TOKENS}-${FIXED.outputTokens + SPREAD_HALF_WIDTH_TOKENS} tokens out, seeded, mean ${FIXED.outputTokens}); ` +
     `shared prefix ${SHARED.prefixTokens} + ${SHARED.inputTokens} tokens, ${SHARED.outputTokens} out, ${SHARED.numClients} clients; requests per point ${JSON.stringify(NUM_REQUESTS)}${scale === 1 ? '' : ` x ${scale}`} after 1 warm-up`);
+  const burstBounds = await measureBurstBounds(Number(values.threads), scale);
   console.log(`servers: ${servers.join(', ')}${llamaServer === undefined ? ' (llama-server: none given; --llama-server PATH or LLAMA_SERVER)' : ` (llama-server: ${llamaServer} -t ${values.threads})`}`);
 
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-latency-'));
@@ -441,7 +489,7 @@ async function main(): Promise<void> {
   } finally {
     rmSync(workDir, { recursive: true, force: true });
   }
-  printTargets(figures);
+  printTargets(figures, burstBounds);
   // Calibrated on this run: at one client a step is a decode of one token, or the prompt's.
   const alone = values.part === 'served' ? undefined : figures.get('interactivity')?.get('fixed, 1 client') ?? figures.get('throughput')?.get('fixed, 1 client');
   if (alone !== undefined) {
