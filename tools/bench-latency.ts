@@ -55,14 +55,13 @@ import { TokenizedPromptBuilder } from '../loadtest/prompt-builder.ts';
 import { createRng } from '../loadtest/random.ts';
 import { runLoadtest } from '../loadtest/run.ts';
 import { ServerTokenizer } from '../loadtest/server-tokenizer.ts';
-import { summarize } from '../loadtest/stats.ts';
+import { percentileOfSorted, summarize } from '../loadtest/stats.ts';
 import type { WorkloadEntry } from '../loadtest/workload.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
 import { freePort } from './free-port.ts';
 import { writeLlamaGguf } from './llama-gguf.ts';
 import { simulateClosedLoop, type SimulatedFigures, type StepCostModel } from './scheduler-sim.ts';
 import { fitStepCost, openReplayer, splitTime } from './scheduler-replay.ts';
-import { percentileOfSorted } from '../loadtest/stats.ts';
 import { prefillLimitsFor, type PerformanceMode } from '../engine/scheduler.ts';
 import { burstTtftBoundMs, describePrefillCeiling, measurePrefillCeiling, peakPrefillTokensPerSecond, type PrefillCeiling } from './prefill-ceiling.ts';
 
