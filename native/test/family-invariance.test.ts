@@ -1,8 +1,9 @@
 // Batch invariance of the newer families, as batch-invariance.test.ts checks it for Llama: a
 // target's logits and seeded samples are bitwise identical alone, with its prompt in chunks of 7,
-// among 15 companions mixing prefill chunks and decode tokens, and on 3 threads, for every kernel
-// × weight mode. For MoE families the companions share the target's experts in every step, so
-// this is also the check that a token's output does not depend on who else its experts served.
+// among 15 companions mixing prefill chunks and decode tokens, alone on 1 thread, and on 3
+// threads, for every kernel × weight mode. For MoE families the companions share the target's
+// experts in every step, so this is also the check that a token's output does not depend on who
+// else its experts served.
 import { test } from 'node:test';
 import type { Quantization, WeightDtype } from '../api.ts';
 import { KERNELS, freshSeed, kernelSkip, loadOptions, makeTempDir, randomTokens, withModel, writeCheckpoint, type ShapeOptions } from './helpers.ts';
@@ -30,12 +31,12 @@ export const INVARIANCE_SHAPES: Readonly<Record<string, ShapeOptions>> = {
     arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 100, vocabSize: VOCAB_SIZE,
     numExperts: 4, numExpertsPerToken: 2, moeIntermediateSize: 136, normTopkProb: true, mlpOnlyLayers: [1],
   },
-  // 32 experts, top 4: a token alone in a step (4 experts) has its expert tiles split between the
-  // threads, while a step of many (most experts) gives each thread whole experts, gate/up straight
-  // into down (moe.cc's two schedules), so this compares the two bitwise.
+  // 32 experts, top 3: a token alone in a step (3 experts, fewer than 2 per thread) has its expert
+  // tiles split between the threads, while a step of many (most experts) gives each thread whole
+  // experts, gate/up straight into down (moe.cc's two schedules), so this compares the two bitwise.
   'qwen3-moe, 32 experts': {
     arch: 'qwen3_moe', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 100, vocabSize: VOCAB_SIZE,
-    numExperts: 32, numExpertsPerToken: 4, moeIntermediateSize: 136, normTopkProb: true,
+    numExperts: 32, numExpertsPerToken: 3, moeIntermediateSize: 136, normTopkProb: true,
   },
   gemma3: { arch: 'gemma3', hiddenSize: 48, numLayers: 3, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, tieWordEmbeddings: true, slidingWindow: 20, slidingWindowPattern: 3 },
   phi3: { arch: 'phi3', hiddenSize: 48, numLayers: 2, numHeads: 3, numKvHeads: 1, headDim: 16, intermediateSize: 200, vocabSize: VOCAB_SIZE, partialRotaryFactor: 0.75, longRope: { originalMaxPositionEmbeddings: 32 }, maxPositionEmbeddings: 128 },
@@ -50,7 +51,7 @@ const MODES: ReadonlyArray<{ dtype: WeightDtype; quantization: Quantization }> =
 
 export function familyInvarianceTests(shapes: Readonly<Record<string, ShapeOptions>>): void {
   for (const [family, shape] of Object.entries(shapes)) {
-    test(`${family}: logits and samples are bitwise identical alone, chunked, among 15 others and on 3 threads`, async (t) => {
+    test(`${family}: logits and samples are bitwise identical alone, chunked, among 15 others, alone on 1 thread and on 3 threads`, async (t) => {
       using temp = makeTempDir('family-invariance');
       const seed = freshSeed(t);
       const prompt = randomTokens(TARGET_PROMPT_TOKENS, VOCAB_SIZE, seed);
@@ -72,6 +73,12 @@ export function familyInvarianceTests(shapes: Readonly<Record<string, ShapeOptio
               const batched = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling, groups), companions(), 7);
               assertBitwiseEqual(batched, reference, label(`in chunks of 7 among ${NUM_COMPANIONS} others`));
               return reference;
+            });
+            // One thread takes a lone token's experts whole (2 or more of equal rows per thread),
+            // where two split them into tiles: moe.cc's schedules compared at batch 1.
+            await withModel({ ...sized, numThreads: 1 }, async (model) => {
+              const oneThread = await runTarget(model, makeSequence(prompt, TARGET_PROMPT_TOKENS, 0, sampling, groups), [], 0);
+              assertBitwiseEqual(oneThread, alone, label('alone on 1 thread'));
             });
             await withModel({ ...sized, numThreads: 3 }, async (model) => {
               const threads = await runTarget(model, makeSequence(prompt, 7, FIRST_BLOCK_AFTER_COMPANIONS, sampling, groups), companions(), 3);
