@@ -46,11 +46,12 @@ export interface EngineSettings {
    */
   numCores?: number;
   /**
-   * Whether a short prompt's new grammar compiles over the vocabulary after its forced start is
-   * output (DEFER_COMPILE_BELOW_COMPILES; the default), or always from admission (a benchmark's
+   * When a new grammar that forces a start, of a request that arrives alone, compiles over the
+   * vocabulary after that start is output: for a prompt estimated short (the default;
+   * DEFER_COMPILE_BELOW_COMPILES), for every prompt, or never (all from admission: a benchmark's
    * reference).
    */
-  deferGrammarCompiles?: boolean;
+  deferGrammarCompiles?: 'short-prompts' | 'always' | 'never';
 }
 
 /**
@@ -92,7 +93,7 @@ export class Engine {
   private readonly log: Logger;
   private readonly eosTokenIds: readonly number[];
   private readonly numCores: number;
-  private readonly deferGrammarCompiles: boolean;
+  private readonly deferGrammarCompiles: 'short-prompts' | 'always' | 'never';
   private readonly listeners = new Map<string, OutputListener>();
   private readonly reportListeners = new Set<ReportListener>();
   private inbox: Command[] = [];
@@ -129,7 +130,7 @@ export class Engine {
     });
     this.grammars = settings.grammars ?? null;
     this.numCores = settings.numCores ?? availableCores();
-    this.deferGrammarCompiles = settings.deferGrammarCompiles ?? true;
+    this.deferGrammarCompiles = settings.deferGrammarCompiles ?? 'short-prompts';
     this.eosTokenIds = settings.generationDefaults.eosTokenIds;
     if (this.grammars !== null) this.grammars.onChange = () => this.notify();
     if (this.grammars !== null) this.grammars.onCompilingChange = () => this.applyComputeThreads();
@@ -283,19 +284,21 @@ export class Engine {
     const grammar = this.grammars.create(request.requestId, prepared, stopTokenIds);
     const isAlone = !this.scheduler.hasUnfinished;
     const refusal = this.scheduler.add(request, receivedMs, grammar);
-    if (refusal === null) this.grammars.open(grammar, isAlone && this.isShortPass(request.promptTokenIds.length));
+    if (refusal === null) this.grammars.open(grammar, isAlone && this.defersCompile(request.promptTokenIds.length));
     return refusal;
   }
 
   /**
-   * Whether a prompt's pass is estimated shorter than DEFER_COMPILE_BELOW_COMPILES compiles
-   * (false until both have been measured). Only a request that arrives alone defers: its pass that
-   * samples may then wait for the compile to end (Sequence.isAlone), where beside others it would
-   * hold back a pass.
+   * Whether a request's new grammar compiles after its forced start (deferGrammarCompiles); for
+   * short prompts, those whose pass is estimated shorter than DEFER_COMPILE_BELOW_COMPILES
+   * compiles (none until both have been measured). Only a request that arrives alone defers: its
+   * pass that samples may then wait for the compile to end (Sequence.isAlone), where beside
+   * others it would hold back a pass.
    */
-  private isShortPass(numPromptTokens: number): boolean {
+  private defersCompile(numPromptTokens: number): boolean {
+    if (this.deferGrammarCompiles !== 'short-prompts') return this.deferGrammarCompiles === 'always';
     const compileMs = this.grammars?.compileMsEstimate ?? null;
-    if (!this.deferGrammarCompiles || compileMs === null || this.prefillMsPerToken === null) return false;
+    if (compileMs === null || this.prefillMsPerToken === null) return false;
     return numPromptTokens * this.prefillMsPerToken < DEFER_COMPILE_BELOW_COMPILES * compileMs;
   }
 

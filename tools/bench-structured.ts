@@ -66,7 +66,7 @@ function tokens(count: number, salt: number): number[] {
   return Array.from({ length: count }, (_, i) => 3 + ((salt * 7919 + i * 104729 + 17) % (BENCH_SHAPE.vocabSize - 3)));
 }
 
-async function startEngine(modelDir: string, numThreads: number, grammarThreads: number, overlapForward: boolean, threadNice = 0, numCores?: number, deferGrammarCompiles = true) {
+async function startEngine(modelDir: string, numThreads: number, grammarThreads: number, overlapForward: boolean, threadNice = 0, numCores?: number, deferGrammarCompiles: 'short-prompts' | 'never' = 'short-prompts') {
   const model = await loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 2048, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
   const runner = new NativeRunner(model, { maxModelLen: MAX_MODEL_LEN, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024 });
   const grammars = new GrammarService({ modelDir, vocabSize: BENCH_SHAPE.vocabSize, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: grammarThreads, overlapForward, threadNice });
@@ -197,7 +197,7 @@ async function main() {
   // Cores without end: no step ever leaves one to a compile.
   const unlowered = await startEngine(modelDir, numThreads, grammarThreads, true, 0, Number.MAX_SAFE_INTEGER);
   // Every new grammar compiled from admission, beside its prompt's pass (the schedule before deferral).
-  const eager = await startEngine(modelDir, numThreads, grammarThreads, true, 0, undefined, false);
+  const eager = await startEngine(modelDir, numThreads, grammarThreads, true, 0, undefined, 'never');
   try {
     // Warm all: the runtime, the grammar threads (each loads the vocabulary), the schema's grammar.
     for (const engine of [overlapped, serial, niced, unlowered, eager]) {
