@@ -256,6 +256,8 @@ export class Engine {
   private applyInbox(): void {
     const commands = this.inbox;
     this.inbox = [];
+    let numArriving = 0;
+    for (const command of commands) if (command.kind === 'generate') numArriving++;
     for (const command of commands) {
       if (command.kind === 'abort') {
         const output = this.scheduler.abort(command.requestId);
@@ -263,7 +265,7 @@ export class Engine {
         continue;
       }
       const { request, onOutput, receivedMs } = command;
-      const refusal = this.stopError ?? this.admit(request, receivedMs);
+      const refusal = this.stopError ?? this.admit(request, receivedMs, numArriving === 1);
       if (refusal === null) {
         this.listeners.set(request.requestId, onOutput);
       } else {
@@ -273,8 +275,11 @@ export class Engine {
     }
   }
 
-  /** Queues a request with its grammar, which starts compiling as its prompt is computed. */
-  private admit(request: GenerateRequest, receivedMs: number): EngineError | null {
+  /**
+   * Queues a request with its grammar, which starts compiling as its prompt is computed (or after
+   * its forced start: defersCompile()); arrivesAlone when no other request arrives with it.
+   */
+  private admit(request: GenerateRequest, receivedMs: number, arrivesAlone: boolean): EngineError | null {
     const structured = request.structuredOutput;
     if (structured === undefined) return this.scheduler.add(request, receivedMs);
     if (this.grammars === null) return { code: 'invalid_request', message: 'This worker serves no structured outputs' };
@@ -282,7 +287,7 @@ export class Engine {
     if ('code' in prepared) return prepared;
     const stopTokenIds = [...new Set([...this.eosTokenIds, ...(request.sampling.stopTokenIds ?? [])])];
     const grammar = this.grammars.create(request.requestId, prepared, stopTokenIds);
-    const isAlone = !this.scheduler.hasUnfinished;
+    const isAlone = arrivesAlone && !this.scheduler.hasUnfinished;
     const refusal = this.scheduler.add(request, receivedMs, grammar);
     if (refusal === null) this.grammars.open(grammar, isAlone && this.defersCompile(request.promptTokenIds.length));
     return refusal;

@@ -257,9 +257,18 @@ test('a request alone with a new grammar, compiled after its forced start: that 
       outcome.outputs.push(await collect(request('cached', structured, 72)));
       const sampledBeforeReady = (ids: string[]) => runner.steps.flatMap((step) => step.scheduled).filter((entry) => ids.includes(entry.requestId) && entry.sample && !entry.grammar!.isReady).length;
       outcome.sampledBeforeReady = sampledBeforeReady(['new', 'cached']);
-      // Two at once: neither is alone, so a new grammar holds back its sample until it is ready.
+      // A neighbour arrives during the new grammar's first pass (its compile deferred, as it
+      // arrived alone): from then on neither is alone, so it holds back its sample until ready.
       const other = { constraint: { kind: 'json_schema', schema: JSON.stringify({ ...PERSON, title: 'neighbours' }) } } as const;
-      outcome.outputs.push(...(await Promise.all([collect(request('pair-0', other, 73)), collect(request('pair-1', undefined, 74))])));
+      let neighbour: Promise<RequestOutput[]> | null = null;
+      const freeNeighbour = request('pair-1', undefined, 74, { sampling: { temperature: 1, seed: 74n, maxTokens: 400, ignoreEos: true } });
+      const execute = runner.execute.bind(runner);
+      runner.execute = (output, bitmasks) => {
+        if (neighbour === null && output.scheduled.some((entry) => entry.requestId === 'pair-0')) neighbour = collect(freeNeighbour);
+        return execute(output, bitmasks);
+      };
+      const first = await collect(request('pair-0', other, 73));
+      outcome.outputs.push(first, await neighbour!);
       outcome.neighboursSampledBeforeReady = sampledBeforeReady(['pair-0']);
       for (const [index, bad] of [{ kind: 'regex', pattern: '[a-' }, { kind: 'grammar', grammar: 'root ::= undefined_rule' }].entries()) {
         const refused = await generate(engine, request(`bad-${index}`, { constraint: bad as StructuredOutput['constraint'] }, 75 + index));
