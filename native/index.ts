@@ -140,7 +140,7 @@ export const probes = {
   /** Best streaming-read bandwidth (bytes/s) of numThreads threads over a sizeBytes buffer. */
   streamReadBytesPerSecond: (sizeBytes: number, numThreads: number, numRepeats: number): number =>
     binding.probeStreamRead(sizeBytes, numThreads, numRepeats),
-  /** A kernel path's multiply-add ceiling (flops/s) on numThreads threads: the TDPBF16PS peak for amx, the vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
+  /** A kernel path's multiply-add ceiling (flops/s) on numThreads threads, each on its own CPU time (neighbours' load does not lower it): the TDPBF16PS peak for amx, the vdpbf16ps peak for avx512, the fp32 FMA peak for avx2. */
   peakFlopsPerSecond: (kernel: 'amx' | 'avx512' | 'avx2', numThreads: number): number => binding.probePeak(kernel, numThreads),
   /** A pool of numThreads threads: its measured wake-up latency and the mean time of one call of numThreads empty tasks. */
   threadHandoff: (numThreads: number, numCalls: number): ThreadHandoff => binding.probeThreadHandoff(numThreads, numCalls),

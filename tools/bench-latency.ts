@@ -12,6 +12,16 @@
 //   lockstep;
 // - shared prefix: 8 clients, one 1,024-token prefix plus 32 tokens of their own, 64 out.
 //
+// Before any server starts, the machine's compute ceiling (tools/prefill-ceiling.ts): the peak of
+// the instruction the prefill's matmuls run, the prefill rate a forward pass of two 256-token
+// prompts achieves, both on CPU time, and the lower bound they set on TTFT p99 at 32 clients
+// (the opening burst's prompts alone), printed beside that target as a ratio to llama-server's.
+//
+// --part replay runs the fixed loads without servers (tools/scheduler-replay.ts): the real
+// Scheduler and forward pass in this process, on a clock of the passes' CPU time, so the policy
+// can be measured on a machine shared with other work; for the 32-client p99 it prints where the
+// time went (steps' fixed cost, prompt tokens, decode rows).
+//
 // Per point: output tokens/s, TTFT p50 / p99 and ITL p50 / p99, where ITL is the gap between two
 // consecutive streamed tokens (loadtest's chunk_gap_ms: a prefill that stalls the decodes shows
 // in its tail), and for Conduit where its mean TTFT went (its own histograms: the worker's
@@ -23,7 +33,7 @@
 // the first token.
 //
 //   npm run bench:latency [-- --llama-server PATH] [--rounds 2] [--servers interactivity,throughput,llama]
-//                         [--part served|simulated|both] [--points 1,8,32,shared (which load points run; 8 runs the spread point too)]
+//                         [--part served|simulated|both|replay] [--points 1,8,32,shared (which load points run; 8 runs the spread point too)]
 //                         [--threads N (llama-server's -t; default the CPUs)] [--scale 0.25 (fewer requests, a quick look)]
 //   LLAMA_SERVER=PATH npm run bench:latency
 //
@@ -45,13 +55,15 @@ import { TokenizedPromptBuilder } from '../loadtest/prompt-builder.ts';
 import { createRng } from '../loadtest/random.ts';
 import { runLoadtest } from '../loadtest/run.ts';
 import { ServerTokenizer } from '../loadtest/server-tokenizer.ts';
-import { summarize } from '../loadtest/stats.ts';
+import { percentileOfSorted, summarize } from '../loadtest/stats.ts';
 import type { WorkloadEntry } from '../loadtest/workload.ts';
-import { describeCpu, writeServableBenchModel } from './bench-model.ts';
+import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
 import { freePort } from './free-port.ts';
 import { writeLlamaGguf } from './llama-gguf.ts';
-import { simulateClosedLoop, type StepCostModel } from './scheduler-sim.ts';
+import { simulateClosedLoop, type SimulatedFigures, type StepCostModel } from './scheduler-sim.ts';
+import { fitStepCost, openReplayer, splitTime } from './scheduler-replay.ts';
 import { prefillLimitsFor, type PerformanceMode } from '../engine/scheduler.ts';
+import { burstTtftBoundMs, describePrefillCeiling, measurePrefillCeiling, peakPrefillTokensPerSecond, type PrefillCeiling } from './prefill-ceiling.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -288,8 +300,39 @@ function describe(figures: Figures): string {
     `ITL p50 ${ms(figures.itlP50Ms)} p99 ${ms(figures.itlP99Ms)}`;
 }
 
+/** The lower bounds on TTFT p99 at 32 clients: the opening burst's prompts at the compute peak, and at the prefill rate measured. */
+interface BurstBounds {
+  atPeakMs: number;
+  atAchievedMs: number;
+}
+
+/**
+ * The compute peak and the achieved prefill rate (tools/prefill-ceiling.ts), measured before any
+ * server starts, printed with the bound they set on the 32-client TTFT p99. Null, with a line
+ * saying why, where this machine has no probe.
+ */
+async function measureBurstBounds(numThreads: number, scale: number): Promise<BurstBounds | null> {
+  let ceiling: PrefillCeiling;
+  try {
+    // Two prompts: a step of the burst at the default budget (max_num_batched_tokens 512).
+    ceiling = await measurePrefillCeiling(ensureBenchCheckpoint(), numThreads, { promptTokens: FIXED.inputTokens, numPrompts: 2, shape: BENCH_SHAPE });
+  } catch (err) {
+    console.log(`compute peak and prefill rate: not measured (${(err as Error).message})`);
+    return null;
+  }
+  console.log(describePrefillCeiling(ceiling));
+  const numClients = 32;
+  const numRequests = numRequestsAt(scale, 'fixed, 32 clients', numClients);
+  const bound = (tokensPerSecond: number) => burstTtftBoundMs(numClients, numRequests, FIXED.inputTokens, tokensPerSecond, 0.99);
+  const bounds = { atPeakMs: bound(peakPrefillTokensPerSecond(ceiling)), atAchievedMs: bound(ceiling.achievedTokensPerSecond) };
+  if (Number.isNaN(bounds.atPeakMs)) return null;
+  console.log(`TTFT p99 at ${numClients} clients (${numRequests} requests, the first ${numClients} at once) is at least ${ms(bounds.atPeakMs)} at the compute peak, ` +
+    `${ms(bounds.atAchievedMs)} at the prefill rate measured (the k-th of a burst's ${FIXED.inputTokens}-token prompts waits for k prompts' compute, whatever the order)`);
+  return bounds;
+}
+
 /** One line per target: the figure, its reference from this run, and whether it holds. */
-function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
+function printTargets(figures: Map<ServerName, Map<string, Figures[]>>, burstBounds: BurstBounds | null): void {
   const get = (server: ServerName, label: string, key: keyof Figures): number | null => {
     const runs = figures.get(server)?.get(label);
     return runs === undefined ? null : median(runs.map((run) => run[key]));
@@ -312,6 +355,17 @@ function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
     get('interactivity', SPREAD_LABEL, 'ttftP50Ms'), get('interactivity', c1, 'ttftP50Ms'), 1.5);
   line('TTFT p50 at 8 clients / llama-server\'s', get('interactivity', c8, 'ttftP50Ms'), get('llama', c8, 'ttftP50Ms'), 1);
   line('TTFT p99 at 32 clients / llama-server\'s', get('interactivity', c32, 'ttftP99Ms'), get('llama', c32, 'ttftP99Ms'), 0.5);
+  const llamaP99Ms = get('llama', c32, 'ttftP99Ms');
+  const conduitP99Ms = get('interactivity', c32, 'ttftP99Ms');
+  if (llamaP99Ms === null && conduitP99Ms !== null) console.log(`  TTFT p99 at 32 clients: ${ms(conduitP99Ms)} (llama-server not measured)`);
+  if (burstBounds !== null && (llamaP99Ms !== null || conduitP99Ms !== null)) {
+    const against = (boundMs: number) => [
+      llamaP99Ms === null ? '' : ` = ${(boundMs / llamaP99Ms).toFixed(2)}x llama-server's p99`,
+      conduitP99Ms === null ? '' : ` = ${(boundMs / conduitP99Ms).toFixed(2)}x Conduit's`,
+    ].join('');
+    console.log(`    its lower bound (the burst's prompts alone, no decodes, no serving): ${ms(burstBounds.atPeakMs)} at the compute peak${against(burstBounds.atPeakMs)}; ` +
+      `${ms(burstBounds.atAchievedMs)} at this run's prefill rate${against(burstBounds.atAchievedMs)}`);
+  }
   line('ITL p99 at 8 clients', get('interactivity', c8, 'itlP99Ms'), 0, 250, 'ms');
   line('ITL p99 at 8 clients, spread outputs', get('interactivity', SPREAD_LABEL, 'itlP99Ms'), 0, 250, 'ms');
   line('ITL p99 at 32 clients', get('interactivity', c32, 'itlP99Ms'), 0, 500, 'ms');
@@ -331,7 +385,7 @@ function printTargets(figures: Map<ServerName, Map<string, Figures[]>>): void {
  * 3 ms round trip from a request's end to its client's next request at the worker. No gateway,
  * no wire, no neighbours.
  */
-function printSimulated(label: string, cost: StepCostModel, scale: number): void {
+async function printSimulated(label: string, cost: StepCostModel, scale: number): Promise<void> {
   console.log(`\nSimulated, ${label}: a step takes ${cost.fixedMs.toFixed(1)} ms + ${cost.msPerToken.toFixed(2)} ms per token`);
   const fixed = (numClients: number) => {
     const loadLabel = `fixed, ${numClients} client${numClients === 1 ? '' : 's'}`;
@@ -343,26 +397,70 @@ function printSimulated(label: string, cost: StepCostModel, scale: number): void
     // The loadtest's completions join the prefix and the question with a blank line (one more token).
     { label: sharedLabel, numClients: SHARED.numClients, numRequests: numRequestsAt(scale, sharedLabel, SHARED.numClients), sharedPrefixTokens: SHARED.prefixTokens + 1, ownPromptTokens: SHARED.inputTokens, outputTokens: SHARED.outputTokens },
   ];
-  const quantile = (values: number[], q: number) => {
-    const sorted = [...values].sort((a, b) => a - b);
-    const rank = (sorted.length - 1) * q;
-    const low = Math.floor(rank);
-    return sorted[low] + (sorted[Math.min(low + 1, sorted.length - 1)] - sorted[low]) * (rank - low);
-  };
   for (const mode of ['interactivity', 'throughput'] as PerformanceMode[]) {
     for (const { label: loadLabel, ...load } of loads) {
-      const result = simulateClosedLoop(prefillLimitsFor(mode, 64, 512), cost, { ...load, roundTripMs: 3 });
-      console.log(`  ${mode}, ${loadLabel}: ${describe({
-        outputTokensPerS: result.outputTokensPerS,
-        prefillMs: Number.NaN,
-        ttftP50Ms: quantile(result.ttftsMs, 0.5),
-        ttftP99Ms: quantile(result.ttftsMs, 0.99),
-        ttftP50AfterBurstMs: load.numClients > 1 && load.numRequests > load.numClients ? quantile(result.ttftsMs.slice(load.numClients), 0.5) : Number.NaN,
-        itlP50Ms: quantile(result.itlsMs, 0.5),
-        itlP99Ms: quantile(result.itlsMs, 0.99),
-      })}`);
+      const result = await simulateClosedLoop(prefillLimitsFor(mode, 64, 512), cost, { ...load, roundTripMs: 3 });
+      console.log(`  ${mode}, ${loadLabel}: ${describe(loopFigures(result, load.numClients, load.numRequests))}`);
     }
   }
+}
+
+/** A closed loop's figures (simulated or replayed), quantiles as the loadtest takes them. */
+function loopFigures(result: SimulatedFigures, numClients: number, numRequests: number): Figures {
+  const quantile = (values: number[], q: number) => percentileOfSorted([...values].sort((a, b) => a - b), 100 * q);
+  return {
+    outputTokensPerS: result.outputTokensPerS,
+    prefillMs: Number.NaN,
+    ttftP50Ms: quantile(result.ttftsMs, 0.5),
+    ttftP99Ms: quantile(result.ttftsMs, 0.99),
+    ttftP50AfterBurstMs: numClients > 1 && numRequests > numClients ? quantile(result.ttftsMs.slice(numClients), 0.5) : Number.NaN,
+    itlP50Ms: quantile(result.itlsMs, 0.5),
+    itlP99Ms: quantile(result.itlsMs, 0.99),
+  };
+}
+
+/** From a request's end to its client's next request at the worker, served on this machine (issue 39's step traces: about 12 ms). */
+const REPLAY_ROUND_TRIP_MS = 12;
+
+/**
+ * The fixed loads replayed (tools/scheduler-replay.ts): the real Scheduler as each mode presets
+ * it and the real forward pass of the benchmark model in this process, on a clock of the passes'
+ * CPU time. Prints each point, where the 32-client p99 went (a step's cost fitted over the
+ * point's steps: fixed, per prompt token, per decode row), and the targets on that clock.
+ */
+async function printReplayed(modes: PerformanceMode[], pointKeys: Set<string>, scale: number, numRounds: number, numThreads: number, burstBounds: BurstBounds | null): Promise<void> {
+  console.log(`\nReplayed on a CPU-time clock: the real Scheduler and forward pass, ${numThreads} threads, in this process; a step takes its forward's CPU time / ${numThreads}; ` +
+    `${REPLAY_ROUND_TRIP_MS} ms from a request's end to its client's next at the worker; no gateway, HTTP or client (the served figures add them)`);
+  const replayer = await openReplayer(ensureBenchCheckpoint(), numThreads, { maxNumBatchedTokens: 512, maxNumSeqs: 64, numKvBlocks: 2048 });
+  const figures = new Map<ServerName, Map<string, Figures[]>>();
+  try {
+    for (let round = 1; round <= numRounds; round++) {
+      for (const mode of modes) {
+        for (const numClients of [1, 8, 32].filter((n) => pointKeys.has(String(n)))) {
+          const label = `fixed, ${numClients} client${numClients === 1 ? '' : 's'}`;
+          const numRequests = numRequestsAt(scale, label, numClients);
+          const result = await replayer.replay(prefillLimitsFor(mode, 64, 512), {
+            numClients, numRequests, roundTripMs: REPLAY_ROUND_TRIP_MS, sharedPrefixTokens: 0, ownPromptTokens: FIXED.inputTokens, outputTokens: FIXED.outputTokens,
+          });
+          const pointFigures = loopFigures(result, numClients, numRequests);
+          const byLabel = figures.get(mode) ?? figures.set(mode, new Map()).get(mode)!;
+          (byLabel.get(label) ?? byLabel.set(label, []).get(label)!).push(pointFigures);
+          const busyMs = result.steps.reduce((sum, step) => sum + step.ms, 0);
+          console.log(`round ${round}, replayed ${mode}, ${label}: ${describe(pointFigures)}; ${result.steps.length} steps of ${(busyMs / result.steps.length).toFixed(1)} ms`);
+          const cost = numClients === 32 ? fitStepCost(result.steps) : null;
+          if (cost !== null) {
+            const split = splitTime(result.steps, cost, pointFigures.ttftP99Ms);
+            console.log(`  a step ${cost.fixedMs.toFixed(1)} ms + ${cost.msPerPromptToken.toFixed(3)} ms per prompt token + ${cost.msPerDecodeRow.toFixed(2)} ms per decode row (fitted); ` +
+              `until the p99 (${ms(pointFigures.ttftP99Ms)}): ${split.numSteps} steps = fixed ${ms(split.fixedMs)} + ${split.numPromptTokens} prompt tokens ${ms(split.promptMs)} + ` +
+              `${split.numDecodeRows} decode rows ${ms(split.decodeMs)}`);
+          }
+        }
+      }
+    }
+  } finally {
+    replayer.close();
+  }
+  printTargets(figures, burstBounds);
 }
 
 async function main(): Promise<void> {
@@ -377,11 +475,11 @@ async function main(): Promise<void> {
       points: { type: 'string', default: '1,8,32,shared' },
     },
   });
-  if (!['served', 'simulated', 'both'].includes(values.part!)) throw new Error(`--part: expected served, simulated or both, got ${values.part}`);
+  if (!['served', 'simulated', 'both', 'replay'].includes(values.part!)) throw new Error(`--part: expected served, simulated, both or replay, got ${values.part}`);
   const scale = Number(values.scale);
   if (!(scale > 0)) throw new Error(`--scale: expected a positive number, got ${values.scale}`);
   if (values.part === 'simulated') {
-    printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST, scale);
+    await printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST, scale);
     return;
   }
   let llamaServer = values['llama-server'];
@@ -403,6 +501,11 @@ async function main(): Promise<void> {
   console.log(`closed loop, streaming completions, ignore_eos: ${FIXED.inputTokens} + ${FIXED.outputTokens} tokens at 1, 8 and 32 clients ` +
     `(at 8 also ${FIXED.outputTokens - SPREAD_HALF_WIDTH_TOKENS}-${FIXED.outputTokens + SPREAD_HALF_WIDTH_TOKENS} tokens out, seeded, mean ${FIXED.outputTokens}); ` +
     `shared prefix ${SHARED.prefixTokens} + ${SHARED.inputTokens} tokens, ${SHARED.outputTokens} out, ${SHARED.numClients} clients; requests per point ${JSON.stringify(NUM_REQUESTS)}${scale === 1 ? '' : ` x ${scale}`} after 1 warm-up`);
+  const burstBounds = await measureBurstBounds(Number(values.threads), scale);
+  if (values.part === 'replay') {
+    await printReplayed(servers.filter((name) => name !== 'llama') as PerformanceMode[], pointKeys, scale, numRounds, Number(values.threads), burstBounds);
+    return;
+  }
   console.log(`servers: ${servers.join(', ')}${llamaServer === undefined ? ' (llama-server: none given; --llama-server PATH or LLAMA_SERVER)' : ` (llama-server: ${llamaServer} -t ${values.threads})`}`);
 
   const workDir = mkdtempSync(path.join(os.tmpdir(), 'conduit-bench-latency-'));
@@ -441,16 +544,16 @@ async function main(): Promise<void> {
   } finally {
     rmSync(workDir, { recursive: true, force: true });
   }
-  printTargets(figures);
+  printTargets(figures, burstBounds);
   // Calibrated on this run: at one client a step is a decode of one token, or the prompt's.
   const alone = values.part === 'served' ? undefined : figures.get('interactivity')?.get('fixed, 1 client') ?? figures.get('throughput')?.get('fixed, 1 client');
   if (alone !== undefined) {
     const decodeMs = median(alone.map((run) => run.itlP50Ms));
     const prefillMs = median(alone.map((run) => run.prefillMs));
     const msPerToken = (prefillMs - decodeMs) / FIXED.inputTokens;
-    printSimulated(`calibrated on this run (one client: a decode step ${ms(decodeMs)}, a prompt's step ${ms(prefillMs)})`, { fixedMs: decodeMs - msPerToken, msPerToken }, scale);
+    await printSimulated(`calibrated on this run (one client: a decode step ${ms(decodeMs)}, a prompt's step ${ms(prefillMs)})`, { fixedMs: decodeMs - msPerToken, msPerToken }, scale);
   }
-  if (values.part === 'both') printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST, scale);
+  if (values.part === 'both') await printSimulated('calibrated on issue 39\'s Intel Xeon figures', ISSUE_INTEL_COST, scale);
   console.log(`load average at the end ${os.loadavg().map((load) => load.toFixed(2)).join(' ')}`);
 }
 

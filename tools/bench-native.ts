@@ -34,6 +34,7 @@ import { relativeError } from '../test/reference/llama-reference.ts';
 import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
 import { writeLlamaGguf } from './llama-gguf.ts';
+import { prefillFlopsPerToken as flopsPerPromptToken } from './prefill-ceiling.ts';
 
 const HEAD_DIM = BENCH_SHAPE.hiddenSize / BENCH_SHAPE.numHeads;
 const BLOCK_SIZE_TOKENS = 16;
@@ -114,14 +115,9 @@ function decodeFlopsPerToken(newTokens: number): number {
   return 2 * matmulWeightsPerToken() + BENCH_SHAPE.numLayers * 4 * BENCH_SHAPE.hiddenSize * averageContext;
 }
 
-/**
- * Flops per token of a PREFILL_TOKENS-token prefill: the layers' matmuls, causal attention (scores
- * and value sums, 4 flops per head dim per visible key, (n + 1) / 2 keys on average), and the LM
- * head once, for the last token only.
- */
+/** Flops per token of a PREFILL_TOKENS-token prefill (prefill-ceiling.ts counts them). */
 function prefillFlopsPerToken(): number {
-  const attention = BENCH_SHAPE.numLayers * 4 * BENCH_SHAPE.hiddenSize * ((PREFILL_TOKENS + 1) / 2);
-  return 2 * layerWeightsPerToken() + attention + (2 * BENCH_SHAPE.vocabSize * BENCH_SHAPE.hiddenSize) / PREFILL_TOKENS;
+  return flopsPerPromptToken(BENCH_SHAPE, PREFILL_TOKENS);
 }
 
 function promptTokens(count: number, salt: number): number[] {

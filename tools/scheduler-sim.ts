@@ -1,8 +1,10 @@
-// The engine's real Scheduler on a clock of its own: each step takes what a cost model says
-// (a fixed part, the weights' pass, plus a part per token), clients send their next request as
-// soon as their last one ends (a closed loop), and nothing else runs. What it shows is the
-// scheduling policy alone, without the gateway, the wire or a machine shared with other work:
-// bench:latency prints it beside the served figures.
+// The engine's real Scheduler on a clock of its own: each step takes what its executor says,
+// clients send their next request as soon as their last one ends (a closed loop), and nothing
+// else runs. Simulated, a step takes what a cost model says (a fixed part, the weights' pass, plus
+// a part per token) and samples a dummy token; replayed (tools/scheduler-replay.ts), the real
+// forward pass runs it and it takes the pass's CPU time. What it shows is the scheduling policy
+// alone, without the gateway, the wire or a machine shared with other work: bench:latency prints
+// it beside the served figures.
 import { Scheduler, type PrefillLimits } from '../engine/scheduler.ts';
 import { TOP_LOGPROBS_STRIDE, type RunnerResult, type SchedulerOutput } from '../engine/scheduler-output.ts';
 
@@ -27,13 +29,36 @@ export interface ClosedLoopWorkload {
   outputTokens: number;
 }
 
+/** One step on the loop's clock: what it computed and when it ended. */
+export interface StepRecord {
+  ms: number;
+  endMs: number;
+  /** Tokens of prompts (and of their cached-prefix-less chunks) computed. */
+  numPromptTokens: number;
+  /** Sequences that decoded one token. */
+  numDecodeRows: number;
+}
+
 export interface SimulatedFigures {
   outputTokensPerS: number;
   /** In the order sent: the first numClients are the opening burst. */
   ttftsMs: number[];
   /** Gaps between a request's consecutive tokens, every request's. */
   itlsMs: number[];
+  steps: StepRecord[];
 }
+
+/** Runs a step: its result and how long it took on the loop's clock. */
+export type StepExecutor = (output: SchedulerOutput) => Promise<{ result: RunnerResult; ms: number }>;
+
+/** Loop sizes: the engine's defaults, and KV blocks for the replay's model. */
+export interface LoopLimits {
+  maxNumBatchedTokens: number;
+  maxNumSeqs: number;
+  numKvBlocks: number;
+}
+
+const DEFAULT_LIMITS: LoopLimits = { maxNumBatchedTokens: 512, maxNumSeqs: 64, numKvBlocks: 4096 };
 
 const VOCAB_SIZE = 32000;
 const BLOCK_SIZE_TOKENS = 16;
@@ -53,11 +78,18 @@ function resultFor(output: SchedulerOutput): RunnerResult {
   };
 }
 
-/** Runs numRequests through numClients closed-loop clients; the first numClients arrive together. */
-export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, workload: ClosedLoopWorkload, maxNumBatchedTokens = 512, maxNumSeqs = 64): SimulatedFigures {
+/** Runs numRequests through numClients closed-loop clients, each step as cost says; the first numClients arrive together. */
+export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, workload: ClosedLoopWorkload, loopLimits: Partial<LoopLimits> = {}): Promise<SimulatedFigures> {
+  const execute: StepExecutor = async (output) => ({ result: resultFor(output), ms: cost.fixedMs + cost.msPerToken * output.numScheduledTokens });
+  return runClosedLoop(limits, execute, workload, loopLimits);
+}
+
+/** Runs numRequests through numClients closed-loop clients, each step by execute; the first numClients arrive together. */
+export async function runClosedLoop(limits: PrefillLimits, execute: StepExecutor, workload: ClosedLoopWorkload, loopLimits: Partial<LoopLimits> = {}): Promise<SimulatedFigures> {
+  const { maxNumBatchedTokens, maxNumSeqs, numKvBlocks } = { ...DEFAULT_LIMITS, ...loopLimits };
   let nowMs = 0;
   const scheduler = new Scheduler({
-    numKvBlocks: 4096,
+    numKvBlocks,
     blockSizeTokens: BLOCK_SIZE_TOKENS,
     maxModelLen: 4096,
     vocabSize: VOCAB_SIZE,
@@ -75,6 +107,7 @@ export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, w
   const lastTokenMs = new Map<string, number>();
   const ttftsMs: number[] = [];
   const itlsMs: number[] = [];
+  const steps: StepRecord[] = [];
   let numSent = 0;
   let numDone = 0;
   let numOutputTokens = 0;
@@ -99,8 +132,11 @@ export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, w
     }
     const output = scheduler.schedule();
     if (output.scheduled.length === 0) throw new Error('the simulated scheduler stalled');
-    nowMs += cost.fixedMs + cost.msPerToken * output.numScheduledTokens;
-    for (const news of scheduler.update(output, resultFor(output))) {
+    const { result, ms } = await execute(output);
+    nowMs += ms;
+    const numDecodeRows = output.scheduled.filter((seq) => seq.numOutputTokens > 0).length;
+    steps.push({ ms, endMs: nowMs, numPromptTokens: output.numScheduledTokens - numDecodeRows, numDecodeRows });
+    for (const news of scheduler.update(output, result)) {
       const { requestId } = news;
       if (news.numOutputTokens === 1) ttftsMs[Number(requestId.slice(1))] = nowMs - sentMs.get(requestId)!;
       else itlsMs.push(nowMs - lastTokenMs.get(requestId)!);
@@ -111,5 +147,5 @@ export function simulateClosedLoop(limits: PrefillLimits, cost: StepCostModel, w
       if (numSent + arrivalsMs.length < workload.numRequests) arrivalsMs.push(nowMs + workload.roundTripMs);
     }
   }
-  return { outputTokensPerS: (1000 * numOutputTokens) / nowMs, ttftsMs, itlsMs };
+  return { outputTokensPerS: (1000 * numOutputTokens) / nowMs, ttftsMs, itlsMs, steps };
 }

@@ -56,6 +56,9 @@ export interface StepCost {
   perTokenMs: number;
 }
 
+/** Steps of up to this many tokens are also measured per token count (a batch-1 step's 1 + k). */
+const MAX_MEASURED_TOKENS = 16;
+
 /**
  * Step time against tokens per step: a least-squares line over recent decode steps (older ones
  * weigh less; prompt chunks, whose tokens cost differently, are not observed), read near the
@@ -65,6 +68,9 @@ export interface StepCost {
  * (ridge regression), so that a few tokens' spread over noisy steps cannot swing it.
  */
 export class StepCostModel {
+  /** Per token count up to MAX_MEASURED_TOKENS: decaying sums of the steps' times and weights. */
+  private readonly measuredMs = new Float64Array(MAX_MEASURED_TOKENS + 1);
+  private readonly measuredWeights = new Float64Array(MAX_MEASURED_TOKENS + 1);
   private sumWeights = 0;
   private sumTokens = 0;
   private sumMs = 0;
@@ -79,15 +85,33 @@ export class StepCostModel {
   /** Steps' weight before predictions are trusted enough to clip by. */
   private static readonly MIN_WEIGHT_TO_CLIP = 4;
   private static readonly DECAY = 0.98;
+  /** A token count's steps' weight before their mean is trusted over the line. */
+  private static readonly MIN_MEASURED_WEIGHT = 3;
 
   observe(numTokens: number, forwardMs: number): void {
     if (this.sumWeights >= StepCostModel.MIN_WEIGHT_TO_CLIP) forwardMs = Math.min(forwardMs, StepCostModel.MAX_MS_OVER_PREDICTED * this.costAt(numTokens).baseMs);
     const decay = StepCostModel.DECAY;
+    // Every count's weight decays with each step, so that a count no longer chosen (its mean
+    // perhaps taken on a busy stretch) stops being trusted and the line judges it again.
+    for (let count = 1; count <= MAX_MEASURED_TOKENS; count++) {
+      this.measuredMs[count] *= decay;
+      this.measuredWeights[count] *= decay;
+    }
+    if (numTokens <= MAX_MEASURED_TOKENS) {
+      this.measuredMs[numTokens] += forwardMs;
+      this.measuredWeights[numTokens] += 1;
+    }
     this.sumWeights = this.sumWeights * decay + 1;
     this.sumTokens = this.sumTokens * decay + numTokens;
     this.sumMs = this.sumMs * decay + forwardMs;
     this.sumTokensSquared = this.sumTokensSquared * decay + numTokens * numTokens;
     this.sumTokensMs = this.sumTokensMs * decay + numTokens * forwardMs;
+  }
+
+  /** The mean time of recent steps of numTokens tokens, in milliseconds; null where too few were seen. */
+  measuredCost(numTokens: number): number | null {
+    if (numTokens > MAX_MEASURED_TOKENS || this.measuredWeights[numTokens] < StepCostModel.MIN_MEASURED_WEIGHT) return null;
+    return this.measuredMs[numTokens] / this.measuredWeights[numTokens];
   }
 
   /** The predicted cost of a step of numTokens tokens, in milliseconds (in prior units before any step). */
@@ -158,4 +182,35 @@ export function chooseDraftCounts(candidates: readonly DraftCandidate[], stepCos
     expectedTokens += bestGain;
     cost += perTokenRatio;
   }
+}
+
+/** What noise in a count's measured mean may cost: a shorter choice must promise this much more. */
+const SHORTENING_MARGIN = 1.03;
+
+/**
+ * A lone sequence's choice of numChosen proposals in a step of baseTokens more, shortened to the
+ * count whose expected tokens per millisecond of measured step time is best. The line prices
+ * every proposal alike, but a step's time is not a line in its tokens: where a matmul tile holds
+ * six rows, a seventh costs a second pass over every weight panel. Counts never measured are not
+ * judged, so a choice is only ever shortened on evidence.
+ */
+export function shortenToMeasuredCosts(candidate: DraftCandidate, numChosen: number, baseTokens: number, costModel: StepCostModel): number {
+  const chosenMs = costModel.measuredCost(baseTokens + numChosen);
+  if (numChosen === 0 || chosenMs === null) return numChosen;
+  const { acceptanceRate, continuationRate = acceptanceRate } = candidate;
+  let shorter = -1;
+  let shorterTokensPerMs = 0;
+  // Expected tokens of a count: the sampled one, then each proposal with the chance that it and every one before it are accepted.
+  let expectedTokens = 1;
+  let reach = acceptanceRate;
+  for (let count = 0; count < numChosen; count++) {
+    const ms = costModel.measuredCost(baseTokens + count);
+    if (ms !== null && expectedTokens / ms > shorterTokensPerMs) {
+      shorter = count;
+      shorterTokensPerMs = expectedTokens / ms;
+    }
+    expectedTokens += reach;
+    reach *= continuationRate;
+  }
+  return shorter >= 0 && shorterTokensPerMs > SHORTENING_MARGIN * (expectedTokens / chosenMs) ? shorter : numChosen;
 }

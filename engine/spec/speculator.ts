@@ -1,7 +1,7 @@
 // The scheduler's side of speculative decoding: per step, which decoding sequences verify how
 // many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
-import { anyProposalPays, chooseDraftCounts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import { anyProposalPays, chooseDraftCounts, shortenToMeasuredCosts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
 import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
@@ -75,6 +75,7 @@ export class Speculator {
       });
     } else {
       chooseDraftCounts(candidates, stepCost, budget, this.numChosen, Math.max(baseTokens, candidates.length));
+      if (candidates.length === 1) this.numChosen[0] = shortenToMeasuredCosts(candidates[0], this.numChosen[0], baseTokens, this.costModel);
     }
     return this.numChosen;
   }

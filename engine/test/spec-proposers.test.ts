@@ -5,7 +5,7 @@ import { NgramProposer } from '../spec/ngram.ts';
 import { seeded } from './spec-harness.ts';
 import { Speculator, type SpeculatingSequence } from '../spec/speculator.ts';
 import type { ProposerInput } from '../spec/proposer.ts';
-import { StepCostModel, acceptanceRate, continuationRate, chooseDraftCounts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
+import { StepCostModel, acceptanceRate, continuationRate, chooseDraftCounts, shortenToMeasuredCosts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
 
 /** The longest suffix of n in [min, max] that occurs earlier, its latest occurrence, what followed. */
 function referenceLookup(tokens: number[], min: number, max: number, k: number): number[] {
@@ -143,6 +143,65 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
   // Compute-bound (a token costs as much as the step): nothing pays.
   chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
   assert.equal(chosen[0], 0);
+});
+
+test('the cost model measures each small token count: its mean once its steps weigh three, forgotten once no longer seen', () => {
+  const model = new StepCostModel();
+  model.observe(5, 10);
+  model.observe(5, 12);
+  model.observe(5, 14);
+  assert.equal(model.measuredCost(5), null, 'seen three times, weighing 2.94 after decay');
+  model.observe(5, 16);
+  const mean = model.measuredCost(5)!;
+  // Decaying weights: the latest counts most; the mean lies between the plain one and the latest.
+  assert.ok(mean > 13 && mean < 16, `${mean}`);
+  assert.equal(model.measuredCost(4), null, 'never seen');
+  assert.equal(model.measuredCost(40), null, 'past the counts measured');
+  for (let i = 0; i < 60; i++) model.observe(2, 10);
+  assert.equal(model.measuredCost(5), null, 'not seen for 60 steps');
+  assert.ok(Math.abs(model.measuredCost(2)! - 10) < 1e-9);
+});
+
+/** A model that has seen each token count 1..numCounts `times` times at msOf(count). */
+function measuredModel(numCounts: number, msOf: (numTokens: number) => number, times = 5): StepCostModel {
+  const model = new StepCostModel();
+  for (let i = 0; i < times; i++) for (let numTokens = 1; numTokens <= numCounts; numTokens++) model.observe(numTokens, msOf(numTokens));
+  return model;
+}
+
+test('a lone sequence\'s draft count is shortened where measured step costs say a shorter one yields more', (t) => {
+  const { seed, random } = seeded(t);
+  // A step of 1 + k tokens: a line up to six rows, then a second tile pass (the matmul's six-row tiles).
+  const convex = (numTokens: number) => 1 + 0.12 * (numTokens - 1) + (numTokens > 6 ? 0.3 : 0);
+  const line = (numTokens: number) => 1 + 0.12 * (numTokens - 1);
+  const candidate = { acceptanceRate: 0.7, continuationRate: 0.75, numAvailable: 8 };
+  /** Expected tokens per millisecond of k proposals under msOf. */
+  const rate = (k: number, msOf: (numTokens: number) => number) => {
+    let expected = 1;
+    for (let j = 1; j <= k; j++) expected += candidate.acceptanceRate * candidate.continuationRate ** (j - 1);
+    return expected / msOf(1 + k);
+  };
+  const convexModel = measuredModel(9, convex);
+  const shortened = shortenToMeasuredCosts(candidate, 7, 1, convexModel);
+  // Expected tokens per millisecond peak at 4 proposals (1.969) and fall at 6 (1.635, the seventh row).
+  assert.equal(shortened, 4);
+  for (let k = 0; k <= 7; k++) assert.ok(rate(shortened, convex) >= rate(k, convex), `k = ${k} would yield more than ${shortened}`);
+  // Where cost is a line, the line's choice stands; so does any choice whose count was never measured.
+  const lineModel = measuredModel(9, line);
+  const chosen = new Int32Array(1);
+  chooseDraftCounts([candidate], lineModel.costAt(1), 8, chosen);
+  assert.ok(chosen[0] > 0);
+  assert.equal(shortenToMeasuredCosts(candidate, chosen[0], 1, lineModel), chosen[0]);
+  assert.equal(shortenToMeasuredCosts(candidate, 7, 1, measuredModel(5, convex)), 7, 'seven proposals never measured');
+  // On random measured costs, the result is never longer than chosen and never yields less than it.
+  for (let trial = 0; trial < 200; trial++) {
+    const costs = Array.from({ length: 10 }, () => 1 + random());
+    const model = measuredModel(9, (numTokens) => costs[numTokens]);
+    const chosen = Math.floor(random() * 9);
+    const result = shortenToMeasuredCosts(candidate, chosen, 1, model);
+    const measured = (numTokens: number) => model.measuredCost(numTokens)!;
+    assert.ok(result <= chosen && rate(result, measured) >= rate(chosen, measured), `seed ${seed}: ${JSON.stringify({ costs, chosen, result })}`);
+  }
 });
 
 test('compute-bound steps propose nothing and look nothing up; memory-bound ones speculate', () => {

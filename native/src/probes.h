@@ -26,8 +26,9 @@ namespace conduit {
 // Best streaming-read bandwidth, bytes per second, of num_threads threads each reading its slice
 // of a size_bytes buffer (make it far larger than the last-level cache), with the path's loads.
 double measure_stream_read(cd_kernel kernel, size_t size_bytes, int32_t num_threads, int32_t num_repeats);
-// The path's multiply-add ceiling, flops per second over num_threads threads: the TDPBF16PS peak
-// on amx, the vdpbf16ps peak on avx512, the fp32 FMA peak on avx2.
+// The path's multiply-add ceiling, flops per second over num_threads threads (each thread's flops
+// over its own CPU time, summed): the TDPBF16PS peak on amx, the vdpbf16ps peak on avx512, the
+// fp32 FMA peak on avx2.
 double measure_peak(cd_kernel kernel, int32_t num_threads);
 // Best seconds of one parallel matmul [num_rows, k] x [n, k]^T with random weights of format,
 // split over num_threads threads as a forward pass splits it.
