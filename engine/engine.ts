@@ -45,7 +45,27 @@ export interface EngineSettings {
    * step runs with at most the cores they leave (compute-threads.ts).
    */
   numCores?: number;
+  /**
+   * When a new grammar that forces a start, of a request that arrives alone, compiles over the
+   * vocabulary after that start is output: for a prompt estimated short (the default;
+   * DEFER_COMPILE_BELOW_COMPILES), for every prompt, or never (all from admission: a benchmark's
+   * reference).
+   */
+  deferGrammarCompiles?: 'short-prompts' | 'always' | 'never';
 }
+
+/**
+ * A new grammar's compile over the vocabulary waits for its forced start to be output (after the
+ * prompt's pass) when that pass is estimated shorter than this many such compiles. Beside the
+ * pass the compile would cost it about half the compile's time (compute-threads.ts), which the
+ * forced start, the first output, waits for; after it, the compile overlaps the pass that computes
+ * the forced tokens. So a short prompt's first output comes a pass's worth sooner, and a long
+ * prompt (whose pass hides the compile: at 5 compiles, a tenth of it) compiles beside it as before.
+ */
+const DEFER_COMPILE_BELOW_COMPILES = 5;
+
+/** Prefill passes of at least this many tokens estimate a prompt's pass (ms per token). */
+const MIN_ESTIMATING_PASS_TOKENS = 16;
 
 /** How long the loop naps when every request in flight waits on its grammar. */
 const GRAMMAR_WAIT_MS = 20;
@@ -73,6 +93,7 @@ export class Engine {
   private readonly log: Logger;
   private readonly eosTokenIds: readonly number[];
   private readonly numCores: number;
+  private readonly deferGrammarCompiles: 'short-prompts' | 'always' | 'never';
   private readonly listeners = new Map<string, OutputListener>();
   private readonly reportListeners = new Set<ReportListener>();
   private inbox: Command[] = [];
@@ -84,6 +105,8 @@ export class Engine {
   private closing: Promise<void> | null = null;
   private residentMemoryBytes = 0;
   private residentMemoryReadAtMs = -Infinity;
+  /** Recent lone prefill passes' milliseconds per token (a moving average); null before the first. */
+  private prefillMsPerToken: number | null = null;
 
   constructor(runner: ModelRunner, settings: EngineSettings) {
     const { numKvBlocks, blockSizeTokens, kvCacheGroups, maxModelLen, vocabSize } = runner.info;
@@ -107,6 +130,7 @@ export class Engine {
     });
     this.grammars = settings.grammars ?? null;
     this.numCores = settings.numCores ?? availableCores();
+    this.deferGrammarCompiles = settings.deferGrammarCompiles ?? 'short-prompts';
     this.eosTokenIds = settings.generationDefaults.eosTokenIds;
     if (this.grammars !== null) this.grammars.onChange = () => this.notify();
     if (this.grammars !== null) this.grammars.onCompilingChange = () => this.applyComputeThreads();
@@ -232,6 +256,8 @@ export class Engine {
   private applyInbox(): void {
     const commands = this.inbox;
     this.inbox = [];
+    let numArriving = 0;
+    for (const command of commands) if (command.kind === 'generate') numArriving++;
     for (const command of commands) {
       if (command.kind === 'abort') {
         const output = this.scheduler.abort(command.requestId);
@@ -239,7 +265,7 @@ export class Engine {
         continue;
       }
       const { request, onOutput, receivedMs } = command;
-      const refusal = this.stopError ?? this.admit(request, receivedMs);
+      const refusal = this.stopError ?? this.admit(request, receivedMs, numArriving === 1);
       if (refusal === null) {
         this.listeners.set(request.requestId, onOutput);
       } else {
@@ -249,8 +275,11 @@ export class Engine {
     }
   }
 
-  /** Queues a request with its grammar, which starts compiling as its prompt is computed. */
-  private admit(request: GenerateRequest, receivedMs: number): EngineError | null {
+  /**
+   * Queues a request with its grammar, which starts compiling as its prompt is computed (or after
+   * its forced start: defersCompile()); arrivesAlone when no other request arrives with it.
+   */
+  private admit(request: GenerateRequest, receivedMs: number, arrivesAlone: boolean): EngineError | null {
     const structured = request.structuredOutput;
     if (structured === undefined) return this.scheduler.add(request, receivedMs);
     if (this.grammars === null) return { code: 'invalid_request', message: 'This worker serves no structured outputs' };
@@ -258,9 +287,24 @@ export class Engine {
     if ('code' in prepared) return prepared;
     const stopTokenIds = [...new Set([...this.eosTokenIds, ...(request.sampling.stopTokenIds ?? [])])];
     const grammar = this.grammars.create(request.requestId, prepared, stopTokenIds);
+    const isAlone = arrivesAlone && !this.scheduler.hasUnfinished;
     const refusal = this.scheduler.add(request, receivedMs, grammar);
-    if (refusal === null) this.grammars.open(grammar);
+    if (refusal === null) this.grammars.open(grammar, isAlone && this.defersCompile(request.promptTokenIds.length));
     return refusal;
+  }
+
+  /**
+   * Whether a request's new grammar compiles after its forced start (deferGrammarCompiles); for
+   * short prompts, those whose pass is estimated shorter than DEFER_COMPILE_BELOW_COMPILES
+   * compiles (none until both have been measured). Only a request that arrives alone defers: its
+   * pass that samples may then wait for the compile to end (Sequence.isAlone), where beside
+   * others it would hold back a pass.
+   */
+  private defersCompile(numPromptTokens: number): boolean {
+    if (this.deferGrammarCompiles !== 'short-prompts') return this.deferGrammarCompiles === 'always';
+    const compileMs = this.grammars?.compileMsEstimate ?? null;
+    if (compileMs === null || this.prefillMsPerToken === null) return false;
+    return numPromptTokens * this.prefillMsPerToken < DEFER_COMPILE_BELOW_COMPILES * compileMs;
   }
 
   /**
@@ -303,6 +347,10 @@ export class Engine {
       // Both settle before the next step: the threads' rows, and what they found to force.
       const [result] = await Promise.all([pass, bitmasks === null ? null : grammars!.stepDone()]);
       forwardMs = performance.now() - forwardStart;
+      if (output.scheduled.length === 1 && output.numScheduledTokens >= MIN_ESTIMATING_PASS_TOKENS) {
+        const msPerToken = forwardMs / output.numScheduledTokens;
+        this.prefillMsPerToken = this.prefillMsPerToken === null ? msPerToken : this.prefillMsPerToken + (msPerToken - this.prefillMsPerToken) / 4;
+      }
       const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, firstSamplesOf(result, output.scheduled.length));
       outputs = this.scheduler.update(output, result, forced);
     } catch (err) {

@@ -151,6 +151,7 @@ export class Scheduler {
   private readonly now: () => number;
   /** Steps scheduled so far; a sequence's scheduledStep says whether it runs in the current one. */
   private numSteps = 0;
+  private aloneSequence: Sequence | null = null;
   /** Reused every step: the running list's order, and the prompts it holds that are still being computed. */
   private readonly stepOrder: Sequence[] = [];
   private readonly prefilling: Sequence[] = [];
@@ -377,6 +378,7 @@ export class Scheduler {
     const preemptedRequestIds: string[] = [];
     const step = ++this.numSteps;
     let tokenBudget = this.config.maxNumBatchedTokens;
+    this.markAlone();
 
     // Decodes first, in admission order: one token each, so that no prompt holds them back.
     // Prompts still being computed wait for the prefill pass below; a sequence whose prompt is
@@ -463,6 +465,15 @@ export class Scheduler {
       numScheduledTokens: this.config.maxNumBatchedTokens - numWithheldTokens - tokenBudget,
       preemptedRequestIds,
     };
+  }
+
+  /** Notes the sequence in flight alone, if one is (Sequence.isAlone). */
+  private markAlone(): void {
+    const alone = this.running.size + this.waiting.size === 1 ? (this.running.first ?? this.waiting.peek()) : null;
+    if (alone === this.aloneSequence) return;
+    if (this.aloneSequence !== null) this.aloneSequence.isAlone = false;
+    if (alone !== null) alone.isAlone = true;
+    this.aloneSequence = alone;
   }
 
   /**

@@ -20,6 +20,11 @@ export interface GrammarGate {
   readonly isReady: boolean;
   /** Tokens that end the output under the grammar: sampling one finishes the request with 'stop'. */
   readonly stopTokenIds: readonly number[];
+  /**
+   * Compiling, and its first mask comes right after the compile: a pass may sample it before
+   * isReady, its sampler waiting for that mask (only a sequence alone: nobody else's step waits).
+   */
+  readonly maySampleCompiling: boolean;
 }
 
 export interface SequenceInit {
@@ -56,6 +61,8 @@ export class Sequence implements KvSequence, Queued {
   readonly blockTables: number[][] = [[]];
   readonly blockHashes: BlockHash[] = [];
   numComputedTokens = 0;
+  /** The only sequence in flight, as of the scheduler's last step (a step of it alone waits for no one else). */
+  isAlone = false;
   /** Prompt tokens found in the prefix cache when the sequence was first admitted. */
   numCachedTokens = 0;
   /** What it adds to the scheduler's queued prefill tokens while it waits: its tokens the cache lacked when it was queued. */
@@ -129,7 +136,8 @@ export class Sequence implements KvSequence, Queued {
   /** Tokens a step may compute now: all it knows, but the last while its grammar compiles (that one samples). */
   get numSchedulableTokens(): number {
     const gap = this.tokenIds.length - this.numComputedTokens;
-    return this.grammar !== null && !this.grammar.isReady ? gap - 1 : gap;
+    if (this.grammar === null || this.grammar.isReady) return gap;
+    return this.grammar.maySampleCompiling && this.isAlone ? gap : gap - 1;
   }
 
   appendOutputToken(tokenId: number): void {

@@ -66,11 +66,11 @@ function tokens(count: number, salt: number): number[] {
   return Array.from({ length: count }, (_, i) => 3 + ((salt * 7919 + i * 104729 + 17) % (BENCH_SHAPE.vocabSize - 3)));
 }
 
-async function startEngine(modelDir: string, numThreads: number, grammarThreads: number, overlapForward: boolean, threadNice = 0, numCores?: number) {
+async function startEngine(modelDir: string, numThreads: number, grammarThreads: number, overlapForward: boolean, threadNice = 0, numCores?: number, deferGrammarCompiles: 'short-prompts' | 'never' = 'short-prompts') {
   const model = await loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 2048, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
   const runner = new NativeRunner(model, { maxModelLen: MAX_MODEL_LEN, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024 });
   const grammars = new GrammarService({ modelDir, vocabSize: BENCH_SHAPE.vocabSize, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: grammarThreads, overlapForward, threadNice });
-  return createEngine(runner, { servedName: 'bench', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024, generationDefaults: { eosTokenIds: [EOS] }, grammars, numCores });
+  return createEngine(runner, { servedName: 'bench', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens: 1024, generationDefaults: { eosTokenIds: [EOS] }, grammars, numCores, deferGrammarCompiles });
 }
 
 interface Outcome {
@@ -196,9 +196,11 @@ async function main() {
   const niced = await startEngine(modelDir, numThreads, grammarThreads, true, grammarNice);
   // Cores without end: no step ever leaves one to a compile.
   const unlowered = await startEngine(modelDir, numThreads, grammarThreads, true, 0, Number.MAX_SAFE_INTEGER);
+  // Every new grammar compiled from admission, beside its prompt's pass (the schedule before deferral).
+  const eager = await startEngine(modelDir, numThreads, grammarThreads, true, 0, undefined, 'never');
   try {
     // Warm all: the runtime, the grammar threads (each loads the vocabulary), the schema's grammar.
-    for (const engine of [overlapped, serial, niced, unlowered]) {
+    for (const engine of [overlapped, serial, niced, unlowered, eager]) {
       await Promise.all([0, 1].map((i) => run(engine, requestOf('masked', `warm-${i}`, i, 8))));
       await run(engine, requestOf('free', 'warm-free', 0, 8));
     }
@@ -232,6 +234,7 @@ async function main() {
       describe(promptTokens, ttft, '');
       verdict(`time to first token, new / cached schema, ${promptTokens}-token prompt:`, ttft.newMs / ttft.cachedMs, 1.2, false);
     }
+    describe(PROMPT_TOKENS, await timeToFirstToken(eager, PROMPT_TOKENS, numRounds, 3), ', every compile from admission (no deferral: the reference)');
     describe(PROMPT_TOKENS, await timeToFirstToken(unlowered, PROMPT_TOKENS, numRounds, 2), ', steps on every thread while it compiles (the rule off)');
     describe(PROMPT_TOKENS, await timeToFirstToken(niced, PROMPT_TOKENS, numRounds, 1), `, grammar threads at niceness ${grammarNice}`);
     console.log(`targets (this run, ${os.loadavg()[0].toFixed(1)} load average at the end):\n  ${verdicts.join('\n  ')}`);
@@ -240,6 +243,7 @@ async function main() {
     await serial.close();
     await niced.close();
     await unlowered.close();
+    await eager.close();
   }
 }
 

@@ -40,12 +40,25 @@ export type ThreadRequest =
       stopTokenIds: number[];
       /** Also report the text the grammar forces from its start ('prefix'), before compiling it. */
       jumpForward: boolean;
+      /**
+       * A grammar not cached that forces a start: stop after the 'prefix' reply, and compile over
+       * the vocabulary (and open the matcher) on the slot's 'compile' request.
+       */
+      deferCompile: boolean;
     }
+  | { kind: 'compile'; slot: number }
   | { kind: 'fill'; step: number; items: FillItem[] }
   | { kind: 'close'; slot: number };
 
 export type ThreadReply =
   /** What the grammar forces from its start, known before it is compiled (an empty text: nothing). */
-  | { kind: 'prefix'; slot: number; text: string }
+  | {
+      kind: 'prefix';
+      slot: number;
+      text: string;
+      /** The thread waits for the slot's 'compile' request (an open with deferCompile, and a forced start). */
+      deferred: boolean;
+    }
+  /** compileMs: the compile over the vocabulary alone (0 when cached or failed). */
   | { kind: 'opened'; slot: number; error: string | null; cached: boolean; compileMs: number }
   | { kind: 'filled'; step: number; results: Array<{ slot: number; forcedText: string | null; error: string | null }> };

@@ -72,6 +72,13 @@ export class SequenceGrammar implements GrammarGate {
   /** What the grammar forced before the last sampled token (jump-forward), from its last fill. */
   forcedText: string | null = null;
   thread: GrammarThread | null = null;
+  /** Its thread holds it parsed, its compile over the vocabulary waiting for the forced start to be output (open() with deferCompile). */
+  awaitsCompile = false;
+  /**
+   * Its compile was deferred and has now started: the thread fills its first mask right after it,
+   * so a pass may sample it before isReady (Sequence.numSchedulableTokens, when it is alone).
+   */
+  maySampleCompiling = false;
 
   constructor(
     readonly requestId: string,
@@ -103,6 +110,11 @@ class GrammarThread {
     this.items.push(item);
     return item;
   }
+}
+
+/** Each new sample weighs a quarter: a few compiles of a new kind of schema move it. */
+function movingAverage(average: number | null, sample: number): number {
+  return average === null ? sample : average + (sample - average) / 4;
 }
 
 function invalid(message: string): EngineError {
@@ -215,6 +227,8 @@ export class GrammarService {
   private numPendingThreads = 0;
   private resolveStep: () => void = () => {};
   private isClosed = false;
+  /** Recent compiles over the vocabulary, in milliseconds of their thread (a moving average); null before the first. */
+  compileMsEstimate: number | null = null;
   /** Called when a grammar becomes ready or fails: the engine loop may have something to do. */
   onChange: () => void = () => {};
   /** Called the moment numCompilingThreads changes, also while a pass runs (compute-threads.ts). */
@@ -247,14 +261,22 @@ export class GrammarService {
     return new SequenceGrammar(requestId, this.nextSlot++, prepared, stopTokenIds);
   }
 
-  /** Starts compiling (or takes from a thread's cache) and opens the matcher. */
-  open(grammar: SequenceGrammar): void {
+  /**
+   * Starts compiling (or takes from a thread's cache) and opens the matcher. With deferCompile, a
+   * grammar not cached that forces a start is compiled only over bytes now (its forced start,
+   * about a millisecond), and over the vocabulary once that start is output
+   * (takeForcedStarts()), after the pass that computed the prompt: the vocabulary's compile is
+   * needed only by the first masked sample, which comes after the pass that computes the forced
+   * tokens, so a short prompt's pass does not share its cores with it.
+   */
+  open(grammar: SequenceGrammar, deferCompile = false): void {
     if (this.isClosed) {
       this.fail(grammar, { code: 'engine_unavailable', message: 'The engine worker is shutting down' });
       return;
     }
     const thread = this.threadFor(grammar.prepared.key);
-    if (!thread.keys.has(grammar.prepared.key)) this.startCompiling(thread, grammar.slot);
+    const isCached = thread.keys.has(grammar.prepared.key);
+    if (!isCached) this.startCompiling(thread, grammar.slot);
     grammar.thread = thread;
     thread.grammars.add(grammar);
     thread.keys.delete(grammar.prepared.key);
@@ -267,7 +289,7 @@ export class GrammarService {
     this.byRequest.set(grammar.requestId, grammar);
     const { key, constraint, constrainAfter } = grammar.prepared;
     const { jumpForward } = grammar.prepared;
-    this.post(thread, { kind: 'open', slot: grammar.slot, key, constraint, constrainAfter, stopTokenIds: [...grammar.stopTokenIds], jumpForward });
+    this.post(thread, { kind: 'open', slot: grammar.slot, key, constraint, constrainAfter, stopTokenIds: [...grammar.stopTokenIds], jumpForward, deferCompile: deferCompile && !isCached });
     if (grammar.prepared.prefixTokenIds.length > 0) {
       this.prefixes.push({ grammar, tokenIds: grammar.prepared.prefixTokenIds, text: '' });
       this.onChange();
@@ -309,6 +331,8 @@ export class GrammarService {
     const starts = [];
     for (const { grammar, tokenIds: prefix, text } of this.prefixes.splice(0)) {
       if (grammar.failure !== null || this.byRequest.get(grammar.requestId) !== grammar) continue;
+      // Its forced start goes out now: the compile it waited for starts.
+      if (grammar.awaitsCompile) this.compileDeferred(grammar);
       // The prefix is output at open, the grammar's forced start after it.
       const numPrefixTokens = grammar.prepared.prefixTokenIds.length;
       if (prefix !== null) starts.push({ requestId: grammar.requestId, tokenIds: prefix, numOutputTokensBefore: 0 });
@@ -442,6 +466,11 @@ export class GrammarService {
   private receive(thread: GrammarThread, reply: ThreadReply): void {
     if (reply.kind === 'prefix') {
       const grammar = this.bySlot.get(reply.slot);
+      if (reply.deferred) {
+        // Its bytes are compiled; the thread waits for compileDeferred() (or close()).
+        this.stopCompiling(thread, reply.slot);
+        if (grammar !== undefined) grammar.awaitsCompile = true;
+      }
       if (grammar === undefined || grammar.isReady || reply.text === '') return;
       this.prefixes.push({ grammar, tokenIds: null, text: reply.text });
       this.onChange();
@@ -450,8 +479,10 @@ export class GrammarService {
     if (reply.kind === 'opened') {
       // Also for a request closed meanwhile: the thread compiled its grammar all the same.
       this.stopCompiling(thread, reply.slot);
+      if (reply.compileMs > 0) this.compileMsEstimate = movingAverage(this.compileMsEstimate, reply.compileMs);
       const grammar = this.bySlot.get(reply.slot);
       if (grammar === undefined) return;
+      grammar.maySampleCompiling = false;
       if (reply.error === null) grammar.isReady = true;
       else this.fail(grammar, invalid(`The structured output could not be compiled: ${reply.error}`));
       this.onChange();
@@ -465,6 +496,15 @@ export class GrammarService {
     }
     if (reply.step !== this.step || thread.numPendingRows === 0) return;
     this.answered(thread);
+  }
+
+  /** The thread compiles a deferred grammar now; its first fill queues behind the compile. */
+  private compileDeferred(grammar: SequenceGrammar): void {
+    const thread = grammar.thread!;
+    grammar.awaitsCompile = false;
+    grammar.maySampleCompiling = true;
+    this.startCompiling(thread, grammar.slot);
+    this.post(thread, { kind: 'compile', slot: grammar.slot });
   }
 
   private startCompiling(thread: GrammarThread, slot: number): void {

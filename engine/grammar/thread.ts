@@ -173,45 +173,79 @@ async function forcedStartOf(grammar: CompiledGrammar): Promise<string> {
   }
 }
 
+/** Grammars parsed whose compile over the vocabulary waits for their slot's 'compile' request, by slot. */
+const deferred = new Map<number, { key: string; source: Grammar; stopTokenIds: number[] }>();
+
 /**
  * The forced start first (from the cached grammar, or the grammar compiled over bytes alone, so it
- * comes at once), then the grammar compiled and its matcher opened.
+ * comes at once), then the grammar compiled and its matcher opened; or, deferred, only when the
+ * slot's 'compile' request comes (null: nothing to reply yet).
  */
-async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<ThreadReply> {
-  const { slot, key, constraint, constrainAfter, stopTokenIds, jumpForward } = request;
-  const started = performance.now();
+async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<ThreadReply | null> {
+  const { slot, key, constraint, constrainAfter, stopTokenIds, jumpForward, deferCompile } = request;
   let source: Grammar | null = null;
   try {
-    let grammar = compiled.get(key);
-    const cached = grammar !== undefined;
+    const grammar = compiled.get(key);
     if (grammar === undefined) source = await withDiagnostics(async () => grammarOf(constraint, constrainAfter));
     if (jumpForward) {
       try {
         const overBytes = grammar ?? (await withDiagnostics(async () => (await byteCompilerOf()).compileGrammar(source!)));
-        parentPort!.postMessage({ kind: 'prefix', slot, text: await forcedStartOf(overBytes) } satisfies ThreadReply);
+        const text = await forcedStartOf(overBytes);
         if (overBytes !== grammar) overBytes.dispose();
+        const defers = grammar === undefined && deferCompile && text !== '';
+        parentPort!.postMessage({ kind: 'prefix', slot, text, deferred: defers } satisfies ThreadReply);
+        if (defers) {
+          deferred.set(slot, { key, source: source!, stopTokenIds });
+          source = null;
+          return null;
+        }
       } catch {
         // The full compile below reports what is wrong with the grammar.
       }
     }
-    if (grammar === undefined) {
-      const full = source!;
-      grammar = await withDiagnostics(async () => (await compilerOf()).compileGrammar(full));
-      compiled.set(key, grammar);
-      evictBeyond(init.maxCachedGrammars);
-    } else {
-      // Most recently used last.
-      compiled.delete(key);
-      compiled.set(key, grammar);
-    }
-    matchers.set(slot, await xgrammar.GrammarMatcher.createGrammarMatcher(grammar, stopTokenIds));
-    return { kind: 'opened', slot, error: null, cached, compileMs: performance.now() - started };
+    return await opened(slot, key, grammar ?? source!, stopTokenIds);
   } catch (err) {
-    return { kind: 'opened', slot, error: (err as Error).message, cached: false, compileMs: performance.now() - started };
+    return { kind: 'opened', slot, error: (err as Error).message, cached: false, compileMs: 0 };
   } finally {
     // The compiled grammar keeps what it needs of it.
     source?.dispose();
   }
+}
+
+/** A deferred grammar compiled over the vocabulary, its matcher opened. */
+async function compileDeferred(slot: number): Promise<ThreadReply | null> {
+  const pending = deferred.get(slot);
+  if (pending === undefined) return null;
+  deferred.delete(slot);
+  try {
+    return await opened(slot, pending.key, pending.source, pending.stopTokenIds);
+  } catch (err) {
+    return { kind: 'opened', slot, error: (err as Error).message, cached: false, compileMs: 0 };
+  } finally {
+    pending.source.dispose();
+  }
+}
+
+/** The grammar (compiled, or its source to compile and cache under key) with a matcher open for the slot. */
+async function opened(slot: number, key: string, grammarOrSource: CompiledGrammar | Grammar, stopTokenIds: number[]): Promise<ThreadReply> {
+  let grammar = compiled.get(key);
+  const cached = grammar !== undefined;
+  let compileMs = 0;
+  if (grammar === undefined) {
+    const source = grammarOrSource as Grammar;
+    const vocabularyCompiler = await withDiagnostics(compilerOf);
+    const started = performance.now();
+    grammar = await withDiagnostics(async () => vocabularyCompiler.compileGrammar(source));
+    compileMs = performance.now() - started;
+    compiled.set(key, grammar);
+    evictBeyond(init.maxCachedGrammars);
+  } else {
+    // Most recently used last.
+    compiled.delete(key);
+    compiled.set(key, grammar);
+  }
+  matchers.set(slot, await xgrammar.GrammarMatcher.createGrammarMatcher(grammar, stopTokenIds));
+  return { kind: 'opened', slot, error: null, cached, compileMs };
 }
 
 function evictBeyond(maxEntries: number): void {
@@ -247,6 +281,8 @@ async function handle(request: ThreadRequest): Promise<ThreadReply | null> {
   switch (request.kind) {
     case 'open':
       return open(request);
+    case 'compile':
+      return compileDeferred(request.slot);
     case 'fill': {
       const results = [];
       for (const item of request.items) results.push(await fillOne(item));
@@ -255,6 +291,8 @@ async function handle(request: ThreadRequest): Promise<ThreadReply | null> {
     case 'close':
       matchers.get(request.slot)?.dispose();
       matchers.delete(request.slot);
+      deferred.get(request.slot)?.source.dispose();
+      deferred.delete(request.slot);
       return null;
   }
 }

@@ -37,11 +37,16 @@ interface Outcome {
   numOutputs: number;
 }
 
-async function withEngine(fn: (engine: Engine, runner: RecordingRunner, grammars: GrammarService) => Promise<void>, maxNumBatchedTokens = 256, numCores?: number): Promise<void> {
+async function withEngine(
+  fn: (engine: Engine, runner: RecordingRunner, grammars: GrammarService) => Promise<void>,
+  maxNumBatchedTokens = 256,
+  numCores?: number,
+  deferGrammarCompiles?: 'short-prompts' | 'always' | 'never',
+): Promise<void> {
   const model = await loadModel({ modelDir: MODEL_DIR, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: 512, blockSizeTokens: 16, numThreads: 2, kernel: 'auto' });
   const runner = new RecordingRunner(new NativeRunner(model, { maxModelLen: 2048, maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens }));
   const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 2 });
-  const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens, generationDefaults: { eosTokenIds: [EOS] }, grammars, numCores });
+  const engine = createEngine(runner, { servedName: 'tiny', maxNumSeqs: MAX_NUM_SEQS, maxNumBatchedTokens, generationDefaults: { eosTokenIds: [EOS] }, grammars, numCores, deferGrammarCompiles });
   try {
     await fn(engine, runner, grammars);
   } finally {
@@ -230,6 +235,61 @@ test('what a new grammar forces from its start is output before anything is samp
     assert.equal(cut.finishReason, 'length');
     assert.equal(cut.tokenIds.length, 2);
   }, 64);
+});
+
+test('a request alone with a new grammar, compiled after its forced start: that start comes before the compile ends, the first sample waits in its pass for the mask; outputs bitwise those of compiling from admission, new and cached; refusals still come before any token', async () => {
+  const schema = JSON.stringify({ ...PERSON, properties: { ...PERSON.properties, pet: { enum: ['cat', 'dog'] } }, required: [...PERSON.required, 'pet'] });
+  const structured: StructuredOutput = { constraint: { kind: 'json_schema', schema } };
+  const whole = (outputs: RequestOutput[]) => ({ tokenIds: outputs.flatMap((output) => output.newTokenIds), logprobs: outputs.flatMap((output) => output.newLogprobs), finishReason: outputs.at(-1)!.finishReason });
+  const run = async (mode: 'always' | 'never') => {
+    const outcome: { outputs: RequestOutput[][]; compilingAtFirstOutput: number; sampledBeforeReady: number; neighboursSampledBeforeReady: number } = { outputs: [], compilingAtFirstOutput: -1, sampledBeforeReady: 0, neighboursSampledBeforeReady: 0 };
+    await withEngine(async (engine, runner, grammars) => {
+      const collect = (each: GenerateRequest, onFirst?: () => void) => new Promise<RequestOutput[]>((resolve) => {
+        const outputs: RequestOutput[] = [];
+        engine.generate(each, (output) => {
+          if (outputs.length === 0) onFirst?.();
+          outputs.push(output);
+          if (output.finishReason !== null) resolve(outputs);
+        });
+      });
+      // New (compiled now), then cached, each alone, short prompts.
+      outcome.outputs.push(await collect(request('new', structured, 71), () => (outcome.compilingAtFirstOutput = grammars.numCompilingThreads)));
+      outcome.outputs.push(await collect(request('cached', structured, 72)));
+      const sampledBeforeReady = (ids: string[]) => runner.steps.flatMap((step) => step.scheduled).filter((entry) => ids.includes(entry.requestId) && entry.sample && !entry.grammar!.isReady).length;
+      outcome.sampledBeforeReady = sampledBeforeReady(['new', 'cached']);
+      // A neighbour arrives during the new grammar's first pass (its compile deferred, as it
+      // arrived alone): from then on neither is alone, so it holds back its sample until ready.
+      const other = { constraint: { kind: 'json_schema', schema: JSON.stringify({ ...PERSON, title: 'neighbours' }) } } as const;
+      let neighbour: Promise<RequestOutput[]> | null = null;
+      const freeNeighbour = request('pair-1', undefined, 74, { sampling: { temperature: 1, seed: 74n, maxTokens: 400, ignoreEos: true } });
+      const execute = runner.execute.bind(runner);
+      runner.execute = (output, bitmasks) => {
+        if (neighbour === null && output.scheduled.some((entry) => entry.requestId === 'pair-0')) neighbour = collect(freeNeighbour);
+        return execute(output, bitmasks);
+      };
+      const first = await collect(request('pair-0', other, 73));
+      outcome.outputs.push(first, await neighbour!);
+      outcome.neighboursSampledBeforeReady = sampledBeforeReady(['pair-0']);
+      for (const [index, bad] of [{ kind: 'regex', pattern: '[a-' }, { kind: 'grammar', grammar: 'root ::= undefined_rule' }].entries()) {
+        const refused = await generate(engine, request(`bad-${index}`, { constraint: bad as StructuredOutput['constraint'] }, 75 + index));
+        assert.equal(refused.finishReason, 'error');
+        assert.deepEqual(refused.tokenIds, [], 'nothing generated before the refusal');
+        assert.match(refused.error!, /could not be compiled/);
+      }
+    }, 256, undefined, mode);
+    return outcome;
+  };
+  const deferred = await run('always');
+  const eager = await run('never');
+  assert.ok(deferred.compilingAtFirstOutput === 1, `the forced start came while the grammar compiled (compiling threads then: ${deferred.compilingAtFirstOutput})`);
+  assert.ok('{"name": "'.startsWith(textOf(deferred.outputs[0][0].newTokenIds)) && deferred.outputs[0][0].newTokenIds.length > 0, textOf(deferred.outputs[0][0].newTokenIds));
+  assert.equal(deferred.sampledBeforeReady, 1, 'the new grammar\'s first sample was drawn in a pass that began before it was ready (the cached one\'s never)');
+  assert.equal(eager.sampledBeforeReady, 0);
+  assert.equal(deferred.neighboursSampledBeforeReady, 0, 'beside another request, no sample before the grammar is ready');
+  for (const [index, outputs] of deferred.outputs.entries()) {
+    assert.deepEqual(whole(outputs), whole(eager.outputs[index]), `request ${index}: the same tokens and logprobs deferred as from admission`);
+  }
+  assert.equal(deferred.outputs[0].at(-1)!.finishReason, 'stop');
 });
 
 test('prefix tokens (Mistral\'s [TOOL_CALLS]) come first, unseen by the grammar, then its forced start and what it allows', async () => {

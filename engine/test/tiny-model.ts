@@ -48,7 +48,7 @@ export class RecordingRunner implements ModelRunner {
   }
   execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null) {
     // The grammar gates are live objects of the engine: recorded as whether each was ready.
-    this.steps.push(structuredClone({ ...output, scheduled: output.scheduled.map((entry) => ({ ...entry, grammar: entry.grammar === null ? null : { isReady: entry.grammar.isReady, stopTokenIds: [...entry.grammar.stopTokenIds] } })) }));
+    this.steps.push(structuredClone({ ...output, scheduled: output.scheduled.map((entry) => ({ ...entry, grammar: entry.grammar === null ? null : { isReady: entry.grammar.isReady, stopTokenIds: [...entry.grammar.stopTokenIds], maySampleCompiling: entry.grammar.maySampleCompiling } })) }));
     return this.inner.execute(output, bitmasks);
   }
   close() {
