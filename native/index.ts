@@ -46,7 +46,9 @@ interface Binding {
       tensorParallel?: TensorParallelOptions & { connectTimeoutMs: number };
     },
   ): Promise<{ handle: ModelHandle; kernel: ConcreteKernel; kvBytesPerBlock: number; numaNode: number }>;
-  forward(handle: ModelHandle, batch: ForwardBatch, outputs: ForwardResult): Promise<void>;
+  /** values: the batch's fields, then the outputs, in forwardFieldKeys() order. */
+  forward(handle: ModelHandle, batch: ForwardBatch, outputs: ForwardResult, ...values: unknown[]): Promise<void>;
+  forwardFieldKeys(): [string[], string[]];
   freeModel(handle: ModelHandle): void;
   serveRank(handle: ModelHandle): Promise<void>;
   collectiveNs(handle: ModelHandle): number;
@@ -74,6 +76,11 @@ export interface MatmulProbe {
 }
 
 const binding = createRequire(import.meta.url)(path.join(packageRoot, 'native', 'build', 'Release', 'conduit_native.node')) as Binding;
+/**
+ * ForwardBatch's and ForwardResult's fields in the order binding.forward() takes their values
+ * (native/src/batch_fields.h): positional arguments, not some forty reads by name in C++.
+ */
+const [FORWARD_BATCH_KEYS, FORWARD_OUTPUT_KEYS] = binding.forwardFieldKeys() as [Array<keyof ForwardBatch>, Array<keyof ForwardResult>];
 
 const DTYPE_SETTINGS: readonly DtypeSetting[] = ['auto', 'fp32', 'bf16', 'fp16'];
 const KERNEL_PATHS: readonly KernelPath[] = ['auto', 'amx', 'avx512', 'avx2', 'scalar'];
@@ -418,7 +425,10 @@ export class LoadedModel implements NativeModel {
     // No call-site Error per step: capturing its stack costs ~20 µs on the cache a pass leaves
     // behind (3 µs warm). A failure's stack is taken where it is caught, and V8's async stack
     // traces carry the callers that await this call.
-    await this.runExclusive(binding.forward(this.handle, batch, outputs));
+    const values: unknown[] = [];
+    for (const key of FORWARD_BATCH_KEYS) values.push(batch[key]);
+    for (const key of FORWARD_OUTPUT_KEYS) values.push(outputs[key]);
+    await this.runExclusive(binding.forward(this.handle, batch, outputs, ...values));
     return outputs;
   }
 

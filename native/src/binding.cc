@@ -14,6 +14,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("probeMatmul", Napi::Function::New(env, ProbeMatmul));
   exports.Set("loadModel", Napi::Function::New(env, LoadModel));
   exports.Set("forward", Napi::Function::New(env, Forward));
+  exports.Set("forwardFieldKeys", Napi::Function::New(env, ForwardFieldKeys));
   exports.Set("freeModel", Napi::Function::New(env, FreeModel));
   exports.Set("serveRank", Napi::Function::New(env, ServeRank));
   exports.Set("collectiveNs", Napi::Function::New(env, CollectiveNs));

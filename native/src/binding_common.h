@@ -29,6 +29,7 @@ Napi::Value result_or_throw(Napi::Env env, cd_status status, const char* message
 Napi::Value LoadModel(const Napi::CallbackInfo& info);
 // binding_forward.cc
 Napi::Value Forward(const Napi::CallbackInfo& info);
+Napi::Value ForwardFieldKeys(const Napi::CallbackInfo& info);
 Napi::Value ServeRank(const Napi::CallbackInfo& info);
 Napi::Value CollectiveNs(const Napi::CallbackInfo& info);
 Napi::Value MatrixFormats(const Napi::CallbackInfo& info);

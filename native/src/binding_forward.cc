@@ -56,33 +56,43 @@ bool absent(const Napi::Value& value) { return value.IsUndefined() || value.IsNu
 
 // An output typed array's storage; null when it is empty or absent (an output nothing asked for).
 template <typename T>
-T* data_of(const Napi::Object& outputs, const char* key) {
-  const Napi::Value value = outputs.Get(key);
+T* data_of(const Napi::Value& value) {
   if (!value.IsTypedArray()) return nullptr;
   Napi::TypedArrayOf<T> array = value.As<Napi::TypedArrayOf<T>>();
   return array.ElementLength() == 0 ? nullptr : array.Data();
 }
 
+// The batch's fields, then the outputs, come as the call's arguments after the handle, the batch
+// and the outputs objects, in forwardFieldKeys() order: reading some forty properties by name would
+// make and internalize a string for each, every step, on a cache the pass has just flushed.
+constexpr size_t kFirstFieldArgument = 3;
+#define CONDUIT_COUNT(...) +1
+constexpr size_t kNumFieldArguments = 0 CD_BATCH_SCALARS(CONDUIT_COUNT) CD_BATCH_ARRAYS(CONDUIT_COUNT)
+    CD_BATCH_OPTIONAL_ARRAYS(CONDUIT_COUNT) CD_FORWARD_OUTPUTS(CONDUIT_COUNT);
+#undef CONDUIT_COUNT
+
 // One call from its start to its settled promise. Outputs are written straight into the caller's
 // typed arrays, which stay referenced until the promise settles.
 struct ForwardRequest {
-  ForwardRequest(Napi::Env env, ModelHandle* model_handle, const Napi::Object& batch_object, const Napi::Object& outputs_object)
-      : handle(model_handle), deferred(Napi::Promise::Deferred::New(env)) {
+  ForwardRequest(const Napi::CallbackInfo& info, ModelHandle* model_handle)
+      : handle(model_handle), deferred(Napi::Promise::Deferred::New(info.Env())) {
     BatchBuffers& buffers = handle->buffers;
-#define CONDUIT_SCALAR(field, key) batch.field = int_of(batch_object, key);
+    size_t argument = kFirstFieldArgument;
+#define CONDUIT_SCALAR(field, key) batch.field = info[argument++].As<Napi::Number>().Int32Value();
     CD_BATCH_SCALARS(CONDUIT_SCALAR)
 #undef CONDUIT_SCALAR
-#define CONDUIT_ARRAY(field, key, type) batch.field = assign_from(buffers.field, batch_object.Get(key));
+#define CONDUIT_ARRAY(field, key, type) batch.field = assign_from(buffers.field, info[argument++]);
     CD_BATCH_ARRAYS(CONDUIT_ARRAY)
 #undef CONDUIT_ARRAY
 #define CONDUIT_OPTIONAL(field, key, type) \
-  if (const Napi::Value value = batch_object.Get(key); !absent(value)) batch.field = assign_from(buffers.field, value);
+  if (const Napi::Value value = info[argument++]; !absent(value)) batch.field = assign_from(buffers.field, value);
     CD_BATCH_OPTIONAL_ARRAYS(CONDUIT_OPTIONAL)
 #undef CONDUIT_OPTIONAL
-#define CONDUIT_OUTPUT(field, key, type) output.field = data_of<type>(outputs_object, key);
+#define CONDUIT_OUTPUT(field, key, type) output.field = data_of<type>(info[argument++]);
     CD_FORWARD_OUTPUTS(CONDUIT_OUTPUT)
 #undef CONDUIT_OUTPUT
-    outputs = Napi::Persistent(outputs_object);
+    const Napi::Object batch_object = info[1].As<Napi::Object>();
+    outputs = Napi::Persistent(info[2].As<Napi::Object>());
     if (batch.bitmask_rows != nullptr) point_batch_at_bitmasks(batch_object);
   }
 
@@ -166,12 +176,35 @@ Napi::Value new_model_handle(Napi::Env env, cd_model* model) {
   });
 }
 
-// forward(handle, batch, outputs) -> Promise<void>
+// forwardFieldKeys() -> [batch keys, output keys]: the order forward() takes their values in.
+Napi::Value ForwardFieldKeys(const Napi::CallbackInfo& info) {
+  const Napi::Env env = info.Env();
+  Napi::Array batch_keys = Napi::Array::New(env);
+  Napi::Array output_keys = Napi::Array::New(env);
+#define CONDUIT_KEY(field, key, ...) batch_keys.Set(batch_keys.Length(), key);
+  CD_BATCH_SCALARS(CONDUIT_KEY)
+  CD_BATCH_ARRAYS(CONDUIT_KEY)
+  CD_BATCH_OPTIONAL_ARRAYS(CONDUIT_KEY)
+#undef CONDUIT_KEY
+#define CONDUIT_KEY(field, key, ...) output_keys.Set(output_keys.Length(), key);
+  CD_FORWARD_OUTPUTS(CONDUIT_KEY)
+#undef CONDUIT_KEY
+  Napi::Array keys = Napi::Array::New(env, 2);
+  keys.Set(uint32_t(0), batch_keys);
+  keys.Set(uint32_t(1), output_keys);
+  return keys;
+}
+
+// forward(handle, batch, outputs, ...batch values, ...output values) -> Promise<void>
 Napi::Value Forward(const Napi::CallbackInfo& info) {
+  if (info.Length() != kFirstFieldArgument + kNumFieldArguments) {
+    throw Napi::TypeError::New(info.Env(), "forward() takes the handle, the batch, the outputs and " +
+                                               std::to_string(kNumFieldArguments) + " field values");
+  }
   ModelHandle* handle = claim(info);
   std::unique_ptr<ForwardRequest> request;
   try {
-    request = std::make_unique<ForwardRequest>(info.Env(), handle, info[1].As<Napi::Object>(), info[2].As<Napi::Object>());
+    request = std::make_unique<ForwardRequest>(info, handle);
   } catch (...) {
     handle->call_in_flight = false;
     throw;
