@@ -12,16 +12,10 @@ import { SEQ_SAMPLE } from '../native/api.ts';
 import { loadModel, probes } from '../native/index.ts';
 import { buildBatch } from '../native/test/helpers.ts';
 import { percentileOfSorted } from '../loadtest/stats.ts';
+import type { CheckpointOptions } from './make-checkpoint.ts';
 
 /** What the flop count needs of a Llama-shaped model. */
-export interface ModelShape {
-  hiddenSize: number;
-  numLayers: number;
-  numHeads: number;
-  numKvHeads: number;
-  intermediateSize: number;
-  vocabSize: number;
-}
+export type ModelShape = Pick<CheckpointOptions, 'hiddenSize' | 'numLayers' | 'numHeads' | 'numKvHeads' | 'intermediateSize' | 'vocabSize'>;
 
 /**
  * Flops per token of one numPromptTokens-token prompt computed whole: the layers' matmuls (q, k,
