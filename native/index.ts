@@ -171,6 +171,19 @@ function checkOption(field: string, ok: boolean, expected: string, value: unknow
 /** The group of MPI_COMM_WORLD: ranks an MPI launcher (mpiexec) started, on one machine or several. */
 export const MPI_GROUP = 'mpi:';
 
+/**
+ * Before the MPI library starts (MPI_Init_thread, on a loader thread): UCX, which MPICH runs over,
+ * otherwise hooks the process's mmap/munmap and malloc to track memory for RDMA registration,
+ * patching them while node's threads allocate; its ranks then crashed in V8's allocator (4 of 28
+ * loaded runs of the MPI test failed, 1 of 62 with the hooks off). Set here, on the main
+ * thread, and only where the user has not chosen: a cluster whose RDMA transport wants the hooks
+ * sets them back in the environment.
+ */
+function leaveNodesMemoryToNode(): void {
+  process.env.UCX_MEM_MMAP_HOOK_MODE ??= 'none';
+  process.env.UCX_MEM_MALLOC_HOOKS ??= 'no';
+}
+
 /** The group of device cuda's ranks: one process drives every GPU, so the name opens no segment. */
 export const GPU_GROUP = 'cuda';
 
@@ -263,6 +276,7 @@ export async function loadModel(options: LoadOptions): Promise<LoadedModel> {
   const quantization = options.quantization ?? 'none';
   // Weights on the GPU are checked by the device's allocations (CD_ERR_OUT_OF_MEMORY naming them).
   if (!onGpu) checkMemory(options, checkpoint.spec, dtype, kvCacheDtype, quantization);
+  if (options.tensorParallel?.group === MPI_GROUP) leaveNodesMemoryToNode();
   const loaded = await binding
     .loadModel(checkpoint.spec, {
       weightDtype: dtype,
