@@ -258,18 +258,26 @@ test('a request alone with a new grammar, compiled after its forced start: that 
       const sampledBeforeReady = (ids: string[]) => runner.steps.flatMap((step) => step.scheduled).filter((entry) => ids.includes(entry.requestId) && entry.sample && !entry.grammar!.isReady).length;
       outcome.sampledBeforeReady = sampledBeforeReady(['new', 'cached']);
       // A neighbour arrives during the new grammar's first pass (its compile deferred, as it
-      // arrived alone): from then on neither is alone, so it holds back its sample until ready.
+      // arrived alone): in every step scheduled after that, neither is alone, so it holds back its
+      // sample until ready. (When the forced start is known before that first pass, the pass may
+      // itself sample, rightly: it was scheduled alone. Only the steps after count.)
       const other = { constraint: { kind: 'json_schema', schema: JSON.stringify({ ...PERSON, title: 'neighbours' }) } } as const;
       let neighbour: Promise<RequestOutput[]> | null = null;
+      let numStepsBeforeNeighbour = 0;
       const freeNeighbour = request('pair-1', undefined, 74, { sampling: { temperature: 1, seed: 74n, maxTokens: 400, ignoreEos: true } });
       const execute = runner.execute.bind(runner);
       runner.execute = (output, bitmasks) => {
-        if (neighbour === null && output.scheduled.some((entry) => entry.requestId === 'pair-0')) neighbour = collect(freeNeighbour);
+        if (neighbour === null && output.scheduled.some((entry) => entry.requestId === 'pair-0')) {
+          // This step is recorded by execute() below: it and those before it were scheduled alone.
+          numStepsBeforeNeighbour = runner.steps.length + 1;
+          neighbour = collect(freeNeighbour);
+        }
         return execute(output, bitmasks);
       };
       const first = await collect(request('pair-0', other, 73));
       outcome.outputs.push(first, await neighbour!);
-      outcome.neighboursSampledBeforeReady = sampledBeforeReady(['pair-0']);
+      outcome.neighboursSampledBeforeReady = runner.steps.slice(numStepsBeforeNeighbour).flatMap((step) => step.scheduled)
+        .filter((entry) => entry.requestId === 'pair-0' && entry.sample && !entry.grammar!.isReady).length;
       for (const [index, bad] of [{ kind: 'regex', pattern: '[a-' }, { kind: 'grammar', grammar: 'root ::= undefined_rule' }].entries()) {
         const refused = await generate(engine, request(`bad-${index}`, { constraint: bad as StructuredOutput['constraint'] }, 75 + index));
         assert.equal(refused.finishReason, 'error');
