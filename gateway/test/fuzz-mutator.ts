@@ -25,6 +25,9 @@ const oddValues: Json[] = [
   'x'.repeat(5000), [], {}, [null], [1, 2, 3], ['a', 1, null], { a: 1 }, { model: MODEL_NAME },
   [{ role: 'user', content: 'hi' }], { type: 'text', text: 'hi' },
 ];
+/** What one mutation may grow a value to, in characters of JSON: far past any body limit, far below V8's longest string. */
+const MAX_GROWN_CHARS = 32 * 2 ** 20;
+
 const oddKeys = ['model', 'n', 'stream', 'logprobs', 'prompt', 'messages', 'input', 'tokens', '__proto__', 'constructor', '', 'x'.repeat(300)];
 
 export class Mutator {
@@ -63,7 +66,7 @@ export class Mutator {
       case 2:
         return typeof value === 'number' ? this.pick([-value, value * 1e9, value + 0.5, -1, 1e21]) : this.pick(oddValues);
       case 3:
-        return typeof value === 'string' ? value.repeat(1 + this.int(50)) + this.pick(['\ud800', '\u0000', '"', '\\']) : [value];
+        return typeof value === 'string' ? value.repeat(this.copiesWithin(1 + this.int(50), value.length)) + this.pick(['\ud800', '\u0000', '"', '\\']) : [value];
       case 4: {
         // Delete a child.
         const copy: any = Array.isArray(value) ? [...(value as Json[])] : { ...(value as object) };
@@ -80,8 +83,17 @@ export class Mutator {
       }
       default:
         // Many copies of a child: long arrays.
-        return Array.isArray(value) && value.length > 0 ? Array(1 + this.int(3000)).fill(value[0]) : this.pick(oddValues);
+        return Array.isArray(value) && value.length > 0 ? Array(this.copiesWithin(1 + this.int(3000), JSON.stringify(value[0]).length)).fill(value[0]) : this.pick(oddValues);
     }
+  }
+
+  /**
+   * At most numCopies, and few enough that the copies' copyChars each stay under MAX_GROWN_CHARS: growth
+   * compounds over a case's mutations (3,000 copies of 3,000 copies of a 5,000-character string),
+   * and a body past V8's longest string cannot be serialized at all.
+   */
+  private copiesWithin(numCopies: number, copyChars: number): number {
+    return Math.max(1, Math.min(numCopies, Math.floor(MAX_GROWN_CHARS / Math.max(1, copyChars))));
   }
 
   /** The value wrapped in arrays or objects, a few deep to as deep as JSON.stringify goes (deeper: damage). */
