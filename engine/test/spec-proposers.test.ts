@@ -23,8 +23,41 @@ function referenceLookup(tokens: number[], min: number, max: number, k: number):
   return [];
 }
 
-test('ngram proposes what followed the latest earlier occurrence of the longest matching suffix', (t) => {
-  const proposer = new NgramProposer(2, 4);
+/**
+ * The latest numVoters occurrences of that suffix vote, position by position, on what comes next
+ * (ties to the latest); one that continues otherwise drops out; after the first token, a vote
+ * without a majority ends the proposal. Each voter's text goes on past the sequence's end as the
+ * proposal does.
+ */
+function referenceVote(tokens: number[], min: number, max: number, k: number, numVoters: number): number[] {
+  for (let n = max; n >= min; n--) {
+    if (n >= tokens.length) continue;
+    const suffix = tokens.slice(-n).join(',');
+    const firsts: number[] = [];
+    for (let start = tokens.length - n - 1; start >= 0 && firsts.length < numVoters; start--) {
+      if (tokens.slice(start, start + n).join(',') === suffix) firsts.push(start + n);
+    }
+    if (firsts.length === 0) continue;
+    const proposal: number[] = [];
+    let voters = firsts;
+    const next = (first: number) => [...tokens, ...proposal][first + proposal.length];
+    while (proposal.length < k) {
+      const counts = new Map<number, number>();
+      for (const first of voters) counts.set(next(first), (counts.get(next(first)) ?? 0) + 1);
+      const most = Math.max(...counts.values());
+      // No majority past the first token: the proposal ends.
+      if (proposal.length > 0 && 2 * most <= voters.length) break;
+      const chosen = next(voters.find((first) => counts.get(next(first)) === most)!);
+      voters = voters.filter((first) => next(first) === chosen);
+      proposal.push(chosen);
+    }
+    return proposal;
+  }
+  return [];
+}
+
+test('ngram with one voter proposes what followed the latest earlier occurrence of the longest matching suffix', (t) => {
+  const proposer = new NgramProposer(2, 4, 1);
   const out: number[] = [];
   proposer.propose({ tokenIds: [1, 2, 3, 9, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3], numPromptTokens: 4 }, 3, out);
   assert.deepEqual(out, [7, 8, 5]);
@@ -45,8 +78,38 @@ test('ngram proposes what followed the latest earlier occurrence of the longest 
     const min = 1 + Math.floor(random() * 3);
     const max = min + Math.floor(random() * 4);
     const k = 1 + Math.floor(random() * 8);
-    new NgramProposer(min, max).propose({ tokenIds: tokens, numPromptTokens: 1 }, k, out);
+    new NgramProposer(min, max, 1).propose({ tokenIds: tokens, numPromptTokens: 1 }, k, out);
     assert.deepEqual(out, referenceLookup(tokens, min, max, k), `seed ${seed}: ${JSON.stringify({ tokens, min, max, k })}`);
+  }
+});
+
+test('ngram: the latest occurrences of the matched suffix vote on each proposed token', (t) => {
+  const proposer = new NgramProposer(1, 2);
+  const out: number[] = [];
+  // [1, 2] continues 7, 8 twice and 5, 6 latest: the majority wins; then its two voters part
+  // (0 and 4), no token has a majority, and the proposal ends.
+  proposer.propose({ tokenIds: [1, 2, 7, 8, 0, 1, 2, 7, 8, 4, 1, 2, 5, 6, 3, 1, 2], numPromptTokens: 1 }, 3, out);
+  assert.deepEqual(out, [7, 8]);
+  // A tie at the first token goes to the latest (5 against 7), whose voter goes on alone.
+  proposer.propose({ tokenIds: [1, 2, 7, 8, 1, 2, 5, 6, 1, 2], numPromptTokens: 1 }, 2, out);
+  assert.deepEqual(out, [5, 6]);
+  // Three voters, two agreeing at each token: a majority all the way.
+  new NgramProposer(1, 1).propose({ tokenIds: [4, 7, 8, 9, 4, 7, 8, 9, 4, 7, 3, 9, 4], numPromptTokens: 1 }, 3, out);
+  assert.deepEqual(out, [7, 8, 9]);
+  // Only the latest four vote: the fifth-latest's 7s are not counted against three 5s' and a 9.
+  proposer.propose({ tokenIds: [3, 7, 3, 7, 3, 9, 3, 5, 3, 5, 3, 5, 3], numPromptTokens: 1 }, 1, out);
+  assert.deepEqual(out, [5]);
+
+  const { seed, random } = seeded(t);
+  for (let trial = 0; trial < 1000; trial++) {
+    const alphabet = 2 + Math.floor(random() * 6);
+    const tokens = Array.from({ length: 1 + Math.floor(random() * 80) }, () => Math.floor(random() * alphabet));
+    const min = 1 + Math.floor(random() * 3);
+    const max = min + Math.floor(random() * 4);
+    const k = 1 + Math.floor(random() * 8);
+    const numVoters = 1 + Math.floor(random() * 6);
+    new NgramProposer(min, max, numVoters).propose({ tokenIds: tokens, numPromptTokens: 1 }, k, out);
+    assert.deepEqual(out, referenceVote(tokens, min, max, k, numVoters), `seed ${seed}: ${JSON.stringify({ tokens, min, max, k, numVoters })}`);
   }
 });
 
