@@ -41,9 +41,9 @@ import { DraftProposer, loadDraftProposer } from '../engine/spec/draft.ts';
 import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
 import type { GenerateRequest, SpecDecodeCounters } from '../engine/types.ts';
 import { loadTokenizer } from '../gateway/tokenizer/load.ts';
-import { createRng } from '../loadtest/random.ts';
 import { packageRoot } from '../package-root.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
+import { BENCH_NGRAM, GROUNDED_PASSAGE_TOKENS, corpusPrompts, groundedPrompts, randomPrompts } from './spec-workloads.ts';
 
 const { values } = parseArgs({
   options: {
@@ -62,26 +62,8 @@ const BLOCK_SIZE_TOKENS = 16;
 const TINY_DIR = path.join(packageRoot, 'models', 'conduit-tiny');
 const DRAFT_DIR = path.join(packageRoot, 'models', 'conduit-tiny-draft');
 
-/** Openings of chapters of the King James Bible, conduit-tiny's corpus (tools/train/corpus.py). */
-const CORPUS_PROMPTS = [
-  'In the beginning God created the heaven and the earth.\nAnd the earth was without form, and void;',
-  'Now the serpent was more subtil than any beast of the field which the LORD God had made.',
-  'And the LORD spake unto Moses, saying,\nSpeak unto the children of Israel, and say unto them,',
-  'The LORD is my shepherd; I shall not want.\nHe maketh me to lie down in green pastures:',
-  'And it came to pass after these things, that God did tempt Abraham, and said unto him,',
-  'Blessed is the man that walketh not in the counsel of the ungodly,',
-  'Then Jesus answered and said unto them, Verily, verily, I say unto you,',
-  'And the word of the LORD came unto me, saying,\nSon of man,',
-];
-
-// Matches down to one token (prompt_lookup_min 1): a one-token match is accepted about half as
-// often as a five-token one, but where no longer one exists it is the only guess there is; on
-// these workloads it cuts the steps of a fixed workload by 6-10 % at the same outputs. Up to
-// three (prompt_lookup_max 3, not 5): a shorter suffix occurs more often, so more of its latest
-// occurrences vote on the proposal; on the recorded greedy outputs of workloads 2-4 (simulated
-// with the real chooser) input-grounded gains 1-2 % (2.51 -> 2.56 tokens a step adaptive), corpus
-// and random prompts move under 1 %.
-const ngram: SpeculativeConfig = { method: 'ngram', numSpeculativeTokens: 8, promptLookupMin: 1, promptLookupMax: 3, adaptive: true };
+/** Prompt lookup as spec-workloads.ts sets it (the simulator replays the same). */
+const ngram = BENCH_NGRAM;
 // Two tokens proposed per token matched (vLLM's default is one): on conduit-tiny's continuations
 // this proposes ~8 % more tokens per step at the same k, and adaptivity trims the unlikely tails.
 const suffix: SpeculativeConfig = { ...ngram, method: 'suffix', suffix: { maxSpecFactor: 2 } };
@@ -245,17 +227,16 @@ async function engineWorkloads(): Promise<void> {
     }
   }
   try {
-    const corpus = CORPUS_PROMPTS.map((text) => tokenizer.encode(text, { addSpecialTokens: false }));
+    const corpus = corpusPrompts(tokenizer);
     console.log(`\n2. conduit-tiny, greedy ${numOutputTokens}-token continuations of ${corpus.length} corpus verses, one at a time (batch 1)`);
     const continuations = await compareModes(model, 'corpus', corpus, numOutputTokens, false, 2);
 
-    console.log(`\n3. input-grounded: the model's own ${Math.min(256, numOutputTokens)}-token continuation as a passage, then its prompt again, batch 1`);
-    const grounded = corpus.map((prompt, i) => [...prompt, ...continuations[i].slice(0, 256), ...tokenizer.encode('\n\n', { addSpecialTokens: false }), ...prompt]);
+    console.log(`\n3. input-grounded: the model's own ${Math.min(GROUNDED_PASSAGE_TOKENS, numOutputTokens)}-token continuation as a passage, then its prompt again, batch 1`);
+    const grounded = groundedPrompts(tokenizer, corpus, continuations);
     await compareModes(model, 'input-grounded', grounded, numOutputTokens, false, 2);
 
     console.log(`\n4. random prompts (uniform token ids, 64 each), ${numOutputTokens}-token continuations, batch 1`);
-    const rng = createRng(38);
-    const random = Array.from({ length: 4 }, () => Array.from({ length: 64 }, () => 8 + Math.floor(rng() * 4000)));
+    const random = randomPrompts();
     await compareModes(model, 'random prompts', random, numOutputTokens, false, 0.97);
 
     console.log(`\n5. 32 concurrent streams of ${Math.min(128, numOutputTokens)}-token corpus continuations`);
