@@ -71,6 +71,8 @@ export function simulate(traces: readonly Trace[], config: SpeculativeConfig, st
       proposal.length = 0;
     }
     result.plainCost += (output.length - 1) * stepCosts[0];
+    // It leaves the scheduler: a proposer that learns from outputs (suffix) keeps this one.
+    speculator.finish(sequence);
   }
   return result;
 }
