@@ -10,7 +10,7 @@ namespace {
 constexpr int32_t kColumnTile = kPanelColumns;
 // As parallel_matmuls: a decode's few rows are prepared (one or two) and packed (up to 8) by every
 // thread for itself, which costs less than one more hand-off.
-constexpr int32_t kMaxRowsPackedPerThread = kMaxRowsPackedPerThreadSegments;
+constexpr int32_t kMaxRowsPackedPerThread = 8;
 constexpr int32_t kMaxRowsPreparedPerThread = 2;
 
 template <typename T>
@@ -163,7 +163,7 @@ void combine_segments(ThreadPool& pool, const float* partials, int32_t num_rows,
 }
 
 bool sums_segments_in_tiles(const KernelTable& kernels, const SegmentedMatrix& w, int32_t num_rows) {
-  if (num_rows <= kMaxRowsPackedPerThreadSegments) return false;
+  if (num_rows <= kSummedRowBlock) return false;
   for (int32_t s = 0; s < kReductionSegments; ++s) {
     if (kernels.panel_scratch_bytes(w.segments[size_t(s)].format, packed_k(w, s), num_rows) > 0) return false;
   }

@@ -50,9 +50,6 @@ struct SegmentScratch {
 // Rows per task of summed_segment_matmuls: a multiple of every kernel's row tile (1, 6), few
 // enough that a task's eight partials of one column tile stay in L1/L2.
 constexpr int32_t kSummedRowBlock = 48;
-// Up to this many rows (decode), segment_matmuls has every thread prepare and pack the rows for
-// itself, with no hand-off: the forward pass sums its partials apart. Above it, in tiles.
-constexpr int32_t kMaxRowsPackedPerThreadSegments = 8;
 
 // partials[s][row][n] = input rows' segment s · W_s^T for s in [first_segment, end_segment). The
 // input rows hold the inputs [input_k_begin, input_k_begin + input_k) of the whole matrix (a
@@ -66,9 +63,10 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
 // one column tile of a block of rows: its eight partials live in the thread's scratch and are
 // summed as soon as they are computed, instead of eight [rows, n] partials written out, read back
 // and summed in a pass of their own. For many rows (prefill): the inputs are prepared and packed
-// once, shared. sums_segments_in_tiles says where it applies: above
-// kMaxRowsPackedPerThreadSegments rows, for kernels that read their panels as stored (one that
-// converts each panel into scratch first would redo it per block of rows).
+// once, shared. sums_segments_in_tiles says where it applies: more than one block of rows (in
+// one block, the tasks are only the column tiles, 12 at hidden 768, too few for the threads to
+// finish together; segment_matmuls has eight times as many), for kernels that read their panels as
+// stored (one that converts each panel into scratch first would redo it per block of rows).
 bool sums_segments_in_tiles(const KernelTable& kernels, const SegmentedMatrix& w, int32_t num_rows);
 void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input, int32_t num_rows,
                             int32_t k, const SegmentedMatrix& w, int32_t n, float* y, bool accumulate,
