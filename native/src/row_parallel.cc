@@ -55,6 +55,20 @@ void pack_segment_rows(const KernelTable& kernels, const SegmentedMatrix& w, Mat
   }
 }
 
+// Rows prepared (when prepares) and packed (when packs, by pack(thread_index, begin, end)) in one
+// hand-off: each chunk's rows are packed by the thread that just prepared them.
+template <typename Pack>
+void prepare_and_pack_shared(ThreadPool& pool, const MatmulInput& input, int32_t num_rows, int32_t k, bool prepares,
+                             bool packs, const Pack& pack) {
+  if (!prepares && !packs) return;
+  pool.parallel_for(num_rows, rows_per_chunk(k), [&](int32_t thread_index, int32_t begin, int32_t end) {
+    if (prepares) {
+      for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
+    }
+    if (packs) pack(thread_index, begin, end);
+  });
+}
+
 }  // namespace
 
 void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input, int32_t num_rows,
@@ -81,24 +95,17 @@ void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulI
   const size_t panel_scratch_bytes = kernels.panel_scratch_bytes(format, widest_k, num_rows);
   if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
   if (widest_padded_k > 0) grow_each(scratch.padded_per_thread, num_threads, size_t(widest_padded_k));
-  if (input.prepare != nullptr && !prepares_per_thread) {
-    pool.parallel_for(num_rows, rows_per_chunk(input_k), [&](int32_t, int32_t begin, int32_t end) {
-      for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(input_k));
-    });
-  }
   const auto pack_segment = [&](const float* x, int32_t s, int32_t row_begin, int32_t row_end, uint8_t* packed,
                                 int32_t thread_index) {
     pack_segment_rows(kernels, w, format, x, input_k_begin, input_k, s, first_segment, packed_stride, packed_segment_bytes,
                       row_begin, row_end, packed, scratch.padded_per_thread, thread_index);
   };
-  if (packed_stride > 0 && !packs_per_thread) {
-    if (scratch.packed_shared.size() < num_segments * packed_segment_bytes) scratch.packed_shared.resize(num_segments * packed_segment_bytes);
-    pool.parallel_for(num_rows, rows_per_chunk(input_k), [&](int32_t thread_index, int32_t begin, int32_t end) {
-      for (int32_t s = first_segment; s < end_segment; ++s) {
-        pack_segment(input.x, s, begin, end, scratch.packed_shared.data(), thread_index);
-      }
-    });
-  }
+  const bool prepares_shared = input.prepare != nullptr && !prepares_per_thread;
+  const bool packs_shared = packed_stride > 0 && !packs_per_thread;
+  if (packs_shared && scratch.packed_shared.size() < num_segments * packed_segment_bytes) scratch.packed_shared.resize(num_segments * packed_segment_bytes);
+  prepare_and_pack_shared(pool, input, num_rows, input_k, prepares_shared, packs_shared, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    for (int32_t s = first_segment; s < end_segment; ++s) pack_segment(input.x, s, begin, end, scratch.packed_shared.data(), thread_index);
+  });
   const int32_t tiles_per_segment = (n + kColumnTile - 1) / kColumnTile;
   scratch.ready_per_thread.assign(num_threads, 0);
   pool.parallel_for(int32_t(num_segments) * tiles_per_segment, 1, [&](int32_t thread_index, int32_t task_begin, int32_t task_end) {
@@ -188,20 +195,13 @@ void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const 
   if (widest_padded_k > 0) grow_each(scratch.padded_per_thread, num_threads, size_t(widest_padded_k));
   const size_t tile_partial_size = size_t(kSummedRowBlock) * kColumnTile;
   grow_each(scratch.tile_partials_per_thread, num_threads, size_t(kReductionSegments) * tile_partial_size);
-  if (input.prepare != nullptr) {
-    pool.parallel_for(num_rows, rows_per_chunk(k), [&](int32_t, int32_t begin, int32_t end) {
-      for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
-    });
-  }
-  if (packed_stride > 0) {
-    if (scratch.packed_shared.size() < kReductionSegments * packed_segment_bytes) scratch.packed_shared.resize(kReductionSegments * packed_segment_bytes);
-    pool.parallel_for(num_rows, rows_per_chunk(k), [&](int32_t thread_index, int32_t begin, int32_t end) {
-      for (int32_t s = 0; s < kReductionSegments; ++s) {
-        pack_segment_rows(kernels, w, format, input.x, 0, k, s, 0, packed_stride, packed_segment_bytes, begin, end,
-                          scratch.packed_shared.data(), scratch.padded_per_thread, thread_index);
-      }
-    });
-  }
+  if (packed_stride > 0 && scratch.packed_shared.size() < kReductionSegments * packed_segment_bytes) scratch.packed_shared.resize(kReductionSegments * packed_segment_bytes);
+  prepare_and_pack_shared(pool, input, num_rows, k, input.prepare != nullptr, packed_stride > 0, [&](int32_t thread_index, int32_t begin, int32_t end) {
+    for (int32_t s = 0; s < kReductionSegments; ++s) {
+      pack_segment_rows(kernels, w, format, input.x, 0, k, s, 0, packed_stride, packed_segment_bytes, begin, end,
+                        scratch.packed_shared.data(), scratch.padded_per_thread, thread_index);
+    }
+  });
   // Tasks are (column tile, block of rows), the row block varying fastest: a thread's next task
   // mostly reads the same weight columns, and the last tasks are small, so the threads finish
   // close together.
