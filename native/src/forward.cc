@@ -242,6 +242,10 @@ class ForwardPass {
     const int32_t num_rows = batch_.num_tokens;
     const int32_t n = dims_.hidden_size;
     const TensorParallel& tp = model_.tp;
+    if (tp.comm == nullptr && sums_segments_in_tiles(model_.kernels, w, num_rows)) {
+      summed_segment_matmuls(model_.pool, model_.kernels, input, num_rows, k, w, n, y, accumulate, ws_.segments);
+      return;
+    }
     const size_t partial_size = size_t(num_rows) * size_t(n);
     grow(ws_.partials, size_t(kReductionSegments) * partial_size);
     segment_matmuls(model_.pool, model_.kernels, input, num_rows, tp.rank * k, k, w, tp.first_segment(), tp.end_segment(), n,

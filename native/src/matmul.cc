@@ -42,16 +42,20 @@ void matmuls_of_one_format(ThreadPool& pool, const KernelTable& kernels, const M
   if (packs_per_thread) grow_each(scratch.per_thread, num_threads, size_t(num_rows) * packed_stride);
   const size_t panel_scratch_bytes = kernels.panel_scratch_bytes(format, k, num_rows);
   if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
-  if (input.prepare != nullptr && !prepares_per_thread) {
+  // Rows prepared and packed in one hand-off: each chunk's rows are packed by the thread that
+  // just prepared them.
+  const bool prepares_shared = input.prepare != nullptr && !prepares_per_thread;
+  const bool packs_shared = packed_stride > 0 && !packs_per_thread;
+  if (packs_shared && scratch.shared.size() < size_t(num_rows) * packed_stride) scratch.shared.resize(size_t(num_rows) * packed_stride);
+  if (prepares_shared || packs_shared) {
     pool.parallel_for(num_rows, rows_per_chunk(k), [&](int32_t, int32_t begin, int32_t end) {
-      for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
-    });
-  }
-  if (packed_stride > 0 && !packs_per_thread) {
-    if (scratch.shared.size() < size_t(num_rows) * packed_stride) scratch.shared.resize(size_t(num_rows) * packed_stride);
-    pool.parallel_for(num_rows, rows_per_chunk(k), [&](int32_t, int32_t begin, int32_t end) {
-      kernels.pack_rows(input.x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
-                        &scratch.shared[size_t(begin) * packed_stride], packed_stride);
+      if (prepares_shared) {
+        for (int32_t row = begin; row < end; ++row) input.prepare(input.context, row, input.x + size_t(row) * size_t(k));
+      }
+      if (packs_shared) {
+        kernels.pack_rows(input.x + size_t(begin) * size_t(k), size_t(k), end - begin, k, format,
+                          &scratch.shared[size_t(begin) * packed_stride], packed_stride);
+      }
     });
   }
   int32_t num_tiles = 0;

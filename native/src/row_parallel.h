@@ -44,7 +44,12 @@ struct SegmentScratch {
   std::vector<std::vector<uint8_t>> panel_per_thread;
   std::vector<std::vector<float>> padded_per_thread;  // a padded segment's row before packing
   std::vector<uint8_t> ready_per_thread;  // whether the thread prepared and packed its copy this call
+  std::vector<std::vector<float>> tile_partials_per_thread;  // summed_segment_matmuls: [segments][block rows][tile]
 };
+
+// Rows per task of summed_segment_matmuls: a multiple of every kernel's row tile (1, 6), few
+// enough that a task's eight partials of one column tile stay in L1/L2.
+constexpr int32_t kSummedRowBlock = 48;
 
 // partials[s][row][n] = input rows' segment s · W_s^T for s in [first_segment, end_segment). The
 // input rows hold the inputs [input_k_begin, input_k_begin + input_k) of the whole matrix (a
@@ -52,6 +57,20 @@ struct SegmentScratch {
 void segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input, int32_t num_rows,
                      int32_t input_k_begin, int32_t input_k, const SegmentedMatrix& w, int32_t first_segment,
                      int32_t end_segment, int32_t n, float* partials, SegmentScratch& scratch);
+
+// y (+)= the tree of all kReductionSegments segments' products, bitwise as segment_matmuls then
+// combine_segments, for a process that holds every segment (no tensor parallelism). Each task is
+// one column tile of a block of rows: its eight partials live in the thread's scratch and are
+// summed as soon as they are computed, instead of eight [rows, n] partials written out, read back
+// and summed in a pass of their own. For many rows (prefill): the inputs are prepared and packed
+// once, shared. sums_segments_in_tiles says where it applies: more than one block of rows (in
+// one block, the tasks are only the column tiles, 12 at hidden 768, too few for the threads to
+// finish together; segment_matmuls has eight times as many), for kernels that read their panels as
+// stored (one that converts each panel into scratch first would redo it per block of rows).
+bool sums_segments_in_tiles(const KernelTable& kernels, const SegmentedMatrix& w, int32_t num_rows);
+void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const MatmulInput& input, int32_t num_rows,
+                            int32_t k, const SegmentedMatrix& w, int32_t n, float* y, bool accumulate,
+                            SegmentScratch& scratch);
 
 // y = tree(partials) (or y += it, one add): ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) per element.
 void combine_segments(ThreadPool& pool, const float* partials, int32_t num_rows, int32_t n, float* y, size_t y_stride,
