@@ -172,21 +172,15 @@ test('the grammar compiles while the prompt is computed; no sample is drawn befo
   }, 64);
 });
 
-test('while a new grammar compiles, the compute threads leave its thread a core (2 on 2 cores: 1), all rejoin the moment it ends; the outputs are bitwise those of full-thread steps', async () => {
+test('while a new grammar compiles, the compute threads leave its thread a core (2 on 2 cores: 1), all rejoin once it ends; the outputs are bitwise those of full-thread steps', async () => {
   // The schema differs from every other test's, so it compiles; the free request's prompt
   // logprobs score its prefill chunks, which run beside the compile.
   const schema = JSON.stringify({ ...PERSON, properties: { ...PERSON.properties, nickname: { type: 'string', maxLength: 6 } } });
   const constrained: GenerateRequest = { ...request('compiling', { constraint: { kind: 'json_schema', schema } }, 31), promptTokenIds: prompt(31, 600) };
   const free: GenerateRequest = request('free', undefined, 32, { promptTokenIds: prompt(32, 300), sampling: { temperature: 1, seed: 32n, maxTokens: 64, numTopLogprobs: 3, numPromptLogprobs: 2 } });
   const run = async (numCores: number) => {
-    let outcome: { outputs: RequestOutput[][]; changes: Array<{ numActiveThreads: number; numCompiling: number }>; numStepsCompiling: number } | null = null;
+    let outcome: { outputs: RequestOutput[][]; activeThreadsAtStep: number[]; numStepsCompiling: number; numActiveAfter: number } | null = null;
     await withEngine(async (engine, runner, grammars) => {
-      const numCompilingAt: number[] = [];
-      const setActiveThreads = runner.setActiveThreads.bind(runner);
-      runner.setActiveThreads = (numActiveThreads) => {
-        numCompilingAt.push(grammars.numCompilingThreads);
-        setActiveThreads(numActiveThreads);
-      };
       const outputs: RequestOutput[][] = [[], []];
       await Promise.all([constrained, free].map((each, i) => new Promise<void>((resolve) => {
         engine.generate(each, (output) => {
@@ -194,19 +188,22 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
           if (output.finishReason !== null) resolve();
         });
       })));
-      const changes = runner.activeThreadChanges.map((change, i) => ({ numActiveThreads: change.numActiveThreads, numCompiling: numCompilingAt[i] }));
+      assert.equal(grammars.numCompilingThreads, 0);
       const numStepsCompiling = runner.steps.filter((step) => step.scheduled.some((entry) => entry.grammar !== null && !entry.grammar.isReady)).length;
-      outcome = { outputs, changes, numStepsCompiling };
+      outcome = { outputs, activeThreadsAtStep: runner.activeThreadsAtStep, numStepsCompiling, numActiveAfter: Atomics.load(runner.activeThreadsCell!, 0) };
     }, 64, numCores);
     return outcome!;
   };
   const lowered = await run(2);
   assert.ok(lowered.numStepsCompiling > 0, 'steps ran while the grammar compiled');
-  // Set when the compile starts and again the moment it ends (not at a step's start).
-  assert.deepEqual(lowered.changes, [{ numActiveThreads: 1, numCompiling: 1 }, { numActiveThreads: 2, numCompiling: 0 }]);
+  // From admission (before the first step) one thread, then both from the compile's end on.
+  const numLoweredSteps = lowered.activeThreadsAtStep.indexOf(2);
+  assert.ok(numLoweredSteps >= 1, `the first step ran on one thread: ${lowered.activeThreadsAtStep}`);
+  assert.ok(lowered.activeThreadsAtStep.every((count, step) => count === (step < numLoweredSteps ? 1 : 2)), `${lowered.activeThreadsAtStep}`);
+  assert.equal(lowered.numActiveAfter, 2);
   // Cores to spare: both threads stay while it compiles.
   const full = await run(64);
-  assert.deepEqual(full.changes, [{ numActiveThreads: 2, numCompiling: 1 }, { numActiveThreads: 2, numCompiling: 0 }]);
+  assert.ok(full.activeThreadsAtStep.every((count) => count === 2), `${full.activeThreadsAtStep}`);
   // Steps may group the outputs differently (the compile ends at another moment): compared whole.
   const whole = (outputs: RequestOutput[]) => ({
     tokenIds: outputs.flatMap((output) => output.newTokenIds),
@@ -218,6 +215,33 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
   for (const i of [0, 1]) assert.deepEqual(whole(lowered.outputs[i]), whole(full.outputs[i]), `${[constrained, free][i].requestId}: the same tokens and logprobs on 1 thread as on 2`);
   assert.ok(whole(lowered.outputs[1]).promptLogprobs.length > 0 && whole(lowered.outputs[1]).topLogprobs.length > 0, 'the free request reported its logprobs');
   assert.equal(lowered.outputs[0].at(-1)!.finishReason, 'stop');
+});
+
+test('a grammar thread raises the compute threads itself the moment its compile (or a deferred grammar\'s byte phase) ends, while the event loop is busy', async () => {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 1 });
+  grammars.shareComputeThreads(cell, 2, 2);
+  // Blocks the event loop until the cell reads 2: no reply of the thread can be handled meanwhile.
+  const blockUntilRaised = (what: string) => {
+    const deadline = performance.now() + 60_000;
+    while (Atomics.load(cell, 0) !== 2) assert.ok(performance.now() < deadline, `${what}: the compute threads were not raised without the event loop`);
+  };
+  try {
+    for (const [index, deferCompile] of [[0, true], [1, false]] as const) {
+      const schema = JSON.stringify({ ...PERSON, title: `raised-${index}-${Date.now()}` });
+      const prepared = prepareStructuredOutput({ constraint: { kind: 'json_schema', schema } }, VOCAB_SIZE);
+      assert.ok(!('code' in prepared));
+      const grammar = grammars.create(`raise-${index}`, prepared, [EOS]);
+      grammars.open(grammar, deferCompile);
+      assert.equal(Atomics.load(cell, 0), 1, 'lowered as the compile is posted');
+      assert.equal(grammars.numCompilingThreads, 1);
+      blockUntilRaised(deferCompile ? 'byte phase' : 'compile');
+      assert.equal(grammars.numCompilingThreads, 0);
+      grammars.close(grammar.requestId);
+    }
+  } finally {
+    await grammars.shutdown();
+  }
 });
 
 test('what a new grammar forces from its start is output before anything is sampled, even before it compiles', async () => {
