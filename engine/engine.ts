@@ -355,7 +355,7 @@ export class Engine {
         this.prefillMsPerToken = this.prefillMsPerToken === null ? msPerToken : this.prefillMsPerToken + (msPerToken - this.prefillMsPerToken) / 4;
       }
       const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, firstSamplesOf(result, output.scheduled.length));
-      outputs = this.scheduler.update(output, result, forced);
+      outputs = this.scheduler.update(output, result, forced, bitmasks === null ? undefined : grammars!.withheld);
     } catch (err) {
       if (bitmasks !== null) await grammars!.stepDone();
       forwardMs = performance.now() - forwardStart;

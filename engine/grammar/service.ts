@@ -405,15 +405,25 @@ export class GrammarService {
   }
 
   /**
+   * The last forcedTokens() call's scheduled indices whose samples must not be output: their
+   * grammar failed by the pass's end (its compile, a token it rejected, its thread lost), and its
+   * mask row, written empty, constrained nothing. The request ends with the grammar's error
+   * (takeFailures()) before its next step. Reused from step to step.
+   */
+  readonly withheld: number[] = [];
+
+  /**
    * After the pass: for each scheduled sequence that sampled under a grammar that forced more
    * than its sampled token spelled, the tokens to emit without sampling (indexed like scheduled).
    */
   forcedTokens(scheduled: readonly ScheduledSequence[], sampledTokenIds: Int32Array): Array<readonly number[] | undefined> | null {
     let forced: Array<readonly number[] | undefined> | null = null;
+    this.withheld.length = 0;
     for (let index = 0; index < scheduled.length; index++) {
       const entry = scheduled[index];
       if (!entry.sample || entry.grammar === null) continue;
       const grammar = this.byRequest.get(entry.requestId);
+      if (grammar?.failure != null) this.withheld.push(index);
       if (grammar === undefined || grammar.forcedText === null || grammar.failure !== null) continue;
       const tokenIds = this.tokenizer().forcedAfter(grammar.forcedText, sampledTokenIds[index]);
       grammar.forcedText = null;

@@ -14,6 +14,7 @@ import { packageRoot } from '../../package-root.ts';
 import { loadModel } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { GrammarService, prepareStructuredOutput } from '../grammar/service.ts';
+import type { ThreadRequest } from '../grammar/messages.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
 import { loadGrammarVocabulary } from '../grammar/vocabulary.ts';
@@ -322,6 +323,38 @@ test('a request alone with a new grammar, compiled after its forced start: that 
     assert.deepEqual(whole(outputs), whole(eager.outputs[index]), `request ${index}: the same tokens and logprobs deferred as from admission`);
   }
   assert.equal(deferred.outputs[0].at(-1)!.finishReason, 'stop');
+});
+
+test('a deferred grammar whose compile over the vocabulary fails after its forced start: its pass\'s sample (under an empty mask row) is never output; the request ends with the compile\'s error', async () => {
+  await withEngine(async (engine, runner, grammars) => {
+    // Test-only: the request's compile, when it comes, is replaced by one that fails (an EBNF
+    // rule left undefined), for the same slot: its byte phase succeeded, its vocabulary compile
+    // fails, as in production the corner can only arise.
+    const service = grammars as unknown as { post: (thread: unknown, request: ThreadRequest) => void };
+    const post = service.post.bind(grammars);
+    let numReplaced = 0;
+    service.post = (thread, message) => {
+      if (message.kind !== 'compile') return post(thread, message);
+      numReplaced++;
+      post(thread, { kind: 'open', slot: message.slot, key: `broken-${message.slot}`, constraint: { kind: 'grammar', grammar: 'root ::= undefined_rule' }, constrainAfter: null, stopTokenIds: [EOS], jumpForward: false, deferCompile: false, countsCompile: true });
+    };
+    const schema = JSON.stringify({ ...PERSON, title: 'fails-over-the-vocabulary' });
+    const outputs: RequestOutput[] = [];
+    await new Promise<void>((resolve) => engine.generate(request('broken', { constraint: { kind: 'json_schema', schema } }, 81), (output) => {
+      outputs.push(output);
+      if (output.finishReason !== null) resolve();
+    }));
+    assert.equal(numReplaced, 1, 'its compile was deferred, then failed');
+    const sampled = runner.steps.flatMap((step) => step.scheduled).filter((entry) => entry.requestId === 'broken' && entry.sample);
+    assert.equal(sampled.length, 1, 'a pass sampled it while it compiled (the corner)');
+    const last = outputs.at(-1)!;
+    assert.equal(last.finishReason, 'error');
+    assert.match(last.error!.message, /could not be compiled/);
+    const tokenIds = outputs.flatMap((output) => output.newTokenIds);
+    assert.ok(tokenIds.length > 0 && '{"name": "'.startsWith(textOf(tokenIds)), `only the forced start was output: ${JSON.stringify(textOf(tokenIds))}`);
+    assert.ok(outputs.every((output) => output.prefillTimeMs === undefined), 'no sampled token was output');
+    assert.equal(grammars.numCompilingThreads, 0);
+  }, 256, undefined, 'always');
 });
 
 test('prefix tokens (Mistral\'s [TOOL_CALLS]) come first, unseen by the grammar, then its forced start and what it allows', async () => {
