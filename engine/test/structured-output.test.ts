@@ -301,7 +301,11 @@ test('a request alone with a new grammar, compiled after its forced start: that 
       };
       const first = await collect(request('pair-0', other, 73));
       outcome.outputs.push(first, await neighbour!);
-      outcome.neighboursSampledBeforeReady = runner.steps.slice(numStepsBeforeNeighbour).flatMap((step) => step.scheduled)
+      // Only while the neighbour is in flight: a compile that outlasts its 400 tokens (a loaded
+      // machine) leaves pair-0 alone again, when it may rightly sample.
+      outcome.neighboursSampledBeforeReady = runner.steps.slice(numStepsBeforeNeighbour)
+        .filter((step) => step.scheduled.some((entry) => entry.requestId === 'pair-1'))
+        .flatMap((step) => step.scheduled)
         .filter((entry) => entry.requestId === 'pair-0' && entry.sample && !entry.grammar!.isReady).length;
       for (const [index, bad] of [{ kind: 'regex', pattern: '[a-' }, { kind: 'grammar', grammar: 'root ::= undefined_rule' }].entries()) {
         const refused = await generate(engine, request(`bad-${index}`, { constraint: bad as StructuredOutput['constraint'] }, 75 + index));
