@@ -11,13 +11,18 @@
 //
 // So while compiles run, the pass leaves them their cores: compute threads + compiling grammar
 // threads <= the cores the process may use, and never fewer than one compute thread. The moment
-// no compile runs, the configured threads rejoin, inside the pass running then: the engine sets
-// the count on each change of the compiling threads (ModelRunner.setActiveThreads), and the
-// native pool reads it at each parallel call (each op). Fixed per step, a 512-token prefill
-// (~176 ms) that began beside a 25-70 ms compile ran all on one thread. A grammar thread compiles one grammar
-// at a time, so it is threads compiling that count, not compiles queued. Mask fills are left out:
-// they take tenths of a millisecond and overlap the pass by design. The outputs do not depend on
-// the thread count (native/index.ts, NativeModel.setActiveThreads), only the step's speed does.
+// no compile runs, the configured threads rejoin, inside the pass running then. The count lives
+// in the model's cell (NativeModel.activeThreadsCell), which the native pool reads at each
+// parallel call (each op); whichever thread changes what compiles stores the new count there
+// itself: the engine as it posts a compile, a grammar thread the moment its compile (or a new
+// grammar's byte phase) ends, not when the event loop hears of it (on a loaded 2-core machine a
+// 'prefix' reply reached the event loop a median 1.2-1.7 ms, and a p90 22-35 ms, after the byte
+// phase ended, inside the prompt's pass). Fixed per step, a
+// 512-token prefill (~176 ms) that began beside a 25-70 ms compile ran all on one thread. A
+// grammar thread compiles one grammar at a time, so it is threads compiling that count, not
+// compiles queued. Mask fills are left out: they take tenths of a millisecond and overlap the
+// pass by design. The outputs do not depend on the thread count (native/index.ts,
+// NativeModel.setActiveThreads), only the step's speed does.
 import os from 'node:os';
 
 /** The cores this process may use: its CPU affinity where the platform has one. */
@@ -32,4 +37,35 @@ export function availableCores(): number {
 export function activeComputeThreads(numComputeThreads: number, numCores: number, numCompilingThreads: number): number {
   if (numCompilingThreads <= 0) return numComputeThreads;
   return Math.max(1, Math.min(numComputeThreads, numCores - numCompilingThreads));
+}
+
+/** What every thread that starts or ends a compile shares (over SharedArrayBuffers). */
+export interface SharedComputeThreads {
+  /** The model's active thread count (NativeModel.activeThreadsCell). */
+  cell: Int32Array;
+  /** Per grammar thread: its compiles posted and not yet ended. */
+  numCompiles: Int32Array;
+  numComputeThreads: number;
+  numCores: number;
+}
+
+/** Grammar threads with a compile posted and not yet ended. */
+export function numCompilingThreads(numCompiles: Int32Array): number {
+  let numCompiling = 0;
+  for (let thread = 0; thread < numCompiles.length; thread++) if (Atomics.load(numCompiles, thread) > 0) numCompiling++;
+  return numCompiling;
+}
+
+/**
+ * Adds delta to a grammar thread's compiles and stores the count that calls for, from any
+ * thread. Stored again until the compiling threads it read are still those after the store: of
+ * two threads changing them at once, the one storing last stores what holds after both.
+ */
+export function changeCompiles(shared: SharedComputeThreads, thread: number, delta: number): void {
+  Atomics.add(shared.numCompiles, thread, delta);
+  for (;;) {
+    const numCompiling = numCompilingThreads(shared.numCompiles);
+    Atomics.store(shared.cell, 0, activeComputeThreads(shared.numComputeThreads, shared.numCores, numCompiling));
+    if (numCompilingThreads(shared.numCompiles) === numCompiling) return;
+  }
 }

@@ -4,7 +4,7 @@
 // each round it reports once to every report listener: the prefix cache's events, the load and
 // the step's statistics (a listener batches its requests' news with it: one message per step).
 // With nothing to do it sleeps until the next command arrives.
-import { activeComputeThreads, availableCores } from './compute-threads.ts';
+import { availableCores } from './compute-threads.ts';
 import type { EngineError } from './errors.ts';
 import type { GenerationDefaults } from './generation-config.ts';
 import { prepareStructuredOutput, type GrammarService } from './grammar/service.ts';
@@ -133,7 +133,10 @@ export class Engine {
     this.deferGrammarCompiles = settings.deferGrammarCompiles ?? 'short-prompts';
     this.eosTokenIds = settings.generationDefaults.eosTokenIds;
     if (this.grammars !== null) this.grammars.onChange = () => this.notify();
-    if (this.grammars !== null) this.grammars.onCompilingChange = () => this.applyComputeThreads();
+    const { numComputeThreads } = runner.info;
+    if (this.grammars !== null && runner.activeThreadsCell !== undefined && numComputeThreads !== undefined) {
+      this.grammars.shareComputeThreads(runner.activeThreadsCell, numComputeThreads, this.numCores);
+    }
     this.model = {
       modelName: settings.servedName,
       maxModelLen,
@@ -352,7 +355,7 @@ export class Engine {
         this.prefillMsPerToken = this.prefillMsPerToken === null ? msPerToken : this.prefillMsPerToken + (msPerToken - this.prefillMsPerToken) / 4;
       }
       const forced = bitmasks === null ? null : grammars!.forcedTokens(output.scheduled, firstSamplesOf(result, output.scheduled.length));
-      outputs = this.scheduler.update(output, result, forced);
+      outputs = this.scheduler.update(output, result, forced, bitmasks === null ? undefined : grammars!.withheld);
     } catch (err) {
       if (bitmasks !== null) await grammars!.stepDone();
       forwardMs = performance.now() - forwardStart;
@@ -379,18 +382,6 @@ export class Engine {
       kvUsage: this.scheduler.kvUsage,
       residentMemoryBytes: this.sampleResidentMemory(),
     };
-  }
-
-  /**
-   * Fewer compute threads while grammars compile, all again the moment they end
-   * (compute-threads.ts); called on each change of the count, so a pass running then follows it
-   * from its next op.
-   */
-  private applyComputeThreads(): void {
-    const numComputeThreads = this.runner.info.numComputeThreads;
-    if (numComputeThreads === undefined || this.runner.setActiveThreads === undefined) return;
-    const numCompiling = this.grammars?.numCompilingThreads ?? 0;
-    this.runner.setActiveThreads(activeComputeThreads(numComputeThreads, this.numCores, numCompiling));
   }
 
   /** Reading the RSS costs a read of /proc: once a second is plenty for a gauge. */

@@ -53,8 +53,8 @@ export class NativeRunner implements ModelRunner {
     return this.model.forward(batch).then((result) => Object.assign(result, { sampleStride }));
   }
 
-  setActiveThreads(numActiveThreads: number): void {
-    this.model.setActiveThreads(numActiveThreads);
+  get activeThreadsCell(): Int32Array | undefined {
+    return this.model.activeThreadsCell;
   }
 
   close(): void {

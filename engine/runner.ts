@@ -23,10 +23,11 @@ export interface ModelRunner {
    */
   execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null): Promise<RunnerResult>;
   /**
-   * How many compute threads run steps from now on (1 .. info.numComputeThreads); also while a
-   * step runs, whose next op follows it. The results are the same whatever it is. Optional: a
-   * runner without it keeps its threads.
+   * The cell (over a SharedArrayBuffer) holding how many compute threads run steps
+   * (1 .. info.numComputeThreads; anything else all), which any thread may store to, also while a
+   * step runs, whose next op follows it (NativeModel.activeThreadsCell). The results are the same
+   * whatever it is. Absent: the runner keeps its threads.
    */
-  setActiveThreads?(numActiveThreads: number): void;
+  readonly activeThreadsCell?: Int32Array;
   close(): void;
 }

@@ -133,6 +133,7 @@ export interface SchedulerCounters {
 }
 
 const NO_TOKENS: readonly number[] = [];
+const NONE_WITHHELD: readonly number[] = [];
 
 interface Deadline {
   atMs: number;
@@ -478,10 +479,16 @@ export class Scheduler {
 
   /**
    * Applies one step's sampled tokens, and after each the tokens its grammar forces (forced,
-   * indexed like output.scheduled: jump-forward, emitted without sampling with logprob 0); returns
-   * the news for every request that has some.
+   * indexed like output.scheduled: jump-forward, emitted without sampling with logprob 0), except
+   * the samples of the scheduled indices in withheld; returns the news for every request that has
+   * some.
    */
-  update(output: SchedulerOutput, result: RunnerResult, forced: ReadonlyArray<readonly number[] | undefined> | null = null): RequestOutput[] {
+  update(
+    output: SchedulerOutput,
+    result: RunnerResult,
+    forced: ReadonlyArray<readonly number[] | undefined> | null = null,
+    withheld: readonly number[] = NONE_WITHHELD,
+  ): RequestOutput[] {
     const outputs: RequestOutput[] = [];
     const sampleStride = result.sampleStride ?? 1;
     let firstTokenIndex = 0;
@@ -493,7 +500,9 @@ export class Scheduler {
       const drafts = entry.draftTokenIds;
       sequence.numComputedTokens += entry.numScheduledTokens - drafts.length;
       if (sequence.numComputedTokens === sequence.numTokens) sequence.isRecomputing = false;
-      if (!entry.sample) continue;
+      // A sample withheld (its grammar failed: the mask constrained nothing) is not output; the
+      // request ends with the grammar's error before its next step.
+      if (!entry.sample || (withheld.length > 0 && withheld.includes(index))) continue;
       // The samples in order, each accepting the proposal it equals, up to the first that
       // differs (or the one after the last proposal), or the first that finishes the request.
       const news = this.outputOf(sequence, null);

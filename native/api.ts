@@ -387,9 +387,16 @@ export interface NativeModel {
   forward(batch: ForwardBatch): Promise<ForwardResult>;
   /**
    * How many of the pool's threads CPU passes use from now on (0: all), a pass in flight included:
-   * the pool reads it at each parallel op. Outputs are bitwise the same whatever the count.
+   * the pool reads it at each parallel op. Outputs are bitwise the same whatever the count. It
+   * stores into activeThreadsCell, where there is one.
    */
   setActiveThreads(numThreads: number): void;
+  /**
+   * The cell (over a SharedArrayBuffer) the pool reads its active thread count from: a store
+   * there from any thread (a grammar thread whose compile ends) is setActiveThreads. Absent where
+   * the count means nothing (a device model, a wrapper).
+   */
+  readonly activeThreadsCell?: Int32Array;
   /** Unmaps weights and frees the KV cache. */
   close(): void;
 }

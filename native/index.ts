@@ -53,7 +53,7 @@ interface Binding {
   serveRank(handle: ModelHandle): Promise<void>;
   collectiveNs(handle: ModelHandle): number;
   matrixFormats(handle: ModelHandle): string;
-  setActiveThreads(handle: ModelHandle, numThreads: number): void;
+  setActiveThreads(handle: ModelHandle, cell: Int32Array): void;
   kernelSupported(kernel: KernelPath): boolean;
   cudaDeviceCount(): { count: number; reason: string };
   probeStreamRead(sizeBytes: number, numThreads: number, numRepeats: number): number;
@@ -422,6 +422,7 @@ function allocateOutputs(batch: ForwardBatch, vocabSize: number): ForwardResult 
  * since the engine loop never overlaps steps and an overlap means a bug upstream.
  */
 export class LoadedModel implements NativeModel {
+  readonly activeThreadsCell = new Int32Array(new SharedArrayBuffer(4));
   private inFlight: Promise<unknown> | null = null;
   private closed = false;
 
@@ -429,7 +430,9 @@ export class LoadedModel implements NativeModel {
     private readonly handle: ModelHandle,
     readonly info: ModelInfo,
     private readonly loadedNumaNode = -1,
-  ) {}
+  ) {
+    binding.setActiveThreads(handle, this.activeThreadsCell);
+  }
 
   async forward(batch: ForwardBatch): Promise<ForwardResult> {
     if (this.closed) throw new Error('forward() after close()');
@@ -502,7 +505,7 @@ export class LoadedModel implements NativeModel {
    * The outputs are bitwise the same whatever the count; only the speed changes.
    */
   setActiveThreads(numThreads: number): void {
-    if (!this.closed) binding.setActiveThreads(this.handle, numThreads);
+    Atomics.store(this.activeThreadsCell, 0, numThreads);
   }
 
   /** Frees at once, or as soon as the forward in flight settles. */

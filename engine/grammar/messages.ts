@@ -1,4 +1,5 @@
 // What the engine's grammar service and its threads say to each other: plain data.
+import type { SharedComputeThreads } from '../compute-threads.ts';
 import type { StructuredConstraint } from '../types.ts';
 
 /** A constraint ready to compile: a JSON schema already checked and rewritten (json-schema.ts). */
@@ -19,6 +20,10 @@ export interface GrammarThreadInit {
   maxCachedGrammars: number;
   /** The thread's scheduling niceness (0: the process's own). */
   nice: number;
+  /** The compute threads it changes as its compiles end (compute-threads.ts); null: none to change. */
+  computeThreads: SharedComputeThreads | null;
+  /** This thread's index in computeThreads.numCompiles. */
+  threadIndex: number;
 }
 
 export interface FillItem {
@@ -45,7 +50,10 @@ export type ThreadRequest =
        * the vocabulary (and open the matcher) on the slot's 'compile' request.
        */
       deferCompile: boolean;
+      /** The engine counted a compile for it (not cached there): the thread ends it (compute-threads.ts). */
+      countsCompile: boolean;
     }
+  /** Counted as a compile by the engine, like an open's countsCompile. */
   | { kind: 'compile'; slot: number }
   | { kind: 'fill'; step: number; items: FillItem[] }
   | { kind: 'close'; slot: number };

@@ -10,6 +10,7 @@
 // compiled its grammar (a compiled grammar cannot leave its WebAssembly instance); a new one goes
 // to the thread that has its grammar cached, else to the least busy.
 import { Worker } from 'node:worker_threads';
+import { changeCompiles, numCompilingThreads, type SharedComputeThreads } from '../compute-threads.ts';
 import type { EngineError } from '../errors.ts';
 import type { ScheduledSequence } from '../scheduler-output.ts';
 import type { GrammarGate } from '../sequence.ts';
@@ -100,8 +101,9 @@ class GrammarThread {
   readonly itemPool: FillItem[] = [];
   /** The rows of the fill it has not answered yet (0: none owed). */
   numPendingRows = 0;
-  /** Slots whose grammar it compiles (not cached there when opened) and has not reported opened. */
-  readonly compilingSlots = new Set<number>();
+
+  /** index: its place in the compiles the threads share (compute-threads.ts). */
+  constructor(readonly index: number) {}
 
   /** A fill item for this step, reused from an earlier step where there is one. */
   nextItem(): FillItem {
@@ -231,8 +233,6 @@ export class GrammarService {
   compileMsEstimate: number | null = null;
   /** Called when a grammar becomes ready or fails: the engine loop may have something to do. */
   onChange: () => void = () => {};
-  /** Called the moment numCompilingThreads changes, also while a pass runs (compute-threads.ts). */
-  onCompilingChange: () => void = () => {};
 
   constructor(settings: GrammarServiceSettings) {
     this.settings = settings;
@@ -249,11 +249,22 @@ export class GrammarService {
       ready,
       maxCachedGrammars: settings.maxCachedGrammars ?? 64,
       nice: settings.threadNice ?? 0,
+      computeThreads: null,
+      threadIndex: 0,
     };
-    this.threads = Array.from({ length: Math.max(1, settings.numThreads) }, () => new GrammarThread());
+    this.threads = Array.from({ length: Math.max(1, settings.numThreads) }, (_, index) => new GrammarThread(index));
     this.bitmaskRows = new Int32Array(settings.maxNumSeqs);
     this.tokenBitmask = new Int32Array(bitmask);
     this.ready = new Int32Array(ready);
+  }
+
+  /**
+   * The model's compute threads, which leave compiling grammar threads their cores
+   * (compute-threads.ts): set before the first open.
+   */
+  shareComputeThreads(cell: Int32Array, numComputeThreads: number, numCores: number): void {
+    const numCompiles = new Int32Array(new SharedArrayBuffer(4 * this.threads.length));
+    this.init.computeThreads = { cell, numCompiles, numComputeThreads, numCores };
   }
 
   /** A grammar for a request (not yet compiling): the scheduler's gate until open() starts it. */
@@ -276,7 +287,7 @@ export class GrammarService {
     }
     const thread = this.threadFor(grammar.prepared.key);
     const isCached = thread.keys.has(grammar.prepared.key);
-    if (!isCached) this.startCompiling(thread, grammar.slot);
+    if (!isCached) this.startCompiling(thread);
     grammar.thread = thread;
     thread.grammars.add(grammar);
     thread.keys.delete(grammar.prepared.key);
@@ -289,7 +300,7 @@ export class GrammarService {
     this.byRequest.set(grammar.requestId, grammar);
     const { key, constraint, constrainAfter } = grammar.prepared;
     const { jumpForward } = grammar.prepared;
-    this.post(thread, { kind: 'open', slot: grammar.slot, key, constraint, constrainAfter, stopTokenIds: [...grammar.stopTokenIds], jumpForward, deferCompile: deferCompile && !isCached });
+    this.post(thread, { kind: 'open', slot: grammar.slot, key, constraint, constrainAfter, stopTokenIds: [...grammar.stopTokenIds], jumpForward, deferCompile: deferCompile && !isCached, countsCompile: !isCached });
     if (grammar.prepared.prefixTokenIds.length > 0) {
       this.prefixes.push({ grammar, tokenIds: grammar.prepared.prefixTokenIds, text: '' });
       this.onChange();
@@ -301,9 +312,8 @@ export class GrammarService {
    * leaves it (compute-threads.ts).
    */
   get numCompilingThreads(): number {
-    let numCompiling = 0;
-    for (const thread of this.threads) if (thread.compilingSlots.size > 0) numCompiling++;
-    return numCompiling;
+    const shared = this.init.computeThreads;
+    return shared === null ? 0 : numCompilingThreads(shared.numCompiles);
   }
 
   /** Frees the request's matcher; its grammar stays cached in its thread. */
@@ -395,15 +405,25 @@ export class GrammarService {
   }
 
   /**
+   * The last forcedTokens() call's scheduled indices whose samples must not be output: their
+   * grammar failed by the pass's end (its compile, a token it rejected, its thread lost), and its
+   * mask row, written empty, constrained nothing. The request ends with the grammar's error
+   * (takeFailures()) before its next step. Reused from step to step.
+   */
+  readonly withheld: number[] = [];
+
+  /**
    * After the pass: for each scheduled sequence that sampled under a grammar that forced more
    * than its sampled token spelled, the tokens to emit without sampling (indexed like scheduled).
    */
   forcedTokens(scheduled: readonly ScheduledSequence[], sampledTokenIds: Int32Array): Array<readonly number[] | undefined> | null {
     let forced: Array<readonly number[] | undefined> | null = null;
+    this.withheld.length = 0;
     for (let index = 0; index < scheduled.length; index++) {
       const entry = scheduled[index];
       if (!entry.sample || entry.grammar === null) continue;
       const grammar = this.byRequest.get(entry.requestId);
+      if (grammar?.failure != null) this.withheld.push(index);
       if (grammar === undefined || grammar.forcedText === null || grammar.failure !== null) continue;
       const tokenIds = this.tokenizer().forcedAfter(grammar.forcedText, sampledTokenIds[index]);
       grammar.forcedText = null;
@@ -440,7 +460,7 @@ export class GrammarService {
   }
 
   private spawn(thread: GrammarThread): void {
-    const worker = startThread(this.init);
+    const worker = startThread({ ...this.init, threadIndex: thread.index });
     thread.worker = worker;
     thread.keys.clear();
     worker.on('message', (reply: ThreadReply) => this.receive(thread, reply));
@@ -466,11 +486,8 @@ export class GrammarService {
   private receive(thread: GrammarThread, reply: ThreadReply): void {
     if (reply.kind === 'prefix') {
       const grammar = this.bySlot.get(reply.slot);
-      if (reply.deferred) {
-        // Its bytes are compiled; the thread waits for compileDeferred() (or close()).
-        this.stopCompiling(thread, reply.slot);
-        if (grammar !== undefined) grammar.awaitsCompile = true;
-      }
+      // Its bytes are compiled (the thread has ended its compile); it waits for compileDeferred() (or close()).
+      if (reply.deferred && grammar !== undefined) grammar.awaitsCompile = true;
       if (grammar === undefined || grammar.isReady || reply.text === '') return;
       this.prefixes.push({ grammar, tokenIds: null, text: reply.text });
       this.onChange();
@@ -478,7 +495,6 @@ export class GrammarService {
     }
     if (reply.kind === 'opened') {
       // Also for a request closed meanwhile: the thread compiled its grammar all the same.
-      this.stopCompiling(thread, reply.slot);
       if (reply.compileMs > 0) this.compileMsEstimate = movingAverage(this.compileMsEstimate, reply.compileMs);
       const grammar = this.bySlot.get(reply.slot);
       if (grammar === undefined) return;
@@ -503,17 +519,13 @@ export class GrammarService {
     const thread = grammar.thread!;
     grammar.awaitsCompile = false;
     grammar.maySampleCompiling = true;
-    this.startCompiling(thread, grammar.slot);
+    this.startCompiling(thread);
     this.post(thread, { kind: 'compile', slot: grammar.slot });
   }
 
-  private startCompiling(thread: GrammarThread, slot: number): void {
-    thread.compilingSlots.add(slot);
-    if (thread.compilingSlots.size === 1) this.onCompilingChange();
-  }
-
-  private stopCompiling(thread: GrammarThread, slot: number): void {
-    if (thread.compilingSlots.delete(slot) && thread.compilingSlots.size === 0) this.onCompilingChange();
+  /** Counts a compile posted to the thread, which ends it (thread.ts): the compute threads leave it a core from now. */
+  private startCompiling(thread: GrammarThread): void {
+    if (this.init.computeThreads !== null) changeCompiles(this.init.computeThreads, thread.index, 1);
   }
 
   /** The thread owes no more rows this step; the step is done when no thread does. */
@@ -528,9 +540,9 @@ export class GrammarService {
     if (thread.worker !== worker) return;
     thread.worker = null;
     thread.keys.clear();
-    const wasCompiling = thread.compilingSlots.size > 0;
-    thread.compilingSlots.clear();
-    if (wasCompiling) this.onCompilingChange();
+    // It ends no compile any more.
+    const shared = this.init.computeThreads;
+    if (shared !== null) changeCompiles(shared, thread.index, -Atomics.load(shared.numCompiles, thread.index));
     if (thread.numPendingRows > 0) {
       Atomics.add(this.ready, 0, thread.numPendingRows);
       this.answered(thread);

@@ -11,6 +11,7 @@ import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint,
 import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
 import { hasRangeMarkers, replaceRangeMarkers } from './number-range.ts';
 import { loadXgrammar } from './xgrammar.ts';
+import { changeCompiles } from '../compute-threads.ts';
 import type { CompiledGrammar, Grammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
 
 const init = workerData as GrammarThreadInit;
@@ -173,6 +174,14 @@ async function forcedStartOf(grammar: CompiledGrammar): Promise<string> {
   }
 }
 
+/**
+ * Ends a compile the engine counted (compute-threads.ts): stored here, the compute threads rejoin
+ * the pass running now at its next op, not once the event loop reads this thread's reply.
+ */
+function endCompile(): void {
+  if (init.computeThreads !== null) changeCompiles(init.computeThreads, init.threadIndex, -1);
+}
+
 /** Grammars parsed whose compile over the vocabulary waits for their slot's 'compile' request, by slot. */
 const deferred = new Map<number, { key: string; source: Grammar; stopTokenIds: number[] }>();
 
@@ -183,6 +192,7 @@ const deferred = new Map<number, { key: string; source: Grammar; stopTokenIds: n
  */
 async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<ThreadReply | null> {
   const { slot, key, constraint, constrainAfter, stopTokenIds, jumpForward, deferCompile } = request;
+  let compiling = request.countsCompile;
   let source: Grammar | null = null;
   try {
     const grammar = compiled.get(key);
@@ -193,6 +203,11 @@ async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<
         const text = await forcedStartOf(overBytes);
         if (overBytes !== grammar) overBytes.dispose();
         const defers = grammar === undefined && deferCompile && text !== '';
+        // Its byte phase is all it compiles until the slot's 'compile' request.
+        if (defers && compiling) {
+          compiling = false;
+          endCompile();
+        }
         parentPort!.postMessage({ kind: 'prefix', slot, text, deferred: defers } satisfies ThreadReply);
         if (defers) {
           deferred.set(slot, { key, source: source!, stopTokenIds });
@@ -209,20 +224,21 @@ async function open(request: Extract<ThreadRequest, { kind: 'open' }>): Promise<
   } finally {
     // The compiled grammar keeps what it needs of it.
     source?.dispose();
+    if (compiling) endCompile();
   }
 }
 
 /** A deferred grammar compiled over the vocabulary, its matcher opened. */
 async function compileDeferred(slot: number): Promise<ThreadReply | null> {
   const pending = deferred.get(slot);
-  if (pending === undefined) return null;
   deferred.delete(slot);
   try {
-    return await opened(slot, pending.key, pending.source, pending.stopTokenIds);
+    return pending === undefined ? null : await opened(slot, pending.key, pending.source, pending.stopTokenIds);
   } catch (err) {
     return { kind: 'opened', slot, error: (err as Error).message, cached: false, compileMs: 0 };
   } finally {
-    pending.source.dispose();
+    pending?.source.dispose();
+    endCompile();
   }
 }
 

@@ -14,6 +14,7 @@ import { packageRoot } from '../../package-root.ts';
 import { loadModel } from '../../native/index.ts';
 import { createEngine, type Engine } from '../engine.ts';
 import { GrammarService, prepareStructuredOutput } from '../grammar/service.ts';
+import type { ThreadRequest } from '../grammar/messages.ts';
 import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
 import { loadGrammarVocabulary } from '../grammar/vocabulary.ts';
@@ -172,21 +173,15 @@ test('the grammar compiles while the prompt is computed; no sample is drawn befo
   }, 64);
 });
 
-test('while a new grammar compiles, the compute threads leave its thread a core (2 on 2 cores: 1), all rejoin the moment it ends; the outputs are bitwise those of full-thread steps', async () => {
+test('while a new grammar compiles, the compute threads leave its thread a core (2 on 2 cores: 1), all rejoin once it ends; the outputs are bitwise those of full-thread steps', async () => {
   // The schema differs from every other test's, so it compiles; the free request's prompt
   // logprobs score its prefill chunks, which run beside the compile.
   const schema = JSON.stringify({ ...PERSON, properties: { ...PERSON.properties, nickname: { type: 'string', maxLength: 6 } } });
   const constrained: GenerateRequest = { ...request('compiling', { constraint: { kind: 'json_schema', schema } }, 31), promptTokenIds: prompt(31, 600) };
   const free: GenerateRequest = request('free', undefined, 32, { promptTokenIds: prompt(32, 300), sampling: { temperature: 1, seed: 32n, maxTokens: 64, numTopLogprobs: 3, numPromptLogprobs: 2 } });
   const run = async (numCores: number) => {
-    let outcome: { outputs: RequestOutput[][]; changes: Array<{ numActiveThreads: number; numCompiling: number }>; numStepsCompiling: number } | null = null;
+    let outcome: { outputs: RequestOutput[][]; activeThreadsAtStep: number[]; numStepsCompiling: number; numActiveAfter: number } | null = null;
     await withEngine(async (engine, runner, grammars) => {
-      const numCompilingAt: number[] = [];
-      const setActiveThreads = runner.setActiveThreads.bind(runner);
-      runner.setActiveThreads = (numActiveThreads) => {
-        numCompilingAt.push(grammars.numCompilingThreads);
-        setActiveThreads(numActiveThreads);
-      };
       const outputs: RequestOutput[][] = [[], []];
       await Promise.all([constrained, free].map((each, i) => new Promise<void>((resolve) => {
         engine.generate(each, (output) => {
@@ -194,19 +189,22 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
           if (output.finishReason !== null) resolve();
         });
       })));
-      const changes = runner.activeThreadChanges.map((change, i) => ({ numActiveThreads: change.numActiveThreads, numCompiling: numCompilingAt[i] }));
+      assert.equal(grammars.numCompilingThreads, 0);
       const numStepsCompiling = runner.steps.filter((step) => step.scheduled.some((entry) => entry.grammar !== null && !entry.grammar.isReady)).length;
-      outcome = { outputs, changes, numStepsCompiling };
+      outcome = { outputs, activeThreadsAtStep: runner.activeThreadsAtStep, numStepsCompiling, numActiveAfter: Atomics.load(runner.activeThreadsCell!, 0) };
     }, 64, numCores);
     return outcome!;
   };
   const lowered = await run(2);
   assert.ok(lowered.numStepsCompiling > 0, 'steps ran while the grammar compiled');
-  // Set when the compile starts and again the moment it ends (not at a step's start).
-  assert.deepEqual(lowered.changes, [{ numActiveThreads: 1, numCompiling: 1 }, { numActiveThreads: 2, numCompiling: 0 }]);
+  // From admission (before the first step) one thread, then both from the compile's end on.
+  const numLoweredSteps = lowered.activeThreadsAtStep.indexOf(2);
+  assert.ok(numLoweredSteps >= 1, `the first step ran on one thread: ${lowered.activeThreadsAtStep}`);
+  assert.ok(lowered.activeThreadsAtStep.every((count, step) => count === (step < numLoweredSteps ? 1 : 2)), `${lowered.activeThreadsAtStep}`);
+  assert.equal(lowered.numActiveAfter, 2);
   // Cores to spare: both threads stay while it compiles.
   const full = await run(64);
-  assert.deepEqual(full.changes, [{ numActiveThreads: 2, numCompiling: 1 }, { numActiveThreads: 2, numCompiling: 0 }]);
+  assert.ok(full.activeThreadsAtStep.every((count) => count === 2), `${full.activeThreadsAtStep}`);
   // Steps may group the outputs differently (the compile ends at another moment): compared whole.
   const whole = (outputs: RequestOutput[]) => ({
     tokenIds: outputs.flatMap((output) => output.newTokenIds),
@@ -218,6 +216,33 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
   for (const i of [0, 1]) assert.deepEqual(whole(lowered.outputs[i]), whole(full.outputs[i]), `${[constrained, free][i].requestId}: the same tokens and logprobs on 1 thread as on 2`);
   assert.ok(whole(lowered.outputs[1]).promptLogprobs.length > 0 && whole(lowered.outputs[1]).topLogprobs.length > 0, 'the free request reported its logprobs');
   assert.equal(lowered.outputs[0].at(-1)!.finishReason, 'stop');
+});
+
+test('a grammar thread raises the compute threads itself the moment its compile (or a deferred grammar\'s byte phase) ends, while the event loop is busy', async () => {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 1 });
+  grammars.shareComputeThreads(cell, 2, 2);
+  // Blocks the event loop until the cell reads 2: no reply of the thread can be handled meanwhile.
+  const blockUntilRaised = (what: string) => {
+    const deadline = performance.now() + 60_000;
+    while (Atomics.load(cell, 0) !== 2) assert.ok(performance.now() < deadline, `${what}: the compute threads were not raised without the event loop`);
+  };
+  try {
+    for (const [index, deferCompile] of [[0, true], [1, false]] as const) {
+      const schema = JSON.stringify({ ...PERSON, title: `raised-${index}-${Date.now()}` });
+      const prepared = prepareStructuredOutput({ constraint: { kind: 'json_schema', schema } }, VOCAB_SIZE);
+      assert.ok(!('code' in prepared));
+      const grammar = grammars.create(`raise-${index}`, prepared, [EOS]);
+      grammars.open(grammar, deferCompile);
+      assert.equal(Atomics.load(cell, 0), 1, 'lowered as the compile is posted');
+      assert.equal(grammars.numCompilingThreads, 1);
+      blockUntilRaised(deferCompile ? 'byte phase' : 'compile');
+      assert.equal(grammars.numCompilingThreads, 0);
+      grammars.close(grammar.requestId);
+    }
+  } finally {
+    await grammars.shutdown();
+  }
 });
 
 test('what a new grammar forces from its start is output before anything is sampled, even before it compiles', async () => {
@@ -276,7 +301,11 @@ test('a request alone with a new grammar, compiled after its forced start: that 
       };
       const first = await collect(request('pair-0', other, 73));
       outcome.outputs.push(first, await neighbour!);
-      outcome.neighboursSampledBeforeReady = runner.steps.slice(numStepsBeforeNeighbour).flatMap((step) => step.scheduled)
+      // Only while the neighbour is in flight: a compile that outlasts its 400 tokens (a loaded
+      // machine) leaves pair-0 alone again, when it may rightly sample.
+      outcome.neighboursSampledBeforeReady = runner.steps.slice(numStepsBeforeNeighbour)
+        .filter((step) => step.scheduled.some((entry) => entry.requestId === 'pair-1'))
+        .flatMap((step) => step.scheduled)
         .filter((entry) => entry.requestId === 'pair-0' && entry.sample && !entry.grammar!.isReady).length;
       for (const [index, bad] of [{ kind: 'regex', pattern: '[a-' }, { kind: 'grammar', grammar: 'root ::= undefined_rule' }].entries()) {
         const refused = await generate(engine, request(`bad-${index}`, { constraint: bad as StructuredOutput['constraint'] }, 75 + index));
@@ -298,6 +327,38 @@ test('a request alone with a new grammar, compiled after its forced start: that 
     assert.deepEqual(whole(outputs), whole(eager.outputs[index]), `request ${index}: the same tokens and logprobs deferred as from admission`);
   }
   assert.equal(deferred.outputs[0].at(-1)!.finishReason, 'stop');
+});
+
+test('a deferred grammar whose compile over the vocabulary fails after its forced start: its pass\'s sample (under an empty mask row) is never output; the request ends with the compile\'s error', async () => {
+  await withEngine(async (engine, runner, grammars) => {
+    // Test-only: the request's compile, when it comes, is replaced by one that fails (an EBNF
+    // rule left undefined), for the same slot: its byte phase succeeded, its vocabulary compile
+    // fails, as in production the corner can only arise.
+    const service = grammars as unknown as { post: (thread: unknown, request: ThreadRequest) => void };
+    const post = service.post.bind(grammars);
+    let numReplaced = 0;
+    service.post = (thread, message) => {
+      if (message.kind !== 'compile') return post(thread, message);
+      numReplaced++;
+      post(thread, { kind: 'open', slot: message.slot, key: `broken-${message.slot}`, constraint: { kind: 'grammar', grammar: 'root ::= undefined_rule' }, constrainAfter: null, stopTokenIds: [EOS], jumpForward: false, deferCompile: false, countsCompile: true });
+    };
+    const schema = JSON.stringify({ ...PERSON, title: 'fails-over-the-vocabulary' });
+    const outputs: RequestOutput[] = [];
+    await new Promise<void>((resolve) => engine.generate(request('broken', { constraint: { kind: 'json_schema', schema } }, 81), (output) => {
+      outputs.push(output);
+      if (output.finishReason !== null) resolve();
+    }));
+    assert.equal(numReplaced, 1, 'its compile was deferred, then failed');
+    const sampled = runner.steps.flatMap((step) => step.scheduled).filter((entry) => entry.requestId === 'broken' && entry.sample);
+    assert.equal(sampled.length, 1, 'a pass sampled it while it compiled (the corner)');
+    const last = outputs.at(-1)!;
+    assert.equal(last.finishReason, 'error');
+    assert.match(last.error!.message, /could not be compiled/);
+    const tokenIds = outputs.flatMap((output) => output.newTokenIds);
+    assert.ok(tokenIds.length > 0 && '{"name": "'.startsWith(textOf(tokenIds)), `only the forced start was output: ${JSON.stringify(textOf(tokenIds))}`);
+    assert.ok(outputs.every((output) => output.prefillTimeMs === undefined), 'no sampled token was output');
+    assert.equal(grammars.numCompilingThreads, 0);
+  }, 256, undefined, 'always');
 });
 
 test('prefix tokens (Mistral\'s [TOOL_CALLS]) come first, unseen by the grammar, then its forced start and what it allows', async () => {

@@ -36,17 +36,17 @@ export function load(modelDir: string, numKvBlocks: number): Promise<NativeModel
 /** Records every SchedulerOutput the engine runs, to show what the scheduler did. */
 export class RecordingRunner implements ModelRunner {
   readonly steps: SchedulerOutput[] = [];
-  /** Each change of the compute threads the engine asked for, with the steps begun before it. */
-  readonly activeThreadChanges: Array<{ numActiveThreads: number; numStepsBegun: number }> = [];
+  /** The compute threads' count as each step began (activeThreadsCell), where there is one. */
+  readonly activeThreadsAtStep: number[] = [];
   constructor(private readonly inner: ModelRunner) {}
   get info() {
     return this.inner.info;
   }
-  setActiveThreads(numActiveThreads: number) {
-    this.activeThreadChanges.push({ numActiveThreads, numStepsBegun: this.steps.length });
-    this.inner.setActiveThreads?.(numActiveThreads);
+  get activeThreadsCell() {
+    return this.inner.activeThreadsCell;
   }
   execute(output: SchedulerOutput, bitmasks?: StepBitmasks | null) {
+    if (this.inner.activeThreadsCell !== undefined) this.activeThreadsAtStep.push(Atomics.load(this.inner.activeThreadsCell, 0));
     // The grammar gates are live objects of the engine: recorded as whether each was ready.
     this.steps.push(structuredClone({ ...output, scheduled: output.scheduled.map((entry) => ({ ...entry, grammar: entry.grammar === null ? null : { isReady: entry.grammar.isReady, stopTokenIds: [...entry.grammar.stopTokenIds], maySampleCompiling: entry.grammar.maySampleCompiling } })) }));
     return this.inner.execute(output, bitmasks);

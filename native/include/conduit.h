@@ -384,12 +384,14 @@ void cd_model_serve_rank(cd_model* model, cd_forward_done done, void* user_data)
 /* Nanoseconds this rank has spent in collectives since load (0 without tensor parallelism). */
 uint64_t cd_model_collective_ns(const cd_model* model);
 
-/* The CPU compute threads that parallel calls use from now on: 1..numThreads, anything else all.
-   Any time, from any thread, also while a pass runs: the pass's next parallel call (each op) uses
-   the new count, and results are bitwise the same whatever the count. The caller lowers it while
-   other work of its own (a grammar compiling) needs a core, so that a pass never waits on a
-   thread sharing one. Device models ignore it. */
-void cd_model_set_active_threads(cd_model* model, int32_t num_threads);
+/* The CPU compute threads that parallel calls use are read from *num_threads_cell from now on:
+   1..numThreads, anything else all. Any thread may store a count there at any time (a 32-bit
+   atomic store), also while a pass runs: the pass's next parallel call (each op) uses the new
+   count, and results are bitwise the same whatever the count. The caller lowers it while other
+   work of its own (a grammar compiling) needs a core, so that a pass never waits on a thread
+   sharing one, and whichever thread ends that work raises it at once. The cell must outlive the
+   model or the next call. Device models ignore it. */
+void cd_model_set_active_threads(cd_model* model, const int32_t* num_threads_cell);
 
 /* Only while no pass is running. */
 void cd_model_free(cd_model* model);

@@ -270,8 +270,8 @@ uint64_t cd_model_collective_ns(const cd_model* model) {
   return comm == nullptr ? 0 : comm->collective_ns();
 }
 
-void cd_model_set_active_threads(cd_model* model, int32_t num_threads) {
-  if (model->model != nullptr) model->model->pool.set_active_threads(num_threads);
+void cd_model_set_active_threads(cd_model* model, const int32_t* num_threads_cell) {
+  if (model->model != nullptr) model->model->pool.set_active_threads(num_threads_cell);
 }
 
 void cd_model_free(cd_model* model) {

@@ -39,6 +39,8 @@ struct ModelHandle {
   // One call at a time (native/index.ts queues none): the buffers belong to the call in flight.
   bool call_in_flight = false;
   BatchBuffers buffers;
+  // The Int32Array the pool reads its active thread count from: held until the model is freed.
+  Napi::ObjectReference active_threads_cell;
 };
 
 void let_go(ModelHandle* handle) {
@@ -240,10 +242,15 @@ Napi::Value MatrixFormats(const Napi::CallbackInfo& info) {
   return Napi::String::New(info.Env(), text);
 }
 
-// setActiveThreads(handle, numThreads): also while a forward is in flight (its next op follows it).
+// setActiveThreads(handle, cell): the pool reads its active thread count from cell[0] (an
+// Int32Array, over a SharedArrayBuffer where other threads store to it) from now on.
 Napi::Value SetActiveThreads(const Napi::CallbackInfo& info) {
   ModelHandle* handle = handle_of(info[0]);
-  if (handle->model != nullptr) cd_model_set_active_threads(handle->model, info[1].As<Napi::Number>().Int32Value());
+  if (handle->model == nullptr) return info.Env().Undefined();
+  Napi::TypedArrayOf<int32_t> cell = info[1].As<Napi::TypedArrayOf<int32_t>>();
+  if (cell.ElementLength() < 1) throw Napi::RangeError::New(info.Env(), "the active threads cell needs one element");
+  cd_model_set_active_threads(handle->model, cell.Data());
+  handle->active_threads_cell = Napi::Persistent(cell.As<Napi::Object>());
   return info.Env().Undefined();
 }
 
@@ -252,6 +259,7 @@ Napi::Value FreeModel(const Napi::CallbackInfo& info) {
   ModelHandle* handle = handle_of(info[0]);
   cd_model_free(handle->model);
   handle->model = nullptr;
+  handle->active_threads_cell.Reset();
   return info.Env().Undefined();
 }
 

@@ -159,8 +159,8 @@ int32_t sample_token(const KernelTable& kernels, const float* logits, int32_t vo
                      SamplerScratch& scratch) {
   ArgMax best = raw_best;
   // What an empty choice falls back to: the model's own first choice among what the grammar
-  // allows. A grammar that allows nothing falls back to the raw argmax, which its matcher then
-  // rejects, failing the request rather than the batch.
+  // allows. A grammar that allows nothing (a row written empty: its grammar failed) falls back to
+  // the raw argmax, which the engine withholds, failing the request rather than the batch.
   ArgMax fallback = raw_best;
   if (allowed_bits != nullptr) {
     logits = mask_logits(logits, vocab_size, allowed_bits, scratch.adjusted_logits);

@@ -65,7 +65,9 @@ void yield_cpu() {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(num_threads), active_threads_(num_threads) {
+ThreadPool::ThreadPool(int32_t num_threads)
+    : num_threads_(num_threads), inactive_waiting_(new std::atomic<uint64_t>[size_t(num_threads + 63) / 64]) {
+  for (int32_t word = 0; word < (num_threads + 63) / 64; ++word) inactive_waiting_[size_t(word)].store(0);
   workers_.reserve(size_t(num_threads - 1));
   for (int32_t i = 1; i < num_threads; ++i) workers_.emplace_back(&ThreadPool::worker_loop, this, i);
   driver_ = std::thread(&ThreadPool::driver_loop, this);
@@ -87,10 +89,9 @@ ThreadPool::~ThreadPool() {
   driver_.join();
 }
 
-void ThreadPool::set_active_threads(int32_t count) {
-  if (count < 1 || count > num_threads_) count = num_threads_;
-  const int32_t before = active_threads_.exchange(count);
-  if (count > before) wake(inactive_asleep_);
+void ThreadPool::set_active_threads(const int32_t* cell) {
+  active_cell_.store(cell, std::memory_order_release);
+  wake(inactive_asleep_);
 }
 
 int64_t ThreadPool::spin_ns() const { return int64_t(double(spin_ticks_.load()) / ticks_per_ns_.load()); }
@@ -186,7 +187,10 @@ void ThreadPool::wake(Sleepers& sleepers) {
 void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_per_thread, Invoke invoke,
                      const void* context) {
   if (num_tasks <= 0) return;
-  const int32_t num_active = one_task_per_thread ? num_threads_ : active_threads_.load(std::memory_order_relaxed);
+  const int32_t num_active = one_task_per_thread ? num_threads_ : active_threads();
+  // Threads the count has included since they last looked may be asleep: they come up while this
+  // call runs. (Their bit is set before they read the count, and this reads the count first.)
+  if (inactive_waiting_below(num_active)) wake(inactive_asleep_);
   // A call that fits one chunk runs on the caller without publishing it: there is nothing to share,
   // and a polling worker could otherwise claim it and leave the caller waiting on another core's
   // caches (a decode's per-token steps).
@@ -217,6 +221,15 @@ void ThreadPool::run(int32_t num_tasks, int32_t min_chunk_tasks, bool one_task_p
     claim_chunks(0, JobSnapshot{word, num_tasks, std::max(1, min_chunk_tasks), false, num_active, invoke, context});
   }
   await(caller_asleep_, [&] { return num_tasks_done_.load(std::memory_order_acquire) == num_tasks; }, [] { return false; });
+}
+
+bool ThreadPool::inactive_waiting_below(int32_t count) const {
+  for (int32_t word = 0; word * 64 < count; ++word) {
+    const int32_t bits = std::min(64, count - word * 64);
+    const uint64_t below = bits == 64 ? ~uint64_t(0) : (uint64_t(1) << bits) - 1;
+    if ((inactive_waiting_[size_t(word)].load() & below) != 0) return true;
+  }
+  return false;
 }
 
 bool ThreadPool::read_job(uint64_t word, JobSnapshot& job) const {
@@ -292,10 +305,14 @@ void ThreadPool::driver_loop() {
 void ThreadPool::worker_loop(int32_t thread_index) {
   uint32_t seen_generation = 0;
   for (;;) {
-    if (thread_index >= active_threads_.load(std::memory_order_acquire)) {
+    if (thread_index >= active_threads()) {
+      std::atomic<uint64_t>& waiting = inactive_waiting_[size_t(thread_index / 64)];
+      const uint64_t bit = uint64_t(1) << (thread_index % 64);
+      waiting.fetch_or(bit);
       await(inactive_asleep_, [&] {
-        return stopping_.load(std::memory_order_relaxed) || thread_index < active_threads_.load(std::memory_order_acquire);
+        return stopping_.load(std::memory_order_relaxed) || thread_index < active_threads();
       }, [] { return true; });
+      waiting.fetch_and(~bit);
     }
     uint64_t word = 0;
     await(workers_asleep_, [&] {

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,14 +49,21 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int32_t num_threads() const { return num_threads_; }
-  // How many of the threads take part in parallel calls from now on: the caller and workers
-  // 1..count-1, the others asleep until the count includes them again. Out of [1, num_threads]
-  // (0 among them) means all. Set by the caller only, between parallel calls. The work is the same
-  // whichever threads claim it (no result depends on thread_index), so the count changes only
-  // how fast a call runs: fewer threads leave cores to other work of the process (a grammar
-  // compiling) instead of a call waiting on a thread that shares its core.
-  void set_active_threads(int32_t count);
-  int32_t active_threads() const { return active_threads_.load(std::memory_order_relaxed); }
+  // How many of the threads take part in parallel calls: the caller and workers 1..count-1, the
+  // others asleep until the count includes them again. The count lives in *cell, which any thread
+  // may store to at any time (a 32-bit atomic store; a grammar thread the moment its compile ends,
+  // not when the event loop hears of it); each parallel call reads it, so a call in flight keeps
+  // its count and the next follows the new one. Out of [1, num_threads] (0 among them) means all.
+  // Until this is called the cell is the pool's own, 0. The cell must outlive the pool or the
+  // next call. The work is the same whichever threads claim it (no result depends on
+  // thread_index), so the count changes only how fast a call runs: fewer threads leave cores to
+  // other work of the process (a grammar compiling) instead of a call waiting on a thread that
+  // shares its core.
+  void set_active_threads(const int32_t* cell);
+  int32_t active_threads() const {
+    const int32_t count = __atomic_load_n(active_cell_.load(std::memory_order_acquire), __ATOMIC_SEQ_CST);
+    return count < 1 || count > num_threads_ ? num_threads_ : count;
+  }
   // Median nanoseconds from notifying a sleeping thread to it running, measured at start.
   int64_t wake_latency_ns() const { return wake_latency_ns_; }
   // How long a waiting thread polls before it sleeps now.
@@ -125,6 +133,8 @@ class ThreadPool {
   bool read_job(uint64_t word, JobSnapshot& job) const;
   // Claims and runs chunks of the job until none is left or it is replaced.
   void claim_chunks(int32_t thread_index, JobSnapshot job);
+  // Whether a worker below count waits among the inactive.
+  bool inactive_waiting_below(int32_t count) const;
   void finish_tasks(int32_t num_tasks_done, int32_t num_tasks);
   void worker_loop(int32_t thread_index);
   void driver_loop();
@@ -175,9 +185,14 @@ class ThreadPool {
   Sleepers workers_asleep_;
   Sleepers caller_asleep_;
   Sleepers driver_asleep_;
-  // Workers outside the active count wait here, not for jobs: no wake-up per parallel call.
+  // Workers outside the active count wait here, not for jobs: no wake-up per parallel call. The
+  // count grows by another thread's store, with no call into the pool, so a parallel call that
+  // finds a waiting worker inside its count wakes them. Bit i % 64 of word i / 64 of
+  // inactive_waiting_ is set while worker i waits there.
   Sleepers inactive_asleep_;
-  std::atomic<int32_t> active_threads_;
+  std::unique_ptr<std::atomic<uint64_t>[]> inactive_waiting_;
+  int32_t own_active_threads_ = 0;
+  std::atomic<const int32_t*> active_cell_{&own_active_threads_};
 };
 
 }  // namespace conduit

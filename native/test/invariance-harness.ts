@@ -148,8 +148,8 @@ export async function runTarget(model: NativeModel, target: Sequence, companions
 }
 
 // The event loop cannot run while this thread changes the count, so it changes it for a fixed
-// time, about what a pass of these models takes, pausing between changes as the engine's
-// grammar replies would.
+// time, about what a pass of these models takes, pausing between changes as grammar threads'
+// compiles starting and ending would (each a store into the model's cell, from any thread).
 const MID_PASS_CHANGE_MS = 4;
 const sleeper = new Int32Array(new SharedArrayBuffer(4));
 

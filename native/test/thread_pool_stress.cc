@@ -98,13 +98,16 @@ Shape draw_shape(std::mt19937_64& rng) {
 
 void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng, bool changed_concurrently) {
   conduit::ThreadPool pool(num_threads);
+  int32_t active_threads_cell = 0;
+  pool.set_active_threads(&active_threads_cell);
+  const auto set_active_threads = [&active_threads_cell](int32_t count) { __atomic_store_n(&active_threads_cell, count, __ATOMIC_SEQ_CST); };
   // The other thread's changes: any count (0: all), every 0-50 us; on_every_thread is left out,
   // as it needs every thread.
   std::atomic<bool> changing{changed_concurrently};
   std::thread changer([&, seed = rng()] {
     std::mt19937_64 changer_rng(seed);
     while (changing.load()) {
-      pool.set_active_threads(int32_t(changer_rng() % uint64_t(num_threads + 1)));
+      set_active_threads(int32_t(changer_rng() % uint64_t(num_threads + 1)));
       std::this_thread::sleep_for(std::chrono::microseconds(changer_rng() % 50));
     }
   });
@@ -118,7 +121,7 @@ void stress(int32_t num_threads, int32_t num_calls, std::mt19937_64& rng, bool c
     if (changed_concurrently) shape.every_thread = false;
     if (shape.pause_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(shape.pause_ns));
     // 0 (all) for on_every_thread, which needs every thread.
-    if (!changed_concurrently && (shape.every_thread || rng() % 4 == 0)) pool.set_active_threads(shape.every_thread ? 0 : int32_t(rng() % (num_threads + 1)));
+    if (!changed_concurrently && (shape.every_thread || rng() % 4 == 0)) set_active_threads(shape.every_thread ? 0 : int32_t(rng() % (num_threads + 1)));
     // Changed concurrently, the count a call goes by is unknown here: at most all threads.
     const int32_t num_active = changed_concurrently ? num_threads : pool.active_threads();
     const auto enter = [&](int32_t thread_index) {
