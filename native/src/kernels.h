@@ -163,6 +163,11 @@ struct KernelTable {
   void (*clamped_swiglu)(const float* gate, const float* up, int32_t n, float alpha, float limit, float* out);
   // y += alphas[r] * row r, for r in order (attention's values of one cache block).
   void (*axpy_rows)(const float* alphas, const void* rows, cd_dtype dtype, int32_t num_rows, int32_t n, float* y);
+  // y[i] += acc, acc = w_0 v_0[i] then acc + w_r v_r[i] for r in order, v_r = rows[r] (+ biases[r]
+  // where not null), num_rows >= 1: a MoE token's expert outputs. One chain per element, multiplies and adds
+  // apart (never fused), so every path gives the bits of the plain loop.
+  void (*add_weighted_rows)(const float* const* rows, const float* const* biases, const float* weights, int32_t num_rows,
+                            int32_t n, float* y);
 
   // Attention over a bf16 cache in KvLayout::kBf16Pairs (model.h), for the num_heads query heads
   // that share one kv head's keys and values (head h's query at q + h * head_dim, its output at

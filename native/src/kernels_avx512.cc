@@ -501,7 +501,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
 
 const KernelTable& kernels_avx512() {
   static const KernelTable table{CD_KERNEL_AVX512, packed_row_bytes, no_panel_scratch, pack_rows, matmul, dot, dot_rows_grouped, argmax, softmax_numerators, softcap,
-                                 sum_exp, swiglu, gelu_tanh_gate, clamped_swiglu, axpy_rows, score_key_groups, sum_value_groups};
+                                 sum_exp, swiglu, gelu_tanh_gate, clamped_swiglu, axpy_rows, add_weighted_rows, score_key_groups, sum_value_groups};
   return table;
 }
 

@@ -29,10 +29,12 @@ struct MoeScratch {
   std::vector<int32_t> slot_experts;     // [tokens, top_k] the router's choices, best first
   std::vector<float> slot_weights;       // [tokens, top_k]
   std::vector<int32_t> slot_rows;        // [tokens, top_k] each choice's row in the grouped buffers
+  std::vector<const float*> slot_outputs;  // [tokens, top_k] each choice's expert output row
+  std::vector<const float*> slot_biases;   // [tokens, top_k] its expert's down bias, or null
   std::vector<int32_t> expert_starts;    // [experts + 1] first grouped row of each expert
   std::vector<int32_t> expert_cursors;   // [experts]
   std::vector<int32_t> active_experts;   // experts with rows this step, ascending
-  std::vector<float> rows;               // [assignments, hidden] each row's token, normed (when the kernel reads fp32 rows); the sums
+  std::vector<float> rows;               // [assignments, hidden] each row's token, normed (when the kernel reads fp32 rows)
   std::vector<float> gate_up;            // [assignments, 2 × moe_intermediate padded to panels] gate's and up's tiles in pairs
   std::vector<float> gate;               // [assignments, moe_intermediate] the gated activation
   std::vector<float> out;                // [assignments, hidden] each expert's output for the row
