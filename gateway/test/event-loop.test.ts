@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import { WebSocket } from 'ws';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { watchLoopTurns } from '../../test/loop-turns.ts';
+import { watchLoopTurns } from '../../test/thread-time.ts';
 import { LONG_MODEL_NAME, MODEL_NAME, sseEvents, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
 

@@ -7,7 +7,7 @@ import { after, before, test } from 'node:test';
 import { deflateSync, gzipSync } from 'node:zlib';
 import * as grpc from '@grpc/grpc-js';
 import type { FastifyInstance } from 'fastify';
-import { watchLoopTurns } from '../../../test/loop-turns.ts';
+import { watchLoopTurns } from '../../../test/thread-time.ts';
 import { ModelRepository } from '../../../triton/index.ts';
 import { createGateway } from '../../server.ts';
 import { loadInferenceService, startKServeGrpc, type KServeGrpcServer } from '../grpc.ts';
@@ -20,7 +20,7 @@ const LIMIT_BYTES = 1 << 20;
  * Inflating the gzip bombs whole on the loop took 440 ms of it in one turn (and gigabytes); off
  * it, the longest turn took 4-26 ms (the test's own client sending 8 MB included). CPU time, not
  * wall time: on a 2-core machine shared with other work a turn also waits for a core, for any
- * length, and the old wall-clock bound failed there (`test/loop-turns.ts`).
+ * length, and the old wall-clock bound failed there (`test/thread-time.ts`).
  */
 const LOOP_TURN_BOUND_MS = 200;
 
