@@ -4,11 +4,11 @@
 // receiving tokens. Large bodies and prompts get the same answers as small ones, and the same
 // errors.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import { WebSocket } from 'ws';
 import type { GenerateRequest } from '../../engine/types.ts';
+import { watchLoopTurns } from '../../test/thread-time.ts';
 import { LONG_MODEL_NAME, MODEL_NAME, sseEvents, startTestGateway, type TestGateway } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
 
@@ -85,38 +85,6 @@ function watchHealth() {
     async stop() {
       isStopped = true;
       await done;
-    },
-  };
-}
-
-/**
- * The event loop's longest turn, in the CPU time its thread ran between two ticks of a 5 ms
- * timer (Linux: the thread's schedstat, in ns). Wall time between ticks would count the time the
- * thread waited for a core too, which on a machine busy with other work is any length; CPU time
- * is what the gateway's own code held the loop for. Elsewhere wall time is all there is.
- */
-function watchLoopTurns() {
-  const schedstatPath = `/proc/self/task/${process.pid}/schedstat`;
-  const hasSchedstat = (() => {
-    try {
-      return Number.isFinite(Number(readFileSync(schedstatPath, 'utf8').split(' ')[0]));
-    } catch {
-      return false;
-    }
-  })();
-  const nowMs = hasSchedstat ? () => Number(readFileSync(schedstatPath, 'utf8').split(' ')[0]) / 1e6 : () => performance.now();
-  let lastMs = nowMs();
-  let longestMs = 0;
-  const timer = setInterval(() => {
-    const tickMs = nowMs();
-    longestMs = Math.max(longestMs, tickMs - lastMs);
-    lastMs = tickMs;
-  }, 5);
-  return {
-    clock: hasSchedstat ? 'CPU' : 'wall',
-    stop(): number {
-      clearInterval(timer);
-      return Math.max(longestMs, nowMs() - lastMs);
     },
   };
 }

@@ -100,14 +100,18 @@ const DELIVERY_SLOP_MS = 60;
 test('TTFT, ITL, TPOT, e2e and chunk gaps match the scripted timings of a real SSE server', async () => {
   // First text 100 ms after the request, then three chunks 80 ms apart: wider than the slop,
   // so taking the wrong chunk for the first token or the end cannot pass.
+  // The first generation is the run's warm-up (not counted), answered at once: client and
+  // server share this thread, and a run's first request compiles code and opens the connection
+  // the others reuse. On a loaded machine that made it 20-100 ms late where the next ones were
+  // ~1 ms late.
   const server = await startScriptedServer({
     tokenizer: true,
-    script: () => ({
+    script: (_request, index) => ({
       chunks: [
-        { delayMs: 100, text: 'a' },
-        { delayMs: 80, text: ' b' },
-        { delayMs: 80, text: ' c' },
-        { delayMs: 80, text: ' d' },
+        { delayMs: index === 0 ? 0 : 100, text: 'a' },
+        { delayMs: index === 0 ? 0 : 80, text: ' b' },
+        { delayMs: index === 0 ? 0 : 80, text: ' c' },
+        { delayMs: index === 0 ? 0 : 80, text: ' d' },
       ],
       usage: { promptTokens: 10, completionTokens: 4, cachedTokens: 4 },
     }),
@@ -117,8 +121,9 @@ test('TTFT, ITL, TPOT, e2e and chunk gaps match the scripted timings of a real S
       url: server.baseUrl,
       model: 'scripted',
       endpoint: 'chat',
-      workload: { kind: 'scenario', scenario: { name: 'fixed', inputTokens: 8, outputTokens: 4 }, numRequests: 4 },
+      workload: { kind: 'scenario', scenario: { name: 'fixed', inputTokens: 8, outputTokens: 4 }, numRequests: 5 },
       load: { kind: 'concurrency', numClientsList: [1] },
+      warmupSessions: 1,
     });
     assert.equal(results.num_succeeded, 4);
     assert.equal(results.errors.total, 0);
@@ -131,20 +136,27 @@ test('TTFT, ITL, TPOT, e2e and chunk gaps match the scripted timings of a real S
     assert.ok(Math.abs(results.output_token_throughput - 4 * results.request_throughput) < 1e-9);
 
     // One client: requests ran one after another, in the server's order. The client's numbers
-    // can never beat the script, and exceed what the server actually did (its timers may fire
-    // late on a busy machine) only by delivery.
-    const generations = server.received.filter(({ path }) => path === '/v1/chat/completions');
+    // can never beat the script, nor what the server did (its timers may fire late on a busy
+    // machine): on one clock, the client sends before the server receives and reads after the
+    // server writes (summaries round to the microsecond). They exceed the server's only by
+    // delivery: a client that stamps the wrong event is late on every request, while a loaded
+    // machine that takes the core from this thread between the two sides makes one request
+    // 70-120 ms late now and then (2 runs of 12 beside 3 busy loops), so one of the four may be.
+    const generations = server.received.filter(({ path }) => path === '/v1/chat/completions').slice(1);
     const expected = generations.map(({ receivedMs, textWritesMs, endMs }) => ({
       ttftMs: textWritesMs[0] - receivedMs,
       e2eMs: endMs - receivedMs,
       itlMs: (endMs - textWritesMs[0]) / 3,
     }));
+    const lateness = results.requests.map((request, i) => ({ ttftMs: request.ttft_ms! - expected[i].ttftMs, e2eMs: request.e2e_ms - expected[i].e2eMs }));
     results.requests.forEach((request, i) => {
       assert.ok(request.ttft_ms! >= 100 - 1, `TTFT ${request.ttft_ms} under the scripted 100 ms`);
       assert.ok(request.e2e_ms >= 340 - 1, `e2e ${request.e2e_ms} under the scripted 340 ms`);
-      assert.ok(Math.abs(request.ttft_ms! - expected[i].ttftMs) <= DELIVERY_SLOP_MS, `TTFT ${request.ttft_ms} vs server ${expected[i].ttftMs}`);
-      assert.ok(Math.abs(request.e2e_ms - expected[i].e2eMs) <= DELIVERY_SLOP_MS, `e2e ${request.e2e_ms} vs server ${expected[i].e2eMs}`);
+      assert.ok(lateness[i].ttftMs >= -0.001, `TTFT ${request.ttft_ms} under the server's ${expected[i].ttftMs}`);
+      assert.ok(lateness[i].e2eMs >= -0.001, `e2e ${request.e2e_ms} under the server's ${expected[i].e2eMs}`);
     });
+    const numLate = lateness.filter(({ ttftMs, e2eMs }) => ttftMs > DELIVERY_SLOP_MS || e2eMs > DELIVERY_SLOP_MS).length;
+    assert.ok(numLate <= 1, `later than the server by more than ${DELIVERY_SLOP_MS} ms (TTFT/e2e): ${lateness.map(({ ttftMs, e2eMs }) => `${ttftMs.toFixed(1)}/${e2eMs.toFixed(1)}`).join(', ')}`);
     const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
     assert.ok(Math.abs(results.itl_ms.mean - mean(expected.map((e) => e.itlMs))) <= DELIVERY_SLOP_MS / 3 + 1, `ITL ${results.itl_ms.mean}`);
     assert.ok(results.itl_ms.min >= 80 - 1, `ITL ${results.itl_ms.min} under the scripted 80 ms`);
