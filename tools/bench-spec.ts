@@ -32,8 +32,7 @@ import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import type { ForwardBatch, NativeModel } from '../native/api.ts';
-import { SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
+import type { NativeModel } from '../native/api.ts';
 import { loadModel } from '../native/index.ts';
 import { createEngine } from '../engine/engine.ts';
 import { NativeRunner } from '../engine/native-runner.ts';
@@ -43,7 +42,7 @@ import type { GenerateRequest, SpecDecodeCounters } from '../engine/types.ts';
 import { loadTokenizer } from '../gateway/tokenizer/load.ts';
 import { packageRoot } from '../package-root.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
-import { BENCH_NGRAM, GROUNDED_PASSAGE_TOKENS, corpusPrompts, groundedPrompts, randomPrompts } from './spec-workloads.ts';
+import { BENCH_NGRAM, GROUNDED_PASSAGE_TOKENS, corpusPrompts, groundedPrompts, oneSequenceStep, randomPrompts } from './spec-workloads.ts';
 
 const { values } = parseArgs({
   options: {
@@ -86,41 +85,19 @@ function median(values: number[]): number {
   return sorted[Math.floor(sorted.length / 2)];
 }
 
-/** One sequence's step at position `position`: its last token, then numDrafts proposals. */
-function decodeBatch(position: number, numDrafts: number, maxBlocksPerSeq: number): ForwardBatch {
-  const numTokens = 1 + numDrafts;
-  return {
-    numSeqs: 1,
-    numTokens,
-    tokenIds: Int32Array.from({ length: numTokens }, (_, i) => 100 + i),
-    positions: Int32Array.from({ length: numTokens }, (_, i) => position + i),
-    queryStarts: Int32Array.of(0, numTokens),
-    maxBlocksPerSeq,
-    blockTables: Int32Array.from({ length: maxBlocksPerSeq }, (_, i) => i),
-    seqFlags: Uint8Array.of(SEQ_SAMPLE),
-    temperatures: Float32Array.of(0),
-    topPs: Float32Array.of(1),
-    topKs: Int32Array.of(0),
-    seeds: BigUint64Array.of(0n),
-    outputIndices: Int32Array.of(0),
-    ...neutralSamplingExtensions(1),
-    numDraftTokens: numDrafts === 0 ? null : Int32Array.of(numDrafts),
-  };
-}
-
 /** Prints the step's time with k = 1..8 proposals over a plain step's on the model in modelDir; returns them, k = 0..8. */
 async function verifyCost(modelDir: string, title: string, target: number | null): Promise<number[]> {
   const maxBlocksPerSeq = 16;
   const model = await loadModel({ modelDir, dtype: 'auto', kvCacheDtype: 'auto', numKvBlocks: maxBlocksPerSeq, blockSizeTokens: BLOCK_SIZE_TOKENS, numThreads, kernel: 'auto' });
   try {
     // A 128-token history to attend to.
-    const prompt = decodeBatch(0, 0, maxBlocksPerSeq);
+    const prompt = oneSequenceStep(0, 1, 0, maxBlocksPerSeq);
     prompt.numTokens = 128;
     prompt.tokenIds = Int32Array.from({ length: 128 }, (_, i) => 7 + i);
     prompt.positions = Int32Array.from({ length: 128 }, (_, i) => i);
     prompt.queryStarts = Int32Array.of(0, 128);
     await model.forward(prompt);
-    const batches = Array.from({ length: 9 }, (_, k) => decodeBatch(128, k, maxBlocksPerSeq));
+    const batches = Array.from({ length: 9 }, (_, k) => oneSequenceStep(128, 1 + k, k, maxBlocksPerSeq));
     for (const batch of batches) await model.forward(batch);
     const times: number[][] = batches.map(() => []);
     // Interleaved, so that load from elsewhere spreads over every k alike.

@@ -10,12 +10,11 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import type { ForwardBatch, NativeModel } from '../native/api.ts';
-import { SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
+import type { NativeModel } from '../native/api.ts';
 import type { Proposer, SpeculativeConfig } from '../engine/spec/proposer.ts';
 import { Speculator } from '../engine/spec/speculator.ts';
 import { packageRoot } from '../package-root.ts';
-import { BENCH_NGRAM } from './spec-workloads.ts';
+import { BENCH_NGRAM, oneSequenceStep } from './spec-workloads.ts';
 
 /** A prompt and its plain greedy output (the first output token comes from the prompt's step). */
 export interface Trace {
@@ -116,25 +115,8 @@ async function greedyOutputs(model: NativeModel, prompts: readonly number[][]): 
 
 /** Median process CPU time of a batch-1 step with k = 0..8 proposals at position, rounds interleaved. */
 async function measureStepUs(model: NativeModel, position: number, maxBlocksPerSeq: number, numRounds: number): Promise<number[]> {
-  const batchOf = (numTokens: number, first: number, numDrafts: number): ForwardBatch => ({
-    numSeqs: 1,
-    numTokens,
-    tokenIds: Int32Array.from({ length: numTokens }, (_, i) => 7 + ((first + i) % 4000)),
-    positions: Int32Array.from({ length: numTokens }, (_, i) => first + i),
-    queryStarts: Int32Array.of(0, numTokens),
-    maxBlocksPerSeq,
-    blockTables: Int32Array.from({ length: maxBlocksPerSeq }, (_, i) => i),
-    seqFlags: Uint8Array.of(SEQ_SAMPLE),
-    temperatures: Float32Array.of(0),
-    topPs: Float32Array.of(1),
-    topKs: Int32Array.of(0),
-    seeds: BigUint64Array.of(0n),
-    outputIndices: Int32Array.of(0),
-    ...neutralSamplingExtensions(1),
-    numDraftTokens: numDrafts === 0 ? null : Int32Array.of(numDrafts),
-  });
-  await model.forward(batchOf(position, 0, 0));
-  const steps = Array.from({ length: 9 }, (_, k) => batchOf(1 + k, position, k));
+  await model.forward(oneSequenceStep(0, position, 0, maxBlocksPerSeq));
+  const steps = Array.from({ length: 9 }, (_, k) => oneSequenceStep(position, 1 + k, k, maxBlocksPerSeq));
   const times: number[][] = steps.map(() => []);
   for (let round = 0; round < numRounds; round++) {
     for (const [k, step] of steps.entries()) {

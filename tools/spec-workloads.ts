@@ -1,6 +1,8 @@
 // bench:spec's batch-1 workloads on conduit-tiny, shared with the speculation simulator
 // (tools/spec-sim.ts), which replays their greedy outputs: the same prompts in both.
 import type { SpeculativeConfig } from '../engine/spec/proposer.ts';
+import type { ForwardBatch } from '../native/api.ts';
+import { SEQ_SAMPLE, neutralSamplingExtensions } from '../native/api.ts';
 import type { Tokenizer } from '../gateway/tokenizer/tokenizer.ts';
 import { createRng } from '../loadtest/random.ts';
 
@@ -42,4 +44,28 @@ export function groundedPrompts(tokenizer: Tokenizer, corpus: readonly number[][
 export function randomPrompts(): number[][] {
   const rng = createRng(38);
   return Array.from({ length: 4 }, () => Array.from({ length: 64 }, () => 8 + Math.floor(rng() * 4000)));
+}
+
+/**
+ * One greedy sequence's step of numTokens tokens from firstPosition, the last numDrafts of them
+ * proposals to verify: the step whose cost bench:spec and the simulator time at each k.
+ */
+export function oneSequenceStep(firstPosition: number, numTokens: number, numDrafts: number, maxBlocksPerSeq: number): ForwardBatch {
+  return {
+    numSeqs: 1,
+    numTokens,
+    tokenIds: Int32Array.from({ length: numTokens }, (_, i) => 7 + ((firstPosition + i) % 4000)),
+    positions: Int32Array.from({ length: numTokens }, (_, i) => firstPosition + i),
+    queryStarts: Int32Array.of(0, numTokens),
+    maxBlocksPerSeq,
+    blockTables: Int32Array.from({ length: maxBlocksPerSeq }, (_, i) => i),
+    seqFlags: Uint8Array.of(SEQ_SAMPLE),
+    temperatures: Float32Array.of(0),
+    topPs: Float32Array.of(1),
+    topKs: Int32Array.of(0),
+    seeds: BigUint64Array.of(0n),
+    outputIndices: Int32Array.of(0),
+    ...neutralSamplingExtensions(1),
+    numDraftTokens: numDrafts === 0 ? null : Int32Array.of(numDrafts),
+  };
 }
