@@ -20,8 +20,11 @@
 // phase ended, inside the prompt's pass). Fixed per step, a
 // 512-token prefill (~176 ms) that began beside a 25-70 ms compile ran all on one thread. A
 // grammar thread compiles one grammar at a time, so it is threads compiling that count, not
-// compiles queued. Mask fills are left out: they take tenths of a millisecond and overlap the
-// pass by design. The outputs do not depend on the thread count (native/index.ts,
+// compiles queued. A mask fill of a step's few rows (no more than the grammar threads) counts
+// too, for the tenths of a millisecond it runs: the pass waits for its rows to sample, and a
+// compute thread sharing the filling thread's core holds up every op meanwhile. A fill of many
+// rows (a big constrained batch) runs for much of the pass, which keeps every compute thread.
+// The outputs do not depend on the thread count (native/index.ts,
 // NativeModel.setActiveThreads), only the step's speed does.
 import os from 'node:os';
 

@@ -55,7 +55,8 @@ export type ThreadRequest =
     }
   /** Counted as a compile by the engine, like an open's countsCompile. */
   | { kind: 'compile'; slot: number }
-  | { kind: 'fill'; step: number; items: FillItem[] }
+  /** yieldsCore: count the fill like a compile while it runs (compute-threads.ts). */
+  | { kind: 'fill'; step: number; items: FillItem[]; yieldsCore: boolean }
   | { kind: 'close'; slot: number };
 
 export type ThreadReply =

@@ -381,12 +381,15 @@ export class GrammarService {
     Atomics.store(this.ready, 0, 0);
     const step = ++this.step;
     this.pendingStep = new Promise<void>((resolve) => (this.resolveStep = resolve));
+    // A few rows fill in a fraction of the pass, which loses little by leaving their threads
+    // their cores; many rows fill for most of it, and the pass keeps every compute thread.
+    const yieldsCore = numRows <= this.threads.length;
     for (const thread of this.threads) {
       if (thread.items.length === 0) continue;
       thread.numPendingRows = thread.items.length;
       this.numPendingThreads++;
       // Cloned as it is posted: the items are free to reuse at once.
-      this.post(thread, { kind: 'fill', step, items: thread.items });
+      this.post(thread, { kind: 'fill', step, items: thread.items, yieldsCore });
     }
     return {
       bitmaskRows: this.bitmaskRows,

@@ -300,9 +300,16 @@ async function handle(request: ThreadRequest): Promise<ThreadReply | null> {
     case 'compile':
       return compileDeferred(request.slot);
     case 'fill': {
-      const results = [];
-      for (const item of request.items) results.push(await fillOne(item));
-      return { kind: 'filled', step: request.step, results };
+      // Counted like a compile while it runs (compute-threads.ts), ended here as it ends.
+      const shared = request.yieldsCore ? init.computeThreads : null;
+      if (shared !== null) changeCompiles(shared, init.threadIndex, 1);
+      try {
+        const results = [];
+        for (const item of request.items) results.push(await fillOne(item));
+        return { kind: 'filled', step: request.step, results };
+      } finally {
+        if (shared !== null) changeCompiles(shared, init.threadIndex, -1);
+      }
     }
     case 'close':
       matchers.get(request.slot)?.dispose();

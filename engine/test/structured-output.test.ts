@@ -6,8 +6,10 @@
 // the request's own state).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { Worker } from 'node:worker_threads';
 import Ajv2020 from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { packageRoot } from '../../package-root.ts';
@@ -19,6 +21,7 @@ import { GrpcEngineClient } from '../grpc/client.ts';
 import { serveEngine } from '../grpc/service.ts';
 import { loadGrammarVocabulary } from '../grammar/vocabulary.ts';
 import { NativeRunner } from '../native-runner.ts';
+import type { ScheduledSequence, SchedulerOutput } from '../scheduler-output.ts';
 import type { GenerateRequest, RequestOutput, StructuredOutput } from '../types.ts';
 import { RecordingRunner } from './tiny-model.ts';
 
@@ -180,7 +183,7 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
   const constrained: GenerateRequest = { ...request('compiling', { constraint: { kind: 'json_schema', schema } }, 31), promptTokenIds: prompt(31, 600) };
   const free: GenerateRequest = request('free', undefined, 32, { promptTokenIds: prompt(32, 300), sampling: { temperature: 1, seed: 32n, maxTokens: 64, numTopLogprobs: 3, numPromptLogprobs: 2 } });
   const run = async (numCores: number) => {
-    let outcome: { outputs: RequestOutput[][]; activeThreadsAtStep: number[]; numStepsCompiling: number; numActiveAfter: number } | null = null;
+    let outcome: { outputs: RequestOutput[][]; activeThreadsAtStep: number[]; steps: SchedulerOutput[]; numStepsCompiling: number; numActiveAfter: number } | null = null;
     await withEngine(async (engine, runner, grammars) => {
       const outputs: RequestOutput[][] = [[], []];
       await Promise.all([constrained, free].map((each, i) => new Promise<void>((resolve) => {
@@ -191,7 +194,7 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
       })));
       assert.equal(grammars.numCompilingThreads, 0);
       const numStepsCompiling = runner.steps.filter((step) => step.scheduled.some((entry) => entry.grammar !== null && !entry.grammar.isReady)).length;
-      outcome = { outputs, activeThreadsAtStep: runner.activeThreadsAtStep, numStepsCompiling, numActiveAfter: Atomics.load(runner.activeThreadsCell!, 0) };
+      outcome = { outputs, activeThreadsAtStep: runner.activeThreadsAtStep, steps: runner.steps, numStepsCompiling, numActiveAfter: Atomics.load(runner.activeThreadsCell!, 0) };
     }, 64, numCores);
     return outcome!;
   };
@@ -200,7 +203,9 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
   // From admission (before the first step) one thread, then both from the compile's end on.
   const numLoweredSteps = lowered.activeThreadsAtStep.indexOf(2);
   assert.ok(numLoweredSteps >= 1, `the first step ran on one thread: ${lowered.activeThreadsAtStep}`);
-  assert.ok(lowered.activeThreadsAtStep.every((count, step) => count === (step < numLoweredSteps ? 1 : 2)), `${lowered.activeThreadsAtStep}`);
+  // After it, a step may begin while a grammar thread fills its one mask row on one thread.
+  const fillsMask = (step: number) => lowered.steps[step].scheduled.some((entry) => entry.sample && entry.grammar?.isReady === true);
+  assert.ok(lowered.activeThreadsAtStep.every((count, step) => count === (step < numLoweredSteps ? 1 : 2) || (count === 1 && fillsMask(step))), `${lowered.activeThreadsAtStep}`);
   assert.equal(lowered.numActiveAfter, 2);
   // Cores to spare: both threads stay while it compiles.
   const full = await run(64);
@@ -239,6 +244,56 @@ test('a grammar thread raises the compute threads itself the moment its compile 
       blockUntilRaised(deferCompile ? 'byte phase' : 'compile');
       assert.equal(grammars.numCompilingThreads, 0);
       grammars.close(grammar.requestId);
+    }
+  } finally {
+    await grammars.shutdown();
+  }
+});
+
+test('a grammar thread filling a step\'s few rows leaves its core for the fill (the compute threads drop, and rejoin once it ends); many rows keep every compute thread', async () => {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  const grammars = new GrammarService({ modelDir: MODEL_DIR, vocabSize: VOCAB_SIZE, eosTokenIds: [EOS], maxNumSeqs: MAX_NUM_SEQS, numThreads: 1 });
+  grammars.shareComputeThreads(cell, 2, 2);
+  try {
+    const opened = Array.from({ length: 2 }, (_, index) => {
+      const prepared = prepareStructuredOutput({ constraint: { kind: 'regex', pattern: '[a-z]+' } }, VOCAB_SIZE);
+      assert.ok(!('code' in prepared));
+      return grammars.create(`fill-${index}`, prepared, [EOS]);
+    });
+    const ready = new Promise<void>((resolve) => (grammars.onChange = () => opened.every((grammar) => grammar.isReady) && resolve()));
+    for (const grammar of opened) grammars.open(grammar);
+    await Promise.race([ready, new Promise((_, reject) => setTimeout(() => reject(new Error('the grammars did not open within 60 s')), 60_000).unref())]);
+    assert.equal(Atomics.load(cell, 0), 2, 'no compile runs');
+    // Each entry's first fill accepts thousands of output tokens (a long fill, which the watcher
+    // below cannot miss); later fills accept none and write the same row again.
+    const letters = vocabulary.tokenBytes.findIndex((bytes) => bytes != null && /^[a-z]+$/.test(Buffer.from(bytes).toString('latin1')));
+    const numOutputTokens = 20_000;
+    const entries = opened.map((grammar) => ({ requestId: grammar.requestId, tokenIds: [1, 2, 3, ...Array<number>(numOutputTokens).fill(letters)], sample: true, numOutputTokens, grammar }) as unknown as ScheduledSequence);
+    // Another thread watches the cell (the event loop, descheduled as it posts, would see a
+    // fill's tenths of a millisecond only by luck), keeping the lowest it reads in each phase's
+    // own slot: a read of the last phase, stored late, cannot count in this one.
+    const watch = new Int32Array(new SharedArrayBuffer(12));
+    const watcher = new Worker(`const { parentPort, workerData: [cell, watch] } = require('node:worker_threads');
+      parentPort.postMessage('watching');
+      for (let phase; (phase = Atomics.load(watch, 0)) >= 0; ) if (phase > 0) Atomics.store(watch, phase, Math.min(Atomics.load(watch, phase), Atomics.load(cell, 0)));`, { eval: true, workerData: [cell, watch] });
+    await once(watcher, 'message');
+    const lowestDuringFills = async (phase: number, scheduled: ScheduledSequence[], numFills: number) => {
+      Atomics.store(watch, phase, 2);
+      Atomics.store(watch, 0, phase);
+      for (let fill = 0; fill < numFills; fill++) {
+        grammars.fillStep(scheduled);
+        await grammars.stepDone();
+        assert.equal(Atomics.load(cell, 0), 2, 'every compute thread rejoins once the fill has answered');
+      }
+      Atomics.store(watch, 0, 0);
+      return Atomics.load(watch, phase);
+    };
+    try {
+      assert.equal(await lowestDuringFills(1, entries.slice(0, 1), 5), 1, 'one row: a compute thread leaves the fill its core');
+      assert.equal(await lowestDuringFills(2, entries, 5), 2, 'more rows than grammar threads: every compute thread stays');
+    } finally {
+      Atomics.store(watch, 0, -1);
+      await once(watcher, 'exit');
     }
   } finally {
     await grammars.shutdown();
