@@ -194,7 +194,10 @@ void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const 
   if (panel_scratch_bytes > 0) grow_each(scratch.panel_per_thread, num_threads, panel_scratch_bytes);
   if (widest_padded_k > 0) grow_each(scratch.padded_per_thread, num_threads, size_t(widest_padded_k));
   const size_t tile_partial_size = size_t(kSummedRowBlock) * kColumnTile;
-  grow_each(scratch.tile_partials_per_thread, num_threads, size_t(kReductionSegments) * tile_partial_size);
+  // The kernels write output column c at y + c, so a tile's partial is handed over as partial -
+  // n_begin; the first n floats of each thread's buffer are a lead that keeps that pointer inside it.
+  const size_t lead = size_t(n);
+  grow_each(scratch.tile_partials_per_thread, num_threads, lead + size_t(kReductionSegments) * tile_partial_size);
   if (packed_stride > 0 && scratch.packed_shared.size() < kReductionSegments * packed_segment_bytes) scratch.packed_shared.resize(kReductionSegments * packed_segment_bytes);
   prepare_and_pack_shared(pool, input, num_rows, k, input.prepare != nullptr, packed_stride > 0, [&](int32_t thread_index, int32_t begin, int32_t end) {
     for (int32_t s = 0; s < kReductionSegments; ++s) {
@@ -209,7 +212,7 @@ void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const 
   const int32_t num_row_blocks = (num_rows + kSummedRowBlock - 1) / kSummedRowBlock;
   pool.parallel_for(num_tiles * num_row_blocks, 1, [&](int32_t thread_index, int32_t task_begin, int32_t task_end) {
     uint8_t* panel_scratch = panel_scratch_bytes > 0 ? scratch.panel_per_thread[size_t(thread_index)].data() : nullptr;
-    float* tile_partials = scratch.tile_partials_per_thread[size_t(thread_index)].data();
+    float* tile_partials = scratch.tile_partials_per_thread[size_t(thread_index)].data() + lead;
     for (int32_t task = task_begin; task < task_end; ++task) {
       const int32_t n_begin = (task / num_row_blocks) * kColumnTile;
       const int32_t n_end = std::min(n_begin + kColumnTile, n);
@@ -229,7 +232,7 @@ void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const 
           activations.first_sub_block = w.lead_inputs[size_t(s)] / 32;
           activations.end_sub_block = (w.lead_inputs[size_t(s)] + segment_inputs) / 32;
         }
-        // The kernel writes column c at y + c: the tile's partial, kColumnTile wide, starts at n_begin.
+        // The tile's partial, kColumnTile wide, holds columns from n_begin (the lead above).
         kernels.matmul(activations, block_rows, packed_k(w, s), w.segments[size_t(s)], n_begin, n_end, partial - n_begin,
                        size_t(kColumnTile), false);
       }

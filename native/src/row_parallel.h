@@ -44,7 +44,7 @@ struct SegmentScratch {
   std::vector<std::vector<uint8_t>> panel_per_thread;
   std::vector<std::vector<float>> padded_per_thread;  // a padded segment's row before packing
   std::vector<uint8_t> ready_per_thread;  // whether the thread prepared and packed its copy this call
-  std::vector<std::vector<float>> tile_partials_per_thread;  // summed_segment_matmuls: [segments][block rows][tile]
+  std::vector<std::vector<float>> tile_partials_per_thread;  // summed_segment_matmuls: a lead of n, then [segments][block rows][tile]
 };
 
 // Rows per task of summed_segment_matmuls: a multiple of every kernel's row tile (1, 6), few
