@@ -73,11 +73,7 @@ test('ngram with one voter proposes what followed the latest earlier occurrence 
 
   const { seed, random } = seeded(t);
   for (let trial = 0; trial < 500; trial++) {
-    const alphabet = 2 + Math.floor(random() * 6);
-    const tokens = Array.from({ length: 1 + Math.floor(random() * 60) }, () => Math.floor(random() * alphabet));
-    const min = 1 + Math.floor(random() * 3);
-    const max = min + Math.floor(random() * 4);
-    const k = 1 + Math.floor(random() * 8);
+    const { tokens, min, max, k } = randomLookupCase(random, 60);
     new NgramProposer(min, max, 1).propose({ tokenIds: tokens, numPromptTokens: 1 }, k, out);
     assert.deepEqual(out, referenceLookup(tokens, min, max, k), `seed ${seed}: ${JSON.stringify({ tokens, min, max, k })}`);
   }
@@ -102,11 +98,7 @@ test('ngram: the latest occurrences of the matched suffix vote on each proposed 
 
   const { seed, random } = seeded(t);
   for (let trial = 0; trial < 1000; trial++) {
-    const alphabet = 2 + Math.floor(random() * 6);
-    const tokens = Array.from({ length: 1 + Math.floor(random() * 80) }, () => Math.floor(random() * alphabet));
-    const min = 1 + Math.floor(random() * 3);
-    const max = min + Math.floor(random() * 4);
-    const k = 1 + Math.floor(random() * 8);
+    const { tokens, min, max, k } = randomLookupCase(random, 80);
     const numVoters = 1 + Math.floor(random() * 6);
     new NgramProposer(min, max, numVoters).propose({ tokenIds: tokens, numPromptTokens: 1 }, k, out);
     assert.deepEqual(out, referenceVote(tokens, min, max, k, numVoters), `seed ${seed}: ${JSON.stringify({ tokens, min, max, k, numVoters })}`);
@@ -317,3 +309,13 @@ test('the guess after a fully accepted proposal is measured against the token sa
   recordVerification(same, 3, 1);
   assert.deepEqual(plain, same);
 });
+
+/** A random prompt-lookup case: up to maxNumTokens tokens over a small alphabet (so suffixes recur), n-gram bounds and k. */
+function randomLookupCase(random: () => number, maxNumTokens: number): { tokens: number[]; min: number; max: number; k: number } {
+  const alphabet = 2 + Math.floor(random() * 6);
+  const tokens = Array.from({ length: 1 + Math.floor(random() * maxNumTokens) }, () => Math.floor(random() * alphabet));
+  const min = 1 + Math.floor(random() * 3);
+  const max = min + Math.floor(random() * 4);
+  const k = 1 + Math.floor(random() * 8);
+  return { tokens, min, max, k };
+}
