@@ -20,9 +20,9 @@ export interface GrammarThreadInit {
   maxCachedGrammars: number;
   /** The thread's scheduling niceness (0: the process's own). */
   nice: number;
-  /** The compute threads it changes as its compiles end (compute-threads.ts); null: none to change. */
+  /** The compute threads it changes as its busy jobs start and end (compute-threads.ts); null: none to change. */
   computeThreads: SharedComputeThreads | null;
-  /** This thread's index in computeThreads.numCompiles. */
+  /** This thread's index in computeThreads.numBusyJobs. */
   threadIndex: number;
 }
 

@@ -10,7 +10,7 @@
 // compiled its grammar (a compiled grammar cannot leave its WebAssembly instance); a new one goes
 // to the thread that has its grammar cached, else to the least busy.
 import { Worker } from 'node:worker_threads';
-import { changeCompiles, numCompilingThreads, type SharedComputeThreads } from '../compute-threads.ts';
+import { changeBusyJobs, numBusyGrammarThreads, type SharedComputeThreads } from '../compute-threads.ts';
 import type { EngineError } from '../errors.ts';
 import type { ScheduledSequence } from '../scheduler-output.ts';
 import type { GrammarGate } from '../sequence.ts';
@@ -263,8 +263,8 @@ export class GrammarService {
    * (compute-threads.ts): set before the first open.
    */
   shareComputeThreads(cell: Int32Array, numComputeThreads: number, numCores: number): void {
-    const numCompiles = new Int32Array(new SharedArrayBuffer(4 * this.threads.length));
-    this.init.computeThreads = { cell, numCompiles, numComputeThreads, numCores };
+    const numBusyJobs = new Int32Array(new SharedArrayBuffer(4 * this.threads.length));
+    this.init.computeThreads = { cell, numBusyJobs, numComputeThreads, numCores };
   }
 
   /** A grammar for a request (not yet compiling): the scheduler's gate until open() starts it. */
@@ -308,12 +308,12 @@ export class GrammarService {
   }
 
   /**
-   * Grammar threads compiling now: each takes a core until its compiles end, which the engine
-   * leaves it (compute-threads.ts).
+   * Grammar threads busy now (compiling, or filling a few rows' masks): each takes a core until
+   * its busy jobs end, which the engine leaves it (compute-threads.ts).
    */
-  get numCompilingThreads(): number {
+  get numBusyGrammarThreads(): number {
     const shared = this.init.computeThreads;
-    return shared === null ? 0 : numCompilingThreads(shared.numCompiles);
+    return shared === null ? 0 : numBusyGrammarThreads(shared.numBusyJobs);
   }
 
   /** Frees the request's matcher; its grammar stays cached in its thread. */
@@ -528,7 +528,7 @@ export class GrammarService {
 
   /** Counts a compile posted to the thread, which ends it (thread.ts): the compute threads leave it a core from now. */
   private startCompiling(thread: GrammarThread): void {
-    if (this.init.computeThreads !== null) changeCompiles(this.init.computeThreads, thread.index, 1);
+    if (this.init.computeThreads !== null) changeBusyJobs(this.init.computeThreads, thread.index, 1);
   }
 
   /** The thread owes no more rows this step; the step is done when no thread does. */
@@ -543,9 +543,9 @@ export class GrammarService {
     if (thread.worker !== worker) return;
     thread.worker = null;
     thread.keys.clear();
-    // It ends no compile any more.
+    // It ends no busy job any more.
     const shared = this.init.computeThreads;
-    if (shared !== null) changeCompiles(shared, thread.index, -Atomics.load(shared.numCompiles, thread.index));
+    if (shared !== null) changeBusyJobs(shared, thread.index, -Atomics.load(shared.numBusyJobs, thread.index));
     if (thread.numPendingRows > 0) {
       Atomics.add(this.ready, 0, thread.numPendingRows);
       this.answered(thread);

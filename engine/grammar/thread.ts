@@ -11,7 +11,7 @@ import type { GrammarThreadInit, ThreadReply, ThreadRequest, PreparedConstraint,
 import { byteLevelAlphabet, loadGrammarVocabulary } from './vocabulary.ts';
 import { hasRangeMarkers, replaceRangeMarkers } from './number-range.ts';
 import { loadXgrammar } from './xgrammar.ts';
-import { changeCompiles } from '../compute-threads.ts';
+import { changeBusyJobs } from '../compute-threads.ts';
 import type { CompiledGrammar, Grammar, GrammarCompiler, GrammarMatcher, StructuralTagFormat } from '@mlc-ai/web-xgrammar';
 
 const init = workerData as GrammarThreadInit;
@@ -179,7 +179,7 @@ async function forcedStartOf(grammar: CompiledGrammar): Promise<string> {
  * the pass running now at its next op, not once the event loop reads this thread's reply.
  */
 function endCompile(): void {
-  if (init.computeThreads !== null) changeCompiles(init.computeThreads, init.threadIndex, -1);
+  if (init.computeThreads !== null) changeBusyJobs(init.computeThreads, init.threadIndex, -1);
 }
 
 /** Grammars parsed whose compile over the vocabulary waits for their slot's 'compile' request, by slot. */
@@ -300,15 +300,15 @@ async function handle(request: ThreadRequest): Promise<ThreadReply | null> {
     case 'compile':
       return compileDeferred(request.slot);
     case 'fill': {
-      // Counted like a compile while it runs (compute-threads.ts), ended here as it ends.
+      // A busy job like a compile while it runs (compute-threads.ts), ended here as it ends.
       const shared = request.yieldsCore ? init.computeThreads : null;
-      if (shared !== null) changeCompiles(shared, init.threadIndex, 1);
+      if (shared !== null) changeBusyJobs(shared, init.threadIndex, 1);
       try {
         const results = [];
         for (const item of request.items) results.push(await fillOne(item));
         return { kind: 'filled', step: request.step, results };
       } finally {
-        if (shared !== null) changeCompiles(shared, init.threadIndex, -1);
+        if (shared !== null) changeBusyJobs(shared, init.threadIndex, -1);
       }
     }
     case 'close':

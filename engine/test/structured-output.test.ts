@@ -192,7 +192,7 @@ test('while a new grammar compiles, the compute threads leave its thread a core 
           if (output.finishReason !== null) resolve();
         });
       })));
-      assert.equal(grammars.numCompilingThreads, 0);
+      assert.equal(grammars.numBusyGrammarThreads, 0);
       const numStepsCompiling = runner.steps.filter((step) => step.scheduled.some((entry) => entry.grammar !== null && !entry.grammar.isReady)).length;
       outcome = { outputs, activeThreadsAtStep: runner.activeThreadsAtStep, steps: runner.steps, numStepsCompiling, numActiveAfter: Atomics.load(runner.activeThreadsCell!, 0) };
     }, 64, numCores);
@@ -240,9 +240,9 @@ test('a grammar thread raises the compute threads itself the moment its compile 
       const grammar = grammars.create(`raise-${index}`, prepared, [EOS]);
       grammars.open(grammar, deferCompile);
       assert.equal(Atomics.load(cell, 0), 1, 'lowered as the compile is posted');
-      assert.equal(grammars.numCompilingThreads, 1);
+      assert.equal(grammars.numBusyGrammarThreads, 1);
       blockUntilRaised(deferCompile ? 'byte phase' : 'compile');
-      assert.equal(grammars.numCompilingThreads, 0);
+      assert.equal(grammars.numBusyGrammarThreads, 0);
       grammars.close(grammar.requestId);
     }
   } finally {
@@ -333,7 +333,7 @@ test('a request alone with a new grammar, compiled after its forced start: that 
         });
       });
       // New (compiled now), then cached, each alone, short prompts.
-      outcome.outputs.push(await collect(request('new', structured, 71), () => (outcome.compilingAtFirstOutput = grammars.numCompilingThreads)));
+      outcome.outputs.push(await collect(request('new', structured, 71), () => (outcome.compilingAtFirstOutput = grammars.numBusyGrammarThreads)));
       outcome.outputs.push(await collect(request('cached', structured, 72)));
       const sampledBeforeReady = (ids: string[]) => runner.steps.flatMap((step) => step.scheduled).filter((entry) => ids.includes(entry.requestId) && entry.sample && !entry.grammar!.isReady).length;
       outcome.sampledBeforeReady = sampledBeforeReady(['new', 'cached']);
@@ -373,7 +373,7 @@ test('a request alone with a new grammar, compiled after its forced start: that 
   };
   const deferred = await run('always');
   const eager = await run('never');
-  assert.ok(deferred.compilingAtFirstOutput === 1, `the forced start came while the grammar compiled (compiling threads then: ${deferred.compilingAtFirstOutput})`);
+  assert.ok(deferred.compilingAtFirstOutput === 1, `the forced start came while the grammar compiled (busy grammar threads then: ${deferred.compilingAtFirstOutput})`);
   assert.ok('{"name": "'.startsWith(textOf(deferred.outputs[0][0].newTokenIds)) && deferred.outputs[0][0].newTokenIds.length > 0, textOf(deferred.outputs[0][0].newTokenIds));
   assert.equal(deferred.sampledBeforeReady, 1, 'the new grammar\'s first sample was drawn in a pass that began before it was ready (the cached one\'s never)');
   assert.equal(eager.sampledBeforeReady, 0);
@@ -412,7 +412,7 @@ test('a deferred grammar whose compile over the vocabulary fails after its force
     const tokenIds = outputs.flatMap((output) => output.newTokenIds);
     assert.ok(tokenIds.length > 0 && '{"name": "'.startsWith(textOf(tokenIds)), `only the forced start was output: ${JSON.stringify(textOf(tokenIds))}`);
     assert.ok(outputs.every((output) => output.prefillTimeMs === undefined), 'no sampled token was output');
-    assert.equal(grammars.numCompilingThreads, 0);
+    assert.equal(grammars.numBusyGrammarThreads, 0);
   }, 256, undefined, 'always');
 });
 
