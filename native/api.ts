@@ -383,7 +383,11 @@ export interface ForwardResult {
 
 export interface NativeModel {
   readonly info: ModelInfo;
-  /** Runs off the event loop on the runtime's own threads; rejects on error. One call at a time. */
+  /**
+   * Runs off the event loop on the runtime's own threads; rejects on error. One call at a time.
+   * The result and its arrays may be the model's own, written again by its next forward(): copy
+   * (slice()) what must outlive that call.
+   */
   forward(batch: ForwardBatch): Promise<ForwardResult>;
   /**
    * How many of the pool's threads CPU passes use from now on (0: all), a pass in flight included:

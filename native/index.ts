@@ -389,32 +389,77 @@ function sharedWindowOf(spec: ModelSpec): number | null {
   return window !== 0 && spec.layers.every((layer) => layer.slidingWindowTokens === window) ? window : null;
 }
 
-/** Every output C++ writes, the prompt logprobs' only when some sequence asks for them (see ForwardResult). */
-function allocateOutputs(batch: ForwardBatch, vocabSize: number): ForwardResult {
-  const { numSeqs, numTokens } = batch;
-  let numLogitSeqs = 0;
-  let promptLogprobTokens = 0;
-  let promptTopTokens = 0;
-  for (let seq = 0; seq < numSeqs; seq++) {
-    if (batch.seqFlags[seq] & SEQ_RETURN_LOGITS) numLogitSeqs++;
-    if (!(batch.seqFlags[seq] & SEQ_PROMPT_LOGPROBS)) continue;
-    promptLogprobTokens = numTokens;
-    if (batch.numPromptTopLogprobs[seq] > 0) promptTopTokens = numTokens;
+type OutputArray = Int32Array | Float32Array;
+
+const OUTPUT_ARRAY_TYPES: Readonly<Record<keyof ForwardResult, Int32ArrayConstructor | Float32ArrayConstructor>> = {
+  sampledTokenIds: Int32Array,
+  sampledLogprobs: Float32Array,
+  logits: Float32Array,
+  topTokenIds: Int32Array,
+  topLogprobs: Float32Array,
+  numAcceptedTokens: Int32Array,
+  promptLogprobs: Float32Array,
+  promptTopTokenIds: Int32Array,
+  promptTopLogprobs: Float32Array,
+  promptRanks: Int32Array,
+};
+
+/**
+ * A model's outputs, kept from pass to pass: each of the result's arrays is a view of the start of
+ * a buffer that only grows, made anew only when its length changes, so a step allocates nothing
+ * once the largest batch has been seen and the batch's shape holds. Nothing of the last pass shows
+ * through: the runtime writes every element of every output it is handed, each pass (the -1, 0
+ * and NaN of rows nothing was reported in included: forward.cc's clear_sequence_outputs and
+ * produce_prompt_logprobs, and the CUDA backend's alike).
+ */
+class ReusedOutputs {
+  readonly result = {} as ForwardResult;
+  private readonly buffers = {} as Record<keyof ForwardResult, OutputArray>;
+
+  constructor() {
+    for (const key of FORWARD_OUTPUT_KEYS) {
+      this.buffers[key] = new OUTPUT_ARRAY_TYPES[key](0);
+      (this.result as Record<keyof ForwardResult, OutputArray>)[key] = this.buffers[key];
+    }
   }
-  const numSampleRows = numSeqs * sampleStrideOf(batch);
-  const speculates = batch.numDraftTokens !== undefined && batch.numDraftTokens !== null;
-  return {
-    sampledTokenIds: new Int32Array(numSampleRows),
-    sampledLogprobs: new Float32Array(numSampleRows),
-    logits: new Float32Array(numLogitSeqs * vocabSize),
-    topTokenIds: new Int32Array(numSampleRows * MAX_TOP_LOGPROBS),
-    topLogprobs: new Float32Array(numSampleRows * MAX_TOP_LOGPROBS),
-    numAcceptedTokens: new Int32Array(speculates ? numSeqs : 0),
-    promptLogprobs: new Float32Array(promptLogprobTokens),
-    promptTopTokenIds: new Int32Array(promptTopTokens * MAX_TOP_LOGPROBS),
-    promptTopLogprobs: new Float32Array(promptTopTokens * MAX_TOP_LOGPROBS),
-    promptRanks: new Int32Array(promptLogprobTokens),
-  };
+
+  /** Every output C++ writes, the prompt logprobs' only when some sequence asks for them (see ForwardResult). */
+  fit(batch: ForwardBatch, vocabSize: number): ForwardResult {
+    const { numSeqs, numTokens } = batch;
+    let numLogitSeqs = 0;
+    let promptLogprobTokens = 0;
+    let promptTopTokens = 0;
+    for (let seq = 0; seq < numSeqs; seq++) {
+      if (batch.seqFlags[seq] & SEQ_RETURN_LOGITS) numLogitSeqs++;
+      if (!(batch.seqFlags[seq] & SEQ_PROMPT_LOGPROBS)) continue;
+      promptLogprobTokens = numTokens;
+      if (batch.numPromptTopLogprobs[seq] > 0) promptTopTokens = numTokens;
+    }
+    const numSampleRows = numSeqs * sampleStrideOf(batch);
+    const speculates = batch.numDraftTokens !== undefined && batch.numDraftTokens !== null;
+    this.resize('sampledTokenIds', numSampleRows);
+    this.resize('sampledLogprobs', numSampleRows);
+    this.resize('logits', numLogitSeqs * vocabSize);
+    this.resize('topTokenIds', numSampleRows * MAX_TOP_LOGPROBS);
+    this.resize('topLogprobs', numSampleRows * MAX_TOP_LOGPROBS);
+    this.resize('numAcceptedTokens', speculates ? numSeqs : 0);
+    this.resize('promptLogprobs', promptLogprobTokens);
+    this.resize('promptTopTokenIds', promptTopTokens * MAX_TOP_LOGPROBS);
+    this.resize('promptTopLogprobs', promptTopTokens * MAX_TOP_LOGPROBS);
+    this.resize('promptRanks', promptLogprobTokens);
+    return this.result;
+  }
+
+  private resize(key: keyof ForwardResult, length: number): void {
+    const result = this.result as Record<keyof ForwardResult, OutputArray>;
+    if (result[key].length === length) return;
+    let buffer = this.buffers[key];
+    if (buffer.length < length) {
+      buffer = new OUTPUT_ARRAY_TYPES[key](Math.max(length, 2 * buffer.length));
+      this.buffers[key] = buffer;
+    }
+    result[key] = buffer.subarray(0, length);
+  }
 }
 
 /**
@@ -423,6 +468,9 @@ function allocateOutputs(batch: ForwardBatch, vocabSize: number): ForwardResult 
  */
 export class LoadedModel implements NativeModel {
   readonly activeThreadsCell = new Int32Array(new SharedArrayBuffer(4));
+  private readonly outputs = new ReusedOutputs();
+  /** binding.forward()'s field arguments, refilled every pass. */
+  private readonly values: unknown[] = Array.from({ length: FORWARD_BATCH_KEYS.length + FORWARD_OUTPUT_KEYS.length }, () => null);
   private inFlight: Promise<unknown> | null = null;
   private closed = false;
 
@@ -434,17 +482,22 @@ export class LoadedModel implements NativeModel {
     binding.setActiveThreads(handle, this.activeThreadsCell);
   }
 
+  /**
+   * The result and its arrays are this model's, written again by its next forward(): a caller
+   * copies what it keeps past that (NativeModel.forward).
+   */
   async forward(batch: ForwardBatch): Promise<ForwardResult> {
     if (this.closed) throw new Error('forward() after close()');
     if (this.inFlight !== null) throw new Error('forward() while another forward() is in flight; one call at a time per model');
     validateForwardBatch(batch, this.info);
-    const outputs = allocateOutputs(batch, this.info.vocabSize);
+    const outputs = this.outputs.fit(batch, this.info.vocabSize);
     // No call-site Error per step: capturing its stack costs ~20 µs on the cache a pass leaves
     // behind (3 µs warm). A failure's stack is taken where it is caught, and V8's async stack
     // traces carry the callers that await this call.
-    const values: unknown[] = [];
-    for (const key of FORWARD_BATCH_KEYS) values.push(batch[key]);
-    for (const key of FORWARD_OUTPUT_KEYS) values.push(outputs[key]);
+    const { values } = this;
+    let index = 0;
+    for (const key of FORWARD_BATCH_KEYS) values[index++] = batch[key];
+    for (const key of FORWARD_OUTPUT_KEYS) values[index++] = outputs[key];
     await this.runExclusive(binding.forward(this.handle, batch, outputs, ...values));
     return outputs;
   }

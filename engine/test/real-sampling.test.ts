@@ -117,10 +117,19 @@ async function referenceRun(model: NativeModel, { prompt, sampling }: Case): Pro
   return trace;
 }
 
+/**
+ * What the engine hands a request, step by step. Each output is kept as handed over and as a copy
+ * made then: the runtime writes every pass into the same arrays (native/index.ts), so an output
+ * that held a view of them would change under a later step, and the two would differ at the end.
+ */
 function engineRun(engine: Engine, { requestId, prompt, sampling }: Case): Promise<Trace> {
   return new Promise((resolve, reject) => {
     const trace: Trace = { tokenIds: [], logprobs: [], topLogprobs: [], promptLogprobs: null, finishReason: '' };
+    const kept: RequestOutput[] = [];
+    const copies: RequestOutput[] = [];
     engine.generate({ requestId, promptTokenIds: prompt, sampling }, (output: RequestOutput) => {
+      kept.push(output);
+      copies.push(structuredClone(output));
       trace.tokenIds.push(...output.newTokenIds);
       trace.logprobs.push(...output.newLogprobs);
       trace.topLogprobs.push(...(output.newTopLogprobs ?? []));
@@ -131,7 +140,13 @@ function engineRun(engine: Engine, { requestId, prompt, sampling }: Case): Promi
       if (output.finishReason === null) return;
       if (output.error !== undefined) reject(new Error(`${requestId}: ${output.error.message}`));
       trace.finishReason = output.finishReason;
-      resolve(trace);
+      // Every step after each earlier output has run by now.
+      try {
+        assert.deepEqual(kept, copies, `${requestId}: an output changed after it was handed over`);
+        resolve(trace);
+      } catch (err) {
+        reject(err);
+      }
     });
   });
 }

@@ -121,7 +121,8 @@ async function runtimeLogits(model: NativeModel, tokenIds: readonly number[], fi
     const batch = buildBatch([
       { tokenIds: tokenIds.slice(position, position + numTokens), startPosition: position, blockIds: groupBlockIds[0], groupBlockIds, flags: SEQ_RETURN_LOGITS },
     ], { numKvGroups: numGroups });
-    rows.push((await model.forward(batch)).logits);
+    // The model writes its next pass into the same arrays.
+    rows.push((await model.forward(batch)).logits.slice());
     position += numTokens;
   }
   return rows;

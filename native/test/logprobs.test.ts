@@ -137,7 +137,8 @@ async function logitsAtEachPosition(model: NativeModel, prompt: readonly number[
   const rows: Float32Array[] = [];
   for (let position = 0; position < prompt.length; position++) {
     const chunk: SeqChunk = { tokenIds: [prompt[position]], startPosition: position, blockIds, flags: SEQ_RETURN_LOGITS };
-    rows.push((await model.forward(buildBatch([chunk]))).logits);
+    // The model writes its next pass into the same arrays.
+    rows.push((await model.forward(buildBatch([chunk]))).logits.slice());
   }
   return rows;
 }

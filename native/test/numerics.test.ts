@@ -73,7 +73,8 @@ async function runtimeLogits(model: NativeModel, tokenIds: readonly number[], fi
     const batch = buildBatch([
       { tokenIds: tokenIds.slice(position, position + numTokens), startPosition: position, blockIds, flags: SEQ_RETURN_LOGITS },
     ]);
-    rows.push((await model.forward(batch)).logits);
+    // The model writes its next pass into the same arrays.
+    rows.push((await model.forward(batch)).logits.slice());
     position += numTokens;
   }
   return rows;

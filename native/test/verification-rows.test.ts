@@ -29,13 +29,15 @@ const chunkOf = (tokenIds: number[], startPosition: number, outputIndex: number)
 });
 
 /** Sample row j of a result as bytes: token, its logprob, the top ids and logprobs. */
+/** Copies: the model writes its next pass into the same arrays. */
 function rowBytes(result: ForwardResult, j: number): Buffer[] {
-  const top = (array: Int32Array | Float32Array) => Buffer.from(array.buffer, array.byteOffset + j * MAX_TOP_LOGPROBS * 4, MAX_TOP_LOGPROBS * 4);
+  const bytes = (array: Int32Array | Float32Array, first: number, count: number) =>
+    Buffer.from(new Uint8Array(array.buffer, array.byteOffset + first * 4, count * 4));
   return [
-    Buffer.from(result.sampledTokenIds.buffer, result.sampledTokenIds.byteOffset + j * 4, 4),
-    Buffer.from(result.sampledLogprobs.buffer, result.sampledLogprobs.byteOffset + j * 4, 4),
-    top(result.topTokenIds),
-    top(result.topLogprobs),
+    bytes(result.sampledTokenIds, j, 1),
+    bytes(result.sampledLogprobs, j, 1),
+    bytes(result.topTokenIds, j * MAX_TOP_LOGPROBS, MAX_TOP_LOGPROBS),
+    bytes(result.topLogprobs, j * MAX_TOP_LOGPROBS, MAX_TOP_LOGPROBS),
   ];
 }
 
