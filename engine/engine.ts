@@ -57,10 +57,14 @@ export interface EngineSettings {
 /**
  * A new grammar's compile over the vocabulary waits for its forced start to be output (after the
  * prompt's pass) when that pass is estimated shorter than this many such compiles. Beside the
- * pass the compile would cost it about half the compile's time (compute-threads.ts), which the
- * forced start, the first output, waits for; after it, the compile overlaps the pass that computes
- * the forced tokens. So a short prompt's first output comes a pass's worth sooner, and a long
- * prompt (whose pass hides the compile: at 5 compiles, a tenth of it) compiles beside it as before.
+ * pass the compile costs it about half the compile's time: the pass leaves the compile's thread a
+ * core (compute-threads.ts), so two compute threads on two cores run as one while it lasts. The
+ * forced start, the first output, waits for that; deferred, the compile overlaps the pass that
+ * computes the forced tokens instead. So a short prompt's first output comes sooner, and a long
+ * prompt's pass, which hides the compile, keeps it beside. 5 is arithmetic, not a bench point:
+ * defer while half a compile is more than a tenth of the pass (1/2 / 1/10 = 5 compiles). With more
+ * compute threads a compile takes a smaller share of the pass (one thread of many), so there this
+ * defers more prompts than the tenth asks; that is unmeasured.
  */
 const DEFER_COMPILE_BELOW_COMPILES = 5;
 

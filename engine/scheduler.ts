@@ -49,11 +49,15 @@ export function prefillLimitsFor(mode: PerformanceMode, maxNumSeqs: number, maxN
 }
 
 /**
- * How many whole steps of prompt work make a backlog in the interactivity mode. Fewer, and the
- * queue a handful of closed-loop clients leave (eight 256-token prompts in a 512 budget) would
- * drain in whole prompts, in lockstep, and bring the next prompts back together (TTFT p50 1.5x the
- * small chunks' at 8 clients on a CPU-time replay); at 32 clients' opening burst, four steps cut the last
- * first token by a tenth (tools/README.md, "Sixth session").
+ * How many whole steps of prompt work make a backlog in the interactivity mode: while more prompt
+ * tokens than this many budgets wait, a step takes its whole budget beside the decodes. Measured at
+ * two values only (tools/README.md, "Sixth session": CPU-time replay, 256-token prompts, a 512
+ * budget). At 1, the queue eight closed-loop clients leave (8 x 256 tokens, 4 budgets) was a
+ * backlog: it drained in whole prompts, in lockstep, and brought the next prompts back together
+ * (TTFT p50 1.46x the small chunks'). At 4 that queue is no backlog (p50 unchanged) and 32
+ * clients' opening burst (8,192 tokens, 16 budgets) is: its last first token 0.80-0.90x. So 4 is
+ * the fewest steps that leave a handful of clients' queue alone; more are unmeasured (a burst
+ * would go in small chunks for longer before whole-budget steps start).
  */
 export const BACKLOG_STEPS = 4;
 
