@@ -156,30 +156,35 @@ function ggufOf(llamaDir: string, modelDir: string, mode: Mode): string {
 }
 
 // Rows per expert in a batch-32 step run from 1 to ~10 (256 routed rows over 64 experts), and a
-// step streams every expert once. This measures one core's expert matmul (k = hidden) at such row
-// counts on a matrix far beyond the caches, as the step streams it, against one thread's streaming
-// read and the path's multiply-add peak: where the experts run read-bound at the core's read rate,
-// only the machine's bandwidth moves the batch-32 figure; where they fall below both, the kernel does.
+// step streams every expert once. This measures the expert matmul (k = hidden) at such row counts
+// on a matrix far beyond the caches, as the step streams it, against the streaming read of as
+// many threads and the path's multiply-add peak, on one thread and on the run's threads: where the
+// experts run read-bound at the read rate, only the machine's bandwidth moves the batch-32 figure;
+// where they fall below both, the kernel does; where one thread keeps up and two do not, the
+// threads' sharing of memory does.
 const TILE_ROWS = [1, 2, 4, 8, 16, 32];
 const TILE_COLUMNS = 131072;
 
-function printTileProfile(modes: readonly Mode[]): void {
+function printTileProfile(modes: readonly Mode[], numThreads: number): void {
   const kernel = kernelSupported('avx512') ? 'avx512' : 'avx2';
-  const read = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, 1, 5);
-  const peak = probes.peakFlopsPerSecond(kernel, 1);
-  console.log(`expert matmul on one thread (${kernel}; one thread's streaming read ${fmt(read / 1e9)} GB/s, bf16 multiply-add peak ${fmt(peak / 1e9)} GFLOP/s):`);
-  for (const mode of modes) {
-    const bytes = H * TILE_COLUMNS * mode.bytesPerWeight;
-    const cells = TILE_ROWS.map((numRows) => {
-      const seconds = probes.matmulSeconds({
-        kernel, dtype: 'bf16', quantization: mode.quantization, numRows, k: H, n: TILE_COLUMNS, numThreads: 1, numRepeats: 3,
+  for (const threads of [...new Set([1, numThreads])]) {
+    const read = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, threads, 5);
+    const peakOfThreads = probes.peakFlopsPerSecond(kernel, threads);
+    console.log(`expert matmul on ${threads} thread${threads > 1 ? 's' : ''} (${kernel}; streaming read ${fmt(read / 1e9)} GB/s on as many, ` +
+      `bf16 multiply-add peak ${fmt(peakOfThreads / 1e9)} GFLOP/s):`);
+    for (const mode of modes) {
+      const bytes = H * TILE_COLUMNS * mode.bytesPerWeight;
+      const cells = TILE_ROWS.map((numRows) => {
+        const seconds = probes.matmulSeconds({
+          kernel, dtype: 'bf16', quantization: mode.quantization, numRows, k: H, n: TILE_COLUMNS, numThreads: threads, numRepeats: 3,
+        });
+        const flops = 2 * numRows * H * TILE_COLUMNS;
+        // The peak is bf16's (vdpbf16ps) or fp32's (FMA); int8 runs other instructions.
+        const ofPeak = mode.quantization === 'none' ? `, ${fmt((flops / seconds / peakOfThreads) * 100, 0)}% of peak` : '';
+        return `${numRows} rows ${fmt(bytes / seconds / read, 2)} of read${ofPeak}`;
       });
-      const flops = 2 * numRows * H * TILE_COLUMNS;
-      // The peak is bf16's (vdpbf16ps) or fp32's (FMA); int8 runs other instructions.
-      const ofPeak = mode.quantization === 'none' ? `, ${fmt((flops / seconds / peak) * 100, 0)}% of peak` : '';
-      return `${numRows} rows ${fmt(bytes / seconds / read, 2)} of read${ofPeak}`;
-    });
-    console.log(`  ${mode.label} (${fmt(bytes / 2 ** 20, 0)} MiB): ${cells.join('; ')}`);
+      console.log(`  ${mode.label} (${fmt(bytes / 2 ** 20, 0)} MiB): ${cells.join('; ')}`);
+    }
   }
   console.log('');
 }
@@ -210,7 +215,7 @@ async function main(): Promise<void> {
   const bandwidth = probes.streamReadBytesPerSecond(STREAM_BUFFER_BYTES, numThreads, 5);
   console.log(`threads ${numThreads}; streaming read ${fmt(bandwidth / 1e9)} GB/s\n`);
 
-  if (values.tiles) printTileProfile(modes);
+  if (values.tiles) printTileProfile(modes, numThreads);
 
   const shapeOf = (numSeqs: number) => ({ numSeqs, numPromptTokens: PROMPT_TOKENS, numSteps });
   const numKvBlocks = decodeKvBlocks(shapeOf(Math.max(...BATCH_SIZES)), BLOCK_SIZE_TOKENS);
