@@ -52,7 +52,8 @@ export class Speculator {
     const stepCost = this.costModel.costAt(baseTokens);
     // Compute-bound: nothing is proposed, and the step costs no more than plain decoding's.
     if (adaptive && !anyProposalPays(stepCost, baseTokens)) {
-      for (const sequence of sequences) sequence.proposal.length = 0;
+      // (An empty array's truncation is still a runtime call.)
+      for (const sequence of sequences) if (sequence.proposal.length !== 0) sequence.proposal.length = 0;
       this.numChosen.fill(0, 0, sequences.length);
       return this.numChosen;
     }
@@ -153,8 +154,10 @@ export class Speculator {
     this.proposer.finish?.(sequence);
   }
 
-  takeCounters(): SpecDecodeCounters {
+  /** The counters since the last call; null when no proposal was verified since (nothing to count, nothing allocated). */
+  takeCounters(): SpecDecodeCounters | null {
     const counters = this.counters;
+    if (counters.numDrafts === 0) return null;
     this.counters = emptyCounters(this.config.numSpeculativeTokens);
     return counters;
   }

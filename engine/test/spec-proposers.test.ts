@@ -279,6 +279,7 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   assert.deepEqual(Array.from(chosen.subarray(0, 32)), new Array<number>(32).fill(0));
   assert.equal(numLookups, 0, 'no proposer call when nothing can pay');
   assert.ok(batch.every((sequence) => sequence.proposal.length === 0));
+  assert.equal(computeBound.takeCounters(), null, 'a step that verified nothing reports no counters');
   // The fixed part dominates: one decode speculates, and the proposer is asked.
   const memoryBound = new Speculator(config, proposer);
   for (let n = 1; n <= 40; n++) memoryBound.observeStep(n, 10 + n / 100);
@@ -294,7 +295,8 @@ test('the guess after a fully accepted proposal is measured against the token sa
   const guessedRight = speculator.newAcceptanceStats();
   for (let i = 0; i < 50; i++) speculator.recordVerification(guessedRight, 1, 1, true);
   assert.ok(acceptanceRate(guessedRight) > 0.99 && continuationRate(guessedRight) > 0.99, JSON.stringify(guessedRight));
-  const counters = speculator.takeCounters();
+  const counters = speculator.takeCounters()!;
+  assert.equal(speculator.takeCounters(), null, 'nothing verified since the last take');
   assert.deepEqual({ numDrafts: counters.numDrafts, numDraftTokens: counters.numDraftTokens, numAcceptedTokens: counters.numAcceptedTokens }, { numDrafts: 50, numDraftTokens: 50, numAcceptedTokens: 50 });
   assert.deepEqual(counters.numAcceptedTokensPerPosition, [50, 0, 0, 0]);
   // Two accepted and the guess after them wrong every time: of the later positions, the second
