@@ -682,7 +682,12 @@ export class Scheduler {
     const sequences = this.speculating;
     const entries = this.speculatingEntries;
     const speculator = this.config.speculator;
-    if (sequences.length === 0 || speculator == null) return 0;
+    if (sequences.length === 0 || speculator == null || !speculator.mayPropose(numScheduledSeqs)) {
+      // A compute-bound step (the usual one at a large batch) proposes nothing: no per-sequence work.
+      sequences.length = 0;
+      entries.length = 0;
+      return 0;
+    }
     for (const sequence of sequences) {
       sequence.maxDraftTokens = this.draftLimitOf(sequence);
       if (sequence.draftTokenIds.length !== 0) sequence.draftTokenIds.length = 0;

@@ -81,6 +81,15 @@ export class Speculator {
     return this.numChosen;
   }
 
+  /**
+   * Whether any proposal could be verified in a step of baseTokens decodes: false where the step
+   * is compute-bound (adaptive), and then the step's choice is all zeros without looking at its
+   * sequences (choose would return that too).
+   */
+  mayPropose(baseTokens: number): boolean {
+    return this.config.adaptive === false || anyProposalPays(this.costModel.costAt(baseTokens), baseTokens);
+  }
+
   /** Whether the proposer works ahead of the step (prepare, before the step is scheduled). */
   get prepares(): boolean {
     return this.proposer.prepare !== undefined;

@@ -275,6 +275,7 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   const computeBound = new Speculator(config, proposer);
   for (let n = 1; n <= 40; n++) computeBound.observeStep(n, 0.2 + n / 2);
   const batch = sequences(32);
+  assert.equal(computeBound.mayPropose(32), false, 'the scheduler may skip the step\'s sequences');
   const chosen = computeBound.choose(batch, 32, 1000);
   assert.deepEqual(Array.from(chosen.subarray(0, 32)), new Array<number>(32).fill(0));
   assert.equal(numLookups, 0, 'no proposer call when nothing can pay');
@@ -283,6 +284,11 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   // The fixed part dominates: one decode speculates, and the proposer is asked.
   const memoryBound = new Speculator(config, proposer);
   for (let n = 1; n <= 40; n++) memoryBound.observeStep(n, 10 + n / 100);
+  assert.equal(memoryBound.mayPropose(1), true);
+  // A fixed count (not adaptive) is always proposed, whatever the cost.
+  const fixed = new Speculator({ ...config, adaptive: false }, proposer);
+  for (let n = 1; n <= 40; n++) fixed.observeStep(n, 0.2 + n / 2);
+  assert.equal(fixed.mayPropose(32), true);
   assert.ok(memoryBound.choose(sequences(1), 1, 1000)[0] > 0);
   assert.equal(numLookups, 1);
 });
