@@ -1,7 +1,7 @@
 // The scheduler's side of speculative decoding: per step, which decoding sequences verify how
 // many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
-import { anyProposalPays, chooseDraftCounts, shortenToMeasuredCosts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import { anyProposalPays, chooseDraftCounts, firstProposalMayPay, shortenToMeasuredCosts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
 import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
@@ -21,12 +21,17 @@ export interface PreparingSequence extends ProposerInput {
   readonly acceptance: AcceptanceStats | null;
 }
 
+/** A sequence whose proposal could not be chosen is still looked up one step in this many. */
+const UNPROMISING_LOOKUP_ROTATION = 8;
+
 export class Speculator {
   readonly config: SpeculativeConfig;
   private readonly proposer: Proposer;
   private readonly costModel = new StepCostModel();
   private readonly candidates: DraftCandidate[] = [];
   private numChosen = new Int32Array(0);
+  /** choose()'s calls, for the turns of sequences whose proposals cannot be chosen. */
+  private numChooses = 0;
   private counters: SpecDecodeCounters;
 
   constructor(config: SpeculativeConfig, proposer?: Proposer) {
@@ -58,15 +63,28 @@ export class Speculator {
       return this.numChosen;
     }
     const candidates = this.candidates;
-    candidates.length = 0;
-    for (const sequence of sequences) {
-      this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
+    while (candidates.length < sequences.length) candidates.push({ acceptanceRate: 0, continuationRate: 0, numAvailable: 0 });
+    candidates.length = sequences.length;
+    const numStepSeqs = Math.max(baseTokens, sequences.length);
+    const rotation = this.numChooses++ % UNPROMISING_LOOKUP_ROTATION;
+    for (let i = 0; i < sequences.length; i++) {
+      const sequence = sequences[i];
+      const candidate = candidates[i];
       const { acceptance } = sequence;
-      candidates.push(
-        acceptance === null
-          ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0 }
-          : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: sequence.proposal.length },
-      );
+      const rate = acceptance === null ? 0 : acceptanceRate(acceptance);
+      candidate.acceptanceRate = rate;
+      candidate.continuationRate = acceptance === null ? 0 : continuationRate(acceptance);
+      // A sequence whose first proposal could not be chosen this step is looked up only in its
+      // turn, so that its acceptance keeps being measured (recordUnverifiedGuess) at a fraction
+      // of the lookups: at 32 streams nearly every step is like this, and the lookups were most
+      // of speculation's cost there.
+      const skip = acceptance === null || (adaptive && (i + rotation) % UNPROMISING_LOOKUP_ROTATION !== 0 && !firstProposalMayPay(rate, stepCost, numStepSeqs));
+      if (skip) {
+        if (sequence.proposal.length !== 0) sequence.proposal.length = 0;
+      } else {
+        this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
+      }
+      candidate.numAvailable = acceptance === null ? 0 : sequence.proposal.length;
     }
     if (!adaptive) {
       let remaining = budget;
@@ -75,7 +93,7 @@ export class Speculator {
         remaining -= this.numChosen[i];
       });
     } else {
-      chooseDraftCounts(candidates, stepCost, budget, this.numChosen, Math.max(baseTokens, candidates.length));
+      chooseDraftCounts(candidates, stepCost, budget, this.numChosen, numStepSeqs);
       if (candidates.length === 1) this.numChosen[0] = shortenToMeasuredCosts(candidates[0], this.numChosen[0], baseTokens, this.costModel);
     }
     return this.numChosen;

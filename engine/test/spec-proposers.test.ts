@@ -293,6 +293,35 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   assert.equal(numLookups, 1);
 });
 
+test('a sequence whose proposal could not be chosen is looked up one step in eight; the step chooses as if all were', () => {
+  const lookups = new Map<ProposerInput, number>();
+  const proposer = {
+    propose(sequence: ProposerInput, maxNumTokens: number, out: number[]) {
+      lookups.set(sequence, (lookups.get(sequence) ?? 0) + 1);
+      out.length = 0;
+      for (let i = 0; i < maxNumTokens; i++) out.push(i);
+    },
+  };
+  const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
+  // A step of 32 that a sure proposal would pay in, but a first one accepted half the time would not.
+  const speculator = new Speculator(config, proposer);
+  for (let n = 28; n <= 40; n++) speculator.observeStep(n, 1 + n / 5);
+  assert.equal(speculator.mayPropose(32), true);
+  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 });
+  const batch: SpeculatingSequence[] = Array.from({ length: 32 }, (_, i) => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: stats(i < 4 ? 0.99 : 0.5) }));
+  for (let step = 0; step < 8; step++) {
+    const chosen = speculator.choose(batch, 32, 1000);
+    // The same choice as over every sequence's proposal.
+    const all: DraftCandidate[] = batch.map((sequence) => ({ acceptanceRate: acceptanceRate(sequence.acceptance!), continuationRate: continuationRate(sequence.acceptance!), numAvailable: 4 }));
+    const expected = new Int32Array(32);
+    chooseDraftCounts(all, speculator['costModel'].costAt(32), 1000, expected, 32);
+    assert.deepEqual(Array.from(chosen.subarray(0, 32)), Array.from(expected), `step ${step}`);
+    assert.ok(expected.subarray(0, 4).some((count) => count > 0) && expected.subarray(4).every((count) => count === 0));
+    for (const sequence of batch) sequence.proposal.length = 0;
+  }
+  batch.forEach((sequence, i) => assert.equal(lookups.get(sequence), i < 4 ? 8 : 1, `sequence ${i}`));
+});
+
 test('the guess after a fully accepted proposal is measured against the token sampled there, and only acceptance counts it', () => {
   const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
   const speculator = new Speculator(config, { propose: (_sequence, _max, out) => (out.length = 0) });
