@@ -22,7 +22,16 @@ export interface PreparingSequence extends ProposerInput {
 }
 
 /** A sequence whose proposal could not be chosen is still looked up one step in this many. */
-const UNPROMISING_LOOKUP_ROTATION = 8;
+const UNPROMISING_LOOKUP_ROTATION = 4;
+
+/**
+ * Whether a sequence whose proposal could not be chosen is looked up (or guessed for, by a draft)
+ * this step: by its length, which prepare and choose see alike within a step, and which such a
+ * sequence (verifying nothing) grows by one a step.
+ */
+function isTurnOf(sequence: ProposerInput): boolean {
+  return sequence.tokenIds.length % UNPROMISING_LOOKUP_ROTATION === 0;
+}
 
 export class Speculator {
   readonly config: SpeculativeConfig;
@@ -30,8 +39,6 @@ export class Speculator {
   private readonly costModel = new StepCostModel();
   private readonly candidates: DraftCandidate[] = [];
   private numChosen = new Int32Array(0);
-  /** choose()'s calls, for the turns of sequences whose proposals cannot be chosen. */
-  private numChooses = 0;
   private counters: SpecDecodeCounters;
 
   constructor(config: SpeculativeConfig, proposer?: Proposer) {
@@ -66,7 +73,6 @@ export class Speculator {
     while (candidates.length < sequences.length) candidates.push({ acceptanceRate: 0, continuationRate: 0, numAvailable: 0 });
     candidates.length = sequences.length;
     const numStepSeqs = Math.max(baseTokens, sequences.length);
-    const rotation = this.numChooses++ % UNPROMISING_LOOKUP_ROTATION;
     for (let i = 0; i < sequences.length; i++) {
       const sequence = sequences[i];
       const candidate = candidates[i];
@@ -78,7 +84,7 @@ export class Speculator {
       // turn, so that its acceptance keeps being measured (recordUnverifiedGuess) at a fraction
       // of the lookups: at 32 streams nearly every step is like this, and the lookups were most
       // of speculation's cost there.
-      const skip = acceptance === null || (adaptive && (i + rotation) % UNPROMISING_LOOKUP_ROTATION !== 0 && !firstProposalMayPay(rate, stepCost, numStepSeqs));
+      const skip = acceptance === null || (adaptive && !isTurnOf(sequence) && !firstProposalMayPay(rate, stepCost, numStepSeqs));
       if (skip) {
         if (sequence.proposal.length !== 0) sequence.proposal.length = 0;
       } else {
@@ -117,7 +123,10 @@ export class Speculator {
    * The proposer's work ahead of the step for the sequences that may speculate in it; none where
    * adaptivity knows no proposal would be verified (a compute-bound step). Adaptive, each
    * sequence's maxDraftTokens is first lowered to what the step's choice would verify (at least
-   * one, so that acceptance keeps being measured), each guess costing its share of a draft pass.
+   * one, so that acceptance keeps being measured), each guess costing its share of a draft pass;
+   * a sequence whose first guess the step could not choose gets none except in its turn (as
+   * choose looks it up): at 32 streams that is nearly every sequence, and a draft pass for all of
+   * them every step cost more than plain decoding's step.
    */
   async prepare(candidates: readonly PreparingSequence[]): Promise<void> {
     if (this.proposer.prepare === undefined || candidates.length === 0) return;
@@ -140,7 +149,10 @@ export class Speculator {
       // A guess costs its verification and its share of a draft pass.
       const guessCost = { baseMs: stepCost.baseMs, perTokenMs: stepCost.perTokenMs + (this.proposer.passMs ?? 0) / numDecodes };
       chooseDraftCounts(choices, guessCost, budget, this.numChosen, numDecodes);
-      candidates.forEach((candidate, i) => (candidate.maxDraftTokens = Math.min(candidate.maxDraftTokens, Math.max(1, this.numChosen[i]))));
+      candidates.forEach((candidate, i) => {
+        const promising = candidate.acceptance !== null && (isTurnOf(candidate) || firstProposalMayPay(choices[i].acceptanceRate, stepCost, numDecodes));
+        candidate.maxDraftTokens = promising ? Math.min(candidate.maxDraftTokens, Math.max(1, this.numChosen[i])) : 0;
+      });
     }
     await this.proposer.prepare(candidates);
   }

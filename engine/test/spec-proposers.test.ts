@@ -293,7 +293,7 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   assert.equal(numLookups, 1);
 });
 
-test('a sequence whose proposal could not be chosen is looked up one step in eight; the step chooses as if all were', () => {
+test('a sequence whose proposal could not be chosen is looked up one step in four; the step chooses as if all were', () => {
   const lookups = new Map<ProposerInput, number>();
   const proposer = {
     propose(sequence: ProposerInput, maxNumTokens: number, out: number[]) {
@@ -308,7 +308,8 @@ test('a sequence whose proposal could not be chosen is looked up one step in eig
   for (let n = 28; n <= 40; n++) speculator.observeStep(n, 1 + n / 5);
   assert.equal(speculator.mayPropose(32), true);
   const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 });
-  const batch: SpeculatingSequence[] = Array.from({ length: 32 }, (_, i) => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: stats(i < 4 ? 0.99 : 0.5) }));
+  // Lengths 3 .. 34: each sequence verifying nothing grows by one token a step.
+  const batch: SpeculatingSequence[] = Array.from({ length: 32 }, (_, i) => ({ tokenIds: Array.from({ length: 3 + i }, (_, j) => j), numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: stats(i < 4 ? 0.99 : 0.5) }));
   for (let step = 0; step < 8; step++) {
     const chosen = speculator.choose(batch, 32, 1000);
     // The same choice as over every sequence's proposal.
@@ -317,9 +318,36 @@ test('a sequence whose proposal could not be chosen is looked up one step in eig
     chooseDraftCounts(all, speculator['costModel'].costAt(32), 1000, expected, 32);
     assert.deepEqual(Array.from(chosen.subarray(0, 32)), Array.from(expected), `step ${step}`);
     assert.ok(expected.subarray(0, 4).some((count) => count > 0) && expected.subarray(4).every((count) => count === 0));
-    for (const sequence of batch) sequence.proposal.length = 0;
+    for (const sequence of batch) {
+      sequence.proposal.length = 0;
+      (sequence.tokenIds as number[]).push(7);
+    }
   }
-  batch.forEach((sequence, i) => assert.equal(lookups.get(sequence), i < 4 ? 8 : 1, `sequence ${i}`));
+  batch.forEach((sequence, i) => assert.equal(lookups.get(sequence), i < 4 ? 8 : 2, `sequence ${i}`));
+});
+
+test('a draft guesses for a sequence whose guess could not be chosen only in its turn', async () => {
+  const prepared: number[][] = [];
+  const proposer = {
+    passMs: 0,
+    async prepare(candidates: readonly { maxDraftTokens: number }[]) {
+      prepared.push(candidates.map((candidate) => candidate.maxDraftTokens));
+    },
+    propose(_sequence: ProposerInput, _maxNumTokens: number, out: number[]) {
+      out.length = 0;
+    },
+  };
+  const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
+  const speculator = new Speculator(config, proposer);
+  for (let n = 28; n <= 40; n++) speculator.observeStep(n, 1 + n / 5);
+  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 });
+  const sequences = Array.from({ length: 32 }, (_, i) => ({ tokenIds: Array.from({ length: 8 + i }, () => 1), numPromptTokens: 1, maxDraftTokens: 4, acceptance: stats(i < 4 ? 0.99 : 0.5) }));
+  await speculator.prepare(sequences);
+  // Lengths 8 .. 39: those of a multiple of 4 tokens are in their turn.
+  assert.deepEqual(
+    prepared[0].map((count) => count > 0),
+    sequences.map((sequence, i) => i < 4 || sequence.tokenIds.length % 4 === 0),
+  );
 });
 
 test('the guess after a fully accepted proposal is measured against the token sampled there, and only acceptance counts it', () => {
