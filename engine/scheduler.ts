@@ -578,7 +578,9 @@ export class Scheduler {
     } else if (sequence.proposal.length > 0 && entry.numOutputTokens + 1 <= sequence.numOutputTokens) {
       speculator.recordUnverifiedGuess(sequence.acceptance, sequence.proposal[0], sequence.tokenIds[sequence.numPromptTokens + entry.numOutputTokens]);
     }
-    sequence.proposal.length = 0;
+    // Truncating an array is a runtime call even when it is empty (~30 ns): at batch 32 every
+    // step would pay it per sequence though nothing was proposed.
+    if (sequence.proposal.length !== 0) sequence.proposal.length = 0;
   }
 
   /** Forced tokens up to the output's limits; the last one may finish the request by length. */
@@ -684,10 +686,15 @@ export class Scheduler {
     const sequences = this.speculating;
     const entries = this.speculatingEntries;
     const speculator = this.config.speculator;
-    if (sequences.length === 0 || speculator == null) return 0;
+    if (sequences.length === 0 || speculator == null || !speculator.mayPropose(numScheduledSeqs)) {
+      // A compute-bound step (the usual one at a large batch) proposes nothing: no per-sequence work.
+      sequences.length = 0;
+      entries.length = 0;
+      return 0;
+    }
     for (const sequence of sequences) {
       sequence.maxDraftTokens = this.draftLimitOf(sequence);
-      sequence.draftTokenIds.length = 0;
+      if (sequence.draftTokenIds.length !== 0) sequence.draftTokenIds.length = 0;
     }
     const numChosen = speculator.choose(sequences, numScheduledSeqs, tokenBudget);
     let numDraftTokens = 0;

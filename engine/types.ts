@@ -196,7 +196,7 @@ export interface StepStats {
   kvUsage: number;
   /** The worker process's resident set size, sampled at most once a second. */
   residentMemoryBytes: number;
-  /** Speculative decoding's proposals this step (vLLM's spec_decode counters); absent without speculation. */
+  /** Speculative decoding's proposals this step (vLLM's spec_decode counters); absent in a step that verified none. */
   specDecode?: SpecDecodeCounters;
 }
 

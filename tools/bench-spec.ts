@@ -23,8 +23,9 @@
 // model's step costs (where decode is memory-bound, as the targets assume), and at the end a
 // summary of every ratio against its target.
 //
-// Engine workloads run in --engine-rounds rounds that interleave the modes; each mode's time is
-// the median of its rounds.
+// Engine workloads run in --engine-rounds rounds that interleave the modes, in reverse order every
+// other round (so no mode always follows the same one: at 32 streams the ratios are 1-4 % apart,
+// the size of an order effect); each mode's time is the median of its rounds.
 //
 //   npm run bench:spec [-- --threads N --tokens 512 --rounds 20 --engine-rounds 3 --modes draft,ngram]
 // (--modes: only the modes whose names start with one of these, beside plain decoding.)
@@ -286,7 +287,7 @@ function verdict(ratio: number, target: number): string {
 async function compareModes(model: NativeModel, workload: string, prompts: number[][], maxTokens: number, concurrent: boolean, target: number): Promise<number[][]> {
   const totals = new Map<string, ModeTotals>(modes.map(([name]) => [name, { seconds: [], run: null, runs: [] }]));
   for (let round = 0; round < numEngineRounds; round++) {
-    for (const [name, config] of modes) {
+    for (const [name, config] of round % 2 === 0 ? modes : [...modes].reverse()) {
       const total = totals.get(name)!;
       const run = await runWorkload(model, prompts, maxTokens, config, concurrent);
       total.seconds.push(run.seconds);

@@ -153,6 +153,15 @@ export function anyProposalPays(stepCost: StepCost, numSeqs: number): boolean {
 }
 
 /**
+ * Whether a sequence whose first proposal is accepted at acceptanceRate could have one chosen in
+ * a step of numStepSeqs decodes: chooseDraftCounts' test for the step's first pick, which every
+ * later pick only makes harder (each raises the tokens per millisecond the next must beat).
+ */
+export function firstProposalMayPay(acceptanceRate: number, stepCost: StepCost, numStepSeqs: number): boolean {
+  return acceptanceRate * stepCost.baseMs > MARGIN * stepCost.perTokenMs * numStepSeqs;
+}
+
+/**
  * Fills numChosen[i] with the proposals candidate i verifies: greedily, the proposal with the
  * best chance of acceptance (first rate × continuation rate^position) next, while its expected tokens per unit of
  * cost beat the step's (with a margin), up to budget tokens; the step decodes numStepSeqs sequences.

@@ -1,7 +1,7 @@
 // The scheduler's side of speculative decoding: per step, which decoding sequences verify how
 // many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
-import { anyProposalPays, chooseDraftCounts, shortenToMeasuredCosts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import { anyProposalPays, chooseDraftCounts, firstProposalMayPay, shortenToMeasuredCosts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
 import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
@@ -19,6 +19,18 @@ export interface SpeculatingSequence extends ProposerInput {
 export interface PreparingSequence extends ProposerInput {
   maxDraftTokens: number;
   readonly acceptance: AcceptanceStats | null;
+}
+
+/** A sequence whose proposal could not be chosen is still looked up one step in this many. */
+const UNPROMISING_LOOKUP_ROTATION = 4;
+
+/**
+ * Whether a sequence whose proposal could not be chosen is looked up (or guessed for, by a draft)
+ * this step: by its length, which prepare and choose see alike within a step, and which such a
+ * sequence (verifying nothing) grows by one a step.
+ */
+function isTurnOf(sequence: ProposerInput): boolean {
+  return sequence.tokenIds.length % UNPROMISING_LOOKUP_ROTATION === 0;
 }
 
 export class Speculator {
@@ -52,20 +64,33 @@ export class Speculator {
     const stepCost = this.costModel.costAt(baseTokens);
     // Compute-bound: nothing is proposed, and the step costs no more than plain decoding's.
     if (adaptive && !anyProposalPays(stepCost, baseTokens)) {
-      for (const sequence of sequences) sequence.proposal.length = 0;
+      // (An empty array's truncation is still a runtime call.)
+      for (const sequence of sequences) if (sequence.proposal.length !== 0) sequence.proposal.length = 0;
       this.numChosen.fill(0, 0, sequences.length);
       return this.numChosen;
     }
     const candidates = this.candidates;
-    candidates.length = 0;
-    for (const sequence of sequences) {
-      this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
+    while (candidates.length < sequences.length) candidates.push({ acceptanceRate: 0, continuationRate: 0, numAvailable: 0 });
+    candidates.length = sequences.length;
+    const numStepSeqs = Math.max(baseTokens, sequences.length);
+    for (let i = 0; i < sequences.length; i++) {
+      const sequence = sequences[i];
+      const candidate = candidates[i];
       const { acceptance } = sequence;
-      candidates.push(
-        acceptance === null
-          ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0 }
-          : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: sequence.proposal.length },
-      );
+      const rate = acceptance === null ? 0 : acceptanceRate(acceptance);
+      candidate.acceptanceRate = rate;
+      candidate.continuationRate = acceptance === null ? 0 : continuationRate(acceptance);
+      // A sequence whose first proposal could not be chosen this step is looked up only in its
+      // turn, so that its acceptance keeps being measured (recordUnverifiedGuess) at a fraction
+      // of the lookups: at 32 streams nearly every step is like this, and the lookups were most
+      // of speculation's cost there.
+      const skip = acceptance === null || (adaptive && !isTurnOf(sequence) && !firstProposalMayPay(rate, stepCost, numStepSeqs));
+      if (skip) {
+        if (sequence.proposal.length !== 0) sequence.proposal.length = 0;
+      } else {
+        this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
+      }
+      candidate.numAvailable = acceptance === null ? 0 : sequence.proposal.length;
     }
     if (!adaptive) {
       let remaining = budget;
@@ -74,10 +99,19 @@ export class Speculator {
         remaining -= this.numChosen[i];
       });
     } else {
-      chooseDraftCounts(candidates, stepCost, budget, this.numChosen, Math.max(baseTokens, candidates.length));
+      chooseDraftCounts(candidates, stepCost, budget, this.numChosen, numStepSeqs);
       if (candidates.length === 1) this.numChosen[0] = shortenToMeasuredCosts(candidates[0], this.numChosen[0], baseTokens, this.costModel);
     }
     return this.numChosen;
+  }
+
+  /**
+   * Whether any proposal could be verified in a step of baseTokens decodes: false where the step
+   * is compute-bound (adaptive), and then the step's choice is all zeros without looking at its
+   * sequences (choose would return that too).
+   */
+  mayPropose(baseTokens: number): boolean {
+    return this.config.adaptive === false || anyProposalPays(this.costModel.costAt(baseTokens), baseTokens);
   }
 
   /** Whether the proposer works ahead of the step (prepare, before the step is scheduled). */
@@ -89,7 +123,10 @@ export class Speculator {
    * The proposer's work ahead of the step for the sequences that may speculate in it; none where
    * adaptivity knows no proposal would be verified (a compute-bound step). Adaptive, each
    * sequence's maxDraftTokens is first lowered to what the step's choice would verify (at least
-   * one, so that acceptance keeps being measured), each guess costing its share of a draft pass.
+   * one, so that acceptance keeps being measured), each guess costing its share of a draft pass;
+   * a sequence whose first guess the step could not choose gets none except in its turn (as
+   * choose looks it up): at 32 streams that is nearly every sequence, and a draft pass for all of
+   * them every step cost more than plain decoding's step.
    */
   async prepare(candidates: readonly PreparingSequence[]): Promise<void> {
     if (this.proposer.prepare === undefined || candidates.length === 0) return;
@@ -112,7 +149,10 @@ export class Speculator {
       // A guess costs its verification and its share of a draft pass.
       const guessCost = { baseMs: stepCost.baseMs, perTokenMs: stepCost.perTokenMs + (this.proposer.passMs ?? 0) / numDecodes };
       chooseDraftCounts(choices, guessCost, budget, this.numChosen, numDecodes);
-      candidates.forEach((candidate, i) => (candidate.maxDraftTokens = Math.min(candidate.maxDraftTokens, Math.max(1, this.numChosen[i]))));
+      candidates.forEach((candidate, i) => {
+        const promising = candidate.acceptance !== null && (isTurnOf(candidate) || firstProposalMayPay(choices[i].acceptanceRate, stepCost, numDecodes));
+        candidate.maxDraftTokens = promising ? Math.min(candidate.maxDraftTokens, Math.max(1, this.numChosen[i])) : 0;
+      });
     }
     await this.proposer.prepare(candidates);
   }
@@ -153,8 +193,10 @@ export class Speculator {
     this.proposer.finish?.(sequence);
   }
 
-  takeCounters(): SpecDecodeCounters {
+  /** The counters since the last call; null when no proposal was verified since (nothing to count, nothing allocated). */
+  takeCounters(): SpecDecodeCounters | null {
     const counters = this.counters;
+    if (counters.numDrafts === 0) return null;
     this.counters = emptyCounters(this.config.numSpeculativeTokens);
     return counters;
   }

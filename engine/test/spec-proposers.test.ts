@@ -275,15 +275,79 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   const computeBound = new Speculator(config, proposer);
   for (let n = 1; n <= 40; n++) computeBound.observeStep(n, 0.2 + n / 2);
   const batch = sequences(32);
+  assert.equal(computeBound.mayPropose(32), false, 'the scheduler may skip the step\'s sequences');
   const chosen = computeBound.choose(batch, 32, 1000);
   assert.deepEqual(Array.from(chosen.subarray(0, 32)), new Array<number>(32).fill(0));
   assert.equal(numLookups, 0, 'no proposer call when nothing can pay');
   assert.ok(batch.every((sequence) => sequence.proposal.length === 0));
+  assert.equal(computeBound.takeCounters(), null, 'a step that verified nothing reports no counters');
   // The fixed part dominates: one decode speculates, and the proposer is asked.
   const memoryBound = new Speculator(config, proposer);
   for (let n = 1; n <= 40; n++) memoryBound.observeStep(n, 10 + n / 100);
+  assert.equal(memoryBound.mayPropose(1), true);
+  // A fixed count (not adaptive) is always proposed, whatever the cost.
+  const fixed = new Speculator({ ...config, adaptive: false }, proposer);
+  for (let n = 1; n <= 40; n++) fixed.observeStep(n, 0.2 + n / 2);
+  assert.equal(fixed.mayPropose(32), true);
   assert.ok(memoryBound.choose(sequences(1), 1, 1000)[0] > 0);
   assert.equal(numLookups, 1);
+});
+
+test('a sequence whose proposal could not be chosen is looked up one step in four; the step chooses as if all were', () => {
+  const lookups = new Map<ProposerInput, number>();
+  const proposer = {
+    propose(sequence: ProposerInput, maxNumTokens: number, out: number[]) {
+      lookups.set(sequence, (lookups.get(sequence) ?? 0) + 1);
+      out.length = 0;
+      for (let i = 0; i < maxNumTokens; i++) out.push(i);
+    },
+  };
+  const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
+  // A step of 32 that a sure proposal would pay in, but a first one accepted half the time would not.
+  const speculator = new Speculator(config, proposer);
+  for (let n = 28; n <= 40; n++) speculator.observeStep(n, 1 + n / 5);
+  assert.equal(speculator.mayPropose(32), true);
+  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 });
+  // Lengths 3 .. 34: each sequence verifying nothing grows by one token a step.
+  const batch: SpeculatingSequence[] = Array.from({ length: 32 }, (_, i) => ({ tokenIds: Array.from({ length: 3 + i }, (_, j) => j), numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: stats(i < 4 ? 0.99 : 0.5) }));
+  for (let step = 0; step < 8; step++) {
+    const chosen = speculator.choose(batch, 32, 1000);
+    // The same choice as over every sequence's proposal.
+    const all: DraftCandidate[] = batch.map((sequence) => ({ acceptanceRate: acceptanceRate(sequence.acceptance!), continuationRate: continuationRate(sequence.acceptance!), numAvailable: 4 }));
+    const expected = new Int32Array(32);
+    chooseDraftCounts(all, speculator['costModel'].costAt(32), 1000, expected, 32);
+    assert.deepEqual(Array.from(chosen.subarray(0, 32)), Array.from(expected), `step ${step}`);
+    assert.ok(expected.subarray(0, 4).some((count) => count > 0) && expected.subarray(4).every((count) => count === 0));
+    for (const sequence of batch) {
+      sequence.proposal.length = 0;
+      (sequence.tokenIds as number[]).push(7);
+    }
+  }
+  batch.forEach((sequence, i) => assert.equal(lookups.get(sequence), i < 4 ? 8 : 2, `sequence ${i}`));
+});
+
+test('a draft guesses for a sequence whose guess could not be chosen only in its turn', async () => {
+  const prepared: number[][] = [];
+  const proposer = {
+    passMs: 0,
+    async prepare(candidates: readonly { maxDraftTokens: number }[]) {
+      prepared.push(candidates.map((candidate) => candidate.maxDraftTokens));
+    },
+    propose(_sequence: ProposerInput, _maxNumTokens: number, out: number[]) {
+      out.length = 0;
+    },
+  };
+  const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
+  const speculator = new Speculator(config, proposer);
+  for (let n = 28; n <= 40; n++) speculator.observeStep(n, 1 + n / 5);
+  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 });
+  const sequences = Array.from({ length: 32 }, (_, i) => ({ tokenIds: Array.from({ length: 8 + i }, () => 1), numPromptTokens: 1, maxDraftTokens: 4, acceptance: stats(i < 4 ? 0.99 : 0.5) }));
+  await speculator.prepare(sequences);
+  // Lengths 8 .. 39: those of a multiple of 4 tokens are in their turn.
+  assert.deepEqual(
+    prepared[0].map((count) => count > 0),
+    sequences.map((sequence, i) => i < 4 || sequence.tokenIds.length % 4 === 0),
+  );
 });
 
 test('the guess after a fully accepted proposal is measured against the token sampled there, and only acceptance counts it', () => {
@@ -294,7 +358,8 @@ test('the guess after a fully accepted proposal is measured against the token sa
   const guessedRight = speculator.newAcceptanceStats();
   for (let i = 0; i < 50; i++) speculator.recordVerification(guessedRight, 1, 1, true);
   assert.ok(acceptanceRate(guessedRight) > 0.99 && continuationRate(guessedRight) > 0.99, JSON.stringify(guessedRight));
-  const counters = speculator.takeCounters();
+  const counters = speculator.takeCounters()!;
+  assert.equal(speculator.takeCounters(), null, 'nothing verified since the last take');
   assert.deepEqual({ numDrafts: counters.numDrafts, numDraftTokens: counters.numDraftTokens, numAcceptedTokens: counters.numAcceptedTokens }, { numDrafts: 50, numDraftTokens: 50, numAcceptedTokens: 50 });
   assert.deepEqual(counters.numAcceptedTokensPerPosition, [50, 0, 0, 0]);
   // Two accepted and the guess after them wrong every time: of the later positions, the second
