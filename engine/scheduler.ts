@@ -67,10 +67,10 @@ export const BACKLOG_STEPS = 4;
  * that is more than its 3/16 of the budget (from 13 decodes on at 96). Many decodes make a step
  * long whatever its chunk; a chunk fixed at 96 tokens then spreads a prompt over steps that are
  * mostly the decodes' rows, each a row of every stream again: a 32-client burst's last 2,048
- * prompt tokens took 21 steps beside ~28 decodes each. Beside 8 a row, the burst's last first
- * token came after 513 decode rows instead of 758 and 4.23-4.31 s instead of 4.47-4.59 s
- * (CPU-time replay, 128 requests, 3 rounds; ITL p99 and TTFT p50 the same). 12 a row kept 16
- * clients' streams in lockstep after their burst (simulated TTFT p50 284 ms, not 223).
+ * prompt tokens took 21 steps beside ~28 decodes each. Beside 8 a row, the TTFT p99 came after
+ * 33 steps and 513 decode rows instead of 42 and 758, and was lower in 8 of 9 interleaved pairs
+ * (CPU-time replay, 128 requests: median pair 0.95x; ITL p99, TTFT p50 and tok/s the same). 12
+ * a row kept 16 clients' streams in lockstep after their burst (simulated TTFT p50 284 ms, not 223).
  */
 export const PREFILL_TOKENS_PER_DECODE_ROW = 8;
 
