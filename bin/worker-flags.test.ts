@@ -87,7 +87,7 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
   assert.equal(settings.servedName, 'x');
   assert.equal(settings.enablePrefixCaching, true);
   assert.equal(settings.schedulingPolicy, 'fcfs');
-  assert.deepEqual(settings.prefillLimits, { maxNumPartialPrefills: 64, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 64, maxPrefillTokensBesideDecodes: 96, backlogPromptTokens: 2048 });
+  assert.deepEqual(settings.prefillLimits, { maxNumPartialPrefills: 64, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 64, maxPrefillTokensBesideDecodes: 96, prefillTokensPerDecodeRow: 8, backlogPromptTokens: 2048 });
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--enable-prefix-caching', 'yes']), /--enable-prefix-caching/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--scheduling-policy', 'lifo']), /--scheduling-policy/);
   assert.throws(() => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', '--max-num-seqs', 'many']), /--max-num-seqs/);
@@ -100,16 +100,18 @@ test('a worker without a KV size gets the default bytes; bad flags name the flag
 test('the performance mode sets how prompts share a step, and vLLM\'s three settings and the chunk cap override it', () => {
   const limits = (...flags: string[]) => parseWorkerArgs(['--model', '/m/x', '--listen', 'h:1', ...flags]).prefillLimits;
   assert.deepEqual(limits('--performance-mode', 'interactivity', '--max-num-seqs', '16', '--max-num-batched-tokens', '1024'),
-    { maxNumPartialPrefills: 16, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 128, maxPrefillTokensBesideDecodes: 192, backlogPromptTokens: 4096 });
+    { maxNumPartialPrefills: 16, maxLongPartialPrefills: 1, longPrefillTokenThreshold: 128, maxPrefillTokensBesideDecodes: 192, prefillTokensPerDecodeRow: 8, backlogPromptTokens: 4096 });
   assert.deepEqual(limits('--performance-mode', 'throughput', '--max-num-seqs', '16'),
     { maxNumPartialPrefills: 16, maxLongPartialPrefills: 16, longPrefillTokenThreshold: 64 });
   assert.deepEqual(limits('--performance-mode', 'throughput', '--max-num-partial-prefills', '2'),
     { maxNumPartialPrefills: 2, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 64 });
   assert.deepEqual(limits('--max-long-partial-prefills', '2', '--long-prefill-token-threshold', '0'),
-    { maxNumPartialPrefills: 64, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 0, maxPrefillTokensBesideDecodes: 96, backlogPromptTokens: 2048 });
+    { maxNumPartialPrefills: 64, maxLongPartialPrefills: 2, longPrefillTokenThreshold: 0, maxPrefillTokensBesideDecodes: 96, prefillTokensPerDecodeRow: 8, backlogPromptTokens: 2048 });
   assert.throws(() => limits('--max-num-partial-prefills', '1', '--max-long-partial-prefills', '2'), /--max-long-partial-prefills: max_long_partial_prefills must not exceed/);
   // The chunk cap beside decodes: its own setting in either mode, and a floor under 3/16 of a small budget.
   assert.equal(limits('--max-prefill-tokens-beside-decodes', '48').maxPrefillTokensBesideDecodes, 48);
+  // A cap the configuration sets is the cap: no allowance per decode beside it.
+  assert.equal(limits('--max-prefill-tokens-beside-decodes', '48').prefillTokensPerDecodeRow, undefined);
   assert.equal(limits('--performance-mode', 'throughput', '--max-prefill-tokens-beside-decodes', '200').maxPrefillTokensBesideDecodes, 200);
   assert.equal(limits('--max-num-seqs', '8', '--max-num-batched-tokens', '64').maxPrefillTokensBesideDecodes, 32);
   assert.equal(limits('--max-num-seqs', '4', '--max-num-batched-tokens', '8').maxPrefillTokensBesideDecodes, 8);

@@ -120,6 +120,8 @@ function prefillLimitsOf(model: LlmModelConfig): PrefillLimits {
     maxLongPartialPrefills: model.max_long_partial_prefills ?? Math.min(preset.maxLongPartialPrefills, maxNumPartialPrefills),
     longPrefillTokenThreshold: model.long_prefill_token_threshold ?? preset.longPrefillTokenThreshold,
     ...(maxPrefillTokensBesideDecodes === undefined ? {} : { maxPrefillTokensBesideDecodes }),
+    // The mode's allowance per decode; a cap the configuration sets itself is the cap.
+    ...(preset.prefillTokensPerDecodeRow === undefined || model.max_prefill_tokens_beside_decodes !== undefined ? {} : { prefillTokensPerDecodeRow: preset.prefillTokensPerDecodeRow }),
     ...(preset.backlogPromptTokens === undefined ? {} : { backlogPromptTokens: preset.backlogPromptTokens }),
   };
 }

@@ -14,6 +14,8 @@ export interface OpenAiSseOptions {
   model: string;
   endpoint: OpenAiEndpoint;
   maxSockets: number;
+  /** Server-specific fields added to every request's body; the fields the transport sets win. */
+  requestFields?: Readonly<Record<string, unknown>>;
 }
 
 interface StreamChunk {
@@ -149,6 +151,7 @@ export class OpenAiSseTransport implements Transport {
 
   private requestBody(request: GenerationRequest): Record<string, unknown> {
     const common = {
+      ...this.options.requestFields,
       model: this.options.model,
       max_tokens: request.maxTokens,
       ignore_eos: true,

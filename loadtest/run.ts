@@ -41,6 +41,8 @@ export interface LoadtestOptions {
    * counted, so the measurement sees warm caches, as a deployment's steady state does.
    */
   warmupSessions?: number;
+  /** Server-specific fields added to every request's body (e.g. llama-server's `chat_parser`). */
+  requestFields?: Readonly<Record<string, unknown>>;
 }
 
 const DEFAULT_TIMEOUT_MS = 600_000;
@@ -66,6 +68,7 @@ export async function runLoadtest(options: LoadtestOptions): Promise<Results> {
     model: options.model,
     endpoint: options.endpoint,
     maxSockets: options.load.kind === 'concurrency' ? Math.max(...options.load.numClientsList) : Infinity,
+    requestFields: options.requestFields,
   });
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const originMs = performance.now();

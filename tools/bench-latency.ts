@@ -40,7 +40,10 @@
 // llama-server is never built here: give the path of one built beside the project. The bench
 // writes the benchmark checkpoint as GGUF (tools/llama-gguf.ts) and runs llama-server -t THREADS
 // -np 32 -c 16384 for the fixed loads (the issue's setting) and -np 8 -c 16384 for the shared
-// prefix (with 32 slots of 512 tokens it refuses 1,056-token prompts). Servers alternate within
+// prefix (with 32 slots of 512 tokens it refuses 1,056-token prompts), and sends it a
+// `chat_parser` that accepts any output (LLAMA_ACCEPT_ANY_OUTPUT: current servers otherwise fail
+// a third of the random model's streams); builds from Feb 2025 (c392e5094) to Aug 2026 (b10472)
+// serve it. Servers alternate within
 // each round, so the machine's drift does not pass for a difference. Every process shares the
 // machine with the load generator, as on a one-box deployment.
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -116,6 +119,8 @@ interface RunningServer {
   url: string;
   /** Conduit's Prometheus endpoint; null for llama-server. */
   metricsUrl: string | null;
+  /** Fields this server needs in every request's body beside the common ones (none for Conduit). */
+  requestFields: Readonly<Record<string, unknown>>;
   stop(): Promise<void>;
 }
 
@@ -163,7 +168,9 @@ async function waitForHealth(url: string, server: ChildProcess, describeFailure:
 }
 
 /** Starts a server whose output goes to a log file, read only when it fails to start. */
-async function startProcess(command: string, args: string[], logFile: string, url: string, metricsUrl: string | null): Promise<RunningServer> {
+async function startProcess(
+  command: string, args: string[], logFile: string, url: string, metricsUrl: string | null, requestFields: Readonly<Record<string, unknown>> = {},
+): Promise<RunningServer> {
   const logFd = openSync(logFile, 'w');
   const server = spawn(command, args, { stdio: ['ignore', logFd, logFd] });
   closeSync(logFd);
@@ -178,7 +185,7 @@ async function startProcess(command: string, args: string[], logFile: string, ur
     await stop();
     throw err;
   }
-  return { url, metricsUrl, stop };
+  return { url, metricsUrl, requestFields, stop };
 }
 
 async function startConduit(workDir: string, modelDir: string, mode: 'interactivity' | 'throughput'): Promise<RunningServer> {
@@ -202,10 +209,21 @@ async function startConduit(workDir: string, modelDir: string, mode: 'interactiv
   );
 }
 
+/**
+ * llama-server's `chat_parser` request field: a PEG parser (common/peg-parser.cpp's JSON form)
+ * that matches the empty text and always succeeds. Current llama-servers (2026) run their chat
+ * output parser over every streamed response, /v1/completions included, and end the stream with
+ * an error when it fails; the default (Content-only: all the text, then the end) fails on invalid
+ * UTF-8, which the random benchmark model emits in about one response in three (a lone byte
+ * token such as 0x80). /v1/completions streams the raw text, never the parsed message, so this
+ * parser changes no byte a client sees and no token computed; servers without the field ignore it.
+ */
+const LLAMA_ACCEPT_ANY_OUTPUT = { chat_parser: JSON.stringify({ parsers: [{ type: 'epsilon' }], rules: {}, root: 0 }) };
+
 async function startLlamaServer(workDir: string, binary: string, ggufFile: string, numThreads: number, numSlots: number): Promise<RunningServer> {
   const port = await freePort();
   const args = ['-m', ggufFile, '--host', '127.0.0.1', '--port', String(port), '-t', String(numThreads), '-np', String(numSlots), '-c', '16384'];
-  return startProcess(binary, args, path.join(workDir, `llama-server-np${numSlots}.log`), `http://127.0.0.1:${port}`, null);
+  return startProcess(binary, args, path.join(workDir, `llama-server-np${numSlots}.log`), `http://127.0.0.1:${port}`, null, LLAMA_ACCEPT_ANY_OUTPUT);
 }
 
 /** Prompt texts of exact token counts (Conduit's tokenizer, which the GGUF carries too), the same for every server. */
@@ -245,6 +263,7 @@ async function measure(server: RunningServer, point: LoadPoint): Promise<{ figur
   await runLoadtest({
     url: server.url, model: SERVED_NAME, endpoint: 'completions', workload: { kind: 'entries', name: 'warm-up', entries: point.entries.slice(0, 1) },
     load: { kind: 'concurrency', numClientsList: [1] }, seed: 39,
+    requestFields: server.requestFields,
   });
   const before = server.metricsUrl === null ? null : await scrapeHistograms(server.metricsUrl);
   const results = await runLoadtest({
@@ -254,6 +273,7 @@ async function measure(server: RunningServer, point: LoadPoint): Promise<{ figur
     workload: { kind: 'entries', name: point.label, entries: point.entries.slice(1) },
     load: { kind: 'concurrency', numClientsList: [point.numClients] },
     seed: 39,
+    requestFields: server.requestFields,
   });
   if (results.num_succeeded !== results.num_requests) {
     throw new Error(`${point.label}: ${results.num_requests - results.num_succeeded} of ${results.num_requests} requests failed: ${JSON.stringify(results.errors)}`);

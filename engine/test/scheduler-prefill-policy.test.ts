@@ -147,6 +147,24 @@ test('beside decodes prompts go in chunks of maxPrefillTokensBesideDecodes while
   assert.deepEqual(plan((await step()).output), ['f:20*']);
 });
 
+test('beside many decodes the chunk is prefillTokensPerDecodeRow per decode when that is more than maxPrefillTokensBesideDecodes', async () => {
+  const plans = new Map<number, string[][]>();
+  for (const numDecodes of [2, 4]) {
+    const { scheduler, step } = setup({ maxNumBatchedTokens: 64, ...oneLong(4), maxPrefillTokensBesideDecodes: 8, prefillTokensPerDecodeRow: 3 });
+    const decoding = ['a', 'b', 'e', 'f'].slice(0, numDecodes);
+    for (const id of decoding) scheduler.add(request(id, 4, { maxTokens: 9 }));
+    await step();
+    for (const id of ['c', 'd']) scheduler.add(request(id, 30, { maxTokens: 1 }));
+    const steps: string[][] = [];
+    for (let i = 0; i < 3; i++) steps.push(plan((await step()).output).filter((entry) => !decoding.includes(entry.split(':')[0])));
+    plans.set(numDecodes, steps);
+  }
+  // Two decodes: 3 a decode is 6, under the cap of 8. Four: 12, over it (d, long too, waits for c's end).
+  assert.deepEqual(plans.get(2), [['c:8'], ['c:8'], ['c:8']]);
+  assert.deepEqual(plans.get(4), [['c:12'], ['c:12'], ['c:6*']]);
+  assert.throws(() => setup({ prefillTokensPerDecodeRow: -1 }), /prefillTokensPerDecodeRow must be an integer >= 0/);
+});
+
 test('a backlog of more than backlogPromptTokens goes in whole prompts beside the decodes, one long a step, then chunks again', async () => {
   const { scheduler, runner, step } = setup({ maxNumBatchedTokens: 64, ...oneLong(4), maxPrefillTokensBesideDecodes: 8, backlogPromptTokens: 50 });
   scheduler.add(request('a', 20, { maxTokens: 6 }));

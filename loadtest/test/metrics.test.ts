@@ -179,3 +179,29 @@ test('TTFT, ITL, TPOT, e2e and chunk gaps match the scripted timings of a real S
     await server.close();
   }
 });
+
+test('requestFields go into every request body, and cannot override the fields the transport sets', async () => {
+  const server = await startScriptedServer({
+    script: () => ({ chunks: [{ delayMs: 0, text: 'x' }], usage: { promptTokens: 4, completionTokens: 1 } }),
+  });
+  try {
+    const results = await runLoadtest({
+      url: server.baseUrl,
+      model: 'scripted',
+      endpoint: 'completions',
+      workload: { kind: 'scenario', scenario: { name: 'fixed', inputTokens: 4, outputTokens: 1 }, numRequests: 3 },
+      load: { kind: 'concurrency', numClientsList: [1] },
+      requestFields: { chat_parser: '{"root":0}', stream: false, max_tokens: 99 },
+    });
+    assert.equal(results.num_succeeded, 3);
+    const generations = server.received.filter(({ path }) => path === '/v1/completions');
+    assert.equal(generations.length, 3);
+    for (const { body } of generations) {
+      assert.equal(body.chat_parser, '{"root":0}');
+      assert.equal(body.stream, true);
+      assert.equal(body.max_tokens, 1);
+    }
+  } finally {
+    await server.close();
+  }
+});
