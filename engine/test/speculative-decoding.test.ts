@@ -216,8 +216,10 @@ test('speculative decoding emits bitwise the tokens and logprobs of plain decodi
   for (const variant of variants) {
     const result = await run(modelDir, cases, variant);
     assertSameOutputs(result.outputs, plain.outputs, cases, variant.label, seed);
-    assert.ok(result.numVerifiedSteps > 0 || variant.speculative.adaptive === true, `${variant.label}: proposals were verified`);
-    for (const hash of result.storedHashes) assert.ok(expectedHashes.has(hash), `${variant.label}: the prefix cache named a block plain decoding never computed`);
+    // Every failure names the seed: the reporter's seed line comes after the test's result.
+    const label = `${variant.label} (seed ${seed})`;
+    assert.ok(result.numVerifiedSteps > 0 || variant.speculative.adaptive === true, `${label}: proposals were verified`);
+    for (const hash of result.storedHashes) assert.ok(expectedHashes.has(hash), `${label}: the prefix cache named a block plain decoding never computed`);
     const { counters } = result;
     assert.ok(counters.numAcceptedTokens <= counters.numDraftTokens);
     // A proposal is accepted only after every one before it.
@@ -225,11 +227,11 @@ test('speculative decoding emits bitwise the tokens and logprobs of plain decodi
     assert.equal(perPosition.reduce((sum, count) => sum + count, 0), counters.numAcceptedTokens);
     for (let position = 1; position < perPosition.length; position++) assert.ok(perPosition[position] <= perPosition[position - 1]);
     if (variant.accepts) {
-      assert.ok(counters.numAcceptedTokens > 0, `${variant.label}: proposals were accepted`);
-      assert.ok(counters.numAcceptedTokens < counters.numDraftTokens, `${variant.label}: proposals were rejected`);
+      assert.ok(counters.numAcceptedTokens > 0, `${label}: proposals were accepted`);
+      assert.ok(counters.numAcceptedTokens < counters.numDraftTokens, `${label}: proposals were rejected`);
     }
-    if (variant.numKvBlocks === tight) assert.ok(result.numPreempted > 0, `${variant.label}: a request was preempted`);
-    if (!variant.batched) assert.deepEqual([...result.storedHashes].sort(), [...plain.storedHashes].sort(), `${variant.label}: the prefix cache holds what plain decoding's does`);
+    if (variant.numKvBlocks === tight) assert.ok(result.numPreempted > 0, `${label}: a request was preempted`);
+    if (!variant.batched) assert.deepEqual([...result.storedHashes].sort(), [...plain.storedHashes].sort(), `${label}: the prefix cache holds what plain decoding's does`);
   }
 });
 
@@ -319,15 +321,16 @@ test('the draft-model proposer: bitwise plain decoding, every greedy guess of th
       const recording = new RecordingDraft(draft);
       const result = await run(modelDir, cases, { ...variant, speculative, proposer: recording });
       assertSameOutputs(result.outputs, plain.outputs, cases, variant.label, seed);
+      const label = `${variant.label} (seed ${seed})`;
       // Its KV after rejections, preemptions and partial verifications is exactly the accepted tokens'.
-      await assertGuessesAreGreedy(variant.draftDir, recording, variant.label);
-      assert.ok(result.numVerifiedSteps > 0 || speculative.adaptive, `${variant.label}: proposals were verified`);
+      await assertGuessesAreGreedy(variant.draftDir, recording, label);
+      assert.ok(result.numVerifiedSteps > 0 || speculative.adaptive, `${label}: proposals were verified`);
       if (variant.accepts) {
-        assert.ok(result.counters.numAcceptedTokens > 0, `${variant.label}: proposals were accepted`);
-        assert.ok(result.counters.numAcceptedTokens < result.counters.numDraftTokens, `${variant.label}: proposals were rejected`);
+        assert.ok(result.counters.numAcceptedTokens > 0, `${label}: proposals were accepted`);
+        assert.ok(result.counters.numAcceptedTokens < result.counters.numDraftTokens, `${label}: proposals were rejected`);
       }
-      if (variant.preempts === true) assert.ok(result.numPreempted > 0, `${variant.label}: a request was preempted`);
-      assert.equal(draft.numFreeBlocks, variant.draftBlocks, `${variant.label}: every draft KV block is free at the end`);
+      if (variant.preempts === true) assert.ok(result.numPreempted > 0, `${label}: a request was preempted`);
+      assert.equal(draft.numFreeBlocks, variant.draftBlocks, `${label}: every draft KV block is free at the end`);
     } finally {
       draft.close();
     }
