@@ -279,7 +279,7 @@ const uint8_t* WeightStore::quantize_q8_panels(const cd_tensor_ref& ref, int32_t
   const bool ggml_mxfp4_blocks = ref.encoding == CD_ENCODING_GGML_MXFP4 && ref.first_column % 32 == 0 && k % 32 == 0;
   const int32_t num_panels = (num_rows + kPanelColumns - 1) / kPanelColumns;
   const int32_t num_blocks = (k + 31) / 32;
-  uint8_t* panels = allocate_matrix(q8_panels_bytes(num_rows, k), false);
+  uint8_t* panels = allocate_matrix(q8_panels_bytes(num_rows, k));
   pool.parallel_for(num_panels, 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     int8_t values[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
@@ -352,7 +352,7 @@ const uint8_t* WeightStore::quantize_q4_panels(const cd_tensor_ref& ref, int32_t
   const uint8_t* source = base_of(ref.file_index, ref.offset_bytes);
   const ElementReader reader(ref, source, ref.encoding == CD_ENCODING_MXFP4 ? base_of(ref.scales_file_index, ref.scales_offset_bytes) : nullptr, k);
   const int32_t num_blocks = (k + 31) / 32;
-  uint8_t* panels = allocate_matrix(q4_panels_bytes(num_rows, k), false);
+  uint8_t* panels = allocate_matrix(q4_panels_bytes(num_rows, k));
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     uint8_t codes[32];
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
@@ -416,7 +416,7 @@ const uint8_t* WeightStore::convert_q4k_panels(const cd_tensor_ref& ref, int32_t
   const ElementReader reader(ref, source, nullptr, k);
   if (end_sub_block < 0) end_sub_block = k / 32;
   const size_t panel_bytes = q4k_held_panel_bytes(first_sub_block, end_sub_block);
-  uint8_t* panels = allocate_matrix(size_t(num_panels(num_rows)) * panel_bytes, true);
+  uint8_t* panels = allocate_matrix(size_t(num_panels(num_rows)) * panel_bytes);
   const auto first_held = [first_sub_block](int32_t s) { return q4k_first_held(s, first_sub_block); };
   const auto end_held = [end_sub_block](int32_t s) { return q4k_end_held(s, end_sub_block); };
   for_each_panel_block(reader, source, ggml_block_bytes(CD_ENCODING_GGML_Q4_K), kQ4KBlockInputs, num_rows,
@@ -460,7 +460,7 @@ const uint8_t* WeightStore::convert_q8k_panels(const cd_tensor_ref& ref, int32_t
   const ElementReader reader(ref, source, nullptr, k);
   const cd_encoding encoding = ref.encoding;
   const bool q6 = encoding == CD_ENCODING_GGML_Q6_K;
-  uint8_t* panels = allocate_matrix(q8k_panels_bytes(num_rows, k), true);
+  uint8_t* panels = allocate_matrix(q8k_panels_bytes(num_rows, k));
   for_each_panel_block(reader, source, ggml_block_bytes(encoding), kQ8KBlockInputs, num_rows, 0, k / kQ8KBlockInputs, panels,
                        q8k_panels_bytes(kPanelColumns, k), [](int32_t) { return kQ8KPanelBlockBytes; }, pool,
                        [encoding, q6](uint8_t* out, int32_t, int32_t column, const uint8_t* block) {
@@ -501,7 +501,7 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows,
   // Steps of one input (a column's value) or of a pair (a column's two values side by side).
   const int32_t inputs_per_step = format == MatrixFormat::kBf16Panels ? 2 : 1;
   const size_t elements_per_panel = panel_elements(format, k);
-  void* panels = allocate_matrix(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype), false);
+  void* panels = allocate_matrix(size_t(num_panels(num_rows)) * elements_per_panel * dtype_bytes(dtype));
   pool.parallel_for(num_panels(num_rows), 1, [&](int32_t, int32_t panel_begin, int32_t panel_end) {
     for (int32_t panel = panel_begin; panel < panel_end; ++panel) {
       size_t index = size_t(panel) * elements_per_panel;
@@ -522,25 +522,17 @@ const void* WeightStore::pack_panels(const cd_tensor_ref& ref, int32_t num_rows,
   return panels;
 }
 
-uint8_t* WeightStore::allocate_matrix(size_t size_bytes, bool in_own_buffer) {
+uint8_t* WeightStore::allocate_matrix(size_t size_bytes) {
   if (pair_.open && pair_.data == nullptr) {
     pair_.half_bytes = size_bytes;
-    pair_.data = allocate_matrix_buffer(2 * size_bytes, in_own_buffer);
+    pair_.data = matrices_.allocate(2 * size_bytes);
     return pair_.data;
   }
   if (pair_.open && !pair_.second_packed && size_bytes == pair_.half_bytes) {
     pair_.second_packed = true;
     return pair_.data + size_bytes;
   }
-  return allocate_matrix_buffer(size_bytes, in_own_buffer);
-}
-
-uint8_t* WeightStore::allocate_matrix_buffer(size_t size_bytes, bool in_own_buffer) {
-  if (!in_own_buffer) return matrices_.allocate(size_bytes);
-  AlignedBuffer buffer = allocate_aligned(size_bytes);
-  uint8_t* data = static_cast<uint8_t*>(buffer.get());
-  converted_.push_back(std::move(buffer));
-  return data;
+  return matrices_.allocate(size_bytes);
 }
 
 void WeightStore::begin_pair() { pair_ = Pair{true, nullptr, 0, false}; }

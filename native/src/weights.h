@@ -93,10 +93,9 @@ class WeightStore {
   };
 
   void unmap(MappedFile& file);
-  // A packed matrix's bytes: from the arena, or in_own_buffer (the GGUF K-block formats) a
-  // buffer of its own; inside a pair, the pair's halves.
-  uint8_t* allocate_matrix(size_t size_bytes, bool in_own_buffer);
-  uint8_t* allocate_matrix_buffer(size_t size_bytes, bool in_own_buffer);
+  // A packed matrix's bytes, from the arena (huge pages, huge_pages.h); inside a pair, the pair's
+  // halves.
+  uint8_t* allocate_matrix(size_t size_bytes);
   const uint8_t* base_of(int32_t file_index, uint64_t offset_bytes) const;
 
   std::vector<MappedFile> files_;

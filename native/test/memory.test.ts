@@ -5,6 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
+import { writeLlamaGguf } from '../../tools/llama-gguf.ts';
 import { readCheckpoint } from '../checkpoint.ts';
 import { loadModel } from '../index.ts';
 import { availableMemory, kvHeadsPerRank, loadFootprint, ranksOnThisMachine } from '../memory.ts';
@@ -154,4 +156,34 @@ test("an MPI job's ranks on this machine come from its launcher's local rank and
   assert.deepEqual(ranksOnThisMachine(share, true, { OMPI_COMM_WORLD_LOCAL_SIZE: 'x', OMPI_COMM_WORLD_LOCAL_RANK: '1' }), all);
   // A shared-memory group is one machine whatever the environment says.
   assert.deepEqual(ranksOnThisMachine(share, false, { OMPI_COMM_WORLD_LOCAL_SIZE: '2', OMPI_COMM_WORLD_LOCAL_RANK: '1' }), all);
+});
+
+// The Q4_K weights of a model whose every matrix is under a huge page (the 125 M bench model's
+// layers): packed into the arena's huge-page slabs like every other format's, not into buffers of
+// their own, which the kernel gave 4 KiB pages (a page walk per 4 KiB of every weight stream).
+test('GGUF Q4_K matrices smaller than a huge page are packed onto huge pages', async (t) => {
+  const thpSetting = (() => {
+    try {
+      return readFileSync('/sys/kernel/mm/transparent_hugepage/enabled', 'utf8');
+    } catch {
+      return '';
+    }
+  })();
+  if (!/\[(always|madvise)\]/.test(thpSetting)) return t.skip('no transparent huge pages on this machine');
+  const anonHugeBytes = () => Number(/^AnonHugePages:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/smaps_rollup', 'utf8'))?.[1] ?? 0) * 1024;
+  using temp = makeTempDir('memory-q4k');
+  // Each layer's matrices are 36-144 KiB as Q4_K; the eight layers hold about 4.5 MiB.
+  const modelDir = writeCheckpoint(temp.dir, 'small-matrices', { arch: 'llama', hiddenSize: 256, numLayers: 8, numHeads: 4, numKvHeads: 4, intermediateSize: 1024, vocabSize: 256 });
+  const gguf = path.join(temp.dir, 'model.gguf');
+  writeLlamaGguf(modelDir, gguf, { matrixType: 'Q4_K' });
+  const q4kBytes = 8 * (4 * 256 * 256 + 3 * 256 * 1024) * (144 / 256);
+  const before = anonHugeBytes();
+  const model = await loadModel(loadOptions(gguf, { numKvBlocks: 1, numThreads: 1 }));
+  try {
+    const grown = anonHugeBytes() - before;
+    // All of it but the huge page the last matrices may end inside.
+    assert.ok(grown >= q4kBytes - 2 ** 21, `huge pages grew ${(grown / 2 ** 20).toFixed(1)} MiB for ${(q4kBytes / 2 ** 20).toFixed(1)} MiB of Q4_K matrices`);
+  } finally {
+    model.close();
+  }
 });
