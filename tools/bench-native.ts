@@ -42,6 +42,8 @@ const PROMPT_TOKENS = 128;
 const PREFILL_TOKENS = 512;
 const BATCH_SIZES = [1, 8, 32] as const;
 const STREAM_BUFFER_BYTES = 1 << 30;
+/** llama-bench's tg128: tokens decoded at batch 1 from an empty context. */
+const LLAMA_TG_TOKENS = 128;
 
 interface Mode {
   label: string;
@@ -91,7 +93,7 @@ interface LlamaBenchFigures {
 
 /** llama-bench's pp512 and tg128 on file, tok/s (the mean of its repetitions). */
 function llamaBench(llamaBin: string, file: string, numThreads: number, numRounds: number): LlamaBenchFigures {
-  const output = execFileSync(llamaBin, ['-m', file, '-p', String(PREFILL_TOKENS), '-n', '128', '-t', String(numThreads), '-r', String(numRounds), '-o', 'json'], {
+  const output = execFileSync(llamaBin, ['-m', file, '-p', String(PREFILL_TOKENS), '-n', String(LLAMA_TG_TOKENS), '-t', String(numThreads), '-r', String(numRounds), '-o', 'json'], {
     encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 1 << 26,
   });
   const rows = JSON.parse(output) as Array<{ n_prompt: number; n_gen: number; avg_ts: number }>;
@@ -310,6 +312,8 @@ async function main(): Promise<void> {
     gemmSeconds: number;
     decode: number[];  // tok/s at BATCH_SIZES
     prefill: number;
+    /** tok/s of llama-bench's tg128 work (GGUF modes): 128 tokens decoded from an empty context. */
+    tg128: number | null;
   }
   const results: ModeResult[] = [];
   const int8OverBf16: Partial<Record<KernelPath, number>> = {};
@@ -336,12 +340,18 @@ async function main(): Promise<void> {
       // within a run, and a ratio between modes (taken per round) should not measure the drift.
       const decodeRounds = new Map(modes.map((mode) => [mode, BATCH_SIZES.map((): number[] => [])]));
       const prefillRounds = new Map(modes.map((mode): [Mode, number[]] => [mode, []]));
+      // llama-bench's tg128 decodes 128 tokens from an empty context; the GGUF modes also run that
+      // very work, for the side-by-side (the b1 column decodes after a 128-token prompt).
+      const tg128Rounds = new Map(modes.map((mode): [Mode, number[]] => [mode, []]));
       // Innermost the modes, so that a round's measurements of one batch size sit seconds apart.
       for (let round = 0; round < numRounds; round++) {
         for (const [i, numSeqs] of BATCH_SIZES.entries()) {
           for (const mode of modes) decodeRounds.get(mode)![i].push(await sharedPromptDecodeTokensPerSecond(models.get(mode)!, numSeqs, newTokens));
         }
         for (const mode of modes) prefillRounds.get(mode)!.push(await prefillTokensPerSecond(models.get(mode)!, 1));
+        for (const mode of modes.filter((m) => m.gguf !== undefined)) {
+          tg128Rounds.get(mode)!.push(await decodeTokensPerSecond(models.get(mode)!, { numSeqs: 1, numPromptTokens: 1, numSteps: LLAMA_TG_TOKENS }));
+        }
       }
       const int8Mode = modes.find((mode) => mode.label === 'int8');
       const bf16Mode = modes.find((mode) => mode.label === 'bf16');
@@ -350,7 +360,8 @@ async function main(): Promise<void> {
         int8OverBf16[kernel] = median(int8B1.map((rate, round) => rate / bf16B1[round]));
       }
       for (const mode of modes) {
-        const result = { kernel, mode, ...matmulProbes.get(mode)!, decode: decodeRounds.get(mode)!.map(median), prefill: median(prefillRounds.get(mode)!) };
+        const tg128 = tg128Rounds.get(mode)!;
+        const result = { kernel, mode, ...matmulProbes.get(mode)!, decode: decodeRounds.get(mode)!.map(median), prefill: median(prefillRounds.get(mode)!), tg128: tg128.length > 0 ? median(tg128) : null };
         results.push(result);
         console.log(`${kernel} ${mode.label}: decode ${result.decode.map((rate, i) => `b${BATCH_SIZES[i]} ${fmt(rate)}`).join(', ')} tok/s; prefill ${fmt(result.prefill)} tok/s`);
       }
@@ -398,7 +409,9 @@ async function main(): Promise<void> {
       for (const result of results.filter((r) => fileModes.includes(r.mode))) {
         const mode = result.mode;
         const b1 = result.decode[0];
-        console.log(`  conduit ${result.kernel} ${mode.label}: b1 decode ${fmt(b1)} tok/s = ${fmt(b1 / llama.tg128, 2)}x llama.cpp tg128, ` +
+        const tg128 = result.tg128!;
+        console.log(`  conduit ${result.kernel} ${mode.label}: tg128's work (${LLAMA_TG_TOKENS} tokens from an empty context) ${fmt(tg128)} tok/s = ${fmt(tg128 / llama.tg128, 2)}x llama.cpp tg128; ` +
+          `b1 decode (after a ${PROMPT_TOKENS}-token prompt) ${fmt(b1)} tok/s = ${fmt(b1 / llama.tg128, 2)}x, ` +
           `${pct(b1 / fileBound)} of the file's bound (${pct(b1 / (bestBandwidth / (weightsPerToken * mode.bytesPerWeight)))} of the bound of the ${fmt(mode.bytesPerWeight * 8, 2)} bits read); ` +
           `prefill ${fmt(result.prefill)} tok/s = ${fmt(result.prefill / llama.pp512, 2)}x llama.cpp pp${PREFILL_TOKENS}`);
       }
