@@ -155,41 +155,47 @@ function relativeLogitError(actual: Trace, expected: Trace): number {
  * Quantized panels (the default bf16 load) against the fp32 weights' logits. Every block type
  * keeps its values exactly (Q8_0 as int8 blocks, Q4_0 as 4-bit panels, Q4_K as Q4_K, Q5_K and
  * Q6_K as int8 codes with their own scales), so only the activations' quantization and the bf16
- * embedding, norms and cache differ. Q8_0, Q5_K and Q6_K meet int16 activations (the bound int8
- * quantization meets on the 125 M model); random Q6_K blocks have the widest range (an int8 scale
- * of random size and sign per 16 inputs), which the bf16 roundings feel most: over seeds 1-12,
- * 0.8-3.5e-2 on llama with one tail at 6.4e-2 (seed 5; qwen3 0.9-2.2e-2), so its bound is 1e-1,
- * still far below what a wrong scale or sign gives (order 1). The 4-bit formats meet int8 activations per 32 (llama.cpp's
- * choice for every K-quant dot, there per 256), which costs ~5x the int16 rows' error: Q4_0 and
- * Q4_K 0.7-3.7e-2 over 12 seeds (int16: 3-11e-3), against the 4-bit weights' own ~0.4 (native/README).
- * Q4_K's rows now take one scale per 256 (its super-block runs in integers): 4.1e-3 to 4.4e-2 over
- * 8 seeds, where the same blocks as per-32 4-bit panels gave 4.0e-3 to 3.3e-2, so its bound is 8e-2.
+ * embedding, norms and cache differ. How far that moves the logits depends on the random network
+ * far more than on the kernels: over 82 seeds an absolute bound saw Q5_K from 1.3e-3 to 1.3e-1
+ * (median 6e-3; CI failed at 3.2e-2 on seed 212955818), and the seeds that erred most erred as
+ * much with plain bf16 weights. So the error is bounded relative to that network's own bf16 load
+ * on the scalar kernel (the same values rounded to bf16: a perturbation of the same kind, and the
+ * same on every CPU). Over 60 seeds × llama and qwen3 (avx512, 2026-12-07), quantized error /
+ * bf16 error: Q8_0 0.49-1.74, Q5_K 0.43-4.34, Q6_K 0.29-3.04 (int16 activations); Q4_0 1.14-3.93,
+ * Q4_K as 4-bit panels 0.75-6.39 (int8 activations per 32, ~5x int16's error); Q4_K 0.94-9.53,
+ * median 3 (int8 per 256, llama.cpp's choice for every K-quant dot). Each bound is about twice its
+ * type's largest. A wrong value is far above them (seeds 11-13, both families): Q5_K's fifth bit
+ * dropped in one sub-block of eight reads 34-128x; one Q4_K sub-block's scale off by one (of up to
+ * 63) reads 25-118x.
  */
-const PANEL_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 3e-2, Q4_0: 6e-2, Q4_K: 8e-2, Q5_K: 3e-2, Q6_K: 1e-1 };
+const PANEL_RATIO_BOUNDS: Readonly<Record<BlockTypeName, number>> = { Q8_0: 4, Q4_0: 8, Q4_K: 20, Q5_K: 8, Q6_K: 8 };
+/** Q4_K's blocks as `quantization: int4` 4-bit panels, against the same bf16 load (above). */
+const INT4_PANEL_RATIO_BOUND = 12;
 
 for (const type of BLOCK_TYPES) {
-  test(`${type}: random blocks compute bitwise what their fp64 dequantization computes, and within ${PANEL_BOUNDS[type]} as quantized panels`, async (t) => {
+  test(`${type}: random blocks compute bitwise what their fp64 dequantization computes, and within ${PANEL_RATIO_BOUNDS[type]}x bf16 weights' error as quantized panels`, async (t) => {
     using temp = makeTempDir('gguf-blocks');
     const seed = freshSeed(t);
     const prompt = randomTokens(PROMPT_TOKENS, VOCAB_SIZE, seed);
     for (const family of ['llama', 'qwen3']) {
       const { gguf, reference } = randomBlockCheckpoints(temp.dir, family, type, seed);
+      const bf16Error = relativeLogitError(await trace(loadOptions(reference, { kernel: 'scalar', dtype: 'bf16' }), prompt, seed),
+                                           await trace(loadOptions(reference, { kernel: 'scalar' }), prompt, seed));
       for (const kernel of KERNELS) {
         await t.test(`${family}, ${kernel}`, { skip: kernelSkip(kernel) }, async () => {
           const label = `seed ${seed}, ${family}, ${type}, ${kernel}`;
           const expected = await trace(loadOptions(reference, { kernel }), prompt, seed);
           assertBitwiseEqual(await trace(loadOptions(gguf, { kernel, dtype: 'fp32' }), prompt, seed), expected, `${label}, fp32 weights`);
-          const quantized = await trace(loadOptions(gguf, { kernel }), prompt, seed);
-          const error = relativeLogitError(quantized, expected);
-          t.diagnostic(`${label}: quantized panels ${error.toExponential(2)} off`);
-          assert.ok(error <= PANEL_BOUNDS[type], `${label}: quantized panels' logits are ${error.toExponential(2)} off (relative), over ${PANEL_BOUNDS[type]}`);
+          const assertWithinBf16 = (error: number, bound: number, what: string) => {
+            t.diagnostic(`${label}: ${what} ${error.toExponential(2)} off, bf16 weights ${bf16Error.toExponential(2)}: ${(error / bf16Error).toFixed(2)}x`);
+            assert.ok(error <= bound * bf16Error, `${label}: ${what}' logits are ${error.toExponential(2)} off (relative), ${(error / bf16Error).toFixed(2)}x the bf16 weights' ${bf16Error.toExponential(2)}, over ${bound}x`);
+          };
+          assertWithinBf16(relativeLogitError(await trace(loadOptions(gguf, { kernel }), prompt, seed), expected), PANEL_RATIO_BOUNDS[type], 'quantized panels');
           if (type === 'Q4_K') {
             // The same blocks as 4-bit panels of fp32 scale and min (what int4 makes of whole Q4_K
             // blocks, exactly), whose rows are int8 per 32 rather than Q4_K's per 256.
             const panels = await trace(loadOptions(gguf, { kernel, quantization: 'int4' }), prompt, seed);
-            const panelsError = relativeLogitError(panels, expected);
-            t.diagnostic(`${label}: as 4-bit panels ${panelsError.toExponential(2)} off`);
-            assert.ok(panelsError <= PANEL_BOUNDS.Q4_0, `${label}: 4-bit panels' logits are ${panelsError.toExponential(2)} off (relative), over ${PANEL_BOUNDS.Q4_0}`);
+            assertWithinBf16(relativeLogitError(panels, expected), INT4_PANEL_RATIO_BOUND, 'as 4-bit panels');
           }
         });
       }
@@ -259,6 +265,11 @@ const MIXED_TYPES = { 'attn_k.weight': 'Q4_0', 'attn_v.weight': 'Q6_K', 'ffn_up.
 const MIXED_FORMATS: Readonly<Record<string, MatrixFormat>> = {
   lm_head: 'q4_k', q_proj: 'q4_k', k_proj: 'int4', v_proj: 'q8_k', o_proj: 'q4_k', gate_proj: 'q4_k', up_proj: 'int8', down_proj: 'q4_k',
 };
+/**
+ * Q4_K of a bf16 checkpoint's own weights (not random blocks) against the same values in fp32:
+ * 1.7-3.9e-2 over 17 seeds on the 256-wide model, 1.2-2.7e-2 at hidden 768 (avx512, 2026-12-07).
+ */
+const SEGMENTS_BOUND = 8e-2;
 const HIDDEN_768: ShapeOptions = { arch: 'llama', hiddenSize: 768, numLayers: 1, numHeads: 12, numKvHeads: 4, intermediateSize: 512, vocabSize: VOCAB_SIZE, tieWordEmbeddings: false };
 
 test('Q4_K segments that are not whole super-blocks load as Q4_K; whole matrices keep their types\' formats', async (t) => {
@@ -290,7 +301,7 @@ test('Q4_K segments that are not whole super-blocks load as Q4_K; whole matrices
         const error = relativeLogitError(await trace(loadOptions(gguf, { kernel }), prompt, seed),
                                          await trace(loadOptions(gguf, { kernel, dtype: 'fp32' }), prompt, seed));
         t.diagnostic(`${label}: ${error.toExponential(2)} off the fp32 weights' logits`);
-        assert.ok(error <= PANEL_BOUNDS.Q4_K, `${label}: logits ${error.toExponential(2)} off the fp32 weights' (relative), over ${PANEL_BOUNDS.Q4_K}`);
+        assert.ok(error <= SEGMENTS_BOUND, `${label}: logits ${error.toExponential(2)} off the fp32 weights' (relative), over ${SEGMENTS_BOUND}`);
       }
     });
   }
@@ -337,7 +348,8 @@ function int4Reference(parentDir: string, source: string): string {
   return reference;
 }
 
-// int8 activations (PANEL_BOUNDS): 1.5-3.7e-2 seen over 12 seeds; int16 rows gave ~3e-3.
+// int8 activations per 32 (PANEL_RATIO_BOUNDS): 1.5-3.7e-2 over 12 seeds, 1.6-3.2e-2 over 17 more
+// (2026-12-07); int16 rows gave ~3e-3.
 const INT4_BOUND = 6e-2;
 
 test(`quantization int4: a bf16 checkpoint computes within ${INT4_BOUND} what its 4-bit weights compute, and batch invariant bitwise`, async (t) => {
