@@ -444,7 +444,7 @@ class ForwardPass {
     if (layer.is_moe()) {
       norm_rows(ws_.hidden.data(), layer.ffn_norm, ws_.normed.data());
       run_moe(model_.pool, model_.kernels, layer, dims_, model_.numerics, ws_.normed.data(), num_tokens, ws_.hidden.data(),
-              ws_.packed, ws_.moe, model_.tp.comm != nullptr ? &model_.tp.experts : nullptr);
+              ws_.moe, model_.tp.comm != nullptr ? &model_.tp.experts : nullptr);
       return;
     }
     normed_matmuls(ws_.hidden.data(), layer.ffn_norm, num_tokens,

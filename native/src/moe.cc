@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "matmul.h"
 #include "model.h"
 
 namespace conduit {
@@ -25,6 +24,13 @@ constexpr int32_t kWholeExpertsPerThread = 8;
 // layer drops two hand-offs (the pack pass, gate_up -> down). Batch-1 A/B, loaded machine, four
 // runs: CPU 0.2-3.5 % lower (medians), 0.5-3.0 % (geometric means).
 constexpr int32_t kWholeEqualExpertsPerThread = 2;
+
+// The router's rows go to threads in blocks of this many: the widest row tile of the panel
+// kernels (kPanelTileRows of kernels_avx512/avx2), so a block passes the router's panels once
+// per tile. A batch of at most this many tokens (decode of a few sequences) routes on the caller
+// alone, with no hand-off; a batch-32 step's router splits between the threads instead of one
+// thread computing all of its 32 rows while the others wait.
+constexpr int32_t kRouterRowsPerTask = 6;
 
 bool rows_all_equal(const MoeScratch& scratch) {
   const auto rows_of = [&](int32_t e) { return scratch.expert_starts[size_t(e) + 1] - scratch.expert_starts[size_t(e)]; };
@@ -223,22 +229,30 @@ void add_bias(float* row, const float* bias, int32_t n) {
 }  // namespace
 
 void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, const Dimensions& dims,
-             const Numerics& numerics, const float* normed, int32_t num_tokens, float* hidden, MatmulScratch& matmul_scratch,
-             MoeScratch& scratch, ExpertShard* shard) {
+             const Numerics& numerics, const float* normed, int32_t num_tokens, float* hidden, MoeScratch& scratch,
+             ExpertShard* shard) {
   const int32_t num_experts = int32_t(layer.experts.size());
   const int32_t top_k = dims.num_experts_per_token;
   const int32_t hidden_size = dims.hidden_size;
   const int32_t intermediate = dims.moe_intermediate_size;
   const int32_t num_slots = num_tokens * top_k;
 
-  // Router logits, fp32 weights and activations: a choice of experts is discontinuous, so the
-  // logits are kept as exact as the residual stream allows.
+  // Router logits and each token's choices, in one parallel call over blocks of tokens: a block's
+  // rows of logits (fp32 weights and activations: a choice of experts is discontinuous, so the
+  // logits are kept as exact as the residual stream allows), then their routing. Every logit is
+  // one chain whatever rows share the matmul (kernels.h), so no bit depends on the blocks. The
+  // router is fp32 panels (model.cc), which every kernel reads from x as stored (nothing packed,
+  // no panel scratch).
   grow(scratch.router_logits, size_t(num_tokens) * size_t(num_experts));
-  parallel_matmuls(pool, kernels, MatmulInput{const_cast<float*>(normed)}, num_tokens, hidden_size,
-                   {{layer.router, num_experts, scratch.router_logits.data()}}, matmul_scratch);
   grow(scratch.slot_experts, size_t(num_slots));
   grow(scratch.slot_weights, size_t(num_slots));
-  pool.parallel_for(num_tokens, 1, [&](int32_t, int32_t begin, int32_t end) {
+  const int32_t num_router_blocks = (num_tokens + kRouterRowsPerTask - 1) / kRouterRowsPerTask;
+  pool.parallel_for(num_router_blocks, 1, [&](int32_t, int32_t block_begin, int32_t block_end) {
+    const int32_t begin = block_begin * kRouterRowsPerTask;
+    const int32_t end = std::min(num_tokens, block_end * kRouterRowsPerTask);
+    const Activations rows{normed + size_t(begin) * size_t(hidden_size), size_t(hidden_size), nullptr, 0, nullptr};
+    kernels.matmul(rows, end - begin, hidden_size, layer.router, 0, num_experts,
+                   &scratch.router_logits[size_t(begin) * size_t(num_experts)], size_t(num_experts), false);
     for (int32_t t = begin; t < end; ++t) {
       float* logits = &scratch.router_logits[size_t(t) * size_t(num_experts)];
       add_bias(logits, layer.router_bias, num_experts);

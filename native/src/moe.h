@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "kernels.h"
-#include "matmul.h"
 #include "moe_parallel.h"
 #include "thread_pool.h"
 
@@ -48,7 +47,7 @@ struct MoeScratch {
 // hidden[t] += the MoE output for the normed rows normed[t] (hidden_size wide), t < num_tokens.
 // shard: this rank's experts in a tensor-parallel group (moe_parallel.h), or null (all of them).
 void run_moe(ThreadPool& pool, const KernelTable& kernels, const Layer& layer, const Dimensions& dims,
-             const Numerics& numerics, const float* normed, int32_t num_tokens, float* hidden, MatmulScratch& matmul_scratch,
-             MoeScratch& scratch, ExpertShard* shard);
+             const Numerics& numerics, const float* normed, int32_t num_tokens, float* hidden, MoeScratch& scratch,
+             ExpertShard* shard);
 
 }  // namespace conduit
