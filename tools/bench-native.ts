@@ -21,7 +21,6 @@
 // Decode and prefill run in rounds, the modes taking turns; the table shows medians.
 //
 // The 125 M-parameter checkpoint (tools/bench-model.ts) is written under .bench/ on first use.
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -33,6 +32,7 @@ import { buildBatch } from '../native/test/helpers.ts';
 import { relativeError } from '../test/reference/llama-reference.ts';
 import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
+import { median, pairedRatios, runLlamaBench, type LlamaBenchFigures } from './llama-bench.ts';
 import { writeLlamaGguf } from './llama-gguf.ts';
 import { prefillFlopsPerToken as flopsPerPromptToken } from './prefill-ceiling.ts';
 
@@ -84,20 +84,6 @@ function ensureBenchGguf(type: 'Q8_0' | 'Q4_K'): string {
     rmSync(scratch, { recursive: true, force: true });
   }
   return file;
-}
-
-interface LlamaBenchFigures {
-  pp512: number;
-  tg128: number;
-}
-
-/** llama-bench's pp512 and tg128 on file, tok/s (the mean of its repetitions). */
-function llamaBench(llamaBin: string, file: string, numThreads: number, numRounds: number): LlamaBenchFigures {
-  const output = execFileSync(llamaBin, ['-m', file, '-p', String(PREFILL_TOKENS), '-n', String(LLAMA_TG_TOKENS), '-t', String(numThreads), '-r', String(numRounds), '-o', 'json'], {
-    encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 1 << 26,
-  });
-  const rows = JSON.parse(output) as Array<{ n_prompt: number; n_gen: number; avg_ts: number }>;
-  return { pp512: rows.find((row) => row.n_prompt > 0)!.avg_ts, tg128: rows.find((row) => row.n_gen > 0)!.avg_ts };
 }
 
 /** Weights every decoded token multiplies: the layers' matrices and the LM head (not the embedding table). */
@@ -242,12 +228,6 @@ function amxAgainstAvx512(results: readonly BenchRow[], label: string, amxPeak: 
     `batch-1 decode ${fmt(amx.decode[0])} vs ${fmt(avx512.decode[0])} tok/s = ${fmt(amx.decode[0] / avx512.decode[0], 2)}x`;
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
-
 const matmulFlops = (numRows: number): number => 2 * numRows * BENCH_SHAPE.hiddenSize * BENCH_SHAPE.intermediateSize;
 
 const fmt = (value: number, digits = 1): string => value.toFixed(digits);
@@ -314,10 +294,19 @@ async function main(): Promise<void> {
     prefill: number;
     /** tok/s of llama-bench's tg128 work (GGUF modes): 128 tokens decoded from an empty context. */
     tg128: number | null;
+    /** Each round's batch-1 decode, prefill and tg128-work tok/s, in round order (for the side-by-side's pairs). */
+    rounds: { b1: number[]; prefill: number[]; tg128: number[] };
   }
   const results: ModeResult[] = [];
   const int8OverBf16: Partial<Record<KernelPath, number>> = {};
   const allModes = MODES.filter((m) => modeLabels.includes(m.label));
+  // llama.cpp on the very GGUF files (its own build: --llama-bench PATH), one repetition of pp512
+  // and tg128 per file after each of our rounds: the host's bandwidth moves by tens of percent
+  // within minutes, so only figures of the same minutes make a ratio. Keyed `${kernel} ${type}`.
+  const llamaBin = values['llama-bench'];
+  const ggufTypes = [...new Set(allModes.flatMap((mode) => (mode.gguf ? [mode.gguf.type] : [])))];
+  const runLlama = ggufTypes.length > 0 && existsSync(llamaBin);
+  const llamaRounds = new Map<string, LlamaBenchFigures[]>();
   for (const kernel of kernels) {
     const modes = kernel === 'amx' ? allModes.filter((mode) => mode.label !== 'fp32') : allModes;
     // The matmul probes first, on a quiet process: measured after the decode rounds, with the
@@ -352,6 +341,12 @@ async function main(): Promise<void> {
         for (const mode of modes.filter((m) => m.gguf !== undefined)) {
           tg128Rounds.get(mode)!.push(await decodeTokensPerSecond(models.get(mode)!, { numSeqs: 1, numPromptTokens: 1, numSteps: LLAMA_TG_TOKENS }));
         }
+        if (!runLlama) continue;
+        for (const type of new Set(modes.flatMap((mode) => (mode.gguf ? [mode.gguf.type] : [])))) {
+          const key = `${kernel} ${type}`;
+          llamaRounds.set(key, [...(llamaRounds.get(key) ?? []),
+            runLlamaBench(llamaBin, ensureBenchGguf(type), { promptTokens: PREFILL_TOKENS, genTokens: LLAMA_TG_TOKENS, numThreads })]);
+        }
       }
       const int8Mode = modes.find((mode) => mode.label === 'int8');
       const bf16Mode = modes.find((mode) => mode.label === 'bf16');
@@ -361,7 +356,10 @@ async function main(): Promise<void> {
       }
       for (const mode of modes) {
         const tg128 = tg128Rounds.get(mode)!;
-        const result = { kernel, mode, ...matmulProbes.get(mode)!, decode: decodeRounds.get(mode)!.map(median), prefill: median(prefillRounds.get(mode)!), tg128: tg128.length > 0 ? median(tg128) : null };
+        const result = {
+          kernel, mode, ...matmulProbes.get(mode)!, decode: decodeRounds.get(mode)!.map(median), prefill: median(prefillRounds.get(mode)!), tg128: tg128.length > 0 ? median(tg128) : null,
+          rounds: { b1: decodeRounds.get(mode)![0], prefill: prefillRounds.get(mode)!, tg128 },
+        };
         results.push(result);
         console.log(`${kernel} ${mode.label}: decode ${result.decode.map((rate, i) => `b${BATCH_SIZES[i]} ${fmt(rate)}`).join(', ')} tok/s; prefill ${fmt(result.prefill)} tok/s`);
       }
@@ -395,28 +393,36 @@ async function main(): Promise<void> {
   }
   const bestBandwidth = Math.max(bandwidth, bandwidthAfter);
 
-  // llama.cpp on the very GGUF files, same run (its own build: --llama-bench PATH).
-  const llamaBin = values['llama-bench'];
-  const ggufModes = allModes.filter((mode) => mode.gguf !== undefined);
-  if (ggufModes.length > 0 && existsSync(llamaBin)) {
-    console.log(`\nllama.cpp: ${llamaBin}, ${numThreads} threads, the same GGUF files`);
-    for (const type of new Set(ggufModes.map((mode) => mode.gguf!.type))) {
-      const fileModes = ggufModes.filter((mode) => mode.gguf!.type === type);
+  // llama.cpp's figures, each of our rounds' against llama-bench's run right after it.
+  if (runLlama) {
+    console.log(`\nllama.cpp: ${llamaBin}, ${numThreads} threads, the same GGUF files, one pp${PREFILL_TOKENS} + tg${LLAMA_TG_TOKENS} run after each of our rounds; ` +
+      'each ratio is the median of the rounds\' ratios (ours / llama.cpp\'s run of the same round)');
+    const list = (rates: readonly number[], digits: number) => rates.map((rate) => fmt(rate, digits)).join(', ');
+    for (const type of ggufTypes) {
+      const fileModes = allModes.filter((mode) => mode.gguf?.type === type);
       const fileBytesPerWeight = fileModes[0].gguf!.fileBytesPerWeight;
-      const llama = llamaBench(llamaBin, ensureBenchGguf(type), numThreads, numRounds);
       const fileBound = bestBandwidth / (weightsPerToken * fileBytesPerWeight);
-      console.log(`llama.cpp ${type}: pp${PREFILL_TOKENS} ${fmt(llama.pp512)} tok/s, tg128 ${fmt(llama.tg128)} tok/s (${pct(llama.tg128 / fileBound)} of the bound of the file's ${fmt(fileBytesPerWeight * 8, 2)} bits per weight)`);
-      for (const result of results.filter((r) => fileModes.includes(r.mode))) {
-        const mode = result.mode;
-        const b1 = result.decode[0];
-        const tg128 = result.tg128!;
-        console.log(`  conduit ${result.kernel} ${mode.label}: tg128's work (${LLAMA_TG_TOKENS} tokens from an empty context) ${fmt(tg128)} tok/s = ${fmt(tg128 / llama.tg128, 2)}x llama.cpp tg128; ` +
-          `b1 decode (after a ${PROMPT_TOKENS}-token prompt) ${fmt(b1)} tok/s = ${fmt(b1 / llama.tg128, 2)}x, ` +
-          `${pct(b1 / fileBound)} of the file's bound (${pct(b1 / (bestBandwidth / (weightsPerToken * mode.bytesPerWeight)))} of the bound of the ${fmt(mode.bytesPerWeight * 8, 2)} bits read); ` +
-          `prefill ${fmt(result.prefill)} tok/s = ${fmt(result.prefill / llama.pp512, 2)}x llama.cpp pp${PREFILL_TOKENS}`);
+      for (const kernel of kernels) {
+        const llama = llamaRounds.get(`${kernel} ${type}`);
+        if (llama === undefined) continue;
+        const [llamaPp, llamaTg] = [llama.map((run) => run.pp), llama.map((run) => run.tg)];
+        console.log(`llama.cpp ${type} (beside ${kernel}'s rounds): pp${PREFILL_TOKENS} ${fmt(median(llamaPp))} tok/s (rounds: ${list(llamaPp, 1)}), ` +
+          `tg${LLAMA_TG_TOKENS} ${fmt(median(llamaTg))} tok/s (rounds: ${list(llamaTg, 1)}; ${pct(median(llamaTg) / fileBound)} of the bound of the file's ${fmt(fileBytesPerWeight * 8, 2)} bits per weight)`);
+        for (const result of results.filter((r) => r.kernel === kernel && fileModes.includes(r.mode))) {
+          const mode = result.mode;
+          const b1 = result.decode[0];
+          const [tg128Ratio, b1Ratio, prefillRatio] = [
+            pairedRatios(result.rounds.tg128, llamaTg), pairedRatios(result.rounds.b1, llamaTg), pairedRatios(result.rounds.prefill, llamaPp),
+          ];
+          console.log(`  conduit ${result.kernel} ${mode.label}: tg128's work (${LLAMA_TG_TOKENS} tokens from an empty context) ${fmt(result.tg128!)} tok/s = ` +
+            `${fmt(tg128Ratio.median, 2)}x llama.cpp tg${LLAMA_TG_TOKENS} (rounds: ${list(tg128Ratio.perRound, 2)}); ` +
+            `b1 decode (after a ${PROMPT_TOKENS}-token prompt) ${fmt(b1)} tok/s = ${fmt(b1Ratio.median, 2)}x, ` +
+            `${pct(b1 / fileBound)} of the file's bound (${pct(b1 / (bestBandwidth / (weightsPerToken * mode.bytesPerWeight)))} of the bound of the ${fmt(mode.bytesPerWeight * 8, 2)} bits read); ` +
+            `prefill ${fmt(result.prefill)} tok/s = ${fmt(prefillRatio.median, 2)}x llama.cpp pp${PREFILL_TOKENS} (rounds: ${list(prefillRatio.perRound, 2)})`);
+        }
       }
     }
-  } else if (ggufModes.length > 0) {
+  } else if (ggufTypes.length > 0) {
     console.log(`\nllama.cpp: not run (no llama-bench at ${llamaBin}; build llama.cpp in a scratch folder and pass --llama-bench PATH)`);
   }
 
