@@ -75,10 +75,9 @@ export class Speculator {
       return this.numChosen;
     }
     const candidates = this.candidates;
-    while (candidates.length < sequences.length) {
-      candidates.push({ acceptanceRate: 0, continuationRate: 0, numAvailable: 0, reach: null });
-      this.reaches.push(new Float64Array(MAX_SPECULATIVE_TOKENS));
-    }
+    while (candidates.length < sequences.length) candidates.push({ acceptanceRate: 0, continuationRate: 0, numAvailable: 0, reach: null });
+    // (prepare fills candidates too: the reaches keep their own count.)
+    while (this.reaches.length < sequences.length) this.reaches.push(new Float64Array(MAX_SPECULATIVE_TOKENS));
     candidates.length = sequences.length;
     const classAcceptance = this.classAcceptance;
     const numStepSeqs = Math.max(baseTokens, sequences.length);

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NgramProposer } from '../spec/ngram.ts';
 import { seeded } from './spec-harness.ts';
-import { Speculator, type SpeculatingSequence } from '../spec/speculator.ts';
+import { Speculator, type PreparingSequence, type SpeculatingSequence } from '../spec/speculator.ts';
 import type { ProposerInput } from '../spec/proposer.ts';
 import { StepCostModel, acceptanceRate, continuationRate, chooseDraftCounts, shortenToMeasuredCosts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
 
@@ -290,6 +290,28 @@ test('ngram sorts each guess into a class by its match length and how the voters
     assert.deepEqual(out, plain, `seed ${seed}: sorting changes no guess`);
     assert.ok(classes.length === out.length && classes.every((c, i) => Number.isInteger(c) && c >= (i === 0 ? 0 : 12) && c < (i === 0 ? 12 : 24)), `seed ${seed}: ${JSON.stringify({ tokens, classes })}`);
   }
+});
+
+test('a proposer that prepares and sorts its guesses: prepare, then the step\'s choice prices them by class', async () => {
+  const proposer = {
+    numConfidenceClasses: 2,
+    passMs: 0,
+    async prepare() {},
+    propose(_sequence: ProposerInput, maxNumTokens: number, out: number[], classes?: number[]) {
+      out.length = 0;
+      if (classes !== undefined) classes.length = 0;
+      for (let i = 0; i < maxNumTokens; i++) {
+        out.push(7);
+        classes?.push(i === 0 ? 0 : 1);
+      }
+    },
+  };
+  const speculator = new Speculator({ method: 'draft_model', draftModel: 'unused', numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 }, proposer);
+  const batch: SpeculatingSequence[] = [2, 3, 4].map((n) => ({ tokenIds: Array.from({ length: 4 * n }, (_, i) => i), numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: speculator.newAcceptanceStats() }));
+  // prepare fills the speculator's candidates before choose sees the step (the draft's order).
+  await speculator.prepare(batch as unknown as PreparingSequence[]);
+  speculator.choose(batch, 3, 100);
+  assert.ok(batch.every((sequence) => sequence.proposal.length > 0 && sequence.acceptance!.proposalClasses.length === sequence.proposal.length));
 });
 
 test('a proposal is priced by its guesses\' classes, measured across sequences, where the proposer sorts them', () => {
