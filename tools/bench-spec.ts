@@ -45,7 +45,7 @@ import type { GenerateRequest, SpecDecodeCounters } from '../engine/types.ts';
 import { loadTokenizer } from '../gateway/tokenizer/load.ts';
 import { packageRoot } from '../package-root.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
-import { BENCH_NGRAM, GROUNDED_PASSAGE_TOKENS, corpusPrompts, groundedPrompts, oneSequenceStep, randomPrompts } from './spec-workloads.ts';
+import { BENCH_NGRAM, BENCH_SUFFIX, GROUNDED_PASSAGE_TOKENS, corpusPrompts, groundedPrompts, oneSequenceStep, randomPrompts } from './spec-workloads.ts';
 
 const { values } = parseArgs({
   options: {
@@ -67,11 +67,9 @@ const NUM_STREAM_REQUESTS = 3 * NUM_STREAMS;
 const TINY_DIR = path.join(packageRoot, 'models', 'conduit-tiny');
 const DRAFT_DIR = path.join(packageRoot, 'models', 'conduit-tiny-draft');
 
-/** Prompt lookup as spec-workloads.ts sets it (the simulator replays the same). */
+/** Prompt lookup and suffix decoding as spec-workloads.ts sets them (the simulator replays the same). */
 const ngram = BENCH_NGRAM;
-// Two tokens proposed per token matched (vLLM's default is one): on conduit-tiny's continuations
-// this proposes ~8 % more tokens per step at the same k, and adaptivity trims the unlikely tails.
-const suffix: SpeculativeConfig = { ...ngram, method: 'suffix', suffix: { maxSpecFactor: 2 } };
+const suffix = BENCH_SUFFIX;
 /** Adaptive proposers choose 0 .. 8 per sequence and step; fixed k = 4 is the reference without adaptivity. */
 const draft: SpeculativeConfig = { ...ngram, method: 'draft_model', draftModel: DRAFT_DIR, numSpeculativeTokens: 4 };
 const allModes: Array<[string, SpeculativeConfig | null]> = [

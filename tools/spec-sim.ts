@@ -14,7 +14,7 @@ import type { NativeModel } from '../native/api.ts';
 import type { Proposer, SpeculativeConfig } from '../engine/spec/proposer.ts';
 import { Speculator } from '../engine/spec/speculator.ts';
 import { packageRoot } from '../package-root.ts';
-import { BENCH_NGRAM, oneSequenceStep } from './spec-workloads.ts';
+import { BENCH_NGRAM, BENCH_SUFFIX, oneSequenceStep } from './spec-workloads.ts';
 
 /** A prompt and its plain greedy output (the first output token comes from the prompt's step). */
 export interface Trace {
@@ -179,6 +179,8 @@ function replay(file: string, engineUs: number): void {
     console.log(line('ngram adaptive', simulate(workloadTraces, BENCH_NGRAM, stepCosts)));
     console.log(line('ngram k = 4', simulate(workloadTraces, fixed, stepCosts)));
     console.log(line('ngram, oracle choice', simulate(workloadTraces, { ...BENCH_NGRAM, adaptive: false }, stepCosts, undefined, true)));
+    // A fresh suffix proposer per workload, which learns from the workload's earlier outputs as it goes.
+    console.log(line('suffix adaptive', simulate(workloadTraces, BENCH_SUFFIX, stepCosts)));
   }
 }
 

@@ -19,13 +19,15 @@ export interface AcceptanceStats {
   /** Decaying counts: later proposals accepted, and later proposals verified (each that had all before it accepted). */
   numContinuedAccepted: number;
   numContinuedVerified: number;
+  /** The confidence class of each of the sequence's current proposals, where its proposer sorts them (Proposer.numConfidenceClasses). */
+  readonly proposalClasses: number[];
 }
 
 /** Weight of the past against one new verification. */
 const ACCEPTANCE_DECAY = 0.9;
 /** A new sequence's prior: one accepted of two verified, at either kind of position. */
 export function newAcceptanceStats(): AcceptanceStats {
-  return { numAccepted: 1, numVerified: 2, numContinuedAccepted: 1, numContinuedVerified: 2 };
+  return { numAccepted: 1, numVerified: 2, numContinuedAccepted: 1, numContinuedVerified: 2, proposalClasses: [] };
 }
 
 /** The chance that a step's first proposal is accepted. */
@@ -48,6 +50,34 @@ export function recordVerification(stats: AcceptanceStats, numProposed: number, 
   const numContinuedVerified = Math.min(numAccepted + 1, numProposed) - 1;
   stats.numContinuedAccepted = stats.numContinuedAccepted * ACCEPTANCE_DECAY + (numAccepted - 1);
   stats.numContinuedVerified = stats.numContinuedVerified * ACCEPTANCE_DECAY + numContinuedVerified;
+}
+
+/** Weight of the past against one new guess of a class: classes pool every sequence's guesses, so they keep more of it. */
+const CLASS_ACCEPTANCE_DECAY = 0.99;
+
+/**
+ * Acceptance per confidence class of guesses, across all sequences: decaying counts of accepted
+ * and verified guesses from the prior one of two. A guess is judged only where every guess before
+ * it in its proposal was accepted (as a sequence's continuation rate), so a class's rate is the
+ * chance that such a guess is accepted.
+ */
+export class ClassAcceptance {
+  private readonly numAccepted: Float64Array;
+  private readonly numVerified: Float64Array;
+
+  constructor(readonly numClasses: number) {
+    this.numAccepted = new Float64Array(numClasses).fill(1);
+    this.numVerified = new Float64Array(numClasses).fill(2);
+  }
+
+  rate(classIndex: number): number {
+    return this.numAccepted[classIndex] / this.numVerified[classIndex];
+  }
+
+  record(classIndex: number, accepted: boolean): void {
+    this.numAccepted[classIndex] = this.numAccepted[classIndex] * CLASS_ACCEPTANCE_DECAY + (accepted ? 1 : 0);
+    this.numVerified[classIndex] = this.numVerified[classIndex] * CLASS_ACCEPTANCE_DECAY + 1;
+  }
 }
 
 /** A step's cost as the model predicts it: the time of the step as it stands, and of each token more. */
@@ -139,6 +169,17 @@ export interface DraftCandidate {
   /** Of each later one, given those before were accepted; acceptanceRate's when absent. */
   continuationRate?: number;
   numAvailable: number;
+  /**
+   * Where present, reach[j]: the chance that proposals 0 .. j are all accepted (its proposals'
+   * classes' rates multiplied), in place of the rates above.
+   */
+  reach?: Float64Array | null;
+}
+
+/** The chance that candidate's proposals 0 .. position are all accepted. */
+function reachOf(candidate: DraftCandidate, position: number): number {
+  const { acceptanceRate, continuationRate = acceptanceRate, reach } = candidate;
+  return reach != null ? reach[position] : acceptanceRate * continuationRate ** position;
 }
 
 /** What the model's errors may cost: a proposal must promise this much more than it costs. */
@@ -176,10 +217,9 @@ export function chooseDraftCounts(candidates: readonly DraftCandidate[], stepCos
     let best = -1;
     let bestGain = 0;
     for (let i = 0; i < candidates.length; i++) {
-      const { acceptanceRate, continuationRate = acceptanceRate, numAvailable } = candidates[i];
-      if (numChosen[i] >= numAvailable) continue;
+      if (numChosen[i] >= candidates[i].numAvailable) continue;
       // The chance that this proposal and every one before it are accepted.
-      const gain = acceptanceRate * continuationRate ** numChosen[i];
+      const gain = reachOf(candidates[i], numChosen[i]);
       if (gain > bestGain) {
         best = i;
         bestGain = gain;
@@ -206,20 +246,17 @@ const SHORTENING_MARGIN = 1.03;
 export function shortenToMeasuredCosts(candidate: DraftCandidate, numChosen: number, baseTokens: number, costModel: StepCostModel): number {
   const chosenMs = costModel.measuredCost(baseTokens + numChosen);
   if (numChosen === 0 || chosenMs === null) return numChosen;
-  const { acceptanceRate, continuationRate = acceptanceRate } = candidate;
   let shorter = -1;
   let shorterTokensPerMs = 0;
   // Expected tokens of a count: the sampled one, then each proposal with the chance that it and every one before it are accepted.
   let expectedTokens = 1;
-  let reach = acceptanceRate;
   for (let count = 0; count < numChosen; count++) {
     const ms = costModel.measuredCost(baseTokens + count);
     if (ms !== null && expectedTokens / ms > shorterTokensPerMs) {
       shorter = count;
       shorterTokensPerMs = expectedTokens / ms;
     }
-    expectedTokens += reach;
-    reach *= continuationRate;
+    expectedTokens += reachOf(candidate, count);
   }
   return shorter >= 0 && shorterTokensPerMs > SHORTENING_MARGIN * (expectedTokens / chosenMs) ? shorter : numChosen;
 }

@@ -41,8 +41,18 @@ export interface Proposer {
   prepare?(candidates: readonly ProposalCandidate[]): Promise<void>;
   /** With prepare: the measured time of one more guess for every candidate (a draft pass), in ms. */
   readonly passMs?: number;
-  /** Writes up to maxNumTokens guessed next tokens into out (its length set to their count). */
-  propose(sequence: ProposerInput, maxNumTokens: number, out: number[]): void;
+  /**
+   * Writes up to maxNumTokens guessed next tokens into out (its length set to their count); with
+   * classes, and numConfidenceClasses set, each guess's confidence class into classes alike.
+   */
+  propose(sequence: ProposerInput, maxNumTokens: number, out: number[], classes?: number[]): void;
+  /**
+   * Classes 0 .. this - 1 that propose sorts its guesses into by what it saw of them (how long a
+   * match, how many agreeing sources); the speculator measures each class's acceptance across all
+   * sequences and prices a guess by its class's. Absent: guesses are priced by their sequence's
+   * acceptance alone.
+   */
+  readonly numConfidenceClasses?: number;
   /** The sequence is done (finished, aborted or failed): what it learnt from it, it keeps; nothing else of it. */
   finish?(sequence: ProposerInput): void;
 }

@@ -1,9 +1,9 @@
 // The scheduler's side of speculative decoding: per step, which decoding sequences verify how
 // many proposals (adaptive.ts), and what came of it (acceptance per sequence, vLLM's spec_decode
 // counters). Proposals ride in the step as extra query tokens of the sequence's decode chunk.
-import { anyProposalPays, chooseDraftCounts, firstProposalMayPay, shortenToMeasuredCosts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
+import { anyProposalPays, ClassAcceptance, chooseDraftCounts, firstProposalMayPay, shortenToMeasuredCosts, StepCostModel, acceptanceRate, continuationRate, newAcceptanceStats, recordVerification, type AcceptanceStats, type DraftCandidate } from './adaptive.ts';
 import type { SpecDecodeCounters } from '../types.ts';
-import { createProposer, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
+import { createProposer, MAX_SPECULATIVE_TOKENS, speculativeConfigErrors, type Proposer, type ProposerInput, type SpeculativeConfig } from './proposer.ts';
 
 /** A decoding sequence as the speculator sees it. */
 export interface SpeculatingSequence extends ProposerInput {
@@ -38,6 +38,10 @@ export class Speculator {
   private readonly proposer: Proposer;
   private readonly costModel = new StepCostModel();
   private readonly candidates: DraftCandidate[] = [];
+  /** Each candidate's reach, where its proposals have classes (reused step to step). */
+  private readonly reaches: Float64Array[] = [];
+  /** Where the proposer sorts its guesses into confidence classes: their acceptance, which prices them. */
+  private readonly classAcceptance: ClassAcceptance | null;
   private numChosen = new Int32Array(0);
   private counters: SpecDecodeCounters;
 
@@ -47,6 +51,7 @@ export class Speculator {
     this.config = config;
     proposer ??= createProposer(config);
     this.proposer = proposer;
+    this.classAcceptance = proposer.numConfidenceClasses === undefined ? null : new ClassAcceptance(proposer.numConfidenceClasses);
     this.counters = emptyCounters(config.numSpeculativeTokens);
   }
 
@@ -70,8 +75,11 @@ export class Speculator {
       return this.numChosen;
     }
     const candidates = this.candidates;
-    while (candidates.length < sequences.length) candidates.push({ acceptanceRate: 0, continuationRate: 0, numAvailable: 0 });
+    while (candidates.length < sequences.length) candidates.push({ acceptanceRate: 0, continuationRate: 0, numAvailable: 0, reach: null });
+    // (prepare fills candidates too: the reaches keep their own count.)
+    while (this.reaches.length < sequences.length) this.reaches.push(new Float64Array(MAX_SPECULATIVE_TOKENS));
     candidates.length = sequences.length;
+    const classAcceptance = this.classAcceptance;
     const numStepSeqs = Math.max(baseTokens, sequences.length);
     for (let i = 0; i < sequences.length; i++) {
       const sequence = sequences[i];
@@ -85,10 +93,19 @@ export class Speculator {
       // of the lookups: at 32 streams nearly every step is like this, and the lookups were most
       // of speculation's cost there.
       const skip = acceptance === null || (adaptive && !isTurnOf(sequence) && !firstProposalMayPay(rate, stepCost, numStepSeqs));
+      candidate.reach = null;
       if (skip) {
         if (sequence.proposal.length !== 0) sequence.proposal.length = 0;
-      } else {
+      } else if (classAcceptance === null) {
         this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal);
+      } else {
+        // Priced by its guesses' classes: each one's rate across all sequences, multiplied.
+        const classes = acceptance.proposalClasses;
+        this.proposer.propose(sequence, sequence.maxDraftTokens, sequence.proposal, classes);
+        const reach = this.reaches[i];
+        let chance = 1;
+        for (let j = 0; j < classes.length; j++) reach[j] = chance *= classAcceptance.rate(classes[j]);
+        if (classes.length === sequence.proposal.length) candidate.reach = reach;
       }
       candidate.numAvailable = acceptance === null ? 0 : sequence.proposal.length;
     }
@@ -167,6 +184,14 @@ export class Speculator {
   recordVerification(acceptance: AcceptanceStats, numProposed: number, numAccepted: number, nextGuessAccepted: boolean | null = null): void {
     if (nextGuessAccepted === null) recordVerification(acceptance, numProposed, numAccepted);
     else recordVerification(acceptance, numProposed + 1, numAccepted + (nextGuessAccepted ? 1 : 0));
+    const classes = acceptance.proposalClasses;
+    const classAcceptance = this.classAcceptance;
+    if (classAcceptance !== null && classes.length !== 0) {
+      // Each guess judged: the accepted ones, then the first rejected one or the unverified next guess.
+      for (let j = 0; j < numAccepted; j++) classAcceptance.record(classes[j], true);
+      if (numAccepted < numProposed) classAcceptance.record(classes[numAccepted], false);
+      else if (nextGuessAccepted !== null && numProposed < classes.length) classAcceptance.record(classes[numProposed], nextGuessAccepted);
+    }
     const counters = this.counters;
     counters.numDrafts++;
     counters.numDraftTokens += numProposed;
@@ -181,6 +206,7 @@ export class Speculator {
    */
   recordUnverifiedGuess(acceptance: AcceptanceStats, guessTokenId: number, emittedTokenId: number): void {
     recordVerification(acceptance, 1, guessTokenId === emittedTokenId ? 1 : 0);
+    if (this.classAcceptance !== null && acceptance.proposalClasses.length !== 0) this.classAcceptance.record(acceptance.proposalClasses[0], guessTokenId === emittedTokenId);
   }
 
   /** A decode step's measured time, scheduling to outputs (its tokens are decodes and proposals only), for the cost model. */

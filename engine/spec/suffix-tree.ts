@@ -20,6 +20,21 @@ export interface Speculation {
   tokenIds: number[];
   /** Expected accepted tokens: the sum over the proposal of each prefix's estimated probability. */
   score: number;
+  /** Each proposed token's evidence class, SPECULATION_CLASSES of them (evidenceClass). */
+  classes: number[];
+}
+
+/** Evidence classes of a proposed token: its share of what followed, and how often that was seen. */
+export const SPECULATION_CLASSES = 4;
+
+/**
+ * A token that always followed, seen three times or more (0), or less (1); one that followed at
+ * least 3 times in 5 (2); less often (3). A probability alone does not tell one occurrence from
+ * many, and the first is a guess where the second is a habit.
+ */
+function evidenceClass(childCount: number, parentCount: number): number {
+  if (childCount === parentCount) return parentCount >= 3 ? 0 : 1;
+  return 5 * childCount >= 3 * parentCount ? 2 : 3;
 }
 
 export class SuffixTree {
@@ -39,6 +54,7 @@ export class SuffixTree {
   private numOpenPaths = 0;
   /** speculate's scratch. */
   private readonly candidate: number[] = [];
+  private readonly candidateClasses: number[] = [];
 
   constructor(readonly maxDepth: number) {
     const capacity = 64;
@@ -144,15 +160,18 @@ export class SuffixTree {
   /** speculate from the node of the longest match, shorter matches along suffix links; selfCount: occurrences of the match not to count. */
   private speculateFrom(longestNode: number, longest: number, selfCount: number, maxNumTokens: number, maxSpecFactor: number, minTokenProb: number, out: Speculation): void {
     out.tokenIds.length = 0;
+    out.classes.length = 0;
     out.score = 0;
     // Longest first: a score can only be beaten by a strictly higher one, and a proposal scores
     // at most its length, so shorter matches stop paying once their limit is at most the best.
     const candidate = this.candidate;
+    const candidateClasses = this.candidateClasses;
     let node = longestNode;
     for (let matchLength = longest; matchLength >= 1; matchLength--, node = this.suffixLinks[node]) {
       const limit = Math.min(maxNumTokens, Math.floor(matchLength * maxSpecFactor));
       if (limit <= out.score) break;
       candidate.length = 0;
+      candidateClasses.length = 0;
       let score = 0;
       let probability = 1;
       let at = node;
@@ -163,6 +182,7 @@ export class SuffixTree {
         probability *= this.counts[child] / parentCount;
         if (probability < minTokenProb) break;
         candidate.push(this.tokens[child]);
+        candidateClasses.push(evidenceClass(this.counts[child], parentCount));
         score += probability;
         at = child;
         parentCount = this.counts[child];
@@ -170,7 +190,9 @@ export class SuffixTree {
       if (candidate.length > 0 && score > out.score) {
         out.score = score;
         out.tokenIds.length = 0;
+        out.classes.length = 0;
         for (const tokenId of candidate) out.tokenIds.push(tokenId);
+        for (const evidence of candidateClasses) out.classes.push(evidence);
       }
     }
   }

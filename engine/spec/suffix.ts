@@ -6,7 +6,7 @@
 // proposal's length follows the evidence (longer matches, more frequent continuations) instead of
 // being fixed.
 import type { Proposer, ProposerInput } from './proposer.ts';
-import { SuffixTree, type Speculation } from './suffix-tree.ts';
+import { SPECULATION_CLASSES, SuffixTree, type Speculation } from './suffix-tree.ts';
 
 export interface SuffixSettings {
   /** Longest suffix indexed, and so longest match plus proposal (vLLM: suffix_decoding_max_tree_depth). */
@@ -51,8 +51,13 @@ export class SuffixProposer implements Proposer {
   private numPendingIndexed = 0;
   private numPendingTokens = 0;
   private readonly locals = new WeakMap<ProposerInput, LocalIndex>();
-  private readonly own: Speculation = { tokenIds: [], score: 0 };
-  private readonly recent: Speculation = { tokenIds: [], score: 0 };
+  private readonly own: Speculation = { tokenIds: [], score: 0, classes: [] };
+  private readonly recent: Speculation = { tokenIds: [], score: 0, classes: [] };
+  /**
+   * A guess's confidence class: its evidence in its tree (suffix-tree.ts), which tree, first guess
+   * or later; the speculator measures each class's acceptance across sequences and prices guesses by it.
+   */
+  readonly numConfidenceClasses = 2 * 2 * SPECULATION_CLASSES;
 
   constructor(private readonly settings: SuffixSettings = SUFFIX_DEFAULTS) {
     this.shared = new SuffixTree(settings.maxTreeDepth);
@@ -72,8 +77,9 @@ export class SuffixProposer implements Proposer {
     return this.locals.get(sequence)?.tree.numNodes ?? 0;
   }
 
-  propose(sequence: ProposerInput, maxNumTokens: number, out: number[]): void {
+  propose(sequence: ProposerInput, maxNumTokens: number, out: number[], classes?: number[]): void {
     out.length = 0;
+    if (classes !== undefined && classes.length !== 0) classes.length = 0;
     if (maxNumTokens <= 0) return;
     const { maxSpecFactor, minTokenProb } = this.settings;
     const tokens = sequence.tokenIds;
@@ -84,6 +90,9 @@ export class SuffixProposer implements Proposer {
     else this.recent.score = 0;
     const best = this.recent.score > this.own.score ? this.recent : this.own;
     for (const tokenId of best.tokenIds) out.push(tokenId);
+    if (classes === undefined) return;
+    const treeOffset = best === this.own ? 0 : SPECULATION_CLASSES;
+    for (let i = 0; i < best.classes.length; i++) classes.push((i === 0 ? 0 : 2 * SPECULATION_CLASSES) + treeOffset + best.classes[i]);
   }
 
   /** Finished outputs waiting to join the shared tree, in tokens (for its memory bound). */

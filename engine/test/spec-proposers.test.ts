@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NgramProposer } from '../spec/ngram.ts';
 import { seeded } from './spec-harness.ts';
-import { Speculator, type SpeculatingSequence } from '../spec/speculator.ts';
+import { Speculator, type PreparingSequence, type SpeculatingSequence } from '../spec/speculator.ts';
 import type { ProposerInput } from '../spec/proposer.ts';
 import { StepCostModel, acceptanceRate, continuationRate, chooseDraftCounts, shortenToMeasuredCosts, newAcceptanceStats, recordVerification, type DraftCandidate, type StepCost } from '../spec/adaptive.ts';
 
@@ -259,6 +259,102 @@ test('a lone sequence\'s draft count is shortened where measured step costs say 
   }
 });
 
+test('ngram sorts each guess into a class by its match length and how the voters gave it', (t) => {
+  const proposer = new NgramProposer(1, 3);
+  const out: number[] = [];
+  const classes: number[] = [];
+  // Voters: latest first, [1, 2] continues 5, 7, 7: 7 by two of three at a two-token match
+  // (first, length 2, majority: 4 + 2); then both 7-voters continue 8 (later: 12 + 4 + 1).
+  proposer.propose({ tokenIds: [1, 2, 7, 8, 0, 1, 2, 7, 8, 4, 1, 2, 5, 6, 3, 1, 2], numPromptTokens: 1 }, 3, out, classes);
+  assert.deepEqual([out, classes], [[7, 8], [6, 17]]);
+  // One occurrence of a three-token match: alone, first then later (8, 12 + 8).
+  proposer.propose({ tokenIds: [1, 2, 3, 4, 5, 1, 2, 3], numPromptTokens: 1 }, 2, out, classes);
+  assert.deepEqual([out, classes], [[4, 5], [8, 20]]);
+  // A split first guess (one of two voters, the latest's), then its voter alone.
+  proposer.propose({ tokenIds: [1, 2, 7, 8, 1, 2, 5, 6, 1, 2], numPromptTokens: 1 }, 2, out, classes);
+  assert.deepEqual([out, classes], [[5, 6], [7, 16]]);
+  // Four of four agreeing on a one-token match.
+  new NgramProposer(1, 1).propose({ tokenIds: [4, 7, 4, 7, 4, 7, 4, 7, 4], numPromptTokens: 1 }, 1, out, classes);
+  assert.deepEqual([out, classes], [[7], [1]]);
+  // Nothing matches: no guess, no class (a stale one cleared).
+  proposer.propose({ tokenIds: [1, 2, 3], numPromptTokens: 1 }, 2, out, classes);
+  assert.deepEqual([out, classes], [[], []]);
+
+  const { seed, random } = seeded(t);
+  const plain: number[] = [];
+  for (let trial = 0; trial < 500; trial++) {
+    const { tokens, min, max, k } = randomLookupCase(random, 80);
+    const sorting = new NgramProposer(min, max);
+    sorting.propose({ tokenIds: tokens, numPromptTokens: 1 }, k, out, classes);
+    new NgramProposer(min, max).propose({ tokenIds: tokens, numPromptTokens: 1 }, k, plain);
+    assert.deepEqual(out, plain, `seed ${seed}: sorting changes no guess`);
+    assert.ok(classes.length === out.length && classes.every((c, i) => Number.isInteger(c) && c >= (i === 0 ? 0 : 12) && c < (i === 0 ? 12 : 24)), `seed ${seed}: ${JSON.stringify({ tokens, classes })}`);
+  }
+});
+
+test('a proposer that prepares and sorts its guesses: prepare, then the step\'s choice prices them by class', async () => {
+  const proposer = {
+    numConfidenceClasses: 2,
+    passMs: 0,
+    async prepare() {},
+    propose(_sequence: ProposerInput, maxNumTokens: number, out: number[], classes?: number[]) {
+      out.length = 0;
+      if (classes !== undefined) classes.length = 0;
+      for (let i = 0; i < maxNumTokens; i++) {
+        out.push(7);
+        classes?.push(i === 0 ? 0 : 1);
+      }
+    },
+  };
+  const speculator = new Speculator({ method: 'draft_model', draftModel: 'unused', numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 }, proposer);
+  const batch: SpeculatingSequence[] = [2, 3, 4].map((n) => ({ tokenIds: Array.from({ length: 4 * n }, (_, i) => i), numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: speculator.newAcceptanceStats() }));
+  // prepare fills the speculator's candidates before choose sees the step (the draft's order).
+  await speculator.prepare(batch as unknown as PreparingSequence[]);
+  speculator.choose(batch, 3, 100);
+  assert.ok(batch.every((sequence) => sequence.proposal.length > 0 && sequence.acceptance!.proposalClasses.length === sequence.proposal.length));
+});
+
+test('a proposal is priced by its guesses\' classes, measured across sequences, where the proposer sorts them', () => {
+  // Sequences ending in 1 get guesses of class 0, those ending in 2 of class 1.
+  const proposer = {
+    numConfidenceClasses: 2,
+    propose(sequence: ProposerInput, maxNumTokens: number, out: number[], classes?: number[]) {
+      out.length = 0;
+      if (classes !== undefined) classes.length = 0;
+      const guessClass = sequence.tokenIds[sequence.tokenIds.length - 1] === 1 ? 0 : 1;
+      for (let i = 0; i < maxNumTokens; i++) {
+        out.push(9);
+        classes?.push(guessClass);
+      }
+    },
+  };
+  const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
+  const speculator = new Speculator(config, proposer);
+  // A batch-1 step costs 1 ms and each proposal 0.55 ms more: a first guess pays above ~0.6.
+  for (let round = 0; round < 10; round++) for (let n = 1; n <= 5; n++) speculator.observeStep(n, 1 + 0.55 * (n - 1));
+  // Another sequence's verifications teach the classes: class 0 always accepted, class 1 never.
+  const teacher = speculator.newAcceptanceStats();
+  teacher.proposalClasses.push(0, 0, 1, 1);
+  for (let i = 0; i < 60; i++) speculator.recordVerification(teacher, 2, 2, null);
+  for (let i = 0; i < 60; i++) speculator.recordVerification(teacher, 3, 2, null);
+  const classRate = (c: number) => speculator['classAcceptance']!.rate(c);
+  assert.ok(classRate(0) > 0.99 && classRate(1) < 0.02, `${classRate(0)} ${classRate(1)}`);
+  // Two fresh sequences (their own rates the prior's 1/2, which alone would choose nothing), in their lookup turn.
+  const sequence = (last: number): SpeculatingSequence => ({ tokenIds: [5, 5, 5, last], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: speculator.newAcceptanceStats() });
+  const sure = sequence(1);
+  const doomed = sequence(2);
+  assert.ok(speculator.choose([sure], 1, 100)[0] > 1, 'class 0\'s guesses are verified');
+  assert.deepEqual(sure.acceptance!.proposalClasses, [0, 0, 0, 0]);
+  assert.equal(speculator.choose([doomed], 1, 100)[0], 0, 'class 1\'s are not');
+  // A rejected guess and an unverified one teach their classes too.
+  const before = classRate(0);
+  speculator.recordVerification(sure.acceptance!, 1, 0, null);
+  assert.ok(classRate(0) < before);
+  const doomedBefore = classRate(1);
+  speculator.recordUnverifiedGuess(doomed.acceptance!, 9, 9);
+  assert.ok(classRate(1) > doomedBefore);
+});
+
 test('compute-bound steps propose nothing and look nothing up; memory-bound ones speculate', () => {
   let numLookups = 0;
   const proposer = {
@@ -270,7 +366,7 @@ test('compute-bound steps propose nothing and look nothing up; memory-bound ones
   };
   const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
   const sequences = (n: number): SpeculatingSequence[] =>
-    Array.from({ length: n }, () => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: { numAccepted: 9, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 } }));
+    Array.from({ length: n }, () => ({ tokenIds: [1, 2, 3], numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: { numAccepted: 9, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10, proposalClasses: [] } }));
   // Steps nearly proportional to their tokens: even a sure proposal yields no more per millisecond.
   const computeBound = new Speculator(config, proposer);
   for (let n = 1; n <= 40; n++) computeBound.observeStep(n, 0.2 + n / 2);
@@ -307,7 +403,7 @@ test('a sequence whose proposal could not be chosen is looked up one step in fou
   const speculator = new Speculator(config, proposer);
   for (let n = 28; n <= 40; n++) speculator.observeStep(n, 1 + n / 5);
   assert.equal(speculator.mayPropose(32), true);
-  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 });
+  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10, proposalClasses: [] });
   // Lengths 3 .. 34: each sequence verifying nothing grows by one token a step.
   const batch: SpeculatingSequence[] = Array.from({ length: 32 }, (_, i) => ({ tokenIds: Array.from({ length: 3 + i }, (_, j) => j), numPromptTokens: 1, maxDraftTokens: 4, proposal: [], acceptance: stats(i < 4 ? 0.99 : 0.5) }));
   for (let step = 0; step < 8; step++) {
@@ -340,7 +436,7 @@ test('a draft guesses for a sequence whose guess could not be chosen only in its
   const config = { method: 'ngram' as const, numSpeculativeTokens: 4, promptLookupMin: 1, promptLookupMax: 3 };
   const speculator = new Speculator(config, proposer);
   for (let n = 28; n <= 40; n++) speculator.observeStep(n, 1 + n / 5);
-  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10 });
+  const stats = (rate: number) => ({ numAccepted: rate * 10, numVerified: 10, numContinuedAccepted: 9, numContinuedVerified: 10, proposalClasses: [] });
   const sequences = Array.from({ length: 32 }, (_, i) => ({ tokenIds: Array.from({ length: 8 + i }, () => 1), numPromptTokens: 1, maxDraftTokens: 4, acceptance: stats(i < 4 ? 0.99 : 0.5) }));
   await speculator.prepare(sequences);
   // Lengths 8 .. 39: those of a multiple of 4 tokens are in their turn.

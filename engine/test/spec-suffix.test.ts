@@ -4,7 +4,7 @@
 // sequence's own tokens and recent outputs, within its memory bounds.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SuffixTree, type Speculation } from '../spec/suffix-tree.ts';
+import { SPECULATION_CLASSES, SuffixTree, type Speculation } from '../spec/suffix-tree.ts';
 import { LOCAL_WINDOW_TOKENS, SHARED_TOKENS_PER_PROPOSAL, SUFFIX_DEFAULTS, SuffixProposer } from '../spec/suffix.ts';
 import { seeded } from './spec-harness.ts';
 
@@ -34,7 +34,7 @@ function numDistinctPaths(texts: number[][], maxDepth: number): number {
 /** SuffixDecoding's greedy continuation, from counts of occurrences; selfIndexed: context is the last text, its own occurrence not counted. */
 function referenceSpeculate(texts: number[][], maxDepth: number, context: number[], maxNumTokens: number, maxSpecFactor: number, minTokenProb: number, selfIndexed = false): Speculation {
   const alphabet = [...new Set(texts.flat())].sort((a, b) => a - b);
-  const best: Speculation = { tokenIds: [], score: 0 };
+  const best: Speculation = { tokenIds: [], score: 0, classes: [] };
   for (let matchLength = 1; matchLength <= Math.min(maxDepth, context.length); matchLength++) {
     const path = context.slice(context.length - matchLength);
     if (countOf(texts, path, maxDepth) === 0) break;
@@ -65,7 +65,7 @@ function referenceSpeculate(texts: number[][], maxDepth: number, context: number
 
 test('the suffix tree counts continuations as a slow count of occurrences does, through evictions', (t) => {
   const { seed, random } = seeded(t);
-  const out: Speculation = { tokenIds: [], score: 0 };
+  const out: Speculation = { tokenIds: [], score: 0, classes: [] };
   for (let trial = 0; trial < 60; trial++) {
     const maxDepth = 1 + Math.floor(random() * 8);
     const alphabet = 2 + Math.floor(random() * 5);
@@ -102,6 +102,7 @@ test('the suffix tree counts continuations as a slow count of occurrences does, 
       const expected = referenceSpeculate(texts, maxDepth, query, maxNumTokens, maxSpecFactor, minTokenProb);
       assert.deepEqual(out.tokenIds, expected.tokenIds, `${context}, ${JSON.stringify({ query, maxNumTokens, maxSpecFactor, minTokenProb })}`);
       assert.ok(Math.abs(out.score - expected.score) < 1e-9, context);
+      assert.ok(out.classes.length === out.tokenIds.length && out.classes.every((c) => Number.isInteger(c) && c >= 0 && c < SPECULATION_CLASSES), context);
     }
     while (texts.length > 0) {
       const oldest = texts.shift()!;
@@ -109,6 +110,32 @@ test('the suffix tree counts continuations as a slow count of occurrences does, 
     }
     assert.equal(tree.numNodes, 1, 'every node freed once every text is out');
   }
+});
+
+test('suffix sorts each guess by its evidence: always followed, how often seen, its share; which tree; first or later', () => {
+  const tree = new SuffixTree(8);
+  const out: Speculation = { tokenIds: [], score: 0, classes: [] };
+  // 1 2 was followed by 3 three times of three (class 0); 1 2 3 by 6, 7 and 8 once each (a third: class 3).
+  tree.insert([5, 1, 2, 3, 6, 1, 2, 3, 7, 1, 2, 3, 8]);
+  tree.speculate([1, 2], 2, 1, 0.1, out);
+  assert.deepEqual([out.tokenIds, out.classes], [[3, 6], [0, 3]]);
+  // Seen twice and always (class 1).
+  const twice = new SuffixTree(8);
+  twice.insert([7, 8, 0, 7, 8]);
+  twice.speculate([7], 2, 1, 0.1, out);
+  assert.deepEqual([out.tokenIds, out.classes], [[8], [1]]);
+  // Three of four (class 2), then always, three times (class 0).
+  const small = new SuffixTree(8);
+  small.insert([4, 9, 1, 4, 9, 1, 4, 9, 1, 4, 9, 2]);
+  small.speculate([4, 9], 2, 1, 0.1, out);
+  assert.deepEqual([out.tokenIds, out.classes], [[1, 4], [2, 0]]);
+  // From the sequence's own tree (the latest occurrence, its own, not counted): first 0 + 0, later 8 + 3.
+  const proposer = new SuffixProposer({ ...SUFFIX_DEFAULTS, maxSpecFactor: 1 });
+  const guesses: number[] = [];
+  const classes: number[] = [];
+  proposer.propose({ tokenIds: [5, 1, 2, 3, 6, 1, 2, 3, 7, 1, 2, 3, 8, 1, 2], numPromptTokens: 1 }, 2, guesses, classes);
+  assert.deepEqual([guesses, classes], [[3, 6], [0, 11]]);
+  assert.equal(proposer.numConfidenceClasses, 16);
 });
 
 test('suffix proposes from the sequence itself and from recent outputs, the likelier one', () => {
@@ -199,7 +226,7 @@ test('suffix indexes a finished output into the shared tree a slice per proposal
   let at = 1000;
   while (new Set(output.slice(at, at + 6)).size < 6) at++;
   const context = output.slice(at, at + 6);
-  const expected: Speculation = { tokenIds: [], score: 0 };
+  const expected: Speculation = { tokenIds: [], score: 0, classes: [] };
   reference.speculate(context, 6, settings.maxSpecFactor, settings.minTokenProb, expected);
   const recentOnly = { tokenIds: context, numPromptTokens: context.length };
   proposer.propose(recentOnly, 6, out);
