@@ -191,7 +191,19 @@ struct KernelTable {
   void (*sum_value_groups)(const float* numerators, size_t numerators_stride, int32_t num_heads, int32_t skip,
                            int32_t num_visible, uint16_t* probs_scratch, const uint16_t* const* value_groups,
                            int32_t head_dim, float* out);
+
+  // A row-parallel matmul (row_parallel.h) over kSummedSegments segments of kBf16Panels, in one
+  // pass; null where the table has none. y[m * y_stride + n] (+)= ((c0 + c1) + (c2 + c3)) +
+  // ((c4 + c5) + (c6 + c7)), c_s the chain of segment s, exactly what matmul per segment and then
+  // that tree give, for n in [n_begin, n_end) (whole panels from a panel boundary, as matmul's).
+  // Segment s: segment_k[s] inputs (0 gives a zero chain), weights segments[s], rows packed[s]
+  // (pack_rows' form, packed_stride apart).
+  void (*matmul_summed_bf16_segments)(const uint8_t* const* packed, size_t packed_stride, const int32_t* segment_k,
+                                      const Matrix* segments, int32_t num_rows, int32_t n_begin, int32_t n_end, float* y,
+                                      size_t y_stride, bool accumulate) = nullptr;
 };
+
+constexpr int32_t kSummedSegments = 8;
 
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();

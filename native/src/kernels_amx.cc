@@ -143,6 +143,8 @@ const KernelTable& kernels_amx() {
     amx.pack_rows = pack_rows;
     amx.panel_scratch_bytes = panel_scratch_bytes;
     amx.matmul = matmul;
+    // Its bf16 chains are the tiles', not avx512's: the segments go through matmul one by one.
+    amx.matmul_summed_bf16_segments = nullptr;
     return amx;
   }();
   return table;

@@ -210,6 +210,15 @@ void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const 
   // close together.
   const int32_t num_tiles = (n + kColumnTile - 1) / kColumnTile;
   const int32_t num_row_blocks = (num_rows + kSummedRowBlock - 1) / kSummedRowBlock;
+  // The kernel's one-pass form where it has one: the same chains and tree, without the partials'
+  // round trip through memory and the separate adds (bf16 panels as stored, none padded).
+  static_assert(kSummedSegments == kReductionSegments, "the kernels' one-pass sum takes the model's segments");
+  bool one_pass = kernels.matmul_summed_bf16_segments != nullptr;
+  std::array<int32_t, kReductionSegments> segment_inputs{};
+  for (int32_t s = 0; s < kReductionSegments; ++s) {
+    one_pass = one_pass && w.segments[size_t(s)].format == MatrixFormat::kBf16Panels && w.padded_k[size_t(s)] == 0;
+    segment_inputs[size_t(s)] = segment_k(w, s);
+  }
   pool.parallel_for(num_tiles * num_row_blocks, 1, [&](int32_t thread_index, int32_t task_begin, int32_t task_end) {
     uint8_t* panel_scratch = panel_scratch_bytes > 0 ? scratch.panel_per_thread[size_t(thread_index)].data() : nullptr;
     float* tile_partials = scratch.tile_partials_per_thread[size_t(thread_index)].data() + lead;
@@ -218,6 +227,15 @@ void summed_segment_matmuls(ThreadPool& pool, const KernelTable& kernels, const 
       const int32_t n_end = std::min(n_begin + kColumnTile, n);
       const int32_t row_begin = (task % num_row_blocks) * kSummedRowBlock;
       const int32_t block_rows = std::min(kSummedRowBlock, num_rows - row_begin);
+      if (one_pass) {
+        std::array<const uint8_t*, kReductionSegments> packed{};
+        for (int32_t s = 0; s < kReductionSegments; ++s) {
+          packed[size_t(s)] = scratch.packed_shared.data() + size_t(s) * packed_segment_bytes + size_t(row_begin) * packed_stride;
+        }
+        kernels.matmul_summed_bf16_segments(packed.data(), packed_stride, segment_inputs.data(), w.segments.data(), block_rows,
+                                            n_begin, n_end, y + size_t(row_begin) * size_t(n), size_t(n), accumulate);
+        continue;
+      }
       for (int32_t s = 0; s < kReductionSegments; ++s) {
         float* partial = tile_partials + size_t(s) * tile_partial_size;
         const int32_t segment_inputs = segment_k(w, s);
