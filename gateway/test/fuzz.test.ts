@@ -129,7 +129,10 @@ test(`${NUM_REQUESTS} fuzzed bodies: never a 5xx, never a hang, and the server s
       try {
         answer = await send(route, bytes);
       } catch (err) {
-        assert.fail(`${label()}: no answer (${(err as Error).message})`);
+        // fetch says only "fetch failed"; its cause (a reset, a socket closed under a reused
+        // keep-alive connection, a timeout) tells a server fault from the client's side of it.
+        const cause = (err as Error & { cause?: unknown }).cause;
+        assert.fail(`${label()}: no answer (${(err as Error).message}${cause === undefined ? '' : `: ${String(cause)}`})`);
       }
       assert.ok(answer.status < 500, `${label()}: ${answer.status} ${answer.text.slice(0, 400)}`);
       if (answer.status >= 400) {
