@@ -1,7 +1,7 @@
 // Logits of the newer families against the fp64 reference written from transformers' modeling
 // files (test/reference/decoder-reference.ts), on random checkpoints drawn fresh each run, every
 // kernel path × fp32/bf16/fp16, with numerics.test.ts's tolerances (helpers.ts's logitTolerance):
-// max|logit − ref| / max|ref| ≤ 1e-5 (fp32), 2e-2 (bf16, fp16; 4e-2 for bf16 on avx512 and amx,
+// max|logit − ref| / max|ref| ≤ 1e-5 (fp32), 2e-2 (bf16, fp16; 5e-2 for bf16 on avx512 and amx,
 // whose activations are bf16 too). A prefill chunk, then decode steps.
 //
 // MoE routing is a discontinuous choice: where the reference's k-th and (k+1)-th router logits
