@@ -3,11 +3,6 @@ import { MODEL_NAME } from './harness.ts';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** The seed of this run: CONDUIT_TEST_SEED, or a random one that a failure names. */
-export function fuzzSeed(): number {
-  return Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
-}
-
 /** Tiny deterministic PRNG, so a failing seed replays. */
 export function rng(seed: number): () => number {
   let state = seed >>> 0 || 1;

@@ -196,22 +196,22 @@ test('generate: false prefills the prompt (one token, discarded) and returns an 
   rws.close();
 });
 
-test('a second response.create while one runs gets response_already_in_flight; closing the socket aborts the first in the worker', { timeout: 10_000 }, async () => {
+test('a second response.create while one runs gets response_already_in_flight; closing the socket aborts the first in the worker', async () => {
   const rws = connect();
   script = { steps: [gateway.tokens('Hello')], hang: true };
   const firstDelta = new Promise((resolve) => rws.on('response.output_text.delta', resolve));
   rws.send({ type: 'response.create', model: MODEL_NAME, input: 'long one' });
-  await firstDelta;
+  await within(firstDelta, 'the first response\'s first delta');
   const running = gateway.engine.requests.at(-1)!;
   const numRequests = gateway.engine.requests.length;
-  const refused = await errorFor(rws, () => rws.send({ type: 'response.create', model: MODEL_NAME, input: 'another' }));
+  const refused = await within(errorFor(rws, () => rws.send({ type: 'response.create', model: MODEL_NAME, input: 'another' })), 'the second response.create\'s error');
   assert.equal(refused.code, 'response_already_in_flight');
   assert.equal(refused.status, 409);
   assert.equal(gateway.engine.requests.length, numRequests);
 
   const aborted = once(gateway.engine, 'abort');
   rws.close();
-  const [requestId] = await aborted;
+  const [requestId] = await within(aborted, 'the worker\'s abort of the first response');
   assert.equal(requestId, running.requestId);
   assert.equal(gateway.engine.numInFlight, 0);
 });
@@ -252,30 +252,30 @@ test('50 connections at once each complete a turn', { timeout: 30_000 }, async (
   for (const rws of connections) rws.close();
 });
 
-test('the connection closes at its time limit (1001, websocket_connection_limit_reached), aborting its response', { timeout: 10_000 }, async () => {
+test('the connection closes at its time limit (1001, websocket_connection_limit_reached), aborting its response', async () => {
   await withGateway(() => ({ steps: [[15496]], hang: true }), { responses: { websocketMaxConnectionMs: 300 } }, async (target) => {
     const rws = connect(clientOf(target));
     const whenClosed = closed(rws);
     const ended = eventsUntilEnd(rws);
     const aborted = once(target.engine, 'abort');
     rws.send({ type: 'response.create', model: MODEL_NAME, input: 'hi' });
-    const events = await ended;
+    const events = await within(ended, 'the limit\'s error event');
     const limit = events.at(-1) as ErrorEvent;
     assert.equal(limit.code, 'websocket_connection_limit_reached');
     assert.match(limit.message, /connection limit reached/);
-    assert.deepEqual(await whenClosed, [1001, 'connection time limit reached']);
-    const [requestId] = await aborted;
+    assert.deepEqual(await within(whenClosed, 'the close at the time limit'), [1001, 'connection time limit reached']);
+    const [requestId] = await within(aborted, 'the worker\'s abort');
     assert.equal(requestId, target.engine.requests[0].requestId);
   });
 });
 
-test('keepalive: the server pings, and drops a peer that stops answering', { timeout: 10_000 }, async () => {
+test('keepalive: the server pings, and drops a peer that stops answering', async () => {
   await withGateway(() => ({ steps: [] }), { responses: { websocketPingIntervalMs: 100 } }, async (target) => {
     const answering = new WebSocket(wsUrlOf(target));
     let numPings = 0;
     answering.on('ping', () => numPings++);
     const silent = new WebSocket(wsUrlOf(target), { autoPong: false });
-    const [code] = await once(silent, 'close');
+    const [code] = await within(once(silent, 'close'), 'the silent peer\'s termination');
     // Terminated, not closed: the peer was not answering, so there is no one to say goodbye to.
     assert.equal(code, 1006);
     assert.ok(numPings >= 2, `pings seen: ${numPings}`);
