@@ -9,7 +9,7 @@ import type { ResponsesClientEvent, ResponsesServerEvent } from 'openai/resource
 import { ResponsesWS } from 'openai/resources/responses/ws';
 import { WebSocket } from 'ws';
 import type { GenerateRequest } from '../../engine/types.ts';
-import { within } from '../../test/wait.ts';
+import { pollUntil, within } from '../../test/wait.ts';
 import { MODEL_NAME, oneTokenPerStep, startTestGateway, type TestGateway, type TestGatewayOptions } from './harness.ts';
 import type { Script } from './scripted-engine.ts';
 
@@ -330,7 +330,7 @@ test("a slow reader's response is cancelled at the buffer bound while other conn
   );
 });
 
-test("a reader that takes nothing while a finished response's closing events wait is cut: client_too_slow, 1008", { timeout: 60_000 }, async () => {
+test("a reader that takes nothing while a finished response's closing events wait is cut: client_too_slow, 1008", { timeout: 120_000 }, async () => {
   // Deltas of about 12 MB (with 20 alternatives per token) stay under a 16 MiB bound, the
   // socket buffers taking some of them; the closing events repeat all of it four times over.
   const maxBufferedBytes = 16 * 1024 * 1024;
@@ -342,8 +342,13 @@ test("a reader that takes nothing while a finished response's closing events wai
     slow.send(JSON.stringify({ type: 'response.create', model: MODEL_NAME, input: 'long', include: ['message.output_text.logprobs'], top_logprobs: 20 }));
     await once(slow, 'message');
     slow.pause();
-    // The generation ends at once (a scripted worker); then the reader takes nothing past the grace.
-    await new Promise((resolve) => setTimeout(resolve, 4000));
+    // The generation ends (a scripted worker; its 12 MB of deltas take seconds on a loaded
+    // machine), then the reader takes nothing for three times the grace.
+    await pollUntil(async () => {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      return target.engine.numInFlight === 0;
+    }, 'the scripted generation to end', 60_000);
+    await new Promise((resolve) => setTimeout(resolve, 3000));
     const types: string[] = [];
     let last = '';
     slow.on('message', (data: Buffer) => {
