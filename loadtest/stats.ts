@@ -27,6 +27,11 @@ function sortedCopy(values: ArrayLike<number>): Float64Array {
   return Float64Array.from(values).sort();
 }
 
+/** The middle value, the mean of the middle two for an even count (the 50th percentile). */
+export function median(values: ArrayLike<number>): number {
+  return percentileOfSorted(sortedCopy(values), 50);
+}
+
 /** Summary of the values; an empty input gives count 0 and null-valued statistics in JSON. */
 export function summarize(values: ArrayLike<number>): Summary {
   const sorted = sortedCopy(values);

@@ -32,6 +32,7 @@ import { NativeRunner } from '../engine/native-runner.ts';
 import type { GenerateRequest, StepStats } from '../engine/types.ts';
 import { createRng } from '../loadtest/random.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
+import { median } from '../loadtest/stats.ts';
 
 const BLOCK_SIZE_TOKENS = 16;
 const MAX_MODEL_LEN = 2048;
@@ -91,11 +92,6 @@ function run(engine: Engine, request: GenerateRequest): Promise<{ ttftMs: number
   });
 }
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-};
 const fmt = (value: number, digits = 1) => value.toFixed(digits);
 
 async function prefixCaching(modelDir: string, numThreads: number, numRounds: number) {

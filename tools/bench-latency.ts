@@ -58,7 +58,7 @@ import { TokenizedPromptBuilder } from '../loadtest/prompt-builder.ts';
 import { createRng } from '../loadtest/random.ts';
 import { runLoadtest } from '../loadtest/run.ts';
 import { ServerTokenizer } from '../loadtest/server-tokenizer.ts';
-import { percentileOfSorted, summarize } from '../loadtest/stats.ts';
+import { median, percentileOfSorted, summarize } from '../loadtest/stats.ts';
 import type { WorkloadEntry } from '../loadtest/workload.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
 import { freePort } from './free-port.ts';
@@ -306,11 +306,6 @@ async function measure(server: RunningServer, point: LoadPoint): Promise<{ figur
   };
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
 
 const ms = (value: number) => (value >= 1000 ? `${(value / 1000).toFixed(2)} s` : `${value.toFixed(0)} ms`);
 

@@ -34,6 +34,7 @@ import { kernelSupported, loadModel, probes } from '../native/index.ts';
 import { describeCpu } from './bench-model.ts';
 import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
 import { DEFAULT_OPTIONS, writeRandomCheckpoint, type CheckpointOptions } from './make-checkpoint.ts';
+import { median } from '../loadtest/stats.ts';
 
 const ATTENTION = { hiddenSize: 1024, numLayers: 12, numHeads: 16, numKvHeads: 4, headDim: 64, vocabSize: 32000 };
 const EXPERTS = { numExperts: 64, numExpertsPerToken: 8, moeIntermediateSize: 384 };
@@ -97,11 +98,6 @@ function ensureCheckpoint(name: string, options: Omit<CheckpointOptions, 'outDir
   return modelDir;
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
 
 const fmt = (value: number, digits = 1): string => value.toFixed(digits);
 const rssGiB = (): string => `${fmt(process.memoryUsage().rss / 2 ** 30, 2)} GiB`;

@@ -32,7 +32,8 @@ import { buildBatch } from '../native/test/helpers.ts';
 import { relativeError } from '../test/reference/llama-reference.ts';
 import { decodeKvBlocks, decodeTokensPerSecond } from './decode-loop.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint, writeServableBenchModel } from './bench-model.ts';
-import { median, pairedRatios, runLlamaBench, type LlamaBenchFigures } from './llama-bench.ts';
+import { median } from '../loadtest/stats.ts';
+import { pairedRatios, runLlamaBench, type LlamaBenchFigures } from './llama-bench.ts';
 import { writeLlamaGguf } from './llama-gguf.ts';
 import { prefillFlopsPerToken as flopsPerPromptToken } from './prefill-ceiling.ts';
 

@@ -22,6 +22,7 @@ import { fileURLToPath } from 'node:url';
 import type { KernelPath } from '../native/api.ts';
 import { kernelSupported } from '../native/index.ts';
 import { freePort } from './free-port.ts';
+import { median } from '../loadtest/stats.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const conduitBin = path.join(repoRoot, 'bin', 'conduit.js');
@@ -99,11 +100,6 @@ async function runOnce(workDir: string, setup: Setup, values: Record<string, str
   }
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({

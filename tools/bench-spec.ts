@@ -46,6 +46,7 @@ import { loadTokenizer } from '../gateway/tokenizer/load.ts';
 import { packageRoot } from '../package-root.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
 import { BENCH_NGRAM, BENCH_SUFFIX, GROUNDED_PASSAGE_TOKENS, corpusPrompts, groundedPrompts, oneSequenceStep, randomPrompts } from './spec-workloads.ts';
+import { median } from '../loadtest/stats.ts';
 
 const { values } = parseArgs({
   options: {
@@ -84,10 +85,6 @@ const modes = allModes.filter(([name, config]) => config === null || modePrefixe
 /** The draft model's runtime, loaded once for every run (a run's proposer holds only its block tables). */
 let draftModel: NativeModel | null = null;
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
-}
 
 /** Prints the step's time with k = 1..8 proposals over a plain step's on the model in modelDir; returns them, k = 0..8. */
 async function verifyCost(modelDir: string, title: string, target: number | null): Promise<number[]> {

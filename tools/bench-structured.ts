@@ -32,6 +32,7 @@ import type { GenerateRequest, StructuredOutput } from '../engine/types.ts';
 import { loadModel } from '../native/index.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
 import { ensureBenchTokenizer } from './bench-tokenizer.ts';
+import { median } from '../loadtest/stats.ts';
 
 const BLOCK_SIZE_TOKENS = 16;
 const MAX_MODEL_LEN = 2048;
@@ -119,11 +120,6 @@ async function throughput(engine: Engine, mode: Mode, batchSize: number, maxToke
   return numTokens / seconds;
 }
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-};
 const fmt = (value: number, digits = 1) => value.toFixed(digits);
 
 /**

@@ -16,16 +16,12 @@ import { loadModel, type LoadedModel } from '../native/index.ts';
 import { buildBatch } from '../native/test/helpers.ts';
 import { startGroup } from '../native/test/tp-group.ts';
 import { BENCH_SHAPE, describeCpu, ensureBenchCheckpoint } from './bench-model.ts';
+import { median } from '../loadtest/stats.ts';
 
 const PROMPT_TOKENS = 128;
 const BLOCK_SIZE_TOKENS = 16;
 const BATCH_SIZES = [1, 32];
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
 
 /** Decode tok/s of numSeqs sequences sharing a prompt's blocks, and seconds in collectives per step. */
 async function decode(model: NativeModel, collectiveSeconds: () => number, numSeqs: number, newTokens: number): Promise<{ tokensPerSecond: number; collectiveMsPerStep: number }> {

@@ -3,6 +3,7 @@
 // llama.cpp figures of the same minutes (a host whose memory bandwidth moves by tens of percent
 // within minutes makes a ratio between runs minutes apart a ratio between two machines).
 import { execFileSync } from 'node:child_process';
+import { median } from '../loadtest/stats.ts';
 
 export interface LlamaBenchFigures {
   /** tok/s of pp<promptTokens>: a prompt of that many tokens in one batch. */
@@ -29,11 +30,6 @@ export function runLlamaBench(llamaBin: string, file: string, { promptTokens, ge
   return { pp: pp.avg_ts, tg: tg.avg_ts };
 }
 
-export function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
 
 /** ours[i] / theirs[i] for each round i (same-minute pairs) and their median. */
 export function pairedRatios(ours: readonly number[], theirs: readonly number[]): { perRound: number[]; median: number } {

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { percentileCurve, percentileOfSorted, summarize } from '../stats.ts';
+import { median, percentileCurve, percentileOfSorted, summarize } from '../stats.ts';
 
 test('percentiles follow numpy linear interpolation exactly', () => {
   // numpy.percentile([1, 2, 3, 4], [50, 90, 95, 99]) = [2.5, 3.7, 3.85, 3.97]
@@ -35,4 +35,11 @@ test('the percentile curve runs p0..p100', () => {
   assert.equal(curve[37], 37);
   assert.equal(curve[100], 100);
   assert.deepEqual(percentileCurve([]), []);
+});
+
+test('median: the middle value, the mean of the middle two for an even count; the input is left as it was', () => {
+  const values = [4, 1, 2, 3];
+  assert.equal(median([3, 1, 2]), 2);
+  assert.equal(median(values), 2.5);
+  assert.deepEqual(values, [4, 1, 2, 3]);
 });
