@@ -159,7 +159,12 @@ test('TTFT, ITL, TPOT, e2e and chunk gaps match the scripted timings of a real S
     assert.ok(numLate <= 1, `later than the server by more than ${DELIVERY_SLOP_MS} ms (TTFT/e2e): ${lateness.map(({ ttftMs, e2eMs }) => `${ttftMs.toFixed(1)}/${e2eMs.toFixed(1)}`).join(', ')}`);
     const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / values.length;
     assert.ok(Math.abs(results.itl_ms.mean - mean(expected.map((e) => e.itlMs))) <= DELIVERY_SLOP_MS / 3 + 1, `ITL ${results.itl_ms.mean}`);
-    assert.ok(results.itl_ms.min >= 80 - 1, `ITL ${results.itl_ms.min} under the scripted 80 ms`);
+    // A request's ITL spans its first token to its end: a first token delivered late shortens it by
+    // a third of that lateness (once, 77 ms beside another whole suite), never more.
+    results.requests.forEach((request, i) => {
+      const itlMs = (request.e2e_ms - request.ttft_ms!) / 3;
+      assert.ok(itlMs + lateness[i].ttftMs / 3 >= 80 - 1, `ITL ${itlMs} (first token ${lateness[i].ttftMs.toFixed(1)} ms late) under the scripted 80 ms`);
+    });
     // TPOT = e2e / 4, request by request; gaps follow the server's writes.
     const tpotFromSummaries = mean(results.requests.map((request) => request.e2e_ms / 4));
     assert.ok(Math.abs(results.tpot_ms.mean - tpotFromSummaries) < 0.001, 'request summaries round to the microsecond');
