@@ -76,7 +76,11 @@ export interface TensorParallelOptions {
    * With device cuda one process drives every rank and the name is not used (GPU_GROUP).
    */
   group: string;
-  /** How long a rank waits for rank 0's segment, and rank 0 for every rank to load (default 600 000). */
+  /**
+   * How long a rank waits for rank 0's segment, and rank 0 for every rank to load (default 600 000).
+   * Over MPI also how long a rank's close() waits for every other rank to close: the job ends when
+   * all have (none is left for the launcher to kill), or a rank that has not is named and the job aborted.
+   */
   connectTimeoutMs?: number;
   /** Rank 0: the processes started as ranks 1.., so that one dying before it connects fails the load at once. */
   rankPids?: number[];

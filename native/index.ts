@@ -561,7 +561,11 @@ export class LoadedModel implements NativeModel {
     Atomics.store(this.activeThreadsCell, 0, numThreads);
   }
 
-  /** Frees at once, or as soon as the forward in flight settles. */
+  /**
+   * Frees at once, or as soon as the forward in flight settles. A rank of an MPI group that ended in
+   * order (rank 0, or a rank whose serveRank() resolved) also ends its part of the job here: it
+   * returns once every rank has closed (tensorParallel.connectTimeoutMs).
+   */
   close(): void {
     if (this.closed) return;
     this.closed = true;

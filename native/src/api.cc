@@ -96,6 +96,7 @@ void run_rank(void* context) {
   cd_model* model = static_cast<cd_model*>(context);
   char error[kForwardErrorCapacity] = {};
   const cd_status status = guarded(error, sizeof error, [&] { model->model->serve_rank(); });
+  model->served_to_stop = status == CD_OK;
   model->done(model->user_data, status, status == CD_OK ? nullptr : error);
 }
 
@@ -174,6 +175,8 @@ cd_status cd_model_load(const cd_model_spec* spec, const cd_load_options* option
     }
     auto* loaded = new cd_model{};
     loaded->model = std::move(model);
+    loaded->over_mpi = over_mpi;
+    loaded->tp_connect_timeout_ms = options->tp_connect_timeout_ms;
     *out_model = loaded;
   });
 }
@@ -284,9 +287,18 @@ void cd_model_free(cd_model* model) {
   }
   // Rank 0 stops its group's serving loops; a group already failed has no one to tell.
   auto& tp = model->model->tp;
+  bool ends_job = model->over_mpi && model->served_to_stop;
   if (tp.comm != nullptr && tp.rank == 0) {
     char error[kForwardErrorCapacity] = {};
-    guarded(error, sizeof error, [&] { conduit::send_stop(*tp.comm); });
+    const cd_status status = guarded(error, sizeof error, [&] { conduit::send_stop(*tp.comm); });
+    ends_job = model->over_mpi && status == CD_OK;
+  }
+  // Free returns nothing, so a failed end of an MPI job is said on stderr, where mpiexec shows it.
+  if (ends_job) {
+    char error[kForwardErrorCapacity] = {};
+    if (guarded(error, sizeof error, [&] { conduit::end_mpi_job(*tp.comm, model->tp_connect_timeout_ms); }) != CD_OK) {
+      std::fprintf(stderr, "%s\n", error);
+    }
   }
   delete model;
 }

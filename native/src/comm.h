@@ -42,6 +42,11 @@ std::unique_ptr<Communicator> open_mpi_communicator(int32_t rank, int32_t size);
 // Every rank of an MPI group, once its shard is loaded: returns when all have come, or throws after
 // timeout_ms.
 void mpi_barrier(Communicator& comm, int32_t timeout_ms);
+// An MPI rank's end of the job, after its model has closed in order (rank 0 sent the stop, rank
+// r > 0 received it): waits up to timeout_ms for every rank to have closed, or names those that
+// did not and aborts the job; then tells the launcher this rank finished, so that its exit does
+// not make the launcher kill the others (comm_mpi.cc). Throws Error(CD_ERR_RANK_UNAVAILABLE).
+void end_mpi_job(Communicator& comm, int32_t timeout_ms);
 inline bool is_mpi_group(const char* group) { return std::string(group) == "mpi:"; }
 
 // Rank 0: waits until every rank has called mark_ready() (its shard loaded), up to timeout_ms, or

@@ -231,4 +231,9 @@ struct cd_model {
   cd_forward_output* output = nullptr;
   cd_forward_done done = nullptr;
   void* user_data = nullptr;
+  // A rank of an MPI group ends its part of the job at free (conduit::end_mpi_job) when the group
+  // ended in order: rank 0's stop sent, or on rank r > 0 received (serve_rank returned).
+  bool over_mpi = false;
+  int32_t tp_connect_timeout_ms = 0;
+  bool served_to_stop = false;
 };
