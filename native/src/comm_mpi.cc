@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include "comm.h"
 #include "error.h"
@@ -210,7 +210,8 @@ class MpiCommunicator final : public Communicator {
       std::fflush(stderr);
       mpi_.abort(kCommWorld, 1);
     }
-    finish_with_launcher(deadline);
+    // Its own deadline: a rank that came late must not leave the launcher's reply no time.
+    finish_with_launcher(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms));
   }
 
  private:
