@@ -180,7 +180,7 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
   const chosen = new Int32Array(64);
   for (let trial = 0; trial < 300; trial++) {
     const numSeqs = 1 + Math.floor(random() * 32);
-    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, continuationRate: random() < 0.5 ? undefined : random(), numAvailable: Math.floor(random() * 9) }));
+    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, continuationRate: random() < 0.5 ? undefined : random(), numAvailable: Math.floor(random() * 9), reach: null }));
     const cost = { baseMs: 1 + random() * 50, perTokenMs: random() < 0.5 ? random() * 0.5 : random() * 5 };
     chooseDraftCounts(candidates, cost, 1000, chosen);
     const counts = Array.from(chosen.subarray(0, numSeqs));
@@ -193,10 +193,10 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
     if (counts[0] < candidates[0].numAvailable) assert.ok(throughput(candidates, [counts[0] + 1], cost) < 1.1 * throughput(candidates, counts, cost), context);
   }
   // A budget caps the proposals.
-  chooseDraftCounts([{ acceptanceRate: 1, numAvailable: 8 }, { acceptanceRate: 1, numAvailable: 8 }], { baseMs: 10, perTokenMs: 0.1 }, 3, chosen);
+  chooseDraftCounts([{ acceptanceRate: 1, numAvailable: 8, reach: null }, { acceptanceRate: 1, numAvailable: 8, reach: null }], { baseMs: 10, perTokenMs: 0.1 }, 3, chosen);
   assert.equal(chosen[0] + chosen[1], 3);
   // Compute-bound (a token costs as much as the step): nothing pays.
-  chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
+  chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8, reach: null }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
   assert.equal(chosen[0], 0);
 });
 
@@ -229,7 +229,7 @@ test('a lone sequence\'s draft count is shortened where measured step costs say 
   // A step of 1 + k tokens: a line up to six rows, then a second tile pass (the matmul's six-row tiles).
   const convex = (numTokens: number) => 1 + 0.12 * (numTokens - 1) + (numTokens > 6 ? 0.3 : 0);
   const line = (numTokens: number) => 1 + 0.12 * (numTokens - 1);
-  const candidate = { acceptanceRate: 0.7, continuationRate: 0.75, numAvailable: 8 };
+  const candidate = { acceptanceRate: 0.7, continuationRate: 0.75, numAvailable: 8, reach: null };
   /** Expected tokens per millisecond of k proposals under msOf. */
   const rate = (k: number, msOf: (numTokens: number) => number) => {
     let expected = 1;
@@ -409,7 +409,7 @@ test('a sequence whose proposal could not be chosen is looked up one step in fou
   for (let step = 0; step < 8; step++) {
     const chosen = speculator.choose(batch, 32, 1000);
     // The same choice as over every sequence's proposal.
-    const all: DraftCandidate[] = batch.map((sequence) => ({ acceptanceRate: acceptanceRate(sequence.acceptance!), continuationRate: continuationRate(sequence.acceptance!), numAvailable: 4 }));
+    const all: DraftCandidate[] = batch.map((sequence) => ({ acceptanceRate: acceptanceRate(sequence.acceptance!), continuationRate: continuationRate(sequence.acceptance!), numAvailable: 4, reach: null }));
     const expected = new Int32Array(32);
     chooseDraftCounts(all, speculator['costModel'].costAt(32), 1000, expected, 32);
     assert.deepEqual(Array.from(chosen.subarray(0, 32)), Array.from(expected), `step ${step}`);
