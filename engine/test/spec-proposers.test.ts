@@ -158,11 +158,15 @@ test('the cost model holds its line on a busy machine: steps slowed many times o
     worstSlopeError = Math.max(worstSlopeError, slopeError);
     sumSlopeErrors += slopeError;
   }
-  // Unclipped, one 20-times step at 9 tokens moves the slope by several times its value.
+  // Unclipped, one 20-times step at 9 tokens moves the slope by several times its value. The
+  // bounds sit between the two distributions over seeds 1..20000: clipped, the mean error is
+  // 0.10-0.40 ms and the worst 0.33-1.44 (p99.9 0.31 and 1.22, so the old bounds of 0.3 and 1.5
+  // failed 0.18 % of seeds, e.g. 162 and 2893); unclipped, 0.96-3.44 and 4.2-16.1.
   const context = `seed ${seed}: the slope strayed from 1 ms a token by ${(sumSlopeErrors / 2000).toFixed(2)} ms on average, ${worstSlopeError.toFixed(2)} ms at worst`;
-  assert.ok(sumSlopeErrors / 2000 < 0.3 && worstSlopeError < 1.5, context);
+  assert.ok(sumSlopeErrors / 2000 < 0.6 && worstSlopeError < 2.5, context);
+  // Clipped, 11.0-16.6 ms over the same seeds (slowed steps count up to 1.5 times the line's prediction).
   const { baseMs } = model.costAt(1);
-  assert.ok(baseMs > 10 && baseMs < 16, `seed ${seed}: a 1-token step predicted at ${baseMs.toFixed(2)} ms (11 to 13.2 ms unslowed)`);
+  assert.ok(baseMs > 10 && baseMs < 18, `seed ${seed}: a 1-token step predicted at ${baseMs.toFixed(2)} ms (11 to 13.2 ms unslowed)`);
 });
 
 /** The expected tokens per millisecond of a choice. */
