@@ -185,7 +185,7 @@ class ForwardPass {
         for (std::vector<const uint16_t*>& groups : *buffers) grow(groups, context_capacity / 16);
       }
       ws_.query_bf16.resize(num_threads);
-      for (std::vector<uint16_t>& query : ws_.query_bf16) grow(query, 2 * size_t(dims_.head_dim));
+      for (std::vector<uint16_t>& query : ws_.query_bf16) grow(query, 4 * size_t(dims_.head_dim));  // two heads' halves
       ws_.prefetched_history.resize(num_threads);
       ws_.probs_bf16.resize(num_threads);
       for (std::vector<uint16_t>& probs : ws_.probs_bf16) grow(probs, 4 * context_capacity);  // two heads' halves
