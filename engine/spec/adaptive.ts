@@ -170,16 +170,16 @@ export interface DraftCandidate {
   continuationRate?: number;
   numAvailable: number;
   /**
-   * Where present, reach[j]: the chance that proposals 0 .. j are all accepted (its proposals'
-   * classes' rates multiplied), in place of the rates above.
+   * reach[j]: the chance that proposals 0 .. j are all accepted (its proposals' classes' rates
+   * multiplied), in place of the rates above; null where its proposals have no classes.
    */
-  reach?: Float64Array | null;
+  reach: Float64Array | null;
 }
 
 /** The chance that candidate's proposals 0 .. position are all accepted. */
 function reachOf(candidate: DraftCandidate, position: number): number {
   const { acceptanceRate, continuationRate = acceptanceRate, reach } = candidate;
-  return reach != null ? reach[position] : acceptanceRate * continuationRate ** position;
+  return reach !== null ? reach[position] : acceptanceRate * continuationRate ** position;
 }
 
 /** What the model's errors may cost: a proposal must promise this much more than it costs. */

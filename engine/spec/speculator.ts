@@ -157,8 +157,8 @@ export class Speculator {
       for (const { acceptance, maxDraftTokens } of candidates) {
         choices.push(
           acceptance === null
-            ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0 }
-            : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: maxDraftTokens },
+            ? { acceptanceRate: 0, continuationRate: 0, numAvailable: 0, reach: null }
+            : { acceptanceRate: acceptanceRate(acceptance), continuationRate: continuationRate(acceptance), numAvailable: maxDraftTokens, reach: null },
         );
         budget += maxDraftTokens;
       }

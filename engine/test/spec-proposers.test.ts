@@ -158,11 +158,15 @@ test('the cost model holds its line on a busy machine: steps slowed many times o
     worstSlopeError = Math.max(worstSlopeError, slopeError);
     sumSlopeErrors += slopeError;
   }
-  // Unclipped, one 20-times step at 9 tokens moves the slope by several times its value.
+  // Unclipped, one 20-times step at 9 tokens moves the slope by several times its value. The
+  // bounds sit between the two distributions over seeds 1..20000: clipped, the mean error is
+  // 0.10-0.40 ms and the worst 0.33-1.44 (p99.9 0.31 and 1.22, so the old bounds of 0.3 and 1.5
+  // failed 0.18 % of seeds, e.g. 162 and 2893); unclipped, 0.96-3.44 and 4.2-16.1.
   const context = `seed ${seed}: the slope strayed from 1 ms a token by ${(sumSlopeErrors / 2000).toFixed(2)} ms on average, ${worstSlopeError.toFixed(2)} ms at worst`;
-  assert.ok(sumSlopeErrors / 2000 < 0.3 && worstSlopeError < 1.5, context);
+  assert.ok(sumSlopeErrors / 2000 < 0.6 && worstSlopeError < 2.5, context);
+  // Clipped, 11.0-16.6 ms over the same seeds (slowed steps count up to 1.5 times the line's prediction).
   const { baseMs } = model.costAt(1);
-  assert.ok(baseMs > 10 && baseMs < 16, `seed ${seed}: a 1-token step predicted at ${baseMs.toFixed(2)} ms (11 to 13.2 ms unslowed)`);
+  assert.ok(baseMs > 10 && baseMs < 18, `seed ${seed}: a 1-token step predicted at ${baseMs.toFixed(2)} ms (11 to 13.2 ms unslowed)`);
 });
 
 /** The expected tokens per millisecond of a choice. */
@@ -180,7 +184,7 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
   const chosen = new Int32Array(64);
   for (let trial = 0; trial < 300; trial++) {
     const numSeqs = 1 + Math.floor(random() * 32);
-    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, continuationRate: random() < 0.5 ? undefined : random(), numAvailable: Math.floor(random() * 9) }));
+    const candidates = Array.from({ length: numSeqs }, () => ({ acceptanceRate: random() ** 2, continuationRate: random() < 0.5 ? undefined : random(), numAvailable: Math.floor(random() * 9), reach: null }));
     const cost = { baseMs: 1 + random() * 50, perTokenMs: random() < 0.5 ? random() * 0.5 : random() * 5 };
     chooseDraftCounts(candidates, cost, 1000, chosen);
     const counts = Array.from(chosen.subarray(0, numSeqs));
@@ -193,10 +197,10 @@ test('draft counts: every proposal chosen raises the expected tokens per millise
     if (counts[0] < candidates[0].numAvailable) assert.ok(throughput(candidates, [counts[0] + 1], cost) < 1.1 * throughput(candidates, counts, cost), context);
   }
   // A budget caps the proposals.
-  chooseDraftCounts([{ acceptanceRate: 1, numAvailable: 8 }, { acceptanceRate: 1, numAvailable: 8 }], { baseMs: 10, perTokenMs: 0.1 }, 3, chosen);
+  chooseDraftCounts([{ acceptanceRate: 1, numAvailable: 8, reach: null }, { acceptanceRate: 1, numAvailable: 8, reach: null }], { baseMs: 10, perTokenMs: 0.1 }, 3, chosen);
   assert.equal(chosen[0] + chosen[1], 3);
   // Compute-bound (a token costs as much as the step): nothing pays.
-  chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8 }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
+  chooseDraftCounts([{ acceptanceRate: 0.9, numAvailable: 8, reach: null }], { baseMs: 10, perTokenMs: 10 }, 100, chosen);
   assert.equal(chosen[0], 0);
 });
 
@@ -229,7 +233,7 @@ test('a lone sequence\'s draft count is shortened where measured step costs say 
   // A step of 1 + k tokens: a line up to six rows, then a second tile pass (the matmul's six-row tiles).
   const convex = (numTokens: number) => 1 + 0.12 * (numTokens - 1) + (numTokens > 6 ? 0.3 : 0);
   const line = (numTokens: number) => 1 + 0.12 * (numTokens - 1);
-  const candidate = { acceptanceRate: 0.7, continuationRate: 0.75, numAvailable: 8 };
+  const candidate = { acceptanceRate: 0.7, continuationRate: 0.75, numAvailable: 8, reach: null };
   /** Expected tokens per millisecond of k proposals under msOf. */
   const rate = (k: number, msOf: (numTokens: number) => number) => {
     let expected = 1;
@@ -409,7 +413,7 @@ test('a sequence whose proposal could not be chosen is looked up one step in fou
   for (let step = 0; step < 8; step++) {
     const chosen = speculator.choose(batch, 32, 1000);
     // The same choice as over every sequence's proposal.
-    const all: DraftCandidate[] = batch.map((sequence) => ({ acceptanceRate: acceptanceRate(sequence.acceptance!), continuationRate: continuationRate(sequence.acceptance!), numAvailable: 4 }));
+    const all: DraftCandidate[] = batch.map((sequence) => ({ acceptanceRate: acceptanceRate(sequence.acceptance!), continuationRate: continuationRate(sequence.acceptance!), numAvailable: 4, reach: null }));
     const expected = new Int32Array(32);
     chooseDraftCounts(all, speculator['costModel'].costAt(32), 1000, expected, 32);
     assert.deepEqual(Array.from(chosen.subarray(0, 32)), Array.from(expected), `step ${step}`);

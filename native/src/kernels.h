@@ -179,7 +179,7 @@ struct KernelTable {
   // scores[h * scores_stride + 16 g + i] = q_h · key i of group g, for num_groups groups of 16
   // keys; group g's dims come in pairs, pair d of its 16 keys at key_groups[g] + d *
   // key_pair_stride. Every score accumulates its pairs in one fixed pattern, whatever the number
-  // of groups or heads.
+  // of groups or heads. q_scratch: 4 x head_dim elements.
   void (*score_key_groups)(const float* q, int32_t num_heads, uint16_t* q_scratch, const uint16_t* const* key_groups,
                            int32_t num_groups, size_t key_pair_stride, int32_t head_dim, float* scores,
                            size_t scores_stride);

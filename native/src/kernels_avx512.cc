@@ -531,10 +531,83 @@ void sum_value_groups_of_heads(const float* numerators, size_t numerators_stride
   for (; dim < head_dim; dim += 16) sum_dims(std::integral_constant<int, 1>{}, dim);
 }
 
-// vdpbf16ps needs each head's query and numerators split, so the heads go one at a time.
+// Two query heads against the same groups: each key pair is loaded once for both (a kv head's
+// keys outgrow L1 at a few hundred positions, so a head at a time reads them twice from L2).
+// Every score is the chain score_groups builds, so the values are the same.
+template <int G>
+__attribute__((always_inline)) inline void score_groups_two_heads(const uint32_t* const (&q_high)[2],
+                                                                  const uint32_t* const (&q_low)[2],
+                                                                  const uint16_t* const* groups, size_t pair_stride,
+                                                                  int32_t num_pairs, float* scores, size_t scores_stride) {
+  Vec even[2][G], odd[2][G];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) even[h][g] = odd[h][g] = vzero();
+  int32_t d = 0;
+  for (; d + 2 <= num_pairs; d += 2) {
+    __m512bh high_even[2], low_even[2], high_odd[2], low_odd[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      high_even[h] = (__m512bh)_mm512_set1_epi32(int32_t(q_high[h][d]));
+      low_even[h] = (__m512bh)_mm512_set1_epi32(int32_t(q_low[h][d]));
+      high_odd[h] = (__m512bh)_mm512_set1_epi32(int32_t(q_high[h][d + 1]));
+      low_odd[h] = (__m512bh)_mm512_set1_epi32(int32_t(q_low[h][d + 1]));
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m512bh keys_even = (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d) * pair_stride);
+      const __m512bh keys_odd = (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d + 1) * pair_stride);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        even[h][g] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(even[h][g], high_even[h], keys_even), low_even[h], keys_even);
+        odd[h][g] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(odd[h][g], high_odd[h], keys_odd), low_odd[h], keys_odd);
+      }
+    }
+  }
+  if (d < num_pairs) {
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m512bh keys = (__m512bh)_mm512_loadu_si512(groups[g] + size_t(d) * pair_stride);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m512bh high_last = (__m512bh)_mm512_set1_epi32(int32_t(q_high[h][d]));
+        const __m512bh low_last = (__m512bh)_mm512_set1_epi32(int32_t(q_low[h][d]));
+        even[h][g] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(even[h][g], high_last, keys), low_last, keys);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) vstore(scores + size_t(h) * scores_stride + 16 * g, _mm512_add_ps(even[h][g], odd[h][g]));
+}
+
+// vdpbf16ps needs each head's query split: pairs of heads share their key loads
+// (q_scratch holds 4 x head_dim), an odd last head goes alone.
 void score_key_groups(const float* q, int32_t num_heads, uint16_t* q_scratch, const uint16_t* const* key_groups,
                       int32_t num_groups, size_t key_pair_stride, int32_t head_dim, float* scores, size_t scores_stride) {
-  for (int32_t h = 0; h < num_heads; ++h) {
+  const int32_t num_pairs = head_dim / 2;
+  int32_t h = 0;
+  for (; h + 2 <= num_heads; h += 2) {
+    uint16_t* scratch[2] = {q_scratch, q_scratch + 2 * size_t(head_dim)};
+    const uint32_t* q_high[2];
+    const uint32_t* q_low[2];
+    for (int i = 0; i < 2; ++i) {
+      split_to_bf16(q + size_t(h + i) * head_dim, head_dim, scratch[i], scratch[i] + head_dim);
+      q_high[i] = reinterpret_cast<const uint32_t*>(scratch[i]);
+      q_low[i] = reinterpret_cast<const uint32_t*>(scratch[i] + head_dim);
+    }
+    float* head_scores = scores + size_t(h) * scores_stride;
+    int32_t g = 0;
+    for (; g + 4 <= num_groups; g += 4) {
+      score_groups_two_heads<4>(q_high, q_low, key_groups + g, key_pair_stride, num_pairs, head_scores + 16 * g, scores_stride);
+    }
+    for (; g < num_groups; ++g) {
+      score_groups_two_heads<1>(q_high, q_low, key_groups + g, key_pair_stride, num_pairs, head_scores + 16 * g, scores_stride);
+    }
+  }
+  if (h < num_heads) {
     score_key_groups_of_head(q + size_t(h) * head_dim, q_scratch, key_groups, num_groups, key_pair_stride, head_dim,
                              scores + size_t(h) * scores_stride);
   }

@@ -167,9 +167,10 @@ struct Workspace {
   std::vector<std::vector<float>> scores;  // [threads][heads per kv head][scores_stride] attention scores
   size_t scores_stride = 0;                // the context one head's scores hold
   std::vector<std::vector<float>> softmax_sums;  // [threads][heads per kv head]
-  std::vector<std::vector<uint16_t>> query_bf16;  // [threads][2 x head_dim] (kBf16Pairs)
+  std::vector<std::vector<uint16_t>> query_bf16;  // [threads][4 x head_dim] (kBf16Pairs): two heads' halves
   std::vector<std::vector<uint16_t>> probs_bf16;  // [threads][2 x context] (kBf16Pairs)
   std::vector<std::vector<const uint16_t*>> key_groups, value_groups;  // [threads][context / 16]
+  std::vector<int64_t> prefetched_history;  // [threads] the (sequence, kv head) a thread last fetched this layer (kBf16Pairs)
   std::vector<SamplerScratch> samplers;  // [threads]
   MoeScratch moe;
 };
