@@ -107,6 +107,131 @@ inline IVec imul_add_small(IVec acc, IVec a, int32_t b) { return _mm512_dpwssd_e
 #include "kernels_q4.inc"
 #include "kernels_q8k.inc"
 
+// One row against kQ8Panels on vpdpbusd (64 products an instruction) rather than vpdpwssd on
+// weights sign-extended to int16 (32, and a vpmovsxbw per 32 weights): on Zen 4 a lone row's
+// sign extensions and multiply-adds share the vector pipes and bound it in cache (76 GB/s).
+// The row's int16 values x = 256 hi + lo are also packed as byte quads (q8_split_row: lo
+// unsigned, hi signed), and each block's sum is the same exact int32 as vpdpwssd's:
+//   sum = 256 ((w + 128) . hi - 128 sum(hi)) + lo . w,
+// w + 128 (w ^ 0x80) being vpdpbusd's unsigned operand against hi, w the signed one against lo;
+// the block's -32768 sum(hi) is packed with the quads. Two input pairs' rows of the panel
+// interleave (vpunpck{l,h}wd) into the column quads vpdpbusd reads; that puts each 128-bit
+// lane's columns 0-3 in one vector and 4-7 in the other, which a vpermt2d per 16 columns undoes
+// before the block's scales. The rest is q8_panel_tile's: the same fp32 operations in the same
+// order, so the bits are the multi-row tiles' and the other paths'.
+// Unlike q8_panel_tile it fetches ahead only the blocks' scales, not every line: on Zen 4 the
+// per-line fetches cost more CPU than they saved (int8 MoE batch-1 decode, 1 thread, CPU per step
+// against q8_panel_tile's in the same process: 0.88x as fast with them, 1.15x without). Other
+// CPUs unmeasured.
+
+// The quads after q8_packed_row_bytes(k): lo bytes [padded k], hi bytes [padded k], then the
+// blocks' int32 -32768 sum(hi) [padded k / 32].
+size_t q8_split_row_bytes(int32_t k) {
+  return q8_packed_row_bytes(k) + 2 * size_t(q8_padded_k(k)) + size_t(q8_padded_k(k) / 32) * sizeof(int32_t);
+}
+
+void q8_split_row(uint8_t* packed, int32_t k) {
+  const int32_t padded_k = q8_padded_k(k);
+  const int16_t* x = reinterpret_cast<const int16_t*>(packed);
+  uint8_t* lo = packed + q8_packed_row_bytes(k);
+  int8_t* hi = reinterpret_cast<int8_t*>(lo + padded_k);
+  int32_t* corrections = reinterpret_cast<int32_t*>(lo + 2 * size_t(padded_k));
+  for (int32_t block = 0; block < padded_k / 32; ++block) {
+    int32_t hi_sum = 0;
+    for (int32_t i = block * 32; i < block * 32 + 32; ++i) {
+      lo[i] = uint8_t(x[i] & 0xFF);
+      hi[i] = int8_t(x[i] >> 8);
+      hi_sum += hi[i];
+    }
+    corrections[block] = -32768 * hi_sum;
+  }
+}
+
+struct Q8SplitPanelRows {
+  template <int R>
+  struct Tile {
+    static void run(const Activations& a, int32_t m0, int32_t k, const uint8_t* panel, int32_t num_columns, float* y,
+                    size_t y_stride, bool accumulate) {
+      if constexpr (R == 1) {
+        run_one_row(a, m0, k, panel, num_columns, y, y_stride, accumulate);
+      } else {
+        Q8PanelRows<R>::run(a, m0, k, panel, num_columns, y, y_stride, accumulate);
+      }
+    }
+  };
+
+  static void run_one_row(const Activations& a, int32_t m, int32_t k, const uint8_t* panel, int32_t num_columns,
+                          float* y, size_t y_stride, bool accumulate) {
+    const int32_t num_blocks = (k + 31) / 32;
+    const int32_t padded_k = q8_padded_k(k);
+    const uint8_t* lo = a.packed + size_t(m) * a.packed_stride + q8_packed_row_bytes(k);
+    const uint8_t* hi = lo + padded_k;
+    const int32_t* corrections = reinterpret_cast<const int32_t*>(lo + 2 * size_t(padded_k));
+    const float* x_scales = q8_x_scales(a, m, k);
+    const __m512i sign_bits = _mm512_set1_epi8(int8_t(0x80));
+    // vpunpcklwd leaves columns 0-3 of each 8-column lane of 32 columns, vpunpckhwd columns 4-7:
+    // these pick columns 0-15, then 16-31, back in order from the two.
+    const __m512i first_half = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i second_half = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    Vec acc[1][4] = {{vzero(), vzero(), vzero(), vzero()}};
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      const uint8_t* block = panel + size_t(b) * kQ8PanelBlockBytes;
+      __builtin_prefetch(block + kPanelColumns * 32 + kPanelPrefetchBytes);
+      __builtin_prefetch(block + kPanelColumns * 32 + 64 + kPanelPrefetchBytes);
+      // [32-column half][vpunpcklwd's columns, vpunpckhwd's]
+      __m512i lo_sums[2][2], hi_sums[2][2];
+      for (int h = 0; h < 2; ++h)
+        for (int u = 0; u < 2; ++u) lo_sums[h][u] = hi_sums[h][u] = _mm512_setzero_si512();
+      for (int32_t q = 0; q < 8; ++q) {
+        const uint8_t* even = block + size_t(2 * q) * 2 * kPanelColumns;
+        const uint8_t* odd = even + 2 * kPanelColumns;
+        int32_t lo_bits, hi_bits;
+        __builtin_memcpy(&lo_bits, lo + b * 32 + q * 4, sizeof lo_bits);
+        __builtin_memcpy(&hi_bits, hi + b * 32 + q * 4, sizeof hi_bits);
+        const __m512i lo_quad = _mm512_set1_epi32(lo_bits);
+        const __m512i hi_quad = _mm512_set1_epi32(hi_bits);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          __m512i even_pairs = _mm512_loadu_si512(even + h * 64);
+          __m512i odd_pairs = _mm512_loadu_si512(odd + h * 64);
+          // Each pair row loaded once (folded into both unpacks, it was loaded twice).
+          asm("" : "+v"(even_pairs), "+v"(odd_pairs));
+          const __m512i quads[2] = {_mm512_unpacklo_epi16(even_pairs, odd_pairs), _mm512_unpackhi_epi16(even_pairs, odd_pairs)};
+#pragma GCC unroll 2
+          for (int u = 0; u < 2; ++u) {
+            lo_sums[h][u] = _mm512_dpbusd_epi32(lo_sums[h][u], lo_quad, quads[u]);
+            hi_sums[h][u] = _mm512_dpbusd_epi32(hi_sums[h][u], _mm512_xor_si512(quads[u], sign_bits), hi_quad);
+          }
+        }
+      }
+      const __m512i correction = _mm512_set1_epi32(corrections[b]);
+      IVec sums[4];
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m512i whole[2];
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; ++u) {
+          whole[u] = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(hi_sums[h][u], 8), correction), lo_sums[h][u]);
+        }
+        sums[2 * h] = _mm512_permutex2var_epi32(whole[0], first_half, whole[1]);
+        sums[2 * h + 1] = _mm512_permutex2var_epi32(whole[0], second_half, whole[1]);
+      }
+      const uint16_t* scales = reinterpret_cast<const uint16_t*>(block + kPanelColumns * 32);
+      const Vec x_scale = vset1(x_scales[b]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[0][v] = vfma(vcvt_i32(sums[v]), vmul(vload_f16(scales + v * kLanes), x_scale), acc[0][v]);
+    }
+    store_tile<1, 4>(acc, m, 0, num_columns, y, y_stride, accumulate);
+  }
+};
+
+void matmul_q8_split_panels(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, int32_t n_begin,
+                            int32_t n_end, float* y, size_t y_stride, bool accumulate) {
+  const size_t panel_bytes = size_t((k + 31) / 32) * kQ8PanelBlockBytes;
+  matmul_by_panels<Q8SplitPanelRows::Tile, kQ8TileRows>(
+      a, num_rows, k, StoredPanels{static_cast<const uint8_t*>(w.data), panel_bytes}, n_begin, n_end, y, y_stride, accumulate);
+}
+
 // pack_q4k_row (kernels_q4.inc) 16 inputs at a time, bitwise its values: the same max, the same
 // division, vcvtps2dq's nearest-even rounding and the same clamp; a permute puts each group of 8
 // in the order 0 4 1 5 2 6 3 7. The scalar loop cost ~3 ns an input, a fifth of a batch-1 matmul's time.
@@ -632,7 +757,7 @@ void sum_value_groups(const float* numerators, size_t numerators_stride, int32_t
 size_t no_panel_scratch(MatrixFormat, int32_t, int32_t) { return 0; }
 
 size_t packed_row_bytes(MatrixFormat format, int32_t k) {
-  if (format == MatrixFormat::kQ8Panels) return q8_packed_row_bytes(k);
+  if (format == MatrixFormat::kQ8Panels) return q8_split_row_bytes(k);
   if (format == MatrixFormat::kQ4Panels) return q4_int8_packed_row_bytes(k);
   if (format == MatrixFormat::kQ4KPanels) return q4k_packed_row_bytes(k);
   if (format == MatrixFormat::kQ8KPanels) return q4_packed_row_bytes(k);
@@ -645,7 +770,10 @@ void pack_rows(const float* x, size_t x_stride, int32_t num_rows, int32_t k, Mat
   for (int32_t m = 0; m < num_rows; ++m) {
     const float* row = x + size_t(m) * x_stride;
     uint8_t* out = packed + size_t(m) * packed_stride;
-    if (format == MatrixFormat::kQ8Panels) pack_q8_row(row, k, out);
+    if (format == MatrixFormat::kQ8Panels) {
+      pack_q8_row(row, k, out);
+      q8_split_row(out, k);
+    }
     if (format == MatrixFormat::kQ4Panels) pack_q4_int8_row(row, k, out);
     if (format == MatrixFormat::kQ4KPanels) pack_q4k_row_avx512(row, k, out);
     if (format == MatrixFormat::kQ8KPanels) pack_q4_row(row, k, out);
@@ -659,7 +787,7 @@ void matmul(const Activations& a, int32_t num_rows, int32_t k, const Matrix& w, 
     case MatrixFormat::kF32Panels: matmul_float_panels<PanelF32>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kF16Panels: matmul_float_panels<PanelF16>(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kBf16Panels: matmul_bf16_dot_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
-    case MatrixFormat::kQ8Panels: matmul_q8_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
+    case MatrixFormat::kQ8Panels: matmul_q8_split_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ4Panels: matmul_q4_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ4KPanels: matmul_q4k_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
     case MatrixFormat::kQ8KPanels: matmul_q8k_panels(a, num_rows, k, w, n_begin, n_end, y, y_stride, accumulate); break;
