@@ -13,10 +13,18 @@ export function within<T>(promise: Promise<T>, what: string, boundMs = WAIT_BOUN
   return Promise.race([promise, bound]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * Between a poll's checks: a timer's turn of the event loop, so that what the check waits for
+ * (a socket's data, a timer, a line logged from setImmediate) can happen. A check that resolves
+ * at once, awaited alone, drains only microtasks: the poll spun a core to its bound and failed.
+ */
+const POLL_INTERVAL_MS = 10;
+
 /** Calls check (one round trip to what it observes) until it returns true; rejects after boundMs. */
 export async function pollUntil(check: () => Promise<boolean>, what: string, boundMs = WAIT_BOUND_MS): Promise<void> {
   const deadlineMs = Date.now() + boundMs;
   while (!(await check())) {
     if (Date.now() > deadlineMs) throw new Error(`${what}: not within ${boundMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, POLL_INTERVAL_MS));
   }
 }

@@ -5,6 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
+import { testSeed } from '../../test/seed.ts';
 import { ApiError } from '../errors.ts';
 import { loadTokenizer } from './load.ts';
 import { checkPromptChars, maxPromptChars, type PromptModel } from './prompt.ts';
@@ -28,10 +29,10 @@ function rng(seed: number): () => number {
   };
 }
 
-test('the characters-per-token bound holds for every token and for seeded random text (conduit-tiny, gpt2)', () => {
+test('the characters-per-token bound holds for every token and for seeded random text (conduit-tiny, gpt2)', (t) => {
   const gpt2 = mkdtempSync(path.join(tmpDir, 'gpt2-'));
   writeFileSync(path.join(gpt2, 'tokenizer_config.json'), JSON.stringify({ tiktoken_encoding: 'gpt2', eos_token: '<|endoftext|>' }));
-  const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+  const seed = testSeed(t);
   const random = rng(seed);
   const pieces = ['the', ' ', '   ', '\n\n', 'Grüße', '東京', '🎉', '----', '<|endoftext|>', 'x', '1234567', '\t', 'ﬁ', '\u0301'];
   for (const dir of [conduitTinyDir, gpt2]) {

@@ -6,12 +6,14 @@ import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createDetokenizer, IncrementalDetokenizer, type Detokenizer } from './incremental-detokenizer.ts';
 import { createRng } from '../../loadtest/random.ts';
+import { testSeed } from '../../test/seed.ts';
 import { loadTokenizer } from './load.ts';
 import type { Tokenizer } from './tokenizer.ts';
 import { Utf8Detokenizer } from './utf8-detokenizer.ts';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const seed = Number(process.env.CONDUIT_TEST_SEED ?? Math.floor(Math.random() * 2 ** 31));
+// Drawn at load: the seed is in the tests' names, so a failure names it.
+const seed = testSeed();
 
 function stream(detokenizer: Detokenizer, tokenIds: readonly number[], pushSizes: () => number): string[] {
   const deltas: string[] = [];

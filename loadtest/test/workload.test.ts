@@ -1,5 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { testSeed } from '../../test/seed.ts';
 import { createRng } from '../random.ts';
 import { parseLengthDistribution, drawLength, mirroredUniformLengths } from '../length-distribution.ts';
 import { generateWorkload } from '../scenarios.ts';
@@ -50,8 +51,8 @@ test('length distributions stay positive and near their parameters', () => {
   assert.throws(() => parseLengthDistribution('normal:abc'), /expected fixed:N/);
 });
 
-test('mirrored uniform lengths: in range, mean exact for an even count, spread, replayed from the seed', () => {
-  const seed = Math.floor(Math.random() * 2 ** 31);
+test('mirrored uniform lengths: in range, mean exact for an even count, spread, replayed from the seed', (t) => {
+  const seed = testSeed(t);
   const lengths = mirroredUniformLengths(createRng(seed), 64, 128, 32);
   assert.equal(lengths.length, 64);
   for (const length of lengths) assert.ok(Number.isInteger(length) && length >= 96 && length <= 160, `seed ${seed}: ${length} outside 96..160`);
