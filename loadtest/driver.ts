@@ -60,8 +60,7 @@ export async function drive(options: DriveOptions): Promise<RequestRecord[]> {
   for (const session of sessions) {
     // A trace's sessions come sorted by their first timestamp.
     const arrivalMs = pointStartMs + (load.kind === 'trace' ? (session.turns[0].timestampMs ?? 0) : poissonArrivalMs);
-    const waitMs = arrivalMs - (performance.now() - originMs);
-    if (waitMs >= 1) await sleep(waitMs);
+    await sleepUntil(arrivalMs, originMs);
     running.push(runSession(session, arrivalMs));
     if (load.kind === 'rate') poissonArrivalMs += exponentialGapMs(load.rng, load.ratePerS);
   }
@@ -82,8 +81,7 @@ async function runSessionTurns(
     const turn = session.turns[turnIndex];
     if (turnIndex > 0 && turn.thinkTimeMs > 0) await sleep(turn.thinkTimeMs);
     if (turnIndex > 0 && turn.timestampMs !== null) {
-      const waitMs = pointStartMs + turn.timestampMs - (performance.now() - originMs);
-      if (waitMs >= 1) await sleep(waitMs);
+      await sleepUntil(pointStartMs + turn.timestampMs, originMs);
     }
     history.push({ role: 'user', content: turn.userText });
     const messages: ChatMessage[] = turn.prefixText === null ? history : [{ role: 'system', content: turn.prefixText }, ...history];
@@ -113,4 +111,18 @@ async function runSessionTurns(
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * Resolves at targetMs after originMs on performance.now()'s clock, never before, so a request
+ * is never sent ahead of its schedule. A timer can fire early: libuv counts whole milliseconds
+ * from a loop time read before the running callbacks, so the remainder is rechecked, and its
+ * last millisecond is waited out in event-loop turns.
+ */
+async function sleepUntil(targetMs: number, originMs: number): Promise<void> {
+  for (;;) {
+    const waitMs = targetMs - (performance.now() - originMs);
+    if (waitMs <= 0) return;
+    await (waitMs >= 1 ? sleep(waitMs) : new Promise<void>((resolve) => setImmediate(resolve)));
+  }
 }
