@@ -343,7 +343,7 @@ async function main(): Promise<void> {
           tg128Rounds.get(mode)!.push(await decodeTokensPerSecond(models.get(mode)!, { numSeqs: 1, numPromptTokens: 1, numSteps: LLAMA_TG_TOKENS }));
         }
         if (!runLlama) continue;
-        for (const type of new Set(modes.flatMap((mode) => (mode.gguf ? [mode.gguf.type] : [])))) {
+        for (const type of ggufTypes) {
           const key = `${kernel} ${type}`;
           llamaRounds.set(key, [...(llamaRounds.get(key) ?? []),
             runLlamaBench(llamaBin, ensureBenchGguf(type), { promptTokens: PREFILL_TOKENS, genTokens: LLAMA_TG_TOKENS, numThreads })]);

@@ -30,7 +30,6 @@ export function runLlamaBench(llamaBin: string, file: string, { promptTokens, ge
   return { pp: pp.avg_ts, tg: tg.avg_ts };
 }
 
-
 /** ours[i] / theirs[i] for each round i (same-minute pairs) and their median. */
 export function pairedRatios(ours: readonly number[], theirs: readonly number[]): { perRound: number[]; median: number } {
   if (ours.length !== theirs.length || ours.length === 0) throw new Error(`paired rounds differ in number: ${ours.length} vs ${theirs.length}`);
